@@ -1,0 +1,118 @@
+/* kern: the compute backend interface. A backend is a table of function pointers plus a
+ * context; model and cache code call the table and never include a CUDA header.
+ * Buffers passed to the table live in the backend's memory (host memory for `cpu`, device
+ * memory for `cuda`): allocate them with kern_alloc. Shapes are noted as [rows][cols],
+ * row-major. A backend is used by one thread at a time. */
+#ifndef QE_KERN_H
+#define QE_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kern_backend kern_backend_t;
+
+/* A weight matrix [rows][cols] in the backend's compute type (fp32 on cpu). */
+typedef struct {
+  void *data;
+  int rows;
+  int cols;
+} kern_weight_t;
+
+/* RoPE parameters. mode NORM rotates interleaved pairs (2i, 2i+1) (GGUF llama: weights are
+ * permuted at conversion); NEOX rotates half-split pairs (i, i + n_rot/2) (qwen2, HF).
+ * freq(i) = freq_scale * theta^(-2i/n_rot) / factors[i] (factors may be NULL: llama3-style
+ * rope_freqs); YaRN when ext_factor != 0 (llama.cpp's rope_yarn semantics). */
+typedef enum { KERN_ROPE_NORM = 0, KERN_ROPE_NEOX = 2 } kern_rope_mode_t;
+typedef struct {
+  int mode;
+  int n_rot;          /* rotated dims per head (<= head_dim, even) */
+  float theta;        /* freq_base */
+  float freq_scale;   /* 1 / linear scaling factor */
+  const float *factors; /* [n_rot/2] or NULL (host memory on every backend) */
+  float ext_factor;   /* YaRN; 0 disables */
+  float attn_factor;  /* YaRN magnitude scale; 1 normally */
+  float beta_fast, beta_slow;
+  int n_ctx_orig;     /* YaRN original context */
+} kern_rope_t;
+
+/* One sequence's attention work: n_q queries at positions q_pos0 .. q_pos0+n_q-1 attend
+ * causally to keys 0 .. q_pos0+i (key j is at position j; n_kv >= q_pos0 + n_q). */
+typedef struct {
+  const float *q;   /* [n_q][n_head][head_dim] */
+  const float *k;   /* [n_kv][n_kv_head][head_dim] (post-RoPE) */
+  const float *v;   /* [n_kv][n_kv_head][head_dim] */
+  float *out;       /* [n_q][n_head][head_dim] */
+  float *key_mass;  /* optional [n_kv]: += (1/n_head) sum_h sum_i a_i^h(j), NULL to skip */
+  int n_q;
+  int n_kv;
+  int q_pos0;
+} kern_attn_seq_t;
+
+typedef struct {
+  int n_head;       /* query heads (local to this rank) */
+  int n_kv_head;    /* KV heads (local); n_head % n_kv_head == 0 (GQA) */
+  int head_dim;
+  float scale;      /* usually 1/sqrt(head_dim) */
+} kern_attn_shape_t;
+
+/* Sampling parameters: temp <= 0 means greedy (argmax, lowest id on ties). top_k <= 0 and
+ * top_p >= 1 disable those filters. */
+typedef struct {
+  float temp;
+  int top_k;
+  float top_p;
+} kern_sampler_t;
+
+typedef struct kern_ops {
+  const char *name;
+  void (*destroy)(kern_backend_t *be);
+  void *(*alloc)(kern_backend_t *be, size_t bytes); /* NULL on failure */
+  void (*free)(kern_backend_t *be, void *p);
+  int (*upload)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+  int (*download)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+  /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). */
+  void (*matmul)(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
+                 const float *bias, int m, int acc);
+  /* y[m][n] = x / rms(x) * g, g [n]. y may equal x. */
+  void (*rmsnorm)(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
+                  float eps);
+  /* x [m][n_heads][head_dim] rotated in place at positions pos[m]. */
+  void (*rope)(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads,
+               int head_dim, const kern_rope_t *r);
+  /* y[m][n] = silu(gate) * up. y may equal gate. */
+  void (*swiglu)(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
+  /* y[i] += x[i]. */
+  void (*add)(kern_backend_t *be, float *y, const float *x, size_t n);
+  /* y[m][n] = table[ids[m]][n]. */
+  void (*embed)(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m,
+                int n);
+  /* In-place row softmax of x [m][n]. */
+  void (*softmax)(kern_backend_t *be, float *x, int m, int n);
+  /* Attention for n_seqs sequences. */
+  void (*attention)(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
+                    const kern_attn_shape_t *shape);
+  /* Samples one id from logits [n] (host memory); rng is the caller's per-sequence state.
+   * scratch: n floats + n ints of host workspace owned by the caller. */
+  int (*sample)(kern_backend_t *be, const float *logits, int n, const kern_sampler_t *s,
+                uint64_t *rng, void *scratch);
+} kern_ops_t;
+
+struct kern_backend {
+  const kern_ops_t *ops;
+  int n_threads;
+};
+
+/* The CPU backend (OpenBLAS when built with it, plain C otherwise). n_threads <= 0: all
+ * cores. *out owned by caller: kern_destroy(). */
+int kern_cpu_create(int n_threads, kern_backend_t **out);
+void kern_destroy(kern_backend_t *be); /* NULL-safe */
+
+/* Seeds a per-sequence sampler state (splitmix64 of seed; never 0). */
+uint64_t kern_rng_seed(uint64_t seed);
+/* Next uniform float in [0, 1) from state (xorshift64*). */
+float kern_rng_uniform(uint64_t *state);
+
+#define kern_alloc(be, n) ((be)->ops->alloc((be), (n)))
+#define kern_free(be, p) ((be)->ops->free((be), (p)))
+
+#endif

@@ -1,0 +1,54 @@
+/* tp_comm: the collective interface of a tensor-parallel group (all-reduce, broadcast,
+ * all-gather), behind which sit the backends: single-rank (no-op), CPU sockets (ranks in
+ * separate processes joined over Unix stream sockets, star through rank 0, deterministic
+ * summation order rank 0,1,...,T-1), and NCCL (later, kernels/cuda). One tp_comm_t per rank;
+ * calls are collective (every rank calls the same sequence) and not thread-safe. */
+#ifndef QE_TP_COMM_H
+#define QE_TP_COMM_H
+
+#include <stddef.h>
+
+typedef struct tp_comm tp_comm_t;
+
+typedef struct tp_comm_ops {
+  const char *name;
+  /* In place: buf[i] = sum over ranks of buf[i], identical on every rank afterwards. */
+  int (*allreduce_sum_f32)(tp_comm_t *c, float *buf, size_t n);
+  /* buf (bytes) of root copied to every rank. */
+  int (*broadcast)(tp_comm_t *c, void *buf, size_t bytes, int root);
+  /* Each rank contributes `bytes` at send; recv gets [size][bytes] in rank order. */
+  int (*allgather)(tp_comm_t *c, const void *send, void *recv, size_t bytes);
+  void (*destroy)(tp_comm_t *c);
+} tp_comm_ops_t;
+
+struct tp_comm {
+  const tp_comm_ops_t *ops;
+  int rank;
+  int size;
+};
+
+static inline int tp_allreduce_sum(tp_comm_t *c, float *buf, size_t n) {
+  return c->size == 1 ? 0 : c->ops->allreduce_sum_f32(c, buf, n);
+}
+static inline int tp_broadcast(tp_comm_t *c, void *buf, size_t bytes, int root) {
+  return c->size == 1 ? 0 : c->ops->broadcast(c, buf, bytes, root);
+}
+/* For size 1 the caller's recv must equal a copy of send; the backend does it. */
+static inline int tp_allgather(tp_comm_t *c, const void *send, void *recv, size_t bytes) {
+  return c->ops->allgather(c, send, recv, bytes);
+}
+void tp_comm_destroy(tp_comm_t *c); /* NULL-safe */
+
+/* Single-rank communicator (rank 0 of 1). */
+int tp_comm_create_single(tp_comm_t **out);
+
+/* CPU socket backend. Rank 0 listens on the Unix socket `path` and accepts size-1 peers;
+ * rank r > 0 connects (retrying until timeout_ms). Ranks announce themselves in a handshake
+ * (magic, version, rank, size) so a wrong peer is refused with QE_ECOMM. */
+int tp_comm_create_cpu(const char *path, int rank, int size, int timeout_ms, tp_comm_t **out);
+
+/* Same over already-connected stream sockets: rank 0 passes fds[1..size-1] (one per peer,
+ * indexed by peer rank), rank r > 0 passes fds[0] (its link to rank 0). Takes ownership. */
+int tp_comm_create_cpu_fds(const int *fds, int rank, int size, tp_comm_t **out);
+
+#endif
