@@ -1,1 +1,294 @@
-/* placeholder: being written */
+/* cli_generate: `qevict generate`: loads a model in this process (and, with --tp N, in N-1
+ * forked ranks joined by the CPU collective backend), runs a prompt, streams the text to
+ * stdout and a summary to stderr (or one JSON object with --json). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "model_gen.h"
+#include "qe_json.h"
+#include "qe_status.h"
+
+typedef struct {
+  const char *model, *prompt, *prompt_file;
+  int chat, json, tp, threads, batch, ignore_eos;
+  long n_predict;
+  kern_sampler_t sampler;
+  uint64_t seed;
+} gen_args_t;
+
+static const char *gen_help =
+    "usage: qevict generate --model FILE (--prompt TEXT | --prompt-file F) [options]\n"
+    "  --chat            wrap the prompt as a user message in the model's chat template\n"
+    "  -n N              max new tokens (default 128)\n"
+    "  --temp T          sampling temperature (default 0: greedy)\n"
+    "  --top-k K         keep the K most likely tokens (default 0: off)\n"
+    "  --top-p P         nucleus sampling threshold in (0, 1] (default 1: off)\n"
+    "  --seed S          sampler seed (default 0)\n"
+    "  --tp N            tensor-parallel ranks (processes, CPU collectives; default 1)\n"
+    "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
+    "  --threads N       CPU threads per rank (default: cores / tp)\n"
+    "  --ignore-eos      keep generating past end-of-generation tokens\n"
+    "  --json            print one JSON object (ids, text, summary) instead of streaming\n";
+
+/* Parses a flag with a value; returns 0 handled, 1 not this flag, 2 usage error printed. */
+static int parse_valued(gen_args_t *a, const char *f, const char *v) {
+  long l;
+  double d;
+  if (!strcmp(f, "--model")) a->model = v;
+  else if (!strcmp(f, "--prompt")) a->prompt = v;
+  else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
+  else if (!strcmp(f, "-n")) return cli_parse_int(v, 1, 1 << 24, &a->n_predict) ? 2 : 0;
+  else if (!strcmp(f, "--temp")) {
+    if (cli_parse_float(v, 0, 100, &d)) return 2;
+    a->sampler.temp = (float)d;
+  } else if (!strcmp(f, "--top-k")) {
+    if (cli_parse_int(v, 0, 1 << 24, &l)) return 2;
+    a->sampler.top_k = (int)l;
+  } else if (!strcmp(f, "--top-p")) {
+    if (cli_parse_float(v, 1e-6, 1, &d)) return 2;
+    a->sampler.top_p = (float)d;
+  } else if (!strcmp(f, "--seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
+  else if (!strcmp(f, "--tp") || !strcmp(f, "--batch") || !strcmp(f, "--threads")) {
+    if (cli_parse_int(v, 1, 256, &l)) return 2;
+    *(!strcmp(f, "--tp") ? &a->tp : !strcmp(f, "--batch") ? &a->batch : &a->threads) = (int)l;
+  } else return 1;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, gen_args_t *a) {
+  *a = (gen_args_t){.tp = 1, .batch = 1, .n_predict = 128, .sampler = {0, 0, 1.0f}};
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (!strcmp(f, "--help") || !strcmp(f, "-h")) return fputs(gen_help, stdout), -1;
+    if (!strcmp(f, "--chat")) a->chat = 1;
+    else if (!strcmp(f, "--json")) a->json = 1;
+    else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
+    else if (i + 1 >= argc) return cli_usage_error("generate", "unknown option or missing value: %s", f);
+    else {
+      int rc = parse_valued(a, f, argv[++i]);
+      if (rc == 1) return cli_usage_error("generate", "unknown option %s", f);
+      if (rc == 2) return cli_usage_error("generate", "bad value '%s' for %s", argv[i], f);
+    }
+  }
+  if (!a->model) return cli_usage_error("generate", "--model is required");
+  if (!a->prompt == !a->prompt_file)
+    return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
+  return 0;
+}
+
+/* Reads the prompt text (from the argument or the file) into a malloc'd string. */
+static int read_prompt(const gen_args_t *a, char **text) {
+  if (a->prompt) return (*text = strdup(a->prompt)) ? 0 : QE_ENOMEM;
+  FILE *f = fopen(a->prompt_file, "rb");
+  if (!f) return qe_errf(QE_EIO, "cannot open prompt file '%s'", a->prompt_file);
+  size_t cap = 1 << 16, n = 0, r;
+  char *buf = malloc(cap + 1);
+  while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += r;
+    char *grown = n == cap ? realloc(buf, (cap *= 2) + 1) : buf;
+    if (!grown) free(buf);
+    buf = grown;
+  }
+  fclose(f);
+  if (!buf) return qe_errf(QE_ENOMEM, "prompt file too large");
+  buf[n] = '\0';
+  *text = buf;
+  return 0;
+}
+
+/* Encodes the prompt, wrapped in the chat template with --chat. */
+static int prompt_ids(const model_t *m, const gen_args_t *a, int32_t **ids, int *n) {
+  char *text = NULL, *chat = NULL;
+  int rc = read_prompt(a, &text);
+  if (rc) return rc;
+  if (!*text) rc = qe_errf(QE_EINVAL, "the prompt is empty");
+  if (!rc && a->chat) {
+    chat_msg_t msg = {"user", text};
+    int kind = chat_kind_of(model_gguf(m));
+    rc = kind == CHAT_NONE ? qe_errf(QE_EUNSUPPORTED, "--chat: the model declares no known chat template")
+                           : chat_render(kind, model_gguf(m), &msg, 1, 1, &chat);
+  }
+  if (!rc) rc = a->chat ? gen_encode(m, chat, strlen(chat), 1, ids, n)
+                        : gen_encode(m, text, strlen(text), 0, ids, n);
+  free(text);
+  free(chat);
+  return rc;
+}
+
+static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t **m,
+                     kv_cache_t **kv) {
+  int threads = a->threads ? a->threads : 0;
+  if (!threads) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cores / a->tp > 0 ? (int)(cores / a->tp) : 1;
+  }
+  int rc = kern_cpu_create(threads, be);
+  model_load_opts_t o = {*be, rank, a->tp, 512};
+  if (!rc) rc = model_load(a->model, &o, m);
+  if (!rc) {
+    kv_geom_t g = model_kv_geom(*m, a->batch);
+    rc = kv_full_create(*be, &g, kv);
+  }
+  return rc;
+}
+
+static void unload_rank(kern_backend_t *be, model_t *m, kv_cache_t *kv) {
+  kv_cache_destroy(kv);
+  model_destroy(m);
+  kern_destroy(be);
+}
+
+/* A forked rank > 0: loads its shard and follows rank 0 until told to stop. */
+static int run_follower(const gen_args_t *a, int rank, int fd) {
+  kern_backend_t *be = NULL;
+  model_t *m = NULL;
+  kv_cache_t *kv = NULL;
+  tp_comm_t *c = NULL;
+  int fds[1] = {fd};
+  int rc = tp_comm_create_cpu_fds(fds, rank, a->tp, &c);
+  int lrc = rc ? rc : load_rank(a, rank, &be, &m, &kv);
+  int ok = lrc == 0;
+  if (!rc) rc = tp_allgather(c, &ok, &(int[256]){0}, sizeof ok); /* load barrier */
+  if (!rc && lrc) rc = lrc;
+  if (!rc) rc = gen_follow(m, kv, c);
+  if (rc) cli_fail("generate (tp rank)", rc);
+  tp_comm_destroy(c);
+  unload_rank(be, m, kv);
+  return rc ? 1 : 0;
+}
+
+/* Forks ranks 1..tp-1; *c is rank 0's communicator. */
+static int spawn_ranks(const gen_args_t *a, pid_t *pids, tp_comm_t **c) {
+  int fds[256] = {-1};
+  for (int r = 1; r < a->tp; r++) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return qe_errf(QE_ECOMM, "socketpair failed");
+    fflush(NULL);
+    pids[r] = fork();
+    if (pids[r] < 0) return qe_errf(QE_ECOMM, "fork failed");
+    if (pids[r] == 0) {
+      close(sv[0]);
+      for (int j = 1; j < r; j++) close(fds[j]);
+      _exit(run_follower(a, r, sv[1]));
+    }
+    close(sv[1]);
+    fds[r] = sv[0];
+  }
+  return a->tp > 1 ? tp_comm_create_cpu_fds(fds, 0, a->tp, c) : tp_comm_create_single(c);
+}
+
+static int wait_ranks(const gen_args_t *a, const pid_t *pids) {
+  int bad = 0;
+  for (int r = 1; r < a->tp; r++) {
+    int st = 0;
+    if (pids[r] > 0 && (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)))
+      bad = 1;
+  }
+  return bad ? qe_errf(QE_ECOMM, "a tensor-parallel rank failed") : 0;
+}
+
+/* Every rank reports whether it loaded; rank 0 fails if any did not. */
+static int load_barrier(tp_comm_t *c, int lrc) {
+  int ok = lrc == 0, all[256];
+  int rc = tp_allgather(c, &ok, all, sizeof ok);
+  for (int r = 0; !rc && r < c->size; r++)
+    if (!all[r]) rc = lrc ? lrc : qe_errf(QE_ECOMM, "tensor-parallel rank %d failed to load", r);
+  return rc;
+}
+
+typedef struct {
+  const tok_t *tok;
+  tok_stream_t stream;
+  int stream_out;
+} gen_out_t;
+
+static void on_token(void *ud, int seq, int id) {
+  gen_out_t *o = ud;
+  char buf[256];
+  if (seq != 0 || !o->stream_out) return;
+  int n = tok_stream_push(&o->stream, id, buf, sizeof buf);
+  if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
+  fflush(stdout);
+}
+
+static const char *finish_name(int f) {
+  return f == GEN_FINISH_EOG ? "stop" : f == GEN_FINISH_LENGTH ? "length" : "none";
+}
+
+static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_stats_t *st) {
+  double pf = st->prefill_s > 0 ? st->n_prompt / st->prefill_s : 0;
+  double dc = st->decode_s > 0 ? (st->n_gen - a->batch) / st->decode_s : 0;
+  fprintf(stderr,
+          "\nqevict: prompt %d tokens, generated %d tokens (finish: %s), batch %d, tp %d; "
+          "prefill %.1f tok/s, decode %.1f tok/s\n",
+          s->n_prompt, s->n_out, finish_name(s->finish), a->batch, a->tp, pf, dc);
+}
+
+static void print_json(const gen_args_t *a, const model_t *m, const gen_seq_t *s,
+                       const gen_stats_t *st) {
+  char *text = NULL;
+  tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
+  printf("{\"prompt_tokens\":");
+  qe_json_ids(stdout, s->prompt, (size_t)s->n_prompt);
+  printf(",\"tokens\":");
+  qe_json_ids(stdout, s->out, (size_t)s->n_out);
+  printf(",\"text\":");
+  qe_json_str(stdout, text ? text : "", text ? strlen(text) : 0);
+  printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"
+         "\"batch\":%d,\"tp\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"steps\":%d,"
+         "\"weight_bytes\":%zu}}\n",
+         finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
+         st->decode_s, st->n_steps, model_weight_bytes(m));
+  free(text);
+}
+
+static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c) {
+  int32_t *ids = NULL;
+  int n = 0;
+  gen_seq_t seqs[256] = {0};
+  gen_stats_t st;
+  int rc = prompt_ids(m, a, &ids, &n);
+  for (int i = 0; !rc && i < a->batch; i++) seqs[i] = (gen_seq_t){.prompt = ids, .n_prompt = n};
+  gen_out_t out = {model_tok(m), {0}, !a->json};
+  tok_stream_init(&out.stream, out.tok, 0, 1);
+  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, on_token, &out};
+  if (!rc) rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
+  else gen_release(c);
+  if (!rc && a->json) print_json(a, m, &seqs[0], &st);
+  if (!rc && !a->json) {
+    char buf[64];
+    int k = tok_stream_flush(&out.stream, buf, sizeof buf);
+    if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
+    fflush(stdout);
+    print_summary(a, &seqs[0], &st);
+  }
+  for (int i = 0; i < a->batch; i++) free(seqs[i].out);
+  free(ids);
+  return rc;
+}
+
+int cli_generate(int argc, char **argv) {
+  gen_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (a.batch * a.tp > 256) return cli_usage_error("generate", "--batch and --tp are too large");
+  pid_t pids[256] = {0};
+  tp_comm_t *c = NULL;
+  kern_backend_t *be = NULL;
+  model_t *m = NULL;
+  kv_cache_t *kv = NULL;
+  rc = spawn_ranks(&a, pids, &c);
+  int lrc = load_rank(&a, 0, &be, &m, &kv);
+  if (!rc) rc = load_barrier(c, lrc);
+  if (!rc) rc = run_rank0(&a, m, kv, c);
+  tp_comm_destroy(c);
+  int wrc = wait_ranks(&a, pids);
+  unload_rank(be, m, kv);
+  if (!rc) rc = wrc;
+  return rc ? cli_fail("generate", rc) : 0;
+}

@@ -65,11 +65,14 @@ typedef struct {
 
 typedef struct kern_ops {
   const char *name;
+  int host_memory; /* 1 if backend buffers are plain host memory (cpu) */
   void (*destroy)(kern_backend_t *be);
   void *(*alloc)(kern_backend_t *be, size_t bytes); /* NULL on failure */
   void (*free)(kern_backend_t *be, void *p);
   int (*upload)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
   int (*download)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+  /* Copy within backend memory. */
+  int (*copy)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
   /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). */
   void (*matmul)(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
                  const float *bias, int m, int acc);

@@ -1,1 +1,133 @@
-/* placeholder: being written */
+/* model_forward: the batched transformer forward pass with tensor-parallel sharding:
+ * column-parallel Q/K/V and gate/up, row-parallel O and down, one all-reduce after each;
+ * the output layer runs on rank 0 over the rows that want logits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+#include "qe_status.h"
+
+#define MODEL_MAX_SEGS 1024
+
+/* A run of one sequence's tokens in the batch. */
+typedef struct {
+  int seq, pos0, off, n;
+} model_seg_t;
+
+static int check_batch(const model_t *m, const model_batch_t *b) {
+  if (b->n <= 0 || b->n > m->max_batch)
+    return qe_errf(QE_EINVAL, "model: batch of %d tokens (max %d)", b->n, m->max_batch);
+  for (int i = 0; i < b->n; i++) {
+    if (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab)
+      return qe_errf(QE_EINVAL, "model: token id %d outside the vocabulary (%d)", b->tokens[i],
+                     m->hp.n_vocab);
+    if (b->pos[i] < 0) return qe_errf(QE_EINVAL, "model: negative position %d", b->pos[i]);
+  }
+  return 0;
+}
+
+/* Splits the batch into per-sequence runs of consecutive positions. */
+static int split_segments(const model_batch_t *b, model_seg_t *segs, int *n_segs) {
+  int n = 0;
+  for (int i = 0; i < b->n; i++) {
+    model_seg_t *last = n ? &segs[n - 1] : NULL;
+    if (last && last->seq == b->seq[i] && last->pos0 + last->n == b->pos[i]) {
+      last->n++;
+      continue;
+    }
+    if (n == MODEL_MAX_SEGS) return qe_errf(QE_EINVAL, "model: more than %d runs in a batch", n);
+    segs[n++] = (model_seg_t){b->seq[i], b->pos[i], i, 1};
+  }
+  *n_segs = n;
+  return 0;
+}
+
+/* Sums buf [n] over the TP group, staging through host memory if the backend needs it. */
+static int allreduce_act(model_t *m, tp_comm_t *comm, float *buf, size_t n) {
+  if (comm->size == 1) return 0;
+  if (m->be->ops->host_memory) return tp_allreduce_sum(comm, buf, n);
+  int rc = m->be->ops->download(m->be, m->s.host_tmp, buf, n * sizeof(float));
+  if (!rc) rc = tp_allreduce_sum(comm, m->s.host_tmp, n);
+  if (!rc) rc = m->be->ops->upload(m->be, buf, m->s.host_tmp, n * sizeof(float));
+  return rc;
+}
+
+static int attn_block(model_t *m, kv_cache_t *kv, int l, const model_seg_t *segs, int n_segs,
+                      int n, kv_attn_req_t *reqs) {
+  kern_backend_t *be = m->be;
+  const model_layer_t *L = &m->layers[l];
+  model_scratch_t *s = &m->s;
+  int hd = m->hp.head_dim, nq = m->sh.n_head * hd, nk = m->sh.n_kv * hd;
+  be->ops->rmsnorm(be, s->xn, s->x, L->attn_norm, n, m->hp.n_embd, m->hp.rms_eps);
+  be->ops->matmul(be, s->q, s->xn, &L->wq, L->bq, n, 0);
+  be->ops->matmul(be, s->k, s->xn, &L->wk, L->bk, n, 0);
+  be->ops->matmul(be, s->v, s->xn, &L->wv, L->bv, n, 0);
+  be->ops->rope(be, s->q, s->pos, n, m->sh.n_head, hd, &m->hp.rope);
+  be->ops->rope(be, s->k, s->pos, n, m->sh.n_kv, hd, &m->hp.rope);
+  for (int i = 0; i < n_segs; i++) {
+    const model_seg_t *g = &segs[i];
+    int rc = kv->ops->store(kv, g->seq, l, g->pos0, g->n, s->k + (size_t)g->off * nk,
+                            s->v + (size_t)g->off * nk);
+    if (rc) return rc;
+    reqs[i] = (kv_attn_req_t){g->seq, g->pos0, g->n, s->q + (size_t)g->off * nq,
+                              s->att + (size_t)g->off * nq};
+  }
+  return kv->ops->attend(kv, l, reqs, n_segs);
+}
+
+static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
+                         const model_seg_t *segs, int n_segs, int n, kv_attn_req_t *reqs) {
+  kern_backend_t *be = m->be;
+  const model_layer_t *L = &m->layers[l];
+  model_scratch_t *s = &m->s;
+  size_t xe = (size_t)n * m->hp.n_embd;
+  int rc = attn_block(m, kv, l, segs, n_segs, n, reqs);
+  if (rc) return rc;
+  be->ops->matmul(be, s->tmp, s->att, &L->wo, NULL, n, 0);
+  if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
+  be->ops->add(be, s->x, s->tmp, xe);
+  be->ops->rmsnorm(be, s->xn, s->x, L->ffn_norm, n, m->hp.n_embd, m->hp.rms_eps);
+  be->ops->matmul(be, s->gate, s->xn, &L->wg, NULL, n, 0);
+  be->ops->matmul(be, s->up, s->xn, &L->wu, NULL, n, 0);
+  be->ops->swiglu(be, s->gate, s->gate, s->up, n, m->sh.n_ff);
+  be->ops->matmul(be, s->tmp, s->gate, &L->wd, NULL, n, 0);
+  if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
+  be->ops->add(be, s->x, s->tmp, xe);
+  return 0;
+}
+
+/* Gathers the rows that want logits into xn, normalizes, projects; copies to host logits. */
+static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *segs,
+                         int n_segs, float *logits) {
+  kern_backend_t *be = m->be;
+  size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
+  int n_out = 0, rc = 0;
+  for (int i = 0; i < b->n && !rc; i++) {
+    int want = b->logits ? b->logits[i] : 0;
+    for (int g = 0; !b->logits && g < n_segs; g++) want |= segs[g].off + segs[g].n - 1 == i;
+    if (want) rc = be->ops->copy(be, m->s.tmp + n_out++ * E, m->s.x + i * E, E * sizeof(float));
+  }
+  if (rc || !n_out) return rc;
+  be->ops->rmsnorm(be, m->s.xn, m->s.tmp, m->out_norm, n_out, (int)E, m->hp.rms_eps);
+  be->ops->matmul(be, m->s.logits, m->s.xn, &m->out, NULL, n_out, 0);
+  return be->ops->download(be, logits, m->s.logits, (size_t)n_out * V * sizeof(float));
+}
+
+int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                  float *logits) {
+  static _Thread_local model_seg_t segs[MODEL_MAX_SEGS];
+  static _Thread_local kv_attn_req_t reqs[MODEL_MAX_SEGS];
+  int n_segs = 0, rc = check_batch(m, b);
+  if (!rc) rc = split_segments(b, segs, &n_segs);
+  if (rc) return rc;
+  kern_backend_t *be = m->be;
+  size_t nb = (size_t)b->n * sizeof(int32_t);
+  rc = be->ops->upload(be, m->s.ids, b->tokens, nb);
+  if (!rc) rc = be->ops->upload(be, m->s.pos, b->pos, nb);
+  if (rc) return rc;
+  be->ops->embed(be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
+  for (int l = 0; l < m->hp.n_layer && !rc; l++)
+    rc = layer_forward(m, kv, comm, l, segs, n_segs, b->n, reqs);
+  if (rc || m->sh.rank != 0 || !logits) return rc;
+  return output_logits(m, b, segs, n_segs, logits);
+}

@@ -1,1 +1,367 @@
-/* placeholder: being written */
+/* model_load: reads hyperparameters from GGUF metadata (llama, qwen2), checks every tensor's
+ * shape, and dequantizes this rank's shard of the weights into the backend. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+#include "qe_status.h"
+
+#define MODEL_MAX_DIM (1 << 20)
+
+/* Reads "<arch>.<suffix>" as u32 into *out; keeps *out when absent and !required. */
+static int hp_u32(const gguf_t *g, const char *arch, const char *suffix, int required, int *out) {
+  char key[128];
+  uint32_t v;
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  int rc = gguf_get_u32(g, key, &v);
+  if (rc == QE_ENOTFOUND && !required) return 0;
+  if (rc) return rc == QE_ENOTFOUND ? qe_errf(rc, "model: missing metadata '%s'", key) : rc;
+  if (v == 0 || v > MODEL_MAX_DIM)
+    return qe_errf(QE_EFORMAT, "model: metadata '%s' = %u is out of range", key, v);
+  *out = (int)v;
+  return 0;
+}
+
+static int hp_f32(const gguf_t *g, const char *arch, const char *suffix, float *out) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  int rc = gguf_get_f32(g, key, out);
+  return rc == QE_ENOTFOUND ? 0 : rc;
+}
+
+static int hp_arch(const gguf_t *g, model_hparams_t *hp, char *arch, size_t cap) {
+  const char *s;
+  size_t n;
+  int rc = gguf_get_str(g, "general.architecture", &s, &n);
+  if (rc) return qe_errf(rc, "model: missing metadata 'general.architecture'");
+  snprintf(arch, cap, "%.*s", (int)(n < cap ? n : cap - 1), s);
+  if (!strcmp(arch, "llama")) hp->arch = MODEL_ARCH_LLAMA;
+  else if (!strcmp(arch, "qwen2")) hp->arch = MODEL_ARCH_QWEN2;
+  else return qe_errf(QE_EUNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2)", arch);
+  return 0;
+}
+
+static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *hp) {
+  char key[128];
+  const char *s;
+  size_t n;
+  float factor = 1.0f;
+  hp_f32(g, arch, "rope.scaling.factor", &factor);
+  snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+  if (gguf_get_str(g, key, &s, &n)) return 0;
+  if ((n == 4 && !memcmp(s, "none", 4)) || factor <= 0.0f) return 0;
+  hp->rope.freq_scale = 1.0f / factor;
+  if (n == 6 && !memcmp(s, "linear", 6)) return 0;
+  if (n == 4 && !memcmp(s, "yarn", 4)) {
+    hp->rope.ext_factor = 1.0f;
+    return hp_u32(g, arch, "rope.scaling.original_context_length", 0, &hp->rope.n_ctx_orig);
+  }
+  return qe_errf(QE_EUNSUPPORTED, "model: rope scaling type '%.*s' is not supported", (int)n, s);
+}
+
+static int hp_rope(const gguf_t *g, const char *arch, model_hparams_t *hp) {
+  kern_rope_t *r = &hp->rope;
+  *r = (kern_rope_t){.mode = hp->arch == MODEL_ARCH_QWEN2 ? KERN_ROPE_NEOX : KERN_ROPE_NORM,
+                     .n_rot = hp->head_dim, .theta = 10000.0f, .freq_scale = 1.0f,
+                     .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+                     .n_ctx_orig = hp->n_ctx_train};
+  int rc = hp_u32(g, arch, "rope.dimension_count", 0, &r->n_rot);
+  if (!rc) rc = hp_f32(g, arch, "rope.freq_base", &r->theta);
+  if (!rc) rc = hp_rope_scaling(g, arch, hp);
+  if (rc) return rc;
+  if (r->n_rot > hp->head_dim || r->n_rot % 2 || r->n_rot / 2 > 512 || r->theta <= 0)
+    return qe_errf(QE_EFORMAT, "model: bad rope parameters (n_rot %d, head_dim %d, theta %g)",
+                   r->n_rot, hp->head_dim, r->theta);
+  return 0;
+}
+
+static int hp_vocab(const gguf_t *g, model_hparams_t *hp) {
+  gguf_arr_t a;
+  if (gguf_get_arr(g, "tokenizer.ggml.tokens", &a))
+    return qe_errf(QE_ENOTFOUND, "model: missing metadata 'tokenizer.ggml.tokens'");
+  if (a.n == 0 || a.n > MODEL_MAX_DIM)
+    return qe_errf(QE_EFORMAT, "model: vocabulary size %zu out of range", a.n);
+  hp->n_vocab = (int)a.n;
+  return 0;
+}
+
+int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
+  char arch[32];
+  memset(hp, 0, sizeof *hp);
+  int rc = hp_arch(g, hp, arch, sizeof arch);
+  if (!rc) rc = hp_u32(g, arch, "embedding_length", 1, &hp->n_embd);
+  if (!rc) rc = hp_u32(g, arch, "block_count", 1, &hp->n_layer);
+  if (!rc) rc = hp_u32(g, arch, "feed_forward_length", 1, &hp->n_ff);
+  if (!rc) rc = hp_u32(g, arch, "attention.head_count", 1, &hp->n_head);
+  hp->n_head_kv = hp->n_head;
+  if (!rc) rc = hp_u32(g, arch, "attention.head_count_kv", 0, &hp->n_head_kv);
+  hp->n_ctx_train = 2048;
+  if (!rc) rc = hp_u32(g, arch, "context_length", 0, &hp->n_ctx_train);
+  hp->rms_eps = 1e-5f;
+  if (!rc) rc = hp_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
+  if (rc) return rc;
+  if (hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv)
+    return qe_errf(QE_EFORMAT, "model: n_embd %d, heads %d, kv heads %d are inconsistent",
+                   hp->n_embd, hp->n_head, hp->n_head_kv);
+  hp->head_dim = hp->n_embd / hp->n_head;
+  if ((rc = hp_u32(g, arch, "attention.key_length", 0, &hp->head_dim))) return rc;
+  hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2;
+  hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
+  if ((rc = hp_rope(g, arch, hp))) return rc;
+  return hp_vocab(g, hp);
+}
+
+int model_shard_of(const model_hparams_t *hp, int rank, int size, model_shard_t *sh) {
+  if (size < 1 || rank < 0 || rank >= size)
+    return qe_errf(QE_EINVAL, "model: rank %d of %d is invalid", rank, size);
+  if (size > hp->n_head_kv || size > hp->n_ff)
+    return qe_errf(QE_EINVAL, "model: tensor parallel size %d exceeds the %d KV heads", size,
+                   hp->n_head_kv);
+  int group = hp->n_head / hp->n_head_kv;
+  sh->rank = rank;
+  sh->size = size;
+  sh->kv0 = rank * hp->n_head_kv / size;
+  sh->n_kv = (rank + 1) * hp->n_head_kv / size - sh->kv0;
+  sh->head0 = sh->kv0 * group;
+  sh->n_head = sh->n_kv * group;
+  sh->ff0 = (int)((long)rank * hp->n_ff / size);
+  sh->n_ff = (int)((long)(rank + 1) * hp->n_ff / size) - sh->ff0;
+  return 0;
+}
+
+/* A slice request: rows [r0, r0+nr), columns [c0, c0+nc) of a [ne1][ne0] tensor. */
+typedef struct {
+  int64_t ne0, ne1;
+  int r0, nr, c0, nc;
+} model_slice_t;
+
+static int check_shape(const gguf_tensor_t *t, const char *name, const model_slice_t *s) {
+  int64_t ne1 = t->n_dims >= 2 ? t->ne[1] : 1;
+  if (t->ne[0] != s->ne0 || ne1 != s->ne1 || t->n_dims > 2)
+    return qe_errf(QE_EFORMAT,
+                   "model: tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]",
+                   name, (long long)t->ne[0], (long long)ne1, t->n_dims, (long long)s->ne0,
+                   (long long)s->ne1);
+  return 0;
+}
+
+/* Dequantizes a slice of tensor t into host memory hb [nr][nc]. */
+static int dequant_slice(const gguf_tensor_t *t, const model_slice_t *s, float *hb) {
+  size_t row_bytes = gguf_type_nbytes(t->type, s->ne0);
+  float *row = s->nc == s->ne0 ? NULL : malloc(sizeof(float) * (size_t)s->ne0);
+  if (s->nc != s->ne0 && !row) return qe_errf(QE_ENOMEM, "model: out of host memory");
+  int rc = 0;
+  for (int r = 0; r < s->nr && !rc; r++) {
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)(s->r0 + r) * row_bytes;
+    float *dst = hb + (size_t)r * s->nc;
+    rc = gguf_dequant(t->type, src, row ? row : dst, s->ne0);
+    if (!rc && row) memcpy(dst, row + s->c0, sizeof(float) * (size_t)s->nc);
+  }
+  free(row);
+  return rc;
+}
+
+/* Loads a slice of tensor `name` into backend memory *out (NULL if absent and optional). */
+static int load_slice(model_t *m, const char *name, const model_slice_t *s, int required,
+                      float **out) {
+  const gguf_tensor_t *t = gguf_find_tensor(m->g, name);
+  *out = NULL;
+  if (!t) return required ? qe_errf(QE_ENOTFOUND, "model: missing tensor '%s'", name) : 0;
+  int rc = check_shape(t, name, s);
+  if (rc) return rc;
+  size_t bytes = sizeof(float) * (size_t)s->nr * (size_t)s->nc;
+  float *hb = malloc(bytes);
+  float *dev = kern_alloc(m->be, bytes);
+  if (!hb || !dev) rc = qe_errf(QE_ENOMEM, "model: no memory for tensor '%s'", name);
+  if (!rc) rc = dequant_slice(t, s, hb);
+  if (!rc) rc = m->be->ops->upload(m->be, dev, hb, bytes);
+  free(hb);
+  if (rc) {
+    if (dev) kern_free(m->be, dev);
+    return rc;
+  }
+  m->weight_bytes += bytes;
+  *out = dev;
+  return 0;
+}
+
+static int load_vec(model_t *m, const char *name, int n, int c0, int nc, int req, float **out) {
+  model_slice_t s = {n, 1, 0, 1, c0, nc};
+  return load_slice(m, name, &s, req, out);
+}
+
+static int load_rows(model_t *m, const char *name, int ne0, int ne1, int r0, int nr,
+                     kern_weight_t *w) {
+  model_slice_t s = {ne0, ne1, r0, nr, 0, ne0};
+  w->rows = nr;
+  w->cols = ne0;
+  return load_slice(m, name, &s, 1, (float **)&w->data);
+}
+
+static int load_cols(model_t *m, const char *name, int ne0, int ne1, int c0, int nc,
+                     kern_weight_t *w) {
+  model_slice_t s = {ne0, ne1, 0, ne1, c0, nc};
+  w->rows = ne1;
+  w->cols = nc;
+  return load_slice(m, name, &s, 1, (float **)&w->data);
+}
+
+static const char *tname(char *buf, int layer, const char *what) {
+  snprintf(buf, 96, "blk.%d.%s", layer, what);
+  return buf;
+}
+
+static int load_attn(model_t *m, int l, model_layer_t *L) {
+  const model_hparams_t *hp = &m->hp;
+  const model_shard_t *sh = &m->sh;
+  int hd = hp->head_dim, E = hp->n_embd, q0 = sh->head0 * hd, nq = sh->n_head * hd;
+  int k0 = sh->kv0 * hd, nk = sh->n_kv * hd;
+  char b[96];
+  int rc = load_vec(m, tname(b, l, "attn_norm.weight"), E, 0, E, 1, &L->attn_norm);
+  if (!rc) rc = load_rows(m, tname(b, l, "attn_q.weight"), E, hp->n_head * hd, q0, nq, &L->wq);
+  if (!rc) rc = load_rows(m, tname(b, l, "attn_k.weight"), E, hp->n_head_kv * hd, k0, nk, &L->wk);
+  if (!rc) rc = load_rows(m, tname(b, l, "attn_v.weight"), E, hp->n_head_kv * hd, k0, nk, &L->wv);
+  if (!rc) rc = load_cols(m, tname(b, l, "attn_output.weight"), hp->n_head * hd, E, q0, nq, &L->wo);
+  if (rc || !hp->qkv_bias) return rc;
+  rc = load_vec(m, tname(b, l, "attn_q.bias"), hp->n_head * hd, q0, nq, 1, &L->bq);
+  if (!rc) rc = load_vec(m, tname(b, l, "attn_k.bias"), hp->n_head_kv * hd, k0, nk, 1, &L->bk);
+  if (!rc) rc = load_vec(m, tname(b, l, "attn_v.bias"), hp->n_head_kv * hd, k0, nk, 1, &L->bv);
+  return rc;
+}
+
+static int load_ffn(model_t *m, int l, model_layer_t *L) {
+  const model_hparams_t *hp = &m->hp;
+  int E = hp->n_embd, F = hp->n_ff, f0 = m->sh.ff0, nf = m->sh.n_ff;
+  char b[96];
+  int rc = load_vec(m, tname(b, l, "ffn_norm.weight"), E, 0, E, 1, &L->ffn_norm);
+  if (!rc) rc = load_rows(m, tname(b, l, "ffn_gate.weight"), E, F, f0, nf, &L->wg);
+  if (!rc) rc = load_rows(m, tname(b, l, "ffn_up.weight"), E, F, f0, nf, &L->wu);
+  if (!rc) rc = load_cols(m, tname(b, l, "ffn_down.weight"), F, E, f0, nf, &L->wd);
+  return rc;
+}
+
+static int load_rope_factors(model_t *m) {
+  const gguf_tensor_t *t = gguf_find_tensor(m->g, "rope_freqs.weight");
+  if (!t) return 0;
+  int n = m->hp.rope.n_rot / 2;
+  if (t->type != GGUF_T_F32 || t->n_elems != n)
+    return qe_errf(QE_EFORMAT, "model: rope_freqs.weight must be F32 [%d]", n);
+  memcpy(m->rope_factors, t->data, sizeof(float) * (size_t)n);
+  m->hp.rope.factors = m->rope_factors;
+  return 0;
+}
+
+static int load_globals(model_t *m) {
+  const model_hparams_t *hp = &m->hp;
+  int E = hp->n_embd, V = hp->n_vocab;
+  model_slice_t emb = {E, V, 0, V, 0, E};
+  int rc = load_slice(m, "token_embd.weight", &emb, 1, &m->tok_embd);
+  if (!rc) rc = load_vec(m, "output_norm.weight", E, 0, E, 1, &m->out_norm);
+  if (!rc) rc = load_rope_factors(m);
+  if (rc) return rc;
+  m->out = (kern_weight_t){m->tok_embd, V, E};
+  if (hp->tied_output || m->sh.rank != 0) return 0;
+  return load_rows(m, "output.weight", E, V, 0, V, &m->out);
+}
+
+static void *scratch_alloc(model_t *m, size_t floats, int *rc) {
+  void *p = kern_alloc(m->be, sizeof(float) * (floats ? floats : 1));
+  if (!p && !*rc) *rc = qe_errf(QE_ENOMEM, "model: no memory for forward scratch");
+  return p;
+}
+
+static int alloc_scratch(model_t *m) {
+  model_scratch_t *s = &m->s;
+  size_t B = (size_t)m->max_batch, E = (size_t)m->hp.n_embd, hd = (size_t)m->hp.head_dim;
+  int rc = 0;
+  s->x = scratch_alloc(m, B * E, &rc);
+  s->xn = scratch_alloc(m, B * E, &rc);
+  s->tmp = scratch_alloc(m, B * E, &rc);
+  s->q = scratch_alloc(m, B * m->sh.n_head * hd, &rc);
+  s->att = scratch_alloc(m, B * m->sh.n_head * hd, &rc);
+  s->k = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
+  s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
+  s->gate = scratch_alloc(m, B * m->sh.n_ff, &rc);
+  s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
+  s->logits = m->sh.rank == 0 ? scratch_alloc(m, B * m->hp.n_vocab, &rc) : NULL;
+  s->ids = scratch_alloc(m, B, &rc);
+  s->pos = scratch_alloc(m, B, &rc);
+  s->host_tmp = malloc(sizeof(float) * B * E);
+  if (!s->host_tmp && !rc) rc = qe_errf(QE_ENOMEM, "model: no host memory for scratch");
+  return rc;
+}
+
+static void free_scratch(model_t *m) {
+  model_scratch_t *s = &m->s;
+  void *bufs[] = {s->x, s->xn, s->tmp, s->q, s->att, s->k, s->v, s->gate, s->up, s->logits,
+                  s->ids, s->pos};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    if (bufs[i]) kern_free(m->be, bufs[i]);
+  free(s->host_tmp);
+}
+
+static void free_layer(model_t *m, model_layer_t *L) {
+  void *bufs[] = {L->attn_norm, L->ffn_norm, L->wq.data, L->wk.data, L->wv.data, L->wo.data,
+                  L->wg.data,   L->wu.data,  L->wd.data, L->bq,      L->bk,      L->bv};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    if (bufs[i]) kern_free(m->be, bufs[i]);
+}
+
+void model_destroy(model_t *m) {
+  if (!m) return;
+  for (int l = 0; m->layers && l < m->hp.n_layer; l++) free_layer(m, &m->layers[l]);
+  free(m->layers);
+  if (m->out.data && m->out.data != m->tok_embd) kern_free(m->be, m->out.data);
+  if (m->tok_embd) kern_free(m->be, m->tok_embd);
+  if (m->out_norm) kern_free(m->be, m->out_norm);
+  free_scratch(m);
+  tok_destroy(m->tok);
+  gguf_close(m->g);
+  free(m);
+}
+
+static int load_all(model_t *m, const model_load_opts_t *o) {
+  int rc = model_read_hparams(m->g, &m->hp);
+  if (!rc) rc = model_shard_of(&m->hp, o->rank, o->size, &m->sh);
+  if (!rc) rc = tok_create(m->g, &m->tok);
+  if (!rc && tok_n_vocab(m->tok) != m->hp.n_vocab)
+    rc = qe_errf(QE_EFORMAT, "model: tokenizer has %d ids, model %d", tok_n_vocab(m->tok),
+                 m->hp.n_vocab);
+  if (!rc) rc = load_globals(m);
+  if (!rc && !(m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers)))
+    rc = qe_errf(QE_ENOMEM, "model: out of memory");
+  for (int l = 0; !rc && l < m->hp.n_layer; l++) {
+    rc = load_attn(m, l, &m->layers[l]);
+    if (!rc) rc = load_ffn(m, l, &m->layers[l]);
+  }
+  if (!rc) rc = alloc_scratch(m);
+  return rc;
+}
+
+int model_load(const char *path, const model_load_opts_t *o, model_t **out) {
+  model_t *m = calloc(1, sizeof *m);
+  if (!m) return qe_errf(QE_ENOMEM, "model: out of memory");
+  m->be = o->be;
+  m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
+  int rc = gguf_open(path, &m->g);
+  if (!rc) rc = load_all(m, o);
+  if (rc) {
+    model_destroy(m);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
+const model_hparams_t *model_hparams(const model_t *m) { return &m->hp; }
+const model_shard_t *model_shard(const model_t *m) { return &m->sh; }
+const tok_t *model_tok(const model_t *m) { return m->tok; }
+const gguf_t *model_gguf(const model_t *m) { return m->g; }
+kern_backend_t *model_backend(const model_t *m) { return m->be; }
+int model_max_batch(const model_t *m) { return m->max_batch; }
+size_t model_weight_bytes(const model_t *m) { return m->weight_bytes; }
+
+kv_geom_t model_kv_geom(const model_t *m, int max_seqs) {
+  return (kv_geom_t){m->hp.n_layer, m->sh.n_head, m->sh.n_kv, m->hp.head_dim, max_seqs};
+}

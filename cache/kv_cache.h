@@ -1,0 +1,61 @@
+/* kv_cache: the interface between the forward pass and whatever holds K/V. The model calls
+ * store() with a layer's new keys (post-RoPE) and values, then attend() for that layer's
+ * queries; the cache decides where bytes live (FullKV here; the tiered QEvict cache behind the
+ * same table). Sequences are slots [0, max_seqs) opened with a capacity in tokens.
+ * Not thread-safe: one engine thread drives a cache. */
+#ifndef QE_KV_CACHE_H
+#define QE_KV_CACHE_H
+
+#include <stddef.h>
+
+#include "kern.h"
+
+typedef struct kv_cache kv_cache_t;
+
+/* One sequence's attention request at a layer: n_q queries at positions pos0.. */
+typedef struct {
+  int seq;
+  int pos0;
+  int n_q;
+  const float *q; /* [n_q][n_head_local][head_dim] */
+  float *out;     /* [n_q][n_head_local][head_dim] */
+} kv_attn_req_t;
+
+typedef struct kv_cache_ops {
+  const char *name;
+  /* Opens slot `seq` for up to `capacity` tokens. QE_ENOSPC if the pool cannot hold it. */
+  int (*seq_open)(kv_cache_t *kv, int seq, int capacity);
+  /* Frees everything of slot `seq` (NULL-safe on a closed slot). */
+  void (*seq_close)(kv_cache_t *kv, int seq);
+  /* Stores n tokens' K and V ([n][n_kv_local][head_dim]) at positions pos0.. of seq. */
+  int (*store)(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k,
+               const float *v);
+  /* Attention for every request at `layer` (one backend call over all sequences). */
+  int (*attend)(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs);
+  /* Persistent bytes held by seq (all layers), for memory reports. */
+  size_t (*seq_bytes)(const kv_cache_t *kv, int seq);
+  void (*destroy)(kv_cache_t *kv);
+} kv_cache_ops_t;
+
+/* Geometry shared by every implementation. */
+typedef struct {
+  int n_layer;
+  int n_head;     /* local query heads */
+  int n_kv_head;  /* local KV heads */
+  int head_dim;
+  int max_seqs;
+} kv_geom_t;
+
+struct kv_cache {
+  const kv_cache_ops_t *ops;
+  kv_geom_t geom;
+  kern_backend_t *be;
+};
+
+/* FullKV: every token's K and V at full precision (fp32 on cpu), one contiguous buffer per
+ * sequence and layer sized at seq_open. *out owned by caller: kv_cache_destroy(). */
+int kv_full_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out);
+
+void kv_cache_destroy(kv_cache_t *kv); /* NULL-safe */
+
+#endif

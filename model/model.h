@@ -1,0 +1,83 @@
+/* model: a transformer (llama / qwen2 architectures) loaded from GGUF into a backend, with
+ * tensor-parallel sharding (rank r of T holds a contiguous range of KV-head groups and of FFN
+ * columns; the output layer is replicated on rank 0), and a batched forward pass over many
+ * sequences through a kv_cache_t. A model_t is read-only after load; model_forward uses the
+ * model's scratch buffers, so one thread drives one model. */
+#ifndef QE_MODEL_H
+#define QE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "kern.h"
+#include "kv_cache.h"
+#include "tokenizer.h"
+#include "tp_comm.h"
+
+typedef enum { MODEL_ARCH_LLAMA = 1, MODEL_ARCH_QWEN2 = 2 } model_arch_t;
+
+typedef struct {
+  int arch;
+  int n_vocab, n_embd, n_layer;
+  int n_head, n_head_kv, head_dim, n_ff;
+  int n_ctx_train;
+  float rms_eps;
+  int tied_output;  /* output layer shares token_embd */
+  int qkv_bias;     /* qwen2 */
+  kern_rope_t rope; /* factors points into the model (rope_freqs) or NULL */
+} model_hparams_t;
+
+/* This rank's shard. */
+typedef struct {
+  int rank, size;
+  int head0, n_head;    /* local query heads [head0, head0 + n_head) */
+  int kv0, n_kv;        /* local KV heads */
+  int ff0, n_ff;        /* local FFN columns */
+} model_shard_t;
+
+typedef struct model model_t;
+
+typedef struct {
+  kern_backend_t *be; /* borrowed; must outlive the model */
+  int rank, size;     /* tensor-parallel position (0, 1 for no TP) */
+  int max_batch;      /* max tokens per forward call (scratch sizing); default 512 */
+} model_load_opts_t;
+
+/* Reads hyperparameters only (cheap; used by `inspect` and validation). */
+int model_read_hparams(const gguf_t *g, model_hparams_t *hp);
+/* Computes rank's shard of hp; QE_EINVAL if size exceeds the KV heads or FFN columns. */
+int model_shard_of(const model_hparams_t *hp, int rank, int size, model_shard_t *sh);
+
+/* Loads path: validates metadata, dequantizes this rank's weights into the backend, builds
+ * the tokenizer. *out owned by caller: model_destroy(). Errors carry a qe_errf detail. */
+int model_load(const char *path, const model_load_opts_t *opts, model_t **out);
+void model_destroy(model_t *m); /* NULL-safe */
+
+const model_hparams_t *model_hparams(const model_t *m);
+const model_shard_t *model_shard(const model_t *m);
+const tok_t *model_tok(const model_t *m);
+const gguf_t *model_gguf(const model_t *m);
+kern_backend_t *model_backend(const model_t *m);
+int model_max_batch(const model_t *m);
+/* Weight bytes this rank holds in its backend. */
+size_t model_weight_bytes(const model_t *m);
+/* Geometry for this rank's KV cache with max_seqs slots. */
+kv_geom_t model_kv_geom(const model_t *m, int max_seqs);
+
+/* A batch: n tokens; a sequence's tokens are contiguous and in position order. */
+typedef struct {
+  int n;
+  const int32_t *tokens; /* [n] */
+  const int32_t *pos;    /* [n] */
+  const int32_t *seq;    /* [n] cache slots */
+  const uint8_t *logits; /* [n] 1 = output logits for this token; NULL = last of each seq */
+} model_batch_t;
+
+/* Runs the forward pass. Collective over comm (every rank calls it with the same batch).
+ * On rank 0, logits receives [n_out][n_vocab] rows in batch order (n_out = tokens flagged);
+ * other ranks may pass NULL. Returns 0 or QE_E*. */
+int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                  float *logits);
+
+#endif
