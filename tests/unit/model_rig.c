@@ -1,0 +1,86 @@
+/* model_rig: test scaffolding around a loaded model (see model_rig.h). */
+#include "model_rig.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+int rig_open(rig_t *r, const char *path, int rank, int size, tp_comm_t *c, int max_batch) {
+  memset(r, 0, sizeof *r);
+  r->c = c;
+  int rc = kern_cpu_create(1, &r->be);
+  model_load_opts_t o = {r->be, rank, size, max_batch};
+  if (!rc) rc = model_load(path, &o, &r->m);
+  if (!rc) {
+    kv_geom_t g = model_kv_geom(r->m, 4);
+    rc = kv_full_create(r->be, &g, &r->kv);
+  }
+  return rc;
+}
+
+void rig_close(rig_t *r) {
+  kv_cache_destroy(r->kv);
+  model_destroy(r->m);
+  kern_destroy(r->be);
+}
+
+int run_prefill(rig_t *r, const int32_t *tokens, int n, float *out) {
+  int32_t *pos = malloc(sizeof(int32_t) * n), *seq = calloc((size_t)n, sizeof(int32_t));
+  uint8_t *want = malloc((size_t)n);
+  for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
+  int rc = r->kv->ops->seq_open(r->kv, 0, n);
+  model_batch_t b = {n, tokens, pos, seq, want};
+  if (!rc) rc = model_forward(r->m, r->kv, r->c, &b, out);
+  r->kv->ops->seq_close(r->kv, 0);
+  free(pos);
+  free(seq);
+  free(want);
+  return rc;
+}
+
+static void tp_child(const char *path, int rank, int size, int fd, const int32_t *tokens, int n) {
+  tp_comm_t *c = NULL;
+  rig_t rg;
+  int rc = tp_comm_create_cpu_fds(&fd, rank, size, &c);
+  if (!rc) rc = rig_open(&rg, path, rank, size, c, n);
+  if (!rc) rc = run_prefill(&rg, tokens, n, NULL);
+  _exit(rc ? 1 : 0);
+}
+
+double tp_prefill_err(const char *path, int size, const int32_t *tokens, int n, const float *ref,
+                      int V) {
+  int fds[16] = {-1};
+  pid_t pids[16] = {0};
+  for (int r = 1; r < size; r++) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return INFINITY;
+    fflush(NULL);
+    if ((pids[r] = fork()) == 0) {
+      close(sv[0]);
+      tp_child(path, r, size, sv[1], tokens, n);
+    }
+    close(sv[1]);
+    fds[r] = sv[0];
+  }
+  tp_comm_t *c = NULL;
+  rig_t rg;
+  float *lg = malloc(sizeof(float) * (size_t)n * V);
+  int rc = tp_comm_create_cpu_fds(fds, 0, size, &c);
+  if (!rc) rc = rig_open(&rg, path, 0, size, c, n);
+  if (!rc) rc = run_prefill(&rg, tokens, n, lg);
+  double err = rc ? INFINITY : tu_rel_err(lg, ref, (size_t)n * V);
+  for (int r = 1; r < size; r++) {
+    int st = 1;
+    waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) err = INFINITY;
+  }
+  rig_close(&rg);
+  tp_comm_destroy(c);
+  free(lg);
+  return err;
+}
