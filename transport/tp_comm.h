@@ -51,4 +51,19 @@ int tp_comm_create_cpu(const char *path, int rank, int size, int timeout_ms, tp_
  * indexed by peer rank), rank r > 0 passes fds[0] (its link to rank 0). Takes ownership. */
 int tp_comm_create_cpu_fds(const int *fds, int rank, int size, tp_comm_t **out);
 
+/* CPU socket backend details (additions to the interface above):
+ * - Every receive and send waits at most the I/O timeout for progress (default 60 s, or
+ *   QEVICT_TP_TIMEOUT_MS in the environment at creation); a dead, silent or desynchronised
+ *   peer gives QE_ECOMM with a detail line, never a hang.
+ * - After a QE_ECOMM the communicator is broken: this rank shuts its sockets (so the other
+ *   ranks fail promptly too) and every later call returns QE_ECOMM. Destroy it.
+ * - tp_comm_create_cpu_fds takes ownership of the fds even when it fails.
+ * - Arguments that are wrong on this rank alone (a root out of range, a size overflow)
+ *   return QE_EINVAL before any communication and leave the communicator usable. */
+#define TP_COMM_DEFAULT_TIMEOUT_MS 60000
+
+/* Sets the I/O timeout (milliseconds, > 0) of a CPU socket communicator. Returns 0, or
+ * QE_EINVAL for a bad value or another backend. Not thread-safe (like the collectives). */
+int tp_comm_cpu_set_timeout(tp_comm_t *c, int timeout_ms);
+
 #endif

@@ -21,7 +21,7 @@
 
 #define NT 12 /* prompt tokens */
 
-static const int32_t prompt[NT] = {1, 40, 300, 7, 255, 12, 99, 180, 3, 64, 250, 17};
+static const int32_t prompt[NT] = {1, 40, 260, 7, 255, 12, 99, 180, 3, 64, 250, 17};
 
 /* Token-by-token in slot 1 while slot 2 runs the same prompt in the same batches. */
 static void check_decode_and_batching(rig_t *r, const float *ref, int V) {
@@ -96,6 +96,8 @@ static int write_meta_only(const char *path, const char *arch, uint32_t embd) {
   if (!rc) rc = gguf_writer_add_str(w, "general.architecture", arch);
   if (!rc) rc = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
   if (!rc) rc = gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 3);
+  float scores[3] = {0, 0, 0};
+  if (!rc) rc = gguf_writer_add_f32_arr(w, "tokenizer.ggml.scores", scores, 3);
   const char *keys[] = {"block_count", "feed_forward_length", "attention.head_count"};
   for (int i = 0; i < 3 && !rc; i++) {
     snprintf(k, sizeof k, "%s.%s", arch, keys[i]);
