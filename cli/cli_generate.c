@@ -162,6 +162,18 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   return rc ? 1 : 0;
 }
 
+/* Refuses a model or a --tp that no rank could load, before any rank is started. */
+static int check_shards(const gen_args_t *a) {
+  gguf_t *g = NULL;
+  model_hparams_t hp;
+  model_shard_t sh;
+  int rc = gguf_open(a->model, &g);
+  if (!rc) rc = model_read_hparams(g, &hp);
+  if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
+  gguf_close(g);
+  return rc;
+}
+
 /* Forks ranks 1..tp-1; *c is rank 0's communicator. */
 static int spawn_ranks(const gen_args_t *a, pid_t *pids, tp_comm_t **c) {
   int fds[256] = {-1};
@@ -282,6 +294,7 @@ int cli_generate(int argc, char **argv) {
   kern_backend_t *be = NULL;
   model_t *m = NULL;
   kv_cache_t *kv = NULL;
+  if ((rc = check_shards(&a))) return cli_fail("generate", rc);
   rc = spawn_ranks(&a, pids, &c);
   int lrc = load_rank(&a, 0, &be, &m, &kv);
   if (!rc) rc = load_barrier(c, lrc);

@@ -66,6 +66,6 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
   if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;
-  fprintf(stderr, "qevict: unknown command '%s'\n%s", argv[1], usage);
+  fprintf(stderr, "qevict: unknown command '%s' (see qevict --help)\n", argv[1]);
   return 2;
 }

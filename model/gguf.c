@@ -25,9 +25,8 @@
 
 #include "qe_status.h"
 
-#define GGUF__HEADER_BYTES 24
 #define GGUF__KV_MIN_BYTES 14      /* key length (8) + 1-byte key + type (4) + 1-byte value */
-#define GGUF__TI_MIN_BYTES 33      /* name length (8) + 1-byte name + n_dims + ne[0] + type + offset */
+#define GGUF__TI_MIN_BYTES 33      /* name length + 1-byte name + n_dims + ne[0] + type + offset */
 #define GGUF__MAX_NAME 65535       /* longest key or tensor name accepted */
 #define GGUF__MAX_ELEMS (1ull << 40) /* per tensor */
 #define GGUF__SHOW 96              /* longest name quoted in an error line */
@@ -153,7 +152,7 @@ static int gguf__vt_is_int(int t) {
          t == GGUF_VT_UINT32 || t == GGUF_VT_INT32 || t == GGUF_VT_UINT64 || t == GGUF_VT_INT64;
 }
 
-/* ---- arena and string index --------------------------------------------------------------- */
+/* ---- arena and string index ------------------------------------------------------------- */
 
 /* Copies name[0..len) + NUL into the arena; *off receives its offset. */
 static int gguf__arena_add(gguf_t *g, const uint8_t *name, size_t len, size_t *off) {
@@ -237,7 +236,7 @@ static int gguf__index_build(gguf__index_t *ix, const char *const *names, size_t
   return 0;
 }
 
-/* ---- metadata ------------------------------------------------------------------------------ */
+/* ---- metadata --------------------------------------------------------------------------- */
 
 static int gguf__check_bools(const uint8_t *p, uint64_t n, const uint8_t *key, uint64_t klen) {
   for (uint64_t i = 0; i < n; i++)
@@ -355,7 +354,7 @@ static int gguf__read_kv(gguf_t *g, gguf__cur_t *c, int i) {
   return 0;
 }
 
-/* ---- tensor infos ------------------------------------------------------------------------ */
+/* ---- tensor infos ----------------------------------------------------------------------- */
 
 /* Reads n_dims and ne[], checking each dim > 0 and the element count <= 2^40. */
 static int gguf__read_dims(gguf__cur_t *c, gguf_tensor_t *t, const char *who) {
@@ -450,7 +449,7 @@ static int gguf__place_data(gguf_t *g, size_t info_end) {
   return 0;
 }
 
-/* ---- header and whole-file parse ------------------------------------------------------- */
+/* ---- header and whole-file parse -------------------------------------------------------- */
 
 static int gguf__read_version(gguf_t *g, gguf__cur_t *c) {
   uint32_t v = 0;
@@ -532,7 +531,7 @@ static int gguf__parse(gguf_t *g) {
   return gguf__finish_names(g);
 }
 
-/* ---- open / close --------------------------------------------------------------------------- */
+/* ---- open / close ----------------------------------------------------------------------- */
 
 static int gguf__open_common(const void *data, size_t size, int mapped, gguf_t **out) {
   *out = NULL;
@@ -614,7 +613,7 @@ void gguf_close(gguf_t *g) {
 uint32_t gguf_version(const gguf_t *g) { return g->version; }
 size_t gguf_file_size(const gguf_t *g) { return g->size; }
 
-/* ---- metadata getters ---------------------------------------------------------------------- */
+/* ---- metadata getters ------------------------------------------------------------------- */
 
 int gguf_n_kv(const gguf_t *g) { return g->n_kv; }
 
@@ -818,7 +817,7 @@ int gguf_arr_i64(const gguf_arr_t *a, size_t i, int64_t *out) {
   return gguf__to_i64(kv->elem_type, kv->data + i * gguf__vt_size(kv->elem_type), out, what);
 }
 
-/* ---- tensors ------------------------------------------------------------------------------------ */
+/* ---- tensors ---------------------------------------------------------------------------- */
 
 int gguf_n_tensors(const gguf_t *g) { return g->n_tensors; }
 

@@ -78,16 +78,22 @@ static uint32_t gguf__f32_bits(float f) {
   return u;
 }
 
-float qe_fp16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  if (exp == 0x1f) return gguf__bits_f32(sign | 0x7f800000u | (man << 13)); /* inf / nan */
-  if (exp != 0) return gguf__bits_f32(sign | ((exp + 112) << 23) | (man << 13));
-  if (man == 0) return gguf__bits_f32(sign);
-  /* subnormal: man * 2^-24; renormalize around its top set bit p (0..9) */
-  int p = 31 - __builtin_clz(man);
-  return gguf__bits_f32(sign | ((uint32_t)(p + 103) << 23) | ((man << (23 - p)) & 0x7fffffu));
+/* Exact fp16 -> fp32. Shifts the exponent/mantissa into place and rebiases; inf/nan get the
+ * rest of the exponent; a subnormal h is made (2^-14 + m*2^-24) and 2^-14 subtracted, which
+ * is exact (both are normal fp32 values, so no dependence on denormal/flush modes). */
+static inline float gguf__fp16_f32(uint16_t h) {
+  uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+  uint32_t exp = o & 0x0f800000u;
+  o += (127 - 15) << 23;
+  if (exp == 0x0f800000u) {
+    o += (128 - 16) << 23; /* inf / nan (payload kept) */
+  } else if (exp == 0) {
+    o = gguf__f32_bits(gguf__bits_f32(o + (1u << 23)) - gguf__bits_f32(113u << 23));
+  }
+  return gguf__bits_f32(o | (uint32_t)(h & 0x8000u) << 16);
 }
+
+float qe_fp16_to_f32(uint16_t h) { return gguf__fp16_f32(h); }
 
 /* Rounds q + rem/2^shift to nearest, ties to even. */
 static uint32_t gguf__round_rne(uint32_t q, uint32_t rem, int shift) {
@@ -123,14 +129,23 @@ uint16_t qe_f32_to_bf16(float f) {
 
 /* ---- dequantization --------------------------------------------------------------------- */
 
-static float gguf__h(const uint8_t *p) { return qe_fp16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+static inline uint16_t gguf__u16(const uint8_t *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+
+static inline float gguf__h(const uint8_t *p) { return gguf__fp16_f32(gguf__u16(p)); }
 
 static void gguf__deq_f16(const uint8_t *s, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = gguf__h(s + 2 * i);
 }
 
 static void gguf__deq_bf16(const uint8_t *s, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] = qe_bf16_to_f32((uint16_t)(s[2 * i] | (s[2 * i + 1] << 8)));
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)gguf__u16(s + 2 * i) << 16;
+    memcpy(&y[i], &u, 4);
+  }
 }
 
 /* Q4_0 block: d (fp16), qs[16]; low nibbles are elements 0..15, high nibbles 16..31. */
@@ -216,23 +231,21 @@ static void gguf__deq_q5_k(const uint8_t *b, float *y, int64_t nb) {
 }
 
 /* Q6_K super-block: ql[128], qh[64], scales[16] (int8), d (fp16). Two halves of 128
- * elements; in each, element l+32k (k = 0..3) takes a nibble of ql and 2 bits of qh[l]. */
+ * elements; in each, element l+32k (k = 0..3) takes a nibble of ql and 2 bits of qh[l], and
+ * the scale of its 16-element group. y = (d*scale)*q as in ggml. */
 static void gguf__deq_q6_k(const uint8_t *b, float *y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, b += 210) {
-    float d = gguf__h(b + 208);
+    float d = gguf__h(b + 208), ds[16];
+    for (int k = 0; k < 16; k++) ds[k] = d * (float)(int8_t)b[192 + k];
     const uint8_t *ql = b, *qh = b + 128;
-    const int8_t *sc = (const int8_t *)(b + 192);
-    for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+    for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32) {
+      const float *s = ds + 8 * n;
       for (int l = 0; l < 32; l++) {
         int is = l / 16;
-        int q1 = (int8_t)((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32;
-        int q2 = (int8_t)((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        int q3 = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        int q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * sc[is] * q1;
-        y[l + 32] = d * sc[is + 2] * q2;
-        y[l + 64] = d * sc[is + 4] * q3;
-        y[l + 96] = d * sc[is + 6] * q4;
+        y[l] = s[is] * (float)(((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32);
+        y[l + 32] = s[is + 2] * (float)(((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        y[l + 64] = s[is + 4] * (float)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        y[l + 96] = s[is + 6] * (float)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
       }
     }
   }

@@ -34,7 +34,7 @@ struct gguf_writer {
   uint32_t alignment;
 };
 
-/* ---- byte buffer --------------------------------------------------------------------------- */
+/* ---- byte buffer ------------------------------------------------------------------------ */
 
 static int gguf__buf_put(gguf__buf_t *b, const void *data, size_t n) {
   if (b->cap - b->len < n) {
@@ -69,7 +69,7 @@ static int gguf__buf_zeros(gguf__buf_t *b, size_t n) {
   return rc;
 }
 
-/* ---- create / destroy ---------------------------------------------------------------------- */
+/* ---- create / destroy ------------------------------------------------------------------- */
 
 int gguf_writer_create(gguf_writer_t **out) {
   *out = calloc(1, sizeof **out);
@@ -91,7 +91,7 @@ void gguf_writer_destroy(gguf_writer_t *w) {
   free(w);
 }
 
-/* ---- metadata ------------------------------------------------------------------------------ */
+/* ---- metadata --------------------------------------------------------------------------- */
 
 static size_t gguf__scalar_size(int t) {
   static const uint8_t sz[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
@@ -125,7 +125,8 @@ static int gguf__kv_begin(gguf_writer_t *w, const char *key, int type) {
 
 int gguf_writer_add_scalar(gguf_writer_t *w, const char *key, int type, const void *v) {
   size_t sz = gguf__scalar_size(type);
-  if (sz == 0) return qe_errf(QE_EINVAL, "gguf_write: key '%s': type %d is not a scalar", key, type);
+  if (sz == 0)
+    return qe_errf(QE_EINVAL, "gguf_write: key '%s': type %d is not a scalar", key, type);
   int rc = gguf__kv_begin(w, key, type);
   return rc ? rc : gguf__buf_put(&w->kv, v, sz);
 }
@@ -184,7 +185,7 @@ int gguf_writer_set_alignment(gguf_writer_t *w, uint32_t alignment) {
   return rc;
 }
 
-/* ---- tensors ------------------------------------------------------------------------------- */
+/* ---- tensors ---------------------------------------------------------------------------- */
 
 static int gguf__check_tensor(const gguf_writer_t *w, const char *name, int type, int n_dims,
                               const int64_t *ne, size_t nbytes) {
@@ -238,7 +239,7 @@ int gguf_writer_add_tensor(gguf_writer_t *w, const char *name, int type, int n_d
   return 0;
 }
 
-/* ---- serialization ------------------------------------------------------------------------- */
+/* ---- serialization ---------------------------------------------------------------------- */
 
 static size_t gguf__pad(size_t n, uint32_t a) { return (a - n % a) % a; }
 

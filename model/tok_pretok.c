@@ -133,15 +133,16 @@ static int run_other(const scan_t *sc, int i, int end) {
   return i;
 }
 
-static uint32_t lower_ascii(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+/* Simple case folding for the contraction letters: ASCII, plus U+017F (long s) -> 's'. */
+static uint32_t fold(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c == 0x17F ? 's' : c; }
 
 /* 's 't 're 've 'm 'll 'd at i: the match length, or 0. */
 static int contraction(const scan_t *sc, int i, int end, int icase) {
   if (sc->cp[i] != '\'' || i + 1 >= end) return 0;
   uint32_t a = sc->cp[i + 1], b = i + 2 < end ? sc->cp[i + 2] : 0;
   if (icase) {
-    a = lower_ascii(a);
-    b = lower_ascii(b);
+    a = fold(a);
+    b = fold(b);
   }
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
   if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;

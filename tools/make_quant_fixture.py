@@ -49,7 +49,8 @@ def finite_fp16_bits(rng, n):
     """Random fp16 bit patterns with the inf/nan exponent (31) replaced by a random one."""
     bits = rng.integers(0, 1 << 16, size=n, dtype=np.uint32)
     exp = (bits >> 10) & 31
-    bits = np.where(exp == 31, (bits & ~np.uint32(31 << 10)) | (rng.integers(0, 31, size=n, dtype=np.uint32) << 10), bits)
+    new_exp = rng.integers(0, 31, size=n, dtype=np.uint32) << 10
+    bits = np.where(exp == 31, (bits & ~np.uint32(31 << 10)) | new_exp, bits)
     return bits.astype(np.uint16)
 
 
@@ -96,7 +97,8 @@ def main():
     w.add_string("qevict.fixture.generator", "tools/make_quant_fixture.py (gguf-py dequantize)")
     for qtype in TYPES:
         data, raw_dtype, ref = make_pair(rng, qtype)
-        assert ref.dtype == np.float32 and ref.shape == (ROWS, GGML_QUANT_SIZES[qtype][0] * TYPES[qtype])
+        cols = GGML_QUANT_SIZES[qtype][0] * TYPES[qtype]
+        assert ref.dtype == np.float32 and ref.shape == (ROWS, cols)
         w.add_tensor("q." + qtype.name, data, raw_dtype=raw_dtype)
         w.add_tensor("ref." + qtype.name, np.ascontiguousarray(ref))
     w.write_header_to_file()

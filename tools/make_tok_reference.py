@@ -114,9 +114,14 @@ def main():
                "Digits(individual_digits)+ByteLevel; encode(add_special_tokens=False)",
         "cases": cases,
     }
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=True, indent=1)
-        f.write("\n")
+    with open(out, "w", encoding="utf-8") as f:  # one case per line
+        f.write("{\n")
+        for k in ("model", "how"):
+            f.write(" %s: %s,\n" % (json.dumps(k), json.dumps(doc[k])))
+        f.write(' "cases": [\n  ')
+        f.write(",\n  ".join(json.dumps(c, ensure_ascii=True) for c in cases))
+        f.write("\n ]\n}\n")
+    json.load(open(out, encoding="utf-8"))  # still valid JSON
     print("%d cases (%d differ from the plain conversion) -> %s" % (len(cases), n_diff, out),
           file=sys.stderr)
 

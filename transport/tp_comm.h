@@ -57,7 +57,8 @@ int tp_comm_create_cpu_fds(const int *fds, int rank, int size, tp_comm_t **out);
  *   peer gives QE_ECOMM with a detail line, never a hang.
  * - After a QE_ECOMM the communicator is broken: this rank shuts its sockets (so the other
  *   ranks fail promptly too) and every later call returns QE_ECOMM. Destroy it.
- * - tp_comm_create_cpu_fds takes ownership of the fds even when it fails.
+ * - tp_comm_create_cpu_fds takes ownership of the fds even when it fails (except when fds is
+ *   NULL or rank/size are invalid: then it cannot tell which are its and touches none).
  * - Arguments that are wrong on this rank alone (a root out of range, a size overflow)
  *   return QE_EINVAL before any communication and leave the communicator usable. */
 #define TP_COMM_DEFAULT_TIMEOUT_MS 60000

@@ -29,10 +29,10 @@
 #include "qe_status.h"
 #include "tp_comm.h"
 
-#define TP_MAGIC 0x54504551u          /* "QEPT" in memory order on little-endian hosts */
-#define TP_VERSION 1u                 /* bump on any wire-format change */
-#define TP_CHUNK ((uint64_t)4 << 20)  /* payload bytes per message; a multiple of 4 */
-#define TP_MAX_SIZE 4096              /* ranks per group at most (fits the uint16 arg) */
+#define TP_MAGIC            0x54504551u         /* "QEPT" in memory order on little-endian hosts */
+#define TP_VERSION          1u                  /* bump on any wire-format change */
+#define TP_CHUNK            ((uint64_t)4 << 20) /* payload bytes per message; a multiple of 4 */
+#define TP_MAX_SIZE         4096                /* ranks per group at most (fits the uint16 arg) */
 #define TP_HELLO_TIMEOUT_MS 5000      /* rank 0 waits this long for an accepted peer's hello */
 #define TP_CONNECT_RETRY_NS 20000000L /* 20 ms between connect attempts */
 
@@ -412,11 +412,16 @@ static void tp__tune(int fd) {
 
 static const char *tp__ack_reason(int status) {
   switch (status) {
-  case TP_ACK_BAD_MAGIC: return "bad magic or protocol version";
-  case TP_ACK_BAD_SIZE: return "group size mismatch";
-  case TP_ACK_BAD_RANK: return "rank out of range or not the one expected on this link";
-  case TP_ACK_DUPLICATE: return "rank already joined";
-  default: return "unknown refusal";
+  case TP_ACK_BAD_MAGIC:
+    return "bad magic or protocol version";
+  case TP_ACK_BAD_SIZE:
+    return "group size mismatch";
+  case TP_ACK_BAD_RANK:
+    return "rank out of range or not the one expected on this link";
+  case TP_ACK_DUPLICATE:
+    return "rank already joined";
+  default:
+    return "unknown refusal";
   }
 }
 
@@ -482,26 +487,31 @@ static void tp__close_links(const int *fds, int rank, int size) {
     if (fds[i] >= 0) close(fds[i]);
 }
 
+/* Takes the caller's links into c and runs the handshake over them. */
+static int tp__adopt_links(tp_cpu_t *c, const int *fds) {
+  int rank = c->base.rank, size = c->base.size, rc = 0, got;
+  for (int i = rank == 0 ? 1 : 0; i < (rank == 0 ? size : 1); i++) {
+    c->fds[i] = fds[i];
+    if (fds[i] < 0) rc = qe_errf(QE_EINVAL, "tp: create_cpu_fds: fds[%d] is %d", i, fds[i]);
+    if (fds[i] >= 0) tp__tune(fds[i]);
+  }
+  for (int p = 1; rc == 0 && rank == 0 && p < size; p++)
+    rc = tp__greet_peer(c, c->fds[p], c->timeout_ms, p, &got);
+  if (rc == 0 && rank > 0) rc = tp__greet_root(c, c->fds[0], c->timeout_ms);
+  return rc;
+}
+
 int tp_comm_create_cpu_fds(const int *fds, int rank, int size, tp_comm_t **out) {
   int rc = tp__check_args(rank, size);
-  if (rc == 0 && (!fds || !out)) rc = qe_errf(QE_EINVAL, "tp: create_cpu_fds: NULL argument");
-  if (rc) return rc;
-  tp_cpu_t *c;
-  rc = tp__alloc(rank, size, &c);
+  if (rc == 0 && !fds) rc = qe_errf(QE_EINVAL, "tp: create_cpu_fds: fds is NULL");
+  if (rc) return rc; /* which fds are ours is unknown: leave them */
+  tp_cpu_t *c = NULL;
+  rc = out ? tp__alloc(rank, size, &c) : qe_errf(QE_EINVAL, "tp: create_cpu_fds: out is NULL");
   if (rc) {
     tp__close_links(fds, rank, size);
     return rc;
   }
-  for (int i = rank == 0 ? 1 : 0; i < (rank == 0 ? size : 1); i++) {
-    c->fds[i] = fds[i];
-    if (fds[i] < 0) rc = qe_errf(QE_EINVAL, "tp: create_cpu_fds: fds[%d] is %d", i, fds[i]);
-  }
-  for (int i = 0; i < size; i++)
-    if (c->fds[i] >= 0) tp__tune(c->fds[i]);
-  int got;
-  for (int p = 1; rc == 0 && rank == 0 && p < size; p++)
-    rc = tp__greet_peer(c, c->fds[p], c->timeout_ms, p, &got);
-  if (rc == 0 && rank > 0) rc = tp__greet_root(c, c->fds[0], c->timeout_ms);
+  rc = tp__adopt_links(c, fds);
   if (rc) {
     tp__cpu_destroy(&c->base);
     return rc;

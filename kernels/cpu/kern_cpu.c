@@ -13,7 +13,10 @@
 #include <cblas.h>
 #endif
 
-static void cpu_destroy(kern_backend_t *be) { free(be); }
+static void cpu_destroy(kern_backend_t *be) {
+  kern_cpu_pool_destroy(((kern_cpu_t *)be)->pool);
+  free(be);
+}
 
 static void *cpu_alloc(kern_backend_t *be, size_t bytes) {
   void *p = NULL;
@@ -28,32 +31,77 @@ static int cpu_copy(kern_backend_t *be, void *dst, const void *src, size_t bytes
   return 0;
 }
 
-#ifndef QE_HAVE_BLAS
-static void cpu_gemm_plain(float *y, const float *x, const float *w, int m, int n, int k,
-                           int acc) {
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) {
-      const float *xr = x + (size_t)i * k, *wr = w + (size_t)j * k;
-      float s = 0;
-      for (int t = 0; t < k; t++) s += xr[t] * wr[t];
-      y[(size_t)i * n + j] = acc ? y[(size_t)i * n + j] + s : s;
-    }
+/* Rows at or below this go through the streaming kernel: each weight row is read once for
+ * all m activations (decode batches), instead of BLAS packing the whole matrix per call. */
+#define CPU_SKINNY_M 16
+
+typedef float cpu_v8 __attribute__((vector_size(32), aligned(4)));
+
+static float cpu_hsum(cpu_v8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
+
+/* out[i] = x[i]·w for up to 4 activation rows, sharing each weight load; two accumulators
+ * per row hide the add latency. k tail handled in scalar code. */
+static void cpu_dot_rows(const float *x, int nx, size_t ldx, const float *w, int k, float *out) {
+  cpu_v8 a[4][2] = {{{0}}};
+  int t = 0;
+  for (; t + 16 <= k; t += 16) {
+    cpu_v8 w0 = *(const cpu_v8 *)(w + t), w1 = *(const cpu_v8 *)(w + t + 8);
+    for (int i = 0; i < nx; i++) {
+      a[i][0] += *(const cpu_v8 *)(x + i * ldx + t) * w0;
+      a[i][1] += *(const cpu_v8 *)(x + i * ldx + t + 8) * w1;
+    }
+  }
+  for (int i = 0; i < nx; i++) {
+    float s = cpu_hsum(a[i][0] + a[i][1]);
+    for (int r = t; r < k; r++) s += x[i * ldx + r] * w[r];
+    out[i] = s;
+  }
+}
+
+/* One matmul split into tasks over ranges of weight rows. */
+typedef struct {
+  float *y;
+  const float *x, *w;
+  int m, n, k, acc, chunk;
+} cpu_gemm_job_t;
+
+/* Rows [j0, j1) by the streaming kernel: y[m][n] (+)= x[m][k] · w[n][k]ᵀ. */
+static void cpu_gemm_stream_rows(const cpu_gemm_job_t *g, int j0, int j1) {
+  for (int j = j0; j < j1; j++) {
+    float r[4];
+    for (int i0 = 0; i0 < g->m; i0 += 4) {
+      int nx = g->m - i0 < 4 ? g->m - i0 : 4;
+      cpu_dot_rows(g->x + (size_t)i0 * g->k, nx, (size_t)g->k, g->w + (size_t)j * g->k, g->k, r);
+      for (int i = 0; i < nx; i++) {
+        float *o = g->y + (size_t)(i0 + i) * g->n + j;
+        *o = g->acc ? *o + r[i] : r[i];
+      }
+    }
+  }
+}
+
+static void cpu_gemm_task(void *ctx, int t) {
+  const cpu_gemm_job_t *g = ctx;
+  int j0 = t * g->chunk, j1 = j0 + g->chunk < g->n ? j0 + g->chunk : g->n;
+  if (j0 >= j1) return;
+#ifdef QE_HAVE_BLAS
+  /* Large m: single-threaded BLAS on this task's slice of weight rows. */
+  if (g->m > CPU_SKINNY_M) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->m, j1 - j0, g->k, 1.0f, g->x, g->k,
+                g->w + (size_t)j0 * g->k, g->k, g->acc ? 1.0f : 0.0f, g->y + j0, g->n);
+    return;
+  }
 #endif
+  cpu_gemm_stream_rows(g, j0, j1);
+}
 
 static void cpu_matmul(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
                        const float *bias, int m, int acc) {
-  int n = w->rows, k = w->cols;
-#ifdef QE_HAVE_BLAS
-  if (m == 1)
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w->data, k, x, 1, acc ? 1.0f : 0.0f,
-                y, 1);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data, k,
-                acc ? 1.0f : 0.0f, y, n);
-#else
-  cpu_gemm_plain(y, x, w->data, m, n, k, acc);
-#endif
+  int n = w->rows, tasks = n >= 64 ? be->n_threads : 1;
+  cpu_gemm_job_t g = {y, x, w->data, m, n, w->cols, acc, (n + tasks - 1) / tasks};
+  kern_cpu_pool_run(((kern_cpu_t *)be)->pool, cpu_gemm_task, &g, tasks);
   if (!bias) return;
   for (int i = 0; i < m; i++)
     for (int j = 0; j < n; j++) y[(size_t)i * n + j] += bias[j];
@@ -125,14 +173,15 @@ static const kern_ops_t cpu_ops = {
 };
 
 int kern_cpu_create(int n_threads, kern_backend_t **out) {
-  kern_backend_t *be = calloc(1, sizeof *be);
-  if (!be) return qe_errf(QE_ENOMEM, "kern: cannot allocate the cpu backend");
-  be->ops = &cpu_ops;
-  be->n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  kern_cpu_t *c = calloc(1, sizeof *c);
+  if (!c) return qe_errf(QE_ENOMEM, "kern: cannot allocate the cpu backend");
+  c->base.ops = &cpu_ops;
+  c->base.n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  c->pool = kern_cpu_pool_create(c->base.n_threads);
 #ifdef QE_HAVE_BLAS
-  if (n_threads > 0) openblas_set_num_threads(n_threads);
+  openblas_set_num_threads(1); /* our pool parallelizes; OpenBLAS workers would only spin */
 #endif
-  *out = be;
+  *out = &c->base;
   return 0;
 }
 

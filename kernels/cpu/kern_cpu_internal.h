@@ -4,6 +4,20 @@
 
 #include "kern.h"
 
+/* Blocking thread pool: kern_cpu_pool_run calls fn(ctx, t) for t in [0, n_tasks) across the
+ * pool's workers and the caller, and returns when all are done. Not reentrant. */
+typedef struct kern_cpu_pool kern_cpu_pool_t;
+typedef void (*kern_cpu_task_fn)(void *ctx, int task);
+kern_cpu_pool_t *kern_cpu_pool_create(int n_threads); /* NULL on failure: runs serially */
+void kern_cpu_pool_run(kern_cpu_pool_t *p, kern_cpu_task_fn fn, void *ctx, int n_tasks);
+void kern_cpu_pool_destroy(kern_cpu_pool_t *p);
+
+/* The CPU backend object. */
+typedef struct {
+  kern_backend_t base;
+  kern_cpu_pool_t *pool;
+} kern_cpu_t;
+
 void kern_cpu_softmax_row(float *x, int n);
 void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads,
                    int head_dim, const kern_rope_t *r);

@@ -30,7 +30,7 @@ for f in "$TMP"/bad/*.gguf; do
   expect_error "generate $(basename "$f")" "$QEVICT" generate --model "$f" --prompt hi -n 2
 done
 expect_error "missing file" "$QEVICT" generate --model "$TMP/nope.gguf" --prompt hi
-python3 -c "print('Once upon a time ' * 200)" >"$TMP/long.txt"
+python3 -c "print('Once upon a time ' * 700)" >"$TMP/long.txt"
 expect_error "prompt longer than context" "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP/long.txt"
 expect_error "empty prompt" "$QEVICT" generate --model "$STORIES" --prompt ""
 expect_error "bad -n" "$QEVICT" generate --model "$STORIES" --prompt hi -n -3

@@ -35,7 +35,7 @@ static int same_f32(float a, float b) {
   return f32_bits(a) == f32_bits(b) || (isnan(a) && isnan(b));
 }
 
-/* ---- fp16 / bf16 ---------------------------------------------------------------------------- */
+/* ---- fp16 / bf16 ------------------------------------------------------------------------ */
 
 static void test_fp16_all(void) {
   int bad = 0;
@@ -121,7 +121,7 @@ static void test_type_table(void) {
   CHECK(gguf_dequant(7, z, y, 32) == QE_EUNSUPPORTED);
 }
 
-/* ---- dequantization vs gguf-py ------------------------------------------------------------- */
+/* ---- dequantization vs gguf-py ---------------------------------------------------------- */
 
 static void check_fixture_type(const gguf_t *g, const char *type) {
   char qn[32], rn[32];
@@ -161,7 +161,7 @@ static void test_quant_fixture(void) {
   gguf_close(g);
 }
 
-/* ---- round trip ---------------------------------------------------------------------------- */
+/* ---- round trip ------------------------------------------------------------------------- */
 
 /* Fills n bytes with xorshift noise. */
 static void fill_random(uint8_t *p, size_t n, uint64_t *s) {
@@ -470,7 +470,7 @@ static void test_big_vocab(void) {
   free(toks);
 }
 
-/* ---- hostile input ------------------------------------------------------------------------- */
+/* ---- hostile input ---------------------------------------------------------------------- */
 
 /* A small valid file: a few keys (one a string array) and three tensors. */
 static uint8_t *build_small(size_t *size) {
@@ -574,7 +574,9 @@ static void c_dim_wrap(uint8_t *b, size_t n) { put_u64(after(b, n, TI_Q) + 4, 1u
 static void c_n_dims(uint8_t *b, size_t n) { put_u32(after(b, n, TI_Q), 5); }
 static void c_n_dims0(uint8_t *b, size_t n) { put_u32(after(b, n, TI_Q), 0); }
 static void c_row_block(uint8_t *b, size_t n) { put_u32(after(b, n, TI_Q) + 20, GGUF_T_Q8_0); }
-static void c_str_len(uint8_t *b, size_t n) { put_u64(after(b, n, "general.architecture") + 4, 1ull << 62); }
+static void c_str_len(uint8_t *b, size_t n) {
+  put_u64(after(b, n, "general.architecture") + 4, 1ull << 62);
+}
 static void c_key_len(uint8_t *b, size_t n) { put_u64(b + 24, n); }
 static void c_tok_len(uint8_t *b, size_t n) { put_u64(after(b, n, "bc"), ~0ull); }
 static void c_arr_count(uint8_t *b, size_t n) { put_u64(after(b, n, "ints") + 8, 1ull << 62); }
@@ -679,7 +681,7 @@ static void test_random_flips(void) {
   free(buf);
 }
 
-/* ---- the shared stories260K model -------------------------------------------------------- */
+/* ---- the shared stories260K model ------------------------------------------------------- */
 
 static void test_stories(void) {
   const char *path = tu_env_path("QE_SHARED_MODELS", "stories260K.gguf");

@@ -6,6 +6,7 @@
  * connect to) that must give QE_ECOMM within the timeout, never a hang. Each child exits
  * with 0 or 1 (its CHECK count); the parent collects them under a global alarm(). */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@
 #include "test_util.h"
 #include "tp_comm.h"
 
-#define MAX_T 8
+#define MAX_T   8
 #define SLOW_MS 3000 /* a failure must be reported well within this */
 
 enum { MODE_FDS, MODE_PATH };
@@ -169,8 +170,10 @@ static void check_allreduce(tp_comm_t *c, size_t n, uint32_t salt) {
   if (c->rank == 0 && n >= (8u << 20))
     fprintf(stderr, "  allreduce of %zu MB over %d ranks: %lld ms\n", n * sizeof *buf >> 20, T,
             (long long)(now_ms() - t0));
+  /* Each rank checks every T-th element against the serial sum; the hashes below show that
+   * all ranks hold the same bits, so together every element is checked everywhere. */
   size_t bad = 0, order_shows = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = (size_t)c->rank; i < n; i += (size_t)T) {
     float s = val(0, i, salt), rev = val(T - 1, i, salt);
     for (int r = 1; r < T; r++) s += val(r, i, salt);
     bad += memcmp(&s, &buf[i], sizeof s) != 0;
@@ -329,7 +332,12 @@ static void test_failures(void) {
           .name = "silent", .size = T, .timeout_ms = 500, .fn = rank_silent, .arg = &victim};
       run_both(g);
     }
-  group_t g = {.name = "desync len", .size = 3, .timeout_ms = 2000, .fn = rank_desync_len};
+  setenv("QEVICT_TP_TIMEOUT_MS", "500", 1); /* the default timeout, from the environment */
+  int victim = 1;
+  group_t g = {.name = "silent, env timeout", .size = 2, .fn = rank_silent, .arg = &victim};
+  run_both(g);
+  unsetenv("QEVICT_TP_TIMEOUT_MS");
+  g = (group_t){.name = "desync len", .size = 3, .timeout_ms = 2000, .fn = rank_desync_len};
   run_both(g);
   g = (group_t){.name = "desync op", .size = 3, .timeout_ms = 2000, .fn = rank_desync_op};
   run_both(g);
@@ -510,6 +518,11 @@ static void test_single_and_args(void) {
   CHECK(tp_comm_create_cpu(NULL, 0, 2, 1000, &c) == QE_EINVAL);
   CHECK(tp_comm_create_cpu(g_path, 0, 2, 0, &c) == QE_EINVAL);
   CHECK(tp_comm_create_cpu_fds(NULL, 1, 2, &c) == QE_EINVAL);
+  int sp[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+  CHECK(tp_comm_create_cpu_fds(&sp[0], 1, 2, NULL) == QE_EINVAL);
+  CHECK(fcntl(sp[0], F_GETFD) < 0); /* owned, so closed even on failure */
+  close(sp[1]);
   char longp[200];
   memset(longp, 'x', sizeof longp - 1);
   longp[sizeof longp - 1] = '\0';
