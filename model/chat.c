@@ -67,8 +67,10 @@ static size_t newline_at(const char *s, const char *end) {
 /* Whether s[0..n) lies inside one string literal: no unescaped quote, no Jinja braces. */
 static int literal_text(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (s[i] == '\\') i++;
-    else if (s[i] == '\'' || s[i] == '"' || s[i] == '{' || s[i] == '}') return 0;
+    if (s[i] == '\\')
+      i++;
+    else if (s[i] == '\'' || s[i] == '"' || s[i] == '{' || s[i] == '}')
+      return 0;
   }
   return 1;
 }
@@ -164,8 +166,10 @@ int chat_render(int kind, const gguf_t *g, const chat_msg_t *msgs, size_t n,
       return qe_errf(QE_EINVAL, "chat: message %zu without role or content", i);
   sbuf_t b = {0};
   sb_add(&b, "", 0);
-  if (kind == CHAT_CHATML) render_chatml(&b, g, msgs, n, add_generation_prompt);
-  else render_llama3(&b, msgs, n, add_generation_prompt);
+  if (kind == CHAT_CHATML)
+    render_chatml(&b, g, msgs, n, add_generation_prompt);
+  else
+    render_llama3(&b, msgs, n, add_generation_prompt);
   if (b.rc) {
     free(b.s);
     return b.rc;

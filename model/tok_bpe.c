@@ -39,8 +39,10 @@ int tok_bpe_unmap(const char *piece, size_t len, char *buf, size_t cap) {
     int b = r > 0 ? cp_to_byte(cp) : -1;
     size_t nb = b >= 0 ? 1 : step; /* text that is no byte-level character is copied as is */
     if (k + nb > cap) return qe_errf(QE_ENOSPC, "tokenizer: token text longer than %zu", cap);
-    if (b >= 0) buf[k] = (char)b;
-    else memcpy(buf + k, piece + i, nb);
+    if (b >= 0)
+      buf[k] = (char)b;
+    else
+      memcpy(buf + k, piece + i, nb);
     k += nb;
     i += step;
   }
@@ -90,9 +92,14 @@ static int merge_parse(struct tok *t, const gguf_arr_t *a, size_t rank, char *tm
   int l = tok_vocab_find(t, s, nl), r = tok_vocab_find(t, sp + 1, nr);
   int id = tok_vocab_find(t, tmp, nl + nr);
   if (l < 0 || r < 0 || id < 0)
-    return qe_errf(QE_EFORMAT, "tokenizer: merge %zu '%.*s': '%.*s' is not in the vocabulary",
-                   rank, (int)(n > 64 ? 64 : n), s, (int)(l < 0 ? nl : r < 0 ? nr : nl + nr),
-                   l < 0 ? s : r < 0 ? sp + 1 : tmp);
+    return qe_errf(QE_EFORMAT, "tokenizer: merge %zu '%.*s': '%.*s' is not in the vocabulary", rank,
+                   (int)(n > 64 ? 64 : n), s,
+                   (int)(l < 0   ? nl
+                         : r < 0 ? nr
+                                 : nl + nr),
+                   l < 0   ? s
+                   : r < 0 ? sp + 1
+                           : tmp);
   if (tok_type_mergeable(t->types[id])) merge_insert(t, (tok_merge_t){l, r, id, (int32_t)rank});
   return 0;
 }
@@ -181,8 +188,8 @@ static int bpe_chunk(void *ctx, const char *s, size_t n) {
     w->cap = n;
   }
   for (size_t i = 0; i < n; i++)
-    w->sym[i] = (bpe_sym_t){w->t->byte_id[(unsigned char)s[i]], (int)i - 1,
-                            i + 1 < n ? (int)i + 1 : -1};
+    w->sym[i] =
+        (bpe_sym_t){w->t->byte_id[(unsigned char)s[i]], (int)i - 1, i + 1 < n ? (int)i + 1 : -1};
   int rc = bpe_merge(w, (int)n);
   for (int i = 0; !rc && i >= 0; i = w->sym[i].next) {
     int32_t id = w->sym[i].id >= 0 ? w->sym[i].id : w->t->unk;
@@ -192,6 +199,7 @@ static int bpe_chunk(void *ctx, const char *s, size_t n) {
 }
 
 int tok_bpe_encode(const struct tok *t, const char *s, size_t n, tok_ivec_t *out) {
+  if (n > (size_t)INT32_MAX) return qe_errf(QE_ERANGE, "tokenizer: text of %zu bytes", n);
   bpe_t w = {.t = t, .out = out};
   int rc = tok_pretok_split(t->pre, s, n, bpe_chunk, &w);
   free(w.sym);

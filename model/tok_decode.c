@@ -11,7 +11,8 @@
 #include "unicode_tables.h"
 
 static int copy_out(const char *s, size_t n, char *buf, size_t cap) {
-  if (n > cap) return qe_errf(QE_ENOSPC, "tokenizer: token text of %zu bytes, room for %zu", n, cap);
+  if (n > cap)
+    return qe_errf(QE_ENOSPC, "tokenizer: token text of %zu bytes, room for %zu", n, cap);
   memcpy(buf, s, n);
   return (int)n;
 }
@@ -28,14 +29,6 @@ static int spm_unescape(const char *s, size_t n, char *buf, size_t cap) {
   return (int)k;
 }
 
-/* <0xXX> -> the byte, or -1. */
-static int byte_piece(const char *s, size_t n) {
-  if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
-  char *end;
-  long v = strtol(s + 3, &end, 16);
-  return end == s + 5 ? (int)v : -1;
-}
-
 static int is_text_type(int ty) {
   return ty == TOK_TYPE_NORMAL || ty == TOK_TYPE_USER || ty == TOK_TYPE_BYTE ||
          ty == TOK_TYPE_UNDEFINED;
@@ -48,7 +41,7 @@ int tok_token_bytes(const tok_t *t, int id, int render_special, char *buf, size_
   size_t n = tok__piece_len(t, id);
   int ty = t->types[id];
   if (!is_text_type(ty)) return render_special ? copy_out(p, n, buf, cap) : 0;
-  int b = ty == TOK_TYPE_BYTE ? byte_piece(p, n) : -1;
+  int b = ty == TOK_TYPE_BYTE ? tok_byte_piece(p, n) : -1;
   if (b >= 0) {
     char c = (char)b;
     return copy_out(&c, 1, buf, cap);
@@ -70,8 +63,7 @@ void tok_stream_init(tok_stream_t *s, const tok_t *t, int render_special, int st
 static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 
 /* Writes the complete code points of b[0..n) to out, keeps an incomplete tail in s->pend. */
-static int stream_utf8(tok_stream_t *s, const unsigned char *b, size_t n, char *out,
-                       size_t cap) {
+static int stream_utf8(tok_stream_t *s, const unsigned char *b, size_t n, char *out, size_t cap) {
   size_t k = 0;
   for (size_t i = 0; i < n;) {
     uint32_t cp;
@@ -96,8 +88,7 @@ static int stream_token(tok_stream_t *s, int id, char *tb, size_t room, int *ski
   int n = tok_token_bytes(t, id, s->render_special, tb, room);
   *skip = 0;
   if (n <= 0 || !is_text_type(t->types[id])) return n;
-  if (s->strip_lead && !s->n_seen && t->kind == TOK_KIND_SPM && t->add_space_prefix &&
-      tb[0] == ' ')
+  if (s->strip_lead && !s->n_seen && t->kind == TOK_KIND_SPM && t->add_space_prefix && tb[0] == ' ')
     *skip = 1;
   s->n_seen++;
   return n;

@@ -11,8 +11,13 @@
 
 /* GGUF token types (llama.cpp numbering). */
 enum {
-  TOK_TYPE_UNDEFINED = 0, TOK_TYPE_NORMAL = 1, TOK_TYPE_UNKNOWN = 2, TOK_TYPE_CONTROL = 3,
-  TOK_TYPE_USER = 4, TOK_TYPE_UNUSED = 5, TOK_TYPE_BYTE = 6
+  TOK_TYPE_UNDEFINED = 0,
+  TOK_TYPE_NORMAL = 1,
+  TOK_TYPE_UNKNOWN = 2,
+  TOK_TYPE_CONTROL = 3,
+  TOK_TYPE_USER = 4,
+  TOK_TYPE_UNUSED = 5,
+  TOK_TYPE_BYTE = 6
 };
 
 /* Pre-tokenizers (tokenizer.ggml.pre). */
@@ -24,22 +29,22 @@ typedef struct {
 } tok_merge_t;
 
 struct tok {
-  int kind;          /* tok_kind_t */
-  int pre;           /* TOK_PRE_* (BPE only) */
+  int kind; /* tok_kind_t */
+  int pre;  /* TOK_PRE_* (BPE only) */
   int n_vocab;
-  char *text;        /* all pieces, each NUL-terminated */
-  uint32_t *off;     /* [n_vocab + 1] piece i = text + off[i], length off[i+1] - off[i] - 1 */
-  float *scores;     /* [n_vocab] SPM merge scores (NULL for BPE) */
-  uint8_t *types;    /* [n_vocab] TOK_TYPE_* */
-  int32_t *vhash;    /* [vcap] open addressing piece -> id, -1 empty */
-  uint32_t vcap;     /* power of two */
+  char *text;         /* all pieces, each NUL-terminated */
+  uint32_t *off;      /* [n_vocab + 1] piece i = text + off[i], length off[i+1] - off[i] - 1 */
+  float *scores;      /* [n_vocab] SPM merge scores (NULL for BPE) */
+  uint8_t *types;     /* [n_vocab] TOK_TYPE_* */
+  int32_t *vhash;     /* [vcap] open addressing piece -> id, -1 empty */
+  uint32_t vcap;      /* power of two */
   tok_merge_t *mhash; /* [mcap] open addressing (a, b) -> merge, a = -1 empty */
   uint32_t mcap;
   int32_t byte_id[256]; /* SPM: <0xXX> tokens; BPE: the byte-level character of each byte */
-  int32_t *spec;     /* ids of specials matched in text, grouped by first byte, longest first */
+  int32_t *spec;        /* ids of specials matched in text, grouped by first byte, longest first */
   int n_spec;
-  int spec_at[257];  /* specials starting with byte c: spec[spec_at[c] .. spec_at[c+1]) */
-  int32_t *eog;      /* end-of-generation ids */
+  int spec_at[257]; /* specials starting with byte c: spec[spec_at[c] .. spec_at[c+1]) */
+  int32_t *eog;     /* end-of-generation ids */
   int n_eog;
   int bos, eos, eot, unk;
   int add_bos, add_space_prefix;
@@ -60,6 +65,8 @@ static inline size_t tok__piece_len(const struct tok *t, int id) {
 
 /* Vocabulary lookup of s[0..n): id, or -1. */
 int tok_vocab_find(const struct tok *t, const char *s, size_t n);
+/* The byte an SPM byte-fallback piece "<0xXX>" stands for, or -1. */
+int tok_byte_piece(const char *s, size_t n);
 /* Whether a token of this type may come out of merging text (normal / user / undefined). */
 int tok_type_mergeable(int type);
 

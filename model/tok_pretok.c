@@ -21,9 +21,12 @@ int tok_uni_class(uint32_t cp) {
   int lo = 0, hi = tok_uni_n_ranges - 1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
-    if (cp < tok_uni_ranges[mid].lo) hi = mid - 1;
-    else if (cp > tok_uni_ranges[mid].hi) lo = mid + 1;
-    else return (int)tok_uni_ranges[mid].cls;
+    if (cp < tok_uni_ranges[mid].lo)
+      hi = mid - 1;
+    else if (cp > tok_uni_ranges[mid].hi)
+      lo = mid + 1;
+    else
+      return (int)tok_uni_ranges[mid].cls;
   }
   return 0;
 }
@@ -77,9 +80,9 @@ static const struct {
   const char *name;
   int pre;
 } pre_names[] = {
-    {"default", TOK_PRE_GPT2},    {"gpt2", TOK_PRE_GPT2},          {"gpt-2", TOK_PRE_GPT2},
-    {"smollm", TOK_PRE_SMOLLM},   {"starcoder", TOK_PRE_SMOLLM},   {"llama-bpe", TOK_PRE_LLAMA3},
-    {"llama3", TOK_PRE_LLAMA3},   {"llama-v3", TOK_PRE_LLAMA3},    {"qwen2", TOK_PRE_QWEN2},
+    {"default", TOK_PRE_GPT2},  {"gpt2", TOK_PRE_GPT2},        {"gpt-2", TOK_PRE_GPT2},
+    {"smollm", TOK_PRE_SMOLLM}, {"starcoder", TOK_PRE_SMOLLM}, {"llama-bpe", TOK_PRE_LLAMA3},
+    {"llama3", TOK_PRE_LLAMA3}, {"llama-v3", TOK_PRE_LLAMA3},  {"qwen2", TOK_PRE_QWEN2},
 };
 
 int tok_pre_from_name(const char *name, size_t len) {
@@ -198,9 +201,12 @@ static int scan_llama3(const scan_t *sc, int i, int end, int max_digits) {
 
 static int scan_one(const scan_t *sc, int pre, int i, int end) {
   switch (pre) {
-  case TOK_PRE_LLAMA3: return scan_llama3(sc, i, end, 3);
-  case TOK_PRE_QWEN2: return scan_llama3(sc, i, end, 1);
-  default: return scan_gpt2(sc, i, end);
+  case TOK_PRE_LLAMA3:
+    return scan_llama3(sc, i, end, 3);
+  case TOK_PRE_QWEN2:
+    return scan_llama3(sc, i, end, 1);
+  default:
+    return scan_gpt2(sc, i, end);
   }
 }
 

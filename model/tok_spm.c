@@ -69,8 +69,10 @@ static int spm_escape(const char *s, size_t n, int prefix, char **out, size_t *l
   size_t k = 0;
   if (prefix) memcpy(b + k, "\xE2\x96\x81", 3), k += 3;
   for (size_t i = 0; i < n; i++) {
-    if (s[i] == ' ') memcpy(b + k, "\xE2\x96\x81", 3), k += 3;
-    else b[k++] = s[i];
+    if (s[i] == ' ')
+      memcpy(b + k, "\xE2\x96\x81", 3), k += 3;
+    else
+      b[k++] = s[i];
   }
   *out = b;
   *len = k;

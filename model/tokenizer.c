@@ -41,6 +41,19 @@ int tok_vocab_find(const struct tok *t, const char *s, size_t n) {
   }
 }
 
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                : -1;
+}
+
+int tok_byte_piece(const char *s, size_t n) {
+  if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+  int hi = hex_digit(s[3]), lo = hex_digit(s[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 int tok_type_mergeable(int type) {
   return type == TOK_TYPE_NORMAL || type == TOK_TYPE_USER || type == TOK_TYPE_UNDEFINED;
 }
@@ -87,8 +100,8 @@ static int build_vhash(struct tok *t) {
     const char *s = tok__piece(t, id);
     size_t n = tok__piece_len(t, id);
     uint32_t i = tok_hash(s, n) & (cap - 1);
-    while (t->vhash[i] >= 0 && !(tok__piece_len(t, t->vhash[i]) == n &&
-                                 memcmp(tok__piece(t, t->vhash[i]), s, n) == 0))
+    while (t->vhash[i] >= 0 &&
+           !(tok__piece_len(t, t->vhash[i]) == n && memcmp(tok__piece(t, t->vhash[i]), s, n) == 0))
       i = (i + 1) & (cap - 1);
     t->vhash[i] = id;
   }
@@ -189,14 +202,13 @@ static int get_flag(const gguf_t *g, const char *key, int dflt, int *out) {
 static int find_named(const struct tok *t, const char *const *names) {
   for (; *names; names++) {
     int id = tok_vocab_find(t, *names, strlen(*names));
-    if (id >= 0 && (t->types[id] == TOK_TYPE_CONTROL || t->types[id] == TOK_TYPE_USER))
-      return id;
+    if (id >= 0 && (t->types[id] == TOK_TYPE_CONTROL || t->types[id] == TOK_TYPE_USER)) return id;
   }
   return -1;
 }
 
-static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                        "<|endoftext|>", "<EOT>", NULL};
+static const char *const eot_names[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                        "<|endoftext|>", "<EOT>",      NULL};
 
 static int load_ids(struct tok *t, const gguf_t *g) {
   int rc = get_id(t, g, TOK_KEY "bos_token_id", &t->bos);
@@ -207,8 +219,8 @@ static int load_ids(struct tok *t, const gguf_t *g) {
   if (t->eot < 0) t->eot = find_named(t, eot_names);
   int def_bos = t->kind == TOK_KIND_SPM;
   rc = get_flag(g, TOK_KEY "add_bos_token", def_bos, &t->add_bos);
-  if (!rc) rc = get_flag(g, TOK_KEY "add_space_prefix", t->kind == TOK_KIND_SPM,
-                         &t->add_space_prefix);
+  if (!rc)
+    rc = get_flag(g, TOK_KEY "add_space_prefix", t->kind == TOK_KIND_SPM, &t->add_space_prefix);
   return rc;
 }
 
@@ -272,11 +284,9 @@ static void find_byte_tokens(struct tok *t) {
   for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
   for (int id = 0; id < t->n_vocab; id++) {
     const char *p = tok__piece(t, id);
-    if (tok__piece_len(t, id) != 6 || memcmp(p, "<0x", 3) != 0 || p[5] != '>') continue;
-    if (t->types[id] != TOK_TYPE_BYTE && t->types[id] != TOK_TYPE_NORMAL) continue;
-    char *end;
-    long v = strtol(p + 3, &end, 16);
-    if (end == p + 5 && t->byte_id[v] < 0) t->byte_id[v] = id;
+    int v = tok_byte_piece(p, tok__piece_len(t, id));
+    if (v < 0 || (t->types[id] != TOK_TYPE_BYTE && t->types[id] != TOK_TYPE_NORMAL)) continue;
+    if (t->byte_id[v] < 0) t->byte_id[v] = id;
   }
 }
 
@@ -287,8 +297,10 @@ static int load_model_kind(struct tok *t, const gguf_t *g) {
   if (rc == QE_ENOTFOUND)
     return qe_errf(rc, "tokenizer: no tokenizer metadata (" TOK_KEY "model missing)");
   if (rc) return rc;
-  if (n == 5 && memcmp(s, "llama", 5) == 0) t->kind = TOK_KIND_SPM;
-  else if (n == 4 && memcmp(s, "gpt2", 4) == 0) t->kind = TOK_KIND_BPE;
+  if (n == 5 && memcmp(s, "llama", 5) == 0)
+    t->kind = TOK_KIND_SPM;
+  else if (n == 4 && memcmp(s, "gpt2", 4) == 0)
+    t->kind = TOK_KIND_BPE;
   else
     return qe_errf(QE_EUNSUPPORTED, "tokenizer: model type '%.*s' (" TOK_KEY "model)",
                    (int)(n > 64 ? 64 : n), s);
@@ -392,8 +404,7 @@ static int match_special(const struct tok *t, const char *s, size_t n, int parse
   return -1;
 }
 
-static int encode_raw(const struct tok *t, const char *s, size_t n, int at_start,
-                      tok_ivec_t *v) {
+static int encode_raw(const struct tok *t, const char *s, size_t n, int at_start, tok_ivec_t *v) {
   if (n == 0) return 0;
   if (t->kind == TOK_KIND_SPM) return tok_spm_encode(t, s, n, at_start && t->add_space_prefix, v);
   return tok_bpe_encode(t, s, n, v);

@@ -59,7 +59,7 @@ def main():
     w("const tok_uni_range_t tok_uni_ranges[] = {\n")
     for i in range(0, len(rs), 3):
         row = ", ".join("{0x%05X, 0x%05X, %s}" % (lo, hi, NAMES[f]) for lo, hi, f in rs[i:i + 3])
-        w("  %s,\n" % row)
+        w("    %s,\n" % row)
     w("};\n\n")
     w("const int tok_uni_n_ranges = (int)(sizeof tok_uni_ranges / sizeof tok_uni_ranges[0]);\n")
 

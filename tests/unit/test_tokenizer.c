@@ -22,7 +22,7 @@
 #include "unicode_tables.h"
 
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
-#define SP "\xE2\x96\x81" /* U+2581 */
+#define SP        "\xE2\x96\x81" /* U+2581 */
 
 /* ---- helpers ---- */
 
@@ -59,10 +59,10 @@ static int enc_is(const tok_t *t, const char *s, int add_bos, int ps, const int3
   free(ids);
   return ok;
 }
-#define ENC_IS(t, s, bos, ps, ...)                                                        \
-  do {                                                                                    \
-    static const int32_t want_[] = {__VA_ARGS__};                                         \
-    CHECK(enc_is(t, s, bos, ps, want_, NELEMS(want_)));                                   \
+#define ENC_IS(t, s, bos, ps, ...)                                                                 \
+  do {                                                                                             \
+    static const int32_t want_[] = {__VA_ARGS__};                                                  \
+    CHECK(enc_is(t, s, bos, ps, want_, NELEMS(want_)));                                            \
   } while (0)
 
 static int dec_is(const tok_t *t, const int32_t *ids, size_t n, int rs, int strip,
@@ -83,9 +83,9 @@ static void test_utf8(void) {
   CHECK(tok_utf8_next((const unsigned char *)"\xC3\xA9", 2, &cp) == 2 && cp == 0xE9);
   CHECK(tok_utf8_next((const unsigned char *)"\xE4\xB8\xAD", 3, &cp) == 3 && cp == 0x4E2D);
   CHECK(tok_utf8_next((const unsigned char *)"\xF0\x9F\x98\x80", 4, &cp) == 4 && cp == 0x1F600);
-  CHECK(tok_utf8_next((const unsigned char *)"\xE4\xB8", 2, &cp) == 0);     /* cut short */
-  CHECK(tok_utf8_next((const unsigned char *)"\x80", 1, &cp) == -1);        /* stray */
-  CHECK(tok_utf8_next((const unsigned char *)"\xC0\xAF", 2, &cp) == -1);    /* overlong */
+  CHECK(tok_utf8_next((const unsigned char *)"\xE4\xB8", 2, &cp) == 0);      /* cut short */
+  CHECK(tok_utf8_next((const unsigned char *)"\x80", 1, &cp) == -1);         /* stray */
+  CHECK(tok_utf8_next((const unsigned char *)"\xC0\xAF", 2, &cp) == -1);     /* overlong */
   CHECK(tok_utf8_next((const unsigned char *)"\xED\xA0\x80", 3, &cp) == -1); /* surrogate */
   CHECK(tok_utf8_next((const unsigned char *)"\xE4\x41", 2, &cp) == -1);
   CHECK(tok_utf8_next((const unsigned char *)"\xF0\x9F\x41", 3, &cp) == -2);
@@ -106,8 +106,7 @@ static void test_classes(void) {
   CHECK(tok_uni_class(0x200B) == 0 && tok_uni_class(0x1C) == 0); /* not White_Space */
   CHECK(tok_uni_class(0x301) == TOK_UNI_M && tok_uni_class('!') == 0);
   CHECK(tok_uni_class(0x1F600) == 0 && tok_uni_class(0x1D518) == TOK_UNI_L); /* 😀 𝔘 */
-  for (int i = 1; i < tok_uni_n_ranges; i++)
-    CHECK(tok_uni_ranges[i - 1].hi < tok_uni_ranges[i].lo);
+  for (int i = 1; i < tok_uni_n_ranges; i++) CHECK(tok_uni_ranges[i - 1].hi < tok_uni_ranges[i].lo);
 }
 
 typedef struct {
@@ -137,10 +136,10 @@ static int split_is(const char *pre, const char *s, const char *const *want, int
   }
   return ok;
 }
-#define SPLIT_IS(pre, s, ...)                                                             \
-  do {                                                                                    \
-    static const char *const want_[] = {__VA_ARGS__};                                     \
-    CHECK(split_is(pre, s, want_, (int)NELEMS(want_)));                                   \
+#define SPLIT_IS(pre, s, ...)                                                                      \
+  do {                                                                                             \
+    static const char *const want_[] = {__VA_ARGS__};                                              \
+    CHECK(split_is(pre, s, want_, (int)NELEMS(want_)));                                            \
   } while (0)
 
 static void test_pretok(void) {
@@ -152,7 +151,8 @@ static void test_pretok(void) {
   SPLIT_IS("llama-bpe", "I'M 12345 x\n\n  y(z)", "I", "'M", " ", "123", "45", " x", "\n\n", " ",
            " y", "(z", ")");
   SPLIT_IS("llama3", "a\xC5\xBFs 'LL", "a\xC5\xBFs", " '", "LL"); /* ſ: a letter */
-  SPLIT_IS("llama3", "x'\xC5\xBF!?\r\n\r\n y", "x", "'\xC5\xBF", "!?\r\n\r\n", " y"); /* (?i) folds ſ to s */
+  SPLIT_IS("llama3", "x'\xC5\xBF!?\r\n\r\n y", "x", "'\xC5\xBF", "!?\r\n\r\n",
+           " y"); /* (?i) folds ſ to s */
   SPLIT_IS("qwen2", "12345 it's\r\n", "1", "2", "3", "4", "5", " it", "'s", "\r\n");
   SPLIT_IS("default", "a\xFF\xFE b", "a", "\xFF\xFE", " b"); /* malformed bytes: "other" */
   CHECK(tok_pre_from_name("nonesuch", 8) == QE_EUNSUPPORTED);
@@ -161,11 +161,26 @@ static void test_pretok(void) {
 
 /* ---- toy SPM vocabulary ---- */
 
-static const char *const spm_extra[] = {SP,   "a",  "b",  "c", "ab", "bc", "abc",
-                                        SP "a", "aa", "<", "s",  ">",  "<s", "\xC3\xA9"};
+static const char *const spm_extra[] = {SP,     "a",  "b", "c", "ab", "bc", "abc",
+                                        SP "a", "aa", "<", "s", ">",  "<s", "\xC3\xA9"};
 static const float spm_extra_score[] = {-1, -2, -2, -2, -5, -1, -3, -4, -2, -6, -6, -6, -1, -3};
-enum { S_SP = 259, S_A, S_B, S_C, S_AB, S_BC, S_ABC, S_SPA, S_AA, S_LT, S_S, S_GT, S_LTS, S_EACUTE };
-#define NSPM (259 + (int)NELEMS(spm_extra))
+enum {
+  S_SP = 259,
+  S_A,
+  S_B,
+  S_C,
+  S_AB,
+  S_BC,
+  S_ABC,
+  S_SPA,
+  S_AA,
+  S_LT,
+  S_S,
+  S_GT,
+  S_LTS,
+  S_EACUTE
+};
+#define NSPM    (259 + (int)NELEMS(spm_extra))
 #define BYTE(b) (3 + (b))
 
 /* Writes a toy SPM vocabulary; `drop` skips one key, n_scores/n_types override lengths. */
@@ -190,10 +205,13 @@ static int spm_gguf(mem_gguf_t *m, const char *drop, int n_scores, int n_types) 
   int rc = gguf_writer_create(&w);
   if (rc) return rc;
   if (!drop || strcmp(drop, "model")) gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-  if (!drop || strcmp(drop, "tokens")) gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", tokens, NSPM);
+  if (!drop || strcmp(drop, "tokens"))
+    gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", tokens, NSPM);
   if (!drop || strcmp(drop, "scores"))
-    gguf_writer_add_f32_arr(w, "tokenizer.ggml.scores", scores, (size_t)(n_scores ? n_scores : NSPM));
-  gguf_writer_add_i32_arr(w, "tokenizer.ggml.token_type", types, (size_t)(n_types ? n_types : NSPM));
+    gguf_writer_add_f32_arr(w, "tokenizer.ggml.scores", scores,
+                            (size_t)(n_scores ? n_scores : NSPM));
+  gguf_writer_add_i32_arr(w, "tokenizer.ggml.token_type", types,
+                          (size_t)(n_types ? n_types : NSPM));
   gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
   gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
   gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
@@ -210,13 +228,13 @@ static void test_spm_toy(void) {
   CHECK(tok_kind(t) == TOK_KIND_SPM && tok_n_vocab(t) == NSPM && tok_add_bos(t) == 1);
   CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_eot(t) == -1 && tok_is_eog(t, 2));
   CHECK(!tok_is_eog(t, 1) && strcmp(tok_piece(t, S_ABC), "abc") == 0 && !tok_piece(t, NSPM));
-  ENC_IS(t, "abc", 1, 0, 1, S_SP, S_ABC);       /* bc (-1) first, then a+bc = abc (-3) */
-  ENC_IS(t, "aaa", 0, 0, S_SP, S_AA, S_A);      /* equal scores: leftmost first */
+  ENC_IS(t, "abc", 1, 0, 1, S_SP, S_ABC);  /* bc (-1) first, then a+bc = abc (-3) */
+  ENC_IS(t, "aaa", 0, 0, S_SP, S_AA, S_A); /* equal scores: leftmost first */
   ENC_IS(t, "a b", 0, 0, S_SPA, S_SP, S_B);
   ENC_IS(t, "\xC3\xA9\xE4\xB8\xAD", 0, 0, S_SP, S_EACUTE, BYTE(0xE4), BYTE(0xB8), BYTE(0xAD));
   ENC_IS(t, "x\xFF", 0, 0, S_SP, BYTE('x'), BYTE(0xFF));
-  ENC_IS(t, "<s>abc", 0, 1, 1, S_ABC);          /* no dummy prefix after a special */
-  ENC_IS(t, "<s>", 0, 0, S_SP, S_LTS, S_GT);    /* '<s' + '>' would be the control <s> */
+  ENC_IS(t, "<s>abc", 0, 1, 1, S_ABC);       /* no dummy prefix after a special */
+  ENC_IS(t, "<s>", 0, 0, S_SP, S_LTS, S_GT); /* '<s' + '>' would be the control <s> */
   ENC_IS(t, "abc</s>", 1, 1, 1, S_SP, S_ABC, 2);
   ENC_IS(t, "", 1, 0, 1);
   int32_t *ids = NULL;
@@ -245,11 +263,15 @@ static void test_spm_toy(void) {
   CHECK(tok_stream_push(&st, S_SP, buf, sizeof buf) == 0); /* the dummy space, stripped */
   CHECK(tok_stream_push(&st, BYTE(0xE4), buf, sizeof buf) == 0);
   CHECK(tok_stream_push(&st, BYTE(0xB8), buf, sizeof buf) == 0);
-  CHECK(tok_stream_push(&st, BYTE(0xAD), buf, sizeof buf) == 3 && memcmp(buf, "\xE4\xB8\xAD", 3) == 0);
+  CHECK(tok_stream_push(&st, BYTE(0xAD), buf, sizeof buf) == 3 &&
+        memcmp(buf, "\xE4\xB8\xAD", 3) == 0);
   CHECK(tok_stream_push(&st, S_SP, buf, sizeof buf) == 1 && buf[0] == ' '); /* kept later on */
   CHECK(tok_stream_push(&st, BYTE(0xF0), buf, sizeof buf) == 0);
   CHECK(tok_stream_push(&st, BYTE(0x9F), buf, sizeof buf) == 0);
-  CHECK(tok_stream_push(&st, S_A, buf, sizeof buf) == 4 && memcmp(buf, "\xEF\xBF\xBD" "a", 4) == 0);
+  CHECK(tok_stream_push(&st, S_A, buf, sizeof buf) == 4 && memcmp(buf,
+                                                                  "\xEF\xBF\xBD"
+                                                                  "a",
+                                                                  4) == 0);
   CHECK(tok_stream_push(&st, BYTE(0xE4), buf, sizeof buf) == 0);
   CHECK(tok_stream_push(&st, NSPM, buf, sizeof buf) == QE_ERANGE);
   CHECK(tok_stream_flush(&st, buf, sizeof buf) == 3 && memcmp(buf, "\xEF\xBF\xBD", 3) == 0);
@@ -259,7 +281,9 @@ static void test_spm_toy(void) {
   CHECK(tok_stream_push(&st, BYTE(0xC3), buf, sizeof buf) == 0);
   CHECK(tok_stream_push(&st, S_EACUTE, buf, 2) == QE_ENOSPC); /* U+FFFD + é is 5 bytes */
   static const int32_t bad[] = {BYTE(0xE4), BYTE(0xB8), S_A, BYTE(0xC3)};
-  CHECK(dec_is(t, bad, 4, 0, 1, "\xEF\xBF\xBD" "a\xEF\xBF\xBD"));
+  CHECK(dec_is(t, bad, 4, 0, 1,
+               "\xEF\xBF\xBD"
+               "a\xEF\xBF\xBD"));
   tok_destroy(t);
 }
 
@@ -277,9 +301,15 @@ static void byte_chars(char out[256][4]) {
   }
 }
 
-static const char *const bpe_extra[] = {"\xC4\xA0t", "he", "\xC4\xA0the", "<|endoftext|>",
-                                        "<|im_start|>", "<|im_end|>", "<tool>",
-                                        "<|begin_of_text|>", "<|"};
+static const char *const bpe_extra[] = {"\xC4\xA0t",
+                                        "he",
+                                        "\xC4\xA0the",
+                                        "<|endoftext|>",
+                                        "<|im_start|>",
+                                        "<|im_end|>",
+                                        "<tool>",
+                                        "<|begin_of_text|>",
+                                        "<|"};
 static const int32_t bpe_extra_type[] = {1, 1, 1, 3, 3, 3, 4, 3, 1};
 enum { B_GT = 256, B_HE, B_GTHE, B_EOT, B_IMS, B_IME, B_TOOL, B_BOT, B_LTBAR };
 #define NBPE (256 + (int)NELEMS(bpe_extra))
@@ -321,7 +351,7 @@ static void test_bpe_toy(void) {
   ENC_IS(t, "the the", 0, 0, 't', B_HE, B_GTHE); /* he (rank 1) before Ġt+h: no rank */
   ENC_IS(t, "<|im_start|>the", 0, 1, B_IMS, 't', B_HE);
   ENC_IS(t, "<|im_start|>", 0, 0, B_LTBAR, 'i', 'm', '_', 's', 't', 'a', 'r', 't', '|', '>');
-  ENC_IS(t, "<tool>x", 0, 0, B_TOOL, 'x'); /* user-defined: always matched */
+  ENC_IS(t, "<tool>x", 0, 0, B_TOOL, 'x');                 /* user-defined: always matched */
   ENC_IS(t, "<|begin_of_text|>hi", 1, 1, B_BOT, 'h', 'i'); /* one BOS */
   ENC_IS(t, "hi", 1, 1, B_BOT, 'h', 'i');
   ENC_IS(t, "a \n", 0, 0, 'a', ' ', '\n'); /* byte b is token b in this toy */
@@ -364,9 +394,12 @@ static int create_with(const char *model, const char *key, int type, const void 
   if (model) gguf_writer_add_str(w, "tokenizer.ggml.model", model);
   if (strcmp(key, "tokenizer.ggml.tokens") != 0)
     gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 3);
-  if (type == GGUF_VT_STRING) gguf_writer_add_str_arr(w, key, v, n);
-  else if (type == GGUF_VT_UINT32) gguf_writer_add_u32(w, key, *(const uint32_t *)v);
-  else gguf_writer_add_arr(w, key, type, v, n);
+  if (type == GGUF_VT_STRING)
+    gguf_writer_add_str_arr(w, key, v, n);
+  else if (type == GGUF_VT_UINT32)
+    gguf_writer_add_u32(w, key, *(const uint32_t *)v);
+  else
+    gguf_writer_add_arr(w, key, type, v, n);
   return create_rc(&m, mem_open(w, &m));
 }
 
@@ -421,6 +454,27 @@ static void test_bad_metadata(void) {
   gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 2);
   CHECK(create_rc(&m, mem_open(w, &m)) == QE_EFORMAT);
   CHECK(strstr(qe_errmsg(), "bos_token_id") != NULL);
+
+  /* byte tokens that are no <0xXX> are not byte fallbacks (and never index out of range) */
+  static const char *const bt[] = {"<unk>", "<0x-1>", "<0xG0>", "<0x 1>"};
+  float s4[4] = {0, 0, 0, 0};
+  int32_t t4[4] = {TOK_TYPE_UNKNOWN, TOK_TYPE_BYTE, TOK_TYPE_BYTE, TOK_TYPE_BYTE};
+  uint32_t unk = 0;
+  tok_t *t = NULL;
+  gguf_writer_create(&w);
+  gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+  gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", bt, 4);
+  gguf_writer_add_f32_arr(w, "tokenizer.ggml.scores", s4, 4);
+  gguf_writer_add_i32_arr(w, "tokenizer.ggml.token_type", t4, 4);
+  gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", unk);
+  CHECK_OK(mem_open(w, &m));
+  CHECK_OK(tok_create(m.g, &t));
+  mem_close(&m);
+  if (!t) return;
+  ENC_IS(t, "\x01", 0, 0, 0, 0, 0, 0); /* U+2581's three bytes, then 0x01: all <unk> */
+  static const int32_t one[] = {1};
+  CHECK(dec_is(t, one, 1, 0, 0, "<0x-1>"));
+  tok_destroy(t);
 }
 
 /* ---- chat templates ---- */
@@ -448,13 +502,13 @@ static int render_is(int kind, const gguf_t *g, const chat_msg_t *msgs, size_t n
   char *out = NULL;
   int rc = chat_render(kind, g, msgs, n, gen, &out);
   int ok = rc == 0 && strcmp(out, want) == 0;
-  if (!ok) fprintf(stderr, "  chat rendered (rc %d):\n%s\n  wanted:\n%s\n", rc, out ? out : "", want);
+  if (!ok)
+    fprintf(stderr, "  chat rendered (rc %d):\n%s\n  wanted:\n%s\n", rc, out ? out : "", want);
   free(out);
   return ok;
 }
 
-static const chat_msg_t conv3[] = {
-    {"user", "Hi there"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+static const chat_msg_t conv3[] = {{"user", "Hi there"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
 static const chat_msg_t conv_sys[] = {{"system", " Be brief.\n"}, {"user", "\xE3\x80\x80 Hi \t"}};
 
 static void test_chat(void) {
@@ -491,7 +545,8 @@ static void test_chat(void) {
   CHECK(render_is(CHAT_LLAMA3, m.g, conv_sys, 2, 0,
                   "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief."
                   "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"));
-  CHECK(render_is(CHAT_LLAMA3, m.g, conv3, 0, 1, "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+  CHECK(render_is(CHAT_LLAMA3, m.g, conv3, 0, 1,
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n"));
   mem_close(&m);
 
   CHECK_OK(bpe_gguf(&m, NULL, NULL, 0, "{{ messages }}"));
@@ -528,8 +583,12 @@ static char *json_str_at(const char *p, const char **end) {
       }
       k += (size_t)tok_utf8_put(v, out + k);
     } else {
-      out[k++] = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c == 'b' ? '\b'
-               : c == 'f' ? '\f' : c;
+      out[k++] = c == 'n'   ? '\n'
+                 : c == 't' ? '\t'
+                 : c == 'r' ? '\r'
+                 : c == 'b' ? '\b'
+                 : c == 'f' ? '\f'
+                            : c;
     }
   }
   out[k] = '\0';
@@ -676,9 +735,9 @@ static void smol_chat(const tok_t *t, const gguf_t *g) {
                        "<|im_start|>assistant\n") == 0);
   /* HF: tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}],
    * add_generation_prompt=True, tokenize=True) */
-  static const int32_t want[] = {1,    9690, 198,  2683,  359,  253,   5356, 5646, 11173, 3365, 3511,
-                                 308,  34519, 28,  7018,  411,  407,   19712, 8182, 2,    198,  1,
-                                 4093, 198,  26843, 665,  2,    198,   1,    520,  9531, 198};
+  static const int32_t want[] = {1,    9690,  198,   2683, 359, 253, 5356,  5646, 11173, 3365, 3511,
+                                 308,  34519, 28,    7018, 411, 407, 19712, 8182, 2,     198,  1,
+                                 4093, 198,   26843, 665,  2,   198, 1,     520,  9531,  198};
   int32_t *ids = NULL;
   size_t n = 0;
   if (s) CHECK_OK(tok_encode(t, s, strlen(s), tok_add_bos(t), 1, &ids, &n));
