@@ -704,13 +704,20 @@ static int gguf__to_f32(int type, const uint8_t *p, float *out, const char *what
   return 0;
 }
 
+/* Looks up key and requires an integer type. */
+static int gguf__get_int(const gguf_t *g, const char *key, const gguf__kv_t **kv) {
+  int rc = gguf__get(g, key, -1, kv);
+  if (rc) return rc;
+  if (!gguf__vt_is_int((*kv)->type))
+    return qe_errf(QE_EFORMAT, "gguf: key '%s' has type %s, wanted an integer", key,
+                   gguf__vt_name((*kv)->type));
+  return 0;
+}
+
 int gguf_get_u32(const gguf_t *g, const char *key, uint32_t *out) {
   const gguf__kv_t *kv = NULL;
-  int rc = gguf__get(g, key, -1, &kv);
+  int rc = gguf__get_int(g, key, &kv);
   if (rc) return rc;
-  if (!gguf__vt_is_int(kv->type))
-    return qe_errf(QE_EFORMAT, "gguf: key '%s' has type %s, wanted an integer", key,
-                   gguf__vt_name(kv->type));
   int neg;
   uint64_t mag;
   gguf__int_at(kv->type, kv->data, &neg, &mag);
@@ -723,11 +730,8 @@ int gguf_get_u32(const gguf_t *g, const char *key, uint32_t *out) {
 
 int gguf_get_i64(const gguf_t *g, const char *key, int64_t *out) {
   const gguf__kv_t *kv = NULL;
-  int rc = gguf__get(g, key, -1, &kv);
+  int rc = gguf__get_int(g, key, &kv);
   if (rc) return rc;
-  if (!gguf__vt_is_int(kv->type))
-    return qe_errf(QE_EFORMAT, "gguf: key '%s' has type %s, wanted an integer", key,
-                   gguf__vt_name(kv->type));
   char what[GGUF__SHOW + 8];
   snprintf(what, sizeof what, "key '%.*s'", (int)strnlen(key, GGUF__SHOW), key);
   return gguf__to_i64(kv->type, kv->data, out, what);
