@@ -82,7 +82,8 @@ static int full_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int
       return qe_errf(QE_ERANGE, "kv_full: attention past stored tokens in slot %d", reqs[i].seq);
     f->work[i] = (kern_attn_seq_t){.q = reqs[i].q, .k = s->k[layer], .v = s->v[layer],
                                    .out = reqs[i].out, .n_q = reqs[i].n_q,
-                                   .n_kv = reqs[i].pos0 + reqs[i].n_q, .q_pos0 = reqs[i].pos0};
+                                   .n_kv = reqs[i].pos0 + reqs[i].n_q, .q_pos0 = reqs[i].pos0,
+                                   .k_pos = NULL, .mass_q0 = 0};
   }
   kern_attn_shape_t sh = {g->n_head, g->n_kv_head, g->head_dim, 0};
   sh.scale = 1.0f / sqrtf((float)g->head_dim);

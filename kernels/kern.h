@@ -36,16 +36,19 @@ typedef struct {
 } kern_rope_t;
 
 /* One sequence's attention work: n_q queries at positions q_pos0 .. q_pos0+n_q-1 attend
- * causally to keys 0 .. q_pos0+i (key j is at position j; n_kv >= q_pos0 + n_q). */
+ * causally to the keys whose position is <= the query's. Key j is at position k_pos[j], or at
+ * position j when k_pos is NULL (then n_kv >= q_pos0 + n_q). */
 typedef struct {
-  const float *q;   /* [n_q][n_head][head_dim] */
-  const float *k;   /* [n_kv][n_kv_head][head_dim] (post-RoPE) */
-  const float *v;   /* [n_kv][n_kv_head][head_dim] */
-  float *out;       /* [n_q][n_head][head_dim] */
-  float *key_mass;  /* optional [n_kv]: += (1/n_head) sum_h sum_i a_i^h(j), NULL to skip */
+  const float *q;       /* [n_q][n_head][head_dim] */
+  const float *k;       /* [n_kv][n_kv_head][head_dim] (post-RoPE) */
+  const float *v;       /* [n_kv][n_kv_head][head_dim] */
+  float *out;           /* [n_q][n_head][head_dim] */
+  float *key_mass;      /* optional [n_kv]: += (1/n_head) sum_h sum_{i >= mass_q0} a_i^h(j) */
+  const int32_t *k_pos; /* optional [n_kv], ascending */
   int n_q;
   int n_kv;
   int q_pos0;
+  int mass_q0;          /* first query that contributes to key_mass (0: all) */
 } kern_attn_seq_t;
 
 typedef struct {

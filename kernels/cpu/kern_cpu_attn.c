@@ -73,14 +73,27 @@ static void attn_one(const float *q, const kern_attn_seq_t *sq, int kvh, int n_k
   }
 }
 
+/* Keys visible to the query at position qp: a prefix, since key positions ascend. */
+static int visible_keys(const kern_attn_seq_t *sq, int qp) {
+  if (!sq->k_pos) return qp + 1 < sq->n_kv ? qp + 1 : sq->n_kv;
+  int lo = 0, hi = sq->n_kv;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (sq->k_pos[mid] <= qp) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 static void attn_seq(const kern_attn_seq_t *sq, const kern_attn_shape_t *sh, float *p) {
   int group = sh->n_head / sh->n_kv_head, hd = sh->head_dim;
   for (int i = 0; i < sq->n_q; i++) {
-    int n_keys = sq->q_pos0 + i + 1;
-    if (n_keys > sq->n_kv) n_keys = sq->n_kv;
-    for (int h = 0; h < sh->n_head; h++) {
+    int n_keys = visible_keys(sq, sq->q_pos0 + i);
+    kern_attn_seq_t one = *sq;
+    if (i < sq->mass_q0) one.key_mass = NULL;
+    for (int h = 0; h < sh->n_head && n_keys > 0; h++) {
       size_t off = ((size_t)i * sh->n_head + h) * hd;
-      attn_one(sq->q + off, sq, h / group, n_keys, sh, sq->out + off, p);
+      attn_one(sq->q + off, &one, h / group, n_keys, sh, sq->out + off, p);
     }
   }
 }

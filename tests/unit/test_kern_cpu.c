@@ -128,8 +128,10 @@ static void check_attention(kern_backend_t *be) {
   kern_attn_seq_t s[3];
   for (int i = 0; i < 3; i++) {
     int nkv = pos0[i] + nq[i];
-    s[i] = (kern_attn_seq_t){randv(nq[i] * 8 * 16, 1), randv(nkv * 2 * 16, 2), randv(nkv * 2 * 16, 1),
-                             malloc(sizeof(float) * nq[i] * 8 * 16), calloc(nkv, sizeof(float)), nq[i], nkv, pos0[i]};
+    s[i] = (kern_attn_seq_t){.q = randv(nq[i] * 8 * 16, 1), .k = randv(nkv * 2 * 16, 2),
+                             .v = randv(nkv * 2 * 16, 1), .out = malloc(sizeof(float) * nq[i] * 8 * 16),
+                             .key_mass = calloc(nkv, sizeof(float)), .n_q = nq[i], .n_kv = nkv,
+                             .q_pos0 = pos0[i]};
   }
   be->ops->attention(be, s, 3, &sh);
   for (int i = 0; i < 3; i++) {
@@ -143,6 +145,29 @@ static void check_attention(kern_backend_t *be) {
     free(out), free(mf), free(mass);
     free((void *)s[i].q), free((void *)s[i].k), free((void *)s[i].v), free(s[i].out), free(s[i].key_mass);
   }
+}
+
+/* Keys at explicit positions (a gathered subset) equal attention over exactly those keys, and
+ * mass_q0 restricts the mass to the last queries. */
+static void check_attention_positions(kern_backend_t *be) {
+  kern_attn_shape_t sh = {4, 2, 8, 0.3f};
+  enum { NK = 6, NQ = 3 };
+  int32_t kpos[NK] = {0, 1, 5, 6, 9, 10};
+  float *q = randv(NQ * 4 * 8, 1), *k = randv(NK * 16, 1), *v = randv(NK * 16, 1);
+  float out[NQ * 32], ref[NQ * 32], mass[NK] = {0}, mref[NK] = {0};
+  kern_attn_seq_t s = {.q = q, .k = k, .v = v, .out = out, .key_mass = mass, .k_pos = kpos,
+                       .n_q = NQ, .n_kv = NK, .q_pos0 = 8, .mass_q0 = 1};
+  be->ops->attention(be, &s, 1, &sh);
+  /* query 0 (pos 8) sees keys 0..3; queries 1, 2 (pos 9, 10) see 0..4 and 0..5. */
+  for (int i = 0; i < NQ; i++) {
+    int nk = i == 0 ? 4 : i == 1 ? 5 : 6;
+    kern_attn_seq_t one = {.q = q + i * 32, .k = k, .v = v, .out = ref + i * 32,
+                           .key_mass = i ? mref : NULL, .n_q = 1, .n_kv = nk, .q_pos0 = nk - 1};
+    be->ops->attention(be, &one, 1, &sh);
+  }
+  CHECK(tu_rel_err(out, ref, NQ * 32) < 1e-6);
+  CHECK(tu_rel_err(mass, mref, NK) < 1e-6);
+  free(q), free(k), free(v);
 }
 
 static void check_sampling(kern_backend_t *be) {
@@ -195,6 +220,7 @@ int main(void) {
   check_rmsnorm_swiglu_softmax(be);
   check_rope(be);
   check_attention(be);
+  check_attention_positions(be);
   check_sampling(be);
   kern_destroy(be);
   return tu_done("test_kern_cpu");

@@ -30,7 +30,7 @@ int main(void) {
   CHECK(kv->ops->store(kv, 1, 1, 9, 2, k, v) == QE_ERANGE);
   kv_attn_req_t req = {1, 0, n, q, out};
   CHECK_OK(kv->ops->attend(kv, 1, &req, 1));
-  kern_attn_seq_t sq = {q, k, v, ref, NULL, n, n, 0};
+  kern_attn_seq_t sq = {.q = q, .k = k, .v = v, .out = ref, .n_q = n, .n_kv = n};
   kern_attn_shape_t sh = {4, 2, 8, 1.0f / sqrtf(8.0f)};
   be->ops->attention(be, &sq, 1, &sh);
   CHECK(!memcmp(out, ref, sizeof out));
