@@ -1,0 +1,46 @@
+/* kv_policies: the policy registry (one line per policy), lookup by name with the
+ * "+graphkv" suffix, and validation of a policy configuration. */
+#include <string.h>
+
+#include "kv_policies_internal.h"
+#include "qe_status.h"
+
+static const kv_policy_desc_t *const registry[] = {
+    &kv_policy_full,  &kv_policy_streaming, &kv_policy_snapkv, &kv_policy_pyramidkv,
+    &kv_policy_knorm, &kv_policy_h2o,       &kv_policy_kivi,   &kv_policy_qevict,
+    NULL};
+
+const kv_policy_desc_t *const *kv_policy_list(void) { return registry; }
+
+int kv_policy_find(const char *name, kv_policy_desc_t *out) {
+  static const char suffix[] = "+graphkv";
+  size_t n = strlen(name), sl = sizeof suffix - 1;
+  int gkv = n > sl && !strcmp(name + n - sl, suffix);
+  size_t base = gkv ? n - sl : n;
+  for (int i = 0; registry[i]; i++) {
+    if (strlen(registry[i]->name) != base || strncmp(registry[i]->name, name, base)) continue;
+    if (gkv && (registry[i]->full || registry[i]->cfg.scorer == KV_SCORE_RECENCY))
+      return qe_errf(QE_EINVAL, "policy: '%s' has no scores for graphkv to re-score", name);
+    *out = *registry[i];
+    out->cfg.graphkv = gkv;
+    out->cfg.gkv = graphkv_defaults();
+    return 0;
+  }
+  return qe_errf(QE_EINVAL, "policy: unknown policy '%s' (full, streaming, snapkv, pyramidkv, "
+                            "knorm, h2o, kivi, qevict; '+graphkv' on scorer-based ones)", name);
+}
+
+int kv_policy_check(const kv_policy_cfg_t *c, int head_dim) {
+  if (c->omega < 1 || c->omega > 256)
+    return qe_errf(QE_EINVAL, "policy: window must be in [1, 256] (got %d)", c->omega);
+  if (!(c->q >= 0.0f && c->q <= 1.0f))
+    return qe_errf(QE_EINVAL, "policy: q must be in [0, 1] (got %g)", c->q);
+  if (c->n_sink < 0 || c->n_local < 0)
+    return qe_errf(QE_EINVAL, "policy: sink and local must be >= 0 (got %d, %d)", c->n_sink,
+                   c->n_local);
+  if (c->n_obs < 1 || c->pool_kernel < 1 || c->pool_kernel % 2 == 0)
+    return qe_errf(QE_EINVAL, "policy: observation window must be >= 1 and pool kernel odd");
+  int rc = kv_qparams_check(&c->quant, head_dim);
+  if (!rc && c->graphkv) rc = graphkv_check(&c->gkv);
+  return rc;
+}

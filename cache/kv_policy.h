@@ -1,0 +1,55 @@
+/* kv_policy: what a KV cache policy is: a configuration of the one tiered cache (window size,
+ * tiers, scorer, when it routes) plus a name. Every policy is compared at equal persistent
+ * bytes. A new policy is one file under cache/policies/ defining a kv_policy_desc_t, plus one
+ * line in the registry (kv_policies.c). Descriptors are immutable: thread-safe. */
+#ifndef QE_KV_POLICY_H
+#define QE_KV_POLICY_H
+
+#include "graphkv.h"
+#include "kv_quant.h"
+
+typedef enum {
+  KV_SCORE_CUMULATIVE = 0, /* S(w) += per-step attention mass (QEvict, H2O) */
+  KV_SCORE_DECAYED = 1,    /* S(w) = decay * S(w) + mass */
+  KV_SCORE_PNORM = 2,      /* S(w) = (sum of mass^p)^(1/p) over steps */
+  KV_SCORE_KNORM = 3,      /* static: minus the mean pre-RoPE key L2 norm (low norm kept) */
+  KV_SCORE_RECENCY = 4,    /* static: the window's start position (newest kept) */
+  KV_SCORE_PREFILL = 5     /* frozen at prefill from the observation window (SnapKV) */
+} kv_scorer_t;
+
+/* The parameters a request may set (CLI: --window --bits --q --sink --local --graphkv). */
+typedef struct {
+  int omega;          /* window tokens (1 = token-level) */
+  int n_sink;         /* first tokens always Full */
+  int n_local;        /* most recent tokens always Full */
+  float q;            /* fraction of the history budget for INT2 (0: no Full tier, 1: no INT2) */
+  kv_qparams_t quant; /* bits (2, 4, 8) and value group */
+  int scorer;         /* kv_scorer_t */
+  float decay;        /* KV_SCORE_DECAYED */
+  float pnorm;        /* KV_SCORE_PNORM exponent */
+  int n_obs;          /* observation-window queries for prefill scores */
+  int pool_kernel;    /* max-pool width over prefill scores (SnapKV: 7; 1 = none) */
+  int promote;        /* INT2 windows may return to Full */
+  int route_decode;   /* route during decode every omega tokens (0: only when over budget) */
+  int pyramid;        /* layer-wise budgets decreasing with depth (PyramidKV) */
+  int graphkv;        /* re-score candidates with GraphKV before routing */
+  graphkv_params_t gkv;
+} kv_policy_cfg_t;
+
+typedef struct {
+  const char *name;
+  const char *summary;
+  int full;            /* no cache policy at all: FullKV */
+  kv_policy_cfg_t cfg; /* defaults of this policy */
+} kv_policy_desc_t;
+
+/* The registered policy called name (e.g. "qevict", "h2o+graphkv" = h2o with graphkv set),
+ * copied into *out; QE_EINVAL naming the unknown policy otherwise. */
+int kv_policy_find(const char *name, kv_policy_desc_t *out);
+/* NULL-terminated list of registered policies. */
+const kv_policy_desc_t *const *kv_policy_list(void);
+/* Checks a configuration: QE_EINVAL with a detail naming the field (window, bits, q, sink,
+ * local, group, graphkv...). */
+int kv_policy_check(const kv_policy_cfg_t *cfg, int head_dim);
+
+#endif

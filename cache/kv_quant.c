@@ -1,0 +1,266 @@
+/* kv_quant: the reference (CPU) quantization of KV windows, see kv_quant.h for the contract.
+ *
+ * A group is a strided run of fp32 elements sharing one fp16 scale s and zero z; with
+ * L = 2^bits - 1, codes are c = clamp(rint((x - z) / s), 0, L) in fp32 and the reconstruction
+ * is c * s + z in fp32 (c * s is exact, so an FMA gives the same bits).
+ *
+ * Inputs are first sanitized: NaN reads as 0, values beyond the fp16 range (and +-inf)
+ * saturate to +-65504, the largest fp16. The error bound holds against the sanitized value.
+ *
+ * The rule R(mn, mx) picks z = the largest fp16 <= mn and s = the smallest fp16 > 0 with
+ * z + L * s >= mx (checked exactly in double), so the group's range is covered and every
+ * element is within s/2 of its reconstruction (up to fp32 rounding).
+ *
+ * Idempotence. A pair (z, s) is a *fixed point* for a group if: no element's rounded code
+ * needs clamping (so the s/2 bound holds), every reconstruction y maps back to its own code,
+ * and R(min y, max y) == (z, s). Re-quantizing dequantized data then starts from R(y) = (z, s),
+ * which is a fixed point for y as well, so it reproduces (z, s) and the codes exactly. The
+ * quantizer uses R(mn, mx) when it is a fixed point (the usual case) and otherwise searches a
+ * few zeros around mn and the scales for which the top code is L (or one slightly wider), in
+ * increasing order, for a fixed point. If none exists, R(mn, mx) is kept: the s/2 bound still
+ * holds but a re-quantization may choose another (z, s). See kv_quant.h for when this occurs. */
+#include <math.h>
+#include <string.h>
+
+#include "kv_quant.h"
+#include "qe_half.h"
+#include "qe_status.h"
+
+#define KV_HMAX     0x7bffu /* 65504 */
+#define KV_HTINY    0x0001u /* 2^-24, the smallest positive fp16 */
+#define KV_SEARCH_S 1024    /* scale candidates tried per zero in the fallback search */
+
+/* One group: x[base + i * stride] for i < n. */
+typedef struct {
+  const float *x;
+  size_t base, stride;
+  int n;
+} kv__grp_t;
+
+int kv_qparams_check(const kv_qparams_t *p, int head_dim) {
+  if (!p) return qe_errf(QE_EINVAL, "kv_quant: no parameters");
+  if (p->bits != 2 && p->bits != 4 && p->bits != 8)
+    return qe_errf(QE_EINVAL, "kv_quant: bits must be 2, 4 or 8 (got %d)", p->bits);
+  if (head_dim < 1) return qe_errf(QE_EINVAL, "kv_quant: head_dim must be >= 1 (got %d)", head_dim);
+  if (p->group < 1 || head_dim % p->group != 0)
+    return qe_errf(QE_EINVAL, "kv_quant: group must be >= 1 and divide head_dim %d (got %d)",
+                   head_dim, p->group);
+  return 0;
+}
+
+kv_qsizes_t kv_qsizes(const kv_qparams_t *p, int omega, int n_kv, int head_dim) {
+  size_t n = (size_t)omega * (size_t)n_kv * (size_t)head_dim;
+  size_t groups = p->group > 0 ? (size_t)(head_dim / p->group) : 0;
+  kv_qsizes_t z;
+  z.k_codes = (n * (size_t)p->bits + 7) / 8;
+  z.k_meta = 4 * (size_t)n_kv * (size_t)head_dim;
+  z.v_codes = z.k_codes;
+  z.v_meta = 4 * (size_t)omega * (size_t)n_kv * groups;
+  return z;
+}
+
+/* ---- elementwise arithmetic (the exact definitions both directions share) ---- */
+
+static inline float kv__san(float x) {
+  if (x != x) return 0.0f;
+  return x < -65504.0f ? -65504.0f : x > 65504.0f ? 65504.0f : x;
+}
+
+static inline float kv__u(float x, float z, float s) { return rintf((x - z) / s); }
+
+static inline int kv__code(float x, float z, float s, int L) {
+  float u = kv__u(x, z, s);
+  return u <= 0.0f ? 0 : u >= (float)L ? L : (int)u;
+}
+
+static inline float kv__recon(int c, float z, float s) { return (float)c * s + z; }
+
+static inline float kv__at(const kv__grp_t *g, int i) {
+  return kv__san(g->x[g->base + (size_t)i * g->stride]);
+}
+
+/* ---- fp16 ordering (finite values only) ---- */
+
+static inline double kv__h(uint16_t h) { return (double)qe_half_to_f32(h); }
+
+static uint16_t kv__hup(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return KV_HTINY;
+  if (h & 0x8000u) return h == 0x8001u ? 0 : (uint16_t)(h - 1);
+  return (uint16_t)(h + 1);
+}
+
+static uint16_t kv__hdown(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return 0x8001u;
+  return (h & 0x8000u) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+}
+
+static int kv__hfinite(uint16_t h) { return (h & 0x7fffu) <= KV_HMAX; }
+
+/* Largest fp16 <= v, for v in [-65504, 65504]; zero is +0. */
+static uint16_t kv__hfloor(double v) {
+  uint16_t h = qe_f32_to_half((float)v);
+  if ((h & 0x7fffu) > KV_HMAX) h = (uint16_t)((h & 0x8000u) | KV_HMAX);
+  while (kv__h(h) > v) h = kv__hdown(h);
+  while (h != KV_HMAX && kv__h(kv__hup(h)) <= v) h = kv__hup(h);
+  return (h & 0x7fffu) == 0 ? 0 : h;
+}
+
+/* Smallest positive fp16 >= v (at least 2^-24; at most 65504). */
+static uint16_t kv__hceil_pos(double v) {
+  if (!(v > kv__h(KV_HTINY))) return KV_HTINY;
+  if (v >= 65504.0) return KV_HMAX;
+  uint16_t h = qe_f32_to_half((float)v);
+  while (h > KV_HTINY && kv__h(h - 1) >= v) h--;
+  while (kv__h(h) < v) h++;
+  return h;
+}
+
+/* ---- the rule R and the fixed-point test ---- */
+
+/* z = largest fp16 <= mn; s = smallest fp16 > 0 whose top reconstruction fl(L * s + z) >= mx.
+ * Coverage is judged in the fp32 arithmetic of the reconstruction itself (monotone in s), so
+ * when the top code is used, R of the reconstructed group finds the same s again. */
+static void kv__rule(float mn, float mx, int L, uint16_t *zh, uint16_t *sh) {
+  uint16_t z = kv__hfloor(mn);
+  float zf = qe_half_to_f32(z);
+  uint16_t s = kv__hceil_pos(((double)mx - zf) / L);
+  while (s < KV_HMAX && kv__recon(L, zf, qe_half_to_f32(s)) < mx) s++;
+  while (s > KV_HTINY && kv__recon(L, zf, qe_half_to_f32((uint16_t)(s - 1))) >= mx) s--;
+  *zh = z;
+  *sh = s;
+}
+
+static void kv__minmax(const kv__grp_t *g, float *mn, float *mx) {
+  float lo = kv__at(g, 0), hi = lo;
+  for (int i = 1; i < g->n; i++) {
+    float x = kv__at(g, i);
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+  }
+  *mn = lo;
+  *mx = hi;
+}
+
+/* Is (z, s) a fixed point for values x (only the values matter, not their order)? */
+static int kv__is_fixed_vals(const float *xs, int n, int L, uint16_t zh, uint16_t sh) {
+  float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh), ylo = 0, yhi = 0;
+  for (int i = 0; i < n; i++) {
+    float u = kv__u(xs[i], z, s);
+    if (u < 0.0f || u > (float)L) return 0; /* would clamp: s/2 bound lost */
+    int c = (int)u;
+    float y = kv__san(kv__recon(c, z, s));
+    if (kv__code(y, z, s, L) != c) return 0;
+    ylo = (i == 0 || y < ylo) ? y : ylo;
+    yhi = (i == 0 || y > yhi) ? y : yhi;
+  }
+  uint16_t z2, s2;
+  kv__rule(ylo, yhi, L, &z2, &s2);
+  return z2 == zh && s2 == sh;
+}
+
+/* The group's fixed-point test. Codes and reconstructions are monotone, so the extremes
+ * decide clamping and R(min y, max y) (cheap, checked first); then every element's round trip. */
+static int kv__is_fixed(const kv__grp_t *g, float mn, float mx, int L, uint16_t zh,
+                        uint16_t sh) {
+  float ends[2] = {mn, mx};
+  if (!kv__is_fixed_vals(ends, 2, L, zh, sh)) return 0;
+  float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh);
+  for (int i = 0; i < g->n; i++) {
+    int c = kv__code(kv__at(g, i), z, s, L);
+    if (kv__code(kv__san(kv__recon(c, z, s)), z, s, L) != c) return 0;
+  }
+  return 1;
+}
+
+/* Scales for zero z in increasing order from the s/2-bound minimum: those with top code L
+ * (s <= (mx - z) / (L - 1/2)) and a few beyond. 1 and *sh set on finding a fixed point. */
+static int kv__search_scales(const kv__grp_t *g, float mn, float mx, int L, uint16_t zh,
+                             uint16_t *sh) {
+  double z = kv__h(zh), w = (double)mx - z;
+  double lo = fmax(w / (L + 0.5), 2.0 * (z - mn)), hi = w / (L - 0.5);
+  uint16_t s = kv__hceil_pos(lo);
+  for (int k = 0, extra = 0; k < KV_SEARCH_S && s <= KV_HMAX && extra < 4; k++, s++) {
+    if (kv__h(s) > hi) extra++;
+    if (kv__is_fixed(g, mn, mx, L, zh, s)) {
+      *sh = s;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Fallback when R(mn, mx) is not a fixed point: zeros floor(mn), the next fp16 up, two down. */
+static int kv__search(const kv__grp_t *g, float mn, float mx, int L, uint16_t *zh,
+                      uint16_t *sh) {
+  uint16_t z0 = kv__hfloor(mn), zs[4] = {z0, kv__hup(z0), kv__hdown(z0), 0};
+  zs[3] = kv__hdown(zs[2]);
+  for (int i = 0; i < 4; i++) {
+    if (!kv__hfinite(zs[i]) || (i == 1 && z0 == KV_HMAX)) continue;
+    if (kv__search_scales(g, mn, mx, L, zs[i], sh)) {
+      *zh = zs[i];
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Chooses (z, s) for one group and ORs its codes into the zeroed packed buffer. */
+static void kv__quant_group(const kv__grp_t *g, int bits, uint8_t *codes, uint16_t *scale,
+                            uint16_t *zero) {
+  int L = (1 << bits) - 1, per = 8 / bits;
+  float mn, mx;
+  kv__minmax(g, &mn, &mx);
+  uint16_t zh, sh;
+  kv__rule(mn, mx, L, &zh, &sh);
+  if (!kv__is_fixed(g, mn, mx, L, zh, sh) && !kv__search(g, mn, mx, L, &zh, &sh))
+    kv__rule(mn, mx, L, &zh, &sh); /* no fixed point: keep R (the s/2 bound still holds) */
+  float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh);
+  for (int i = 0; i < g->n; i++) {
+    size_t e = g->base + (size_t)i * g->stride;
+    codes[e / per] |= (uint8_t)(kv__code(kv__at(g, i), z, s, L) << ((e % per) * bits));
+  }
+  *scale = sh;
+  *zero = zh;
+}
+
+void kv_quant_keys(const kv_qparams_t *p, const float *k, int omega, int n_kv, int hd,
+                   uint8_t *codes, uint16_t *scale, uint16_t *zero) {
+  size_t row = (size_t)n_kv * hd;
+  memset(codes, 0, ((size_t)omega * row * p->bits + 7) / 8);
+  for (size_t j = 0; j < row; j++) {
+    kv__grp_t g = {k, j, row, omega};
+    kv__quant_group(&g, p->bits, codes, &scale[j], &zero[j]);
+  }
+}
+
+void kv_quant_values(const kv_qparams_t *p, const float *v, int omega, int n_kv, int hd,
+                     uint8_t *codes, uint16_t *scale, uint16_t *zero) {
+  size_t n = (size_t)omega * n_kv * hd, ng = n / p->group;
+  memset(codes, 0, (n * p->bits + 7) / 8);
+  for (size_t j = 0; j < ng; j++) {
+    kv__grp_t g = {v, j * p->group, 1, p->group};
+    kv__quant_group(&g, p->bits, codes, &scale[j], &zero[j]);
+  }
+}
+
+/* x[e] = code(e) * scale[e / div % mod] + zero[same], for e < n. */
+static void kv__dequant(int bits, const uint8_t *codes, const uint16_t *scale,
+                        const uint16_t *zero, size_t n, size_t div, size_t mod, float *x) {
+  for (size_t e = 0; e < n; e++) {
+    size_t m = e / div % mod;
+    x[e] = kv__recon((int)kv_code_at(codes, e, bits), qe_half_to_f32(zero[m]),
+                     qe_half_to_f32(scale[m]));
+  }
+}
+
+void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                     const uint16_t *zero, int omega, int n_kv, int hd, float *k) {
+  size_t row = (size_t)n_kv * hd;
+  kv__dequant(p->bits, codes, scale, zero, (size_t)omega * row, 1, row, k);
+}
+
+void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                       const uint16_t *zero, int omega, int n_kv, int hd, float *v) {
+  size_t n = (size_t)omega * n_kv * hd;
+  kv__dequant(p->bits, codes, scale, zero, n, (size_t)p->group, n / p->group, v);
+}

@@ -1,0 +1,49 @@
+/* kv_quant: the reference quantization of KV windows (KIVI-style asymmetric min/max).
+ *   - keys:   per channel over the window's tokens (one scale/zero per (KV head, channel)),
+ *             stored pre-RoPE (the caller un-rotates Full keys before quantizing);
+ *   - values: per token over groups of g channels (one scale/zero per (token, head, group));
+ *   - scales and zero points are fp16; codes are packed little-end first (2 bits: 4 per byte,
+ *     4 bits: 2 per byte, 8 bits: 1 per byte), in the element order of the fp32 input.
+ * Guarantees: every element's reconstruction error is within scale/2 of its group (the fp16
+ * zero is rounded down and the fp16 scale up so the group's range stays covered), and
+ * re-quantizing dequantized values reproduces the same codes, scales and zeros exactly.
+ * Pure functions: thread-safe. Shapes: a window is [omega][n_kv][head_dim] fp32. */
+#ifndef QE_KV_QUANT_H
+#define QE_KV_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  int bits;  /* 2, 4 or 8 */
+  int group; /* value channel group g (divides head_dim); default 32 */
+} kv_qparams_t;
+
+/* Byte sizes of one window's quantized K or V: codes, and fp16 scales + zeros. */
+typedef struct {
+  size_t k_codes, k_meta; /* meta = scales + zeros, 2 * 2 bytes per (head, channel) */
+  size_t v_codes, v_meta; /* 2 * 2 bytes per (token, head, group) */
+} kv_qsizes_t;
+
+/* Validates parameters against the geometry: QE_EINVAL with a detail line naming the field. */
+int kv_qparams_check(const kv_qparams_t *p, int head_dim);
+kv_qsizes_t kv_qsizes(const kv_qparams_t *p, int omega, int n_kv, int head_dim);
+
+/* k [omega][n_kv][hd] -> codes [k_codes bytes], scale/zero [n_kv][hd] fp16. */
+void kv_quant_keys(const kv_qparams_t *p, const float *k, int omega, int n_kv, int hd,
+                   uint8_t *codes, uint16_t *scale, uint16_t *zero);
+void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                     const uint16_t *zero, int omega, int n_kv, int hd, float *k);
+/* v [omega][n_kv][hd] -> codes, scale/zero [omega][n_kv][hd/group] fp16. */
+void kv_quant_values(const kv_qparams_t *p, const float *v, int omega, int n_kv, int hd,
+                     uint8_t *codes, uint16_t *scale, uint16_t *zero);
+void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                       const uint16_t *zero, int omega, int n_kv, int hd, float *v);
+
+/* Reads element i (in [omega][n_kv][hd] order) of packed codes. */
+static inline unsigned kv_code_at(const uint8_t *codes, size_t i, int bits) {
+  int per = 8 / bits;
+  return (codes[i / per] >> ((i % per) * bits)) & ((1u << bits) - 1);
+}
+
+#endif

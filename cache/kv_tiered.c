@@ -1,0 +1,337 @@
+/* kv_tiered: lifecycle, budgets, token storage and accounting of the three-tier cache.
+ * Attention and scoring live in kv_tiered_attn.c, routing and migrations in
+ * kv_tiered_route.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_tiered_internal.h"
+#include "qe_status.h"
+
+static size_t meta_of(const kv_policy_cfg_t *c, size_t row) {
+  int keys = c->graphkv || c->scorer == KV_SCORE_KNORM;
+  return KV_WIN_META + (keys ? sizeof(float) * (row + 1) : 0);
+}
+
+static void sizes_init(kv_tiered_t *t) {
+  const kv_geom_t *g = &t->base.geom;
+  size_t o = (size_t)t->cfg.omega;
+  t->row = (size_t)g->n_kv_head * g->head_dim;
+  t->qs = kv_qsizes(&t->cfg.quant, t->cfg.omega, g->n_kv_head, g->head_dim);
+  t->page_bytes = 2 * o * t->row * sizeof(float);
+  t->ledger_bytes = t->qs.k_codes + t->qs.k_meta + t->qs.v_codes + t->qs.v_meta;
+  t->sink_bytes = (size_t)t->cfg.n_sink * 2 * t->row * sizeof(float);
+  t->meta_bytes = meta_of(&t->cfg, t->row);
+  size_t n_prot = ((size_t)t->cfg.n_local + o - 1) / o + 1;
+  t->local_reserve = n_prot * (t->page_bytes + t->meta_bytes);
+}
+
+static const kv_cache_ops_t tiered_ops;
+
+int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
+                     const kv_policy_cfg_t *cfg, size_t pool_bytes, kv_cache_t **out) {
+  int rc = kv_policy_check(cfg, geom->head_dim);
+  if (rc) return rc;
+  kv_tiered_t *t = calloc(1, sizeof *t);
+  if (!t) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  t->base = (kv_cache_t){&tiered_ops, *geom, be};
+  t->cfg = *cfg;
+  t->rope = *rope;
+  t->spec_fraction = 1.0;
+  sizes_init(t);
+  t->seqs = calloc((size_t)geom->max_seqs, sizeof *t->seqs);
+  t->pending_budget = calloc((size_t)geom->max_seqs, sizeof *t->pending_budget);
+  t->tmp = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
+  size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
+  if (!t->seqs || !t->pending_budget || !t->tmp) rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  if (!rc) rc = kv_pool_create(be, pool_bytes, t->page_bytes, q_page, &t->pool);
+  if (rc) {
+    tiered_ops.destroy(&t->base);
+    return rc;
+  }
+  *out = &t->base;
+  return 0;
+}
+
+size_t kv_tiered_min_budget(const kv_cache_t *kv) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  return (t->sink_bytes + t->local_reserve) * (size_t)kv->geom.n_layer;
+}
+
+size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  long hist = n_tokens > t->cfg.n_sink ? n_tokens - t->cfg.n_sink : 0;
+  size_t wins = (size_t)((hist + t->cfg.omega - 1) / t->cfg.omega);
+  size_t layer = t->sink_bytes + t->local_reserve + wins * (t->page_bytes + t->meta_bytes);
+  return layer * (size_t)kv->geom.n_layer;
+}
+
+size_t kv_tiered_page_bytes(const kv_cache_t *kv) { return ((const kv_tiered_t *)kv)->page_bytes; }
+
+void kv_tiered_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  t->spec_fraction = fraction;
+  t->spec_bytes = bytes;
+}
+
+/* The budget of a slot opened for `capacity` tokens under the budget spec. */
+static size_t spec_budget(const kv_tiered_t *t, int capacity) {
+  if (t->spec_bytes) return t->spec_bytes;
+  if (t->spec_fraction >= 1.0) return kv_tiered_fullkv_bytes(&t->base, capacity);
+  double full = (double)capacity * 2.0 * (double)t->row * sizeof(float) * t->base.geom.n_layer;
+  return (size_t)(t->spec_fraction * full);
+}
+
+int kv_tiered_set_budget(kv_cache_t *kv, int seq, size_t budget) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs) return qe_errf(QE_EINVAL, "kv_tiered: bad slot %d", seq);
+  if (budget < kv_tiered_min_budget(kv))
+    return qe_errf(QE_EINVAL,
+                   "budget %zu bytes is below the cost of the protected regions (sink %d + "
+                   "local %d tokens): %zu bytes",
+                   budget, t->cfg.n_sink, t->cfg.n_local, kv_tiered_min_budget(kv));
+  t->pending_budget[seq] = budget;
+  return 0;
+}
+
+void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  t->trace = fn;
+  t->trace_ud = ud;
+}
+
+/* Layer l's share of the budget: uniform, or decreasing with depth (pyramid, 1.5x to 0.5x). */
+static size_t layer_budget(const kv_tiered_t *t, size_t budget, int l) {
+  int L = t->base.geom.n_layer;
+  size_t floor_b = t->sink_bytes + t->local_reserve;
+  if (!t->cfg.pyramid || L == 1) return budget / (size_t)L;
+  size_t spare = budget - floor_b * (size_t)L;
+  double w = 1.5 - (double)l / (L - 1), total = 0;
+  for (int i = 0; i < L; i++) total += 1.5 - (double)i / (L - 1);
+  return floor_b + (size_t)((double)spare * w / total);
+}
+
+size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w) {
+  if (w->tier == KV_TIER_EVICTED) return 0;
+  size_t b = t->meta_bytes + (w->ledger ? t->ledger_bytes : 0);
+  return w->tier == KV_TIER_FULL ? b + t->page_bytes : b;
+}
+
+static void free_window(kv_tiered_t *t, kv_win_t *w) {
+  if (w->page) kv_pool_free_full(t->pool, w->page);
+  if (w->ledger) kv_pool_free_q(t->pool, w->ledger);
+  free(w->key_sum);
+  memset(w, 0, sizeof *w);
+  w->tier = KV_TIER_EVICTED;
+}
+
+static void tiered_seq_close(kv_cache_t *kv, int seq) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs || !t->seqs[seq].open) return;
+  kv_tseq_t *s = &t->seqs[seq];
+  for (int l = 0; l < kv->geom.n_layer; l++) {
+    kv_tlayer_t *L = &s->layers[l];
+    for (int i = 0; i < L->n_wins; i++) free_window(t, &L->wins[i]);
+    free(L->wins);
+    free(L->sink);
+  }
+  free(s->layers);
+  memset(s, 0, sizeof *s);
+}
+
+static int tiered_seq_open(kv_cache_t *kv, int seq, int capacity) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs || capacity <= 0)
+    return qe_errf(QE_EINVAL, "kv_tiered: bad slot %d or capacity %d", seq, capacity);
+  size_t budget = t->pending_budget[seq] ? t->pending_budget[seq] : spec_budget(t, capacity);
+  if (budget < kv_tiered_min_budget(kv))
+    return qe_errf(QE_EINVAL,
+                   "budget %zu bytes is below the cost of the protected regions (sink %d + "
+                   "local %d tokens): %zu bytes",
+                   budget, t->cfg.n_sink, t->cfg.n_local, kv_tiered_min_budget(kv));
+  tiered_seq_close(kv, seq);
+  kv_tseq_t *s = &t->seqs[seq];
+  s->layers = calloc((size_t)kv->geom.n_layer, sizeof *s->layers);
+  if (!s->layers) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  s->open = 1, s->capacity = capacity, s->budget = budget;
+  s->st.budget = s->budget;
+  for (int l = 0; l < kv->geom.n_layer; l++) {
+    kv_tlayer_t *L = &s->layers[l];
+    L->budget = layer_budget(t, s->budget, l);
+    L->sink = t->cfg.n_sink ? malloc(t->sink_bytes) : NULL;
+    if (t->cfg.n_sink && !L->sink) {
+      tiered_seq_close(kv, seq);
+      return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+    }
+  }
+  return 0;
+}
+
+static int new_window(kv_tiered_t *t, kv_tlayer_t *L, int start) {
+  if (L->n_wins == L->cap_wins) {
+    int cap = L->cap_wins ? 2 * L->cap_wins : 16;
+    kv_win_t *w = realloc(L->wins, sizeof *w * (size_t)cap);
+    if (!w) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+    L->wins = w, L->cap_wins = cap;
+  }
+  kv_win_t *w = &L->wins[L->n_wins];
+  *w = (kv_win_t){.start = start, .tier = KV_TIER_FULL};
+  w->page = kv_pool_alloc_full(t->pool);
+  if (!w->page) return qe_errf(QE_ENOSPC, "kv_tiered: the page pool is exhausted");
+  int keys = t->cfg.graphkv || t->cfg.scorer == KV_SCORE_KNORM;
+  if (keys && !(w->key_sum = calloc(t->row, sizeof(float)))) {
+    kv_pool_free_full(t->pool, w->page);
+    return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  }
+  L->n_wins++;
+  L->bytes += t->page_bytes + t->meta_bytes;
+  return 0;
+}
+
+/* Adds the pre-RoPE key of one token (at position pos) to the window's key statistics. */
+static void add_key_stats(kv_tiered_t *t, kv_win_t *w, const float *k, int pos) {
+  memcpy(t->tmp, k, sizeof(float) * t->row);
+  kv_tiered_rotate(t, t->tmp, pos, 1, -1);
+  int hd = t->base.geom.head_dim;
+  for (int h = 0; h < t->base.geom.n_kv_head; h++) {
+    float ss = 0;
+    for (int d = 0; d < hd; d++) ss += t->tmp[h * hd + d] * t->tmp[h * hd + d];
+    w->norm_sum += sqrtf(ss) / (float)t->base.geom.n_kv_head;
+  }
+  for (size_t i = 0; i < t->row; i++) w->key_sum[i] += t->tmp[i];
+}
+
+static int store_token(kv_tiered_t *t, kv_tlayer_t *L, int p, const float *k, const float *v) {
+  size_t row = t->row, rb = sizeof(float) * row;
+  if (p < t->cfg.n_sink) {
+    memcpy(L->sink + (size_t)p * 2 * row, k, rb);
+    memcpy(L->sink + ((size_t)p * 2 + 1) * row, v, rb);
+    if (p == 0) L->bytes += t->sink_bytes;
+    return 0;
+  }
+  int wi = (p - t->cfg.n_sink) / t->cfg.omega, rc = 0;
+  if (wi == L->n_wins) rc = new_window(t, L, t->cfg.n_sink + wi * t->cfg.omega);
+  if (rc) return rc;
+  kv_win_t *w = &L->wins[wi];
+  int off = p - w->start, om = t->cfg.omega;
+  memcpy(w->page + (size_t)off * row, k, rb);
+  memcpy(w->page + ((size_t)om + off) * row, v, rb);
+  w->n = off + 1;
+  if (w->key_sum) add_key_stats(t, w, k, p);
+  return 0;
+}
+
+static int tiered_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k,
+                        const float *v) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  kv_tseq_t *s = &t->seqs[seq];
+  kv_tlayer_t *L = &s->layers[layer];
+  if (pos0 != L->len || pos0 + n > s->capacity)
+    return qe_errf(QE_ERANGE, "kv_tiered: store of [%d, %d) in slot %d (stored %d, capacity %d)",
+                   pos0, pos0 + n, seq, L->len, s->capacity);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++)
+    rc = store_token(t, L, pos0 + i, k + (size_t)i * t->row, v + (size_t)i * t->row);
+  if (!rc) L->len = pos0 + n;
+  if (layer == kv->geom.n_layer - 1) s->len = L->len;
+  return rc;
+}
+
+static size_t tiered_seq_bytes(const kv_cache_t *kv, int seq) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  const kv_tseq_t *s = &t->seqs[seq];
+  size_t b = 0;
+  for (int l = 0; s->open && l < kv->geom.n_layer; l++) b += s->layers[l].bytes;
+  return b;
+}
+
+/* Fills the by-kind byte and window counts of st from the window tables. */
+static void count_windows(const kv_tiered_t *t, const kv_tseq_t *s, kv_mem_stats_t *st) {
+  st->full_bytes = st->int2_bytes = st->meta_bytes = st->sink_bytes = 0;
+  st->windows[0] = st->windows[1] = st->windows[2] = 0;
+  for (int l = 0; l < t->base.geom.n_layer; l++) {
+    const kv_tlayer_t *L = &s->layers[l];
+    st->sink_bytes += L->len > 0 && t->cfg.n_sink ? t->sink_bytes : 0;
+    for (int i = 0; i < L->n_wins; i++) {
+      const kv_win_t *w = &L->wins[i];
+      st->windows[w->tier]++;
+      if (w->tier == KV_TIER_EVICTED) continue;
+      st->meta_bytes += t->meta_bytes;
+      st->full_bytes += w->tier == KV_TIER_FULL ? t->page_bytes : 0;
+      st->int2_bytes += w->ledger ? t->ledger_bytes : 0;
+    }
+  }
+}
+
+void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  const kv_tseq_t *s = &t->seqs[seq];
+  *out = s->st;
+  if (!s->open) return;
+  count_windows(t, s, out);
+  out->bytes = tiered_seq_bytes(kv, seq);
+}
+
+int kv_tiered_check(const kv_cache_t *kv, int seq) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  const kv_tseq_t *s = &t->seqs[seq];
+  for (int l = 0; s->open && l < kv->geom.n_layer; l++) {
+    const kv_tlayer_t *L = &s->layers[l];
+    size_t b = L->len > 0 && t->cfg.n_sink ? t->sink_bytes : 0;
+    for (int i = 0; i < L->n_wins; i++) {
+      const kv_win_t *w = &L->wins[i];
+      if ((w->tier == KV_TIER_FULL) != (w->page != NULL) ||
+          (w->tier == KV_TIER_INT2 && !w->ledger) || (w->tier == KV_TIER_EVICTED && w->ledger))
+        return qe_errf(QE_ERANGE, "kv_tiered: layer %d window %d is in an inconsistent state", l, i);
+      b += kv_tiered_win_bytes(t, w);
+    }
+    if (b != L->bytes)
+      return qe_errf(QE_ERANGE, "kv_tiered: layer %d accounts %zu bytes, windows hold %zu", l,
+                     L->bytes, b);
+  }
+  size_t total = tiered_seq_bytes(kv, seq);
+  if (total > s->budget)
+    return qe_errf(QE_ERANGE, "kv_tiered: slot %d holds %zu bytes over its budget %zu", seq,
+                   total, s->budget);
+  return 0;
+}
+
+static const kv_win_t *win_at(const kv_cache_t *kv, int seq, int layer, int w) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  const kv_tseq_t *s = &t->seqs[seq];
+  if (!s->open || layer < 0 || layer >= kv->geom.n_layer || w < 0 || w >= s->layers[layer].n_wins)
+    return NULL;
+  return &s->layers[layer].wins[w];
+}
+
+int kv_tiered_window_tier(const kv_cache_t *kv, int seq, int layer, int w) {
+  const kv_win_t *x = win_at(kv, seq, layer, w);
+  return x ? x->tier : -1;
+}
+
+const uint8_t *kv_tiered_window_ledger(const kv_cache_t *kv, int seq, int layer, int w,
+                                       size_t *bytes) {
+  const kv_win_t *x = win_at(kv, seq, layer, w);
+  *bytes = ((const kv_tiered_t *)kv)->ledger_bytes;
+  return x ? x->ledger : NULL;
+}
+
+int kv_tiered_n_windows(const kv_cache_t *kv, int seq, int layer) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  return t->seqs[seq].open ? t->seqs[seq].layers[layer].n_wins : 0;
+}
+
+static void tiered_destroy(kv_cache_t *kv) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  for (int s = 0; t->seqs && s < kv->geom.max_seqs; s++) tiered_seq_close(kv, s);
+  kv_pool_destroy(t->pool);
+  free(t->seqs);
+  free(t->pending_budget);
+  free(t->tmp);
+  free(t->gk), free(t->gv), free(t->gmass), free(t->gpos);
+  free(t);
+}
+
+static const kv_cache_ops_t tiered_ops = {"tiered",     tiered_seq_open,  tiered_seq_close,
+                                          tiered_store, kv_tiered_attend, tiered_seq_bytes,
+                                          tiered_destroy};

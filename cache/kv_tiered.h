@@ -1,0 +1,71 @@
+/* kv_tiered: the three-tier KV cache (Full / INT2 / Evicted) behind kv_cache_ops_t, driven by
+ * a kv_policy_cfg_t. Per sequence and layer: the sink (first n_sink tokens, always Full), then
+ * windows of omega tokens; windows still overlapping the most recent n_local tokens are
+ * protected (Full); older ("aged") windows are routed by the policy whenever one ages and
+ * after each layer's prefill. Keys in Full pages are post-RoPE; INT2 ledgers hold pre-RoPE
+ * keys (re-rotated at attention time). Persistent bytes of a sequence never exceed its
+ * budget; the prompt's transient Full KV is held one layer at a time.
+ * Not thread-safe: one engine thread drives a cache. */
+#ifndef QE_KV_TIERED_H
+#define QE_KV_TIERED_H
+
+#include <stdio.h>
+
+#include "kv_cache.h"
+#include "kv_policy.h"
+#include "kv_route.h"
+
+typedef struct {
+  size_t budget;         /* persistent byte budget of the sequence (all layers) */
+  size_t bytes;          /* persistent bytes now */
+  size_t peak_bytes;     /* highest persistent bytes after any routing */
+  size_t full_bytes, int2_bytes, meta_bytes, sink_bytes; /* bytes now, by kind */
+  size_t peak_transient; /* highest bytes above the budget while a prefill layer was routed */
+  long windows[3];       /* windows per tier (FULL, INT2, EVICTED), summed over layers */
+  long promotions, demotions, evictions, quantizations, routing_events;
+} kv_mem_stats_t;
+
+/* One routing event (for --trace): layer, the sequence length when it ran, per-tier counts,
+ * transitions. */
+typedef struct {
+  int seq, layer, len;
+  int n_cand, n_full, n_int2, n_evicted;
+  int promoted, demoted, evicted;
+  size_t bytes, budget;
+} kv_route_event_t;
+
+typedef void (*kv_trace_fn)(void *ud, const kv_route_event_t *ev);
+
+/* Creates the cache. rope: the model's RoPE (re-applied to INT2 keys, inverted at
+ * demotion). pool_bytes: the page arena. cfg is copied; check it with kv_policy_check. */
+int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
+                     const kv_policy_cfg_t *cfg, size_t pool_bytes, kv_cache_t **out);
+
+/* How slots opened without an explicit budget get one: `bytes` when non-zero; otherwise
+ * `fraction` of the FullKV bytes of the slot's capacity (2 x n_kv x head_dim floats per token
+ * and layer, the policy-independent base of equal-bytes comparisons); a fraction >= 1 means
+ * "hold everything at Full" (kv_tiered_fullkv_bytes). Default: fraction 1. */
+void kv_tiered_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes);
+/* Budget (bytes) the next seq_open of `seq` will use (overrides the spec). */
+int kv_tiered_set_budget(kv_cache_t *kv, int seq, size_t budget);
+/* The smallest budget this cache accepts (sink + protected local region, all layers). */
+size_t kv_tiered_min_budget(const kv_cache_t *kv);
+/* Bytes this cache needs to hold n tokens all at Full (all layers), metadata and the
+ * protected-region reserve included: a budget of at least this never evicts or quantizes. */
+size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
+/* Full page bytes of one window of one layer (pool sizing). */
+size_t kv_tiered_page_bytes(const kv_cache_t *kv);
+void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out);
+void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud);
+
+/* Test hooks: the tier of window w of (seq, layer), -1 if absent; the ledger bytes of that
+ * window (NULL if never quantized) and their size. */
+int kv_tiered_window_tier(const kv_cache_t *kv, int seq, int layer, int w);
+const uint8_t *kv_tiered_window_ledger(const kv_cache_t *kv, int seq, int layer, int w,
+                                       size_t *bytes);
+int kv_tiered_n_windows(const kv_cache_t *kv, int seq, int layer);
+/* Checks every invariant of a sequence (bytes <= budget, accounting matches the window
+ * tables, tiers valid); QE_ERANGE with a detail on the first violation. */
+int kv_tiered_check(const kv_cache_t *kv, int seq);
+
+#endif

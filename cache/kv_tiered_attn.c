@@ -1,0 +1,177 @@
+/* kv_tiered_attn: attention over a sequence's accessible tokens — the sink, Full windows and
+ * INT2 windows (dequantized, RoPE re-applied at their original positions) — gathered into one
+ * buffer with explicit positions, one backend attention call for all requests, then the
+ * per-window attention masses update the policy scores and aged windows are routed. This is
+ * the CPU reference of the fused tiered kernel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_tiered_internal.h"
+#include "qe_status.h"
+
+void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign) {
+  int32_t pos[256];
+  kern_backend_t *be = t->base.be;
+  for (int i = 0; i < n; i += 256) {
+    int m = n - i < 256 ? n - i : 256;
+    for (int j = 0; j < m; j++) pos[j] = sign * (start + i + j);
+    be->ops->rope(be, x + (size_t)i * t->row, pos, m, t->base.geom.n_kv_head,
+                  t->base.geom.head_dim, &t->rope);
+  }
+}
+
+/* Ledger layout: k codes, k scale, k zero, v codes, v scale, v zero. */
+void kv_tiered_dequant(const kv_tiered_t *t, const uint8_t *led, float *k, float *v) {
+  const kv_geom_t *g = &t->base.geom;
+  const kv_qsizes_t *q = &t->qs;
+  const uint16_t *ks = (const uint16_t *)(led + q->k_codes), *kz = ks + q->k_meta / 4;
+  const uint8_t *vc = led + q->k_codes + q->k_meta;
+  const uint16_t *vs = (const uint16_t *)(vc + q->v_codes), *vz = vs + q->v_meta / 4;
+  kv_dequant_keys(&t->cfg.quant, led, ks, kz, t->cfg.omega, g->n_kv_head, g->head_dim, k);
+  kv_dequant_values(&t->cfg.quant, vc, vs, vz, t->cfg.omega, g->n_kv_head, g->head_dim, v);
+}
+
+static int grow_gather(kv_tiered_t *t, int n) {
+  if (n <= t->gcap) return 0;
+  int cap = n + n / 2 + 64;
+  float *k = realloc(t->gk, sizeof(float) * (size_t)cap * t->row);
+  if (k) t->gk = k;
+  float *v = realloc(t->gv, sizeof(float) * (size_t)cap * t->row);
+  if (v) t->gv = v;
+  float *m = realloc(t->gmass, sizeof(float) * (size_t)cap);
+  if (m) t->gmass = m;
+  int32_t *p = realloc(t->gpos, sizeof(int32_t) * (size_t)cap);
+  if (p) t->gpos = p;
+  if (!k || !v || !m || !p) return qe_errf(QE_ENOMEM, "kv_tiered: no memory to gather %d keys", n);
+  t->gcap = cap;
+  return 0;
+}
+
+static int accessible(const kv_tiered_t *t, const kv_tlayer_t *L) {
+  int n = L->len < t->cfg.n_sink ? L->len : t->cfg.n_sink;
+  for (int i = 0; i < L->n_wins; i++) n += L->wins[i].tier == KV_TIER_EVICTED ? 0 : L->wins[i].n;
+  return n;
+}
+
+/* Copies one window's keys and values (post-RoPE) to gather slot `at`. */
+static void gather_window(kv_tiered_t *t, const kv_win_t *w, int at) {
+  size_t row = t->row, om = (size_t)t->cfg.omega;
+  float *k = t->gk + (size_t)at * row, *v = t->gv + (size_t)at * row;
+  if (w->tier == KV_TIER_FULL) {
+    memcpy(k, w->page, sizeof(float) * row * (size_t)w->n);
+    memcpy(v, w->page + om * row, sizeof(float) * row * (size_t)w->n);
+  } else {
+    kv_tiered_dequant(t, w->ledger, t->tmp, v);
+    kv_tiered_rotate(t, t->tmp, w->start, w->n, 1);
+    memcpy(k, t->tmp, sizeof(float) * row * (size_t)w->n);
+  }
+  for (int j = 0; j < w->n; j++) t->gpos[at + j] = w->start + j;
+}
+
+/* Gathers a layer's accessible tokens at slot `at`; returns how many. */
+static int gather_layer(kv_tiered_t *t, const kv_tlayer_t *L, int at) {
+  int n_sink = L->len < t->cfg.n_sink ? L->len : t->cfg.n_sink, n = 0;
+  for (int p = 0; p < n_sink; p++, n++) {
+    memcpy(t->gk + (size_t)(at + n) * t->row, L->sink + (size_t)p * 2 * t->row, sizeof(float) * t->row);
+    memcpy(t->gv + (size_t)(at + n) * t->row, L->sink + ((size_t)p * 2 + 1) * t->row, sizeof(float) * t->row);
+    t->gpos[at + n] = p;
+  }
+  for (int i = 0; i < L->n_wins; i++) {
+    if (L->wins[i].tier == KV_TIER_EVICTED) continue;
+    gather_window(t, &L->wins[i], at + n);
+    n += L->wins[i].n;
+  }
+  return n;
+}
+
+/* Mass per window from the gathered per-key masses (skipping the sink). wm: [n_wins]. */
+static void window_masses(const kv_tiered_t *t, const kv_tlayer_t *L, const float *mass,
+                          float *wm) {
+  int at = L->len < t->cfg.n_sink ? L->len : t->cfg.n_sink;
+  for (int i = 0; i < L->n_wins; i++) {
+    const kv_win_t *w = &L->wins[i];
+    wm[i] = 0;
+    if (w->tier == KV_TIER_EVICTED) continue;
+    for (int j = 0; j < w->n; j++) wm[i] += mass[at + j];
+    at += w->n;
+  }
+}
+
+/* Max-pools window masses over a width-k neighbourhood (SnapKV's clustering). */
+static void pool_masses(float *wm, int n, int k, float *tmp) {
+  int r = k / 2;
+  for (int i = 0; i < n; i++) {
+    float m = wm[i];
+    for (int j = i - r; j <= i + r; j++)
+      if (j >= 0 && j < n && wm[j] > m) m = wm[j];
+    tmp[i] = m;
+  }
+  memcpy(wm, tmp, sizeof(float) * (size_t)n);
+}
+
+static void update_score(const kv_policy_cfg_t *c, kv_win_t *w, float m, int prefill) {
+  switch (c->scorer) {
+  case KV_SCORE_CUMULATIVE: w->score += m; break;
+  case KV_SCORE_DECAYED: w->score = c->decay * w->score + m; break;
+  case KV_SCORE_PNORM:
+    w->acc += powf(m, c->pnorm);
+    w->score = powf(w->acc, 1.0f / c->pnorm);
+    break;
+  case KV_SCORE_PREFILL:
+    if (prefill) w->score = m;
+    break;
+  default: break; /* static scorers are set at routing */
+  }
+}
+
+static int score_layer(kv_tiered_t *t, kv_tlayer_t *L, const float *mass, int prefill) {
+  float *wm = malloc(sizeof(float) * 2 * (size_t)(L->n_wins + 1));
+  if (!wm) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  window_masses(t, L, mass, wm);
+  if (prefill && t->cfg.pool_kernel > 1) pool_masses(wm, L->n_wins, t->cfg.pool_kernel, wm + L->n_wins);
+  for (int i = 0; i < L->n_wins; i++)
+    if (L->wins[i].tier != KV_TIER_EVICTED) update_score(&t->cfg, &L->wins[i], wm[i], prefill);
+  free(wm);
+  return 0;
+}
+
+/* Routes the layer when it was just prefilled or a window has aged since the last routing. */
+static int maybe_route(kv_tiered_t *t, int seq, int layer, int prefill) {
+  kv_tlayer_t *L = &t->seqs[seq].layers[layer];
+  int aged = 0;
+  for (int i = 0; i < L->n_wins; i++) aged += kv_win_aged(t, &L->wins[i], L->len);
+  if (!prefill && aged <= L->n_aged) return 0;
+  L->n_aged = aged;
+  return kv_tiered_route_layer(t, seq, layer);
+}
+
+int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  kern_attn_seq_t work[64];
+  int total = 0, rc = 0;
+  if (n_reqs > 64) return qe_errf(QE_EINVAL, "kv_tiered: more than 64 sequences in one call");
+  for (int i = 0; i < n_reqs; i++) total += accessible(t, &t->seqs[reqs[i].seq].layers[layer]);
+  if ((rc = grow_gather(t, total))) return rc;
+  memset(t->gmass, 0, sizeof(float) * (size_t)total);
+  for (int i = 0, at = 0; i < n_reqs; i++) {
+    const kv_attn_req_t *r = &reqs[i];
+    int n = gather_layer(t, &t->seqs[r->seq].layers[layer], at);
+    int obs = r->n_q > t->cfg.n_obs ? r->n_q - t->cfg.n_obs : 0;
+    work[i] = (kern_attn_seq_t){.q = r->q, .k = t->gk + (size_t)at * t->row,
+                                .v = t->gv + (size_t)at * t->row, .out = r->out,
+                                .key_mass = t->gmass + at, .k_pos = t->gpos + at, .n_q = r->n_q,
+                                .n_kv = n, .q_pos0 = r->pos0, .mass_q0 = obs};
+    at += n;
+  }
+  kern_attn_shape_t sh = {kv->geom.n_head, kv->geom.n_kv_head, kv->geom.head_dim,
+                          1.0f / sqrtf((float)kv->geom.head_dim)};
+  kv->be->ops->attention(kv->be, work, n_reqs, &sh);
+  for (int i = 0, at = 0; i < n_reqs && !rc; i++) {
+    kv_tlayer_t *L = &t->seqs[reqs[i].seq].layers[layer];
+    rc = score_layer(t, L, t->gmass + at, reqs[i].n_q > 1);
+    at += work[i].n_kv;
+    if (!rc) rc = maybe_route(t, reqs[i].seq, layer, reqs[i].n_q > 1);
+  }
+  return rc;
+}

@@ -1,0 +1,78 @@
+/* kv_tiered_internal: the tiered cache's private state, shared by its source files. */
+#ifndef QE_KV_TIERED_INTERNAL_H
+#define QE_KV_TIERED_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kv_pool.h"
+#include "kv_tiered.h"
+
+/* Persistent bookkeeping bytes of a window: start position, score, state. */
+#define KV_WIN_META 12
+
+typedef struct {
+  int32_t start;     /* first position */
+  int32_t n;         /* tokens stored (<= omega) */
+  int tier;          /* KV_TIER_* */
+  float *page;       /* Full page: K [omega][row] (post-RoPE) then V [omega][row]; or NULL */
+  uint8_t *ledger;   /* INT2 ledger (write-once); NULL until first quantized */
+  float score, acc;  /* policy score; accumulator (p-norm) */
+  float *key_sum;    /* [row] sum of pre-RoPE keys (knorm, graphkv), or NULL */
+  float norm_sum;    /* sum of per-token pre-RoPE key L2 norms (knorm) */
+} kv_win_t;
+
+typedef struct {
+  float *sink;       /* [n_sink][2][row]: K (post-RoPE) then V per token */
+  kv_win_t *wins;
+  int n_wins, cap_wins;
+  int n_aged;        /* aged windows at the last routing */
+  int len;           /* tokens stored in this layer */
+  size_t budget;     /* this layer's share */
+  size_t bytes;      /* persistent bytes now */
+} kv_tlayer_t;
+
+typedef struct {
+  int open;
+  int len;           /* tokens stored (all layers move together) */
+  int capacity;
+  size_t budget;
+  kv_tlayer_t *layers;
+  kv_mem_stats_t st;
+} kv_tseq_t;
+
+typedef struct {
+  kv_cache_t base;
+  kv_policy_cfg_t cfg;
+  kern_rope_t rope;
+  kv_qsizes_t qs;
+  size_t row;        /* floats per token per K or V: n_kv * head_dim */
+  size_t page_bytes, ledger_bytes, sink_bytes, meta_bytes;
+  size_t local_reserve; /* protected windows' worst-case bytes per layer */
+  kv_pool_t *pool;
+  kv_tseq_t *seqs;
+  size_t *pending_budget;
+  double spec_fraction; /* budget spec for slots without an explicit budget */
+  size_t spec_bytes;
+  kv_trace_fn trace;
+  void *trace_ud;
+  /* attention workspace (host/backend memory), grown on demand */
+  float *gk, *gv, *gmass;
+  int32_t *gpos;
+  int gcap;
+  float *tmp;        /* [omega][row] */
+} kv_tiered_t;
+
+static inline int kv_win_aged(const kv_tiered_t *t, const kv_win_t *w, int len) {
+  return w->start + t->cfg.omega <= len - t->cfg.n_local;
+}
+
+/* kv_tiered_route.c */
+int kv_tiered_route_layer(kv_tiered_t *t, int seq, int layer);
+int kv_tiered_promote(kv_tiered_t *t, kv_win_t *w);
+size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w);
+/* kv_tiered_attn.c */
+int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs);
+/* Rotates x [n][n_kv][hd] to positions start.. (sign = +1) or back (sign = -1). */
+void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign);
+
+#endif

@@ -1,0 +1,1 @@
+int main(void) { return 77; } /* placeholder: being written */

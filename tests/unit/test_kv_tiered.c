@@ -1,0 +1,256 @@
+/* test_kv_tiered: the three-tier cache. A hand-made routing sequence with known Full / INT2 /
+ * Evicted sets after each event (promotion included); every policy at budgets from the minimum
+ * to 100% on a random model with invariants checked after every step (bytes <= budget,
+ * accounting consistent, evicted windows never return, ledgers never change once written);
+ * qevict at 100% bit-identical to FullKV; RoPE un-rotation; bad configurations refused. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv_tiered.h"
+#include "model_gen.h"
+#include "qe_status.h"
+#include "rand_model.h"
+#include "test_util.h"
+
+/* ---- worked routing example ------------------------------------------------------------ */
+
+static int tiers_are(const int *got, const char *want) {
+  for (int i = 0; want[i]; i++)
+    if ("FQE"[got[i]] != want[i]) return 0;
+  return 1;
+}
+
+static void check_worked_example(void) {
+  int tier[8], order[8];
+  /* Event 1: six Full windows, B_hist 200, q 0.5: Full cap 100 (one window), INT2 cap 100. */
+  kv_cand_t e1[6] = {{5, 0, 100, 30}, {4, 0, 100, 30}, {3, 0, 100, 30},
+                     {2, 0, 100, 30}, {1, 0, 100, 30}, {0, 0, 100, 30}};
+  kv_route_params_t p = {200, 0.5f, 1, 1, 1};
+  CHECK(kv_route_decide(e1, 6, &p, tier, order) == 190);
+  CHECK(tiers_are(tier, "FQQQEE"));
+  /* Event 2: w0 F (score 1), w1 Q with ledger (2; Full would cost 130), w2 Q (.2), w3 Q (.1),
+   * new w6 F (.5). w1 no longer fits Full (130 > 100): w0 stays; INT2 takes w1, w6, w2. */
+  kv_cand_t e2[5] = {{1, 0, 100, 30}, {2, 1, 130, 30}, {.2f, 1, 130, 30}, {.1f, 1, 130, 30},
+                     {.5f, 0, 100, 30}};
+  kv_route_decide(e2, 5, &p, tier, order);
+  CHECK(tiers_are(tier, "FQQEQ"));
+  /* Event 3: w1's score jumps: with B_hist 260 (Full cap 130) it is promoted; w0 demoted. */
+  kv_cand_t e3[4] = {{.3f, 0, 100, 30}, {10, 1, 130, 30}, {.2f, 1, 130, 30}, {.5f, 1, 130, 30}};
+  kv_route_params_t p3 = {260, 0.5f, 1, 1, 1};
+  kv_route_decide(e3, 4, &p3, tier, order);
+  CHECK(tiers_are(tier, "QFQQ"));
+  /* Without promotion w1 stays INT2 and w0 keeps Full. */
+  kv_route_params_t np = {260, 0.5f, 1, 1, 0};
+  kv_route_decide(e3, 4, &np, tier, order);
+  CHECK(tiers_are(tier, "FQQQ"));
+  /* No pressure: everything fits at Full, INT2 windows come back. */
+  kv_route_params_t big = {1000, 0.7f, 1, 1, 1};
+  kv_route_decide(e3, 4, &big, tier, order);
+  CHECK(tiers_are(tier, "FFFF"));
+  /* Full-only (h2o-like) and INT2-only (kivi-like) policies. */
+  kv_route_params_t fo = {250, 0.0f, 0, 1, 1}, qo = {70, 1.0f, 1, 0, 1};
+  kv_route_decide(e1, 6, &fo, tier, order);
+  CHECK(tiers_are(tier, "FFEEEE"));
+  kv_route_decide(e1, 6, &qo, tier, order);
+  CHECK(tiers_are(tier, "QQEEEE"));
+}
+
+/* ---- policies on a random model ---------------------------------------------------------- */
+
+enum { NP = 100, ND = 48, MAXW = 64 };
+
+typedef struct {
+  kern_backend_t *be;
+  model_t *m;
+  tp_comm_t *c;
+  int32_t prompt[NP];
+} world_t;
+
+/* What a window looked like: its tier history and the ledger bytes first seen. */
+typedef struct {
+  int evicted;
+  uint8_t *ledger;
+} seen_t;
+
+static void check_history(kv_cache_t *kv, int L, seen_t seen[][MAXW], int *bad_return,
+                          int *bad_ledger) {
+  for (int l = 0; l < L; l++)
+    for (int w = 0; w < kv_tiered_n_windows(kv, 0, l) && w < MAXW; w++) {
+      int tier = kv_tiered_window_tier(kv, 0, l, w);
+      size_t nb;
+      const uint8_t *led = kv_tiered_window_ledger(kv, 0, l, w, &nb);
+      seen_t *s = &seen[l][w];
+      if (s->evicted && tier != KV_TIER_EVICTED) (*bad_return)++;
+      s->evicted |= tier == KV_TIER_EVICTED;
+      if (led && !s->ledger) s->ledger = memcpy(malloc(nb), led, nb);
+      else if (led && memcmp(led, s->ledger, nb)) (*bad_ledger)++;
+    }
+}
+
+static int argmax(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+  return b;
+}
+
+/* Prefill + ND greedy decode steps; logits of every step into lg [ND+1][V] (may be NULL). */
+static int run_policy(world_t *wd, kv_cache_t *kv, float *lg, kv_mem_stats_t *st, int tiered) {
+  int V = model_hparams(wd->m)->n_vocab, L = model_hparams(wd->m)->n_layer, rc;
+  int32_t pos[NP], seq[NP] = {0}, tok;
+  uint8_t want[NP] = {0};
+  float *row = malloc(sizeof(float) * V);
+  static seen_t seen[4][MAXW];
+  int bad_return = 0, bad_ledger = 0;
+  memset(seen, 0, sizeof seen);
+  for (int i = 0; i < NP; i++) pos[i] = i;
+  want[NP - 1] = 1;
+  rc = kv->ops->seq_open(kv, 0, NP + ND);
+  model_batch_t b = {NP, wd->prompt, pos, seq, want};
+  if (!rc) rc = model_forward(wd->m, kv, wd->c, &b, row);
+  for (int s = 0; !rc && s <= ND; s++) {
+    if (lg) memcpy(lg + (size_t)s * V, row, sizeof(float) * V);
+    if (tiered) CHECK_OK(kv_tiered_check(kv, 0));
+    if (tiered) check_history(kv, L, seen, &bad_return, &bad_ledger);
+    if (s == ND) break;
+    tok = argmax(row, V);
+    int32_t p = NP + s, z = 0;
+    model_batch_t d = {1, &tok, &p, &z, NULL};
+    rc = model_forward(wd->m, kv, wd->c, &d, row);
+  }
+  CHECK(bad_return == 0);
+  CHECK(bad_ledger == 0);
+  if (tiered) kv_tiered_stats(kv, 0, st);
+  kv->ops->seq_close(kv, 0);
+  for (int l = 0; l < 4; l++)
+    for (int w = 0; w < MAXW; w++) free(seen[l][w].ledger);
+  free(row);
+  return rc;
+}
+
+static int make_tiered(world_t *wd, const char *policy, double frac, kv_cache_t **kv) {
+  kv_policy_desc_t d;
+  int rc = kv_policy_find(policy, &d);
+  if (rc) return rc;
+  kv_geom_t g = model_kv_geom(wd->m, 1);
+  rc = kv_tiered_create(wd->be, &g, &model_hparams(wd->m)->rope, &d.cfg, 64u << 20, kv);
+  if (!rc) kv_tiered_set_budget_spec(*kv, frac, 0);
+  return rc;
+}
+
+static void check_policies(world_t *wd) {
+  static const double fracs[] = {0.0, 0.1, 0.3, 0.6, 1.0};
+  static const char *extra[] = {"qevict+graphkv", "h2o+graphkv", "snapkv+graphkv", NULL};
+  const kv_policy_desc_t *const *list = kv_policy_list();
+  for (int i = 0; list[i] || extra[i - 8 >= 0 ? i - 8 : 0]; i++) {
+    const char *name = list[i] ? list[i]->name : extra[i - 8];
+    if (!list[i] && i - 8 >= 3) break;
+    if (list[i] && list[i]->full) continue;
+    for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
+      kv_cache_t *kv = NULL;
+      kv_mem_stats_t st;
+      CHECK_OK(make_tiered(wd, name, 1.0, &kv));
+      if (!kv) continue;
+      size_t minb = kv_tiered_min_budget(kv);
+      double full = (double)(NP + ND) * 2 * model_kv_geom(wd->m, 1).n_kv_head * 32 * 4 * 2;
+      double fr = fracs[f] == 0.0 ? (double)minb / full + 1e-9 : fracs[f];
+      kv_tiered_set_budget_spec(kv, fr, 0);
+      int rc = run_policy(wd, kv, NULL, &st, 1);
+      if (rc == QE_EINVAL && fracs[f] > 0 && fr * full < minb) rc = 0; /* below the minimum */
+      CHECK_OK(rc);
+      fprintf(stderr, "%-16s budget %5.1f%%: %7zu/%7zu bytes, windows F/Q/E %ld/%ld/%ld, "
+              "promotions %ld, demotions %ld, evictions %ld\n", name, 100 * fr, st.bytes,
+              st.budget, st.windows[0], st.windows[1], st.windows[2], st.promotions,
+              st.demotions, st.evictions);
+      kv_cache_destroy(kv);
+    }
+  }
+}
+
+/* qevict at 100% (and h2o, kivi at 100%) gives bit-identical logits to FullKV. */
+static void check_identical(world_t *wd) {
+  int V = model_hparams(wd->m)->n_vocab;
+  float *ref = malloc(sizeof(float) * (ND + 1) * V), *got = malloc(sizeof(float) * (ND + 1) * V);
+  kv_cache_t *full = NULL;
+  kv_geom_t g = model_kv_geom(wd->m, 1);
+  kv_mem_stats_t st;
+  CHECK_OK(kv_full_create(wd->be, &g, &full));
+  CHECK_OK(run_policy(wd, full, ref, &st, 0));
+  kv_cache_destroy(full);
+  const char *names[] = {"qevict", "h2o", "snapkv", "qevict+graphkv"};
+  for (int i = 0; i < 4; i++) {
+    kv_cache_t *kv = NULL;
+    CHECK_OK(make_tiered(wd, names[i], 1.0, &kv));
+    CHECK_OK(run_policy(wd, kv, got, &st, 1));
+    int same = !memcmp(ref, got, sizeof(float) * (ND + 1) * V);
+    fprintf(stderr, "%s at 100%%: logits %s FullKV's (evictions %ld, demotions %ld)\n", names[i],
+            same ? "bit-identical to" : "DIFFER from", st.evictions, st.demotions);
+    CHECK(same && st.evictions == 0 && st.demotions == 0);
+    kv_cache_destroy(kv);
+  }
+  free(ref);
+  free(got);
+}
+
+static void check_bad_config(world_t *wd) {
+  kv_policy_desc_t d;
+  kv_cache_t *kv = NULL;
+  kv_geom_t g = model_kv_geom(wd->m, 1);
+  const kern_rope_t *r = &model_hparams(wd->m)->rope;
+  CHECK(kv_policy_find("lru", &d) == QE_EINVAL && strstr(qe_errmsg(), "unknown policy"));
+  CHECK(kv_policy_find("streaming+graphkv", &d) == QE_EINVAL);
+  CHECK_OK(kv_policy_find("qevict", &d));
+  kv_policy_cfg_t c = d.cfg;
+  c.omega = 0;
+  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL && strstr(qe_errmsg(), "window"));
+  c = d.cfg, c.quant.bits = 3;
+  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL && strstr(qe_errmsg(), "bits"));
+  c = d.cfg, c.q = 1.5f;
+  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL && strstr(qe_errmsg(), "q must"));
+  CHECK_OK(kv_tiered_create(wd->be, &g, r, &d.cfg, 1 << 20, &kv));
+  kv_tiered_set_budget_spec(kv, 0, kv_tiered_min_budget(kv) - 1);
+  CHECK(kv->ops->seq_open(kv, 0, 64) == QE_EINVAL && strstr(qe_errmsg(), "protected regions"));
+  kv_cache_destroy(kv);
+}
+
+/* Rotating to a position and back restores the keys within 1e-5. */
+static void check_rope_roundtrip(world_t *wd) {
+  kern_rope_t r = model_hparams(wd->m)->rope;
+  uint64_t s = 3;
+  float x[4 * 2 * 32], y[4 * 2 * 32];
+  int32_t pos[4] = {7, 100, 1000, 4000}, neg[4] = {-7, -100, -1000, -4000};
+  for (int i = 0; i < 256; i++) x[i] = y[i] = tu_randf(&s, -3, 3);
+  wd->be->ops->rope(wd->be, y, pos, 4, 2, 32, &r);
+  wd->be->ops->rope(wd->be, y, neg, 4, 2, 32, &r);
+  double e = 0;
+  for (int i = 0; i < 256; i++) e = fmax(e, fabs(x[i] - y[i]));
+  fprintf(stderr, "rope un-rotation max abs error %.3g\n", e);
+  CHECK(e < 1e-5);
+}
+
+int main(void) {
+  check_worked_example();
+  const char *path = "/tmp/qe_test_tiered.gguf";
+  rand_model_spec_t sp = {1, 0 /* F32 */, 8, 2, 0, 2, 21};
+  CHECK_OK(rand_model_write(&sp, path));
+  world_t wd = {0};
+  CHECK_OK(kern_cpu_create(1, &wd.be));
+  CHECK_OK(tp_comm_create_single(&wd.c));
+  model_load_opts_t o = {wd.be, 0, 1, 128};
+  CHECK_OK(model_load(path, &o, &wd.m));
+  uint64_t s = 9;
+  for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);
+  if (wd.m) {
+    check_rope_roundtrip(&wd);
+    check_bad_config(&wd);
+    check_identical(&wd);
+    check_policies(&wd);
+  }
+  model_destroy(wd.m);
+  tp_comm_destroy(wd.c);
+  kern_destroy(wd.be);
+  unlink(path);
+  return tu_done("test_kv_tiered");
+}
