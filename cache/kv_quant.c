@@ -28,6 +28,7 @@
 
 #define KV_HMAX     0x7bffu /* 65504 */
 #define KV_HTINY    0x0001u /* 2^-24, the smallest positive fp16 */
+#define KV_HMINS    0x0400u /* 2^-14, the smallest normal fp16: the smallest scale */
 #define KV_SEARCH_S 1024    /* scale candidates tried per zero in the fallback search */
 
 /* One group: x[base + i * stride] for i < n. */
@@ -117,17 +118,24 @@ static uint16_t kv__hceil_pos(double v) {
 
 /* ---- the rule R and the fixed-point test ---- */
 
-/* z = largest fp16 <= mn; s = smallest fp16 > 0 whose top reconstruction fl(L * s + z) >= mx.
- * Coverage is judged in the fp32 arithmetic of the reconstruction itself (monotone in s), so
- * when the top code is used, R of the reconstructed group finds the same s again. */
+/* Smallest fp16 s >= 2^-14 whose top reconstruction fl(L * s + z) >= mx. Coverage is judged
+ * in the fp32 arithmetic of the reconstruction itself (monotone in s), so when the top code is
+ * used, the cover of the reconstructed group is the same s again. Scales are never subnormal:
+ * with a subnormal s (coarse relative steps) the top code may be below L, and the cover of the
+ * reconstruction then shrinks; the floor costs at most 2^-15 (3e-5) of absolute error. */
+static uint16_t kv__cover(uint16_t zh, float mx, int L) {
+  float z = qe_half_to_f32(zh);
+  uint16_t s = kv__hceil_pos(((double)mx - z) / L);
+  s = s < KV_HMINS ? KV_HMINS : s;
+  while (s < KV_HMAX && kv__recon(L, z, qe_half_to_f32(s)) < mx) s++;
+  while (s > KV_HMINS && kv__recon(L, z, qe_half_to_f32((uint16_t)(s - 1))) >= mx) s--;
+  return s;
+}
+
+/* The rule R: z = the largest fp16 <= mn, s = its cover. */
 static void kv__rule(float mn, float mx, int L, uint16_t *zh, uint16_t *sh) {
-  uint16_t z = kv__hfloor(mn);
-  float zf = qe_half_to_f32(z);
-  uint16_t s = kv__hceil_pos(((double)mx - zf) / L);
-  while (s < KV_HMAX && kv__recon(L, zf, qe_half_to_f32(s)) < mx) s++;
-  while (s > KV_HTINY && kv__recon(L, zf, qe_half_to_f32((uint16_t)(s - 1))) >= mx) s--;
-  *zh = z;
-  *sh = s;
+  *zh = kv__hfloor(mn);
+  *sh = kv__cover(*zh, mx, L);
 }
 
 static void kv__minmax(const kv__grp_t *g, float *mn, float *mx) {
@@ -141,15 +149,20 @@ static void kv__minmax(const kv__grp_t *g, float *mn, float *mx) {
   *mx = hi;
 }
 
+/* The error bound: |x - y| <= s/2 + half an fp32 ulp of y (a clamped code can only land this
+ * far off when the rounded top reconstruction covers x). */
+static int kv__within(float x, float y, float s) {
+  float ay = fabsf(y);
+  return fabs((double)x - y) <= 0.5 * s + 0.5 * ((double)nextafterf(ay, INFINITY) - ay);
+}
+
 /* Is (z, s) a fixed point for values x (only the values matter, not their order)? */
 static int kv__is_fixed_vals(const float *xs, int n, int L, uint16_t zh, uint16_t sh) {
   float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh), ylo = 0, yhi = 0;
   for (int i = 0; i < n; i++) {
-    float u = kv__u(xs[i], z, s);
-    if (u < 0.0f || u > (float)L) return 0; /* would clamp: s/2 bound lost */
-    int c = (int)u;
+    int c = kv__code(xs[i], z, s, L);
     float y = kv__san(kv__recon(c, z, s));
-    if (kv__code(y, z, s, L) != c) return 0;
+    if (!kv__within(xs[i], y, s) || kv__code(y, z, s, L) != c) return 0;
     ylo = (i == 0 || y < ylo) ? y : ylo;
     yhi = (i == 0 || y > yhi) ? y : yhi;
   }
@@ -179,6 +192,7 @@ static int kv__search_scales(const kv__grp_t *g, float mn, float mx, int L, uint
   double z = kv__h(zh), w = (double)mx - z;
   double lo = fmax(w / (L + 0.5), 2.0 * (z - mn)), hi = w / (L - 0.5);
   uint16_t s = kv__hceil_pos(lo);
+  s = s < KV_HMINS ? KV_HMINS : s;
   for (int k = 0, extra = 0; k < KV_SEARCH_S && s <= KV_HMAX && extra < 4; k++, s++) {
     if (kv__h(s) > hi) extra++;
     if (kv__is_fixed(g, mn, mx, L, zh, s)) {

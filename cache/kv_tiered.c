@@ -28,8 +28,22 @@ static void sizes_init(kv_tiered_t *t) {
 
 static const kv_cache_ops_t tiered_ops;
 
+/* The value group must divide head_dim: a default larger than a small model's head shrinks
+ * to their greatest common divisor. */
+static kv_policy_cfg_t fit_group(const kv_policy_cfg_t *cfg, int head_dim) {
+  kv_policy_cfg_t c = *cfg;
+  int a = c.quant.group, b = head_dim;
+  while (a > 0 && b) {
+    int r = a % b;
+    a = b, b = r;
+  }
+  if (c.quant.group > 0 && head_dim % c.quant.group) c.quant.group = a;
+  return c;
+}
+
 int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
-                     const kv_policy_cfg_t *cfg, size_t pool_bytes, kv_cache_t **out) {
+                     const kv_policy_cfg_t *cfg_in, size_t pool_bytes, kv_cache_t **out) {
+  kv_policy_cfg_t fitted = fit_group(cfg_in, geom->head_dim), *cfg = &fitted;
   int rc = kv_policy_check(cfg, geom->head_dim);
   if (rc) return rc;
   kv_tiered_t *t = calloc(1, sizeof *t);
@@ -41,9 +55,10 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   sizes_init(t);
   t->seqs = calloc((size_t)geom->max_seqs, sizeof *t->seqs);
   t->pending_budget = calloc((size_t)geom->max_seqs, sizeof *t->pending_budget);
+  t->final = calloc((size_t)geom->max_seqs, sizeof *t->final);
   t->tmp = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
   size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
-  if (!t->seqs || !t->pending_budget || !t->tmp) rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  if (!t->seqs || !t->pending_budget || !t->final || !t->tmp) rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   if (!rc) rc = kv_pool_create(be, pool_bytes, t->page_bytes, q_page, &t->pool);
   if (rc) {
     tiered_ops.destroy(&t->base);
@@ -94,6 +109,27 @@ int kv_tiered_set_budget(kv_cache_t *kv, int seq, size_t budget) {
   return 0;
 }
 
+int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  size_t full = kv_tiered_fullkv_bytes(kv, capacity);
+  size_t budget = t->spec_bytes ? t->spec_bytes : spec_budget(t, capacity);
+  size_t per_seq = budget < full ? budget : full;
+  /* one layer's prompt at Full while it is routed, and partly filled INT2 slots per layer */
+  size_t windows = (size_t)capacity / (size_t)t->cfg.omega + 2;
+  size_t transient = windows * t->page_bytes + 2 * t->page_bytes * (size_t)kv->geom.n_layer;
+  size_t bytes = (size_t)n_seqs * (per_seq + per_seq / 8 + transient);
+  kv_pool_stats_t ps;
+  kv_pool_stats(t->pool, &ps);
+  if (ps.full_pages || ps.q_pages) return qe_errf(QE_EINVAL, "kv_tiered: reserve on a pool in use");
+  size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
+  kv_pool_t *np = NULL;
+  int rc = kv_pool_create(kv->be, bytes, t->page_bytes, q_page, &np);
+  if (rc) return rc;
+  kv_pool_destroy(t->pool);
+  t->pool = np;
+  return 0;
+}
+
 void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   t->trace = fn;
@@ -125,10 +161,16 @@ static void free_window(kv_tiered_t *t, kv_win_t *w) {
   w->tier = KV_TIER_EVICTED;
 }
 
+static void count_windows(const kv_tiered_t *t, const kv_tseq_t *s, kv_mem_stats_t *st);
+static size_t tiered_seq_bytes(const kv_cache_t *kv, int seq);
+
 static void tiered_seq_close(kv_cache_t *kv, int seq) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   if (seq < 0 || seq >= kv->geom.max_seqs || !t->seqs[seq].open) return;
   kv_tseq_t *s = &t->seqs[seq];
+  count_windows(t, s, &s->st);
+  s->st.bytes = tiered_seq_bytes(kv, seq);
+  t->final[seq] = s->st;
   for (int l = 0; l < kv->geom.n_layer; l++) {
     kv_tlayer_t *L = &s->layers[l];
     for (int i = 0; i < L->n_wins; i++) free_window(t, &L->wins[i]);
@@ -155,6 +197,7 @@ static int tiered_seq_open(kv_cache_t *kv, int seq, int capacity) {
   if (!s->layers) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   s->open = 1, s->capacity = capacity, s->budget = budget;
   s->st.budget = s->budget;
+  s->st.workspace = (size_t)t->gcap * (2 * t->row + 2) * sizeof(float);
   for (int l = 0; l < kv->geom.n_layer; l++) {
     kv_tlayer_t *L = &s->layers[l];
     L->budget = layer_budget(t, s->budget, l);
@@ -266,8 +309,11 @@ static void count_windows(const kv_tiered_t *t, const kv_tseq_t *s, kv_mem_stats
 void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out) {
   const kv_tiered_t *t = (const kv_tiered_t *)kv;
   const kv_tseq_t *s = &t->seqs[seq];
+  if (!s->open) {
+    *out = t->final[seq];
+    return;
+  }
   *out = s->st;
-  if (!s->open) return;
   count_windows(t, s, out);
   out->bytes = tiered_seq_bytes(kv, seq);
 }
@@ -327,6 +373,7 @@ static void tiered_destroy(kv_cache_t *kv) {
   kv_pool_destroy(t->pool);
   free(t->seqs);
   free(t->pending_budget);
+  free(t->final);
   free(t->tmp);
   free(t->gk), free(t->gv), free(t->gmass), free(t->gpos);
   free(t);

@@ -21,6 +21,7 @@ typedef struct {
   size_t peak_bytes;     /* highest persistent bytes after any routing */
   size_t full_bytes, int2_bytes, meta_bytes, sink_bytes; /* bytes now, by kind */
   size_t peak_transient; /* highest bytes above the budget while a prefill layer was routed */
+  size_t workspace;      /* attention gather workspace of the cache (transient, shared) */
   long windows[3];       /* windows per tier (FULL, INT2, EVICTED), summed over layers */
   long promotions, demotions, evictions, quantizations, routing_events;
 } kv_mem_stats_t;
@@ -53,8 +54,13 @@ size_t kv_tiered_min_budget(const kv_cache_t *kv);
 /* Bytes this cache needs to hold n tokens all at Full (all layers), metadata and the
  * protected-region reserve included: a budget of at least this never evicts or quantizes. */
 size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
+/* Re-sizes the (empty) page pool for n_seqs sequences of up to `capacity` tokens under the
+ * budget spec: their budgets, one layer of prompt at Full during prefill routing, and slack
+ * for partly filled INT2 slots. QE_ENOSPC if the memory cannot be had. */
+int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity);
 /* Full page bytes of one window of one layer (pool sizing). */
 size_t kv_tiered_page_bytes(const kv_cache_t *kv);
+/* Live stats of an open slot, or the final stats of the slot's last sequence once closed. */
 void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out);
 void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud);
 

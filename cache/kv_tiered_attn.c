@@ -45,6 +45,8 @@ static int grow_gather(kv_tiered_t *t, int n) {
   if (p) t->gpos = p;
   if (!k || !v || !m || !p) return qe_errf(QE_ENOMEM, "kv_tiered: no memory to gather %d keys", n);
   t->gcap = cap;
+  for (int i = 0; i < t->base.geom.max_seqs; i++)
+    t->seqs[i].st.workspace = (size_t)cap * (2 * t->row + 2) * sizeof(float);
   return 0;
 }
 

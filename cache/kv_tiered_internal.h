@@ -51,6 +51,7 @@ typedef struct {
   kv_pool_t *pool;
   kv_tseq_t *seqs;
   size_t *pending_budget;
+  kv_mem_stats_t *final; /* stats of each slot when it was last closed */
   double spec_fraction; /* budget spec for slots without an explicit budget */
   size_t spec_bytes;
   kv_trace_fn trace;

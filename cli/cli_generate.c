@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_policy.h"
 #include "model_gen.h"
 #include "qe_json.h"
 #include "qe_status.h"
@@ -19,6 +20,10 @@ typedef struct {
   long n_predict;
   kern_sampler_t sampler;
   uint64_t seed;
+  cli_policy_t pol;
+  int32_t *ids; /* the prompt, tokenized before any rank starts */
+  int n_ids, capacity;
+  FILE *trace;
 } gen_args_t;
 
 static const char *gen_help =
@@ -33,7 +38,17 @@ static const char *gen_help =
     "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
     "  --threads N       CPU threads per rank (default: cores / tp)\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
-    "  --json            print one JSON object (ids, text, summary) instead of streaming\n";
+    "  --json            print one JSON object (ids, text, summary, memory) instead of streaming\n"
+    "KV cache:\n"
+    "  --policy NAME     full (default), streaming, snapkv, pyramidkv, knorm, h2o, kivi, qevict;\n"
+    "                    NAME+graphkv re-scores a scorer-based policy with GraphKV\n"
+    "  --budget B        persistent KV bytes: a fraction of FullKV in (0, 1], or bytes (> 1)\n"
+    "  --q Q             INT2 share of the history budget in [0, 1] (qevict default 0.7)\n"
+    "  --window W        tokens per window (qevict default 8)\n"
+    "  --bits B          INT2/INT4/INT8 ledger: 2, 4 or 8\n"
+    "  --sink N --local N  always-Full first and most recent tokens (default 5, 32)\n"
+    "  --graphkv[=k,m,T] GraphKV re-scoring: source fraction, neighbours, rounds (0.3,8,1)\n"
+    "  --trace FILE      one JSON line per routing event\n";
 
 /* Parses a flag with a value; returns 0 handled, 1 not this flag, 2 usage error printed. */
 static int parse_valued(gen_args_t *a, const char *f, const char *v) {
@@ -62,15 +77,20 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
 
 static int parse_args(int argc, char **argv, gen_args_t *a) {
   *a = (gen_args_t){.tp = 1, .batch = 1, .n_predict = 128, .sampler = {0, 0, 1.0f}};
+  cli_policy_init(&a->pol);
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) return fputs(gen_help, stdout), -1;
-    if (!strcmp(f, "--chat")) a->chat = 1;
+    if (!strncmp(f, "--graphkv", 9) && (f[9] == '\0' || f[9] == '=')) {
+      if (cli_policy_parse(&a->pol, "--graphkv", f[9] ? f + 10 : NULL))
+        return cli_usage_error("generate", "bad value '%s' for --graphkv (k,m,T)", f + 10);
+    } else if (!strcmp(f, "--chat")) a->chat = 1;
     else if (!strcmp(f, "--json")) a->json = 1;
     else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
     else if (i + 1 >= argc) return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {
       int rc = parse_valued(a, f, argv[++i]);
+      if (rc == 1) rc = cli_policy_parse(&a->pol, f, argv[i]);
       if (rc == 1) return cli_usage_error("generate", "unknown option %s", f);
       if (rc == 2) return cli_usage_error("generate", "bad value '%s' for %s", argv[i], f);
     }
@@ -102,21 +122,49 @@ static int read_prompt(const gen_args_t *a, char **text) {
 }
 
 /* Encodes the prompt, wrapped in the chat template with --chat. */
-static int prompt_ids(const model_t *m, const gen_args_t *a, int32_t **ids, int *n) {
+/* Encodes the prompt, wrapped in the chat template with --chat. */
+static int prompt_ids(const gguf_t *g, const tok_t *tok, const gen_args_t *a, int32_t **ids,
+                      int *n) {
   char *text = NULL, *chat = NULL;
+  size_t nn = 0;
   int rc = read_prompt(a, &text);
   if (rc) return rc;
   if (!*text) rc = qe_errf(QE_EINVAL, "the prompt is empty");
   if (!rc && a->chat) {
     chat_msg_t msg = {"user", text};
-    int kind = chat_kind_of(model_gguf(m));
+    int kind = chat_kind_of(g);
     rc = kind == CHAT_NONE ? qe_errf(QE_EUNSUPPORTED, "--chat: the model declares no known chat template")
-                           : chat_render(kind, model_gguf(m), &msg, 1, 1, &chat);
+                           : chat_render(kind, g, &msg, 1, 1, &chat);
   }
-  if (!rc) rc = a->chat ? gen_encode(m, chat, strlen(chat), 1, ids, n)
-                        : gen_encode(m, text, strlen(text), 0, ids, n);
+  const char *src = a->chat ? chat : text;
+  if (!rc) rc = tok_encode(tok, src, strlen(src), tok_add_bos(tok), a->chat, ids, &nn);
+  *n = (int)nn;
   free(text);
   free(chat);
+  return rc;
+}
+
+/* Before any rank starts: the model's metadata, the TP split, the policy, the prompt (so that
+ * every rank sizes its cache for the same capacity) and the trace file. One clear error. */
+static int prepare(gen_args_t *a) {
+  gguf_t *g = NULL;
+  tok_t *tok = NULL;
+  model_hparams_t hp;
+  model_shard_t sh;
+  kv_policy_desc_t d;
+  int rc = gguf_open(a->model, &g);
+  if (!rc) rc = model_read_hparams(g, &hp);
+  if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
+  if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
+  if (!rc) rc = tok_create(g, &tok);
+  if (!rc) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
+  if (!rc && a->n_ids >= hp.n_ctx_train)
+    rc = qe_errf(QE_EINVAL, "prompt of %d tokens exceeds the model context (%d)", a->n_ids, hp.n_ctx_train);
+  a->capacity = a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
+  if (!rc && a->pol.trace && !(a->trace = fopen(a->pol.trace, "w")))
+    rc = qe_errf(QE_EIO, "cannot write trace file '%s'", a->pol.trace);
+  tok_destroy(tok);
+  gguf_close(g);
   return rc;
 }
 
@@ -130,10 +178,8 @@ static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t
   int rc = kern_cpu_create(threads, be);
   model_load_opts_t o = {*be, rank, a->tp, 512};
   if (!rc) rc = model_load(a->model, &o, m);
-  if (!rc) {
-    kv_geom_t g = model_kv_geom(*m, a->batch);
-    rc = kv_full_create(*be, &g, kv);
-  }
+  if (!rc)
+    rc = cli_policy_make_cache(&a->pol, *be, *m, a->batch, a->capacity, rank ? NULL : a->trace, kv);
   return rc;
 }
 
@@ -160,18 +206,6 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   tp_comm_destroy(c);
   unload_rank(be, m, kv);
   return rc ? 1 : 0;
-}
-
-/* Refuses a model or a --tp that no rank could load, before any rank is started. */
-static int check_shards(const gen_args_t *a) {
-  gguf_t *g = NULL;
-  model_hparams_t hp;
-  model_shard_t sh;
-  int rc = gguf_open(a->model, &g);
-  if (!rc) rc = model_read_hparams(g, &hp);
-  if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
-  gguf_close(g);
-  return rc;
 }
 
 /* Forks ranks 1..tp-1; *c is rank 0's communicator. */
@@ -241,8 +275,8 @@ static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_sta
           s->n_prompt, s->n_out, finish_name(s->finish), a->batch, a->tp, pf, dc);
 }
 
-static void print_json(const gen_args_t *a, const model_t *m, const gen_seq_t *s,
-                       const gen_stats_t *st) {
+static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv,
+                       const gen_seq_t *s, const gen_stats_t *st) {
   char *text = NULL;
   tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
   printf("{\"prompt_tokens\":");
@@ -253,34 +287,33 @@ static void print_json(const gen_args_t *a, const model_t *m, const gen_seq_t *s
   qe_json_str(stdout, text ? text : "", text ? strlen(text) : 0);
   printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"
          "\"batch\":%d,\"tp\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"steps\":%d,"
-         "\"weight_bytes\":%zu}}\n",
+         "\"weight_bytes\":%zu},\"memory\":",
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
          st->decode_s, st->n_steps, model_weight_bytes(m));
+  cli_policy_json(&a->pol, kv, stdout);
+  printf("}\n");
   free(text);
 }
 
 static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c) {
-  int32_t *ids = NULL;
-  int n = 0;
   gen_seq_t seqs[256] = {0};
   gen_stats_t st;
-  int rc = prompt_ids(m, a, &ids, &n);
-  for (int i = 0; !rc && i < a->batch; i++) seqs[i] = (gen_seq_t){.prompt = ids, .n_prompt = n};
+  int rc = 0;
+  for (int i = 0; i < a->batch; i++) seqs[i] = (gen_seq_t){.prompt = a->ids, .n_prompt = a->n_ids};
   gen_out_t out = {model_tok(m), {0}, !a->json};
   tok_stream_init(&out.stream, out.tok, 0, 1);
   gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, on_token, &out};
-  if (!rc) rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
-  else gen_release(c);
-  if (!rc && a->json) print_json(a, m, &seqs[0], &st);
+  rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
+  if (!rc && a->json) print_json(a, m, kv, &seqs[0], &st);
   if (!rc && !a->json) {
     char buf[64];
     int k = tok_stream_flush(&out.stream, buf, sizeof buf);
     if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
     fflush(stdout);
     print_summary(a, &seqs[0], &st);
+    cli_policy_print(&a->pol, kv, stderr);
   }
   for (int i = 0; i < a->batch; i++) free(seqs[i].out);
-  free(ids);
   return rc;
 }
 
@@ -294,7 +327,10 @@ int cli_generate(int argc, char **argv) {
   kern_backend_t *be = NULL;
   model_t *m = NULL;
   kv_cache_t *kv = NULL;
-  if ((rc = check_shards(&a))) return cli_fail("generate", rc);
+  if ((rc = prepare(&a))) {
+    free(a.ids);
+    return cli_fail("generate", rc);
+  }
   rc = spawn_ranks(&a, pids, &c);
   int lrc = load_rank(&a, 0, &be, &m, &kv);
   if (!rc) rc = load_barrier(c, lrc);
@@ -302,6 +338,8 @@ int cli_generate(int argc, char **argv) {
   tp_comm_destroy(c);
   int wrc = wait_ranks(&a, pids);
   unload_rank(be, m, kv);
+  if (a.trace) fclose(a.trace);
+  free(a.ids);
   if (!rc) rc = wrc;
   return rc ? cli_fail("generate", rc) : 0;
 }

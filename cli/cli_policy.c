@@ -1,0 +1,138 @@
+/* cli_policy: KV cache options of the command line, cache construction and memory summaries
+ * (see cli_policy.h). */
+#include "cli_policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qe_status.h"
+
+void cli_policy_init(cli_policy_t *p) {
+  *p = (cli_policy_t){.name = "full", .frac = 1.0, .q = -1, .omega = -1, .bits = -1,
+                      .sink = -1, .local = -1};
+  p->gkv = graphkv_defaults();
+}
+
+/* --budget: a fraction in (0, 1] or a whole number of bytes (> 1). */
+static int parse_budget(cli_policy_t *p, const char *v) {
+  double d;
+  long long b;
+  char *end;
+  if (!cli_parse_float(v, 1e-9, 1.0, &d)) return p->frac = d, p->bytes = 0, 0;
+  b = strtoll(v, &end, 10);
+  if (*end || b <= 1) return 2;
+  p->bytes = (size_t)b;
+  return 0;
+}
+
+/* --graphkv[=k,m,T]: source fraction, neighbours, rounds. */
+static int parse_graphkv(cli_policy_t *p, const char *v) {
+  p->graphkv = 1;
+  if (!v) return 0;
+  float k;
+  int m, t, used = 0;
+  if (sscanf(v, "%f,%d,%d%n", &k, &m, &t, &used) != 3 || v[used]) return 2;
+  p->gkv = (graphkv_params_t){k, m, t};
+  return 0;
+}
+
+int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
+  long l;
+  double d;
+  if (!strcmp(f, "--graphkv")) return parse_graphkv(p, v);
+  if (!v) return 1;
+  if (!strcmp(f, "--policy")) p->name = v;
+  else if (!strcmp(f, "--budget")) return parse_budget(p, v);
+  else if (!strcmp(f, "--trace")) p->trace = v;
+  else if (!strcmp(f, "--q")) {
+    if (cli_parse_float(v, -1e9, 1e9, &d)) return 2;
+    p->q = (float)d;
+    return 0;
+  } else {
+    int *dst = !strcmp(f, "--window") ? &p->omega : !strcmp(f, "--bits") ? &p->bits
+             : !strcmp(f, "--sink") ? &p->sink : !strcmp(f, "--local") ? &p->local : NULL;
+    if (!dst) return 1;
+    if (cli_parse_int(v, -1000000, 1000000, &l)) return 2;
+    *dst = (int)l;
+  }
+  return 0;
+}
+
+int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d) {
+  char name[96];
+  snprintf(name, sizeof name, "%s%s", p->name, p->graphkv && !strstr(p->name, "+graphkv") ? "+graphkv" : "");
+  int rc = kv_policy_find(name, d);
+  if (rc || d->full) return rc;
+  kv_policy_cfg_t *c = &d->cfg;
+  if (p->graphkv) c->gkv = p->gkv;
+  if (p->q != -1) c->q = p->q;
+  if (p->omega != -1) c->omega = p->omega;
+  if (p->bits != -1) c->quant.bits = p->bits;
+  if (p->sink != -1) c->n_sink = p->sink;
+  if (p->local != -1) c->n_local = p->local;
+  if (head_dim % c->quant.group) c->quant.group = head_dim < c->quant.group ? head_dim : 1;
+  return kv_policy_check(c, head_dim);
+}
+
+static void trace_event(void *ud, const kv_route_event_t *e) {
+  fprintf((FILE *)ud,
+          "{\"seq\":%d,\"layer\":%d,\"len\":%d,\"candidates\":%d,\"full\":%d,\"int2\":%d,"
+          "\"evicted\":%d,\"promoted\":%d,\"demoted\":%d,\"newly_evicted\":%d,\"bytes\":%zu,"
+          "\"budget\":%zu}\n",
+          e->seq, e->layer, e->len, e->n_cand, e->n_full, e->n_int2, e->n_evicted, e->promoted,
+          e->demoted, e->evicted, e->bytes, e->budget);
+}
+
+int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m,
+                          int n_seqs, int capacity, FILE *trace_out, kv_cache_t **out) {
+  kv_policy_desc_t d;
+  kv_geom_t g = model_kv_geom(m, n_seqs);
+  int rc = cli_policy_resolve(p, g.head_dim, &d);
+  if (rc) return rc;
+  if (d.full) return kv_full_create(be, &g, out);
+  rc = kv_tiered_create(be, &g, &model_hparams(m)->rope, &d.cfg, 0, out);
+  if (rc) return rc;
+  kv_tiered_set_budget_spec(*out, p->frac, p->bytes / (size_t)model_shard(m)->size);
+  rc = kv_tiered_reserve(*out, n_seqs, capacity);
+  if (!rc && trace_out) kv_tiered_set_trace(*out, trace_event, trace_out);
+  if (rc) {
+    kv_cache_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+static int is_tiered(const kv_cache_t *kv) { return kv && !strcmp(kv->ops->name, "tiered"); }
+
+void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
+  if (!is_tiered(kv)) return;
+  kv_mem_stats_t s;
+  kv_tiered_stats(kv, 0, &s);
+  fprintf(f,
+          "qevict: memory (policy %s, rank 0): budget %zu bytes, persistent %zu (peak %zu): "
+          "Full %zu, INT2 %zu, sink %zu, metadata %zu; windows Full/INT2/Evicted "
+          "%ld/%ld/%ld; promotions %ld, demotions %ld, evictions %ld, routing events %ld; "
+          "peak transient %zu bytes, workspace %zu bytes\n",
+          p->name, s.budget, s.bytes, s.peak_bytes, s.full_bytes, s.int2_bytes, s.sink_bytes,
+          s.meta_bytes, s.windows[0], s.windows[1], s.windows[2], s.promotions, s.demotions,
+          s.evictions, s.routing_events, s.peak_transient, s.workspace);
+}
+
+void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
+  if (!is_tiered(kv)) {
+    fprintf(f, "{\"policy\":\"full\"}");
+    return;
+  }
+  kv_mem_stats_t s;
+  kv_tiered_stats(kv, 0, &s);
+  fprintf(f,
+          "{\"policy\":\"%s\",\"budget_bytes\":%zu,\"bytes\":%zu,\"peak_bytes\":%zu,"
+          "\"full_bytes\":%zu,\"int2_bytes\":%zu,\"sink_bytes\":%zu,\"meta_bytes\":%zu,"
+          "\"windows_full\":%ld,\"windows_int2\":%ld,\"windows_evicted\":%ld,"
+          "\"promotions\":%ld,\"demotions\":%ld,\"evictions\":%ld,\"quantizations\":%ld,"
+          "\"routing_events\":%ld,\"peak_transient_bytes\":%zu,\"workspace_bytes\":%zu}",
+          p->name, s.budget, s.bytes, s.peak_bytes, s.full_bytes, s.int2_bytes, s.sink_bytes,
+          s.meta_bytes, s.windows[0], s.windows[1], s.windows[2], s.promotions, s.demotions,
+          s.evictions, s.quantizations, s.routing_events, s.peak_transient, s.workspace);
+}
