@@ -130,6 +130,26 @@ int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity) {
   return 0;
 }
 
+void kv_tiered_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
+  t->obs = fn;
+  t->obs_ud = ud;
+}
+
+void kv_tiered_observe(kv_tiered_t *t, int kind, int seq, int layer, int n_q, const float *mass,
+                       float sink_mass) {
+  kv_tlayer_t *L = &t->seqs[seq].layers[layer];
+  int *tier = malloc(sizeof(int) * (size_t)(L->n_wins + 1)), aged = 0;
+  if (!tier) return;
+  for (int i = 0; i < L->n_wins; i++) {
+    tier[i] = L->wins[i].tier;
+    aged += kv_win_aged(t, &L->wins[i], L->len);
+  }
+  kv_obs_t o = {kind, seq, layer, L->len, n_q, L->n_wins, aged, mass, sink_mass, tier};
+  t->obs(t->obs_ud, &o);
+  free(tier);
+}
+
 void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   t->trace = fn;

@@ -127,10 +127,14 @@ static void update_score(const kv_policy_cfg_t *c, kv_win_t *w, float m, int pre
   }
 }
 
-static int score_layer(kv_tiered_t *t, kv_tlayer_t *L, const float *mass, int prefill) {
-  float *wm = malloc(sizeof(float) * 2 * (size_t)(L->n_wins + 1));
+static int score_layer(kv_tiered_t *t, int seq, int layer, const float *mass, int n_q) {
+  kv_tlayer_t *L = &t->seqs[seq].layers[layer];
+  int prefill = n_q > 1;
+  float *wm = malloc(sizeof(float) * 2 * (size_t)(L->n_wins + 1)), sink = 0;
   if (!wm) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   window_masses(t, L, mass, wm);
+  for (int p = 0; p < L->len && p < t->cfg.n_sink; p++) sink += mass[p];
+  if (t->obs) kv_tiered_observe(t, KV_OBS_STEP, seq, layer, n_q, wm, sink);
   if (prefill && t->cfg.pool_kernel > 1) pool_masses(wm, L->n_wins, t->cfg.pool_kernel, wm + L->n_wins);
   for (int i = 0; i < L->n_wins; i++)
     if (L->wins[i].tier != KV_TIER_EVICTED) update_score(&t->cfg, &L->wins[i], wm[i], prefill);
@@ -170,8 +174,7 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
                           1.0f / sqrtf((float)kv->geom.head_dim)};
   kv->be->ops->attention(kv->be, work, n_reqs, &sh);
   for (int i = 0, at = 0; i < n_reqs && !rc; i++) {
-    kv_tlayer_t *L = &t->seqs[reqs[i].seq].layers[layer];
-    rc = score_layer(t, L, t->gmass + at, reqs[i].n_q > 1);
+    rc = score_layer(t, reqs[i].seq, layer, t->gmass + at, reqs[i].n_q);
     at += work[i].n_kv;
     if (!rc) rc = maybe_route(t, reqs[i].seq, layer, reqs[i].n_q > 1);
   }

@@ -56,6 +56,8 @@ typedef struct {
   size_t spec_bytes;
   kv_trace_fn trace;
   void *trace_ud;
+  kv_obs_fn obs;
+  void *obs_ud;
   /* attention workspace (host/backend memory), grown on demand */
   float *gk, *gv, *gmass;
   int32_t *gpos;
@@ -71,6 +73,9 @@ static inline int kv_win_aged(const kv_tiered_t *t, const kv_win_t *w, int len) 
 int kv_tiered_route_layer(kv_tiered_t *t, int seq, int layer);
 int kv_tiered_promote(kv_tiered_t *t, kv_win_t *w);
 size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w);
+/* kv_tiered.c */
+void kv_tiered_observe(kv_tiered_t *t, int kind, int seq, int layer, int n_q, const float *mass,
+                       float sink_mass);
 /* kv_tiered_attn.c */
 int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs);
 /* Rotates x [n][n_kv][hd] to positions start.. (sign = +1) or back (sign = -1). */

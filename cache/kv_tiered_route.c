@@ -121,6 +121,7 @@ static void finish_event(kv_tiered_t *t, kv_tseq_t *s, kv_tlayer_t *L, kv_route_
   for (int l = 0; l < t->base.geom.n_layer; l++) total += s->layers[l].bytes;
   if (total > s->st.peak_bytes) s->st.peak_bytes = total;
   if (t->trace) t->trace(t->trace_ud, ev);
+  if (t->obs) kv_tiered_observe(t, KV_OBS_ROUTE, ev->seq, ev->layer, 0, NULL, 0);
 }
 
 int kv_tiered_route_layer(kv_tiered_t *t, int seq, int layer) {

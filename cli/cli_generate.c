@@ -10,13 +10,14 @@
 
 #include "cli.h"
 #include "cli_policy.h"
+#include "kv_diag.h"
 #include "model_gen.h"
 #include "qe_json.h"
 #include "qe_status.h"
 
 typedef struct {
   const char *model, *prompt, *prompt_file;
-  int chat, json, tp, threads, batch, ignore_eos;
+  int chat, json, tp, threads, batch, ignore_eos, diag;
   long n_predict;
   kern_sampler_t sampler;
   uint64_t seed;
@@ -48,7 +49,9 @@ static const char *gen_help =
     "  --bits B          INT2/INT4/INT8 ledger: 2, 4 or 8\n"
     "  --sink N --local N  always-Full first and most recent tokens (default 5, 32)\n"
     "  --graphkv[=k,m,T] GraphKV re-scoring: source fraction, neighbours, rounds (0.3,8,1)\n"
-    "  --trace FILE      one JSON line per routing event\n";
+    "  --trace FILE      one JSON line per routing event\n"
+    "  --diagnostics     evaluation mode: a FullKV shadow generates, the policy is teacher-forced\n"
+    "                    on the same tokens; prints FMM, churn, Global LIR, QSA, INT2 mass ratio\n";
 
 /* Parses a flag with a value; returns 0 handled, 1 not this flag, 2 usage error printed. */
 static int parse_valued(gen_args_t *a, const char *f, const char *v) {
@@ -87,6 +90,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     } else if (!strcmp(f, "--chat")) a->chat = 1;
     else if (!strcmp(f, "--json")) a->json = 1;
     else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
+    else if (!strcmp(f, "--diagnostics")) a->diag = 1;
     else if (i + 1 >= argc) return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {
       int rc = parse_valued(a, f, argv[++i]);
@@ -98,6 +102,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (!a->model) return cli_usage_error("generate", "--model is required");
   if (!a->prompt == !a->prompt_file)
     return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
+  if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
+    return cli_usage_error("generate", "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
   return 0;
 }
 
@@ -317,6 +323,51 @@ static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t 
   return rc;
 }
 
+/* One observed generation over slot 0 of kv (forced: teacher-forced tokens or NULL). */
+static int observed_run(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c,
+                        kv_obs_fn fn, kv_diag_t *d, gen_seq_t *s) {
+  gen_stats_t st;
+  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL};
+  kv_tiered_set_observer(kv, fn, d);
+  return gen_run(m, kv, c, s, 1, &o, &st);
+}
+
+static void print_diag(const gen_args_t *a, const kv_diag_result_t *r, const gen_seq_t *pol) {
+  FILE *f = a->json ? stdout : stderr;
+  fprintf(f, a->json ? "{\"policy\":\"%s\",\"diagnostics\":{\"fmm\":%.6g,\"churn\":%.6g,"
+                       "\"global_lir\":%.6g,\"ttr_median\":%.6g,\"qsa\":%.6g,\"int2_mass_ratio\":%.6g,"
+                       "\"routing_events\":%ld,\"lir_eligible\":%ld,\"agreement\":%.6g},\"memory\":"
+                     : "qevict: diagnostics (policy %s): FMM %.4f, churn %.4f, Global LIR %.4f, "
+                       "median time-to-return %.1f events, QSA %.4f, INT2 mass ratio %.4f; %ld "
+                       "routing events, %ld eligible episodes; teacher-forced agreement %.3f\n",
+          a->pol.name, r->fmm, r->churn, r->lir, r->ttr_median, r->qsa, r->int2_mass_ratio,
+          r->events, r->lir_eligible, pol->n_out ? (double)pol->n_agree / pol->n_out : 0.0);
+}
+
+/* --diagnostics: the FullKV shadow generates; the policy is teacher-forced on its tokens. */
+static int run_diagnostics(const gen_args_t *a, model_t *m, kern_backend_t *be, kv_cache_t *kv,
+                           tp_comm_t *c) {
+  cli_policy_t full = a->pol;
+  full.frac = 1.0, full.bytes = 0;
+  kv_cache_t *shadow = NULL;
+  kv_diag_t *d = NULL;
+  kv_diag_result_t r;
+  gen_seq_t sh = {.prompt = a->ids, .n_prompt = a->n_ids}, pol = sh;
+  int rc = cli_policy_make_cache(&full, be, m, 1, a->capacity, NULL, &shadow);
+  if (!rc) rc = kv_diag_create(model_hparams(m)->n_layer, 32, 3, &d);
+  if (!rc) rc = observed_run(a, m, shadow, c, kv_diag_observe_shadow, d, &sh);
+  pol.forced = sh.out, pol.n_forced = sh.n_out;
+  if (!rc) rc = observed_run(a, m, kv, c, kv_diag_observe_policy, d, &pol);
+  if (!rc) rc = kv_diag_compute(d, &r);
+  if (!rc) print_diag(a, &r, &pol);
+  if (!rc && a->json) cli_policy_json(&a->pol, kv, stdout), printf("}\n");
+  if (!rc && !a->json) cli_policy_print(&a->pol, kv, stderr);
+  free(sh.out), free(pol.out);
+  kv_diag_destroy(d);
+  kv_cache_destroy(shadow);
+  return rc;
+}
+
 int cli_generate(int argc, char **argv) {
   gen_args_t a;
   int rc = parse_args(argc, argv, &a);
@@ -334,7 +385,7 @@ int cli_generate(int argc, char **argv) {
   rc = spawn_ranks(&a, pids, &c);
   int lrc = load_rank(&a, 0, &be, &m, &kv);
   if (!rc) rc = load_barrier(c, lrc);
-  if (!rc) rc = run_rank0(&a, m, kv, c);
+  if (!rc) rc = a.diag ? run_diagnostics(&a, m, be, kv, c) : run_rank0(&a, m, kv, c);
   tp_comm_destroy(c);
   int wrc = wait_ranks(&a, pids);
   unload_rank(be, m, kv);

@@ -124,6 +124,10 @@ static int sample_rows(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_plan_t *p, 
     int i = p->seq[j];
     gen_seq_t *s = &seqs[i];
     int id = be->ops->sample(be, lg + (size_t)row++ * V, V, &o->sampler, &st[i].rng, scratch);
+    if (s->forced && s->n_out < s->n_forced) {
+      s->n_agree += id == s->forced[s->n_out];
+      id = s->forced[s->n_out];
+    }
     s->out[s->n_out++] = id;
     if (o->on_token) o->on_token(o->ud, i, id);
     if ((s->finish = is_finished(m, s, &st[i], o, id))) {

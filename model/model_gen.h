@@ -25,6 +25,11 @@ typedef struct {
   int32_t *out;          /* generated ids, malloc'd by gen_run (caller frees) */
   int n_out;
   int finish;            /* GEN_FINISH_* */
+  /* Teacher forcing (may be NULL): the tokens fed back instead of the sampled ones; n_agree
+   * counts the steps where the sampled token equalled the forced one. */
+  const int32_t *forced;
+  int n_forced;
+  int n_agree;
 } gen_seq_t;
 
 typedef struct {

@@ -15,6 +15,7 @@
 
 static void cpu_destroy(kern_backend_t *be) {
   kern_cpu_pool_destroy(((kern_cpu_t *)be)->pool);
+  free(((kern_cpu_t *)be)->rope.cs);
   free(be);
 }
 

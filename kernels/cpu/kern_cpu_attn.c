@@ -4,6 +4,7 @@
  * are checked against. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kern_cpu_internal.h"
 
@@ -34,11 +35,27 @@ static void rope_cs(const kern_rope_t *r, int pos, int i, float *c, float *s) {
   *s = sinf(theta) * mscale;
 }
 
-static void rope_head(float *x, int pos, const kern_rope_t *r) {
+/* Rebuilds the table when the parameters change or a position is beyond it. */
+static int rope_table(kern_cpu_t *c, const kern_rope_t *r, int max_pos) {
+  kern_rope_table_t *t = &c->rope;
+  if (t->cs && max_pos < t->n_pos && !memcmp(&t->key, r, sizeof *r)) return 0;
+  int n = max_pos + 1 > 2 * t->n_pos ? max_pos + 1 : 2 * t->n_pos, half = r->n_rot / 2;
+  if (n < 4096) n = 4096;
+  float *cs = malloc(sizeof(float) * 2 * (size_t)half * (size_t)n);
+  if (!cs) return -1;
+  for (int p = 0; p < n; p++)
+    for (int i = 0; i < half; i++) rope_cs(r, p, i, &cs[((size_t)p * half + i) * 2], &cs[((size_t)p * half + i) * 2 + 1]);
+  free(t->cs);
+  *t = (kern_rope_table_t){*r, n, cs};
+  return 0;
+}
+
+/* Rotates one head by the table row of |pos| (negative positions rotate backwards). */
+static void rope_head(float *x, int pos, const kern_rope_t *r, const float *row) {
   int half = r->n_rot / 2;
+  float sign = pos < 0 ? -1.0f : 1.0f;
   for (int i = 0; i < half; i++) {
-    float c, s;
-    rope_cs(r, pos, i, &c, &s);
+    float c = row[2 * i], s = sign * row[2 * i + 1];
     int a = r->mode == KERN_ROPE_NEOX ? i : 2 * i;
     int b = r->mode == KERN_ROPE_NEOX ? i + half : 2 * i + 1;
     float x0 = x[a], x1 = x[b];
@@ -49,28 +66,43 @@ static void rope_head(float *x, int pos, const kern_rope_t *r) {
 
 void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads,
                    int head_dim, const kern_rope_t *r) {
-  for (int t = 0; t < m; t++)
-    for (int h = 0; h < n_heads; h++)
-      rope_head(x + ((size_t)t * n_heads + h) * head_dim, pos[t], r);
+  kern_cpu_t *c = (kern_cpu_t *)be;
+  int max_pos = 0, half = r->n_rot / 2;
+  for (int t = 0; t < m; t++) max_pos = abs(pos[t]) > max_pos ? abs(pos[t]) : max_pos;
+  if (rope_table(c, r, max_pos)) abort(); /* a table of a few MB: only fails on an exhausted host */
+  for (int t = 0; t < m; t++) {
+    const float *row = c->rope.cs + (size_t)abs(pos[t]) * half * 2;
+    for (int h = 0; h < n_heads; h++) rope_head(x + ((size_t)t * n_heads + h) * head_dim, pos[t], r, row);
+  }
 }
 
-/* One query head against keys [0, n_keys): out[head_dim], optional mass accumulation. */
+typedef float attn_v8 __attribute__((vector_size(32), aligned(4)));
+
+static float attn_dot(const float *a, const float *b, int n) {
+  int d = 0;
+  float s = 0;
+  if (n % 8 == 0) {
+    attn_v8 acc = {0};
+    for (; d < n; d += 8) acc += *(const attn_v8 *)(a + d) * *(const attn_v8 *)(b + d);
+    s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  }
+  for (; d < n; d++) s += a[d] * b[d];
+  return s;
+}
+
+static void attn_axpy(float *y, float a, const float *x, int n) {
+  for (int d = 0; d < n; d++) y[d] += a * x[d];
+}
+
+/* One query head against keys [0, n_keys): out[head_dim]; p gets the probabilities. */
 static void attn_one(const float *q, const kern_attn_seq_t *sq, int kvh, int n_keys,
                      const kern_attn_shape_t *sh, float *out, float *p) {
   int hd = sh->head_dim, stride = sh->n_kv_head * hd;
-  for (int j = 0; j < n_keys; j++) {
-    const float *k = sq->k + (size_t)j * stride + (size_t)kvh * hd;
-    float dot = 0;
-    for (int d = 0; d < hd; d++) dot += q[d] * k[d];
-    p[j] = dot * sh->scale;
-  }
+  for (int j = 0; j < n_keys; j++)
+    p[j] = attn_dot(q, sq->k + (size_t)j * stride + (size_t)kvh * hd, hd) * sh->scale;
   kern_cpu_softmax_row(p, n_keys);
   for (int d = 0; d < hd; d++) out[d] = 0;
-  for (int j = 0; j < n_keys; j++) {
-    const float *v = sq->v + (size_t)j * stride + (size_t)kvh * hd;
-    for (int d = 0; d < hd; d++) out[d] += p[j] * v[d];
-    if (sq->key_mass) sq->key_mass[j] += p[j] / (float)sh->n_head;
-  }
+  for (int j = 0; j < n_keys; j++) attn_axpy(out, p[j], sq->v + (size_t)j * stride + (size_t)kvh * hd, hd);
 }
 
 /* Keys visible to the query at position qp: a prefix, since key positions ascend. */
@@ -85,25 +117,51 @@ static int visible_keys(const kern_attn_seq_t *sq, int qp) {
   return lo;
 }
 
-static void attn_seq(const kern_attn_seq_t *sq, const kern_attn_shape_t *sh, float *p) {
-  int group = sh->n_head / sh->n_kv_head, hd = sh->head_dim;
+/* The work of one call: a task is one (sequence, query head) over all its queries; its key
+ * masses go to a private row, reduced in head order afterwards (deterministic). */
+typedef struct {
+  const kern_attn_seq_t *seqs;
+  const kern_attn_shape_t *sh;
+  int n_seqs;
+  size_t *mass_off; /* [n_seqs] offset of the sequence's [n_head][n_kv] rows in mass */
+  float *mass;
+} attn_job_t;
+
+static void attn_task(void *ctx, int task) {
+  const attn_job_t *J = ctx;
+  const kern_attn_shape_t *sh = J->sh;
+  int si = task / sh->n_head, h = task % sh->n_head, hd = sh->head_dim;
+  const kern_attn_seq_t *sq = &J->seqs[si];
+  float *p = malloc(sizeof(float) * (size_t)(sq->n_kv + 1));
+  if (!p) abort(); /* one row of probabilities: fails only on an exhausted host */
+  float *mrow = sq->key_mass ? J->mass + J->mass_off[si] + (size_t)h * sq->n_kv : NULL;
   for (int i = 0; i < sq->n_q; i++) {
     int n_keys = visible_keys(sq, sq->q_pos0 + i);
-    kern_attn_seq_t one = *sq;
-    if (i < sq->mass_q0) one.key_mass = NULL;
-    for (int h = 0; h < sh->n_head && n_keys > 0; h++) {
-      size_t off = ((size_t)i * sh->n_head + h) * hd;
-      attn_one(sq->q + off, &one, h / group, n_keys, sh, sq->out + off, p);
-    }
+    size_t off = ((size_t)i * sh->n_head + h) * hd;
+    if (n_keys <= 0) continue;
+    attn_one(sq->q + off, sq, h / (sh->n_head / sh->n_kv_head), n_keys, sh, sq->out + off, p);
+    for (int j = 0; mrow && i >= sq->mass_q0 && j < n_keys; j++) mrow[j] += p[j];
   }
+  free(p);
 }
 
 void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                         const kern_attn_shape_t *shape) {
-  int max_kv = 1;
-  for (int s = 0; s < n_seqs; s++) max_kv = seqs[s].n_kv > max_kv ? seqs[s].n_kv : max_kv;
-  float *p = malloc(sizeof(float) * (size_t)max_kv);
-  if (!p) abort(); /* transient workspace of one row: only fails when the host is exhausted */
-  for (int s = 0; s < n_seqs; s++) attn_seq(&seqs[s], shape, p);
-  free(p);
+  size_t *off = malloc(sizeof(size_t) * (size_t)(n_seqs + 1)), total = 0;
+  if (!off) abort();
+  for (int s = 0; s < n_seqs; s++) {
+    off[s] = total;
+    if (seqs[s].key_mass) total += (size_t)shape->n_head * seqs[s].n_kv;
+  }
+  attn_job_t J = {seqs, shape, n_seqs, off, calloc(total + 1, sizeof(float))};
+  if (!J.mass) abort(); /* transient workspace: fails only on an exhausted host */
+  kern_cpu_pool_run(((kern_cpu_t *)be)->pool, attn_task, &J, n_seqs * shape->n_head);
+  for (int s = 0; s < n_seqs; s++) {
+    const kern_attn_seq_t *sq = &seqs[s];
+    for (int h = 0; sq->key_mass && h < shape->n_head; h++)
+      for (int j = 0; j < sq->n_kv; j++)
+        sq->key_mass[j] += J.mass[off[s] + (size_t)h * sq->n_kv + j] / (float)shape->n_head;
+  }
+  free(J.mass);
+  free(off);
 }

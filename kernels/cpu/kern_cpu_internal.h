@@ -13,9 +13,17 @@ void kern_cpu_pool_run(kern_cpu_pool_t *p, kern_cpu_task_fn fn, void *ctx, int n
 void kern_cpu_pool_destroy(kern_cpu_pool_t *p);
 
 /* The CPU backend object. */
+/* cos/sin of every (position, pair) for one RoPE configuration, built on first use. */
+typedef struct {
+  kern_rope_t key; /* the parameters the table was built for */
+  int n_pos;       /* positions [0, n_pos) */
+  float *cs;       /* [n_pos][n_rot/2][2] */
+} kern_rope_table_t;
+
 typedef struct {
   kern_backend_t base;
   kern_cpu_pool_t *pool;
+  kern_rope_table_t rope;
 } kern_cpu_t;
 
 void kern_cpu_softmax_row(float *x, int n);

@@ -156,18 +156,18 @@ static void check_generation(void) {
   CHECK_OK(tp_comm_create_single(&c));
   CHECK_OK(rig_open(&r, p, 0, 1, c, 64));
   int32_t *longp = calloc(300, sizeof *longp);
-  gen_seq_t s = {longp, 300, NULL, 0, 0};
+  gen_seq_t s = {.prompt = longp, .n_prompt = 300};
   gen_stats_t st;
   gen_opts_t o = {8, {0.9f, 40, 0.95f}, 5, 1, NULL, NULL};
   CHECK(gen_run(r.m, r.kv, c, &s, 1, &o, &st) == QE_EINVAL);
   free(s.out);
   int32_t bad[2] = {1, 100000};
-  gen_seq_t sb = {bad, 2, NULL, 0, 0};
+  gen_seq_t sb = {.prompt = bad, .n_prompt = 2};
   CHECK(gen_run(r.m, r.kv, c, &sb, 1, &o, &st) == QE_EINVAL);
   free(sb.out);
-  gen_seq_t a[2] = {{prompt, NT, NULL, 0, 0}, {prompt, NT, NULL, 0, 0}};
+  gen_seq_t a[2] = {{.prompt = prompt, .n_prompt = NT}, {.prompt = prompt, .n_prompt = NT}};
   CHECK_OK(gen_run(r.m, r.kv, c, a, 2, &o, &st));
-  gen_seq_t again = {prompt, NT, NULL, 0, 0};
+  gen_seq_t again = {.prompt = prompt, .n_prompt = NT};
   CHECK_OK(gen_run(r.m, r.kv, c, &again, 1, &o, &st));
   CHECK(a[0].n_out == 8 && again.n_out == 8);
   CHECK(!memcmp(a[0].out, again.out, sizeof(int32_t) * 8)); /* same seed, same tokens */

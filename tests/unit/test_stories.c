@@ -19,7 +19,7 @@ static void check_case(rig_t *r, const char *prompt, const tj_t *c) {
   CHECK_OK(gen_encode(r->m, prompt, strlen(prompt), 0, &ids, &n));
   CHECK(toks && (size_t)n < toks->n);
   for (int i = 0; i < n && toks && (size_t)i < toks->n; i++) CHECK(ids[i] == (int)toks->items[i]->num);
-  gen_seq_t s = {ids, n, NULL, 0, 0};
+  gen_seq_t s = {.prompt = ids, .n_prompt = n};
   gen_stats_t st;
   gen_opts_t o = {(int)toks->n - n, {0, 0, 1}, 0, 1, NULL, NULL};
   CHECK_OK(gen_run(r->m, r->kv, r->c, &s, 1, &o, &st));
