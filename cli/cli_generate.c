@@ -333,15 +333,25 @@ static int observed_run(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm
 }
 
 static void print_diag(const gen_args_t *a, const kv_diag_result_t *r, const gen_seq_t *pol) {
-  FILE *f = a->json ? stdout : stderr;
-  fprintf(f, a->json ? "{\"policy\":\"%s\",\"diagnostics\":{\"fmm\":%.6g,\"churn\":%.6g,"
-                       "\"global_lir\":%.6g,\"ttr_median\":%.6g,\"qsa\":%.6g,\"int2_mass_ratio\":%.6g,"
-                       "\"routing_events\":%ld,\"lir_eligible\":%ld,\"agreement\":%.6g},\"memory\":"
-                     : "qevict: diagnostics (policy %s): FMM %.4f, churn %.4f, Global LIR %.4f, "
-                       "median time-to-return %.1f events, QSA %.4f, INT2 mass ratio %.4f; %ld "
-                       "routing events, %ld eligible episodes; teacher-forced agreement %.3f\n",
-          a->pol.name, r->fmm, r->churn, r->lir, r->ttr_median, r->qsa, r->int2_mass_ratio,
-          r->events, r->lir_eligible, pol->n_out ? (double)pol->n_agree / pol->n_out : 0.0);
+  double agree = pol->n_out ? (double)pol->n_agree / pol->n_out : 0.0;
+  if (!a->json) {
+    fprintf(stderr,
+            "qevict: diagnostics (policy %s): FMM %.4f, churn %.4f, Global LIR %.4f, median "
+            "time-to-return %.1f events, QSA %.4f, INT2 mass ratio %.4f; %ld routing events, "
+            "%ld eligible episodes; teacher-forced agreement %.3f\n",
+            a->pol.name, r->fmm, r->churn, r->lir, r->ttr_median, r->qsa, r->int2_mass_ratio,
+            r->events, r->lir_eligible, agree);
+    return;
+  }
+  const char *names[] = {"fmm", "churn", "global_lir", "ttr_median", "qsa", "int2_mass_ratio", "agreement"};
+  double vals[] = {r->fmm, r->churn, r->lir, r->ttr_median, r->qsa, r->int2_mass_ratio, agree};
+  printf("{\"policy\":\"%s\",\"diagnostics\":{\"routing_events\":%ld,\"lir_eligible\":%ld",
+         a->pol.name, r->events, r->lir_eligible);
+  for (int i = 0; i < 7; i++) {
+    printf(",\"%s\":", names[i]);
+    qe_json_num(stdout, vals[i]);
+  }
+  printf("},\"memory\":");
 }
 
 /* --diagnostics: the FullKV shadow generates; the policy is teacher-forced on its tokens. */

@@ -1,6 +1,8 @@
 /* qe_json: JSON string escaping and id arrays for machine-readable CLI output. */
 #include "qe_json.h"
 
+#include <math.h>
+
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
 static size_t utf8_len(const unsigned char *s, size_t n) {
   size_t len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
@@ -36,4 +38,9 @@ void qe_json_ids(FILE *f, const int32_t *ids, size_t n) {
   fputc('[', f);
   for (size_t i = 0; i < n; i++) fprintf(f, i ? ",%d" : "%d", ids[i]);
   fputc(']', f);
+}
+
+void qe_json_num(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, "%.6g", v);
+  else fputs("null", f);
 }

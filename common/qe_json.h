@@ -9,6 +9,8 @@
 
 /* Writes s (len bytes, UTF-8) as a quoted JSON string; invalid bytes become \ufffd. */
 void qe_json_str(FILE *f, const char *s, size_t len);
+/* Writes a number (%.6g), or null when it is not finite. */
+void qe_json_num(FILE *f, double v);
 /* Writes [a, b, ...]. */
 void qe_json_ids(FILE *f, const int32_t *ids, size_t n);
 
