@@ -387,6 +387,21 @@ int kv_tiered_n_windows(const kv_cache_t *kv, int seq, int layer) {
   return t->seqs[seq].open ? t->seqs[seq].layers[layer].n_wins : 0;
 }
 
+void kv_tiered_test_set_score(kv_cache_t *kv, int seq, int layer, int w, float score) {
+  kv_win_t *x = (kv_win_t *)win_at(kv, seq, layer, w);
+  if (x) x->score = score;
+}
+
+int kv_tiered_test_route(kv_cache_t *kv, int seq, int layer) {
+  return kv_tiered_route_layer((kv_tiered_t *)kv, seq, layer);
+}
+
+const float *kv_tiered_test_page(const kv_cache_t *kv, int seq, int layer, int w, size_t *bytes) {
+  const kv_win_t *x = win_at(kv, seq, layer, w);
+  *bytes = ((const kv_tiered_t *)kv)->page_bytes;
+  return x ? x->page : NULL;
+}
+
 static void tiered_destroy(kv_cache_t *kv) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   for (int s = 0; t->seqs && s < kv->geom.max_seqs; s++) tiered_seq_close(kv, s);

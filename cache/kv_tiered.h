@@ -86,6 +86,11 @@ int kv_tiered_window_tier(const kv_cache_t *kv, int seq, int layer, int w);
 const uint8_t *kv_tiered_window_ledger(const kv_cache_t *kv, int seq, int layer, int w,
                                        size_t *bytes);
 int kv_tiered_n_windows(const kv_cache_t *kv, int seq, int layer);
+/* Test hooks: overwrite a window's score; run one routing event of (seq, layer) now; the Full
+ * page of a window (NULL unless Full) and its size. */
+void kv_tiered_test_set_score(kv_cache_t *kv, int seq, int layer, int w, float score);
+int kv_tiered_test_route(kv_cache_t *kv, int seq, int layer);
+const float *kv_tiered_test_page(const kv_cache_t *kv, int seq, int layer, int w, size_t *bytes);
 /* Checks every invariant of a sequence (bytes <= budget, accounting matches the window
  * tables, tiers valid); QE_ERANGE with a detail on the first violation. */
 int kv_tiered_check(const kv_cache_t *kv, int seq);

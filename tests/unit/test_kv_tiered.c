@@ -96,6 +96,15 @@ static int argmax(const float *x, int n) {
   return b;
 }
 
+/* Decode steps: the window masses plus the sink's sum to the one query's attention (1). */
+static double worst_mass_err;
+static void mass_observer(void *ud, const kv_obs_t *o) {
+  if (o->kind != KV_OBS_STEP || o->n_q != 1) return;
+  double sum = o->sink_mass;
+  for (int w = 0; w < o->n_wins; w++) sum += o->mass[w];
+  if (fabs(sum - 1.0) > worst_mass_err) worst_mass_err = fabs(sum - 1.0);
+}
+
 /* Prefill + ND greedy decode steps; logits of every step into lg [ND+1][V] (may be NULL). */
 static int run_policy(world_t *wd, kv_cache_t *kv, float *lg, kv_mem_stats_t *st, int tiered) {
   int V = model_hparams(wd->m)->n_vocab, L = model_hparams(wd->m)->n_layer, rc;
@@ -141,6 +150,7 @@ static int make_tiered(world_t *wd, const char *policy, double frac, kv_cache_t 
 }
 
 static void check_policies(world_t *wd) {
+  worst_mass_err = 0;
   static const double fracs[] = {0.0, 0.1, 0.3, 0.6, 1.0};
   static const char *extra[] = {"qevict+graphkv", "h2o+graphkv", "snapkv+graphkv", NULL};
   const kv_policy_desc_t *const *list = kv_policy_list();
@@ -157,6 +167,7 @@ static void check_policies(world_t *wd) {
       double full = (double)(NP + ND) * 2 * model_kv_geom(wd->m, 1).n_kv_head * 32 * 4 * 2;
       double fr = fracs[f] == 0.0 ? (double)minb / full + 1e-9 : fracs[f];
       kv_tiered_set_budget_spec(kv, fr, 0);
+      kv_tiered_set_observer(kv, mass_observer, NULL);
       int rc = run_policy(wd, kv, NULL, &st, 1);
       if (rc == QE_EINVAL && fracs[f] > 0 && fr * full < minb) rc = 0; /* below the minimum */
       CHECK_OK(rc);
@@ -167,6 +178,8 @@ static void check_policies(world_t *wd) {
       kv_cache_destroy(kv);
     }
   }
+  fprintf(stderr, "per-window masses + sink vs 1 per decode query: max error %.3g\n", worst_mass_err);
+  CHECK(worst_mass_err < 1e-5);
 }
 
 /* qevict at 100% (and h2o, kivi at 100%) gives bit-identical logits to FullKV. */
@@ -230,6 +243,52 @@ static void check_rope_roundtrip(world_t *wd) {
   CHECK(e < 1e-5);
 }
 
+/* Many promotion/demotion cycles: ledgers never change, and every promotion of a window
+ * rebuilds exactly the same Full page (no compounding quantization error). */
+static void check_ledger_cycles(kern_backend_t *be) {
+  kv_geom_t g = {1, 2, 1, 8, 1};
+  kern_rope_t r = {KERN_ROPE_NORM, 8, 10000, 1, NULL, 0, 1, 32, 1, 512};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  d.cfg.omega = 4, d.cfg.n_sink = 0, d.cfg.n_local = 4, d.cfg.q = 0.5f, d.cfg.quant.group = 8;
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  /* page 256 + meta 12; ledger 64: protected 2 x 268; history 700 (Full cap 350). */
+  CHECK_OK(kv_tiered_set_budget(kv, 0, 536 + 700));
+  CHECK_OK(kv->ops->seq_open(kv, 0, 24));
+  uint64_t s = 77;
+  float k[24 * 8], v[24 * 8];
+  for (int i = 0; i < 24 * 8; i++) k[i] = tu_randf(&s, -2, 2), v[i] = tu_randf(&s, -2, 2);
+  CHECK_OK(kv->ops->store(kv, 0, 0, 0, 24, k, v));
+  uint8_t *led0[5] = {0};
+  float *page0[5] = {0};
+  size_t lb, pb;
+  int promotions = 0, bad_ledger = 0, bad_page = 0;
+  for (int c = 0; c < 40; c++) {
+    for (int w = 0; w < 5; w++) kv_tiered_test_set_score(kv, 0, 0, w, w == c % 5 ? 10.0f : 1.0f / (w + 1));
+    CHECK_OK(kv_tiered_test_route(kv, 0, 0));
+    CHECK_OK(kv_tiered_check(kv, 0));
+    for (int w = 0; w < 5; w++) {
+      const uint8_t *led = kv_tiered_window_ledger(kv, 0, 0, w, &lb);
+      const float *page = kv_tiered_test_page(kv, 0, 0, w, &pb);
+      if (led && !led0[w]) led0[w] = memcpy(malloc(lb), led, lb);
+      else if (led && memcmp(led, led0[w], lb)) bad_ledger++;
+      if (!led || !page) continue; /* only promoted windows: Full with a ledger */
+      promotions += !page0[w];
+      if (!page0[w]) page0[w] = memcpy(malloc(pb), page, pb);
+      else if (memcmp(page, page0[w], pb)) bad_page++;
+    }
+  }
+  kv_mem_stats_t st;
+  kv_tiered_stats(kv, 0, &st);
+  fprintf(stderr, "ledger cycles: %ld promotions, %ld demotions, %ld quantizations\n",
+          st.promotions, st.demotions, st.quantizations);
+  CHECK(st.promotions >= 30 && st.quantizations == 5 && promotions == 5);
+  CHECK(bad_ledger == 0 && bad_page == 0);
+  for (int w = 0; w < 5; w++) free(led0[w]), free(page0[w]);
+  kv_cache_destroy(kv);
+}
+
 int main(void) {
   check_worked_example();
   const char *path = "/tmp/qe_test_tiered.gguf";
@@ -242,6 +301,7 @@ int main(void) {
   CHECK_OK(model_load(path, &o, &wd.m));
   uint64_t s = 9;
   for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);
+  check_ledger_cycles(wd.be);
   if (wd.m) {
     check_rope_roundtrip(&wd);
     check_bad_config(&wd);
