@@ -38,6 +38,15 @@ expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --t
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
 expect_error "unknown command" "$QEVICT" frobnicate
+expect_error "unknown policy" "$QEVICT" generate --model "$STORIES" --prompt hi --policy lru
+expect_error "window 0" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --window 0
+expect_error "bits 3" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --bits 3
+expect_error "q 1.5" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --q 1.5
+expect_error "budget below protected regions" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --budget 0.01
+expect_error "bad budget" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --budget -2
+expect_error "graphkv on streaming" "$QEVICT" generate --model "$STORIES" --prompt hi --policy streaming --graphkv
+expect_error "bad graphkv" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --graphkv=1,x
+expect_error "diagnostics with full" "$QEVICT" generate --model "$STORIES" --prompt hi --diagnostics
 
 "$QEVICT" inspect "$STORIES" >"$TMP/inspect" || bad "inspect stories"
 grep -q "kv heads: 4" "$TMP/inspect" || bad "inspect shows kv heads"
@@ -52,8 +61,33 @@ same_tp() { # MODEL PROMPT N TP...
   done
 }
 same_tp "$STORIES" "Once upon a time" 100 2 4
+
+# qevict at a budget that holds everything reproduces FullKV (the golden tokens for stories).
+golden=$(python3 -c "import json; print(json.load(open('$(dirname "$STORIES")/stories260K.golden.json'))['cases']['Once upon a time']['tokens'])")
+for pol in qevict qevict+graphkv h2o; do
+  got=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 196 --ignore-eos --json \
+        --policy "$pol" --budget 1 | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['prompt_tokens']+d['tokens'])")
+  [[ "$got" == "$golden" ]] && echo "ok $pol at 100% == golden" >&2 || bad "$pol at 100% differs from golden"
+done
+# At 20% a tiered run stays within its budget and uses INT2 windows; --trace writes events.
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a time there was a little girl" -n 150 \
+  --ignore-eos --json --policy qevict --budget 0.4 --trace "$TMP/trace.jsonl" >"$TMP/q.json" || bad "qevict 40%"
+python3 - "$TMP/q.json" "$TMP/trace.jsonl" <<'PY' || bad "qevict 40% memory"
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+ev = [json.loads(l) for l in open(sys.argv[2])]
+assert m["bytes"] <= m["budget_bytes"] and m["peak_bytes"] <= m["budget_bytes"], m
+assert m["windows_int2"] > 0 and m["demotions"] > 0, m
+assert len(ev) == m["routing_events"] and all(e["bytes"] <= e["budget"] for e in ev)
+print(f"ok qevict 40%: {m['bytes']} <= {m['budget_bytes']} bytes, {m['windows_int2']} INT2 windows, {len(ev)} events", file=sys.stderr)
+PY
 if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   same_tp "$QE_SMOLLM2" "The capital of France is" 48 2 3
+  full=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json | tokens)
+  q100=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json --policy qevict --budget 1 | tokens)
+  [[ "$full" == "$q100" ]] && echo "ok qevict 100% == full on SmolLM2" >&2 || bad "qevict 100% differs on SmolLM2"
+  q2=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json --policy qevict --budget 1 --tp 2 | tokens)
+  [[ "$full" == "$q2" ]] && echo "ok qevict 100% tp 2 == full on SmolLM2" >&2 || bad "qevict 100% tp 2 differs"
 else
   echo "note: SmolLM2 absent, its tp check skipped" >&2
 fi
