@@ -24,6 +24,8 @@ int kv_policy_find(const char *name, kv_policy_desc_t *out) {
     *out = *registry[i];
     out->cfg.graphkv = gkv;
     out->cfg.gkv = graphkv_defaults();
+    if (out->cfg.decay == 0) out->cfg.decay = 0.95f;
+    if (out->cfg.pnorm == 0) out->cfg.pnorm = 2.0f;
     return 0;
   }
   return qe_errf(QE_EINVAL, "policy: unknown policy '%s' (full, streaming, snapkv, pyramidkv, "
@@ -40,6 +42,12 @@ int kv_policy_check(const kv_policy_cfg_t *c, int head_dim) {
                    c->n_local);
   if (c->n_obs < 1 || c->pool_kernel < 1 || c->pool_kernel % 2 == 0)
     return qe_errf(QE_EINVAL, "policy: observation window must be >= 1 and pool kernel odd");
+  if (c->scorer < KV_SCORE_CUMULATIVE || c->scorer > KV_SCORE_PREFILL)
+    return qe_errf(QE_EINVAL, "policy: unknown scorer %d", c->scorer);
+  if (c->scorer == KV_SCORE_DECAYED && !(c->decay > 0 && c->decay <= 1))
+    return qe_errf(QE_EINVAL, "policy: decay must be in (0, 1] (got %g)", c->decay);
+  if (c->scorer == KV_SCORE_PNORM && !(c->pnorm > 0))
+    return qe_errf(QE_EINVAL, "policy: p-norm exponent must be > 0 (got %g)", c->pnorm);
   int rc = kv_qparams_check(&c->quant, head_dim);
   if (!rc && c->graphkv) rc = graphkv_check(&c->gkv);
   return rc;

@@ -7,18 +7,21 @@
  * Inputs are first sanitized: NaN reads as 0, values beyond the fp16 range (and +-inf)
  * saturate to +-65504, the largest fp16. The error bound holds against the sanitized value.
  *
- * The rule R(mn, mx) picks z = the largest fp16 <= mn and s = the smallest fp16 > 0 with
- * z + L * s >= mx (checked exactly in double), so the group's range is covered and every
- * element is within s/2 of its reconstruction (up to fp32 rounding).
+ * The rule R(mn, mx) picks z = the largest fp16 <= mn and s = the smallest fp16 >= 2^-14 whose
+ * top reconstruction fl(L * s + z) >= mx, so the group's range is covered and every element is
+ * within s/2 of its reconstruction (up to fp32 rounding).
  *
- * Idempotence. A pair (z, s) is a *fixed point* for a group if: no element's rounded code
- * needs clamping (so the s/2 bound holds), every reconstruction y maps back to its own code,
- * and R(min y, max y) == (z, s). Re-quantizing dequantized data then starts from R(y) = (z, s),
+ * Idempotence. A pair (z, s) is a *fixed point* for a group if: the extremes meet the error
+ * bound (then every element does), every reconstruction y maps back to its own code, and
+ * R(min y, max y) == (z, s). Re-quantizing dequantized data then starts from R(y) = (z, s),
  * which is a fixed point for y as well, so it reproduces (z, s) and the codes exactly. The
  * quantizer uses R(mn, mx) when it is a fixed point (the usual case) and otherwise searches a
  * few zeros around mn and the scales for which the top code is L (or one slightly wider), in
  * increasing order, for a fixed point. If none exists, R(mn, mx) is kept: the s/2 bound still
- * holds but a re-quantization may choose another (z, s). See kv_quant.h for when this occurs. */
+ * holds but a re-quantization may choose another (z, s). R fails to be a fixed point chiefly
+ * when the minimum sits within s/2 below the next fp16 above z and takes a code > 0 (a range
+ * small against the fp16 spacing there): re-quantizing then rounds its reconstruction down to
+ * that next fp16 rather than to z. */
 #include <math.h>
 #include <string.h>
 
@@ -171,18 +174,36 @@ static int kv__is_fixed_vals(const float *xs, int n, int L, uint16_t zh, uint16_
   return z2 == zh && s2 == sh;
 }
 
+/* Every reconstruction maps back to its code when fp32 resolves s well at the group's magnitude
+ * M: the rounding of c * s + z and of (y - z) / s then move the code by < 0.1 (so < 0.5). */
+static int kv__trip_exact(float z, float s, int L) {
+  double m = fmax(fabs((double)z), fabs((double)z + (double)L * s));
+  return m <= 65504.0 && ldexp(s, 20) >= m;
+}
+
 /* The group's fixed-point test. Codes and reconstructions are monotone, so the extremes
- * decide clamping and R(min y, max y) (cheap, checked first); then every element's round trip. */
-static int kv__is_fixed(const kv__grp_t *g, float mn, float mx, int L, uint16_t zh,
-                        uint16_t sh) {
+ * decide the error bound and R(min y, max y) (cheap, checked first); then every element's
+ * round trip, unless it is exact for this (z, s). */
+static int kv__is_fixed(const kv__grp_t *g, float mn, float mx, int L, uint16_t zh, uint16_t sh) {
   float ends[2] = {mn, mx};
   if (!kv__is_fixed_vals(ends, 2, L, zh, sh)) return 0;
   float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh);
+  if (kv__trip_exact(z, s, L)) return 1;
   for (int i = 0; i < g->n; i++) {
     int c = kv__code(kv__at(g, i), z, s, L);
     if (kv__code(kv__san(kv__recon(c, z, s)), z, s, L) != c) return 0;
   }
   return 1;
+}
+
+/* kv__is_fixed for (z, s) = R(mn, mx) itself, with a shortcut for the usual case: when mn
+ * takes code 0 and mx code L, the reconstruction's extremes are z and fl(L*s + z) >= mx, whose
+ * R is (z, s) again (s - 1 does not cover mx, so it does not cover fl(L*s + z) either). */
+static int kv__rule_is_fixed(const kv__grp_t *g, float mn, float mx, int L, uint16_t zh,
+                             uint16_t sh) {
+  float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh);
+  if (kv__code(mn, z, s, L) == 0 && kv__code(mx, z, s, L) == L && kv__trip_exact(z, s, L)) return 1;
+  return kv__is_fixed(g, mn, mx, L, zh, sh);
 }
 
 /* Scales for zero z in increasing order from the s/2-bound minimum: those with top code L
@@ -204,8 +225,7 @@ static int kv__search_scales(const kv__grp_t *g, float mn, float mx, int L, uint
 }
 
 /* Fallback when R(mn, mx) is not a fixed point: zeros floor(mn), the next fp16 up, two down. */
-static int kv__search(const kv__grp_t *g, float mn, float mx, int L, uint16_t *zh,
-                      uint16_t *sh) {
+static int kv__search(const kv__grp_t *g, float mn, float mx, int L, uint16_t *zh, uint16_t *sh) {
   uint16_t z0 = kv__hfloor(mn), zs[4] = {z0, kv__hup(z0), kv__hdown(z0), 0};
   zs[3] = kv__hdown(zs[2]);
   for (int i = 0; i < 4; i++) {
@@ -226,7 +246,7 @@ static void kv__quant_group(const kv__grp_t *g, int bits, uint8_t *codes, uint16
   kv__minmax(g, &mn, &mx);
   uint16_t zh, sh;
   kv__rule(mn, mx, L, &zh, &sh);
-  if (!kv__is_fixed(g, mn, mx, L, zh, sh) && !kv__search(g, mn, mx, L, &zh, &sh))
+  if (!kv__rule_is_fixed(g, mn, mx, L, zh, sh) && !kv__search(g, mn, mx, L, &zh, &sh))
     kv__rule(mn, mx, L, &zh, &sh); /* no fixed point: keep R (the s/2 bound still holds) */
   float z = qe_half_to_f32(zh), s = qe_half_to_f32(sh);
   for (int i = 0; i < g->n; i++) {
@@ -257,24 +277,26 @@ void kv_quant_values(const kv_qparams_t *p, const float *v, int omega, int n_kv,
   }
 }
 
-/* x[e] = code(e) * scale[e / div % mod] + zero[same], for e < n. */
-static void kv__dequant(int bits, const uint8_t *codes, const uint16_t *scale,
-                        const uint16_t *zero, size_t n, size_t div, size_t mod, float *x) {
-  for (size_t e = 0; e < n; e++) {
-    size_t m = e / div % mod;
-    x[e] = kv__recon((int)kv_code_at(codes, e, bits), qe_half_to_f32(zero[m]),
-                     qe_half_to_f32(scale[m]));
+/* x[base + i * stride] = code * s + z for the n elements of one group. */
+static void kv__dequant_group(int bits, const uint8_t *codes, uint16_t sh, uint16_t zh, size_t base,
+                              size_t stride, int n, float *x) {
+  float s = qe_half_to_f32(sh), z = qe_half_to_f32(zh);
+  for (int i = 0; i < n; i++) {
+    size_t e = base + (size_t)i * stride;
+    x[e] = kv__recon((int)kv_code_at(codes, e, bits), z, s);
   }
 }
 
 void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                      const uint16_t *zero, int omega, int n_kv, int hd, float *k) {
   size_t row = (size_t)n_kv * hd;
-  kv__dequant(p->bits, codes, scale, zero, (size_t)omega * row, 1, row, k);
+  for (size_t j = 0; j < row; j++)
+    kv__dequant_group(p->bits, codes, scale[j], zero[j], j, row, omega, k);
 }
 
 void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                        const uint16_t *zero, int omega, int n_kv, int hd, float *v) {
-  size_t n = (size_t)omega * n_kv * hd;
-  kv__dequant(p->bits, codes, scale, zero, n, (size_t)p->group, n / p->group, v);
+  size_t ng = (size_t)omega * n_kv * hd / p->group;
+  for (size_t j = 0; j < ng; j++)
+    kv__dequant_group(p->bits, codes, scale[j], zero[j], j * p->group, 1, p->group, v);
 }

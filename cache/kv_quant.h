@@ -7,7 +7,22 @@
  * Guarantees: every element's reconstruction error is within scale/2 of its group (the fp16
  * zero is rounded down and the fp16 scale up so the group's range stays covered), and
  * re-quantizing dequantized values reproduces the same codes, scales and zeros exactly.
- * Pure functions: thread-safe. Shapes: a window is [omega][n_kv][head_dim] fp32. */
+ * Pure functions: thread-safe. Shapes: a window is [omega][n_kv][head_dim] fp32.
+ *
+ * Precisely (L = 2^bits - 1; r = c * s + z is the fp32 reconstruction; see kv_quant.c):
+ *   - inputs are sanitized first: NaN reads as 0, |x| > 65504 (and +-inf) saturates to +-65504;
+ *     the bounds below hold against the sanitized value;
+ *   - |x - r| <= s/2 + half an fp32 ulp of r (plus the fp32 rounding of (x - z) / s);
+ *   - s >= 2^-14 (never an fp16 subnormal): a constant group of an fp16 value v gets z = v and
+ *     reconstructs exactly; a group of range below L * 2^-14 may err by up to 2^-15;
+ *   - z = the largest fp16 <= min and s = the smallest fp16 >= 2^-14 with fl(L*s + z) >= max,
+ *     except when that pair would not survive re-quantization (the minimum's reconstruction
+ *     crossing the next fp16 above z, possible only when the range is below about
+ *     2 * L * ulp16(min)); then the first pair that does is used: z one fp16 step above min
+ *     (within s/2) or up to two below, s ascending from (max - z) / (L + 1/2);
+ *   - idempotence holds for every group for which such a pair exists; every group tried in
+ *     the tests and in sweeps over all fp16 neighbourhoods had one. If none is found the first
+ *     pair is kept: the error bound holds, a re-quantization may pick another (z, s). */
 #ifndef QE_KV_QUANT_H
 #define QE_KV_QUANT_H
 

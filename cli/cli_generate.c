@@ -48,6 +48,7 @@ static const char *gen_help =
     "  --window W        tokens per window (qevict default 8)\n"
     "  --bits B          INT2/INT4/INT8 ledger: 2, 4 or 8\n"
     "  --sink N --local N  always-Full first and most recent tokens (default 5, 32)\n"
+    "  --scorer S        cumulative, decayed (0.95), pnorm (p = 2), knorm, recency, prefill\n"
     "  --graphkv[=k,m,T] GraphKV re-scoring: source fraction, neighbours, rounds (0.3,8,1)\n"
     "  --trace FILE      one JSON line per routing event\n"
     "  --diagnostics     evaluation mode: a FullKV shadow generates, the policy is teacher-forced\n"

@@ -10,7 +10,7 @@
 
 void cli_policy_init(cli_policy_t *p) {
   *p = (cli_policy_t){.name = "full", .frac = 1.0, .q = -1, .omega = -1, .bits = -1,
-                      .sink = -1, .local = -1};
+                      .sink = -1, .local = -1, .scorer = -1};
   p->gkv = graphkv_defaults();
 }
 
@@ -37,12 +37,21 @@ static int parse_graphkv(cli_policy_t *p, const char *v) {
   return 0;
 }
 
+/* --scorer: which score ranks the windows. */
+static int parse_scorer(cli_policy_t *p, const char *v) {
+  static const char *names[] = {"cumulative", "decayed", "pnorm", "knorm", "recency", "prefill"};
+  for (int i = 0; i < 6; i++)
+    if (!strcmp(v, names[i])) return p->scorer = i, 0;
+  return 2;
+}
+
 int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
   long l;
   double d;
   if (!strcmp(f, "--graphkv")) return parse_graphkv(p, v);
   if (!v) return 1;
   if (!strcmp(f, "--policy")) p->name = v;
+  else if (!strcmp(f, "--scorer")) return parse_scorer(p, v);
   else if (!strcmp(f, "--budget")) return parse_budget(p, v);
   else if (!strcmp(f, "--trace")) p->trace = v;
   else if (!strcmp(f, "--q")) {
@@ -71,6 +80,8 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d)
   if (p->bits != -1) c->quant.bits = p->bits;
   if (p->sink != -1) c->n_sink = p->sink;
   if (p->local != -1) c->n_local = p->local;
+  if (p->scorer != -1) c->scorer = p->scorer;
+
   if (head_dim % c->quant.group) c->quant.group = head_dim < c->quant.group ? head_dim : 1;
   return kv_policy_check(c, head_dim);
 }

@@ -15,6 +15,7 @@ typedef struct {
   size_t bytes;       /* budget in bytes for the whole request (all ranks); 0 = use frac */
   float q;            /* overrides; negative / zero = the policy's default */
   int omega, bits, sink, local;
+  int scorer;         /* kv_scorer_t override, -1 = the policy's */
   int graphkv;        /* --graphkv given */
   graphkv_params_t gkv;
   const char *trace;  /* --trace FILE */
