@@ -38,8 +38,9 @@ static void rope_cs(const kern_rope_t *r, int pos, int i, float *c, float *s) {
 /* Rebuilds the table when the parameters change or a position is beyond it. */
 static int rope_table(kern_cpu_t *c, const kern_rope_t *r, int max_pos) {
   kern_rope_table_t *t = &c->rope;
-  if (t->cs && max_pos < t->n_pos && !memcmp(&t->key, r, sizeof *r)) return 0;
-  int n = max_pos + 1 > 2 * t->n_pos ? max_pos + 1 : 2 * t->n_pos, half = r->n_rot / 2;
+  int same = t->cs && !memcmp(&t->key, r, sizeof *r), half = r->n_rot / 2;
+  if (same && max_pos < t->n_pos) return 0;
+  int n = same && 2 * t->n_pos > max_pos + 1 ? 2 * t->n_pos : max_pos + 1; /* grow by doubling */
   if (n < 4096) n = 4096;
   float *cs = malloc(sizeof(float) * 2 * (size_t)half * (size_t)n);
   if (!cs) return -1;
