@@ -52,3 +52,14 @@ int kv_policy_check(const kv_policy_cfg_t *c, int head_dim) {
   if (!rc && c->graphkv) rc = graphkv_check(&c->gkv);
   return rc;
 }
+
+kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim) {
+  kv_policy_cfg_t c = *cfg;
+  int a = c.quant.group, b = head_dim;
+  while (a > 0 && b) {
+    int r = a % b;
+    a = b, b = r;
+  }
+  if (c.quant.group > 0 && head_dim > 0 && head_dim % c.quant.group) c.quant.group = a;
+  return c;
+}

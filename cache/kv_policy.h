@@ -48,6 +48,9 @@ typedef struct {
 int kv_policy_find(const char *name, kv_policy_desc_t *out);
 /* NULL-terminated list of registered policies. */
 const kv_policy_desc_t *const *kv_policy_list(void);
+/* The configuration adapted to a model: a value group that does not divide head_dim (the
+ * default 32 on a model with 8-wide heads) becomes their greatest common divisor. */
+kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim);
 /* Checks a configuration: QE_EINVAL with a detail naming the field (window, bits, q, sink,
  * local, group, graphkv...). */
 int kv_policy_check(const kv_policy_cfg_t *cfg, int head_dim);

@@ -28,22 +28,9 @@ static void sizes_init(kv_tiered_t *t) {
 
 static const kv_cache_ops_t tiered_ops;
 
-/* The value group must divide head_dim: a default larger than a small model's head shrinks
- * to their greatest common divisor. */
-static kv_policy_cfg_t fit_group(const kv_policy_cfg_t *cfg, int head_dim) {
-  kv_policy_cfg_t c = *cfg;
-  int a = c.quant.group, b = head_dim;
-  while (a > 0 && b) {
-    int r = a % b;
-    a = b, b = r;
-  }
-  if (c.quant.group > 0 && head_dim % c.quant.group) c.quant.group = a;
-  return c;
-}
-
 int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
                      const kv_policy_cfg_t *cfg_in, size_t pool_bytes, kv_cache_t **out) {
-  kv_policy_cfg_t fitted = fit_group(cfg_in, geom->head_dim), *cfg = &fitted;
+  kv_policy_cfg_t fitted = kv_policy_fit(cfg_in, geom->head_dim), *cfg = &fitted;
   int rc = kv_policy_check(cfg, geom->head_dim);
   if (rc) return rc;
   kv_tiered_t *t = calloc(1, sizeof *t);

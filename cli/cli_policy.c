@@ -82,7 +82,7 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d)
   if (p->local != -1) c->n_local = p->local;
   if (p->scorer != -1) c->scorer = p->scorer;
 
-  if (head_dim % c->quant.group) c->quant.group = head_dim < c->quant.group ? head_dim : 1;
+  *c = kv_policy_fit(c, head_dim);
   return kv_policy_check(c, head_dim);
 }
 
