@@ -9,8 +9,8 @@
 #include "qe_status.h"
 
 static size_t meta_of(const kv_policy_cfg_t *c, size_t row) {
-  int keys = c->graphkv || c->scorer == KV_SCORE_KNORM;
-  return KV_WIN_META + (keys ? sizeof(float) * (row + 1) : 0);
+  (void)row;
+  return KV_WIN_META + (c->scorer == KV_SCORE_KNORM ? sizeof(float) : 0); /* + norm sum */
 }
 
 static void sizes_init(kv_tiered_t *t) {
@@ -44,8 +44,9 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   t->pending_budget = calloc((size_t)geom->max_seqs, sizeof *t->pending_budget);
   t->final = calloc((size_t)geom->max_seqs, sizeof *t->final);
   t->tmp = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
+  t->tmp2 = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
   size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
-  if (!t->seqs || !t->pending_budget || !t->final || !t->tmp) rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  if (!t->seqs || !t->pending_budget || !t->final || !t->tmp || !t->tmp2) rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   if (!rc) rc = kv_pool_create(be, pool_bytes, t->page_bytes, q_page, &t->pool);
   if (rc) {
     tiered_ops.destroy(&t->base);
@@ -163,7 +164,6 @@ size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w) {
 static void free_window(kv_tiered_t *t, kv_win_t *w) {
   if (w->page) kv_pool_free_full(t->pool, w->page);
   if (w->ledger) kv_pool_free_q(t->pool, w->ledger);
-  free(w->key_sum);
   memset(w, 0, sizeof *w);
   w->tier = KV_TIER_EVICTED;
 }
@@ -228,18 +228,13 @@ static int new_window(kv_tiered_t *t, kv_tlayer_t *L, int start) {
   *w = (kv_win_t){.start = start, .tier = KV_TIER_FULL};
   w->page = kv_pool_alloc_full(t->pool);
   if (!w->page) return qe_errf(QE_ENOSPC, "kv_tiered: the page pool is exhausted");
-  int keys = t->cfg.graphkv || t->cfg.scorer == KV_SCORE_KNORM;
-  if (keys && !(w->key_sum = calloc(t->row, sizeof(float)))) {
-    kv_pool_free_full(t->pool, w->page);
-    return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
-  }
   L->n_wins++;
   L->bytes += t->page_bytes + t->meta_bytes;
   return 0;
 }
 
-/* Adds the pre-RoPE key of one token (at position pos) to the window's key statistics. */
-static void add_key_stats(kv_tiered_t *t, kv_win_t *w, const float *k, int pos) {
+/* Adds the L2 norm of one token's pre-RoPE key (at position pos) to the window (knorm). */
+static void add_key_norm(kv_tiered_t *t, kv_win_t *w, const float *k, int pos) {
   memcpy(t->tmp, k, sizeof(float) * t->row);
   kv_tiered_rotate(t, t->tmp, pos, 1, -1);
   int hd = t->base.geom.head_dim;
@@ -248,7 +243,6 @@ static void add_key_stats(kv_tiered_t *t, kv_win_t *w, const float *k, int pos) 
     for (int d = 0; d < hd; d++) ss += t->tmp[h * hd + d] * t->tmp[h * hd + d];
     w->norm_sum += sqrtf(ss) / (float)t->base.geom.n_kv_head;
   }
-  for (size_t i = 0; i < t->row; i++) w->key_sum[i] += t->tmp[i];
 }
 
 static int store_token(kv_tiered_t *t, kv_tlayer_t *L, int p, const float *k, const float *v) {
@@ -267,7 +261,7 @@ static int store_token(kv_tiered_t *t, kv_tlayer_t *L, int p, const float *k, co
   memcpy(w->page + (size_t)off * row, k, rb);
   memcpy(w->page + ((size_t)om + off) * row, v, rb);
   w->n = off + 1;
-  if (w->key_sum) add_key_stats(t, w, k, p);
+  if (t->cfg.scorer == KV_SCORE_KNORM) add_key_norm(t, w, k, p);
   return 0;
 }
 
@@ -397,6 +391,7 @@ static void tiered_destroy(kv_cache_t *kv) {
   free(t->pending_budget);
   free(t->final);
   free(t->tmp);
+  free(t->tmp2);
   free(t->gk), free(t->gv), free(t->gmass), free(t->gpos);
   free(t);
 }

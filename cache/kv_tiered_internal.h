@@ -7,7 +7,8 @@
 #include "kv_pool.h"
 #include "kv_tiered.h"
 
-/* Persistent bookkeeping bytes of a window: start position, score, state. */
+/* Persistent bookkeeping bytes of a window: start position, score, state (knorm adds its
+ * key-norm sum; GraphKV's mean keys are computed from the pages at routing, never stored). */
 #define KV_WIN_META 12
 
 typedef struct {
@@ -17,7 +18,6 @@ typedef struct {
   float *page;       /* Full page: K [omega][row] (post-RoPE) then V [omega][row]; or NULL */
   uint8_t *ledger;   /* INT2 ledger (write-once); NULL until first quantized */
   float score, acc;  /* policy score; accumulator (p-norm) */
-  float *key_sum;    /* [row] sum of pre-RoPE keys (knorm, graphkv), or NULL */
   float norm_sum;    /* sum of per-token pre-RoPE key L2 norms (knorm) */
 } kv_win_t;
 
@@ -63,6 +63,7 @@ typedef struct {
   int32_t *gpos;
   int gcap;
   float *tmp;        /* [omega][row] */
+  float *tmp2;       /* [omega][row] */
 } kv_tiered_t;
 
 static inline int kv_win_aged(const kv_tiered_t *t, const kv_win_t *w, int len) {

@@ -74,13 +74,27 @@ static int budget_slots(const kv_tiered_t *t, size_t b_hist, int n) {
   return slots < n ? (int)slots : n;
 }
 
+/* The mean pre-RoPE key of a window into out [row]: Full keys un-rotated, INT2 dequantized. */
+static void mean_key(kv_tiered_t *t, const kv_win_t *w, float *out) {
+  if (w->tier == KV_TIER_FULL) {
+    memcpy(t->tmp, w->page, sizeof(float) * t->row * (size_t)w->n);
+    kv_tiered_rotate(t, t->tmp, w->start, w->n, -1);
+  } else {
+    kv_tiered_dequant(t, w->ledger, t->tmp, t->tmp2);
+  }
+  for (size_t d = 0; d < t->row; d++) out[d] = 0;
+  for (int j = 0; j < w->n; j++)
+    for (size_t d = 0; d < t->row; d++) out[d] += t->tmp[(size_t)j * t->row + d];
+  for (size_t d = 0; d < t->row; d++) out[d] /= (float)w->n;
+}
+
 /* Re-scores cand[] scores with GraphKV over the candidates' mean pre-RoPE keys. */
 static int graphkv_scores(kv_tiered_t *t, kv_cand_t *c, kv_win_t **wins, int n, size_t b_hist) {
   float *keys = malloc(sizeof(float) * t->row * (size_t)n), *s = malloc(sizeof(float) * (size_t)n);
   void *ws = malloc(graphkv_workspace(n, (int)t->row));
   int rc = keys && s && ws ? 0 : qe_errf(QE_ENOMEM, "kv_tiered: out of memory (graphkv)");
   for (int i = 0; !rc && i < n; i++) {
-    for (size_t d = 0; d < t->row; d++) keys[i * t->row + d] = wins[i]->key_sum[d] / (float)wins[i]->n;
+    mean_key(t, wins[i], keys + (size_t)i * t->row);
     s[i] = c[i].score > 0 ? c[i].score : 0;
   }
   if (!rc) rc = graphkv_rescore(s, keys, n, (int)t->row, budget_slots(t, b_hist, n), &t->cfg.gkv, ws);
