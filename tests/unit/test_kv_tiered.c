@@ -154,10 +154,13 @@ static void check_policies(world_t *wd) {
   static const double fracs[] = {0.0, 0.1, 0.3, 0.6, 1.0};
   static const char *extra[] = {"qevict+graphkv", "h2o+graphkv", "snapkv+graphkv", NULL};
   const kv_policy_desc_t *const *list = kv_policy_list();
-  for (int i = 0; list[i] || extra[i - 8 >= 0 ? i - 8 : 0]; i++) {
-    const char *name = list[i] ? list[i]->name : extra[i - 8];
-    if (!list[i] && i - 8 >= 3) break;
-    if (list[i] && list[i]->full) continue;
+  const char *names[32];
+  int n = 0;
+  for (int i = 0; list[i] && n < 28; i++)
+    if (!list[i]->full) names[n++] = list[i]->name;
+  for (int i = 0; extra[i]; i++) names[n++] = extra[i];
+  for (int i = 0; i < n; i++) {
+    const char *name = names[i];
     for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
       kv_cache_t *kv = NULL;
       kv_mem_stats_t st;
