@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "qe_half.h"
 #include "qe_status.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -78,46 +79,10 @@ static uint32_t gguf__f32_bits(float f) {
   return u;
 }
 
-/* Exact fp16 -> fp32. Shifts the exponent/mantissa into place and rebiases; inf/nan get the
- * rest of the exponent; a subnormal h is made (2^-14 + m*2^-24) and 2^-14 subtracted, which
- * is exact (both are normal fp32 values, so no dependence on denormal/flush modes). */
-static inline float gguf__fp16_f32(uint16_t h) {
-  uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-  uint32_t exp = o & 0x0f800000u;
-  o += (127 - 15) << 23;
-  if (exp == 0x0f800000u) {
-    o += (128 - 16) << 23; /* inf / nan (payload kept) */
-  } else if (exp == 0) {
-    o = gguf__f32_bits(gguf__bits_f32(o + (1u << 23)) - gguf__bits_f32(113u << 23));
-  }
-  return gguf__bits_f32(o | (uint32_t)(h & 0x8000u) << 16);
-}
-
-float qe_fp16_to_f32(uint16_t h) { return gguf__fp16_f32(h); }
-
-/* Rounds q + rem/2^shift to nearest, ties to even. */
-static uint32_t gguf__round_rne(uint32_t q, uint32_t rem, int shift) {
-  uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1u))) q++;
-  return q;
-}
-
-uint16_t qe_f32_to_fp16(float f) {
-  uint32_t x = gguf__f32_bits(f);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((x >> 13) & 0x3ffu); /* quiet nan */
-  if (x >= 0x477ff000u) return sign | 0x7c00u; /* >= 65520 rounds to inf (and inf itself) */
-  uint32_t e = x >> 23;
-  if (e >= 113) { /* normal half: |f| >= 2^-14 */
-    uint32_t q = ((e - 112) << 10) | ((x & 0x7fffffu) >> 13);
-    return sign | (uint16_t)gguf__round_rne(q, x & 0x1fffu, 13);
-  }
-  int shift = 126 - (int)e; /* subnormal half: units of 2^-24 */
-  if (shift > 24) return sign;
-  uint32_t m = (x & 0x7fffffu) | 0x800000u; /* e >= 102 here: never an f32 subnormal */
-  return sign | (uint16_t)gguf__round_rne(m >> shift, m & ((1u << shift) - 1), shift);
-}
+/* fp16 conversions are common/qe_half.h's (exact, round-to-nearest-even). */
+static inline float gguf__fp16_f32(uint16_t h) { return qe_half_to_f32(h); }
+float qe_fp16_to_f32(uint16_t h) { return qe_half_to_f32(h); }
+uint16_t qe_f32_to_fp16(float f) { return qe_f32_to_half(f); }
 
 float qe_bf16_to_f32(uint16_t h) { return gguf__bits_f32((uint32_t)h << 16); }
 
