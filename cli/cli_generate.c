@@ -183,7 +183,9 @@ static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t
     threads = cores / a->tp > 0 ? (int)(cores / a->tp) : 1;
   }
   int rc = kern_cpu_create(threads, be);
-  model_load_opts_t o = {*be, rank, a->tp, 512};
+  /* a whole prompt in one forward pass: each layer sees it all before it is routed */
+  int max_batch = a->n_ids * a->batch > 512 ? a->n_ids * a->batch : 512;
+  model_load_opts_t o = {*be, rank, a->tp, max_batch};
   if (!rc) rc = model_load(a->model, &o, m);
   if (!rc)
     rc = cli_policy_make_cache(&a->pol, *be, *m, a->batch, a->capacity, rank ? NULL : a->trace, kv);

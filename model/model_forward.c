@@ -96,7 +96,9 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   return 0;
 }
 
-/* Gathers the rows that want logits into xn, normalizes, projects; copies to host logits. */
+/* Gathers the rows that want logits into tmp, normalizes them, and projects them onto the
+ * vocabulary MODEL_OUT_CHUNK rows at a time (the logits scratch holds one chunk), copying
+ * each chunk to the host buffer logits [n_out][n_vocab]. */
 static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *segs,
                          int n_segs, float *logits) {
   kern_backend_t *be = m->be;
@@ -109,8 +111,12 @@ static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *
   }
   if (rc || !n_out) return rc;
   be->ops->rmsnorm(be, m->s.xn, m->s.tmp, m->out_norm, n_out, (int)E, m->hp.rms_eps);
-  be->ops->matmul(be, m->s.logits, m->s.xn, &m->out, NULL, n_out, 0);
-  return be->ops->download(be, logits, m->s.logits, (size_t)n_out * V * sizeof(float));
+  for (int r0 = 0; r0 < n_out && !rc; r0 += MODEL_OUT_CHUNK) {
+    int nr = n_out - r0 < MODEL_OUT_CHUNK ? n_out - r0 : MODEL_OUT_CHUNK;
+    be->ops->matmul(be, m->s.logits, m->s.xn + (size_t)r0 * E, &m->out, NULL, nr, 0);
+    rc = be->ops->download(be, logits + (size_t)r0 * V, m->s.logits, (size_t)nr * V * sizeof(float));
+  }
+  return rc;
 }
 
 int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,

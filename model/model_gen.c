@@ -192,7 +192,8 @@ int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n,
   int V = model_hparams(m)->n_vocab, cap = model_max_batch(m), active = 1;
   gen_plan_t p = {0};
   gen_state_t *st = calloc((size_t)n > 0 ? (size_t)n : 1, sizeof *st);
-  float *lg = malloc(sizeof(float) * (size_t)cap * V);
+  /* one logits row per sequence at most per step: its prompt's end or its decode token */
+  float *lg = malloc(sizeof(float) * (size_t)kv->geom.max_seqs * V);
   void *scratch = malloc((sizeof(float) + sizeof(int)) * (size_t)V);
   memset(stats, 0, sizeof *stats);
   int rc = st && lg && scratch ? 0 : qe_errf(QE_ENOMEM, "gen: out of memory");

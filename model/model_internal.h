@@ -4,6 +4,9 @@
 
 #include "model.h"
 
+/* Rows of logits computed per output-layer call (the logits scratch size). */
+#define MODEL_OUT_CHUNK 64
+
 typedef struct {
   float *attn_norm, *ffn_norm;    /* [n_embd] */
   kern_weight_t wq, wk, wv, wo;   /* local rows (q/k/v) or local columns (o) */
@@ -17,7 +20,7 @@ typedef struct {
   float *q, *att;                 /* [B][n_head_local * hd] */
   float *k, *v;                   /* [B][n_kv_local * hd] */
   float *gate, *up;               /* [B][n_ff_local] */
-  float *logits;                  /* [B][n_vocab] (rank 0) */
+  float *logits;                  /* [MODEL_OUT_CHUNK][n_vocab] (rank 0) */
   int32_t *ids, *pos;             /* [B] */
   float *host_tmp;                /* host [B][n_embd] for all-reduce on non-host backends */
 } model_scratch_t;

@@ -284,7 +284,7 @@ static int alloc_scratch(model_t *m) {
   s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   s->gate = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
-  s->logits = m->sh.rank == 0 ? scratch_alloc(m, B * m->hp.n_vocab, &rc) : NULL;
+  s->logits = m->sh.rank == 0 ? scratch_alloc(m, (size_t)MODEL_OUT_CHUNK * m->hp.n_vocab, &rc) : NULL;
   s->ids = scratch_alloc(m, B, &rc);
   s->pos = scratch_alloc(m, B, &rc);
   s->host_tmp = malloc(sizeof(float) * B * E);
