@@ -30,14 +30,20 @@ if [[ "${QE_SKIP_SANITIZE:-0}" != 1 ]]; then
 fi
 
 if [[ "${QE_SKIP_FUZZ:-0}" != 1 ]]; then
-  step "fuzzing the GGUF reader (${QE_FUZZ_SECONDS:-60} s)"
   if [[ ! -f build-fuzz/build.ninja ]]; then
     CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
       -Dcuda=disabled -Dblas=disabled >&2
   fi
-  ninja -C build-fuzz tests/fuzz/fuzz_gguf >&2
-  mkdir -p build-fuzz/corpus
-  build-fuzz/tests/fuzz/fuzz_gguf -max_total_time="${QE_FUZZ_SECONDS:-60}" -max_len=65536 \
-    -print_final_stats=1 build-fuzz/corpus "$ROOT/tests/fuzz/corpus" >&2
+  ninja -C build-fuzz >&2
+  fuzz() { # NAME SECONDS SEED_CORPUS
+    step "fuzzing $1 ($2 s)"
+    mkdir -p "build-fuzz/corpus-$1"
+    "build-fuzz/tests/fuzz/$1" -max_total_time="$2" -max_len=65536 -print_final_stats=1 \
+      "build-fuzz/corpus-$1" "$3" >&2
+  }
+  fuzz fuzz_gguf "${QE_FUZZ_SECONDS:-60}" "$ROOT/tests/fuzz/corpus"
+  if [[ -x build-fuzz/tests/fuzz/fuzz_frame ]]; then
+    fuzz fuzz_frame "${QE_FUZZ_SECONDS:-30}" "$ROOT/tests/fuzz/corpus_frame"
+  fi
 fi
 step "all tests passed"

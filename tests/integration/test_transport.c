@@ -1,0 +1,644 @@
+/* test_transport: the libuv transport end to end (transport/uv/tr_conn.h). A server loop runs
+ * in its own thread (echoing token batches), clients run on the main thread's loop, and raw
+ * POSIX sockets play misbehaving peers. Checks: handshake and 10k messages round trip over
+ * TCP and a Unix socket; version mismatch and on_hello refusal reported on both ends; a peer
+ * silent past the timeout reported down (on either side); garbage, oversize and
+ * out-of-sequence frames close only the offending connection while another keeps working;
+ * a peer that stops reading is cut off; a server going away is seen by its clients. Every
+ * wait is bounded; a watchdog alarm ends a hung run. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qe_status.h"
+#include "test_util.h"
+#include "tr_addr.h"
+#include "tr_conn.h"
+
+#define ENV_CASE(name) QEVICT__WORKER__V1__ENVELOPE__MSG_##name
+#define ERR_CODE(name) QEVICT__WORKER__V1__ERROR_CODE__ERROR_CODE_##name
+#define N_REASONS      16
+
+/* Short enough to keep the run quick, long enough for a loaded machine: a live peer
+ * heartbeats every 50 ms and is only declared down after 1 s of silence. */
+#define TIMEOUT_MS 1000
+static const tr_options_t fast = {.heartbeat_ms = 50, .timeout_ms = TIMEOUT_MS};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) { nanosleep(&(struct timespec){0, ms * 1000000L}, NULL); }
+
+/* ---- the server thread -------------------------------------------------------------------- */
+
+typedef struct {
+  uv_loop_t loop;
+  uv_async_t stop;
+  pthread_t th;
+  const char *listen;
+  tr_options_t opt;
+  tr_server_t *srv;
+  char addr[160];
+  pthread_mutex_t mu; /* guards what follows */
+  int ready, listen_rc, n_hello, n_open, n_closed, closes[N_REASONS];
+  long echoed;
+  char last_detail[512];
+  int worker_no;
+  char worker_id[32];
+} server_t;
+
+static void srv_lock(server_t *s) { pthread_mutex_lock(&s->mu); }
+static void srv_unlock(server_t *s) { pthread_mutex_unlock(&s->mu); }
+
+static int srv_on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {
+  server_t *s = tr_conn_ud(c);
+  srv_lock(s);
+  s->n_hello++;
+  snprintf(s->worker_id, sizeof s->worker_id, "w-%d", ++s->worker_no);
+  srv_unlock(s);
+  if (strcmp(h->model_fingerprint, "fp") != 0)
+    return qe_errf(QE_EINVAL, "model fingerprint \"%s\", expected \"fp\"", h->model_fingerprint);
+  ack->worker_id = s->worker_id;
+  return 0;
+}
+
+/* A peer named "flood" gets 64 KiB frames until the transport gives up on it. */
+static void flood(tr_conn_t *c) {
+  static uint32_t ids[16384];
+  Qevict__Worker__V1__TokenBatch b = QEVICT__WORKER__V1__TOKEN_BATCH__INIT;
+  tr_env_t e = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  b.n_token_ids = 16384, b.token_ids = ids;
+  e.msg_case = ENV_CASE(TOKEN_BATCH), e.token_batch = &b;
+  for (int i = 0; i < 4000; i++) {
+    for (int k = 0; k < 16384; k++) ids[k] = 100000u + (uint32_t)k; /* 3-byte varints */
+    if (tr_send(c, &e)) break;
+  }
+}
+
+static void srv_on_open(tr_conn_t *c) {
+  server_t *s = tr_conn_ud(c);
+  const tr_hello_t *h = tr_conn_hello(c);
+  srv_lock(s);
+  s->n_open++;
+  srv_unlock(s);
+  if (h && !strcmp(h->name, "flood")) flood(c);
+}
+
+static void srv_on_message(tr_conn_t *c, const tr_env_t *m) {
+  server_t *s = tr_conn_ud(c);
+  if (m->msg_case != ENV_CASE(TOKEN_BATCH)) return;
+  if (tr_send(c, m) == 0) {
+    srv_lock(s);
+    s->echoed++;
+    srv_unlock(s);
+  }
+}
+
+static void srv_on_close(tr_conn_t *c, int reason, const char *detail) {
+  server_t *s = tr_conn_ud(c);
+  srv_lock(s);
+  s->n_closed++;
+  if (reason >= 0 && reason < N_REASONS) s->closes[reason]++;
+  snprintf(s->last_detail, sizeof s->last_detail, "%s", detail);
+  srv_unlock(s);
+}
+
+static void srv_on_stop(uv_async_t *a) {
+  server_t *s = a->data;
+  tr_server_close(s->srv);
+  uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *server_main(void *arg) {
+  server_t *s = arg;
+  tr_callbacks_t cb = {s, srv_on_hello, srv_on_open, srv_on_message, srv_on_close};
+  uv_loop_init(&s->loop);
+  uv_async_init(&s->loop, &s->stop, srv_on_stop);
+  s->stop.data = s;
+  int rc = tr_listen(&s->loop, s->listen, &s->opt, &cb, &s->srv);
+  srv_lock(s);
+  s->listen_rc = rc;
+  if (!rc)
+    snprintf(s->addr, sizeof s->addr, "%s", tr_server_address(s->srv));
+  else
+    fprintf(stderr, "listen: %s\n", qe_errmsg());
+  s->ready = 1;
+  srv_unlock(s);
+  if (rc) uv_close((uv_handle_t *)&s->stop, NULL);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  CHECK(uv_loop_close(&s->loop) == 0); /* every handle closed */
+  return NULL;
+}
+
+static int srv_get(server_t *s, const int *field) {
+  srv_lock(s);
+  int v = *field;
+  srv_unlock(s);
+  return v;
+}
+
+/* Waits (bounded) until *field reaches want. */
+static int srv_wait(server_t *s, const int *field, int want, int ms) {
+  double t0 = now_ms();
+  while (srv_get(s, field) < want) {
+    if (now_ms() - t0 > ms) return 0;
+    sleep_ms(2);
+  }
+  return 1;
+}
+
+static void server_start(server_t *s, const char *listen, const tr_options_t *opt) {
+  memset(s, 0, sizeof *s);
+  pthread_mutex_init(&s->mu, NULL);
+  s->listen = listen;
+  s->opt = *opt;
+  pthread_create(&s->th, NULL, server_main, s);
+  CHECK(srv_wait(s, &s->ready, 1, 5000));
+  CHECK(s->listen_rc == 0);
+}
+
+static void server_stop(server_t *s) {
+  if (!s->listen_rc) uv_async_send(&s->stop);
+  pthread_join(s->th, NULL);
+  pthread_mutex_destroy(&s->mu);
+}
+
+/* ---- clients on the main thread ----------------------------------------------------------- */
+
+typedef struct {
+  int n_msgs;        /* messages to exchange */
+  int pipelined;     /* send all at once (1) or one per reply (0) */
+  atomic_int *until; /* ping-pong: keep going until *until != 0 (then 100 more) */
+  int sent, received, bad, opened, closed, reason, after_until;
+  char detail[512], worker_id[32];
+} client_t;
+
+static uint32_t tok(int i) { return (uint32_t)i * 2654435761u % 151936u; }
+
+static int client_send(tr_conn_t *c, int i) {
+  uint32_t ids[3] = {tok(i), tok(i + 1), tok(i + 2)};
+  Qevict__Worker__V1__TokenBatch b = QEVICT__WORKER__V1__TOKEN_BATCH__INIT;
+  tr_env_t e = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  b.request_id = 7, b.offset = (uint64_t)i, b.n_token_ids = 3, b.token_ids = ids;
+  e.msg_case = ENV_CASE(TOKEN_BATCH), e.token_batch = &b;
+  return tr_send(c, &e);
+}
+
+static void cl_on_open(tr_conn_t *c) {
+  client_t *k = tr_conn_ud(c);
+  const tr_hello_ack_t *ack = tr_conn_hello_ack(c);
+  k->opened = 1;
+  if (ack) snprintf(k->worker_id, sizeof k->worker_id, "%s", ack->worker_id);
+  for (int i = 0; i < (k->pipelined ? k->n_msgs : 1); i++) CHECK_OK(client_send(c, k->sent++));
+}
+
+static int more_to_send(client_t *k) {
+  if (!k->until) return k->sent < k->n_msgs;
+  if (!atomic_load(k->until)) return 1;
+  return k->after_until++ < 100;
+}
+
+static void cl_on_message(tr_conn_t *c, const tr_env_t *m) {
+  client_t *k = tr_conn_ud(c);
+  const Qevict__Worker__V1__TokenBatch *b = m->token_batch;
+  int i = k->received++;
+  if (m->msg_case != ENV_CASE(TOKEN_BATCH) || b->offset != (uint64_t)i || b->n_token_ids != 3 ||
+      b->token_ids[0] != tok(i) || b->token_ids[2] != tok(i + 2))
+    k->bad++;
+  if (!k->pipelined && more_to_send(k))
+    CHECK_OK(client_send(c, k->sent++));
+  else if (k->received == k->sent)
+    tr_close(c);
+}
+
+static void cl_on_close(tr_conn_t *c, int reason, const char *detail) {
+  client_t *k = tr_conn_ud(c);
+  k->closed++;
+  k->reason = reason;
+  snprintf(k->detail, sizeof k->detail, "%s", detail);
+}
+
+static tr_conn_t *client_connect(uv_loop_t *loop, const char *addr, client_t *k,
+                                 const tr_hello_t *h) {
+  tr_callbacks_t cb = {k, NULL, cl_on_open, cl_on_message, cl_on_close};
+  tr_options_t o = fast;
+  tr_conn_t *c = NULL;
+  o.hello = h;
+  CHECK_OK(tr_connect(loop, addr, &o, &cb, &c));
+  return c;
+}
+
+static tr_hello_t good_hello(void) {
+  tr_hello_t h = QEVICT__WORKER__V1__HELLO__INIT;
+  h.model_fingerprint = "fp";
+  h.tp_size = 1;
+  h.device = "cpu";
+  h.name = "test";
+  return h;
+}
+
+/* ---- raw sockets (misbehaving peers) ------------------------------------------------------ */
+
+static int raw_connect(const char *addr) {
+  tr_addr_t a;
+  struct sockaddr_un un = {.sun_family = AF_UNIX};
+  struct timeval tv = {3, 0};
+  int fd, rc;
+  if (tr_addr_parse(addr, &a)) return -1;
+  fd = socket(a.is_unix ? AF_UNIX : a.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (a.is_unix) {
+    memcpy(un.sun_path, a.path, strlen(a.path) + 1);
+    rc = connect(fd, (struct sockaddr *)&un, sizeof un);
+  } else {
+    rc = connect(fd, (struct sockaddr *)&a.sa, sizeof(struct sockaddr_in));
+  }
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (rc) close(fd);
+  return rc ? -1 : fd;
+}
+
+static int raw_write(int fd, const void *p, size_t n) {
+  return send(fd, p, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
+}
+
+static int raw_send_env(int fd, const tr_env_t *e) {
+  uint8_t *f;
+  size_t n;
+  int rc = tr_frame_encode(e, 0, &f, &n);
+  if (!rc) rc = raw_write(fd, f, n);
+  free(f);
+  return rc;
+}
+
+static int raw_send_hello(int fd, const tr_hello_t *h) {
+  tr_env_t e = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  e.msg_case = ENV_CASE(HELLO), e.hello = (tr_hello_t *)h;
+  return raw_send_env(fd, &e);
+}
+
+/* Reads the next frame (blocking, with a receive timeout); NULL at EOF, error or garbage. */
+static tr_env_t *raw_read_env(int fd, tr_decoder_t *d) {
+  uint8_t buf[4096];
+  for (;;) {
+    tr_env_t *m;
+    size_t used;
+    ssize_t n = recv(fd, buf, 1, 0); /* one byte at a time: nothing past the frame is eaten */
+    if (n <= 0) return NULL;
+    if (tr_decoder_feed(d, buf, 1, &used, &m) == 1) return m;
+    if (d->err) return NULL;
+  }
+}
+
+typedef struct {
+  int closed;     /* the server closed the socket (EOF or reset) within the timeout */
+  int error_code; /* code of the last Error frame read, or -1 */
+  int fatal;
+  double ms; /* time to the close */
+} raw_end_t;
+
+/* Reads until the server closes the socket, noting any Error frame. */
+static raw_end_t raw_expect_close(int fd, tr_decoder_t *d) {
+  raw_end_t r = {0, -1, 0, 0};
+  double t0 = now_ms();
+  uint8_t buf[4096];
+  while (now_ms() - t0 < TIMEOUT_MS + 5000) { /* heartbeats may keep arriving: bounded */
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+      r.closed = 1;
+      break;
+    }
+    if (n < 0) break; /* timeout */
+    for (size_t off = 0; off < (size_t)n;) {
+      tr_env_t *m;
+      size_t used;
+      int rc = tr_decoder_feed(d, buf + off, (size_t)n - off, &used, &m);
+      off += used;
+      if (rc < 0) break;
+      if (rc == 1 && m->msg_case == ENV_CASE(ERROR))
+        r.error_code = m->error->code, r.fatal = m->error->fatal;
+      if (rc == 1) tr_env_free(m);
+    }
+  }
+  r.ms = now_ms() - t0;
+  return r;
+}
+
+/* A raw peer that completes the handshake; returns the fd (decoder d past the HelloAck). */
+static int raw_handshake(const char *addr, const char *name, tr_decoder_t *d) {
+  tr_hello_t h = good_hello();
+  tr_env_t *m;
+  int fd = raw_connect(addr);
+  h.protocol_version = TR_PROTOCOL_VERSION; /* a raw peer fills it in itself */
+  h.name = (char *)name;
+  tr_decoder_init(d, 0);
+  CHECK(fd >= 0);
+  if (fd < 0) return -1;
+  CHECK_OK(raw_send_hello(fd, &h));
+  m = raw_read_env(fd, d);
+  CHECK(m && m->msg_case == ENV_CASE(HELLO_ACK) && m->hello_ack->protocol_version == 1);
+  tr_env_free(m);
+  return fd;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void run_loop(uv_loop_t *loop) { uv_run(loop, UV_RUN_DEFAULT); }
+
+/* 10k token batches echoed, pipelined (all sent at once) and ping-pong. */
+static void test_roundtrip(server_t *s, uv_loop_t *loop, int pipelined, int n) {
+  client_t k = {.n_msgs = n, .pipelined = pipelined};
+  tr_hello_t h = good_hello();
+  double t0 = now_ms();
+  client_connect(loop, s->addr, &k, &h);
+  run_loop(loop);
+  CHECK(k.opened && k.closed == 1 && k.reason == TR_CLOSE_LOCAL);
+  CHECK(k.received == n && k.sent == n && k.bad == 0);
+  CHECK(!strncmp(k.worker_id, "w-", 2));
+  printf("  %s %s: %d messages round trip in %.1f ms\n", s->addr,
+         pipelined ? "pipelined" : "ping-pong", n, now_ms() - t0);
+}
+
+static void test_version_mismatch(server_t *s, uv_loop_t *loop) {
+  client_t k = {.n_msgs = 1};
+  tr_hello_t h = good_hello();
+  int v0 = srv_get(s, &s->closes[TR_CLOSE_VERSION]), open0 = srv_get(s, &s->n_open);
+  h.protocol_version = 99;
+  client_connect(loop, s->addr, &k, &h);
+  run_loop(loop);
+  CHECK(!k.opened && k.closed == 1 && k.reason == TR_CLOSE_VERSION);
+  CHECK(strstr(k.detail, "version 99") != NULL);
+  CHECK(srv_wait(s, &s->closes[TR_CLOSE_VERSION], v0 + 1, 3000));
+  CHECK(srv_get(s, &s->n_open) == open0);
+  printf("  version mismatch: client: %s\n", k.detail);
+}
+
+static void test_refused(server_t *s, uv_loop_t *loop) {
+  client_t k = {.n_msgs = 1};
+  tr_hello_t h = good_hello();
+  int r0 = srv_get(s, &s->closes[TR_CLOSE_REFUSED]);
+  h.model_fingerprint = "other";
+  client_connect(loop, s->addr, &k, &h);
+  run_loop(loop);
+  CHECK(!k.opened && k.closed == 1 && k.reason == TR_CLOSE_REFUSED);
+  CHECK(strstr(k.detail, "fingerprint") != NULL);
+  CHECK(srv_wait(s, &s->closes[TR_CLOSE_REFUSED], r0 + 1, 3000));
+}
+
+/* A raw peer that shakes hands and then says nothing is reported down by the server; one that
+ * never shakes hands too. */
+static void test_server_sees_silence(server_t *s) {
+  tr_decoder_t d;
+  int t0 = srv_get(s, &s->closes[TR_CLOSE_TIMEOUT]);
+  int fd = raw_handshake(s->addr, "silent", &d);
+  raw_end_t r = raw_expect_close(fd, &d); /* heartbeats arrive meanwhile, then the close */
+  CHECK(r.closed && r.ms >= TIMEOUT_MS * 0.75 && r.ms < TIMEOUT_MS + 3000);
+  CHECK(srv_wait(s, &s->closes[TR_CLOSE_TIMEOUT], t0 + 1, 3000));
+  printf("  silent peer reported down after %.0f ms (timeout %u ms)\n", r.ms, fast.timeout_ms);
+  close(fd);
+  tr_decoder_dispose(&d);
+
+  fd = raw_connect(s->addr); /* no Hello at all */
+  tr_decoder_init(&d, 0);
+  r = raw_expect_close(fd, &d);
+  CHECK(r.closed && r.ms < TIMEOUT_MS + 3000);
+  CHECK(srv_wait(s, &s->closes[TR_CLOSE_TIMEOUT], t0 + 2, 3000));
+  close(fd);
+  tr_decoder_dispose(&d);
+}
+
+/* A raw "server" that answers the Hello and then goes silent: the client reports it down. */
+static void *silent_server(void *arg) {
+  int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+  tr_decoder_t d;
+  tr_hello_ack_t ack = QEVICT__WORKER__V1__HELLO_ACK__INIT;
+  tr_env_t e = QEVICT__WORKER__V1__ENVELOPE__INIT, *m;
+  tr_decoder_init(&d, 0);
+  m = raw_read_env(fd, &d);
+  CHECK(m && m->msg_case == ENV_CASE(HELLO));
+  tr_env_free(m);
+  ack.protocol_version = TR_PROTOCOL_VERSION, ack.worker_id = "w-silent";
+  e.msg_case = ENV_CASE(HELLO_ACK), e.hello_ack = &ack;
+  CHECK_OK(raw_send_env(fd, &e));
+  raw_expect_close(fd, &d); /* until the client gives up */
+  tr_decoder_dispose(&d);
+  close(fd);
+  return NULL;
+}
+
+static void test_client_sees_silence(uv_loop_t *loop) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  char addr[64];
+  pthread_t th;
+  client_t k = {.n_msgs = 0, .pipelined = 1};
+  tr_hello_t h = good_hello();
+  bind(lfd, (struct sockaddr *)&sa, sizeof sa);
+  listen(lfd, 4);
+  getsockname(lfd, (struct sockaddr *)&sa, &len);
+  snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+  pthread_create(&th, NULL, silent_server, &lfd);
+  double t0 = now_ms();
+  client_connect(loop, addr, &k, &h);
+  run_loop(loop);
+  CHECK(k.opened && k.closed == 1 && k.reason == TR_CLOSE_TIMEOUT);
+  CHECK(!strcmp(k.worker_id, "w-silent"));
+  CHECK(now_ms() - t0 >= TIMEOUT_MS * 0.75 && now_ms() - t0 < TIMEOUT_MS + 3000);
+  printf("  client: %s\n", k.detail);
+  pthread_join(th, NULL);
+  close(lfd);
+}
+
+/* Garbage of several kinds, each on its own raw connection, while a good client keeps
+ * exchanging messages with the same server. */
+typedef struct {
+  server_t *s;
+  atomic_int *done;
+} garbage_args_t;
+
+static void expect_dropped(int fd, tr_decoder_t *d, int code, const char *what) {
+  raw_end_t r = raw_expect_close(fd, d);
+  CHECK(r.closed);
+  if (code >= 0) CHECK(r.error_code == code && r.fatal);
+  if (!r.closed || (code >= 0 && r.error_code != code))
+    fprintf(stderr, "  %s: closed %d, error code %d\n", what, r.closed, r.error_code);
+  close(fd);
+  tr_decoder_dispose(d);
+}
+
+static void garbage_runs(server_t *s) {
+  static const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+  static const uint8_t junk[] = {0x05, 0, 0, 0, 0x0f, 0xff, 0xff, 0xff, 0xff};
+  static const uint8_t mid[4] = {0x01, 0x00, 0x01, 0x00}; /* 64 KiB + 1 declared */
+  tr_decoder_t d;
+  tr_hello_t h = good_hello();
+  uint8_t rnd[4096];
+  int fd;
+  fd = raw_connect(s->addr); /* an absurd length before the handshake */
+  tr_decoder_init(&d, 0);
+  CHECK_OK(raw_write(fd, huge, 4));
+  expect_dropped(fd, &d, ERR_CODE(FRAME_TOO_LARGE), "huge length");
+  fd = raw_connect(s->addr); /* 64 KiB + 1: fine later, too big for a Hello */
+  tr_decoder_init(&d, 0);
+  CHECK_OK(raw_write(fd, mid, 4));
+  expect_dropped(fd, &d, ERR_CODE(FRAME_TOO_LARGE), "large hello");
+  fd = raw_handshake(s->addr, "junk", &d); /* a payload that is not an Envelope */
+  CHECK_OK(raw_write(fd, junk, sizeof junk));
+  expect_dropped(fd, &d, ERR_CODE(PROTOCOL), "junk payload");
+  fd = raw_handshake(s->addr, "again", &d); /* a second Hello */
+  CHECK_OK(raw_send_hello(fd, &h));
+  expect_dropped(fd, &d, ERR_CODE(PROTOCOL), "second hello");
+  fd = raw_handshake(s->addr, "oversize", &d); /* above the server's 1 MiB maximum */
+  CHECK_OK(raw_write(fd, (uint8_t[]){0x01, 0x00, 0x10, 0x00}, 4));
+  expect_dropped(fd, &d, ERR_CODE(FRAME_TOO_LARGE), "oversize");
+  fd = raw_handshake(s->addr, "cut", &d); /* half a frame, then hang up */
+  CHECK_OK(raw_write(fd, (uint8_t[]){0x10, 0x00, 0x00, 0x00, 0x1a}, 5));
+  shutdown(fd, SHUT_WR);
+  expect_dropped(fd, &d, -1, "cut");
+  srand(7);
+  for (int i = 0; i < 20; i++) { /* random bytes: dropped (size, protocol or silence) */
+    size_t n = 5 + (size_t)rand() % (sizeof rnd - 5);
+    for (size_t j = 0; j < n; j++) rnd[j] = (uint8_t)rand();
+    if (i % 2) { /* a random payload behind a right header, after the handshake */
+      fd = raw_handshake(s->addr, "random", &d);
+      rnd[0] = (uint8_t)(n - 4), rnd[1] = (uint8_t)((n - 4) >> 8), rnd[2] = rnd[3] = 0;
+    } else {
+      fd = raw_connect(s->addr);
+      tr_decoder_init(&d, 0);
+    }
+    raw_write(fd, rnd, n);
+    expect_dropped(fd, &d, -1, "random");
+  }
+}
+
+static void *garbage_main(void *arg) {
+  garbage_args_t *g = arg;
+  CHECK(srv_wait(g->s, &g->s->n_open, 1, 5000)); /* the good client is up */
+  garbage_runs(g->s);
+  atomic_store(g->done, 1);
+  return NULL;
+}
+
+static void test_garbage_isolated(server_t *s, uv_loop_t *loop) {
+  atomic_int done = 0;
+  client_t k = {.until = &done};
+  tr_hello_t h = good_hello();
+  garbage_args_t g = {s, &done};
+  pthread_t th;
+  int open0 = srv_get(s, &s->n_open);
+  int proto0 = srv_get(s, &s->closes[TR_CLOSE_PROTOCOL]);
+  int size0 = srv_get(s, &s->closes[TR_CLOSE_OVERSIZE]);
+  CHECK(open0 == 0); /* a fresh server: garbage_main waits for the good client */
+  pthread_create(&th, NULL, garbage_main, &g);
+  client_connect(loop, s->addr, &k, &h);
+  run_loop(loop); /* ping-pong until the garbage is done, then 100 more */
+  pthread_join(th, NULL);
+  CHECK(k.opened && k.closed == 1 && k.reason == TR_CLOSE_LOCAL && k.bad == 0);
+  CHECK(k.received == k.sent && k.received > 100);
+  CHECK(srv_get(s, &s->closes[TR_CLOSE_PROTOCOL]) >= proto0 + 2);
+  CHECK(srv_get(s, &s->closes[TR_CLOSE_OVERSIZE]) >= size0 + 3);
+  printf("  good client exchanged %d messages while 26 bad peers were dropped\n", k.received);
+}
+
+/* A peer that never reads is cut off once max_queued bytes wait. */
+static void test_overload(server_t *s) {
+  tr_decoder_t d;
+  int o0 = srv_get(s, &s->closes[TR_CLOSE_OVERLOAD]);
+  int fd = raw_handshake(s->addr, "flood", &d); /* the server floods it on open */
+  CHECK(srv_wait(s, &s->closes[TR_CLOSE_OVERLOAD], o0 + 1, 5000));
+  close(fd);
+  tr_decoder_dispose(&d);
+}
+
+/* The server goes away: a connected client sees it. */
+static void test_server_gone(uv_loop_t *loop) {
+  server_t s;
+  client_t k = {.n_msgs = 0, .pipelined = 1};
+  tr_hello_t h = good_hello();
+  server_start(&s, "127.0.0.1:0", &fast);
+  client_connect(loop, s.addr, &k, &h);
+  while (!k.opened && !k.closed) uv_run(loop, UV_RUN_ONCE);
+  CHECK(k.opened);
+  server_stop(&s);
+  run_loop(loop);
+  CHECK(k.closed == 1 && (k.reason == TR_CLOSE_EOF || k.reason == TR_CLOSE_IO));
+  printf("  server gone: client: %s: %s\n", tr_close_reason_str(k.reason), k.detail);
+}
+
+static void test_connect_refused(uv_loop_t *loop) {
+  client_t k = {0};
+  tr_hello_t h = good_hello();
+  char path[64];
+  snprintf(path, sizeof path, "unix:/tmp/qe-tr-none-%d.sock", (int)getpid());
+  client_connect(loop, path, &k, &h);
+  run_loop(loop);
+  CHECK(!k.opened && k.closed == 1 && k.reason == TR_CLOSE_CONNECT);
+}
+
+static void test_listen_errors(uv_loop_t *loop, const char *busy_unix) {
+  tr_callbacks_t cb = {0};
+  tr_server_t *srv;
+  CHECK(tr_listen(loop, "nonsense", NULL, &cb, &srv) == QE_EINVAL && !srv);
+  CHECK(tr_listen(loop, busy_unix, NULL, &cb, &srv) == QE_EIO); /* a live listener there */
+  CHECK(strstr(qe_errmsg(), "already listens") != NULL);
+  run_loop(loop);
+}
+
+static void on_alarm(int sig) {
+  static const char msg[] = "test_transport: watchdog: hung, aborting\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(1);
+}
+
+int main(void) {
+  uv_loop_t loop;
+  server_t tcp, unx;
+  tr_options_t big = fast;
+  char upath[96];
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGALRM, on_alarm);
+  alarm(150);
+  signal(SIGPIPE, SIG_IGN);
+  uv_loop_init(&loop);
+  big.max_frame = 1 << 20;
+  big.max_queued = 4 << 20;
+  snprintf(upath, sizeof upath, "unix:/tmp/qe-tr-test-%d.sock", (int)getpid());
+
+  server_start(&tcp, "127.0.0.1:0", &big);
+  printf("server on %s\n", tcp.addr);
+  test_garbage_isolated(&tcp, &loop); /* first: it needs the server's n_open at 0 */
+  test_roundtrip(&tcp, &loop, 1, 10000);
+  test_roundtrip(&tcp, &loop, 0, 10000);
+  test_version_mismatch(&tcp, &loop);
+  test_refused(&tcp, &loop);
+  test_server_sees_silence(&tcp);
+  test_overload(&tcp);
+  test_client_sees_silence(&loop);
+
+  server_start(&unx, upath, &fast);
+  printf("server on %s\n", unx.addr);
+  test_roundtrip(&unx, &loop, 1, 10000);
+  test_roundtrip(&unx, &loop, 0, 10000);
+  test_version_mismatch(&unx, &loop);
+  test_listen_errors(&loop, upath);
+  server_stop(&unx);
+  CHECK(access(upath + 5, F_OK) != 0); /* the socket file is removed */
+
+  test_server_gone(&loop);
+  test_connect_refused(&loop);
+  server_stop(&tcp);
+  CHECK(uv_loop_close(&loop) == 0);
+  return tu_done("transport");
+}
