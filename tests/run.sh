@@ -34,7 +34,10 @@ if [[ "${QE_SKIP_FUZZ:-0}" != 1 ]]; then
     CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
       -Dcuda=disabled -Dblas=disabled >&2
   fi
-  ninja -C build-fuzz >&2
+  ninja -C build-fuzz tests/fuzz/fuzz_gguf >&2
+  if ninja -C build-fuzz -t targets all | grep -q '^tests/fuzz/fuzz_frame:'; then
+    ninja -C build-fuzz tests/fuzz/fuzz_frame >&2
+  fi
   fuzz() { # NAME SECONDS SEED_CORPUS
     step "fuzzing $1 ($2 s)"
     mkdir -p "build-fuzz/corpus-$1"
