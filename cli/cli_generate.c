@@ -360,8 +360,8 @@ static void print_diag(const gen_args_t *a, const kv_diag_result_t *r, const gen
 /* --diagnostics: the FullKV shadow generates; the policy is teacher-forced on its tokens. */
 static int run_diagnostics(const gen_args_t *a, model_t *m, kern_backend_t *be, kv_cache_t *kv,
                            tp_comm_t *c) {
-  cli_policy_t full = a->pol;
-  full.frac = 1.0, full.bytes = 0;
+  cli_policy_t full = a->pol; /* same windows; everything Full (q 0: no INT2 tier) */
+  full.frac = 1.0, full.bytes = 0, full.q = 0.0f;
   kv_cache_t *shadow = NULL;
   kv_diag_t *d = NULL;
   kv_diag_result_t r;
