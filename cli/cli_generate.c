@@ -198,6 +198,15 @@ static void unload_rank(kern_backend_t *be, model_t *m, kv_cache_t *kv) {
   kern_destroy(be);
 }
 
+/* Every rank reports whether it loaded; all fail together if any did not (rank 0 reports). */
+static int load_barrier(tp_comm_t *c, int lrc) {
+  int ok = lrc == 0, all[256];
+  int rc = tp_allgather(c, &ok, all, sizeof ok);
+  for (int r = 0; !rc && r < c->size; r++)
+    if (!all[r]) rc = lrc ? lrc : qe_errf(QE_ECOMM, "tensor-parallel rank %d failed to load", r);
+  return rc;
+}
+
 /* A forked rank > 0: loads its shard and follows rank 0 until told to stop. */
 static int run_follower(const gen_args_t *a, int rank, int fd) {
   kern_backend_t *be = NULL;
@@ -206,12 +215,10 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   tp_comm_t *c = NULL;
   int fds[1] = {fd};
   int rc = tp_comm_create_cpu_fds(fds, rank, a->tp, &c);
-  int lrc = rc ? rc : load_rank(a, rank, &be, &m, &kv);
-  int ok = lrc == 0;
-  if (!rc) rc = tp_allgather(c, &ok, &(int[256]){0}, sizeof ok); /* load barrier */
-  if (!rc && lrc) rc = lrc;
+  int lrc = rc ? rc : load_rank(a, rank, &be, &m, &kv), brc = 0;
+  if (!rc) rc = brc = load_barrier(c, lrc);
   if (!rc) rc = gen_follow(m, kv, c);
-  if (rc) cli_fail("generate (tp rank)", rc);
+  if (rc && (lrc || !brc)) cli_fail("generate (tp rank)", rc); /* its own failure only */
   tp_comm_destroy(c);
   unload_rank(be, m, kv);
   return rc ? 1 : 0;
@@ -245,15 +252,6 @@ static int wait_ranks(const gen_args_t *a, const pid_t *pids) {
       bad = 1;
   }
   return bad ? qe_errf(QE_ECOMM, "a tensor-parallel rank failed") : 0;
-}
-
-/* Every rank reports whether it loaded; rank 0 fails if any did not. */
-static int load_barrier(tp_comm_t *c, int lrc) {
-  int ok = lrc == 0, all[256];
-  int rc = tp_allgather(c, &ok, all, sizeof ok);
-  for (int r = 0; !rc && r < c->size; r++)
-    if (!all[r]) rc = lrc ? lrc : qe_errf(QE_ECOMM, "tensor-parallel rank %d failed to load", r);
-  return rc;
 }
 
 typedef struct {
