@@ -28,8 +28,7 @@ typedef struct kv_cache_ops {
   /* Frees everything of slot `seq` (NULL-safe on a closed slot). */
   void (*seq_close)(kv_cache_t *kv, int seq);
   /* Stores n tokens' K and V ([n][n_kv_local][head_dim]) at positions pos0.. of seq. */
-  int (*store)(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k,
-               const float *v);
+  int (*store)(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k, const float *v);
   /* Attention for every request at `layer` (one backend call over all sequences). */
   int (*attend)(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs);
   /* Persistent bytes held by seq (all layers), for memory reports. */
@@ -40,8 +39,8 @@ typedef struct kv_cache_ops {
 /* Geometry shared by every implementation. */
 typedef struct {
   int n_layer;
-  int n_head;     /* local query heads */
-  int n_kv_head;  /* local KV heads */
+  int n_head;    /* local query heads */
+  int n_kv_head; /* local KV heads */
   int head_dim;
   int max_seqs;
 } kv_geom_t;

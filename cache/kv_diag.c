@@ -28,8 +28,12 @@ struct kv_diag {
 int kv_diag_create(int n_layer, int horizon, int lir_m, kv_diag_t **out) {
   kv_diag_t *d = calloc(1, sizeof *d);
   if (!d) return qe_errf(QE_ENOMEM, "kv_diag: out of memory");
-  *d = (kv_diag_t){n_layer, horizon, lir_m, calloc((size_t)n_layer, sizeof(kv_dlist_t)),
-                   calloc((size_t)n_layer, sizeof(kv_dlist_t)), calloc((size_t)n_layer, sizeof(kv_dlist_t))};
+  *d = (kv_diag_t){n_layer,
+                   horizon,
+                   lir_m,
+                   calloc((size_t)n_layer, sizeof(kv_dlist_t)),
+                   calloc((size_t)n_layer, sizeof(kv_dlist_t)),
+                   calloc((size_t)n_layer, sizeof(kv_dlist_t))};
   if (!d->shadow_steps || !d->policy_steps || !d->policy_routes) {
     kv_diag_destroy(d);
     return qe_errf(QE_ENOMEM, "kv_diag: out of memory");
@@ -90,8 +94,10 @@ static const kv_drec_t *at_len(const kv_dlist_t *l, int len) {
   int lo = 0, hi = l->n;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (l->r[mid].len < len) lo = mid + 1;
-    else hi = mid;
+    if (l->r[mid].len < len)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < l->n && l->r[lo].len == len ? &l->r[lo] : NULL;
 }
@@ -122,7 +128,9 @@ static void fmm_event(const kv_diag_t *d, const kv_dlist_t *sh, const kv_drec_t 
   if (all > 0) mean_add(m, miss / all);
 }
 
-static int is_full_aged(const kv_drec_t *r, int w) { return w < r->n_aged && r->tier[w] == KV_TIER_FULL; }
+static int is_full_aged(const kv_drec_t *r, int w) {
+  return w < r->n_aged && r->tier[w] == KV_TIER_FULL;
+}
 
 static void churn_pair(const kv_drec_t *a, const kv_drec_t *b, kv_mean_t *m) {
   long inter = 0, uni = 0;
@@ -186,7 +194,8 @@ int kv_diag_compute(const kv_diag_t *d, kv_diag_result_t *o) {
   if (!ttr) return qe_errf(QE_ENOMEM, "kv_diag: out of memory");
   memset(o, 0, sizeof *o);
   for (int l = 0; l < d->n_layer; l++) {
-    const kv_dlist_t *rt = &d->policy_routes[l], *sh = &d->shadow_steps[l], *ps = &d->policy_steps[l];
+    const kv_dlist_t *rt = &d->policy_routes[l], *sh = &d->shadow_steps[l],
+                     *ps = &d->policy_steps[l];
     int max_w = 0;
     for (int i = 0; i < rt->n; i++) {
       fmm_event(d, sh, &rt->r[i], &fmm);

@@ -80,10 +80,15 @@ static int full_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int
     kv_full_seq_t *s = &f->seqs[reqs[i].seq];
     if (reqs[i].pos0 + reqs[i].n_q > s->len)
       return qe_errf(QE_ERANGE, "kv_full: attention past stored tokens in slot %d", reqs[i].seq);
-    f->work[i] = (kern_attn_seq_t){.q = reqs[i].q, .k = s->k[layer], .v = s->v[layer],
-                                   .out = reqs[i].out, .n_q = reqs[i].n_q,
-                                   .n_kv = reqs[i].pos0 + reqs[i].n_q, .q_pos0 = reqs[i].pos0,
-                                   .k_pos = NULL, .mass_q0 = 0};
+    f->work[i] = (kern_attn_seq_t){.q = reqs[i].q,
+                                   .k = s->k[layer],
+                                   .v = s->v[layer],
+                                   .out = reqs[i].out,
+                                   .n_q = reqs[i].n_q,
+                                   .n_kv = reqs[i].pos0 + reqs[i].n_q,
+                                   .q_pos0 = reqs[i].pos0,
+                                   .k_pos = NULL,
+                                   .mass_q0 = 0};
   }
   kern_attn_shape_t sh = {g->n_head, g->n_kv_head, g->head_dim, 0};
   sh.scale = 1.0f / sqrtf((float)g->head_dim);
@@ -93,8 +98,7 @@ static int full_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int
 
 static size_t full_seq_bytes(const kv_cache_t *kv, int seq) {
   const kv_full_t *f = (const kv_full_t *)kv;
-  return 2 * sizeof(float) * row_floats(&kv->geom) * (size_t)f->seqs[seq].len *
-         kv->geom.n_layer;
+  return 2 * sizeof(float) * row_floats(&kv->geom) * (size_t)f->seqs[seq].len * kv->geom.n_layer;
 }
 
 static void full_destroy(kv_cache_t *kv) {
@@ -105,9 +109,8 @@ static void full_destroy(kv_cache_t *kv) {
   free(f);
 }
 
-static const kv_cache_ops_t full_ops = {"full",        full_seq_open,  full_seq_close,
-                                        full_store,    full_attend,    full_seq_bytes,
-                                        full_destroy};
+static const kv_cache_ops_t full_ops = {"full",      full_seq_open,  full_seq_close, full_store,
+                                        full_attend, full_seq_bytes, full_destroy};
 
 int kv_full_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out) {
   if (geom->n_layer <= 0 || geom->n_kv_head <= 0 || geom->head_dim <= 0 || geom->max_seqs <= 0 ||

@@ -6,9 +6,9 @@
 #include "qe_status.h"
 
 static const kv_policy_desc_t *const registry[] = {
-    &kv_policy_full,  &kv_policy_streaming, &kv_policy_snapkv, &kv_policy_pyramidkv,
-    &kv_policy_knorm, &kv_policy_h2o,       &kv_policy_kivi,   &kv_policy_qevict,
-    NULL};
+    &kv_policy_full,      &kv_policy_streaming, &kv_policy_snapkv,
+    &kv_policy_pyramidkv, &kv_policy_knorm,     &kv_policy_h2o,
+    &kv_policy_kivi,      &kv_policy_qevict,    NULL};
 
 const kv_policy_desc_t *const *kv_policy_list(void) { return registry; }
 
@@ -28,8 +28,10 @@ int kv_policy_find(const char *name, kv_policy_desc_t *out) {
     if (out->cfg.pnorm == 0) out->cfg.pnorm = 2.0f;
     return 0;
   }
-  return qe_errf(QE_EINVAL, "policy: unknown policy '%s' (full, streaming, snapkv, pyramidkv, "
-                            "knorm, h2o, kivi, qevict; '+graphkv' on scorer-based ones)", name);
+  return qe_errf(QE_EINVAL,
+                 "policy: unknown policy '%s' (full, streaming, snapkv, pyramidkv, "
+                 "knorm, h2o, kivi, qevict; '+graphkv' on scorer-based ones)",
+                 name);
 }
 
 int kv_policy_check(const kv_policy_cfg_t *c, int head_dim) {

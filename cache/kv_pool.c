@@ -23,7 +23,7 @@ struct kv_pool {
   int n_slots, per_slot; /* INT2 pages per slot */
   kv_slot_t *slots;
   int *free_stack, n_free;
-  int partial;           /* head of the partial INT2 slot list */
+  int partial; /* head of the partial INT2 slot list */
   size_t full_pages, q_pages;
 };
 

@@ -12,9 +12,9 @@
 typedef struct kv_pool kv_pool_t;
 
 typedef struct {
-  size_t capacity;           /* arena bytes */
+  size_t capacity;            /* arena bytes */
   size_t full_pages, q_pages; /* pages in use */
-  size_t slots_used, slots;  /* slots in use (Full or INT2) / all */
+  size_t slots_used, slots;   /* slots in use (Full or INT2) / all */
 } kv_pool_stats_t;
 
 /* Arena of at least `bytes` in backend memory; full_page and q_page are page sizes in bytes

@@ -38,7 +38,8 @@ size_t kv_route_decide(const kv_cand_t *c, int n, const kv_route_params_t *p, in
   for (int r = 0; p->use_full && r < n; r++) {
     const kv_cand_t *w = &c[order[r]];
     if (w->tier == KV_TIER_INT2 && !p->promote) continue;
-    if (full_used + w->full_cost <= full_cap) full_used += w->full_cost, out[order[r]] = KV_TIER_FULL;
+    if (full_used + w->full_cost <= full_cap)
+      full_used += w->full_cost, out[order[r]] = KV_TIER_FULL;
   }
   size_t q_cap = p->b_hist - full_used;
   for (int r = 0; p->use_int2 && r < n; r++) {

@@ -46,7 +46,8 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   t->tmp = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
   t->tmp2 = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
   size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
-  if (!t->seqs || !t->pending_budget || !t->final || !t->tmp || !t->tmp2) rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  if (!t->seqs || !t->pending_budget || !t->final || !t->tmp || !t->tmp2)
+    rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   if (!rc) rc = kv_pool_create(be, pool_bytes, t->page_bytes, q_page, &t->pool);
   if (rc) {
     tiered_ops.destroy(&t->base);
@@ -329,7 +330,8 @@ int kv_tiered_check(const kv_cache_t *kv, int seq) {
       const kv_win_t *w = &L->wins[i];
       if ((w->tier == KV_TIER_FULL) != (w->page != NULL) ||
           (w->tier == KV_TIER_INT2 && !w->ledger) || (w->tier == KV_TIER_EVICTED && w->ledger))
-        return qe_errf(QE_ERANGE, "kv_tiered: layer %d window %d is in an inconsistent state", l, i);
+        return qe_errf(QE_ERANGE, "kv_tiered: layer %d window %d is in an inconsistent state", l,
+                       i);
       b += kv_tiered_win_bytes(t, w);
     }
     if (b != L->bytes)
@@ -338,8 +340,8 @@ int kv_tiered_check(const kv_cache_t *kv, int seq) {
   }
   size_t total = tiered_seq_bytes(kv, seq);
   if (total > s->budget)
-    return qe_errf(QE_ERANGE, "kv_tiered: slot %d holds %zu bytes over its budget %zu", seq,
-                   total, s->budget);
+    return qe_errf(QE_ERANGE, "kv_tiered: slot %d holds %zu bytes over its budget %zu", seq, total,
+                   s->budget);
   return 0;
 }
 
@@ -396,6 +398,6 @@ static void tiered_destroy(kv_cache_t *kv) {
   free(t);
 }
 
-static const kv_cache_ops_t tiered_ops = {"tiered",     tiered_seq_open,  tiered_seq_close,
-                                          tiered_store, kv_tiered_attend, tiered_seq_bytes,
+static const kv_cache_ops_t tiered_ops = {"tiered",      tiered_seq_open,  tiered_seq_close,
+                                          tiered_store,  kv_tiered_attend, tiered_seq_bytes,
                                           tiered_destroy};

@@ -16,9 +16,9 @@
 #include "kv_route.h"
 
 typedef struct {
-  size_t budget;         /* persistent byte budget of the sequence (all layers) */
-  size_t bytes;          /* persistent bytes now */
-  size_t peak_bytes;     /* highest persistent bytes after any routing */
+  size_t budget;     /* persistent byte budget of the sequence (all layers) */
+  size_t bytes;      /* persistent bytes now */
+  size_t peak_bytes; /* highest persistent bytes after any routing */
   size_t full_bytes, int2_bytes, meta_bytes, sink_bytes; /* bytes now, by kind */
   size_t peak_transient; /* highest bytes above the budget while a prefill layer was routed */
   size_t workspace;      /* attention gather workspace of the cache (transient, shared) */

@@ -16,8 +16,8 @@ void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign) {
   for (int i = 0; i < n; i += 256) {
     int m = n - i < 256 ? n - i : 256;
     for (int j = 0; j < m; j++) pos[j] = sign * (start + i + j);
-    be->ops->rope(be, x + (size_t)i * t->row, pos, m, t->base.geom.n_kv_head,
-                  t->base.geom.head_dim, &t->rope);
+    be->ops->rope(be, x + (size_t)i * t->row, pos, m, t->base.geom.n_kv_head, t->base.geom.head_dim,
+                  &t->rope);
   }
 }
 
@@ -75,8 +75,10 @@ static void gather_window(kv_tiered_t *t, const kv_win_t *w, int at) {
 static int gather_layer(kv_tiered_t *t, const kv_tlayer_t *L, int at) {
   int n_sink = L->len < t->cfg.n_sink ? L->len : t->cfg.n_sink, n = 0;
   for (int p = 0; p < n_sink; p++, n++) {
-    memcpy(t->gk + (size_t)(at + n) * t->row, L->sink + (size_t)p * 2 * t->row, sizeof(float) * t->row);
-    memcpy(t->gv + (size_t)(at + n) * t->row, L->sink + ((size_t)p * 2 + 1) * t->row, sizeof(float) * t->row);
+    memcpy(t->gk + (size_t)(at + n) * t->row, L->sink + (size_t)p * 2 * t->row,
+           sizeof(float) * t->row);
+    memcpy(t->gv + (size_t)(at + n) * t->row, L->sink + ((size_t)p * 2 + 1) * t->row,
+           sizeof(float) * t->row);
     t->gpos[at + n] = p;
   }
   for (int i = 0; i < L->n_wins; i++) {
@@ -114,8 +116,12 @@ static void pool_masses(float *wm, int n, int k, float *tmp) {
 
 static void update_score(const kv_policy_cfg_t *c, kv_win_t *w, float m, int prefill) {
   switch (c->scorer) {
-  case KV_SCORE_CUMULATIVE: w->score += m; break;
-  case KV_SCORE_DECAYED: w->score = c->decay * w->score + m; break;
+  case KV_SCORE_CUMULATIVE:
+    w->score += m;
+    break;
+  case KV_SCORE_DECAYED:
+    w->score = c->decay * w->score + m;
+    break;
   case KV_SCORE_PNORM:
     w->acc += powf(m, c->pnorm);
     w->score = powf(w->acc, 1.0f / c->pnorm);
@@ -123,7 +129,8 @@ static void update_score(const kv_policy_cfg_t *c, kv_win_t *w, float m, int pre
   case KV_SCORE_PREFILL:
     if (prefill) w->score = m;
     break;
-  default: break; /* static scorers are set at routing */
+  default:
+    break; /* static scorers are set at routing */
   }
 }
 
@@ -135,7 +142,8 @@ static int score_layer(kv_tiered_t *t, int seq, int layer, const float *mass, in
   window_masses(t, L, mass, wm);
   for (int p = 0; p < L->len && p < t->cfg.n_sink; p++) sink += mass[p];
   if (t->obs) kv_tiered_observe(t, KV_OBS_STEP, seq, layer, n_q, wm, sink);
-  if (prefill && t->cfg.pool_kernel > 1) pool_masses(wm, L->n_wins, t->cfg.pool_kernel, wm + L->n_wins);
+  if (prefill && t->cfg.pool_kernel > 1)
+    pool_masses(wm, L->n_wins, t->cfg.pool_kernel, wm + L->n_wins);
   for (int i = 0; i < L->n_wins; i++)
     if (L->wins[i].tier != KV_TIER_EVICTED) update_score(&t->cfg, &L->wins[i], wm[i], prefill);
   free(wm);
@@ -164,10 +172,16 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
     const kv_attn_req_t *r = &reqs[i];
     int n = gather_layer(t, &t->seqs[r->seq].layers[layer], at);
     int obs = r->n_q > t->cfg.n_obs ? r->n_q - t->cfg.n_obs : 0;
-    work[i] = (kern_attn_seq_t){.q = r->q, .k = t->gk + (size_t)at * t->row,
-                                .v = t->gv + (size_t)at * t->row, .out = r->out,
-                                .key_mass = t->gmass + at, .k_pos = t->gpos + at, .n_q = r->n_q,
-                                .n_kv = n, .q_pos0 = r->pos0, .mass_q0 = obs};
+    work[i] = (kern_attn_seq_t){.q = r->q,
+                                .k = t->gk + (size_t)at * t->row,
+                                .v = t->gv + (size_t)at * t->row,
+                                .out = r->out,
+                                .key_mass = t->gmass + at,
+                                .k_pos = t->gpos + at,
+                                .n_q = r->n_q,
+                                .n_kv = n,
+                                .q_pos0 = r->pos0,
+                                .mass_q0 = obs};
     at += n;
   }
   kern_attn_shape_t sh = {kv->geom.n_head, kv->geom.n_kv_head, kv->geom.head_dim,

@@ -12,28 +12,28 @@
 #define KV_WIN_META 12
 
 typedef struct {
-  int32_t start;     /* first position */
-  int32_t n;         /* tokens stored (<= omega) */
-  int tier;          /* KV_TIER_* */
-  float *page;       /* Full page: K [omega][row] (post-RoPE) then V [omega][row]; or NULL */
-  uint8_t *ledger;   /* INT2 ledger (write-once); NULL until first quantized */
-  float score, acc;  /* policy score; accumulator (p-norm) */
-  float norm_sum;    /* sum of per-token pre-RoPE key L2 norms (knorm) */
+  int32_t start;    /* first position */
+  int32_t n;        /* tokens stored (<= omega) */
+  int tier;         /* KV_TIER_* */
+  float *page;      /* Full page: K [omega][row] (post-RoPE) then V [omega][row]; or NULL */
+  uint8_t *ledger;  /* INT2 ledger (write-once); NULL until first quantized */
+  float score, acc; /* policy score; accumulator (p-norm) */
+  float norm_sum;   /* sum of per-token pre-RoPE key L2 norms (knorm) */
 } kv_win_t;
 
 typedef struct {
-  float *sink;       /* [n_sink][2][row]: K (post-RoPE) then V per token */
+  float *sink; /* [n_sink][2][row]: K (post-RoPE) then V per token */
   kv_win_t *wins;
   int n_wins, cap_wins;
-  int n_aged;        /* aged windows at the last routing */
-  int len;           /* tokens stored in this layer */
-  size_t budget;     /* this layer's share */
-  size_t bytes;      /* persistent bytes now */
+  int n_aged;    /* aged windows at the last routing */
+  int len;       /* tokens stored in this layer */
+  size_t budget; /* this layer's share */
+  size_t bytes;  /* persistent bytes now */
 } kv_tlayer_t;
 
 typedef struct {
   int open;
-  int len;           /* tokens stored (all layers move together) */
+  int len; /* tokens stored (all layers move together) */
   int capacity;
   size_t budget;
   kv_tlayer_t *layers;
@@ -45,14 +45,14 @@ typedef struct {
   kv_policy_cfg_t cfg;
   kern_rope_t rope;
   kv_qsizes_t qs;
-  size_t row;        /* floats per token per K or V: n_kv * head_dim */
+  size_t row; /* floats per token per K or V: n_kv * head_dim */
   size_t page_bytes, ledger_bytes, sink_bytes, meta_bytes;
   size_t local_reserve; /* protected windows' worst-case bytes per layer */
   kv_pool_t *pool;
   kv_tseq_t *seqs;
   size_t *pending_budget;
   kv_mem_stats_t *final; /* stats of each slot when it was last closed */
-  double spec_fraction; /* budget spec for slots without an explicit budget */
+  double spec_fraction;  /* budget spec for slots without an explicit budget */
   size_t spec_bytes;
   kv_trace_fn trace;
   void *trace_ud;
@@ -62,8 +62,8 @@ typedef struct {
   float *gk, *gv, *gmass;
   int32_t *gpos;
   int gcap;
-  float *tmp;        /* [omega][row] */
-  float *tmp2;       /* [omega][row] */
+  float *tmp;  /* [omega][row] */
+  float *tmp2; /* [omega][row] */
 } kv_tiered_t;
 
 static inline int kv_win_aged(const kv_tiered_t *t, const kv_win_t *w, int len) {

@@ -97,15 +97,16 @@ static int graphkv_scores(kv_tiered_t *t, kv_cand_t *c, kv_win_t **wins, int n, 
     mean_key(t, wins[i], keys + (size_t)i * t->row);
     s[i] = c[i].score > 0 ? c[i].score : 0;
   }
-  if (!rc) rc = graphkv_rescore(s, keys, n, (int)t->row, budget_slots(t, b_hist, n), &t->cfg.gkv, ws);
+  if (!rc)
+    rc = graphkv_rescore(s, keys, n, (int)t->row, budget_slots(t, b_hist, n), &t->cfg.gkv, ws);
   for (int i = 0; !rc && i < n; i++) c[i].score = s[i];
   free(keys), free(s), free(ws);
   return rc;
 }
 
 /* Applies decided tiers: evictions, then demotions, then promotions (frees before allocs). */
-static int apply_tiers(kv_tiered_t *t, kv_win_t **wins, const int *tier, int n,
-                       kv_mem_stats_t *st, kv_route_event_t *ev) {
+static int apply_tiers(kv_tiered_t *t, kv_win_t **wins, const int *tier, int n, kv_mem_stats_t *st,
+                       kv_route_event_t *ev) {
   int rc = 0;
   for (int i = 0; i < n; i++)
     if (tier[i] == KV_TIER_EVICTED) evict(t, wins[i]), st->evictions++, ev->evicted++;
@@ -128,7 +129,9 @@ static void finish_event(kv_tiered_t *t, kv_tseq_t *s, kv_tlayer_t *L, kv_route_
                          const int *tier, int n) {
   L->bytes = layer_bytes(t, L);
   for (int i = 0; i < n; i++)
-    tier[i] == KV_TIER_FULL ? ev->n_full++ : tier[i] == KV_TIER_INT2 ? ev->n_int2++ : ev->n_evicted++;
+    tier[i] == KV_TIER_FULL   ? ev->n_full++
+    : tier[i] == KV_TIER_INT2 ? ev->n_int2++
+                              : ev->n_evicted++;
   ev->bytes = L->bytes, ev->budget = L->budget;
   s->st.routing_events++;
   size_t total = 0;

@@ -58,10 +58,14 @@ static const char *gen_help =
 static int parse_valued(gen_args_t *a, const char *f, const char *v) {
   long l;
   double d;
-  if (!strcmp(f, "--model")) a->model = v;
-  else if (!strcmp(f, "--prompt")) a->prompt = v;
-  else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
-  else if (!strcmp(f, "-n")) return cli_parse_int(v, 1, 1 << 24, &a->n_predict) ? 2 : 0;
+  if (!strcmp(f, "--model"))
+    a->model = v;
+  else if (!strcmp(f, "--prompt"))
+    a->prompt = v;
+  else if (!strcmp(f, "--prompt-file"))
+    a->prompt_file = v;
+  else if (!strcmp(f, "-n"))
+    return cli_parse_int(v, 1, 1 << 24, &a->n_predict) ? 2 : 0;
   else if (!strcmp(f, "--temp")) {
     if (cli_parse_float(v, 0, 100, &d)) return 2;
     a->sampler.temp = (float)d;
@@ -71,11 +75,13 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
   } else if (!strcmp(f, "--top-p")) {
     if (cli_parse_float(v, 1e-6, 1, &d)) return 2;
     a->sampler.top_p = (float)d;
-  } else if (!strcmp(f, "--seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
+  } else if (!strcmp(f, "--seed"))
+    return cli_parse_u64(v, &a->seed) ? 2 : 0;
   else if (!strcmp(f, "--tp") || !strcmp(f, "--batch") || !strcmp(f, "--threads")) {
     if (cli_parse_int(v, 1, 256, &l)) return 2;
     *(!strcmp(f, "--tp") ? &a->tp : !strcmp(f, "--batch") ? &a->batch : &a->threads) = (int)l;
-  } else return 1;
+  } else
+    return 1;
   return 0;
 }
 
@@ -88,11 +94,16 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     if (!strncmp(f, "--graphkv", 9) && (f[9] == '\0' || f[9] == '=')) {
       if (cli_policy_parse(&a->pol, "--graphkv", f[9] ? f + 10 : NULL))
         return cli_usage_error("generate", "bad value '%s' for --graphkv (k,m,T)", f + 10);
-    } else if (!strcmp(f, "--chat")) a->chat = 1;
-    else if (!strcmp(f, "--json")) a->json = 1;
-    else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
-    else if (!strcmp(f, "--diagnostics")) a->diag = 1;
-    else if (i + 1 >= argc) return cli_usage_error("generate", "unknown option or missing value: %s", f);
+    } else if (!strcmp(f, "--chat"))
+      a->chat = 1;
+    else if (!strcmp(f, "--json"))
+      a->json = 1;
+    else if (!strcmp(f, "--ignore-eos"))
+      a->ignore_eos = 1;
+    else if (!strcmp(f, "--diagnostics"))
+      a->diag = 1;
+    else if (i + 1 >= argc)
+      return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {
       int rc = parse_valued(a, f, argv[++i]);
       if (rc == 1) rc = cli_policy_parse(&a->pol, f, argv[i]);
@@ -104,7 +115,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (!a->prompt == !a->prompt_file)
     return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
-    return cli_usage_error("generate", "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
+    return cli_usage_error("generate",
+                           "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
   return 0;
 }
 
@@ -140,8 +152,9 @@ static int prompt_ids(const gguf_t *g, const tok_t *tok, const gen_args_t *a, in
   if (!rc && a->chat) {
     chat_msg_t msg = {"user", text};
     int kind = chat_kind_of(g);
-    rc = kind == CHAT_NONE ? qe_errf(QE_EUNSUPPORTED, "--chat: the model declares no known chat template")
-                           : chat_render(kind, g, &msg, 1, 1, &chat);
+    rc = kind == CHAT_NONE
+             ? qe_errf(QE_EUNSUPPORTED, "--chat: the model declares no known chat template")
+             : chat_render(kind, g, &msg, 1, 1, &chat);
   }
   const char *src = a->chat ? chat : text;
   if (!rc) rc = tok_encode(tok, src, strlen(src), tok_add_bos(tok), a->chat, ids, &nn);
@@ -166,8 +179,10 @@ static int prepare(gen_args_t *a) {
   if (!rc) rc = tok_create(g, &tok);
   if (!rc) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)
-    rc = qe_errf(QE_EINVAL, "prompt of %d tokens exceeds the model context (%d)", a->n_ids, hp.n_ctx_train);
-  a->capacity = a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
+    rc = qe_errf(QE_EINVAL, "prompt of %d tokens exceeds the model context (%d)", a->n_ids,
+                 hp.n_ctx_train);
+  a->capacity =
+      a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
   if (!rc && a->pol.trace && !(a->trace = fopen(a->pol.trace, "w")))
     rc = qe_errf(QE_EIO, "cannot write trace file '%s'", a->pol.trace);
   tok_destroy(tok);
@@ -248,8 +263,7 @@ static int wait_ranks(const gen_args_t *a, const pid_t *pids) {
   int bad = 0;
   for (int r = 1; r < a->tp; r++) {
     int st = 0;
-    if (pids[r] > 0 && (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)))
-      bad = 1;
+    if (pids[r] > 0 && (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))) bad = 1;
   }
   return bad ? qe_errf(QE_ECOMM, "a tensor-parallel rank failed") : 0;
 }
@@ -282,8 +296,8 @@ static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_sta
           s->n_prompt, s->n_out, finish_name(s->finish), a->batch, a->tp, pf, dc);
 }
 
-static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv,
-                       const gen_seq_t *s, const gen_stats_t *st) {
+static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, const gen_seq_t *s,
+                       const gen_stats_t *st) {
   char *text = NULL;
   tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
   printf("{\"prompt_tokens\":");
@@ -325,8 +339,8 @@ static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t 
 }
 
 /* One observed generation over slot 0 of kv (forced: teacher-forced tokens or NULL). */
-static int observed_run(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c,
-                        kv_obs_fn fn, kv_diag_t *d, gen_seq_t *s) {
+static int observed_run(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c, kv_obs_fn fn,
+                        kv_diag_t *d, gen_seq_t *s) {
   gen_stats_t st;
   gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL};
   kv_tiered_set_observer(kv, fn, d);
@@ -344,7 +358,8 @@ static void print_diag(const gen_args_t *a, const kv_diag_result_t *r, const gen
             r->events, r->lir_eligible, agree);
     return;
   }
-  const char *names[] = {"fmm", "churn", "global_lir", "ttr_median", "qsa", "int2_mass_ratio", "agreement"};
+  const char *names[] = {"fmm", "churn",           "global_lir", "ttr_median",
+                         "qsa", "int2_mass_ratio", "agreement"};
   double vals[] = {r->fmm, r->churn, r->lir, r->ttr_median, r->qsa, r->int2_mass_ratio, agree};
   printf("{\"policy\":\"%s\",\"diagnostics\":{\"routing_events\":%ld,\"lir_eligible\":%ld",
          a->pol.name, r->events, r->lir_eligible);

@@ -34,7 +34,8 @@ static void print_tensors(const gguf_t *g) {
     total += t->nbytes;
   }
   for (int ty = 0; ty < 64; ty++)
-    if (count[ty]) printf("type %s: %d tensors, %zu bytes\n", gguf_type_name(ty), count[ty], by_type[ty]);
+    if (count[ty])
+      printf("type %s: %d tensors, %zu bytes\n", gguf_type_name(ty), count[ty], by_type[ty]);
   printf("total tensor bytes: %zu\n", total);
 }
 

@@ -9,8 +9,14 @@
 #include "qe_status.h"
 
 void cli_policy_init(cli_policy_t *p) {
-  *p = (cli_policy_t){.name = "full", .frac = 1.0, .q = -1, .omega = -1, .bits = -1,
-                      .sink = -1, .local = -1, .scorer = -1};
+  *p = (cli_policy_t){.name = "full",
+                      .frac = 1.0,
+                      .q = -1,
+                      .omega = -1,
+                      .bits = -1,
+                      .sink = -1,
+                      .local = -1,
+                      .scorer = -1};
   p->gkv = graphkv_defaults();
 }
 
@@ -50,17 +56,24 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
   double d;
   if (!strcmp(f, "--graphkv")) return parse_graphkv(p, v);
   if (!v) return 1;
-  if (!strcmp(f, "--policy")) p->name = v;
-  else if (!strcmp(f, "--scorer")) return parse_scorer(p, v);
-  else if (!strcmp(f, "--budget")) return parse_budget(p, v);
-  else if (!strcmp(f, "--trace")) p->trace = v;
+  if (!strcmp(f, "--policy"))
+    p->name = v;
+  else if (!strcmp(f, "--scorer"))
+    return parse_scorer(p, v);
+  else if (!strcmp(f, "--budget"))
+    return parse_budget(p, v);
+  else if (!strcmp(f, "--trace"))
+    p->trace = v;
   else if (!strcmp(f, "--q")) {
     if (cli_parse_float(v, -1e9, 1e9, &d)) return 2;
     p->q = (float)d;
     return 0;
   } else {
-    int *dst = !strcmp(f, "--window") ? &p->omega : !strcmp(f, "--bits") ? &p->bits
-             : !strcmp(f, "--sink") ? &p->sink : !strcmp(f, "--local") ? &p->local : NULL;
+    int *dst = !strcmp(f, "--window")  ? &p->omega
+               : !strcmp(f, "--bits")  ? &p->bits
+               : !strcmp(f, "--sink")  ? &p->sink
+               : !strcmp(f, "--local") ? &p->local
+                                       : NULL;
     if (!dst) return 1;
     if (cli_parse_int(v, -1000000, 1000000, &l)) return 2;
     *dst = (int)l;
@@ -70,7 +83,8 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
 
 int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d) {
   char name[96];
-  snprintf(name, sizeof name, "%s%s", p->name, p->graphkv && !strstr(p->name, "+graphkv") ? "+graphkv" : "");
+  snprintf(name, sizeof name, "%s%s", p->name,
+           p->graphkv && !strstr(p->name, "+graphkv") ? "+graphkv" : "");
   int rc = kv_policy_find(name, d);
   if (rc || d->full) return rc;
   kv_policy_cfg_t *c = &d->cfg;
@@ -95,8 +109,8 @@ static void trace_event(void *ud, const kv_route_event_t *e) {
           e->demoted, e->evicted, e->bytes, e->budget);
 }
 
-int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m,
-                          int n_seqs, int capacity, FILE *trace_out, kv_cache_t **out) {
+int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m, int n_seqs,
+                          int capacity, FILE *trace_out, kv_cache_t **out) {
   kv_policy_desc_t d;
   kv_geom_t g = model_kv_geom(m, n_seqs);
   int rc = cli_policy_resolve(p, g.head_dim, &d);

@@ -10,15 +10,15 @@
 #include "model.h"
 
 typedef struct {
-  const char *name;   /* policy (default "full") */
-  double frac;        /* budget as a fraction of FullKV bytes (default 1) */
-  size_t bytes;       /* budget in bytes for the whole request (all ranks); 0 = use frac */
-  float q;            /* overrides; negative / zero = the policy's default */
+  const char *name; /* policy (default "full") */
+  double frac;      /* budget as a fraction of FullKV bytes (default 1) */
+  size_t bytes;     /* budget in bytes for the whole request (all ranks); 0 = use frac */
+  float q;          /* overrides; negative / zero = the policy's default */
   int omega, bits, sink, local;
-  int scorer;         /* kv_scorer_t override, -1 = the policy's */
-  int graphkv;        /* --graphkv given */
+  int scorer;  /* kv_scorer_t override, -1 = the policy's */
+  int graphkv; /* --graphkv given */
   graphkv_params_t gkv;
-  const char *trace;  /* --trace FILE */
+  const char *trace; /* --trace FILE */
 } cli_policy_t;
 
 void cli_policy_init(cli_policy_t *p);
@@ -29,8 +29,8 @@ int cli_policy_parse(cli_policy_t *p, const char *flag, const char *v);
 int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *out);
 /* Builds rank's cache for n_seqs sequences of up to capacity tokens (a tp-size share of a
  * byte budget). trace_out: an open FILE for routing events on rank 0, or NULL. */
-int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m,
-                          int n_seqs, int capacity, FILE *trace_out, kv_cache_t **out);
+int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m, int n_seqs,
+                          int capacity, FILE *trace_out, kv_cache_t **out);
 /* Memory summary of slot 0 after the run (nothing for FullKV). */
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
 void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f);

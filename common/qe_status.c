@@ -8,8 +8,8 @@ static _Thread_local char qe__msg[512];
 
 const char *qe_strerror(int code) {
   switch (code) {
-#define QE__CASE(name, c, text) \
-  case c:                       \
+#define QE__CASE(name, c, text)                                                                    \
+  case c:                                                                                          \
     return text;
     QE_STATUS_TABLE(QE__CASE)
 #undef QE__CASE

@@ -5,18 +5,18 @@
 #ifndef QE_STATUS_H
 #define QE_STATUS_H
 
-#define QE_STATUS_TABLE(X)                                   \
-  X(QE_OK, 0, "ok")                                          \
-  X(QE_EINVAL, -1, "invalid argument")                       \
-  X(QE_ENOMEM, -2, "out of memory")                          \
-  X(QE_EIO, -3, "i/o error")                                 \
-  X(QE_EFORMAT, -4, "malformed input")                       \
-  X(QE_EUNSUPPORTED, -5, "unsupported")                      \
-  X(QE_ERANGE, -6, "out of range")                           \
-  X(QE_ENOTFOUND, -7, "not found")                           \
-  X(QE_ENOSPC, -8, "out of pool memory")                     \
-  X(QE_ECOMM, -9, "communication error")                     \
-  X(QE_ECANCELED, -10, "canceled")                           \
+#define QE_STATUS_TABLE(X)                                                                         \
+  X(QE_OK, 0, "ok")                                                                                \
+  X(QE_EINVAL, -1, "invalid argument")                                                             \
+  X(QE_ENOMEM, -2, "out of memory")                                                                \
+  X(QE_EIO, -3, "i/o error")                                                                       \
+  X(QE_EFORMAT, -4, "malformed input")                                                             \
+  X(QE_EUNSUPPORTED, -5, "unsupported")                                                            \
+  X(QE_ERANGE, -6, "out of range")                                                                 \
+  X(QE_ENOTFOUND, -7, "not found")                                                                 \
+  X(QE_ENOSPC, -8, "out of pool memory")                                                           \
+  X(QE_ECOMM, -9, "communication error")                                                           \
+  X(QE_ECANCELED, -10, "canceled")                                                                 \
   X(QE_EBACKEND, -11, "backend error")
 
 enum {

@@ -25,14 +25,14 @@ typedef struct {
 typedef enum { KERN_ROPE_NORM = 0, KERN_ROPE_NEOX = 2 } kern_rope_mode_t;
 typedef struct {
   int mode;
-  int n_rot;          /* rotated dims per head (<= head_dim, even) */
-  float theta;        /* freq_base */
-  float freq_scale;   /* 1 / linear scaling factor */
+  int n_rot;            /* rotated dims per head (<= head_dim, even) */
+  float theta;          /* freq_base */
+  float freq_scale;     /* 1 / linear scaling factor */
   const float *factors; /* [n_rot/2] or NULL (host memory on every backend) */
-  float ext_factor;   /* YaRN; 0 disables */
-  float attn_factor;  /* YaRN magnitude scale; 1 normally */
+  float ext_factor;     /* YaRN; 0 disables */
+  float attn_factor;    /* YaRN magnitude scale; 1 normally */
   float beta_fast, beta_slow;
-  int n_ctx_orig;     /* YaRN original context */
+  int n_ctx_orig; /* YaRN original context */
 } kern_rope_t;
 
 /* One sequence's attention work: n_q queries at positions q_pos0 .. q_pos0+n_q-1 attend
@@ -48,14 +48,14 @@ typedef struct {
   int n_q;
   int n_kv;
   int q_pos0;
-  int mass_q0;          /* first query that contributes to key_mass (0: all) */
+  int mass_q0; /* first query that contributes to key_mass (0: all) */
 } kern_attn_seq_t;
 
 typedef struct {
-  int n_head;       /* query heads (local to this rank) */
-  int n_kv_head;    /* KV heads (local); n_head % n_kv_head == 0 (GQA) */
+  int n_head;    /* query heads (local to this rank) */
+  int n_kv_head; /* KV heads (local); n_head % n_kv_head == 0 (GQA) */
   int head_dim;
-  float scale;      /* usually 1/sqrt(head_dim) */
+  float scale; /* usually 1/sqrt(head_dim) */
 } kern_attn_shape_t;
 
 /* Sampling parameters: temp <= 0 means greedy (argmax, lowest id on ties). top_k <= 0 and
@@ -83,15 +83,14 @@ typedef struct kern_ops {
   void (*rmsnorm)(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
                   float eps);
   /* x [m][n_heads][head_dim] rotated in place at positions pos[m]. */
-  void (*rope)(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads,
-               int head_dim, const kern_rope_t *r);
+  void (*rope)(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads, int head_dim,
+               const kern_rope_t *r);
   /* y[m][n] = silu(gate) * up. y may equal gate. */
   void (*swiglu)(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
   /* y[i] += x[i]. */
   void (*add)(kern_backend_t *be, float *y, const float *x, size_t n);
   /* y[m][n] = table[ids[m]][n]. */
-  void (*embed)(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m,
-                int n);
+  void (*embed)(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
   /* In-place row softmax of x [m][n]. */
   void (*softmax)(kern_backend_t *be, float *x, int m, int n);
   /* Attention for n_seqs sequences. */
@@ -119,6 +118,6 @@ uint64_t kern_rng_seed(uint64_t seed);
 float kern_rng_uniform(uint64_t *state);
 
 #define kern_alloc(be, n) ((be)->ops->alloc((be), (n)))
-#define kern_free(be, p) ((be)->ops->free((be), (p)))
+#define kern_free(be, p)  ((be)->ops->free((be), (p)))
 
 #endif

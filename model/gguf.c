@@ -25,27 +25,27 @@
 
 #include "qe_status.h"
 
-#define GGUF__KV_MIN_BYTES 14      /* key length (8) + 1-byte key + type (4) + 1-byte value */
-#define GGUF__TI_MIN_BYTES 33      /* name length + 1-byte name + n_dims + ne[0] + type + offset */
-#define GGUF__MAX_NAME 65535       /* longest key or tensor name accepted */
-#define GGUF__MAX_ELEMS (1ull << 40) /* per tensor */
-#define GGUF__SHOW 96              /* longest name quoted in an error line */
+#define GGUF__KV_MIN_BYTES  14    /* key length (8) + 1-byte key + type (4) + 1-byte value */
+#define GGUF__TI_MIN_BYTES  33    /* name length + 1-byte name + n_dims + ne[0] + type + offset */
+#define GGUF__MAX_NAME      65535 /* longest key or tensor name accepted */
+#define GGUF__MAX_ELEMS     (1ull << 40) /* per tensor */
+#define GGUF__SHOW          96           /* longest name quoted in an error line */
 #define GGUF__DEFAULT_ALIGN 32
 
 typedef struct {
-  const char *key;    /* in g->names */
-  size_t key_off;     /* offset of key in g->names (while the arena may still move) */
-  int type;           /* gguf_vtype_t */
-  int elem_type;      /* arrays: element type */
-  uint64_t n;         /* string length, or array element count */
+  const char *key;     /* in g->names */
+  size_t key_off;      /* offset of key in g->names (while the arena may still move) */
+  int type;            /* gguf_vtype_t */
+  int elem_type;       /* arrays: element type */
+  uint64_t n;          /* string length, or array element count */
   const uint8_t *data; /* scalar / string bytes / array elements (in the file) */
-  size_t str_first;   /* string arrays: index of element 0 in g->strs */
+  size_t str_first;    /* string arrays: index of element 0 in g->strs */
 } gguf__kv_t;
 
 typedef struct {
   gguf_tensor_t pub;
   size_t name_off;
-  uint64_t offset;    /* relative to the data section */
+  uint64_t offset; /* relative to the data section */
 } gguf__tensor_t;
 
 typedef struct {
@@ -66,11 +66,11 @@ struct gguf {
   uint32_t alignment;
   uint64_t data_start;
   int n_kv, n_tensors;
-  gguf__kv_t *kv;         /* [n_kv] */
+  gguf__kv_t *kv;          /* [n_kv] */
   gguf__tensor_t *tensors; /* [n_tensors] */
-  char *names;            /* arena of NUL-terminated keys and tensor names */
+  char *names;             /* arena of NUL-terminated keys and tensor names */
   size_t names_len, names_cap;
-  const uint8_t **strs;   /* [n_strs]: each string-array element's length prefix */
+  const uint8_t **strs; /* [n_strs]: each string-array element's length prefix */
   size_t n_strs, strs_cap;
   gguf__index_t kv_index, t_index;
 };
@@ -99,8 +99,8 @@ static size_t gguf__left(const gguf__cur_t *c) { return c->size - c->pos; }
 /* Reads a u32 / u64 field named `what` (for the error line). */
 static int gguf__rd_u32(gguf__cur_t *c, uint32_t *v, const char *what, const char *who) {
   if (gguf__left(c) < 4)
-    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s at offset %zu (size %zu)", who,
-                   what, c->pos, c->size);
+    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s at offset %zu (size %zu)", who, what,
+                   c->pos, c->size);
   *v = gguf__u32(c->p + c->pos);
   c->pos += 4;
   return 0;
@@ -108,8 +108,8 @@ static int gguf__rd_u32(gguf__cur_t *c, uint32_t *v, const char *what, const cha
 
 static int gguf__rd_u64(gguf__cur_t *c, uint64_t *v, const char *what, const char *who) {
   if (gguf__left(c) < 8)
-    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s at offset %zu (size %zu)", who,
-                   what, c->pos, c->size);
+    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s at offset %zu (size %zu)", who, what,
+                   c->pos, c->size);
   *v = gguf__u64(c->p + c->pos);
   c->pos += 8;
   return 0;
@@ -133,9 +133,9 @@ static int gguf__show_len(uint64_t len) { return (int)(len > GGUF__SHOW ? GGUF__
 
 /* ---- value types ------------------------------------------------------------------------ */
 
-static const char *const gguf__vt_names[] = {"uint8",  "int8",   "uint16", "int16", "uint32",
-                                             "int32",  "float32", "bool",  "string", "array",
-                                             "uint64", "int64",  "float64"};
+static const char *const gguf__vt_names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                             "int32",  "float32", "bool",   "string", "array",
+                                             "uint64", "int64",   "float64"};
 
 static const char *gguf__vt_name(int t) {
   return t >= 0 && t <= GGUF_VT_FLOAT64 ? gguf__vt_names[t] : "?";
@@ -309,8 +309,8 @@ static int gguf__read_value(gguf_t *g, gguf__cur_t *c, gguf__kv_t *kv, const uin
   size_t sz = gguf__vt_size(kv->type);
   if (sz == 0) return qe_errf(QE_EFORMAT, "gguf: %sunknown value type %d", who, kv->type);
   if (gguf__left(c) < sz)
-    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s value at offset %zu (size %zu)",
-                   who, gguf__vt_name(kv->type), c->pos, c->size);
+    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s value at offset %zu (size %zu)", who,
+                   gguf__vt_name(kv->type), c->pos, c->size);
   kv->data = c->p + c->pos;
   kv->n = 1;
   if (kv->type == GGUF_VT_BOOL && kv->data[0] > 1)
@@ -346,11 +346,10 @@ static int gguf__read_kv(gguf_t *g, gguf__cur_t *c, int i) {
   kv->type = (int)type;
   kv->elem_type = -1;
   if (type > GGUF_VT_FLOAT64)
-    return qe_errf(QE_EFORMAT, "gguf: key '%.*s' has unknown value type %u",
-                   gguf__show_len(klen), (const char *)key, type);
+    return qe_errf(QE_EFORMAT, "gguf: key '%.*s' has unknown value type %u", gguf__show_len(klen),
+                   (const char *)key, type);
   if ((rc = gguf__read_value(g, c, kv, key, klen))) return rc;
-  if (klen == 17 && memcmp(key, "general.alignment", 17) == 0)
-    return gguf__take_alignment(g, kv);
+  if (klen == 17 && memcmp(key, "general.alignment", 17) == 0) return gguf__take_alignment(g, kv);
   return 0;
 }
 
@@ -362,8 +361,7 @@ static int gguf__read_dims(gguf__cur_t *c, gguf_tensor_t *t, const char *who) {
   int rc = gguf__rd_u32(c, &nd, "n_dims", who);
   if (rc) return rc;
   if (nd < 1 || nd > GGUF_MAX_DIMS)
-    return qe_errf(QE_EFORMAT, "gguf: %shas %u dimensions (must be 1..%d)", who, nd,
-                   GGUF_MAX_DIMS);
+    return qe_errf(QE_EFORMAT, "gguf: %shas %u dimensions (must be 1..%d)", who, nd, GGUF_MAX_DIMS);
   t->n_dims = (int)nd;
   uint64_t total = 1;
   for (int d = 0; d < GGUF_MAX_DIMS; d++) {
@@ -371,8 +369,8 @@ static int gguf__read_dims(gguf__cur_t *c, gguf_tensor_t *t, const char *who) {
     if (d < (int)nd && (rc = gguf__rd_u64(c, &ne, "dimensions", who))) return rc;
     if (ne == 0) return qe_errf(QE_EFORMAT, "gguf: %sdimension %d is 0", who, d);
     if (ne > GGUF__MAX_ELEMS / total)
-      return qe_errf(QE_EFORMAT, "gguf: %sdimension %d (%llu) makes more than 2^40 elements",
-                     who, d, (unsigned long long)ne);
+      return qe_errf(QE_EFORMAT, "gguf: %sdimension %d (%llu) makes more than 2^40 elements", who,
+                     d, (unsigned long long)ne);
     total *= ne;
     t->ne[d] = (int64_t)ne;
   }
@@ -383,11 +381,11 @@ static int gguf__read_dims(gguf__cur_t *c, gguf_tensor_t *t, const char *who) {
 /* ggml names of types qevict does not support, for error lines. */
 static const char *gguf__ggml_type_name(uint32_t t) {
   static const char *const n[] = {
-    [6] = "Q5_0",     [7] = "Q5_1",    [9] = "Q8_1",    [10] = "Q2_K",   [11] = "Q3_K",
-    [15] = "Q8_K",    [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
-    [20] = "IQ4_NL",  [21] = "IQ3_S",  [22] = "IQ2_S",  [23] = "IQ4_XS", [24] = "I8",
-    [25] = "I16",     [26] = "I32",    [27] = "I64",    [28] = "F64",    [29] = "IQ1_M",
-    [34] = "TQ1_0",   [35] = "TQ2_0",  [39] = "MXFP4"};
+      [6] = "Q5_0",    [7] = "Q5_1",     [9] = "Q8_1",    [10] = "Q2_K",    [11] = "Q3_K",
+      [15] = "Q8_K",   [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
+      [20] = "IQ4_NL", [21] = "IQ3_S",   [22] = "IQ2_S",  [23] = "IQ4_XS",  [24] = "I8",
+      [25] = "I16",    [26] = "I32",     [27] = "I64",    [28] = "F64",     [29] = "IQ1_M",
+      [34] = "TQ1_0",  [35] = "TQ2_0",   [39] = "MXFP4"};
   if (gguf_type_block((int)t)) return gguf_type_name((int)t);
   return t < sizeof n / sizeof n[0] && n[t] ? n[t] : "unknown";
 }
@@ -398,8 +396,8 @@ static int gguf__read_type(gguf__cur_t *c, gguf_tensor_t *t, const char *who) {
   if (rc) return rc;
   int block = gguf_type_block((int)type);
   if (type > INT_MAX || block == 0)
-    return qe_errf(QE_EUNSUPPORTED, "gguf: %shas type %u (%s), which is not supported", who,
-                   type, gguf__ggml_type_name(type));
+    return qe_errf(QE_EUNSUPPORTED, "gguf: %shas type %u (%s), which is not supported", who, type,
+                   gguf__ggml_type_name(type));
   t->type = (int)type;
   if (t->ne[0] % block != 0)
     return qe_errf(QE_EFORMAT, "gguf: %srow length %lld is not a multiple of the %s block (%d)",
@@ -440,9 +438,11 @@ static int gguf__place_data(gguf_t *g, size_t info_end) {
   for (int i = 0; i < g->n_tensors; i++) {
     gguf__tensor_t *t = &g->tensors[i];
     if (t->offset > room || t->pub.nbytes > room - t->offset)
-      return qe_errf(QE_EFORMAT, "gguf: tensor '%.*s' data [%llu, %llu) lies outside the file "
-                     "(size %zu)", (int)strnlen(g->names + t->name_off, GGUF__SHOW),
-                     g->names + t->name_off, (unsigned long long)(g->data_start + t->offset),
+      return qe_errf(QE_EFORMAT,
+                     "gguf: tensor '%.*s' data [%llu, %llu) lies outside the file "
+                     "(size %zu)",
+                     (int)strnlen(g->names + t->name_off, GGUF__SHOW), g->names + t->name_off,
+                     (unsigned long long)(g->data_start + t->offset),
                      (unsigned long long)(g->data_start + t->offset + t->pub.nbytes), g->size);
     t->pub.data = g->base + g->data_start + t->offset;
   }
@@ -472,15 +472,20 @@ static int gguf__read_counts(gguf_t *g, gguf__cur_t *c) {
   if (rc) return rc;
   uint64_t room = gguf__left(c);
   if (nkv > room / GGUF__KV_MIN_BYTES || nkv > INT_MAX)
-    return qe_errf(QE_EFORMAT, "gguf: header claims %llu metadata keys, more than the file "
-                   "(size %zu) can hold", (unsigned long long)nkv, c->size);
+    return qe_errf(QE_EFORMAT,
+                   "gguf: header claims %llu metadata keys, more than the file "
+                   "(size %zu) can hold",
+                   (unsigned long long)nkv, c->size);
   if (nt > room / GGUF__TI_MIN_BYTES || nt > INT_MAX)
-    return qe_errf(QE_EFORMAT, "gguf: header claims %llu tensors, more than the file "
-                   "(size %zu) can hold", (unsigned long long)nt, c->size);
-  if (nkv * GGUF__KV_MIN_BYTES + nt * GGUF__TI_MIN_BYTES > room)
-    return qe_errf(QE_EFORMAT, "gguf: header claims %llu keys and %llu tensors, more than "
-                   "the file (size %zu) can hold", (unsigned long long)nkv,
+    return qe_errf(QE_EFORMAT,
+                   "gguf: header claims %llu tensors, more than the file "
+                   "(size %zu) can hold",
                    (unsigned long long)nt, c->size);
+  if (nkv * GGUF__KV_MIN_BYTES + nt * GGUF__TI_MIN_BYTES > room)
+    return qe_errf(QE_EFORMAT,
+                   "gguf: header claims %llu keys and %llu tensors, more than "
+                   "the file (size %zu) can hold",
+                   (unsigned long long)nkv, (unsigned long long)nt, c->size);
   g->n_kv = (int)nkv;
   g->n_tensors = (int)nt;
   return 0;
@@ -498,19 +503,17 @@ static int gguf__read_header(gguf_t *g, gguf__cur_t *c) {
 static int gguf__finish_names(gguf_t *g) {
   int a = -1, b = -1, rc;
   for (int i = 0; i < g->n_kv; i++) g->kv[i].key = g->names + g->kv[i].key_off;
-  for (int i = 0; i < g->n_tensors; i++)
-    g->tensors[i].pub.name = g->names + g->tensors[i].name_off;
+  for (int i = 0; i < g->n_tensors; i++) g->tensors[i].pub.name = g->names + g->tensors[i].name_off;
   rc = gguf__index_build(&g->kv_index, &g->kv[0].key, sizeof g->kv[0], g->n_kv, &a, &b);
   if (rc == QE_EFORMAT)
     return qe_errf(rc, "gguf: duplicate key '%.*s' (entries #%d and #%d)",
                    (int)strnlen(g->kv[b].key, GGUF__SHOW), g->kv[b].key, a, b);
   if (rc) return rc;
-  rc = gguf__index_build(&g->t_index, &g->tensors[0].pub.name, sizeof g->tensors[0],
-                         g->n_tensors, &a, &b);
+  rc = gguf__index_build(&g->t_index, &g->tensors[0].pub.name, sizeof g->tensors[0], g->n_tensors,
+                         &a, &b);
   if (rc == QE_EFORMAT)
     return qe_errf(rc, "gguf: duplicate tensor name '%.*s' (tensors #%d and #%d)",
-                   (int)strnlen(g->tensors[b].pub.name, GGUF__SHOW), g->tensors[b].pub.name, a,
-                   b);
+                   (int)strnlen(g->tensors[b].pub.name, GGUF__SHOW), g->tensors[b].pub.name, a, b);
   return rc;
 }
 
@@ -617,9 +620,7 @@ size_t gguf_file_size(const gguf_t *g) { return g->size; }
 
 int gguf_n_kv(const gguf_t *g) { return g->n_kv; }
 
-const char *gguf_key(const gguf_t *g, int i) {
-  return i >= 0 && i < g->n_kv ? g->kv[i].key : NULL;
-}
+const char *gguf_key(const gguf_t *g, int i) { return i >= 0 && i < g->n_kv ? g->kv[i].key : NULL; }
 
 int gguf_kv_type(const gguf_t *g, int i) { return i >= 0 && i < g->n_kv ? g->kv[i].type : -1; }
 
@@ -643,14 +644,34 @@ static void gguf__int_at(int type, const uint8_t *p, int *neg, uint64_t *mag) {
   uint64_t u = 0;
   int is_signed = 1;
   switch (type) {
-  case GGUF_VT_UINT8: u = p[0]; is_signed = 0; break;
-  case GGUF_VT_INT8: s = (int8_t)p[0]; break;
-  case GGUF_VT_UINT16: u = (uint16_t)(p[0] | p[1] << 8); is_signed = 0; break;
-  case GGUF_VT_INT16: s = (int16_t)(uint16_t)(p[0] | p[1] << 8); break;
-  case GGUF_VT_UINT32: u = gguf__u32(p); is_signed = 0; break;
-  case GGUF_VT_INT32: s = (int32_t)gguf__u32(p); break;
-  case GGUF_VT_UINT64: u = gguf__u64(p); is_signed = 0; break;
-  default: s = (int64_t)gguf__u64(p); break;
+  case GGUF_VT_UINT8:
+    u = p[0];
+    is_signed = 0;
+    break;
+  case GGUF_VT_INT8:
+    s = (int8_t)p[0];
+    break;
+  case GGUF_VT_UINT16:
+    u = (uint16_t)(p[0] | p[1] << 8);
+    is_signed = 0;
+    break;
+  case GGUF_VT_INT16:
+    s = (int16_t)(uint16_t)(p[0] | p[1] << 8);
+    break;
+  case GGUF_VT_UINT32:
+    u = gguf__u32(p);
+    is_signed = 0;
+    break;
+  case GGUF_VT_INT32:
+    s = (int32_t)gguf__u32(p);
+    break;
+  case GGUF_VT_UINT64:
+    u = gguf__u64(p);
+    is_signed = 0;
+    break;
+  default:
+    s = (int64_t)gguf__u64(p);
+    break;
   }
   *neg = is_signed && s < 0;
   *mag = !is_signed ? u : s < 0 ? 0 - (uint64_t)s : (uint64_t)s;

@@ -11,16 +11,32 @@
 
 /* Metadata value types (GGUF spec numbering). */
 typedef enum {
-  GGUF_VT_UINT8 = 0, GGUF_VT_INT8 = 1, GGUF_VT_UINT16 = 2, GGUF_VT_INT16 = 3,
-  GGUF_VT_UINT32 = 4, GGUF_VT_INT32 = 5, GGUF_VT_FLOAT32 = 6, GGUF_VT_BOOL = 7,
-  GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_UINT64 = 10, GGUF_VT_INT64 = 11,
+  GGUF_VT_UINT8 = 0,
+  GGUF_VT_INT8 = 1,
+  GGUF_VT_UINT16 = 2,
+  GGUF_VT_INT16 = 3,
+  GGUF_VT_UINT32 = 4,
+  GGUF_VT_INT32 = 5,
+  GGUF_VT_FLOAT32 = 6,
+  GGUF_VT_BOOL = 7,
+  GGUF_VT_STRING = 8,
+  GGUF_VT_ARRAY = 9,
+  GGUF_VT_UINT64 = 10,
+  GGUF_VT_INT64 = 11,
   GGUF_VT_FLOAT64 = 12
 } gguf_vtype_t;
 
 /* Tensor types (ggml numbering); only these are supported. */
 typedef enum {
-  GGUF_T_F32 = 0, GGUF_T_F16 = 1, GGUF_T_Q4_0 = 2, GGUF_T_Q4_1 = 3, GGUF_T_Q8_0 = 8,
-  GGUF_T_Q4_K = 12, GGUF_T_Q5_K = 13, GGUF_T_Q6_K = 14, GGUF_T_BF16 = 30
+  GGUF_T_F32 = 0,
+  GGUF_T_F16 = 1,
+  GGUF_T_Q4_0 = 2,
+  GGUF_T_Q4_1 = 3,
+  GGUF_T_Q8_0 = 8,
+  GGUF_T_Q4_K = 12,
+  GGUF_T_Q5_K = 13,
+  GGUF_T_Q6_K = 14,
+  GGUF_T_BF16 = 30
 } gguf_ttype_t;
 
 #define GGUF_MAX_DIMS 4
@@ -30,8 +46,8 @@ typedef struct gguf gguf_t;
 /* One tensor's description; `data` points into the mapped file. ne[0] is the fastest-varying
  * dimension (a row of a 2-D weight), as in ggml. */
 typedef struct {
-  const char *name;   /* NUL-terminated copy owned by the gguf_t */
-  int type;           /* gguf_ttype_t */
+  const char *name; /* NUL-terminated copy owned by the gguf_t */
+  int type;         /* gguf_ttype_t */
   int n_dims;
   int64_t ne[GGUF_MAX_DIMS]; /* unused dims are 1 */
   int64_t n_elems;
@@ -41,9 +57,9 @@ typedef struct {
 
 /* An array value. For GGUF_VT_STRING elements use gguf_arr_str(). */
 typedef struct {
-  int elem_type;      /* gguf_vtype_t of the elements (never ARRAY: nested arrays are refused) */
+  int elem_type; /* gguf_vtype_t of the elements (never ARRAY: nested arrays are refused) */
   size_t n;
-  const void *data;   /* raw little-endian elements for non-string types */
+  const void *data; /* raw little-endian elements for non-string types */
   const gguf_t *owner;
   int key_index;
 } gguf_arr_t;
@@ -83,7 +99,7 @@ const gguf_tensor_t *gguf_find_tensor(const gguf_t *g, const char *name); /* NUL
 
 /* Type helpers. gguf_type_name returns "?" for unknown types. */
 const char *gguf_type_name(int type);
-int gguf_type_block(int type);       /* elements per block; 0 for unknown */
+int gguf_type_block(int type);          /* elements per block; 0 for unknown */
 size_t gguf_type_block_bytes(int type); /* bytes per block; 0 for unknown */
 /* Bytes of n elements of type (n must be a multiple of the block size); 0 if invalid. */
 size_t gguf_type_nbytes(int type, int64_t n);

@@ -26,15 +26,15 @@ typedef struct {
 
 /* Indexed by ggml type number; entries with block == 0 are unsupported. */
 static const gguf__type_info_t gguf__types[GGUF_T_BF16 + 1] = {
-  [GGUF_T_F32] = {"F32", 1, 4},
-  [GGUF_T_F16] = {"F16", 1, 2},
-  [GGUF_T_Q4_0] = {"Q4_0", 32, 2 + 16},
-  [GGUF_T_Q4_1] = {"Q4_1", 32, 2 + 2 + 16},
-  [GGUF_T_Q8_0] = {"Q8_0", 32, 2 + 32},
-  [GGUF_T_Q4_K] = {"Q4_K", QK_K, 2 + 2 + 12 + QK_K / 2},
-  [GGUF_T_Q5_K] = {"Q5_K", QK_K, 2 + 2 + 12 + QK_K / 8 + QK_K / 2},
-  [GGUF_T_Q6_K] = {"Q6_K", QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2},
-  [GGUF_T_BF16] = {"BF16", 1, 2},
+    [GGUF_T_F32] = {"F32", 1, 4},
+    [GGUF_T_F16] = {"F16", 1, 2},
+    [GGUF_T_Q4_0] = {"Q4_0", 32, 2 + 16},
+    [GGUF_T_Q4_1] = {"Q4_1", 32, 2 + 2 + 16},
+    [GGUF_T_Q8_0] = {"Q8_0", 32, 2 + 32},
+    [GGUF_T_Q4_K] = {"Q4_K", QK_K, 2 + 2 + 12 + QK_K / 2},
+    [GGUF_T_Q5_K] = {"Q5_K", QK_K, 2 + 2 + 12 + QK_K / 8 + QK_K / 2},
+    [GGUF_T_Q6_K] = {"Q6_K", QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2},
+    [GGUF_T_BF16] = {"BF16", 1, 2},
 };
 
 static const gguf__type_info_t *gguf__type(int type) {
@@ -187,10 +187,8 @@ static void gguf__deq_q5_k(const uint8_t *b, float *y, int64_t nb) {
       float d1 = d * sc, m1 = dmin * m;
       gguf__scale_min_k4(is + 1, scales, &sc, &m);
       float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; l++)
-        *y++ = d1 * (float)((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; l++)
-        *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
     }
   }
 }
@@ -220,20 +218,38 @@ int gguf_dequant(int type, const void *src, float *dst, int64_t n) {
   const gguf__type_info_t *t = gguf__type(type);
   if (!t) return qe_errf(QE_EUNSUPPORTED, "gguf: cannot dequantize tensor type %d", type);
   if (n < 0 || n % t->block != 0)
-    return qe_errf(QE_EINVAL, "gguf: dequantize %s: %lld elements is not a multiple of %d",
-                   t->name, (long long)n, t->block);
+    return qe_errf(QE_EINVAL, "gguf: dequantize %s: %lld elements is not a multiple of %d", t->name,
+                   (long long)n, t->block);
   const uint8_t *s = src;
   int64_t nb = n / t->block;
   switch (type) {
-  case GGUF_T_F32: memcpy(dst, s, (size_t)n * 4); break;
-  case GGUF_T_F16: gguf__deq_f16(s, dst, n); break;
-  case GGUF_T_BF16: gguf__deq_bf16(s, dst, n); break;
-  case GGUF_T_Q4_0: gguf__deq_q4_0(s, dst, nb); break;
-  case GGUF_T_Q4_1: gguf__deq_q4_1(s, dst, nb); break;
-  case GGUF_T_Q8_0: gguf__deq_q8_0(s, dst, nb); break;
-  case GGUF_T_Q4_K: gguf__deq_q4_k(s, dst, nb); break;
-  case GGUF_T_Q5_K: gguf__deq_q5_k(s, dst, nb); break;
-  case GGUF_T_Q6_K: gguf__deq_q6_k(s, dst, nb); break;
+  case GGUF_T_F32:
+    memcpy(dst, s, (size_t)n * 4);
+    break;
+  case GGUF_T_F16:
+    gguf__deq_f16(s, dst, n);
+    break;
+  case GGUF_T_BF16:
+    gguf__deq_bf16(s, dst, n);
+    break;
+  case GGUF_T_Q4_0:
+    gguf__deq_q4_0(s, dst, nb);
+    break;
+  case GGUF_T_Q4_1:
+    gguf__deq_q4_1(s, dst, nb);
+    break;
+  case GGUF_T_Q8_0:
+    gguf__deq_q8_0(s, dst, nb);
+    break;
+  case GGUF_T_Q4_K:
+    gguf__deq_q4_k(s, dst, nb);
+    break;
+  case GGUF_T_Q5_K:
+    gguf__deq_q5_k(s, dst, nb);
+    break;
+  case GGUF_T_Q6_K:
+    gguf__deq_q6_k(s, dst, nb);
+    break;
   }
   return 0;
 }

@@ -26,8 +26,8 @@ typedef struct {
 } gguf__wtensor_t;
 
 struct gguf_writer {
-  gguf__buf_t kv;      /* encoded metadata entries */
-  char **keys;         /* [n_kv] copies, for duplicate checks */
+  gguf__buf_t kv; /* encoded metadata entries */
+  char **keys;    /* [n_kv] copies, for duplicate checks */
   int n_kv, keys_cap;
   gguf__wtensor_t *tensors;
   int n_tensors, tensors_cap;
@@ -131,8 +131,7 @@ int gguf_writer_add_scalar(gguf_writer_t *w, const char *key, int type, const vo
   return rc ? rc : gguf__buf_put(&w->kv, v, sz);
 }
 
-int gguf_writer_add_arr(gguf_writer_t *w, const char *key, int elem_type, const void *v,
-                        size_t n) {
+int gguf_writer_add_arr(gguf_writer_t *w, const char *key, int elem_type, const void *v, size_t n) {
   size_t sz = gguf__scalar_size(elem_type);
   if (sz == 0)
     return qe_errf(QE_EINVAL, "gguf_write: key '%s': element type %d is not a scalar", key,
@@ -205,8 +204,8 @@ static int gguf__check_tensor(const gguf_writer_t *w, const char *name, int type
   }
   size_t want = gguf_type_nbytes(type, n);
   if (ne[0] % gguf_type_block(type) != 0 || want != nbytes)
-    return qe_errf(QE_EINVAL, "gguf_write: tensor '%s': %zu bytes given, %s shape needs %zu",
-                   name, nbytes, gguf_type_name(type), want);
+    return qe_errf(QE_EINVAL, "gguf_write: tensor '%s': %zu bytes given, %s shape needs %zu", name,
+                   nbytes, gguf_type_name(type), want);
   return 0;
 }
 

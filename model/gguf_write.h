@@ -21,8 +21,7 @@ int gguf_writer_add_i32_arr(gguf_writer_t *w, const char *key, const int32_t *v,
  * (1, 2, 4 or 8 of them; bool is one byte 0/1). Used to round-trip every metadata type. */
 int gguf_writer_add_scalar(gguf_writer_t *w, const char *key, int type, const void *v);
 /* An array of n numeric or bool elements of elem_type (v: n packed little-endian elements). */
-int gguf_writer_add_arr(gguf_writer_t *w, const char *key, int elem_type, const void *v,
-                        size_t n);
+int gguf_writer_add_arr(gguf_writer_t *w, const char *key, int elem_type, const void *v, size_t n);
 /* Writes `general.alignment` (u32) and lays tensor data out at that power-of-two alignment
  * instead of the default 32. */
 int gguf_writer_set_alignment(gguf_writer_t *w, uint32_t alignment);

@@ -31,9 +31,9 @@ typedef struct {
 /* This rank's shard. */
 typedef struct {
   int rank, size;
-  int head0, n_head;    /* local query heads [head0, head0 + n_head) */
-  int kv0, n_kv;        /* local KV heads */
-  int ff0, n_ff;        /* local FFN columns */
+  int head0, n_head; /* local query heads [head0, head0 + n_head) */
+  int kv0, n_kv;     /* local KV heads */
+  int ff0, n_ff;     /* local FFN columns */
 } model_shard_t;
 
 typedef struct model model_t;

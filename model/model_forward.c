@@ -52,8 +52,8 @@ static int allreduce_act(model_t *m, tp_comm_t *comm, float *buf, size_t n) {
   return rc;
 }
 
-static int attn_block(model_t *m, kv_cache_t *kv, int l, const model_seg_t *segs, int n_segs,
-                      int n, kv_attn_req_t *reqs) {
+static int attn_block(model_t *m, kv_cache_t *kv, int l, const model_seg_t *segs, int n_segs, int n,
+                      kv_attn_req_t *reqs) {
   kern_backend_t *be = m->be;
   const model_layer_t *L = &m->layers[l];
   model_scratch_t *s = &m->s;
@@ -99,8 +99,8 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
 /* Gathers the rows that want logits into tmp, normalizes them, and projects them onto the
  * vocabulary MODEL_OUT_CHUNK rows at a time (the logits scratch holds one chunk), copying
  * each chunk to the host buffer logits [n_out][n_vocab]. */
-static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *segs,
-                         int n_segs, float *logits) {
+static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *segs, int n_segs,
+                         float *logits) {
   kern_backend_t *be = m->be;
   size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
   int n_out = 0, rc = 0;
@@ -114,7 +114,8 @@ static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *
   for (int r0 = 0; r0 < n_out && !rc; r0 += MODEL_OUT_CHUNK) {
     int nr = n_out - r0 < MODEL_OUT_CHUNK ? n_out - r0 : MODEL_OUT_CHUNK;
     be->ops->matmul(be, m->s.logits, m->s.xn + (size_t)r0 * E, &m->out, NULL, nr, 0);
-    rc = be->ops->download(be, logits + (size_t)r0 * V, m->s.logits, (size_t)nr * V * sizeof(float));
+    rc =
+        be->ops->download(be, logits + (size_t)r0 * V, m->s.logits, (size_t)nr * V * sizeof(float));
   }
   return rc;
 }

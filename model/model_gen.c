@@ -23,9 +23,9 @@ typedef struct {
 
 /* Rank 0's state for one sequence. */
 typedef struct {
-  int fed;      /* prompt tokens already in the cache */
+  int fed; /* prompt tokens already in the cache */
   int done;
-  int limit;    /* max new tokens (n_predict capped by the context) */
+  int limit; /* max new tokens (n_predict capped by the context) */
   uint64_t rng;
 } gen_state_t;
 
@@ -187,8 +187,8 @@ static int gen_step(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, g
   return rc;
 }
 
-int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n,
-            const gen_opts_t *o, gen_stats_t *stats) {
+int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, const gen_opts_t *o,
+            gen_stats_t *stats) {
   int V = model_hparams(m)->n_vocab, cap = model_max_batch(m), active = 1;
   gen_plan_t p = {0};
   gen_state_t *st = calloc((size_t)n > 0 ? (size_t)n : 1, sizeof *st);
@@ -225,14 +225,17 @@ int gen_follow(model_t *m, kv_cache_t *kv, tp_comm_t *c) {
   while (!rc) {
     gen_hdr_t h;
     if ((rc = bcast_hdr(c, &h)) || h.op == GEN_OP_STOP) break;
-    if (h.op == GEN_OP_OPEN) rc = kv->ops->seq_open(kv, h.a, h.b);
-    else if (h.op == GEN_OP_CLOSE) kv->ops->seq_close(kv, h.a);
+    if (h.op == GEN_OP_OPEN)
+      rc = kv->ops->seq_open(kv, h.a, h.b);
+    else if (h.op == GEN_OP_CLOSE)
+      kv->ops->seq_close(kv, h.a);
     else if (h.op == GEN_OP_FWD && h.n > 0 && h.n <= model_max_batch(m)) {
       p.n = h.n;
       rc = bcast_plan(c, &p);
       model_batch_t b = {p.n, p.tokens, p.pos, p.seq, p.want};
       if (!rc) rc = model_forward(m, kv, c, &b, NULL);
-    } else rc = qe_errf(QE_ECOMM, "gen: bad step header (op %d, n %d)", h.op, h.n);
+    } else
+      rc = qe_errf(QE_ECOMM, "gen: bad step header (op %d, n %d)", h.op, h.n);
   }
   for (int i = 0; i < kv->geom.max_seqs; i++) kv->ops->seq_close(kv, i);
   plan_free(&p);

@@ -22,9 +22,9 @@ typedef struct {
 typedef struct {
   const int32_t *prompt; /* borrowed */
   int n_prompt;
-  int32_t *out;          /* generated ids, malloc'd by gen_run (caller frees) */
+  int32_t *out; /* generated ids, malloc'd by gen_run (caller frees) */
   int n_out;
-  int finish;            /* GEN_FINISH_* */
+  int finish; /* GEN_FINISH_* */
   /* Teacher forcing (may be NULL): the tokens fed back instead of the sampled ones; n_agree
    * counts the steps where the sampled token equalled the forced one. */
   const int32_t *forced;
@@ -51,7 +51,7 @@ void gen_release(tp_comm_t *comm);
 int gen_follow(model_t *m, kv_cache_t *kv, tp_comm_t *comm);
 
 /* Convenience: encodes text (BOS per the model) into *ids (malloc'd) / *n. */
-int gen_encode(const model_t *m, const char *text, size_t len, int parse_special,
-               int32_t **ids, int *n);
+int gen_encode(const model_t *m, const char *text, size_t len, int parse_special, int32_t **ids,
+               int *n);
 
 #endif

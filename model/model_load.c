@@ -36,9 +36,13 @@ static int hp_arch(const gguf_t *g, model_hparams_t *hp, char *arch, size_t cap)
   int rc = gguf_get_str(g, "general.architecture", &s, &n);
   if (rc) return qe_errf(rc, "model: missing metadata 'general.architecture'");
   snprintf(arch, cap, "%.*s", (int)(n < cap ? n : cap - 1), s);
-  if (!strcmp(arch, "llama")) hp->arch = MODEL_ARCH_LLAMA;
-  else if (!strcmp(arch, "qwen2")) hp->arch = MODEL_ARCH_QWEN2;
-  else return qe_errf(QE_EUNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2)", arch);
+  if (!strcmp(arch, "llama"))
+    hp->arch = MODEL_ARCH_LLAMA;
+  else if (!strcmp(arch, "qwen2"))
+    hp->arch = MODEL_ARCH_QWEN2;
+  else
+    return qe_errf(QE_EUNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2)",
+                   arch);
   return 0;
 }
 
@@ -63,8 +67,12 @@ static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *h
 static int hp_rope(const gguf_t *g, const char *arch, model_hparams_t *hp) {
   kern_rope_t *r = &hp->rope;
   *r = (kern_rope_t){.mode = hp->arch == MODEL_ARCH_QWEN2 ? KERN_ROPE_NEOX : KERN_ROPE_NORM,
-                     .n_rot = hp->head_dim, .theta = 10000.0f, .freq_scale = 1.0f,
-                     .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+                     .n_rot = hp->head_dim,
+                     .theta = 10000.0f,
+                     .freq_scale = 1.0f,
+                     .attn_factor = 1.0f,
+                     .beta_fast = 32.0f,
+                     .beta_slow = 1.0f,
                      .n_ctx_orig = hp->n_ctx_train};
   int rc = hp_u32(g, arch, "rope.dimension_count", 0, &r->n_rot);
   if (!rc) rc = hp_f32(g, arch, "rope.freq_base", &r->theta);
@@ -139,10 +147,9 @@ typedef struct {
 static int check_shape(const gguf_tensor_t *t, const char *name, const model_slice_t *s) {
   int64_t ne1 = t->n_dims >= 2 ? t->ne[1] : 1;
   if (t->ne[0] != s->ne0 || ne1 != s->ne1 || t->n_dims > 2)
-    return qe_errf(QE_EFORMAT,
-                   "model: tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]",
-                   name, (long long)t->ne[0], (long long)ne1, t->n_dims, (long long)s->ne0,
-                   (long long)s->ne1);
+    return qe_errf(
+        QE_EFORMAT, "model: tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]",
+        name, (long long)t->ne[0], (long long)ne1, t->n_dims, (long long)s->ne0, (long long)s->ne1);
   return 0;
 }
 
@@ -284,7 +291,8 @@ static int alloc_scratch(model_t *m) {
   s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   s->gate = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
-  s->logits = m->sh.rank == 0 ? scratch_alloc(m, (size_t)MODEL_OUT_CHUNK * m->hp.n_vocab, &rc) : NULL;
+  s->logits =
+      m->sh.rank == 0 ? scratch_alloc(m, (size_t)MODEL_OUT_CHUNK * m->hp.n_vocab, &rc) : NULL;
   s->ids = scratch_alloc(m, B, &rc);
   s->pos = scratch_alloc(m, B, &rc);
   s->host_tmp = malloc(sizeof(float) * B * E);
@@ -294,8 +302,8 @@ static int alloc_scratch(model_t *m) {
 
 static void free_scratch(model_t *m) {
   model_scratch_t *s = &m->s;
-  void *bufs[] = {s->x, s->xn, s->tmp, s->q, s->att, s->k, s->v, s->gate, s->up, s->logits,
-                  s->ids, s->pos};
+  void *bufs[] = {s->x, s->xn,   s->tmp, s->q,      s->att, s->k,
+                  s->v, s->gate, s->up,  s->logits, s->ids, s->pos};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     if (bufs[i]) kern_free(m->be, bufs[i]);
   free(s->host_tmp);

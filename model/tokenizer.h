@@ -24,9 +24,9 @@ void tok_destroy(tok_t *t);
 
 int tok_kind(const tok_t *t);
 int tok_n_vocab(const tok_t *t);
-int tok_bos(const tok_t *t);  /* -1 if none */
-int tok_eos(const tok_t *t);  /* -1 if none */
-int tok_eot(const tok_t *t);  /* end-of-turn (e.g. <|im_end|>, <|eot_id|>), -1 if none */
+int tok_bos(const tok_t *t); /* -1 if none */
+int tok_eos(const tok_t *t); /* -1 if none */
+int tok_eot(const tok_t *t); /* end-of-turn (e.g. <|im_end|>, <|eot_id|>), -1 if none */
 /* Whether generation should stop on this id (eos, eot, or any end-of-generation token). */
 int tok_is_eog(const tok_t *t, int id);
 /* Whether the model wants BOS prepended (tokenizer.ggml.add_bos_token, default per kind). */
@@ -73,7 +73,7 @@ int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special,
 typedef enum { CHAT_NONE = 0, CHAT_CHATML = 1, CHAT_LLAMA3 = 2 } chat_kind_t;
 
 typedef struct {
-  const char *role;    /* "system" | "user" | "assistant" | other */
+  const char *role; /* "system" | "user" | "assistant" | other */
   const char *content;
 } chat_msg_t;
 

@@ -2,7 +2,15 @@
  * eviction of the lowest-scored tokens. */
 #include "kv_policies_internal.h"
 
-const kv_policy_desc_t kv_policy_h2o = {
-    "h2o", "token-level cumulative attention, Full only", 0,
-    {.omega = 1, .n_sink = 5, .n_local = 32, .q = 0.0f, .quant = {2, 32},
-     .scorer = KV_SCORE_CUMULATIVE, .n_obs = 32, .pool_kernel = 1, .route_decode = 1}};
+const kv_policy_desc_t kv_policy_h2o = {"h2o",
+                                        "token-level cumulative attention, Full only",
+                                        0,
+                                        {.omega = 1,
+                                         .n_sink = 5,
+                                         .n_local = 32,
+                                         .q = 0.0f,
+                                         .quant = {2, 32},
+                                         .scorer = KV_SCORE_CUMULATIVE,
+                                         .n_obs = 32,
+                                         .pool_kernel = 1,
+                                         .route_decode = 1}};

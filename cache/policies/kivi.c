@@ -2,7 +2,15 @@
  * token); at a budget below that, the oldest windows are evicted. */
 #include "kv_policies_internal.h"
 
-const kv_policy_desc_t kv_policy_kivi = {
-    "kivi", "all history INT2, recent region Full", 0,
-    {.omega = 32, .n_sink = 0, .n_local = 32, .q = 1.0f, .quant = {2, 32},
-     .scorer = KV_SCORE_RECENCY, .n_obs = 32, .pool_kernel = 1, .route_decode = 1}};
+const kv_policy_desc_t kv_policy_kivi = {"kivi",
+                                         "all history INT2, recent region Full",
+                                         0,
+                                         {.omega = 32,
+                                          .n_sink = 0,
+                                          .n_local = 32,
+                                          .q = 1.0f,
+                                          .quant = {2, 32},
+                                          .scorer = KV_SCORE_RECENCY,
+                                          .n_obs = 32,
+                                          .pool_kernel = 1,
+                                          .route_decode = 1}};

@@ -3,7 +3,16 @@
 #include "kv_policies_internal.h"
 
 const kv_policy_desc_t kv_policy_qevict = {
-    "qevict", "three tiers: Full, INT2 (attended, promotable), Evicted", 0,
-    {.omega = 8, .n_sink = 5, .n_local = 32, .q = 0.7f, .quant = {2, 32},
-     .scorer = KV_SCORE_CUMULATIVE, .n_obs = 32, .pool_kernel = 1, .promote = 1,
+    "qevict",
+    "three tiers: Full, INT2 (attended, promotable), Evicted",
+    0,
+    {.omega = 8,
+     .n_sink = 5,
+     .n_local = 32,
+     .q = 0.7f,
+     .quant = {2, 32},
+     .scorer = KV_SCORE_CUMULATIVE,
+     .n_obs = 32,
+     .pool_kernel = 1,
+     .promote = 1,
      .route_decode = 1}};

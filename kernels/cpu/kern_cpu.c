@@ -108,8 +108,8 @@ static void cpu_matmul(kern_backend_t *be, float *y, const float *x, const kern_
     for (int j = 0; j < n; j++) y[(size_t)i * n + j] += bias[j];
 }
 
-static void cpu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, int m,
-                        int n, float eps) {
+static void cpu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
+                        float eps) {
   for (int i = 0; i < m; i++) {
     const float *xr = x + (size_t)i * n;
     float *yr = y + (size_t)i * n;
@@ -133,8 +133,8 @@ static void cpu_add(kern_backend_t *be, float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-static void cpu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids,
-                      int m, int n) {
+static void cpu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m,
+                      int n) {
   for (int i = 0; i < m; i++)
     memcpy(y + (size_t)i * n, table + (size_t)ids[i] * n, sizeof(float) * n);
 }

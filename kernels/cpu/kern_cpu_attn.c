@@ -45,7 +45,8 @@ static int rope_table(kern_cpu_t *c, const kern_rope_t *r, int max_pos) {
   float *cs = malloc(sizeof(float) * 2 * (size_t)half * (size_t)n);
   if (!cs) return -1;
   for (int p = 0; p < n; p++)
-    for (int i = 0; i < half; i++) rope_cs(r, p, i, &cs[((size_t)p * half + i) * 2], &cs[((size_t)p * half + i) * 2 + 1]);
+    for (int i = 0; i < half; i++)
+      rope_cs(r, p, i, &cs[((size_t)p * half + i) * 2], &cs[((size_t)p * half + i) * 2 + 1]);
   free(t->cs);
   *t = (kern_rope_table_t){*r, n, cs};
   return 0;
@@ -73,7 +74,8 @@ void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int 
   if (rope_table(c, r, max_pos)) abort(); /* a table of a few MB: only fails on an exhausted host */
   for (int t = 0; t < m; t++) {
     const float *row = c->rope.cs + (size_t)abs(pos[t]) * half * 2;
-    for (int h = 0; h < n_heads; h++) rope_head(x + ((size_t)t * n_heads + h) * head_dim, pos[t], r, row);
+    for (int h = 0; h < n_heads; h++)
+      rope_head(x + ((size_t)t * n_heads + h) * head_dim, pos[t], r, row);
   }
 }
 
@@ -103,7 +105,8 @@ static void attn_one(const float *q, const kern_attn_seq_t *sq, int kvh, int n_k
     p[j] = attn_dot(q, sq->k + (size_t)j * stride + (size_t)kvh * hd, hd) * sh->scale;
   kern_cpu_softmax_row(p, n_keys);
   for (int d = 0; d < hd; d++) out[d] = 0;
-  for (int j = 0; j < n_keys; j++) attn_axpy(out, p[j], sq->v + (size_t)j * stride + (size_t)kvh * hd, hd);
+  for (int j = 0; j < n_keys; j++)
+    attn_axpy(out, p[j], sq->v + (size_t)j * stride + (size_t)kvh * hd, hd);
 }
 
 /* Keys visible to the query at position qp: a prefix, since key positions ascend. */
@@ -112,8 +115,10 @@ static int visible_keys(const kern_attn_seq_t *sq, int qp) {
   int lo = 0, hi = sq->n_kv;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (sq->k_pos[mid] <= qp) lo = mid + 1;
-    else hi = mid;
+    if (sq->k_pos[mid] <= qp)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }

@@ -11,9 +11,9 @@
 #include "gguf.h"
 #include "qe_status.h"
 
-#define FUZZ_REQUIRE(e) \
-  do {                  \
-    if (!(e)) __builtin_trap(); \
+#define FUZZ_REQUIRE(e)                                                                            \
+  do {                                                                                             \
+    if (!(e)) __builtin_trap();                                                                    \
   } while (0)
 
 static const uint8_t *fz_base;
@@ -57,8 +57,12 @@ static void fz_walk_kv(const gguf_t *g) {
     case GGUF_VT_STRING:
       FUZZ_REQUIRE(gguf_get_str(g, key, &s, &len) == 0 && fz_inside(s, len));
       break;
-    case GGUF_VT_ARRAY: fz_walk_array(g, key); break;
-    case GGUF_VT_BOOL: FUZZ_REQUIRE(gguf_get_bool(g, key, &b) == 0); break;
+    case GGUF_VT_ARRAY:
+      fz_walk_array(g, key);
+      break;
+    case GGUF_VT_BOOL:
+      FUZZ_REQUIRE(gguf_get_bool(g, key, &b) == 0);
+      break;
     default:
       (void)gguf_get_u32(g, key, &u);
       (void)gguf_get_i64(g, key, &v);

@@ -25,13 +25,29 @@ static void rm_fix_scales(int type, uint8_t *blk, uint64_t *s) {
   uint16_t d = qe_f32_to_fp16(0.0005f + 0.0002f * rm_uniform(s));
   uint16_t small = qe_f32_to_fp16(0.0001f);
   switch (type) {
-  case GGUF_T_Q8_0: memcpy(blk, &d, 2); break;
-  case GGUF_T_Q4_0: d = qe_f32_to_fp16(0.01f); memcpy(blk, &d, 2); break;
-  case GGUF_T_Q4_1: d = qe_f32_to_fp16(0.01f); memcpy(blk, &d, 2); memcpy(blk + 2, &small, 2); break;
+  case GGUF_T_Q8_0:
+    memcpy(blk, &d, 2);
+    break;
+  case GGUF_T_Q4_0:
+    d = qe_f32_to_fp16(0.01f);
+    memcpy(blk, &d, 2);
+    break;
+  case GGUF_T_Q4_1:
+    d = qe_f32_to_fp16(0.01f);
+    memcpy(blk, &d, 2);
+    memcpy(blk + 2, &small, 2);
+    break;
   case GGUF_T_Q4_K:
-  case GGUF_T_Q5_K: memcpy(blk, &small, 2); memcpy(blk + 2, &small, 2); break;
-  case GGUF_T_Q6_K: d = qe_f32_to_fp16(0.00002f); memcpy(blk + 208, &d, 2); break;
-  default: break;
+  case GGUF_T_Q5_K:
+    memcpy(blk, &small, 2);
+    memcpy(blk + 2, &small, 2);
+    break;
+  case GGUF_T_Q6_K:
+    d = qe_f32_to_fp16(0.00002f);
+    memcpy(blk + 208, &d, 2);
+    break;
+  default:
+    break;
   }
 }
 
@@ -55,8 +71,8 @@ static void *rm_tensor(int type, int64_t n, float amp, uint64_t *s, size_t *nbyt
   return buf;
 }
 
-static int rm_add(gguf_writer_t *w, const char *name, int type, int64_t ne0, int64_t ne1,
-                  float amp, uint64_t *s) {
+static int rm_add(gguf_writer_t *w, const char *name, int type, int64_t ne0, int64_t ne1, float amp,
+                  uint64_t *s) {
   size_t nb;
   int64_t ne[2] = {ne0, ne1};
   void *data = rm_tensor(type, ne0 * ne1, amp, s, &nb);
@@ -78,7 +94,15 @@ static int rm_norm(gguf_writer_t *w, const char *name, int64_t n, uint64_t *s) {
 
 /* SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, ▁ and a few pieces. */
 static int rm_vocab_spm(gguf_writer_t *w) {
-  static const char *extra[] = {"\xe2\x96\x81", "\xe2\x96\x81t", "he", "\xe2\x96\x81the", "in", "er", "an", "\xe2\x96\x81" "a"};
+  static const char *extra[] = {"\xe2\x96\x81",
+                                "\xe2\x96\x81t",
+                                "he",
+                                "\xe2\x96\x81the",
+                                "in",
+                                "er",
+                                "an",
+                                "\xe2\x96\x81"
+                                "a"};
   enum { N = 3 + 256 + 8 };
   char *toks[N];
   float scores[N];
@@ -86,9 +110,12 @@ static int rm_vocab_spm(gguf_writer_t *w) {
   char bytes[256][8];
   const char *fixed[3] = {"<unk>", "<s>", "</s>"};
   for (int i = 0; i < N; i++) {
-    if (i < 3) toks[i] = (char *)fixed[i], types[i] = i ? 3 : 2;
-    else if (i < 259) snprintf(bytes[i - 3], 8, "<0x%02X>", i - 3), toks[i] = bytes[i - 3], types[i] = 6;
-    else toks[i] = (char *)extra[i - 259], types[i] = 1;
+    if (i < 3)
+      toks[i] = (char *)fixed[i], types[i] = i ? 3 : 2;
+    else if (i < 259)
+      snprintf(bytes[i - 3], 8, "<0x%02X>", i - 3), toks[i] = bytes[i - 3], types[i] = 6;
+    else
+      toks[i] = (char *)extra[i - 259], types[i] = 1;
     scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
   }
   int rc = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
@@ -109,8 +136,10 @@ static int rm_vocab_bpe(gguf_writer_t *w) {
   for (int b = 0; b < 256; b++) {
     int cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174 ? b : 256 + k++;
     char *o = sym[b];
-    if (cp < 0x80) o[0] = (char)cp, o[1] = 0;
-    else o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3F)), o[2] = 0;
+    if (cp < 0x80)
+      o[0] = (char)cp, o[1] = 0;
+    else
+      o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3F)), o[2] = 0;
   }
   static const char *rest[] = {"\xc4\xa0t", "he", "<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   for (int i = 0; i < N; i++) {
@@ -132,7 +161,11 @@ static int rm_vocab_bpe(gguf_writer_t *w) {
 static int rm_hparams(gguf_writer_t *w, const rand_model_spec_t *sp, const char *arch) {
   char k[96];
   int rc = gguf_writer_add_str(w, "general.architecture", arch);
-#define RM_U32(name, v) if (!rc) { snprintf(k, sizeof k, "%s." name, arch); rc = gguf_writer_add_u32(w, k, (uint32_t)(v)); }
+#define RM_U32(name, v)                                                                            \
+  if (!rc) {                                                                                       \
+    snprintf(k, sizeof k, "%s." name, arch);                                                       \
+    rc = gguf_writer_add_u32(w, k, (uint32_t)(v));                                                 \
+  }
   RM_U32("context_length", 256);
   RM_U32("embedding_length", RAND_MODEL_EMBD);
   RM_U32("block_count", sp->n_layer);

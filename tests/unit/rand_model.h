@@ -7,18 +7,18 @@
 #include <stdint.h>
 
 typedef struct {
-  int arch;      /* MODEL_ARCH_LLAMA or MODEL_ARCH_QWEN2 */
-  int wtype;     /* gguf_ttype_t of the 2-D weights */
-  int n_head;    /* query heads (head_dim 32) */
-  int n_kv;      /* KV heads (n_head for MHA) */
-  int tied;      /* no output.weight */
+  int arch;   /* MODEL_ARCH_LLAMA or MODEL_ARCH_QWEN2 */
+  int wtype;  /* gguf_ttype_t of the 2-D weights */
+  int n_head; /* query heads (head_dim 32) */
+  int n_kv;   /* KV heads (n_head for MHA) */
+  int tied;   /* no output.weight */
   int n_layer;
   uint64_t seed;
 } rand_model_spec_t;
 
 /* n_embd of the random models (a multiple of every block size). */
 #define RAND_MODEL_EMBD 256
-#define RAND_MODEL_FF 512
+#define RAND_MODEL_FF   512
 
 /* Writes the model to path. Returns 0 or QE_E*. */
 int rand_model_write(const rand_model_spec_t *spec, const char *path);

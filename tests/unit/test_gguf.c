@@ -101,7 +101,7 @@ static void test_bf16(void) {
   CHECK(qe_f32_to_bf16(bits_f32(0x3f808000)) == 0x3f80); /* tie, even stays */
   CHECK(qe_f32_to_bf16(bits_f32(0x3f818000)) == 0x3f82); /* tie, odd rounds up */
   CHECK(qe_f32_to_bf16(bits_f32(0x3f808001)) == 0x3f81);
-  CHECK(qe_f32_to_bf16(bits_f32(0x7f7fffff)) == 0x7f80); /* rounds to inf */
+  CHECK(qe_f32_to_bf16(bits_f32(0x7f7fffff)) == 0x7f80);           /* rounds to inf */
   CHECK((qe_f32_to_bf16(bits_f32(0x7f800001)) & 0x7fff) > 0x7f80); /* nan stays nan */
 }
 
@@ -155,7 +155,7 @@ static void test_quant_fixture(void) {
   if (!path) return;
   CHECK_OK(gguf_open(path, &g));
   if (!g) return;
-  static const char *const types[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1",
+  static const char *const types[] = {"F32",  "F16",  "BF16", "Q4_0", "Q4_1",
                                       "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_fixture_type(g, types[i]);
   gguf_close(g);
@@ -311,9 +311,9 @@ static void check_conversion_errors(const gguf_t *g) {
   gguf_arr_t a;
   qe_errclear();
   CHECK(gguf_get_u32(g, "missing.key", &u) == QE_ENOTFOUND && strstr(qe_errmsg(), "missing.key"));
-  CHECK(gguf_get_u32(g, "s.i8", &u) == QE_EFORMAT && *qe_errmsg());     /* negative */
-  CHECK(gguf_get_u32(g, "s.u64", &u) == QE_EFORMAT);                    /* too big */
-  CHECK(gguf_get_i64(g, "s.u64", &i) == QE_EFORMAT);                    /* > INT64_MAX */
+  CHECK(gguf_get_u32(g, "s.i8", &u) == QE_EFORMAT && *qe_errmsg()); /* negative */
+  CHECK(gguf_get_u32(g, "s.u64", &u) == QE_EFORMAT);                /* too big */
+  CHECK(gguf_get_i64(g, "s.u64", &i) == QE_EFORMAT);                /* > INT64_MAX */
   CHECK(gguf_get_u32(g, "s.f32", &u) == QE_EFORMAT);
   CHECK(gguf_get_bool(g, "s.u32", &b) == QE_EFORMAT);
   CHECK(gguf_get_str(g, "s.u32", &s, &len) == QE_EFORMAT);
@@ -505,8 +505,10 @@ static int open_copy(const uint8_t *buf, size_t n) {
   gguf_t *g = (gguf_t *)1;
   qe_errclear();
   int rc = gguf_open_mem(copy, n, &g);
-  if (rc == 0) gguf_close(g);
-  else if (g != NULL) rc = 1; /* *out must be NULL on failure */
+  if (rc == 0)
+    gguf_close(g);
+  else if (g != NULL)
+    rc = 1; /* *out must be NULL on failure */
   free(copy);
   return rc;
 }

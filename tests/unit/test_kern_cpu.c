@@ -22,7 +22,8 @@ static float *randv(size_t n, float amp) {
 static void check_matmul(kern_backend_t *be, int m) {
   int n = 37, k = 70;
   float *x = randv((size_t)m * k, 1), *w = randv((size_t)n * k, 1), *b = randv(n, 1);
-  float *y = randv((size_t)m * n, 1), *y0 = malloc(sizeof(float) * m * n), *ref = malloc(sizeof(float) * m * n);
+  float *y = randv((size_t)m * n, 1), *y0 = malloc(sizeof(float) * m * n),
+        *ref = malloc(sizeof(float) * m * n);
   memcpy(y0, y, sizeof(float) * m * n);
   kern_weight_t W = {w, n, k};
   for (int acc = 0; acc < 2; acc++) {
@@ -67,9 +68,11 @@ static void check_rmsnorm_swiglu_softmax(kern_backend_t *be) {
 /* Reference rotation of one head in double precision. */
 static void rope_ref(float *x, int pos, int hd, const kern_rope_t *r) {
   for (int i = 0; i < r->n_rot / 2; i++) {
-    double f = pow(r->theta, -2.0 * i / r->n_rot) * r->freq_scale / (r->factors ? r->factors[i] : 1);
+    double f =
+        pow(r->theta, -2.0 * i / r->n_rot) * r->freq_scale / (r->factors ? r->factors[i] : 1);
     double c = cos(pos * f), s = sin(pos * f);
-    int a = r->mode == KERN_ROPE_NEOX ? i : 2 * i, b = r->mode == KERN_ROPE_NEOX ? i + r->n_rot / 2 : 2 * i + 1;
+    int a = r->mode == KERN_ROPE_NEOX ? i : 2 * i,
+        b = r->mode == KERN_ROPE_NEOX ? i + r->n_rot / 2 : 2 * i + 1;
     double x0 = x[a], x1 = x[b];
     x[a] = (float)(x0 * c - x1 * s);
     x[b] = (float)(x0 * s + x1 * c);
@@ -97,7 +100,8 @@ static void check_rope(kern_backend_t *be) {
 }
 
 /* Double-precision causal GQA attention of one sequence, with key masses. */
-static void attn_ref(const kern_attn_seq_t *s, const kern_attn_shape_t *sh, float *out, double *mass) {
+static void attn_ref(const kern_attn_seq_t *s, const kern_attn_shape_t *sh, float *out,
+                     double *mass) {
   int hd = sh->head_dim, grp = sh->n_head / sh->n_kv_head, st = sh->n_kv_head * hd;
   double *p = malloc(sizeof(double) * s->n_kv);
   for (int i = 0; i < s->n_q; i++)
@@ -128,9 +132,13 @@ static void check_attention(kern_backend_t *be) {
   kern_attn_seq_t s[3];
   for (int i = 0; i < 3; i++) {
     int nkv = pos0[i] + nq[i];
-    s[i] = (kern_attn_seq_t){.q = randv(nq[i] * 8 * 16, 1), .k = randv(nkv * 2 * 16, 2),
-                             .v = randv(nkv * 2 * 16, 1), .out = malloc(sizeof(float) * nq[i] * 8 * 16),
-                             .key_mass = calloc(nkv, sizeof(float)), .n_q = nq[i], .n_kv = nkv,
+    s[i] = (kern_attn_seq_t){.q = randv(nq[i] * 8 * 16, 1),
+                             .k = randv(nkv * 2 * 16, 2),
+                             .v = randv(nkv * 2 * 16, 1),
+                             .out = malloc(sizeof(float) * nq[i] * 8 * 16),
+                             .key_mass = calloc(nkv, sizeof(float)),
+                             .n_q = nq[i],
+                             .n_kv = nkv,
                              .q_pos0 = pos0[i]};
   }
   be->ops->attention(be, s, 3, &sh);
@@ -143,7 +151,8 @@ static void check_attention(kern_backend_t *be) {
     CHECK(tu_rel_err(s[i].key_mass, mf, s[i].n_kv) < 1e-5);
     CHECK(fabs(total - nq[i]) < 1e-4); /* each query distributes one unit of mass */
     free(out), free(mf), free(mass);
-    free((void *)s[i].q), free((void *)s[i].k), free((void *)s[i].v), free(s[i].out), free(s[i].key_mass);
+    free((void *)s[i].q), free((void *)s[i].k), free((void *)s[i].v), free(s[i].out),
+        free(s[i].key_mass);
   }
 }
 
@@ -155,14 +164,28 @@ static void check_attention_positions(kern_backend_t *be) {
   int32_t kpos[NK] = {0, 1, 5, 6, 9, 10};
   float *q = randv(NQ * 4 * 8, 1), *k = randv(NK * 16, 1), *v = randv(NK * 16, 1);
   float out[NQ * 32], ref[NQ * 32], mass[NK] = {0}, mref[NK] = {0};
-  kern_attn_seq_t s = {.q = q, .k = k, .v = v, .out = out, .key_mass = mass, .k_pos = kpos,
-                       .n_q = NQ, .n_kv = NK, .q_pos0 = 8, .mass_q0 = 1};
+  kern_attn_seq_t s = {.q = q,
+                       .k = k,
+                       .v = v,
+                       .out = out,
+                       .key_mass = mass,
+                       .k_pos = kpos,
+                       .n_q = NQ,
+                       .n_kv = NK,
+                       .q_pos0 = 8,
+                       .mass_q0 = 1};
   be->ops->attention(be, &s, 1, &sh);
   /* query 0 (pos 8) sees keys 0..3; queries 1, 2 (pos 9, 10) see 0..4 and 0..5. */
   for (int i = 0; i < NQ; i++) {
     int nk = i == 0 ? 4 : i == 1 ? 5 : 6;
-    kern_attn_seq_t one = {.q = q + i * 32, .k = k, .v = v, .out = ref + i * 32,
-                           .key_mass = i ? mref : NULL, .n_q = 1, .n_kv = nk, .q_pos0 = nk - 1};
+    kern_attn_seq_t one = {.q = q + i * 32,
+                           .k = k,
+                           .v = v,
+                           .out = ref + i * 32,
+                           .key_mass = i ? mref : NULL,
+                           .n_q = 1,
+                           .n_kv = nk,
+                           .q_pos0 = nk - 1};
     be->ops->attention(be, &one, 1, &sh);
   }
   CHECK(tu_rel_err(out, ref, NQ * 32) < 1e-6);
@@ -182,7 +205,8 @@ static void check_sampling(kern_backend_t *be) {
   int same = 1;
   a = b = kern_rng_seed(9);
   for (int i = 0; i < 100; i++)
-    same &= be->ops->sample(be, lg, V, &hot, &a, scratch) == be->ops->sample(be, lg, V, &hot, &b, scratch);
+    same &= be->ops->sample(be, lg, V, &hot, &a, scratch) ==
+            be->ops->sample(be, lg, V, &hot, &b, scratch);
   CHECK(same);
   /* Frequencies follow softmax(lg / T) within 4 standard deviations. */
   double p[V], z = 0;
@@ -200,8 +224,10 @@ static void check_sampling(kern_backend_t *be) {
   int top[3] = {7, -1, -1};
   for (int j = 0; j < V; j++) {
     if (j == 7) continue;
-    if (top[1] < 0 || lg[j] > lg[top[1]]) top[2] = top[1], top[1] = j;
-    else if (top[2] < 0 || lg[j] > lg[top[2]]) top[2] = j;
+    if (top[1] < 0 || lg[j] > lg[top[1]])
+      top[2] = top[1], top[1] = j;
+    else if (top[2] < 0 || lg[j] > lg[top[2]])
+      top[2] = j;
   }
   int in = 1;
   for (int i = 0; i < 2000; i++) {

@@ -42,10 +42,10 @@ int main(void) {
   CHECK_OK(kv_diag_compute(d, &r));
   fprintf(stderr, "fmm %g churn %g lir %g ttr %g qsa %g ratio %g\n", r.fmm, r.churn, r.lir,
           r.ttr_median, r.qsa, r.int2_mass_ratio);
-  CHECK(near(r.fmm, (0.6 / 2.0 + 0.1 / 1.0) / 2));      /* events at 10 and 12 */
-  CHECK(near(r.churn, (0.5 + (1 - 1.0 / 3)) / 2));      /* {0,3}->{3}->{0,1,3} */
-  CHECK(near(r.lir, 2.0 / 3) && r.lir_eligible == 3);   /* w0, w1 return; w2 evicted */
-  CHECK(near(r.ttr_median, 2));                         /* returns after 1 and 2 events */
+  CHECK(near(r.fmm, (0.6 / 2.0 + 0.1 / 1.0) / 2));    /* events at 10 and 12 */
+  CHECK(near(r.churn, (0.5 + (1 - 1.0 / 3)) / 2));    /* {0,3}->{3}->{0,1,3} */
+  CHECK(near(r.lir, 2.0 / 3) && r.lir_eligible == 3); /* w0, w1 return; w2 evicted */
+  CHECK(near(r.ttr_median, 2));                       /* returns after 1 and 2 events */
   /* QSA: event 10: one INT2 window (cos 1); 12: INT2 {1} under the step's tiers t10 (cos 1);
    * 13: INT2 {0, 1}: (.4*.5 + .1*.1) / (|(.4,.1)| |(.5,.1)|). */
   double c13 = (.4 * .5 + .1 * .1) / (sqrt(.17) * sqrt(.26));

@@ -33,8 +33,8 @@ static void check_worked_example(void) {
   CHECK(tiers_are(tier, "FQQQEE"));
   /* Event 2: w0 F (score 1), w1 Q with ledger (2; Full would cost 130), w2 Q (.2), w3 Q (.1),
    * new w6 F (.5). w1 no longer fits Full (130 > 100): w0 stays; INT2 takes w1, w6, w2. */
-  kv_cand_t e2[5] = {{1, 0, 100, 30}, {2, 1, 130, 30}, {.2f, 1, 130, 30}, {.1f, 1, 130, 30},
-                     {.5f, 0, 100, 30}};
+  kv_cand_t e2[5] = {
+      {1, 0, 100, 30}, {2, 1, 130, 30}, {.2f, 1, 130, 30}, {.1f, 1, 130, 30}, {.5f, 0, 100, 30}};
   kv_route_decide(e2, 5, &p, tier, order);
   CHECK(tiers_are(tier, "FQQEQ"));
   /* Event 3: w1's score jumps: with B_hist 260 (Full cap 130) it is promoted; w0 demoted. */
@@ -85,8 +85,10 @@ static void check_history(kv_cache_t *kv, int L, seen_t seen[][MAXW], int *bad_r
       seen_t *s = &seen[l][w];
       if (s->evicted && tier != KV_TIER_EVICTED) (*bad_return)++;
       s->evicted |= tier == KV_TIER_EVICTED;
-      if (led && !s->ledger) s->ledger = memcpy(malloc(nb), led, nb);
-      else if (led && memcmp(led, s->ledger, nb)) (*bad_ledger)++;
+      if (led && !s->ledger)
+        s->ledger = memcpy(malloc(nb), led, nb);
+      else if (led && memcmp(led, s->ledger, nb))
+        (*bad_ledger)++;
     }
 }
 
@@ -174,14 +176,16 @@ static void check_policies(world_t *wd) {
       int rc = run_policy(wd, kv, NULL, &st, 1);
       if (rc == QE_EINVAL && fracs[f] > 0 && fr * full < minb) rc = 0; /* below the minimum */
       CHECK_OK(rc);
-      fprintf(stderr, "%-16s budget %5.1f%%: %7zu/%7zu bytes, windows F/Q/E %ld/%ld/%ld, "
-              "promotions %ld, demotions %ld, evictions %ld\n", name, 100 * fr, st.bytes,
-              st.budget, st.windows[0], st.windows[1], st.windows[2], st.promotions,
-              st.demotions, st.evictions);
+      fprintf(stderr,
+              "%-16s budget %5.1f%%: %7zu/%7zu bytes, windows F/Q/E %ld/%ld/%ld, "
+              "promotions %ld, demotions %ld, evictions %ld\n",
+              name, 100 * fr, st.bytes, st.budget, st.windows[0], st.windows[1], st.windows[2],
+              st.promotions, st.demotions, st.evictions);
       kv_cache_destroy(kv);
     }
   }
-  fprintf(stderr, "per-window masses + sink vs 1 per decode query: max error %.3g\n", worst_mass_err);
+  fprintf(stderr, "per-window masses + sink vs 1 per decode query: max error %.3g\n",
+          worst_mass_err);
   CHECK(worst_mass_err < 1e-5);
 }
 
@@ -220,11 +224,14 @@ static void check_bad_config(world_t *wd) {
   CHECK_OK(kv_policy_find("qevict", &d));
   kv_policy_cfg_t c = d.cfg;
   c.omega = 0;
-  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL && strstr(qe_errmsg(), "window"));
+  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL &&
+        strstr(qe_errmsg(), "window"));
   c = d.cfg, c.quant.bits = 3;
-  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL && strstr(qe_errmsg(), "bits"));
+  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL &&
+        strstr(qe_errmsg(), "bits"));
   c = d.cfg, c.q = 1.5f;
-  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL && strstr(qe_errmsg(), "q must"));
+  CHECK(kv_tiered_create(wd->be, &g, r, &c, 1 << 20, &kv) == QE_EINVAL &&
+        strstr(qe_errmsg(), "q must"));
   CHECK_OK(kv_tiered_create(wd->be, &g, r, &d.cfg, 1 << 20, &kv));
   kv_tiered_set_budget_spec(kv, 0, kv_tiered_min_budget(kv) - 1);
   CHECK(kv->ops->seq_open(kv, 0, 64) == QE_EINVAL && strstr(qe_errmsg(), "protected regions"));
@@ -268,18 +275,23 @@ static void check_ledger_cycles(kern_backend_t *be) {
   size_t lb, pb;
   int promotions = 0, bad_ledger = 0, bad_page = 0;
   for (int c = 0; c < 40; c++) {
-    for (int w = 0; w < 5; w++) kv_tiered_test_set_score(kv, 0, 0, w, w == c % 5 ? 10.0f : 1.0f / (w + 1));
+    for (int w = 0; w < 5; w++)
+      kv_tiered_test_set_score(kv, 0, 0, w, w == c % 5 ? 10.0f : 1.0f / (w + 1));
     CHECK_OK(kv_tiered_test_route(kv, 0, 0));
     CHECK_OK(kv_tiered_check(kv, 0));
     for (int w = 0; w < 5; w++) {
       const uint8_t *led = kv_tiered_window_ledger(kv, 0, 0, w, &lb);
       const float *page = kv_tiered_test_page(kv, 0, 0, w, &pb);
-      if (led && !led0[w]) led0[w] = memcpy(malloc(lb), led, lb);
-      else if (led && memcmp(led, led0[w], lb)) bad_ledger++;
+      if (led && !led0[w])
+        led0[w] = memcpy(malloc(lb), led, lb);
+      else if (led && memcmp(led, led0[w], lb))
+        bad_ledger++;
       if (!led || !page) continue; /* only promoted windows: Full with a ledger */
       promotions += !page0[w];
-      if (!page0[w]) page0[w] = memcpy(malloc(pb), page, pb);
-      else if (memcmp(page, page0[w], pb)) bad_page++;
+      if (!page0[w])
+        page0[w] = memcpy(malloc(pb), page, pb);
+      else if (memcmp(page, page0[w], pb))
+        bad_page++;
     }
   }
   kv_mem_stats_t st;

@@ -66,7 +66,8 @@ static void check_model(const rand_model_spec_t *sp, int with_tp) {
   for (int size = 2; with_tp && size <= 3; size++) {
     if (size > sp->n_kv) continue;
     double e = tp_prefill_err(path, size, prompt, NT, ref, V);
-    if (e > 1e-4) fprintf(stderr, "tp %d rel err %g (type %s)\n", size, e, gguf_type_name(sp->wtype));
+    if (e > 1e-4)
+      fprintf(stderr, "tp %d rel err %g (type %s)\n", size, e, gguf_type_name(sp->wtype));
     CHECK(e <= 1e-4);
   }
   free(ref);

@@ -62,7 +62,8 @@ static int32_t *ids_of(const tj_t *arr, int *n) {
 
 static void check_greedy(rig_t *r, const tj_t *ref) {
   int n, ng;
-  int32_t *prompt = ids_of(tj_get(ref, "prompt_ids"), &n), *gold = ids_of(tj_get(ref, "greedy_ids"), &ng);
+  int32_t *prompt = ids_of(tj_get(ref, "prompt_ids"), &n),
+          *gold = ids_of(tj_get(ref, "greedy_ids"), &ng);
   gen_seq_t s = {.prompt = prompt, .n_prompt = n};
   gen_stats_t st;
   gen_opts_t o = {ng, {0, 0, 1}, 0, 1, NULL, NULL};

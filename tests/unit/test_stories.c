@@ -18,7 +18,8 @@ static void check_case(rig_t *r, const char *prompt, const tj_t *c) {
   int n = 0;
   CHECK_OK(gen_encode(r->m, prompt, strlen(prompt), 0, &ids, &n));
   CHECK(toks && (size_t)n < toks->n);
-  for (int i = 0; i < n && toks && (size_t)i < toks->n; i++) CHECK(ids[i] == (int)toks->items[i]->num);
+  for (int i = 0; i < n && toks && (size_t)i < toks->n; i++)
+    CHECK(ids[i] == (int)toks->items[i]->num);
   gen_seq_t s = {.prompt = ids, .n_prompt = n};
   gen_stats_t st;
   gen_opts_t o = {(int)toks->n - n, {0, 0, 1}, 0, 1, NULL, NULL};
@@ -74,7 +75,8 @@ int main(void) {
   rig_t r;
   CHECK_OK(tp_comm_create_single(&c));
   CHECK_OK(rig_open(&r, model_path, 0, 1, c, 256));
-  for (size_t i = 0; r.m && cases && i < cases->n; i++) check_case(&r, cases->items[i]->key, cases->items[i]);
+  for (size_t i = 0; r.m && cases && i < cases->n; i++)
+    check_case(&r, cases->items[i]->key, cases->items[i]);
   int V = r.m ? model_hparams(r.m)->n_vocab : 0;
   rig_close(&r);
   tp_comm_destroy(c);

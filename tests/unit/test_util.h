@@ -8,14 +8,14 @@
 
 extern int tu_failures;
 
-#define CHECK(e)                                                  \
-  do {                                                            \
-    if (!(e)) tu_fail(__FILE__, __LINE__, #e);                    \
+#define CHECK(e)                                                                                   \
+  do {                                                                                             \
+    if (!(e)) tu_fail(__FILE__, __LINE__, #e);                                                     \
   } while (0)
-#define CHECK_OK(e)                                               \
-  do {                                                            \
-    int tu__rc = (e);                                             \
-    if (tu__rc != 0) tu_fail_rc(__FILE__, __LINE__, #e, tu__rc);  \
+#define CHECK_OK(e)                                                                                \
+  do {                                                                                             \
+    int tu__rc = (e);                                                                              \
+    if (tu__rc != 0) tu_fail_rc(__FILE__, __LINE__, #e, tu__rc);                                   \
   } while (0)
 
 void tu_fail(const char *file, int line, const char *expr);

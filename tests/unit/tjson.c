@@ -18,8 +18,10 @@ static void tj_ws(tj_cur_t *c) {
 }
 
 static void tj_put_utf8(char *o, size_t *n, unsigned cp) {
-  if (cp < 0x80) o[(*n)++] = (char)cp;
-  else if (cp < 0x800) o[(*n)++] = (char)(0xC0 | cp >> 6), o[(*n)++] = (char)(0x80 | (cp & 63));
+  if (cp < 0x80)
+    o[(*n)++] = (char)cp;
+  else if (cp < 0x800)
+    o[(*n)++] = (char)(0xC0 | cp >> 6), o[(*n)++] = (char)(0x80 | (cp & 63));
   else if (cp < 0x10000)
     o[(*n)++] = (char)(0xE0 | cp >> 12), o[(*n)++] = (char)(0x80 | ((cp >> 6) & 63)),
     o[(*n)++] = (char)(0x80 | (cp & 63));
@@ -46,7 +48,10 @@ static char *tj_string(tj_cur_t *c, size_t *len) {
   size_t n = 0;
   while (*c->p && *c->p != '"') {
     char ch = *c->p++;
-    if (ch != '\\') { o[n++] = ch; continue; }
+    if (ch != '\\') {
+      o[n++] = ch;
+      continue;
+    }
     ch = *c->p++;
     if (ch == 'u') {
       unsigned cp = tj_hex4(c);
@@ -55,10 +60,18 @@ static char *tj_string(tj_cur_t *c, size_t *len) {
         cp = 0x10000 + ((cp - 0xD800) << 10) + (tj_hex4(c) - 0xDC00);
       }
       tj_put_utf8(o, &n, cp);
-    } else o[n++] = ch == 'n' ? '\n' : ch == 't' ? '\t' : ch == 'r' ? '\r' : ch == 'b' ? '\b' : ch == 'f' ? '\f' : ch;
+    } else
+      o[n++] = ch == 'n'   ? '\n'
+               : ch == 't' ? '\t'
+               : ch == 'r' ? '\r'
+               : ch == 'b' ? '\b'
+               : ch == 'f' ? '\f'
+                           : ch;
   }
-  if (*c->p != '"') c->err = 1;
-  else c->p++;
+  if (*c->p != '"')
+    c->err = 1;
+  else
+    c->p++;
   o[n] = '\0';
   *len = n;
   return o;
@@ -81,13 +94,20 @@ static tj_t *tj_container(tj_cur_t *c, int obj) {
     char *key = NULL;
     size_t kl;
     if (obj) {
-      if (*c->p != '"') { c->err = 1; break; }
+      if (*c->p != '"') {
+        c->err = 1;
+        break;
+      }
       key = tj_string(c, &kl);
       tj_ws(c);
       if (*c->p++ != ':') c->err = 1;
     }
     tj_t *v = tj_value(c);
-    if (!v) { free(key); c->err = 1; break; }
+    if (!v) {
+      free(key);
+      c->err = 1;
+      break;
+    }
     v->key = key;
     tj_push(j, v);
     tj_ws(c);
@@ -102,10 +122,12 @@ static tj_t *tj_value(tj_cur_t *c) {
   char ch = *c->p;
   if (ch == '{' || ch == '[') return tj_container(c, ch == '{');
   tj_t *j = calloc(1, sizeof *j);
-  if (ch == '"') j->type = TJ_STR, j->str = tj_string(c, &j->len);
+  if (ch == '"')
+    j->type = TJ_STR, j->str = tj_string(c, &j->len);
   else if (!strncmp(c->p, "true", 4) || !strncmp(c->p, "false", 5))
     j->type = TJ_BOOL, j->num = ch == 't', c->p += ch == 't' ? 4 : 5;
-  else if (!strncmp(c->p, "null", 4)) j->type = TJ_NULL, c->p += 4;
+  else if (!strncmp(c->p, "null", 4))
+    j->type = TJ_NULL, c->p += 4;
   else {
     char *end;
     j->type = TJ_NUM;
