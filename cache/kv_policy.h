@@ -30,7 +30,6 @@ typedef struct {
   int n_obs;          /* observation-window queries for prefill scores */
   int pool_kernel;    /* max-pool width over prefill scores (SnapKV: 7; 1 = none) */
   int promote;        /* INT2 windows may return to Full */
-  int route_decode;   /* route during decode every omega tokens (0: only when over budget) */
   int pyramid;        /* layer-wise budgets decreasing with depth (PyramidKV) */
   int graphkv;        /* re-score candidates with GraphKV before routing */
   graphkv_params_t gkv;

@@ -14,5 +14,4 @@ const kv_policy_desc_t kv_policy_qevict = {
      .scorer = KV_SCORE_CUMULATIVE,
      .n_obs = 32,
      .pool_kernel = 1,
-     .promote = 1,
-     .route_decode = 1}};
+     .promote = 1}};

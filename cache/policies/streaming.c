@@ -11,5 +11,4 @@ const kv_policy_desc_t kv_policy_streaming = {"streaming",
                                                .quant = {2, 32},
                                                .scorer = KV_SCORE_RECENCY,
                                                .n_obs = 32,
-                                               .pool_kernel = 1,
-                                               .route_decode = 1}};
+                                               .pool_kernel = 1}};
