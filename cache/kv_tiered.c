@@ -57,17 +57,35 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   return 0;
 }
 
-size_t kv_tiered_min_budget(const kv_cache_t *kv) {
-  const kv_tiered_t *t = (const kv_tiered_t *)kv;
-  return (t->sink_bytes + t->local_reserve) * (size_t)kv->geom.n_layer;
+static size_t min_budget_of(const kv_tiered_t *t) {
+  return (t->sink_bytes + t->local_reserve) * (size_t)t->base.geom.n_layer;
 }
 
-size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
-  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+static size_t fullkv_bytes_of(const kv_tiered_t *t, long n_tokens) {
   long hist = n_tokens > t->cfg.n_sink ? n_tokens - t->cfg.n_sink : 0;
   size_t wins = (size_t)((hist + t->cfg.omega - 1) / t->cfg.omega);
   size_t layer = t->sink_bytes + t->local_reserve + wins * (t->page_bytes + t->meta_bytes);
-  return layer * (size_t)kv->geom.n_layer;
+  return layer * (size_t)t->base.geom.n_layer;
+}
+
+size_t kv_tiered_min_budget(const kv_cache_t *kv) { return min_budget_of((const kv_tiered_t *)kv); }
+
+size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
+  return fullkv_bytes_of((const kv_tiered_t *)kv, n_tokens);
+}
+
+int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_tokens,
+                     size_t *min_budget, size_t *fullkv) {
+  kv_tiered_t t;
+  memset(&t, 0, sizeof t);
+  t.base.geom = *geom;
+  t.cfg = kv_policy_fit(cfg, geom->head_dim);
+  int rc = kv_policy_check(&t.cfg, geom->head_dim);
+  if (rc) return rc;
+  sizes_init(&t);
+  *min_budget = min_budget_of(&t);
+  *fullkv = fullkv_bytes_of(&t, n_tokens);
+  return 0;
 }
 
 size_t kv_tiered_page_bytes(const kv_cache_t *kv) { return ((const kv_tiered_t *)kv)->page_bytes; }

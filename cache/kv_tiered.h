@@ -74,6 +74,11 @@ size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
  * budget spec: their budgets, one layer of prompt at Full during prefill routing, and slack
  * for partly filled INT2 slots. QE_ENOSPC if the memory cannot be had. */
 int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity);
+/* The same two figures without a cache, for a cache of geometry geom and configuration cfg
+ * (fitted and checked as kv_tiered_create does: QE_EINVAL naming the field): the smallest
+ * budget and the bytes that hold n_tokens all at Full. Pure: the scheduler's admission uses it. */
+int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_tokens,
+                     size_t *min_budget, size_t *fullkv);
 /* Full page bytes of one window of one layer (pool sizing). */
 size_t kv_tiered_page_bytes(const kv_cache_t *kv);
 /* Live stats of an open slot, or the final stats of the slot's last sequence once closed. */

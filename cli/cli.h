@@ -7,6 +7,21 @@
 int cli_generate(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 
+/* The client commands that talk to qevict-sched over gRPC (cli_submit.c, cli_admin.c; built
+ * only with serving, where QE_HAVE_SERVING is defined). argv[0] is the command name; each
+ * returns the process exit code: 0, 1 (a gRPC error or a failed request), 2 (bad usage), 3
+ * (UNAUTHENTICATED or PERMISSION_DENIED), 130 (interrupted by SIGINT). */
+int cli_submit(int argc, char **argv);
+int cli_watch(int argc, char **argv);
+int cli_cancel(int argc, char **argv);
+int cli_tenant(int argc, char **argv);
+int cli_requests(int argc, char **argv);
+int cli_drain(int argc, char **argv);
+/* The daemon (cli_serve.c): the scheduler, one worker rank, or both supervised. */
+int cli_serve(int argc, char **argv);
+int cli_sched(int argc, char **argv);
+int cli_worker(int argc, char **argv);
+
 /* Prints "qevict: <what>: <strerror>: <detail>" and returns exit code 1. */
 int cli_fail(const char *what, int rc);
 /* Prints "qevict <cmd>: <msg>" plus a hint to --help and returns exit code 2. */

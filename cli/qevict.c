@@ -13,7 +13,30 @@ static const char *usage =
     "commands:\n"
     "  generate   run a model on a prompt in this process (see qevict generate --help)\n"
     "  inspect    print a GGUF model's architecture, hyperparameters and tensors\n"
-    "  version    print the version\n";
+    "  version    print the version\n"
+#ifdef QE_HAVE_SERVING
+    "client of a running qevict-sched (see qevict COMMAND --help):\n"
+    "  submit     run a prompt on the server and stream its text (or queue it: --detach)\n"
+    "  watch      stream a request's events\n"
+    "  cancel     cancel a queued or running request\n"
+    "  tenant     set, get, list or delete tenants (admin)\n"
+    "  requests   list the server's requests and their KV memory (admin)\n"
+    "  drain      stop dispatching to a worker (admin)\n"
+    "the daemon:\n"
+    "  serve      a scheduler and local workers, supervised (the whole system on one machine)\n"
+    "  sched      the scheduler process alone (installed as qevict-sched)\n"
+    "  worker     one worker rank alone (installed as qevictd)\n"
+#endif
+    "";
+
+#ifdef QE_HAVE_SERVING
+static const struct {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+} client_cmds[] = {{"submit", cli_submit}, {"watch", cli_watch},       {"cancel", cli_cancel},
+                   {"tenant", cli_tenant}, {"requests", cli_requests}, {"drain", cli_drain},
+                   {"serve", cli_serve},   {"sched", cli_sched},       {"worker", cli_worker}};
+#endif
 
 int cli_fail(const char *what, int rc) {
   const char *d = qe_errmsg();
@@ -59,6 +82,12 @@ int cli_parse_u64(const char *s, uint64_t *out) {
 }
 
 int main(int argc, char **argv) {
+#ifdef QE_HAVE_SERVING
+  /* installed under the daemons' names: qevict-sched and qevictd */
+  const char *base = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  if (!strcmp(base, "qevict-sched")) return cli_sched(argc, argv);
+  if (!strcmp(base, "qevictd")) return cli_worker(argc, argv);
+#endif
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -66,6 +95,10 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
   if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;
+#ifdef QE_HAVE_SERVING
+  for (size_t i = 0; i < sizeof client_cmds / sizeof client_cmds[0]; i++)
+    if (!strcmp(argv[1], client_cmds[i].name)) return client_cmds[i].fn(argc - 1, argv + 1);
+#endif
   fprintf(stderr, "qevict: unknown command '%s' (see qevict --help)\n", argv[1]);
   return 2;
 }

@@ -60,6 +60,10 @@ const tok_t *model_tok(const model_t *m);
 const gguf_t *model_gguf(const model_t *m);
 kern_backend_t *model_backend(const model_t *m);
 int model_max_batch(const model_t *m);
+/* A model file's fingerprint: hex of SHA-256 over its first 4 MiB (header, metadata, the
+ * start of the weights) and its size. Equal on every host holding the same file. */
+#define MODEL_FP_LEN 32
+int model_fingerprint(const char *path, char out[MODEL_FP_LEN + 1]);
 /* Weight bytes this rank holds in its backend. */
 size_t model_weight_bytes(const model_t *m);
 /* Geometry for this rank's KV cache with max_seqs slots. */

@@ -41,6 +41,9 @@ if [[ "${QE_SKIP_FUZZ:-0}" != 1 ]]; then
   if ninja -C build-fuzz -t targets all | grep -q '^tests/fuzz/fuzz_frame:'; then
     ninja -C build-fuzz tests/fuzz/fuzz_frame >&2
   fi
+  if ninja -C build-fuzz -t targets all | grep -q '^tests/fuzz/fuzz_http:'; then
+    ninja -C build-fuzz tests/fuzz/fuzz_http >&2
+  fi
   fuzz() { # NAME SECONDS SEED_CORPUS
     step "fuzzing $1 ($2 s)"
     mkdir -p "build-fuzz/corpus-$1"
@@ -50,6 +53,9 @@ if [[ "${QE_SKIP_FUZZ:-0}" != 1 ]]; then
   fuzz fuzz_gguf "${QE_FUZZ_SECONDS:-60}" "$ROOT/tests/fuzz/corpus"
   if [[ -x build-fuzz/tests/fuzz/fuzz_frame ]]; then
     fuzz fuzz_frame "${QE_FUZZ_SECONDS:-30}" "$ROOT/tests/fuzz/corpus_frame"
+  fi
+  if [[ -x build-fuzz/tests/fuzz/fuzz_http ]]; then
+    fuzz fuzz_http "${QE_FUZZ_SECONDS:-20}" "$ROOT/tests/fuzz/corpus_http"
   fi
 fi
 step "all tests passed"

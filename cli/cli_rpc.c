@@ -1,0 +1,683 @@
+/* cli_rpc: a blocking gRPC client over the gRPC C core, the client commands' shared options
+ * and argument loop, and value helpers (see cli_rpc.h). */
+#include "cli_rpc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
+#include <grpc/support/time.h>
+
+#include "cli.h"
+#include "kv_policy.h"
+#include "qe_json.h"
+#include "qe_status.h"
+
+struct cli_rpc {
+  grpc_channel *ch;
+  char *auth; /* "Bearer <key>", or NULL */
+};
+
+/* One call in flight: its queue, buffers and status (tags: 1 send batch, 2 status, 3 recv). */
+typedef struct {
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  grpc_metadata md;
+  int n_md;
+  grpc_metadata_array initial, trailing;
+  grpc_status_code status;
+  grpc_slice details;
+  grpc_byte_buffer *send, *recv;
+  int cancelled; /* by SIGINT or the callback */
+} rpc_call_t;
+
+static volatile sig_atomic_t rpc_interrupted;
+
+static void rpc_on_sigint(int sig) {
+  (void)sig;
+  rpc_interrupted = 1;
+}
+
+/* gRPC's own log lines would interleave with the command's output; the status says enough. */
+static void rpc_quiet_log(gpr_log_func_args *args) { (void)args; }
+
+static int key_is_printable(const char *k) {
+  for (; *k; k++)
+    if (*k < 0x20 || *k > 0x7e) return 0;
+  return 1;
+}
+
+int cli_rpc_connect(const char *target, const char *key, cli_rpc_t **out) {
+  *out = NULL;
+  if (key && !key_is_printable(key))
+    return qe_errf(QE_EINVAL, "the API key has characters other than printable ASCII");
+  cli_rpc_t *c = calloc(1, sizeof *c);
+  if (!c) return QE_ENOMEM;
+  if (key && *key) {
+    size_t n = strlen(key) + sizeof "Bearer ";
+    if (!(c->auth = malloc(n))) goto fail_auth;
+    snprintf(c->auth, n, "Bearer %s", key);
+  }
+  if (!getenv("GRPC_VERBOSITY")) gpr_set_log_function(rpc_quiet_log);
+  grpc_init();
+  grpc_arg args[] = {
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = CLI_RPC_MAX_MSG}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = CLI_RPC_MAX_MSG}},
+  };
+  grpc_channel_args ca = {sizeof args / sizeof args[0], args};
+  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+  c->ch = grpc_channel_create(target, cr, &ca);
+  grpc_channel_credentials_release(cr);
+  if (!c->ch) goto fail_channel;
+  *out = c;
+  return 0;
+
+fail_channel:
+  grpc_shutdown();
+  free(c->auth);
+fail_auth:
+  free(c);
+  return qe_errf(QE_ENOMEM, "cannot create a channel to '%s'", target);
+}
+
+void cli_rpc_close(cli_rpc_t *c) {
+  if (!c) return;
+  grpc_channel_destroy(c->ch);
+  grpc_shutdown();
+  free(c->auth);
+  free(c);
+}
+
+static gpr_timespec rpc_deadline(double timeout_s) {
+  if (timeout_s <= 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_micros((int64_t)(timeout_s * 1e6), GPR_TIMESPAN));
+}
+
+/* Creates the call, its queue and the request buffer. */
+static int rpc_call_open(cli_rpc_t *c, const char *method, const void *req, size_t len,
+                         double timeout_s, rpc_call_t *r) {
+  memset(r, 0, sizeof *r);
+  grpc_metadata_array_init(&r->initial);
+  grpc_metadata_array_init(&r->trailing);
+  r->details = grpc_empty_slice();
+  r->status = GRPC_STATUS_UNKNOWN;
+  if (!(r->cq = grpc_completion_queue_create_for_next(NULL))) return QE_ENOMEM;
+  grpc_slice m = grpc_slice_from_copied_string(method);
+  r->call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq, m, NULL,
+                                     rpc_deadline(timeout_s), NULL);
+  grpc_slice_unref(m);
+  if (!r->call) return qe_errf(QE_ENOMEM, "cannot create a call to %s", method);
+  grpc_slice body = grpc_slice_from_copied_buffer(req, len);
+  r->send = grpc_raw_byte_buffer_create(&body, 1);
+  grpc_slice_unref(body);
+  if (c->auth) {
+    r->md.key = grpc_slice_from_static_string("authorization");
+    r->md.value = grpc_slice_from_copied_string(c->auth);
+    r->n_md = 1;
+  }
+  return 0;
+}
+
+/* Drains and frees everything of the call (every started batch has completed). */
+static void rpc_call_close(rpc_call_t *r) {
+  if (r->call) grpc_call_unref(r->call);
+  if (r->cq) {
+    grpc_completion_queue_shutdown(r->cq);
+    while (grpc_completion_queue_next(r->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(r->cq);
+  }
+  if (r->n_md) grpc_slice_unref(r->md.value);
+  if (r->send) grpc_byte_buffer_destroy(r->send);
+  if (r->recv) grpc_byte_buffer_destroy(r->recv);
+  grpc_metadata_array_destroy(&r->initial);
+  grpc_metadata_array_destroy(&r->trailing);
+  grpc_slice_unref(r->details);
+}
+
+/* Starts the batch that sends the request (and, unary, receives the only message). */
+static int rpc_start_send(rpc_call_t *r, int with_recv) {
+  grpc_op ops[5];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].data.send_initial_metadata.count = (size_t)r->n_md;
+  ops[0].data.send_initial_metadata.metadata = r->n_md ? &r->md : NULL;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = r->send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &r->initial;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &r->recv;
+  grpc_call_error e = grpc_call_start_batch(r->call, ops, with_recv ? 5 : 4, (void *)1, NULL);
+  return e == GRPC_CALL_OK ? 0 : qe_errf(QE_EINVAL, "cannot start the call (gRPC error %d)", e);
+}
+
+static int rpc_start_status(rpc_call_t *r) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op.data.recv_status_on_client.trailing_metadata = &r->trailing;
+  op.data.recv_status_on_client.status = &r->status;
+  op.data.recv_status_on_client.status_details = &r->details;
+  grpc_call_error e = grpc_call_start_batch(r->call, &op, 1, (void *)2, NULL);
+  return e == GRPC_CALL_OK ? 0 : qe_errf(QE_EINVAL, "cannot start the call (gRPC error %d)", e);
+}
+
+static int rpc_start_recv(rpc_call_t *r) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &r->recv;
+  return grpc_call_start_batch(r->call, &op, 1, (void *)3, NULL) == GRPC_CALL_OK ? 0 : -1;
+}
+
+/* The next completed tag; polls every 100 ms so that a SIGINT cancels the call. */
+static intptr_t rpc_next(rpc_call_t *r) {
+  for (;;) {
+    gpr_timespec t =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(r->cq, t, NULL);
+    if (ev.type == GRPC_OP_COMPLETE) return (intptr_t)ev.tag;
+    if (rpc_interrupted && !r->cancelled) {
+      grpc_call_cancel(r->call, NULL);
+      r->cancelled = 1;
+    }
+  }
+}
+
+static void rpc_fill_status(const rpc_call_t *r, cli_rpc_status_t *st) {
+  st->code = (int)r->status;
+  size_t n = GRPC_SLICE_LENGTH(r->details);
+  if (n >= sizeof st->message) n = sizeof st->message - 1;
+  memcpy(st->message, GRPC_SLICE_START_PTR(r->details), n);
+  st->message[n] = '\0';
+}
+
+/* The payload of a received message as one slice (caller unrefs). */
+static grpc_slice rpc_take_recv(rpc_call_t *r) {
+  grpc_byte_buffer_reader rd;
+  grpc_slice s = grpc_empty_slice();
+  if (grpc_byte_buffer_reader_init(&rd, r->recv)) {
+    s = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+  }
+  grpc_byte_buffer_destroy(r->recv);
+  r->recv = NULL;
+  return s;
+}
+
+/* SIGINT sets rpc_interrupted for the duration of a call (no SA_RESTART). */
+static void rpc_sigint_begin(struct sigaction *old) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = rpc_on_sigint;
+  sigemptyset(&sa.sa_mask);
+  rpc_interrupted = 0;
+  sigaction(SIGINT, &sa, old);
+}
+
+static int rpc_sigint_end(const struct sigaction *old) {
+  sigaction(SIGINT, old, NULL);
+  return rpc_interrupted;
+}
+
+/* The return code of a finished call. */
+static int rpc_result(const rpc_call_t *r, int interrupted, cli_rpc_status_t *st) {
+  rpc_fill_status(r, st);
+  if (interrupted) return QE_ECANCELED;
+  return st->code == GRPC_STATUS_OK ? 0 : QE_ECOMM;
+}
+
+int cli_rpc_unary(cli_rpc_t *c, const char *method, const void *req, size_t req_len,
+                  double timeout_s, uint8_t **resp, size_t *resp_len, cli_rpc_status_t *st) {
+  rpc_call_t r;
+  struct sigaction old;
+  *resp = NULL, *resp_len = 0;
+  *st = (cli_rpc_status_t){GRPC_STATUS_UNKNOWN, ""};
+  int rc = rpc_call_open(c, method, req, req_len, timeout_s, &r), pending = 0;
+  rpc_sigint_begin(&old);
+  if (!rc && !(rc = rpc_start_send(&r, 1))) pending++;
+  if (!rc && !(rc = rpc_start_status(&r))) pending++;
+  for (; pending > 0; pending--) rpc_next(&r);
+  int interrupted = rpc_sigint_end(&old);
+  if (!rc) rc = rpc_result(&r, interrupted, st);
+  if (!rc && !r.recv) rc = qe_errf(QE_EFORMAT, "%s answered OK without a response", method);
+  if (!rc) {
+    grpc_slice s = rpc_take_recv(&r);
+    *resp_len = GRPC_SLICE_LENGTH(s);
+    if ((*resp = malloc(*resp_len ? *resp_len : 1)))
+      memcpy(*resp, GRPC_SLICE_START_PTR(s), *resp_len);
+    else
+      rc = QE_ENOMEM;
+    grpc_slice_unref(s);
+  }
+  rpc_call_close(&r);
+  return rc;
+}
+
+/* Hands one received message to fn; a non-zero return cancels the call. */
+static int rpc_deliver(rpc_call_t *r, cli_rpc_msg_fn fn, void *ud) {
+  grpc_slice s = rpc_take_recv(r);
+  int rc = fn(ud, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+  grpc_slice_unref(s);
+  if (rc && !r->cancelled) {
+    grpc_call_cancel(r->call, NULL);
+    r->cancelled = 1;
+  }
+  return rc;
+}
+
+int cli_rpc_stream(cli_rpc_t *c, const char *method, const void *req, size_t req_len,
+                   double timeout_s, cli_rpc_msg_fn fn, void *ud, cli_rpc_status_t *st) {
+  rpc_call_t r;
+  struct sigaction old;
+  *st = (cli_rpc_status_t){GRPC_STATUS_UNKNOWN, ""};
+  int rc = rpc_call_open(c, method, req, req_len, timeout_s, &r), pending = 0, fn_rc = 0;
+  rpc_sigint_begin(&old);
+  if (!rc && !(rc = rpc_start_send(&r, 0))) pending++;
+  if (!rc && !(rc = rpc_start_status(&r))) pending++;
+  if (!rc && !rpc_start_recv(&r)) pending++;
+  for (; pending > 0; pending--) {
+    if (rpc_next(&r) != 3 || !r.recv) continue; /* a batch done, or the end of the stream */
+    if (!fn_rc) fn_rc = rpc_deliver(&r, fn, ud);
+    if (!fn_rc && !rpc_start_recv(&r)) pending++;
+  }
+  int interrupted = rpc_sigint_end(&old);
+  if (!rc) rc = rpc_result(&r, interrupted && !fn_rc, st);
+  if (fn_rc) rc = fn_rc;
+  rpc_call_close(&r);
+  return rc;
+}
+
+int cli_rpc_call(cli_rpc_t *c, const char *method, const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *resp_desc, double timeout_s,
+                 ProtobufCMessage **resp, cli_rpc_status_t *st) {
+  size_t n = protobuf_c_message_get_packed_size(req), out_len = 0;
+  uint8_t *buf = malloc(n ? n : 1), *out = NULL;
+  *resp = NULL;
+  *st = (cli_rpc_status_t){GRPC_STATUS_UNKNOWN, ""};
+  if (!buf) return QE_ENOMEM;
+  protobuf_c_message_pack(req, buf);
+  int rc = cli_rpc_unary(c, method, buf, n, timeout_s, &out, &out_len, st);
+  if (!rc && !(*resp = protobuf_c_message_unpack(resp_desc, NULL, out_len, out)))
+    rc = qe_errf(QE_EFORMAT, "the server's %s does not decode", resp_desc->name);
+  free(out);
+  free(buf);
+  return rc;
+}
+
+const char *cli_rpc_code_name(int code) {
+  static const char *names[] = {"OK",
+                                "CANCELLED",
+                                "UNKNOWN",
+                                "INVALID_ARGUMENT",
+                                "DEADLINE_EXCEEDED",
+                                "NOT_FOUND",
+                                "ALREADY_EXISTS",
+                                "PERMISSION_DENIED",
+                                "RESOURCE_EXHAUSTED",
+                                "FAILED_PRECONDITION",
+                                "ABORTED",
+                                "OUT_OF_RANGE",
+                                "UNIMPLEMENTED",
+                                "INTERNAL",
+                                "UNAVAILABLE",
+                                "DATA_LOSS",
+                                "UNAUTHENTICATED"};
+  return code >= 0 && code < (int)(sizeof names / sizeof names[0]) ? names[code] : "UNKNOWN_STATUS";
+}
+
+/* ---- JSON of protobuf-c messages ---- */
+
+static size_t json_elem_size(ProtobufCType t) {
+  switch (t) {
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+  case PROTOBUF_C_TYPE_DOUBLE:
+    return 8;
+  case PROTOBUF_C_TYPE_STRING:
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return sizeof(void *);
+  case PROTOBUF_C_TYPE_BYTES:
+    return sizeof(ProtobufCBinaryData);
+  default:
+    return 4; /* 32-bit integers, float, enum, protobuf_c_boolean */
+  }
+}
+
+static void json_value(FILE *f, const ProtobufCFieldDescriptor *fd, const void *p) {
+  switch (fd->type) {
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32:
+    fprintf(f, "%d", *(const int32_t *)p);
+    break;
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32:
+    fprintf(f, "%u", *(const uint32_t *)p);
+    break;
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+    fprintf(f, "%lld", (long long)*(const int64_t *)p);
+    break;
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+    fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p);
+    break;
+  case PROTOBUF_C_TYPE_FLOAT:
+    qe_json_num(f, *(const float *)p);
+    break;
+  case PROTOBUF_C_TYPE_DOUBLE:
+    qe_json_num(f, *(const double *)p);
+    break;
+  case PROTOBUF_C_TYPE_BOOL:
+    fputs(*(const protobuf_c_boolean *)p ? "true" : "false", f);
+    break;
+  case PROTOBUF_C_TYPE_ENUM: {
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value(fd->descriptor, *(const int *)p);
+    if (v)
+      qe_json_str(f, v->name, strlen(v->name));
+    else
+      fprintf(f, "%d", *(const int *)p);
+    break;
+  }
+  case PROTOBUF_C_TYPE_STRING: {
+    const char *s = *(char *const *)p;
+    qe_json_str(f, s ? s : "", s ? strlen(s) : 0);
+    break;
+  }
+  case PROTOBUF_C_TYPE_MESSAGE:
+    cli_rpc_json(f, *(ProtobufCMessage *const *)p);
+    break;
+  default:
+    fputs("null", f); /* bytes: none in the API */
+  }
+}
+
+/* Whether a field is present: the set member of its oneof, a non-NULL message. */
+static int json_present(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *fd) {
+  const char *base = (const char *)m;
+  if (fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+    return *(const uint32_t *)(base + fd->quantifier_offset) == fd->id;
+  if (fd->label == PROTOBUF_C_LABEL_OPTIONAL && fd->quantifier_offset &&
+      fd->type != PROTOBUF_C_TYPE_MESSAGE && fd->type != PROTOBUF_C_TYPE_STRING)
+    return *(const protobuf_c_boolean *)(base + fd->quantifier_offset);
+  if (fd->type == PROTOBUF_C_TYPE_MESSAGE && fd->label != PROTOBUF_C_LABEL_REPEATED)
+    return *(void *const *)(base + fd->offset) != NULL;
+  return 1;
+}
+
+void cli_rpc_json(FILE *f, const ProtobufCMessage *m) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  const char *base = (const char *)m;
+  int first = 1;
+  fputc('{', f);
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *fd = &d->fields[i];
+    if (!json_present(m, fd)) continue;
+    fprintf(f, "%s\"%s\":", first ? "" : ",", fd->name);
+    first = 0;
+    if (fd->label != PROTOBUF_C_LABEL_REPEATED) {
+      json_value(f, fd, base + fd->offset);
+      continue;
+    }
+    size_t n = *(const size_t *)(base + fd->quantifier_offset), sz = json_elem_size(fd->type);
+    const char *arr = *(char *const *)(base + fd->offset);
+    fputc('[', f);
+    for (size_t j = 0; j < n; j++) {
+      if (j) fputc(',', f);
+      json_value(f, fd, arr + j * sz);
+    }
+    fputc(']', f);
+  }
+  fputc('}', f);
+}
+
+/* ---- options shared by the client commands ---- */
+
+void cli_client_init(cli_client_opts_t *o, int admin) { *o = (cli_client_opts_t){.admin = admin}; }
+
+int cli_client_parse(cli_client_opts_t *o, const char *f, const char *v) {
+  double d;
+  if (!strcmp(f, "--json")) return v ? 2 : (o->json = 1, 0);
+  if (!v) return 1;
+  if (!strcmp(f, "--server")) return *v ? (o->server = v, 0) : 2;
+  if (!strcmp(f, "--timeout")) {
+    if (cli_parse_float(v, 1e-3, 1e7, &d)) return 2;
+    o->timeout_s = d;
+    return 0;
+  }
+  if (!o->admin && !strcmp(f, "--key")) return *v ? (o->key = v, 0) : 2;
+  if (!strcmp(f, o->admin ? "--admin-key-file" : "--key-file")) return o->key_file = v, 0;
+  return 1;
+}
+
+/* The key in a file: its first 4 KiB, trailing white space (a newline) removed. */
+static int read_key_file(const char *path, char **out) {
+  char buf[4097];
+  FILE *f = fopen(path, "rb");
+  if (!f) return qe_errf(QE_EIO, "%s", strerror(errno));
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  int err = ferror(f) ? errno : 0, more = fgetc(f) != EOF;
+  fclose(f);
+  if (err) return qe_errf(QE_EIO, "%s", strerror(err));
+  if (more) return qe_errf(QE_EINVAL, "longer than 4 KiB");
+  while (n > 0 && isspace((unsigned char)buf[n - 1])) n--;
+  buf[n] = '\0';
+  if (!n) return qe_errf(QE_EINVAL, "it is empty");
+  if (!key_is_printable(buf))
+    return qe_errf(QE_EINVAL, "it has characters other than printable ASCII");
+  return (*out = strdup(buf)) ? 0 : QE_ENOMEM;
+}
+
+int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out) {
+  const char *kf = o->admin ? "--admin-key-file" : "--key-file";
+  const char *env = o->admin ? "QEVICT_ADMIN_KEY" : "QEVICT_API_KEY";
+  const char *server = o->server, *key = o->key;
+  char *file_key = NULL;
+  *out = NULL;
+  if (o->key && o->key_file) return cli_usage_error(cmd, "give only one of --key and --key-file");
+  if (o->key_file && read_key_file(o->key_file, &file_key))
+    return cli_usage_error(cmd, "bad key file '%s' for %s: %s", o->key_file, kf, qe_errmsg());
+  if (!key) key = file_key;
+  if (!key) key = getenv(env);
+  if (key && !key_is_printable(key)) {
+    free(file_key);
+    return cli_usage_error(cmd, "the key from %s has characters other than printable ASCII",
+                           o->key ? "--key" : env);
+  }
+  if (!server || !*server) server = getenv("QEVICT_SERVER");
+  if (!server || !*server) server = "127.0.0.1:50051";
+  int rc = cli_rpc_connect(server, key, out);
+  free(file_key);
+  if (rc) return cli_client_fail(cmd, rc, NULL);
+  return 0;
+}
+
+double cli_client_unary_timeout(const cli_client_opts_t *o) {
+  return o->timeout_s > 0 ? o->timeout_s : CLI_RPC_UNARY_TIMEOUT_S;
+}
+
+int cli_client_fail(const char *cmd, int rc, const cli_rpc_status_t *st) {
+  if (rc == QE_ECOMM && st) {
+    fprintf(stderr, "qevict %s: %s: %s\n", cmd, cli_rpc_code_name(st->code),
+            *st->message ? st->message : "(no message)");
+    return st->code == 16 /* UNAUTHENTICATED */ || st->code == 7 /* PERMISSION_DENIED */
+               ? CLI_EXIT_AUTH
+               : CLI_EXIT_RPC;
+  }
+  if (rc == QE_ECANCELED) {
+    fprintf(stderr, "qevict %s: interrupted\n", cmd);
+    return CLI_EXIT_INTERRUPTED;
+  }
+  const char *d = qe_errmsg();
+  fprintf(stderr, "qevict %s: %s%s%s\n", cmd, qe_strerror(rc), *d ? ": " : "", d);
+  return CLI_EXIT_RPC;
+}
+
+static int in_list(const char *const *list, const char *flag) {
+  for (; list && *list; list++)
+    if (!strcmp(*list, flag)) return 1;
+  return 0;
+}
+
+/* One option at argv[*i] (its value may be the next word); see cli_args_parse. */
+static int args_option(const char *cmd, int argc, char **argv, int *i, const char *const *no_value,
+                       cli_opt_fn fn, void *ud) {
+  const char *a = argv[*i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '='), *v = NULL;
+  char flag[64];
+  size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+  if (fl >= sizeof flag) return cli_usage_error(cmd, "unknown option %s", a);
+  memcpy(flag, a, fl);
+  flag[fl] = '\0';
+  if (eq)
+    v = eq + 1;
+  else if (!in_list(no_value, flag)) {
+    if (*i + 1 >= argc) return cli_usage_error(cmd, "unknown option or missing value: %s", flag);
+    v = argv[++*i];
+  }
+  int rc = fn(ud, flag, v);
+  if (rc == 1) return cli_usage_error(cmd, "unknown option %s", flag);
+  if (rc == 2) return cli_usage_error(cmd, "bad value '%s' for %s", v ? v : "", flag);
+  return rc ? CLI_EXIT_USAGE : 0;
+}
+
+int cli_args_parse(const char *cmd, int argc, char **argv, const char *help,
+                   const char *const *no_value, cli_opt_fn fn, void *ud, const char **pos,
+                   int max_pos, int *n_pos) {
+  int only_pos = 0, rc;
+  *n_pos = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!only_pos && (!strcmp(a, "--help") || !strcmp(a, "-h"))) return fputs(help, stdout), -1;
+    if (!only_pos && !strcmp(a, "--")) {
+      only_pos = 1;
+    } else if (only_pos || a[0] != '-' || !a[1]) {
+      if (*n_pos >= max_pos) return cli_usage_error(cmd, "unexpected argument '%s'", a);
+      pos[(*n_pos)++] = a;
+    } else if ((rc = args_option(cmd, argc, argv, &i, no_value, fn, ud))) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* ---- values ---- */
+
+/* The multiplier of a size suffix ("", "B", "K", "KiB", "M", ...); 0 when not one. */
+static uint64_t bytes_suffix(const char *s) {
+  static const char *units = "KMG";
+  if (!*s || !strcasecmp(s, "B")) return 1;
+  const char *u = strchr(units, toupper((unsigned char)s[0]));
+  if (!u) return 0;
+  if (s[1] && strcasecmp(s + 1, "iB") && strcasecmp(s + 1, "B")) return 0;
+  return (uint64_t)1 << (10 * (u - units + 1));
+}
+
+int cli_parse_bytes(const char *s, uint64_t *out) {
+  size_t nd = strspn(s, "0123456789."), dots = 0;
+  for (size_t i = 0; i < nd; i++) dots += s[i] == '.';
+  uint64_t mult = bytes_suffix(s + nd);
+  if (!nd || s[0] == '.' || dots > 1 || !mult || (dots && mult == 1)) return -1;
+  if (!dots) {
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno || v == 0 || v > (uint64_t)INT64_MAX / mult) return -1;
+    *out = (uint64_t)v * mult;
+    return 0;
+  }
+  double d = strtod(s, NULL) * (double)mult; /* "1.5G" */
+  if (!(d >= 1 && d < 9.2e18)) return -1;
+  *out = (uint64_t)d;
+  return 0;
+}
+
+int cli_parse_budget(const char *s, Qevict__V1__Budget *b) {
+  size_t n = strlen(s);
+  double d;
+  uint64_t v;
+  if (!n) return -1;
+  int suffix = isalpha((unsigned char)s[n - 1]);
+  if (!suffix && (strchr(s, '.') || !cli_parse_float(s, -1e300, 1.0, &d))) {
+    if (cli_parse_float(s, 0.0, 1.0, &d) || !(d > 0)) return -1;
+    b->kind_case = QEVICT__V1__BUDGET__KIND_FRACTION;
+    b->fraction = d;
+    return 0;
+  }
+  if (cli_parse_bytes(s, &v)) return -1;
+  b->kind_case = QEVICT__V1__BUDGET__KIND_BYTES;
+  b->bytes = v;
+  return 0;
+}
+
+int cli_check_policy(const char *name) {
+  kv_policy_desc_t d;
+  int rc = kv_policy_find(name, &d);
+  qe_errclear();
+  return rc ? -1 : 0;
+}
+
+const char *cli_policy_names(char *buf, size_t size) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (const kv_policy_desc_t *const *p = kv_policy_list(); *p && n < size; p++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", (*p)->name);
+  return buf;
+}
+
+const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n) {
+  static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (n < 1024) {
+    snprintf(buf, size, "%llu B", (unsigned long long)n);
+    return buf;
+  }
+  double v = (double)n / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, u++;
+  snprintf(buf, size, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+const char *cli_fmt_budget(char *buf, size_t size, const Qevict__V1__Budget *b) {
+  if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION)
+    snprintf(buf, size, "%.4g of FullKV", b->fraction);
+  else if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES)
+    cli_fmt_bytes(buf, size, b->bytes);
+  else
+    snprintf(buf, size, "-");
+  return buf;
+}
+
+const char *cli_enum_short(const ProtobufCEnumDescriptor *d, int value, char *buf, size_t size) {
+  const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(d, value);
+  snprintf(buf, size, "?");
+  if (!v) return buf;
+  size_t pre = strlen(d->values[0].name); /* the prefix every value name shares, to a '_' */
+  for (unsigned i = 0; i < d->n_values; i++) {
+    size_t k = 0;
+    while (k < pre && d->values[i].name[k] == d->values[0].name[k]) k++;
+    pre = k;
+  }
+  while (pre > 0 && v->name[pre - 1] != '_') pre--;
+  size_t j = 0;
+  for (; v->name[pre + j] && j + 1 < size; j++)
+    buf[j] = (char)tolower((unsigned char)v->name[pre + j]);
+  buf[j] = '\0';
+  return buf;
+}

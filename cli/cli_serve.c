@@ -1,0 +1,326 @@
+/* cli_serve: `qevict sched` (the scheduler process, also installed as qevict-sched), `qevict
+ * worker` (one worker rank, also installed as qevictd) and `qevict serve` (the whole system on
+ * one machine: a scheduler and local workers as child processes, supervised: a child that dies
+ * is started again). */
+#include <errno.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "qe_log.h"
+#include "qe_status.h"
+#include "sched_server.h"
+#include "wrk.h"
+
+static const char *sched_help =
+    "usage: qevict sched --model FILE --state-dir DIR [options]   (also: qevict-sched)\n"
+    "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051)\n"
+    "  --metrics-listen HOST:PORT  HTTP /metrics and /healthz (default 127.0.0.1:9464; '' off)\n"
+    "  --worker-listen ADDR        where workers connect (default 127.0.0.1:50052; unix:PATH)\n"
+    "  --admin-key-file FILE       admin key (read, or created with a new key; default\n"
+    "                              STATE_DIR/admin.key)\n"
+    "  --max-message BYTES         gRPC message limit (default 64M)\n"
+    "  --keep-finished SECONDS     finished requests stay watchable (default 600)\n"
+    "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
+    "  --ready-file FILE           written once a worker group is up\n";
+
+static const char *worker_help =
+    "usage: qevict worker --model FILE [options]   (also: qevictd)\n"
+    "  --scheduler ADDR    the scheduler's worker address (default 127.0.0.1:50052)\n"
+    "  --group NAME        TP group (default g0)      --name NAME   for logs\n"
+    "  --rank R --tp T     position in the group (default 0 of 1)\n"
+    "  --tp-addr PATH      Unix socket where rank 0 meets the other ranks (tp > 1)\n"
+    "  --threads N         CPU threads (default: cores / tp)\n"
+    "  --max-seqs N        concurrent sequences (default 64)\n"
+    "  --max-batch N       tokens per forward pass (default 4096)\n"
+    "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G)\n"
+    "  --cpu               the CPU backend (the only one in this build)\n";
+
+static const char *serve_help =
+    "usage: qevict serve --model FILE [options]\n"
+    "Starts a scheduler and local workers as child processes and supervises them.\n"
+    "  --listen HOST:PORT          gRPC (default 127.0.0.1:50051)\n"
+    "  --metrics-listen HOST:PORT  /metrics and /healthz (default 127.0.0.1:9464)\n"
+    "  --state-dir DIR             tenants and admin key (default: a new temporary directory,\n"
+    "                              removed at exit)\n"
+    "  --admin-key-file FILE       (default STATE_DIR/admin.key)\n"
+    "  --workers N                 TP groups (default 1)     --tp T   ranks per group (1)\n"
+    "  --cpu                       CPU workers (the only backend in this build)\n"
+    "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
+    "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n";
+
+/* Byte sizes: a number with an optional K, M or G suffix (powers of 1024). */
+static int parse_bytes(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (shift) end++;
+  if (!*s || *s == '-' || *end || errno || !v || v > (1ull << (63 - shift))) return -1;
+  *out = (size_t)(v << shift);
+  return 0;
+}
+
+static int want_value(const char *cmd, int i, int argc, char **argv) {
+  if (i + 1 < argc) return 0;
+  return cli_usage_error(cmd, "%s needs a value", argv[i]);
+}
+
+/* Options every process shares, for both the scheduler's and the workers' configurations. */
+typedef struct {
+  sched_config_t s;
+  wrk_config_t w;
+  int workers;
+  const char *state_dir;
+} serve_opts_t;
+
+static int parse_num(const char *cmd, const char *f, const char *v, long lo, long hi, int *out) {
+  long l;
+  if (cli_parse_int(v, lo, hi, &l)) return cli_usage_error(cmd, "bad value for %s: '%s'", f, v);
+  *out = (int)l;
+  return 0;
+}
+
+/* One option of any of the three commands; 1 if not one of them. */
+static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
+  size_t b;
+  if (!strcmp(f, "--model")) return o->s.model = o->w.model = v, 0;
+  if (!strcmp(f, "--listen")) return o->s.listen = v, 0;
+  if (!strcmp(f, "--metrics-listen")) return o->s.metrics_listen = v, 0;
+  if (!strcmp(f, "--worker-listen")) return o->s.worker_listen = v, 0;
+  if (!strcmp(f, "--state-dir")) return o->s.state_dir = o->state_dir = v, 0;
+  if (!strcmp(f, "--admin-key-file")) return o->s.admin_key_file = v, 0;
+  if (!strcmp(f, "--ready-file")) return o->s.ready_file = v, 0;
+  if (!strcmp(f, "--scheduler")) return o->w.scheduler = v, 0;
+  if (!strcmp(f, "--group")) return o->w.group = v, 0;
+  if (!strcmp(f, "--name")) return o->w.name = v, 0;
+  if (!strcmp(f, "--tp-addr")) return o->w.tp_addr = v, 0;
+  if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
+    if (parse_bytes(v, &b)) return cli_usage_error(cmd, "bad byte size for %s: '%s'", f, v);
+    *(f[2] == 'm' ? &o->s.max_message : &o->w.pool_bytes) = b;
+    return 0;
+  }
+  int n = 0, rc;
+  struct {
+    const char *flag;
+    long lo, hi;
+  } nums[] = {{"--keep-finished", 0, 86400 * 7},
+              {"--worker-timeout", 100, 600000},
+              {"--rank", 0, 63},
+              {"--tp", 1, 64},
+              {"--threads", 1, 1024},
+              {"--max-seqs", 1, 4096},
+              {"--max-batch", 16, 1 << 20},
+              {"--workers", 1, 64}};
+  for (int i = 0; i < 8; i++) {
+    if (strcmp(f, nums[i].flag)) continue;
+    if ((rc = parse_num(cmd, f, v, nums[i].lo, nums[i].hi, &n))) return rc;
+    int *dst[] = {NULL,          NULL,           &o->w.rank,      &o->w.tp,
+                  &o->w.threads, &o->w.max_seqs, &o->w.max_batch, &o->workers};
+    if (i == 0) o->s.keep_finished_s = (unsigned)n;
+    if (i == 1) o->s.worker_timeout_ms = (unsigned)n;
+    if (dst[i]) *dst[i] = n;
+    return 0;
+  }
+  return 1;
+}
+
+static int parse_all(const char *cmd, const char *help, int argc, char **argv, serve_opts_t *o) {
+  sched_config_init(&o->s);
+  wrk_config_init(&o->w);
+  o->workers = 1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return printf("%s", help), -1;
+    if (!strcmp(argv[i], "--cpu")) continue;
+    if (want_value(cmd, i, argc, argv)) return 2;
+    int rc = parse_common(cmd, o, argv[i], argv[i + 1]);
+    if (rc == 1) return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+    if (rc) return rc;
+    i++;
+  }
+  if (!o->s.model) return cli_usage_error(cmd, "--model is required");
+  if (access(o->s.model, R_OK)) return cli_usage_error(cmd, "cannot read --model '%s'", o->s.model);
+  return 0;
+}
+
+int cli_sched(int argc, char **argv) {
+  serve_opts_t o;
+  int rc = parse_all("sched", sched_help, argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (!o.s.state_dir) return cli_usage_error("sched", "--state-dir is required");
+  rc = sched_run(&o.s);
+  return rc ? cli_fail("sched", rc) : 0;
+}
+
+static int default_threads(int per_host_ranks) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores / per_host_ranks > 0 ? (int)(cores / per_host_ranks) : 1;
+}
+
+int cli_worker(int argc, char **argv) {
+  serve_opts_t o;
+  int rc = parse_all("worker", worker_help, argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (o.w.rank >= o.w.tp) return cli_usage_error("worker", "--rank must be below --tp");
+  if (o.w.tp > 1 && !o.w.tp_addr) return cli_usage_error("worker", "--tp-addr is required");
+  if (!o.w.threads) o.w.threads = default_threads(o.w.tp);
+  rc = wrk_run(&o.w);
+  return rc ? cli_fail("worker", rc) : 0;
+}
+
+/* ---- serve: the supervisor ---- */
+
+typedef struct {
+  pid_t pid;
+  char **argv;
+  time_t started;
+} child_t;
+
+static volatile sig_atomic_t g_stop;
+static void on_stop(int sig) { g_stop = sig; }
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...) {
+  char buf[4200];
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return strdup(buf);
+}
+
+static pid_t spawn(char **argv) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "qevict serve: exec failed: %s\n", strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+static char **sched_argv(const serve_opts_t *o, const char *state, const char *wsock) {
+  char **a = calloc(32, sizeof *a);
+  int n = 0;
+  a[n++] = "qevict", a[n++] = "sched", a[n++] = "--model", a[n++] = (char *)o->s.model;
+  a[n++] = "--listen", a[n++] = (char *)o->s.listen;
+  a[n++] = "--metrics-listen", a[n++] = (char *)o->s.metrics_listen;
+  a[n++] = "--worker-listen", a[n++] = (char *)wsock, a[n++] = "--state-dir",
+  a[n++] = (char *)state;
+  if (o->s.admin_key_file) a[n++] = "--admin-key-file", a[n++] = (char *)o->s.admin_key_file;
+  if (o->s.ready_file) a[n++] = "--ready-file", a[n++] = (char *)o->s.ready_file;
+  a[n++] = "--max-message", a[n++] = fmt("%zu", o->s.max_message);
+  a[n++] = "--keep-finished", a[n++] = fmt("%u", o->s.keep_finished_s);
+  return a;
+}
+
+static char **worker_argv(const serve_opts_t *o, const char *state, const char *wsock, int g,
+                          int r) {
+  char **a = calloc(40, sizeof *a);
+  int n = 0;
+  a[n++] = "qevict", a[n++] = "worker", a[n++] = "--model", a[n++] = (char *)o->s.model;
+  a[n++] = "--scheduler", a[n++] = (char *)wsock, a[n++] = "--group", a[n++] = fmt("g%d", g);
+  a[n++] = "--rank", a[n++] = fmt("%d", r), a[n++] = "--tp", a[n++] = fmt("%d", o->w.tp);
+  a[n++] = "--tp-addr", a[n++] = fmt("%s/tp-g%d.sock", state, g);
+  a[n++] = "--threads", a[n++] = fmt("%d", o->w.threads);
+  a[n++] = "--max-seqs", a[n++] = fmt("%d", o->w.max_seqs);
+  a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
+  a[n++] = "--pool-bytes", a[n++] = fmt("%zu", o->w.pool_bytes);
+  return a;
+}
+
+/* Waits for children; restarts the ones that die (at most once a second each). */
+static void supervise(child_t *ch, int n) {
+  while (!g_stop) {
+    int status;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      sleep(1);
+      continue;
+    }
+    for (int i = 0; i < n && !g_stop; i++) {
+      if (ch[i].pid != pid) continue;
+      fprintf(stderr, "qevict serve: %s %s exited (%s %d); restarting\n", ch[i].argv[1],
+              ch[i].argv[1][0] == 'w' ? ch[i].argv[7] : "", WIFSIGNALED(status) ? "signal" : "code",
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+      if (time(NULL) - ch[i].started < 1) sleep(1);
+      ch[i].pid = spawn(ch[i].argv);
+      ch[i].started = time(NULL);
+    }
+  }
+}
+
+static void stop_children(child_t *ch, int n) {
+  for (int i = n - 1; i >= 0; i--)
+    if (ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
+  for (int waited = 0; waited < 100; waited++) { /* 10 s, then kill what is left */
+    int left = 0;
+    for (int i = 0; i < n; i++)
+      if (ch[i].pid > 0 && waitpid(ch[i].pid, NULL, WNOHANG) == 0)
+        left++;
+      else
+        ch[i].pid = 0;
+    if (!left) return;
+    usleep(100000);
+  }
+  for (int i = 0; i < n; i++)
+    if (ch[i].pid > 0) kill(ch[i].pid, SIGKILL), waitpid(ch[i].pid, NULL, 0);
+}
+
+static int make_state(serve_opts_t *o, char *dir, size_t n, int *temp) {
+  *temp = !o->state_dir;
+  if (!*temp) {
+    snprintf(dir, n, "%s", o->state_dir);
+    if (mkdir(dir, 0700) && errno != EEXIST)
+      return fprintf(stderr, "qevict serve: cannot create %s: %s\n", dir, strerror(errno)), 1;
+    return 0;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, n, "%s/qevict-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) return fprintf(stderr, "qevict serve: mkdtemp failed\n"), 1;
+  return 0;
+}
+
+int cli_serve(int argc, char **argv) {
+  serve_opts_t o;
+  int rc = parse_all("serve", serve_help, argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  char state[4096], wsock[4200];
+  int temp;
+  if (make_state(&o, state, sizeof state, &temp)) return 1;
+  snprintf(wsock, sizeof wsock, "unix:%s/workers.sock", state);
+  if (!o.w.threads) o.w.threads = default_threads(o.workers * o.w.tp);
+  int n = 1 + o.workers * o.w.tp;
+  child_t *ch = calloc((size_t)n, sizeof *ch);
+  if (!ch) return 1;
+  signal(SIGINT, on_stop);
+  signal(SIGTERM, on_stop);
+  ch[0].argv = sched_argv(&o, state, wsock);
+  for (int g = 0, k = 1; g < o.workers; g++)
+    for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);
+  for (int i = 0; i < n; i++) ch[i].pid = spawn(ch[i].argv), ch[i].started = time(NULL);
+  fprintf(stderr,
+          "qevict serve: gRPC on %s, metrics on http://%s/metrics, %d worker group(s) of %d "
+          "rank(s), state in %s%s (admin key: %s)\n",
+          o.s.listen, o.s.metrics_listen, o.workers, o.w.tp, state, temp ? " (temporary)" : "",
+          o.s.admin_key_file ? o.s.admin_key_file : "STATE_DIR/admin.key");
+  supervise(ch, n);
+  stop_children(ch, n);
+  if (temp) {
+    char *cmd = fmt("rm -rf '%s'", state);
+    if (system(cmd)) fprintf(stderr, "qevict serve: could not remove %s\n", state);
+    free(cmd);
+  }
+  return 0;
+}

@@ -1,0 +1,33 @@
+/* wrk: qevictd, one worker rank (DESIGN.md "Processes"): loads its shard of the model, owns its
+ * KV pool, connects to the scheduler over the transport, and runs the engine loop: continuous
+ * batching of the requests the scheduler starts, each with its own KV policy and budget, tokens
+ * streamed back as they are sampled, periodic memory reports. Ranks of a TP group run in
+ * lockstep (rank 0 drives, the others follow over the collective backend). */
+#ifndef QE_WRK_H
+#define QE_WRK_H
+
+#include <stddef.h>
+
+typedef struct {
+  const char *model;     /* GGUF file (required) */
+  const char *scheduler; /* transport address of qevict-sched (default "127.0.0.1:50052") */
+  const char *group;     /* TP group name (default "g0") */
+  const char *name;      /* for logs and metrics (default host:pid) */
+  const char *tp_addr;   /* TP rendezvous: a Unix socket path rank 0 listens on (tp > 1) */
+  int rank, tp;          /* position in the group (default 0 of 1) */
+  int threads;           /* CPU threads (0: cores / tp) */
+  int max_seqs;          /* concurrent sequences (default 64) */
+  int max_batch;         /* tokens per forward pass (default 4096) */
+  size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB) */
+  unsigned report_ms;    /* memory report interval (default 500) */
+  unsigned timeout_ms;   /* scheduler silent this long: reconnect (default 5000) */
+} wrk_config_t;
+
+void wrk_config_init(wrk_config_t *c);
+
+/* Runs the worker until SIGINT/SIGTERM (0) or a fatal error (a negative QE_E* with a detail:
+ * model load, a broken TP group). A lost scheduler connection cancels the running requests and
+ * reconnects. Installs signal handlers; once per process. */
+int wrk_run(const wrk_config_t *c);
+
+#endif

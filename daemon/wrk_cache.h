@@ -1,0 +1,36 @@
+/* wrk_cache: a worker rank's KV cache: one kv_mux whose children are a FullKV cache and one
+ * tiered cache per distinct policy configuration in use (created on first use, dropped when
+ * idle and too many), so that every request runs its own policy and budget. The open hook of
+ * the step engine binds a slot to a free slot of the right child and sets its budget (this
+ * rank's share of the request's). Not thread-safe: the engine thread owns it. */
+#ifndef QE_WRK_CACHE_H
+#define QE_WRK_CACHE_H
+
+#include <stdint.h>
+
+#include "kv_tiered.h"
+#include "model.h"
+
+/* What travels with an open to every rank (gen_req_t.open_arg): plain data. */
+typedef struct {
+  uint64_t request_id;
+  uint64_t budget; /* whole request, all ranks */
+  int full;        /* FullKV: no policy */
+  kv_policy_cfg_t cfg;
+  char policy[64];
+} wrk_open_arg_t;
+
+typedef struct wrk_cache wrk_cache_t;
+
+/* A cache of max_seqs slots over m's geometry; pool_bytes is this rank's reservable KV. */
+int wrk_cache_create(model_t *m, int max_seqs, size_t pool_bytes, wrk_cache_t **out);
+void wrk_cache_destroy(wrk_cache_t *c);
+kv_cache_t *wrk_cache_kv(wrk_cache_t *c);
+/* The engine's open hook (ud = the wrk_cache_t). */
+int wrk_cache_open(void *ud, kv_cache_t *kv, int slot, int capacity, const void *arg, size_t len);
+/* Memory of slot (live while open, final once closed, until the slot is opened again). */
+void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out);
+/* The request bound to slot by the last open. */
+uint64_t wrk_cache_request(const wrk_cache_t *c, int slot);
+
+#endif

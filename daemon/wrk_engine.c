@@ -1,0 +1,327 @@
+/* wrk_engine: the worker's engine thread. Rank 0 drives a gen_engine (continuous batching over
+ * the cache's slots): between steps it takes the scheduler's commands (start, cancel, drain),
+ * after each step it sends the new tokens of every sequence as one batch each, finished
+ * requests with their memory, and every report_ms a memory report. Ranks > 0 follow rank 0.
+ * Any step or collective failure is fatal: the process exits and the scheduler resumes its
+ * requests elsewhere (crash-only; nothing half-done is reported as done). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qe_log.h"
+#include "qe_status.h"
+#include "wrk_internal.h"
+
+#define WF(x) QEVICT__WORKER__V1__FINISH_REASON__FINISH_REASON_##x
+#include "worker.pb-c.h"
+
+typedef struct {
+  uint64_t id;
+  int busy, n_prompt;
+  int32_t *pend;
+  int n_pend, cap_pend;
+  uint64_t first;
+} wslot_t;
+
+typedef struct {
+  wrk_t *w;
+  gen_engine_t *e;
+  wslot_t *slots;
+  int n_slots;
+  uint64_t cum[4]; /* promotions, demotions, evictions, routing events of finished requests */
+} weng_t;
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void wrk_free_cmd(wcmd_t *c) {
+  if (!c) return;
+  free(c->prompt);
+  free(c->resume);
+  free(c);
+}
+
+void wrk_free_out(wout_t *o) {
+  if (!o) return;
+  free(o->ids);
+  free(o->reqs);
+  free(o);
+}
+
+void wrk_push_cmd(wrk_t *w, wcmd_t *c) {
+  pthread_mutex_lock(&w->mu);
+  if (w->in_tail)
+    w->in_tail->next = c;
+  else
+    w->in_head = c;
+  w->in_tail = c;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void push_out(wrk_t *w, wout_t *o) {
+  pthread_mutex_lock(&w->mu);
+  if (w->out_tail)
+    w->out_tail->next = o;
+  else
+    w->out_head = o;
+  w->out_tail = o;
+  pthread_mutex_unlock(&w->mu);
+  uv_async_send(&w->wake);
+}
+
+static void push_fatal(wrk_t *w, int rc) {
+  wout_t *o = calloc(1, sizeof *o);
+  if (!o) return;
+  o->kind = WOUT_FATAL;
+  o->reason = rc;
+  snprintf(o->error, sizeof o->error, "%s: %s", qe_strerror(rc), qe_errmsg());
+  push_out(w, o);
+}
+
+/* ---- rank 0 callbacks ---- */
+
+static void flush_slot(weng_t *g, int slot) {
+  wslot_t *s = &g->slots[slot];
+  if (!s->n_pend) return;
+  wout_t *o = calloc(1, sizeof *o);
+  int32_t *ids = malloc(sizeof *ids * (size_t)s->n_pend);
+  if (!o || !ids) {
+    free(o);
+    free(ids);
+    return;
+  }
+  memcpy(ids, s->pend, sizeof *ids * (size_t)s->n_pend);
+  *o = (wout_t){
+      .kind = WOUT_TOKENS, .request_id = s->id, .offset = s->first, .ids = ids, .n_ids = s->n_pend};
+  s->n_pend = 0;
+  push_out(g->w, o);
+}
+
+static void on_token(void *ud, int slot, int index, int id, int forced) {
+  weng_t *g = ud;
+  wslot_t *s = &g->slots[slot];
+  if (forced) return; /* a resumed request: the client has these already */
+  if (s->n_pend == s->cap_pend) {
+    int cap = s->cap_pend ? 2 * s->cap_pend : 16;
+    int32_t *p = realloc(s->pend, sizeof *p * (size_t)cap);
+    if (!p) return;
+    s->pend = p, s->cap_pend = cap;
+  }
+  if (!s->n_pend) s->first = (uint64_t)index;
+  s->pend[s->n_pend++] = id;
+}
+
+static int reason_of(int gen) {
+  return gen == GEN_FINISH_LENGTH      ? WF(LENGTH)
+         : gen == GEN_FINISH_EOG       ? WF(EOS)
+         : gen == GEN_FINISH_CANCELLED ? WF(CANCELLED)
+                                       : WF(ERROR);
+}
+
+static void slot_mem(weng_t *g, int slot, wreqmem_t *m) {
+  int n = 0;
+  gen_engine_tokens(g->e, slot, &n);
+  m->request_id = g->slots[slot].id;
+  m->generated = (uint32_t)n;
+  wrk_cache_stats(g->w->cache, slot, &m->m);
+}
+
+static void on_finish(void *ud, int slot, int reason) {
+  weng_t *g = ud;
+  wslot_t *s = &g->slots[slot];
+  flush_slot(g, slot);
+  wout_t *o = calloc(1, sizeof *o);
+  if (o) {
+    o->kind = WOUT_FINISHED;
+    o->request_id = s->id;
+    o->reason = reason_of(reason);
+    o->prompt_tokens = s->n_prompt;
+    slot_mem(g, slot, &o->mem);
+    o->completion_tokens = (int)o->mem.generated;
+    if (reason == GEN_FINISH_ERROR) snprintf(o->error, sizeof o->error, "%s", qe_errmsg());
+    g->cum[0] += (uint64_t)o->mem.m.promotions, g->cum[1] += (uint64_t)o->mem.m.demotions;
+    g->cum[2] += (uint64_t)o->mem.m.evictions, g->cum[3] += (uint64_t)o->mem.m.routing_events;
+    push_out(g->w, o);
+  }
+  s->busy = 0;
+}
+
+/* ---- commands ---- */
+
+static void fail_start(weng_t *g, const wcmd_t *c, const char *why) {
+  wout_t *o = calloc(1, sizeof *o);
+  if (!o) return;
+  o->kind = WOUT_FINISHED;
+  o->request_id = c->request_id;
+  o->reason = WF(ERROR);
+  o->prompt_tokens = c->n_prompt;
+  snprintf(o->error, sizeof o->error, "%s", why);
+  push_out(g->w, o);
+}
+
+static int start(weng_t *g, const wcmd_t *c) {
+  int slot = -1;
+  for (int i = 0; i < g->n_slots && slot < 0; i++)
+    if (!g->slots[i].busy && !gen_engine_slot_busy(g->e, i)) slot = i;
+  if (slot < 0) return fail_start(g, c, "no free sequence slot on the worker"), 0;
+  gen_req_t r = {c->prompt,     c->n_prompt, c->max_tokens, c->sampler, c->seed,
+                 c->ignore_eos, c->resume,   c->n_resume,   &c->arg,    sizeof c->arg};
+  g->slots[slot].id = c->request_id;
+  g->slots[slot].n_prompt = c->n_prompt;
+  g->slots[slot].n_pend = 0;
+  int rc = gen_engine_add(g->e, slot, &r);
+  if (rc == QE_ECOMM) return rc;
+  if (rc) {
+    char why[256];
+    snprintf(why, sizeof why, "%s: %s", qe_strerror(rc), qe_errmsg());
+    fail_start(g, c, why);
+    return 0;
+  }
+  g->slots[slot].busy = 1;
+  return 0;
+}
+
+static int cancel(weng_t *g, uint64_t id, int all) {
+  int rc = 0;
+  for (int i = 0; i < g->n_slots && !rc; i++)
+    if (g->slots[i].busy && (all || g->slots[i].id == id)) rc = gen_engine_cancel(g->e, i);
+  return rc == QE_ECOMM ? rc : 0;
+}
+
+static int run_cmds(weng_t *g, wcmd_t *c) {
+  int rc = 0;
+  while (c) {
+    wcmd_t *next = c->next;
+    if (!rc && c->kind == WCMD_START) rc = start(g, c);
+    if (!rc && c->kind == WCMD_CANCEL) rc = cancel(g, c->request_id, 0);
+    if (!rc && c->kind == WCMD_CANCEL_ALL) rc = cancel(g, 0, 1);
+    wrk_free_cmd(c);
+    c = next;
+  }
+  return rc;
+}
+
+/* ---- memory reports ---- */
+
+static void report(weng_t *g) {
+  wout_t *o = calloc(1, sizeof *o);
+  if (!o) return;
+  o->kind = WOUT_REPORT;
+  o->reqs = calloc((size_t)g->n_slots, sizeof *o->reqs);
+  uint64_t t[4] = {g->cum[0], g->cum[1], g->cum[2], g->cum[3]};
+  for (int i = 0; o->reqs && i < g->n_slots; i++) {
+    if (!g->slots[i].busy) continue;
+    wreqmem_t *m = &o->reqs[o->n_reqs++];
+    slot_mem(g, i, m);
+    o->reserved += m->m.budget, o->used += m->m.bytes;
+    o->full += m->m.full_bytes, o->int2 += m->m.int2_bytes;
+    o->other += m->m.bytes - m->m.full_bytes - m->m.int2_bytes;
+    t[0] += (uint64_t)m->m.promotions, t[1] += (uint64_t)m->m.demotions;
+    t[2] += (uint64_t)m->m.evictions, t[3] += (uint64_t)m->m.routing_events;
+  }
+  o->running = (uint32_t)o->n_reqs;
+  o->promotions = t[0], o->demotions = t[1], o->evictions = t[2], o->routing = t[3];
+  push_out(g->w, o);
+}
+
+/* Waits for commands while idle (at most wait_ms); returns the commands taken, or NULL. */
+static wcmd_t *take_cmds(wrk_t *w, int idle, unsigned wait_ms, int *quit) {
+  pthread_mutex_lock(&w->mu);
+  if (idle && !w->in_head && !w->quit) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    ts.tv_sec += wait_ms / 1000 + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+  wcmd_t *c = w->in_head;
+  w->in_head = w->in_tail = NULL;
+  *quit = w->quit;
+  pthread_mutex_unlock(&w->mu);
+  return c;
+}
+
+static int drive(weng_t *g) {
+  wrk_t *w = g->w;
+  uint64_t last_report = 0;
+  int rc = 0, active = 0, quit = 0;
+  while (!rc) {
+    wcmd_t *c = take_cmds(w, !active, w->cfg.report_ms, &quit);
+    if (quit) {
+      while (c) { /* dropped: the process is stopping */
+        wcmd_t *n = c->next;
+        wrk_free_cmd(c);
+        c = n;
+      }
+      break;
+    }
+    rc = run_cmds(g, c);
+    if (!rc)
+      rc = gen_engine_n_active(g->e) ? gen_engine_step(g->e, &active) : gen_engine_idle(g->e);
+    if (!gen_engine_n_active(g->e)) active = 0;
+    for (int i = 0; i < g->n_slots; i++) flush_slot(g, i);
+    if (now_ms() - last_report >= w->cfg.report_ms) report(g), last_report = now_ms();
+  }
+  return rc;
+}
+
+/* The engine's callbacks share one ud (the engine state): the cache's open behind it. */
+static int open_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *arg, size_t len) {
+  return wrk_cache_open(((weng_t *)ud)->w->cache, kv, slot, cap, arg, len);
+}
+
+static int run_rank0(wrk_t *w) {
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}};
+  g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
+  gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch};
+  int rc = g.slots ? gen_engine_create(w->m, wrk_cache_kv(w->cache), w->comm, &o, &g.e)
+                   : qe_errf(QE_ENOMEM, "out of memory");
+  if (!rc) rc = drive(&g);
+  gen_engine_destroy(g.e);
+  for (int i = 0; g.slots && i < g.n_slots; i++) free(g.slots[i].pend);
+  free(g.slots);
+  return rc;
+}
+
+int wrk_engine_load(wrk_t *w) {
+  const wrk_config_t *c = &w->cfg;
+  int rc = kern_cpu_create(c->threads, &w->be);
+  if (!rc)
+    rc = c->tp > 1 ? tp_comm_create_cpu(c->tp_addr, c->rank, c->tp, 60000, &w->comm)
+                   : tp_comm_create_single(&w->comm);
+  model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch};
+  if (!rc) rc = model_load(c->model, &o, &w->m);
+  if (!rc) rc = wrk_cache_create(w->m, c->max_seqs, c->pool_bytes, &w->cache);
+  return rc;
+}
+
+void wrk_engine_unload(wrk_t *w) {
+  wrk_cache_destroy(w->cache);
+  model_destroy(w->m);
+  tp_comm_destroy(w->comm);
+  kern_destroy(w->be);
+  w->cache = NULL, w->m = NULL, w->comm = NULL, w->be = NULL;
+}
+
+void *wrk_engine_main(void *arg) {
+  wrk_t *w = arg;
+  int rc = w->cfg.rank == 0
+               ? run_rank0(w)
+               : gen_follow_ex(w->m, wrk_cache_kv(w->cache), w->comm, wrk_cache_open, w->cache);
+  if (w->cfg.rank > 0 && !rc) rc = qe_errf(QE_ECOMM, "rank 0 stopped the group");
+  w->rc = rc;
+  pthread_mutex_lock(&w->mu);
+  int quitting = w->quit;
+  pthread_mutex_unlock(&w->mu);
+  if (!quitting) push_fatal(w, rc ? rc : QE_ECOMM);
+  pthread_mutex_lock(&w->mu);
+  w->thread_done = 1;
+  pthread_mutex_unlock(&w->mu);
+  uv_async_send(&w->wake);
+  return NULL;
+}

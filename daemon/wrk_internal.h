@@ -1,0 +1,89 @@
+/* wrk_internal: what the worker's two threads share. The loop thread (wrk_main.c) owns the
+ * transport connection; the engine thread (wrk_engine.c) owns the model, the cache and the step
+ * engine. Commands go loop -> engine through `in`, results engine -> loop through `out` (both
+ * under mu), the engine is woken by `cv` and the loop by `wake` (uv_async). */
+#ifndef QE_WRK_INTERNAL_H
+#define QE_WRK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "kv_tiered.h"
+#include "model_gen.h"
+#include "tr_conn.h"
+#include "wrk.h"
+#include "wrk_cache.h"
+
+enum { WCMD_START, WCMD_CANCEL, WCMD_CANCEL_ALL, WCMD_DRAIN };
+enum { WOUT_TOKENS, WOUT_FINISHED, WOUT_REPORT, WOUT_FATAL };
+
+typedef struct wcmd {
+  int kind;
+  uint64_t request_id;
+  int32_t *prompt, *resume;
+  int n_prompt, n_resume, max_tokens, ignore_eos;
+  kern_sampler_t sampler;
+  uint64_t seed, budget;
+  wrk_open_arg_t arg;
+  struct wcmd *next;
+} wcmd_t;
+
+/* Memory figures of one request on this rank, in wmem order. */
+typedef struct {
+  uint64_t request_id;
+  uint32_t generated;
+  kv_mem_stats_t m;
+  char policy[64];
+} wreqmem_t;
+
+typedef struct wout {
+  int kind;
+  uint64_t request_id, offset;
+  int32_t *ids;
+  int n_ids;
+  int reason, prompt_tokens, completion_tokens;
+  wreqmem_t mem;
+  char error[256];
+  /* WOUT_REPORT */
+  uint64_t reserved, used, full, int2, other, promotions, demotions, evictions, routing;
+  uint32_t running;
+  wreqmem_t *reqs;
+  int n_reqs;
+  struct wout *next;
+} wout_t;
+
+typedef struct wrk {
+  wrk_config_t cfg;
+  char name[96], fingerprint[MODEL_FP_LEN + 1];
+  uv_loop_t *loop;
+  uv_async_t wake;
+  uv_timer_t retry;
+  uv_signal_t sig_int, sig_term;
+  tr_conn_t *conn;
+  int stopping;
+  /* shared, under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wcmd_t *in_head, *in_tail;
+  wout_t *out_head, *out_tail;
+  int quit, fatal, thread_done;
+  /* engine thread */
+  pthread_t thread;
+  kern_backend_t *be;
+  model_t *m;
+  tp_comm_t *comm;
+  wrk_cache_t *cache;
+  int rc; /* the engine thread's exit status */
+} wrk_t;
+
+/* wrk_engine.c: loads the model and runs the engine (rank 0) or follows (ranks > 0) until
+ * w->quit; then exits the loop through a WOUT_FATAL or the wake. */
+int wrk_engine_load(wrk_t *w);
+void *wrk_engine_main(void *arg);
+void wrk_engine_unload(wrk_t *w);
+void wrk_push_cmd(wrk_t *w, wcmd_t *c);
+void wrk_free_cmd(wcmd_t *c);
+void wrk_free_out(wout_t *o);
+
+#endif

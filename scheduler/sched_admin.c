@@ -1,0 +1,225 @@
+/* sched_admin: the qevict.v1.Admin service (tenants, requests, drain), called after the admin
+ * key was checked. Tenants live in SQLite (sched_tenants) and in admission (sched_admit). */
+#include <grpc/status.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qe_status.h"
+#include "sched_internal.h"
+
+enum { A_SET, A_GET, A_LIST, A_DELETE, A_REQUESTS, A_DRAIN };
+
+#define UNPACK(type, fn)                                                                           \
+  type *q = fn##__unpack(NULL, n, msg);                                                            \
+  if (!q) return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf")
+
+static void fail(sgrpc_call_t *call, int rc) {
+  sched_rpc_error(call, sched_rpc_status_of(rc), "%s", qe_errmsg());
+}
+
+/* The stored default "NAME" or "NAME:BUDGET" from the message's policy and budget. */
+static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
+  const Qevict__V1__Policy *p = t->default_policy;
+  const Qevict__V1__Budget *b = t->default_budget;
+  if (p && (p->q_opt_case || p->window_opt_case || p->bits_opt_case || p->sink_opt_case ||
+            p->local_opt_case || *p->scorer || p->graphkv))
+    return qe_errf(QE_EINVAL, "tenant.default_policy: only the policy name is kept (no overrides)");
+  const char *name = p ? p->name : "";
+  kv_policy_desc_t d;
+  if (*name && kv_policy_find(name, &d))
+    return qe_errf(QE_EINVAL, "tenant.default_policy.name: unknown policy '%.64s'", name);
+  if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
+    if (!(b->fraction > 0 && b->fraction <= 1))
+      return qe_errf(QE_EINVAL, "tenant.default_budget.fraction: must be in (0, 1]");
+    snprintf(out, n, "%s:%.6f", *name ? name : "full", b->fraction);
+  } else if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES)
+    snprintf(out, n, "%s:%llu", *name ? name : "full", (unsigned long long)b->bytes);
+  else
+    snprintf(out, n, "%s", name);
+  return 0;
+}
+
+/* Fills m (strings point into t and the static buffers of the caller) from a stored tenant. */
+typedef struct {
+  Qevict__V1__Tenant t;
+  Qevict__V1__Policy p;
+  Qevict__V1__Budget b;
+  char name[SCHED_POLICY_MAX + 1], prefix[32];
+} tenant_msg_t;
+
+static void tenant_msg(sched_t *s, sched_tenant_t *st, tenant_msg_t *m) {
+  qevict__v1__tenant__init(&m->t);
+  qevict__v1__policy__init(&m->p);
+  qevict__v1__budget__init(&m->b);
+  snprintf(m->name, sizeof m->name, "%s", st->default_policy);
+  char *at = strchr(m->name, ':');
+  if (at) {
+    *at++ = 0;
+    if (strchr(at, '.'))
+      m->b.kind_case = QEVICT__V1__BUDGET__KIND_FRACTION, m->b.fraction = strtod(at, NULL);
+    else
+      m->b.kind_case = QEVICT__V1__BUDGET__KIND_BYTES, m->b.bytes = strtoull(at, NULL, 10);
+    m->t.default_budget = &m->b;
+  }
+  m->p.name = m->name;
+  if (*m->name) m->t.default_policy = &m->p;
+  m->t.id = st->id;
+  m->t.kv_quota_bytes = (uint64_t)st->kv_quota_bytes;
+  m->t.max_request_budget_bytes = (uint64_t)st->max_request_budget_bytes;
+  sched_admit_tenant_stats_t ts = {0};
+  sched_admit_tenant_stats(s->admit, st->id, &ts);
+  m->t.reserved_bytes = (uint64_t)ts.reserved_bytes;
+  m->t.running = (uint32_t)ts.n_running, m->t.queued = (uint32_t)ts.n_queued;
+  snprintf(m->prefix, sizeof m->prefix, "%s%.8s", *st->key_id ? "qk_" : "", st->key_id);
+  m->t.api_key_prefix = m->prefix;
+  m->t.created_unix_ms = st->created_at_ms;
+  m->t.key_created_unix_ms = st->updated_at_ms;
+}
+
+static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
+  UNPACK(Qevict__V1__SetTenantRequest, qevict__v1__set_tenant_request);
+  sched_tenant_t st = {0};
+  char key[SCHED_KEY_STRLEN + 1] = "";
+  int created = 0, rc = q->tenant ? 0 : qe_errf(QE_EINVAL, "tenant: missing");
+  if (!rc && strlen(q->tenant->id) > SCHED_TENANT_ID_MAX)
+    rc = qe_errf(QE_EINVAL, "tenant.id: longer than %d bytes", SCHED_TENANT_ID_MAX);
+  if (!rc) {
+    snprintf(st.id, sizeof st.id, "%s", q->tenant->id);
+    st.kv_quota_bytes = (int64_t)q->tenant->kv_quota_bytes;
+    st.max_request_budget_bytes = (int64_t)q->tenant->max_request_budget_bytes;
+    if (st.kv_quota_bytes <= 0) rc = qe_errf(QE_EINVAL, "tenant.kv_quota_bytes: must be > 0");
+  }
+  if (!rc) rc = default_of(q->tenant, st.default_policy, sizeof st.default_policy);
+  unsigned flags = q->rotate_key ? SCHED_TENANT_ROTATE_KEY : 0;
+  qevict__v1__set_tenant_request__free_unpacked(q, NULL);
+  if (!rc) rc = sched_tenants_set(s->tenants, &st, flags, key, &created);
+  if (!rc) rc = sched_admit_set_tenant(s->admit, st.id, st.kv_quota_bytes);
+  if (!rc) rc = sched_tenants_get(s->tenants, st.id, &st);
+  if (rc) return fail(call, rc);
+  tenant_msg_t m;
+  tenant_msg(s, &st, &m);
+  Qevict__V1__SetTenantResponse r = QEVICT__V1__SET_TENANT_RESPONSE__INIT;
+  r.tenant = &m.t, r.api_key = key, r.created = created;
+  sched_rpc_reply(call, &r.base);
+}
+
+static void get_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
+  UNPACK(Qevict__V1__GetTenantRequest, qevict__v1__get_tenant_request);
+  sched_tenant_t st;
+  int rc = sched_tenants_get(s->tenants, q->id, &st);
+  qevict__v1__get_tenant_request__free_unpacked(q, NULL);
+  if (rc) return fail(call, rc);
+  tenant_msg_t m;
+  tenant_msg(s, &st, &m);
+  sched_rpc_reply(call, &m.t.base);
+}
+
+static void list_tenants(sched_t *s, sgrpc_call_t *call) {
+  sched_tenant_t *all = NULL;
+  size_t n = 0;
+  int rc = sched_tenants_list(s->tenants, &all, &n);
+  if (rc) return fail(call, rc);
+  tenant_msg_t *m = calloc(n ? n : 1, sizeof *m);
+  Qevict__V1__Tenant **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  if (m && ptrs) {
+    for (size_t i = 0; i < n; i++) tenant_msg(s, &all[i], &m[i]), ptrs[i] = &m[i].t;
+    Qevict__V1__ListTenantsResponse r = QEVICT__V1__LIST_TENANTS_RESPONSE__INIT;
+    r.tenants = ptrs, r.n_tenants = n;
+    sched_rpc_reply(call, &r.base);
+  } else
+    sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
+  free(ptrs);
+  free(m);
+  free(all);
+}
+
+static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
+  UNPACK(Qevict__V1__DeleteTenantRequest, qevict__v1__delete_tenant_request);
+  char id[SCHED_TENANT_ID_MAX + 1];
+  snprintf(id, sizeof id, "%s", q->id);
+  int force = q->force;
+  qevict__v1__delete_tenant_request__free_unpacked(q, NULL);
+  sched_tenant_t st;
+  int rc = sched_tenants_get(s->tenants, id, &st);
+  if (rc) return fail(call, rc);
+  sched_admit_tenant_stats_t ts = {0};
+  sched_admit_tenant_stats(s->admit, id, &ts);
+  if ((ts.n_running || ts.n_queued) && !force)
+    return sched_rpc_error(call, GRPC_STATUS_FAILED_PRECONDITION,
+                           "tenant %s has %zu running and %zu queued requests (set force)", id,
+                           ts.n_running, ts.n_queued);
+  Qevict__V1__DeleteTenantResponse r = QEVICT__V1__DELETE_TENANT_RESPONSE__INIT;
+  r.cancelled = sched_req_cancel_tenant(s, id);
+  rc = sched_tenants_delete(s->tenants, id);
+  if (!rc) sched_admit_remove_tenant(s->admit, id);
+  if (rc) return fail(call, rc);
+  sched_rpc_reply(call, &r.base);
+}
+
+static int wanted(const sreq_t *r, const Qevict__V1__ListRequestsRequest *q) {
+  if (*q->tenant && strcmp(q->tenant, r->tenant)) return 0;
+  if (!q->n_states) return 1;
+  for (size_t i = 0; i < q->n_states; i++)
+    if ((int)q->states[i] == r->state) return 1;
+  return 0;
+}
+
+static void list_requests(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
+  UNPACK(Qevict__V1__ListRequestsRequest, qevict__v1__list_requests_request);
+  size_t cnt = 0;
+  for (sreq_t *r = s->reqs; r; r = r->next_all) cnt += wanted(r, q);
+  if (q->limit && cnt > q->limit) cnt = q->limit;
+  Qevict__V1__RequestInfo *info = calloc(cnt ? cnt : 1, sizeof *info);
+  Qevict__V1__MemorySummary *mem = calloc(cnt ? cnt : 1, sizeof *mem);
+  Qevict__V1__RequestInfo **ptrs = calloc(cnt ? cnt : 1, sizeof *ptrs);
+  if (info && mem && ptrs) {
+    size_t i = 0;
+    for (sreq_t *r = s->reqs; r && i < cnt; r = r->next_all)
+      if (wanted(r, q)) sched_req_info(r, &info[i], &mem[i]), ptrs[i] = &info[i], i++;
+    Qevict__V1__ListRequestsResponse resp = QEVICT__V1__LIST_REQUESTS_RESPONSE__INIT;
+    resp.requests = ptrs, resp.n_requests = cnt;
+    sched_rpc_reply(call, &resp.base);
+  } else
+    sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
+  qevict__v1__list_requests_request__free_unpacked(q, NULL);
+  free(info);
+  free(mem);
+  free(ptrs);
+}
+
+static void drain(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
+  UNPACK(Qevict__V1__DrainRequest, qevict__v1__drain_request);
+  Qevict__V1__DrainResponse r = QEVICT__V1__DRAIN_RESPONSE__INIT;
+  char **names = NULL;
+  int rc = sched_groups_drain(s, q->worker, &r, &names);
+  qevict__v1__drain_request__free_unpacked(q, NULL);
+  if (rc)
+    fail(call, rc);
+  else
+    sched_rpc_reply(call, &r.base);
+  free(names);
+}
+
+void sched_admin_rpc(sched_t *s, sgrpc_call_t *call, int method, const uint8_t *msg, size_t n) {
+  switch (method) {
+  case A_SET:
+    set_tenant(s, call, msg, n);
+    break;
+  case A_GET:
+    get_tenant(s, call, msg, n);
+    break;
+  case A_LIST:
+    list_tenants(s, call);
+    break;
+  case A_DELETE:
+    delete_tenant(s, call, msg, n);
+    break;
+  case A_REQUESTS:
+    list_requests(s, call, msg, n);
+    break;
+  default:
+    drain(s, call, msg, n);
+    break;
+  }
+}

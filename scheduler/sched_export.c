@@ -1,0 +1,216 @@
+/* sched_export: what qevict-sched tells its monitoring: Prometheus metrics on GET /metrics
+ * (prefix qevict_, vLLM-style request metrics plus KV bytes by tier per worker and per tenant,
+ * window transitions and routing events) and GET /healthz. Counters and histograms are updated
+ * as things happen; gauges are rebuilt from the live state at each scrape. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qe_log.h"
+#include "qe_status.h"
+#include "sched_internal.h"
+
+struct smetrics {
+  sm_fam_t *running, *waiting, *finished, *prompt_tok, *gen_tok;
+  sm_fam_t *ttft, *itl, *e2e, *queue;
+  sm_fam_t *pool, *tenant, *transitions, *routing, *workers;
+};
+
+static const char *reason_name(int r) {
+  static const char *n[] = {"unspecified", "length", "eos", "stop", "cancelled", "error"};
+  return r >= 0 && r <= 5 ? n[r] : "unspecified";
+}
+
+static int fam(sched_t *s, sm_fam_t **f, const char *name, const char *help, int type,
+               const char *l0, const char *l1, const char *l2) {
+  const char *labels[3] = {l0, l1, l2};
+  int n = !l0 ? 0 : !l1 ? 1 : !l2 ? 2 : 3;
+  return sm_family(s->metrics, name, help, type, labels, n, NULL, 0, f);
+}
+
+static int families(sched_t *s, struct smetrics *m) {
+  int rc = 0;
+  rc |= fam(s, &m->running, "qevict_requests_running", "Requests running on a worker.", SM_GAUGE,
+            NULL, NULL, NULL);
+  rc |= fam(s, &m->waiting, "qevict_requests_waiting",
+            "Requests waiting for admission or a worker.", SM_GAUGE, NULL, NULL, NULL);
+  rc |= fam(s, &m->finished, "qevict_requests_finished_total", "Finished requests by reason.",
+            SM_COUNTER, "reason", NULL, NULL);
+  rc |= fam(s, &m->prompt_tok, "qevict_prompt_tokens_total", "Prompt tokens of started requests.",
+            SM_COUNTER, NULL, NULL, NULL);
+  rc |= fam(s, &m->gen_tok, "qevict_generation_tokens_total", "Generated tokens streamed.",
+            SM_COUNTER, NULL, NULL, NULL);
+  rc |= fam(s, &m->ttft, "qevict_time_to_first_token_seconds",
+            "From arrival to the first generated token.", SM_HISTOGRAM, NULL, NULL, NULL);
+  rc |= fam(s, &m->itl, "qevict_inter_token_latency_seconds",
+            "Time between generated tokens as received by the scheduler.", SM_HISTOGRAM, NULL, NULL,
+            NULL);
+  rc |= fam(s, &m->e2e, "qevict_e2e_request_latency_seconds", "From arrival to the end.",
+            SM_HISTOGRAM, NULL, NULL, NULL);
+  rc |= fam(s, &m->queue, "qevict_request_queue_time_seconds",
+            "From arrival to dispatch on a worker.", SM_HISTOGRAM, NULL, NULL, NULL);
+  rc |= fam(s, &m->pool, "qevict_pool_bytes",
+            "KV pool bytes of a worker rank by kind (capacity, reserved, used, full, int2, other).",
+            SM_GAUGE, "worker", "rank", "kind");
+  rc |= fam(s, &m->tenant, "qevict_tenant_kv_bytes",
+            "KV bytes of a tenant by kind (quota, reserved, and held now: full, int2, other).",
+            SM_GAUGE, "tenant", "kind", NULL);
+  rc |= fam(s, &m->transitions, "qevict_window_transitions_total",
+            "KV window transitions by (from, to) tier, per worker rank.", SM_COUNTER, "worker",
+            "from", "to");
+  rc |= fam(s, &m->routing, "qevict_routing_events_total",
+            "Routing decisions taken, per worker rank.", SM_COUNTER, "worker", NULL, NULL);
+  rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE, "state", NULL,
+            NULL);
+  return rc;
+}
+
+void sched_export_started(sched_t *s, const sreq_t *r) {
+  sm_add(s->m->prompt_tok, NULL, r->n_prompt);
+  sm_observe(s->m->queue, NULL, (double)(r->t_started - r->t_created) * 1e-6);
+}
+
+void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now) {
+  sm_add(s->m->gen_tok, NULL, (double)n);
+  if (!r->t_first) {
+    sm_observe(s->m->ttft, NULL, (double)(now - r->t_created) * 1e-6);
+    return;
+  }
+  double gap = (double)(now - r->t_last_tok) * 1e-6 / (double)n;
+  for (size_t i = 0; i < n; i++) sm_observe(s->m->itl, NULL, gap);
+}
+
+void sched_export_finished(sched_t *s, const sreq_t *r) {
+  const char *v[1] = {reason_name(r->finish_reason)};
+  sm_add(s->m->finished, v, 1);
+  sm_observe(s->m->e2e, NULL, (double)(r->t_finished - r->t_created) * 1e-6);
+}
+
+/* Cumulative worker counters become counter increments (a restarted worker starts at 0). */
+static void counter_step(sm_fam_t *f, const char *const *v, uint64_t *last, uint64_t now) {
+  uint64_t d = now >= *last ? now - *last : now;
+  *last = now;
+  if (d) sm_add(f, v, (double)d);
+}
+
+void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
+                         const Qevict__Worker__V1__MemoryReport *m) {
+  char w[96];
+  snprintf(w, sizeof w, "%s/%d", g->name, rank);
+  uint64_t *last = ((sgroup_t *)g)->rank[rank].transitions;
+  const char *p[3] = {w, "int2", "full"}, *d[3] = {w, "full", "int2"},
+             *e[3] = {w, "resident", "evicted"}, *r[1] = {w};
+  counter_step(s->m->transitions, p, &last[0], m->promotions);
+  counter_step(s->m->transitions, d, &last[1], m->demotions);
+  counter_step(s->m->transitions, e, &last[2], m->evictions);
+  counter_step(s->m->routing, r, &last[3], m->routing_events);
+}
+
+static void set3(sm_fam_t *f, const char *a, const char *b, const char *c, double v) {
+  const char *vals[3] = {a, b, c};
+  sm_set(f, vals, v);
+}
+
+static void pool_gauges(sched_t *s) {
+  struct smetrics *m = s->m;
+  sm_clear(m->pool);
+  int up = 0, down = 0, draining = 0;
+  for (sgroup_t *g = s->groups; g; g = g->next) {
+    up += g->up && !g->draining, down += !g->up, draining += g->up && g->draining;
+    if (!g->up) continue;
+    for (int k = 0; k < g->tp_size; k++) {
+      srank_t *rk = &g->rank[k];
+      char rank[16];
+      snprintf(rank, sizeof rank, "%d", k);
+      set3(m->pool, g->name, rank, "capacity", (double)rk->pool_bytes);
+      set3(m->pool, g->name, rank, "used", (double)rk->used);
+      set3(m->pool, g->name, rank, "full", (double)rk->full);
+      set3(m->pool, g->name, rank, "int2", (double)rk->int2);
+      set3(m->pool, g->name, rank, "other", (double)rk->other);
+    }
+    set3(m->pool, g->name, "all", "reserved", (double)g->reserved);
+  }
+  const char *su[1] = {"up"}, *sd[1] = {"down"}, *sr[1] = {"draining"};
+  sm_set(m->workers, su, up);
+  sm_set(m->workers, sd, down);
+  sm_set(m->workers, sr, draining);
+}
+
+static void tenant_gauges(sched_t *s) {
+  struct smetrics *m = s->m;
+  sm_clear(m->tenant);
+  sched_tenant_t *all = NULL;
+  size_t n = 0;
+  if (sched_tenants_list(s->tenants, &all, &n)) return;
+  for (size_t i = 0; i < n; i++) {
+    sched_admit_tenant_stats_t ts = {0};
+    sched_admit_tenant_stats(s->admit, all[i].id, &ts);
+    double full = 0, int2 = 0, other = 0;
+    for (sreq_t *r = s->reqs; r; r = r->next_all) {
+      if (r->state != SREQ_RUNNING || strcmp(r->tenant, all[i].id)) continue;
+      Qevict__V1__MemorySummary mem;
+      sched_req_memory(r, &mem);
+      full += (double)mem.full_bytes, int2 += (double)mem.int2_bytes;
+      other += (double)(mem.bytes - mem.full_bytes - mem.int2_bytes);
+    }
+    set3(m->tenant, all[i].id, "quota", NULL, (double)all[i].kv_quota_bytes);
+    set3(m->tenant, all[i].id, "reserved", NULL, (double)ts.reserved_bytes);
+    set3(m->tenant, all[i].id, "full", NULL, full);
+    set3(m->tenant, all[i].id, "int2", NULL, int2);
+    set3(m->tenant, all[i].id, "other", NULL, other);
+  }
+  free(all);
+}
+
+static void request_gauges(sched_t *s) {
+  double running = 0, waiting = 0;
+  for (sreq_t *r = s->reqs; r; r = r->next_all)
+    running += r->state == SREQ_RUNNING, waiting += r->state == SREQ_QUEUED;
+  sm_set(s->m->running, NULL, running);
+  sm_set(s->m->waiting, NULL, waiting);
+}
+
+static void text(sh_response_t *resp, int status, const char *body) {
+  resp->status = status;
+  resp->content_type = "text/plain; charset=utf-8";
+  resp->body = strdup(body);
+  resp->len = resp->body ? strlen(body) : 0;
+}
+
+static void on_http(void *ud, const char *method, const char *path, sh_response_t *resp) {
+  sched_t *s = ud;
+  (void)method;
+  if (!strcmp(path, "/healthz")) {
+    int ok = !s->stopping && sched_groups_up(s);
+    return text(resp, ok ? 200 : 503, ok ? "ok\n" : "no worker group is up\n");
+  }
+  if (strcmp(path, "/metrics")) return text(resp, 404, "not found\n");
+  request_gauges(s);
+  pool_gauges(s);
+  tenant_gauges(s);
+  char *out = NULL;
+  size_t len = 0;
+  if (sm_render(s->metrics, &out, &len)) return text(resp, 500, "render failed\n");
+  resp->status = 200;
+  resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+  resp->body = out;
+  resp->len = len;
+}
+
+int sched_export_start(sched_t *s) {
+  int rc = sm_create(&s->metrics);
+  if (!rc && !(s->m = calloc(1, sizeof *s->m))) rc = qe_errf(QE_ENOMEM, "out of memory");
+  if (!rc && families(s, s->m)) rc = qe_errf(QE_EINVAL, "metrics: bad family");
+  if (!rc && s->cfg.metrics_listen && *s->cfg.metrics_listen)
+    rc = sh_server_create(s->loop, s->cfg.metrics_listen, on_http, s, &s->http);
+  return rc;
+}
+
+void sched_export_stop(sched_t *s) {
+  if (s->http) sh_server_close(s->http);
+  s->http = NULL;
+  sm_destroy(s->metrics);
+  s->metrics = NULL;
+  free(s->m);
+  s->m = NULL;
+}

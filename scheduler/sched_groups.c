@@ -1,0 +1,375 @@
+/* sched_groups: the workers as the scheduler sees them. Ranks connect over the transport and
+ * introduce themselves (group, rank, tp_size, pool bytes); a group is up once all its ranks are
+ * connected. Requests are dispatched to rank 0 of the up group with the most free bytes (and a
+ * free sequence slot); rank 0 streams their tokens back. A group that loses a rank is down: its
+ * running requests go back to the front of the dispatch list and resume elsewhere from the
+ * scheduler's copy of their prompt and the tokens already sent (StartRequest.resume_ids), so the
+ * client sees neither a gap nor a repeat. Pool bytes of every group ever seen count in
+ * admission (a restarting worker does not make requests unfittable). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qe_log.h"
+#include "qe_status.h"
+#include "sched_internal.h"
+
+#define ENV(x) QEVICT__WORKER__V1__ENVELOPE__MSG_##x
+
+static char g_fingerprint[MODEL_FP_LEN + 1];
+
+static sgroup_t *group_find(sched_t *s, const char *name) {
+  for (sgroup_t *g = s->groups; g; g = g->next)
+    if (!strcmp(g->name, name)) return g;
+  return NULL;
+}
+
+static sgroup_t *group_of(tr_conn_t *c, int *rank) {
+  const tr_hello_t *h = tr_conn_hello(c);
+  sgroup_t *g = tr_conn_data(c);
+  if (h && rank) *rank = (int)h->rank;
+  return g && h && g->rank[h->rank].conn == c ? g : NULL;
+}
+
+static void update_pool(sched_t *s) {
+  int64_t pool = 0;
+  for (sgroup_t *g = s->groups; g; g = g->next)
+    if (g->ever_up) pool += g->pool_bytes;
+  sched_admit_set_pool(s->admit, pool);
+}
+
+static int check_hello(sched_t *s, const tr_hello_t *h) {
+  if (strcmp(h->model_fingerprint, g_fingerprint))
+    return qe_errf(QE_EINVAL, "model fingerprint %.40s differs from the scheduler's %s",
+                   h->model_fingerprint, g_fingerprint);
+  if (!h->tp_size || h->tp_size > SREQ_MAX_RANKS || h->rank >= h->tp_size)
+    return qe_errf(QE_EINVAL, "rank %u of %u is out of range", h->rank, h->tp_size);
+  if (!*h->group || strlen(h->group) >= sizeof((sgroup_t *)0)->name)
+    return qe_errf(QE_EINVAL, "group name must be 1..63 bytes");
+  if (h->context_length < (uint32_t)s->hp.n_ctx_train)
+    return qe_errf(QE_EINVAL, "context length %u below the model's %d", h->context_length,
+                   s->hp.n_ctx_train);
+  if (!h->max_sequences) return qe_errf(QE_EINVAL, "max_sequences is 0");
+  return 0;
+}
+
+static int on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {
+  sched_t *s = tr_conn_ud(c);
+  int rc = check_hello(s, h);
+  if (rc) return rc;
+  sgroup_t *g = group_find(s, h->group);
+  if (g && g->tp_size != (int)h->tp_size)
+    return qe_errf(QE_EINVAL, "group %s has tp_size %d, not %u", g->name, g->tp_size, h->tp_size);
+  if (g && g->rank[h->rank].conn)
+    return qe_errf(QE_EINVAL, "rank %u of group %s is already connected", h->rank, g->name);
+  if (!g) {
+    if (!(g = calloc(1, sizeof *g))) return qe_errf(QE_ENOMEM, "out of memory");
+    snprintf(g->name, sizeof g->name, "%s", h->group);
+    snprintf(g->worker_id, sizeof g->worker_id, "%s", h->group);
+    g->tp_size = (int)h->tp_size;
+    g->next = s->groups;
+    s->groups = g;
+  }
+  tr_conn_set_data(c, g);
+  ack->worker_id = g->worker_id;
+  ack->heartbeat_ms = 1000;
+  return 0;
+}
+
+static void group_up(sched_t *s, sgroup_t *g) {
+  int64_t pool = 0;
+  int seqs = 1 << 30;
+  uint64_t bpt = 0;
+  uint32_t ctx = UINT32_MAX;
+  for (int k = 0; k < g->tp_size; k++) {
+    const tr_hello_t *h = tr_conn_hello(g->rank[k].conn);
+    pool += (int64_t)h->pool_bytes;
+    seqs = (int)h->max_sequences < seqs ? (int)h->max_sequences : seqs;
+    bpt += h->full_kv_bytes_per_token;
+    ctx = h->context_length < ctx ? h->context_length : ctx;
+  }
+  g->pool_bytes = pool, g->max_seqs = seqs, g->bytes_per_token = bpt, g->context_length = ctx;
+  g->up = 1, g->ever_up = 1, g->reserved = 0, g->n_running = 0;
+  qe_log(QE_LOG_INFO, "sched: group %s up (%d ranks, pool %lld bytes, %d sequences)", g->name,
+         g->tp_size, (long long)pool, seqs);
+  update_pool(s);
+  sched_health_changed(s);
+  sched_groups_pump(s);
+}
+
+static void on_open(tr_conn_t *c) {
+  sched_t *s = tr_conn_ud(c);
+  sgroup_t *g = tr_conn_data(c);
+  const tr_hello_t *h = tr_conn_hello(c);
+  srank_t *rk = &g->rank[h->rank];
+  memset(rk, 0, sizeof *rk);
+  rk->conn = c;
+  rk->pool_bytes = h->pool_bytes;
+  snprintf(rk->name, sizeof rk->name, "%s", h->name);
+  snprintf(rk->device, sizeof rk->device, "%s", h->device);
+  qe_log(QE_LOG_INFO, "sched: worker %s (group %s rank %u/%u, %s) connected from %s", h->name,
+         g->name, h->rank, h->tp_size, h->device, tr_conn_peer(c));
+  if (++g->n_conn == g->tp_size) group_up(s, g);
+}
+
+/* The group lost a rank: its requests go back to the front of the dispatch list. */
+static void group_down(sched_t *s, sgroup_t *g) {
+  g->up = 0;
+  sreq_t *head = NULL, *tail = NULL;
+  for (sreq_t *r = s->reqs; r; r = r->next_all) {
+    if (r->group != g || r->state != SREQ_RUNNING) continue;
+    r->group = NULL;
+    r->state = SREQ_QUEUED;
+    r->resumes++;
+    memset(r->mem, 0, sizeof r->mem);
+    r->dispatch_wait = 1;
+    r->next_wait = NULL;
+    if (tail)
+      tail->next_wait = r;
+    else
+      head = r;
+    tail = r;
+  }
+  if (head) {
+    tail->next_wait = s->wait_head;
+    s->wait_head = head;
+    if (!s->wait_tail) s->wait_tail = tail;
+  }
+  g->reserved = 0, g->n_running = 0;
+  qe_log(QE_LOG_WARN, "sched: group %s down; its requests resume elsewhere", g->name);
+  for (int k = 0; k < g->tp_size; k++)
+    if (g->rank[k].conn) tr_close(g->rank[k].conn); /* the group restarts as a whole */
+  sched_health_changed(s);
+  sched_groups_pump(s);
+}
+
+static void on_close(tr_conn_t *c, int reason, const char *detail) {
+  sched_t *s = tr_conn_ud(c);
+  int rank = 0;
+  sgroup_t *g = group_of(c, &rank);
+  if (!g) return;
+  qe_log(QE_LOG_WARN, "sched: worker %s (group %s rank %d) gone: %s (%s)", g->rank[rank].name,
+         g->name, rank, tr_close_reason_str(reason), detail);
+  g->rank[rank].conn = NULL;
+  g->n_conn--;
+  if (g->up) group_down(s, g);
+}
+
+static void copy_mem(smem_t *m, const Qevict__Worker__V1__MemorySummary *w) {
+  if (!w) return;
+  uint64_t v[18] = {w->budget_bytes,    w->bytes,
+                    w->peak_bytes,      w->full_bytes,
+                    w->int2_bytes,      w->sink_bytes,
+                    w->meta_bytes,      w->windows_full,
+                    w->windows_int2,    w->windows_evicted,
+                    w->promotions,      w->demotions,
+                    w->evictions,       w->quantizations,
+                    w->routing_events,  w->peak_transient_bytes,
+                    w->workspace_bytes, 0};
+  memcpy(m->v, v, sizeof v);
+  m->have = 1;
+}
+
+static sreq_t *running_on(sched_t *s, sgroup_t *g, uint64_t id) {
+  sreq_t *r = sched_req_find(s, id);
+  return r && r->group == g && r->state == SREQ_RUNNING ? r : NULL;
+}
+
+static int reason_of(int w) {
+  switch (w) {
+  case QEVICT__WORKER__V1__FINISH_REASON__FINISH_REASON_LENGTH:
+    return QEVICT__V1__FINISH_REASON__FINISH_REASON_LENGTH;
+  case QEVICT__WORKER__V1__FINISH_REASON__FINISH_REASON_EOS:
+    return QEVICT__V1__FINISH_REASON__FINISH_REASON_EOS;
+  case QEVICT__WORKER__V1__FINISH_REASON__FINISH_REASON_CANCELLED:
+    return QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED;
+  default:
+    return QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR;
+  }
+}
+
+static void on_finished(sched_t *s, sgroup_t *g, const Qevict__Worker__V1__RequestFinished *f) {
+  sreq_t *r = running_on(s, g, f->request_id);
+  if (!r) return;
+  copy_mem(&r->mem[0], f->memory);
+  int reason = reason_of(f->reason);
+  if (reason == QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR)
+    qe_log(QE_LOG_ERROR, "sched: request %s failed on %s: %s", r->id_str, g->name, f->error);
+  sched_req_finish(s, r, reason, f->error, 0);
+}
+
+static void on_report(sched_t *s, sgroup_t *g, int rank,
+                      const Qevict__Worker__V1__MemoryReport *m) {
+  srank_t *rk = &g->rank[rank];
+  rk->used = m->used_bytes, rk->full = m->full_bytes, rk->int2 = m->int2_bytes;
+  rk->other = m->other_bytes;
+  sched_export_worker(s, g, rank, m);
+  for (size_t i = 0; i < m->n_requests; i++) {
+    sreq_t *r = running_on(s, g, m->requests[i]->request_id);
+    if (r) copy_mem(&r->mem[rank], m->requests[i]->memory);
+  }
+}
+
+static void on_message(tr_conn_t *c, const tr_env_t *m) {
+  sched_t *s = tr_conn_ud(c);
+  int rank = 0;
+  sgroup_t *g = group_of(c, &rank);
+  if (!g) return;
+  switch (m->msg_case) {
+  case ENV(TOKEN_BATCH): {
+    sreq_t *r = rank == 0 ? running_on(s, g, m->token_batch->request_id) : NULL;
+    if (r)
+      sched_req_tokens(s, r, m->token_batch->token_ids, m->token_batch->n_token_ids,
+                       m->token_batch->offset);
+    break;
+  }
+  case ENV(REQUEST_FINISHED):
+    if (rank == 0) on_finished(s, g, m->request_finished);
+    break;
+  case ENV(MEMORY_REPORT):
+    on_report(s, g, rank, m->memory_report);
+    break;
+  case ENV(ERROR):
+    qe_log(QE_LOG_WARN, "sched: worker %s: error %d: %s", g->rank[rank].name, m->error->code,
+           m->error->message);
+    break;
+  default:
+    qe_log(QE_LOG_WARN, "sched: worker %s sent an unexpected message (%d)", g->rank[rank].name,
+           m->msg_case);
+  }
+}
+
+int sched_groups_listen(sched_t *s) {
+  int rc = model_fingerprint(s->cfg.model, g_fingerprint);
+  if (rc) return rc;
+  tr_options_t opt = {0};
+  opt.timeout_ms = s->cfg.worker_timeout_ms;
+  tr_callbacks_t cb = {s, on_hello, on_open, on_message, on_close};
+  return tr_listen(s->loop, s->cfg.worker_listen, &opt, &cb, &s->workers);
+}
+
+/* ---- dispatch ---- */
+
+static sgroup_t *best_group(sched_t *s, const sreq_t *r) {
+  sgroup_t *best = NULL;
+  for (sgroup_t *g = s->groups; g; g = g->next) {
+    if (!g->up || g->draining || g->n_running >= g->max_seqs) continue;
+    if (g->pool_bytes - g->reserved < r->budget) continue;
+    if (!best || g->pool_bytes - g->reserved > best->pool_bytes - best->reserved) best = g;
+  }
+  return best;
+}
+
+static int send_start(sgroup_t *g, sreq_t *r) {
+  Qevict__Worker__V1__StartRequest st = QEVICT__WORKER__V1__START_REQUEST__INIT;
+  st.request_id = r->id;
+  st.prompt_ids = (uint32_t *)r->prompt, st.n_prompt_ids = (size_t)r->n_prompt;
+  st.max_tokens = (uint32_t)r->max_tokens;
+  st.sampling = &r->sampling;
+  st.budget_bytes = (uint64_t)r->budget;
+  st.policy = &r->wpolicy;
+  st.ignore_eos = r->ignore_eos;
+  st.resume_ids = (uint32_t *)r->gen, st.n_resume_ids = (size_t)r->n_gen;
+  tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  env.msg_case = ENV(START_REQUEST), env.start_request = &st;
+  return tr_send(g->rank[0].conn, &env);
+}
+
+int sched_groups_dispatch(sched_t *s, sreq_t *r) {
+  sgroup_t *g = best_group(s, r);
+  if (!g) return 0;
+  if (send_start(g, r)) {
+    qe_log(QE_LOG_WARN, "sched: dispatch of %s to %s failed: %s", r->id_str, g->name, qe_errmsg());
+    return 0;
+  }
+  if (r->resumes)
+    qe_log(QE_LOG_WARN, "sched: request %s resumes on %s after %d tokens", r->id_str, g->name,
+           r->n_gen);
+  r->group = g;
+  r->dispatch_wait = 0;
+  g->reserved += r->budget;
+  g->n_running++;
+  sched_req_started(s, r);
+  return 1;
+}
+
+void sched_groups_pump(sched_t *s) {
+  sreq_t **p = &s->wait_head, *prev = NULL;
+  while (*p) {
+    sreq_t *r = *p;
+    if (!sched_groups_dispatch(s, r)) {
+      prev = r;
+      p = &r->next_wait;
+      continue;
+    }
+    *p = r->next_wait;
+    r->next_wait = NULL;
+    if (s->wait_tail == r) s->wait_tail = prev;
+  }
+}
+
+void sched_groups_cancel(sched_t *s, sreq_t *r) {
+  (void)s;
+  sgroup_t *g = r->group;
+  if (!g || !g->up || !g->rank[0].conn) return;
+  Qevict__Worker__V1__CancelRequest c = QEVICT__WORKER__V1__CANCEL_REQUEST__INIT;
+  c.request_id = r->id;
+  c.reason = "cancelled";
+  tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  env.msg_case = ENV(CANCEL_REQUEST), env.cancel_request = &c;
+  tr_send(g->rank[0].conn, &env);
+}
+
+void sched_groups_release(sched_t *s, sreq_t *r) {
+  (void)s;
+  sgroup_t *g = r->group;
+  if (!g || !g->up) return;
+  g->reserved -= r->budget;
+  g->n_running--;
+}
+
+int sched_groups_up(const sched_t *s) {
+  int n = 0;
+  for (const sgroup_t *g = s->groups; g; g = g->next) n += g->up;
+  return n;
+}
+
+uint64_t sched_groups_bytes_per_token(const sched_t *s) {
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    if (g->ever_up) return g->bytes_per_token;
+  return (uint64_t)2 * s->hp.n_head_kv * s->hp.head_dim * sizeof(float) * s->hp.n_layer;
+}
+
+int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,
+                       char ***names) {
+  size_t n = 0;
+  for (sgroup_t *g = s->groups; g; g = g->next) n += !*worker || !strcmp(worker, g->worker_id);
+  if (!n) return qe_errf(QE_ENOTFOUND, "worker: no worker '%.64s'", worker);
+  *names = calloc(n, sizeof **names);
+  if (!*names) return qe_errf(QE_ENOMEM, "out of memory");
+  Qevict__Worker__V1__Drain d = QEVICT__WORKER__V1__DRAIN__INIT;
+  tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  env.msg_case = ENV(DRAIN), env.drain = &d;
+  for (sgroup_t *g = s->groups; g; g = g->next) {
+    if (*worker && strcmp(worker, g->worker_id)) continue;
+    g->draining = 1;
+    if (g->up) tr_send(g->rank[0].conn, &env);
+    (*names)[resp->n_workers++] = g->worker_id;
+    resp->running += (uint32_t)g->n_running;
+  }
+  resp->workers = *names;
+  return 0;
+}
+
+void sched_groups_destroy(sched_t *s) {
+  for (sgroup_t *g = s->groups; g; g = g->next)
+    for (int k = 0; k < g->tp_size; k++)
+      if (g->rank[k].conn) tr_conn_set_data(g->rank[k].conn, NULL);
+  if (s->workers) tr_server_close(s->workers);
+  s->workers = NULL;
+  while (s->groups) {
+    sgroup_t *g = s->groups;
+    s->groups = g->next;
+    free(g);
+  }
+}

@@ -1,0 +1,209 @@
+/* sched_internal: the state of qevict-sched shared by its files (sched_main.c: lifecycle;
+ * sched_rpc.c: the gRPC surface; sched_req.c: requests, events and streams; sched_groups.c:
+ * workers, dispatch and resumption; sched_admin.c: the Admin service; sched_export.c: metrics
+ * and health). Everything here belongs to the loop thread. */
+#ifndef QE_SCHED_INTERNAL_H
+#define QE_SCHED_INTERNAL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "health.pb-c.h"
+#include "model.h"
+#include "qevict.pb-c.h"
+#include "sched_server.h"
+#include "sched_admit.h"
+#include "sched_grpc.h"
+#include "sched_http.h"
+#include "sched_metrics.h"
+#include "sched_tenants.h"
+#include "tokenizer.h"
+#include "tr_conn.h"
+#include "tr_policy.h"
+
+typedef Qevict__Worker__V1__MemorySummary wmem_t;
+
+enum { SREQ_QUEUED = 1, SREQ_RUNNING = 2, SREQ_FINISHED = 3 };
+#define SREQ_MAX_STOP  16
+#define SREQ_MAX_RANKS 64
+
+typedef struct sreq sreq_t;
+typedef struct sgroup sgroup_t;
+typedef struct sched sched_t;
+
+/* One stream of a request's events (Generate or Watch). */
+typedef struct swatch {
+  sgrpc_call_t *call;
+  sreq_t *req;
+  uint64_t next;      /* next event offset to send */
+  int sending, owner; /* owner: the Generate stream that started the request */
+  struct swatch *next_w;
+} swatch_t;
+
+/* Live memory of one request on one rank (the latest report). */
+typedef struct {
+  int have;
+  uint64_t v[18]; /* wmem_t's numeric fields in order (budget_bytes .. workspace_bytes) */
+} smem_t;
+
+struct sreq {
+  uint64_t id;
+  char id_str[24];
+  char tenant[SCHED_TENANT_ID_MAX + 1];
+  char client_id[129];
+  char policy[96]; /* resolved policy name */
+  int state;
+  int32_t *prompt;
+  int n_prompt, max_tokens, ignore_eos;
+  Qevict__Worker__V1__Sampling sampling;
+  Qevict__Worker__V1__Policy wpolicy; /* name points at policy_name */
+  char policy_name[96], scorer[16];
+  char *stop[SREQ_MAX_STOP];
+  int n_stop;
+  int64_t budget, full_kv_bytes;
+  sgroup_t *group; /* running: where */
+  int32_t *gen;    /* tokens received so far */
+  int n_gen, cap_gen;
+  tok_stream_t detok;
+  char *held; /* text held back while it may be the start of a stop string */
+  size_t n_held;
+  uint8_t **ev; /* packed Event messages */
+  size_t *ev_len;
+  uint64_t n_ev, cap_ev;
+  swatch_t *watchers;
+  int finish_reason; /* qevict.v1.FinishReason */
+  char error[256], stop_hit[257];
+  smem_t mem[SREQ_MAX_RANKS]; /* per rank of its group */
+  int n_fin_ranks;            /* ranks that reported RequestFinished (current dispatch) */
+  uint64_t t_created, t_started, t_first, t_last_tok, t_finished; /* monotonic us */
+  int64_t created_ms, started_ms, finished_ms;
+  int dispatch_wait; /* admitted, waiting for a group with room */
+  int resumes;
+  uv_timer_t expire; /* finished: forgotten after keep_finished_s */
+  int timer_live;
+  sched_t *s;
+  sreq_t *next_all, *prev_all; /* all requests, newest first */
+  sreq_t *next_wait;           /* dispatch wait list */
+};
+
+/* A worker rank's connection and its last report. */
+typedef struct {
+  tr_conn_t *conn;
+  uint64_t pool_bytes, used, full, int2, other;
+  uint64_t transitions[4]; /* promotions, demotions, evictions, routing events (last seen) */
+  char name[96], device[96];
+} srank_t;
+
+struct sgroup {
+  char name[64];
+  char worker_id[80];
+  int tp_size, n_conn, up, draining, ever_up;
+  srank_t rank[SREQ_MAX_RANKS];
+  int64_t pool_bytes, reserved;
+  int max_seqs, n_running;
+  uint32_t context_length;
+  uint64_t bytes_per_token;
+  sgroup_t *next;
+};
+
+struct sched {
+  sched_config_t cfg;
+  uv_loop_t *loop;
+  uv_signal_t sig_int, sig_term;
+  uv_timer_t tick;
+  sched_tenants_t *tenants;
+  sched_admit_t *admit;
+  sgrpc_server_t *grpc;
+  sh_server_t *http;
+  tr_server_t *workers;
+  sm_reg_t *metrics;
+  gguf_t *gguf;
+  tok_t *tok;
+  model_hparams_t hp;
+  int chat_kind;
+  sgroup_t *groups;
+  sreq_t *reqs;                  /* newest first */
+  sreq_t *wait_head, *wait_tail; /* admitted, not yet on a group */
+  uint64_t next_id;
+  uint64_t n_health_serving;       /* last health state (for Health.Watch) */
+  struct shealth *health_watchers; /* Health.Watch streams */
+  int stopping, ready_written;
+  struct smetrics *m; /* metric families (sched_export.c) */
+};
+
+/* sched_util.c */
+uint64_t sched_now_us(void);
+int64_t sched_unix_ms(void);
+int sched_utf8_valid(const char *s, size_t n);
+
+/* sched_req.c */
+/* Handles Generate (stream) and Submit (unary) after auth: validates, tokenizes, admits. */
+void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
+                        size_t n, int submit);
+void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
+                     size_t n);
+void sched_req_cancel_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
+                          size_t n);
+void sched_req_get_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
+                       size_t n);
+void sched_req_stream_sent(sched_t *s, swatch_t *w, int ok);
+void sched_req_stream_cancelled(sched_t *s, swatch_t *w);
+sreq_t *sched_req_find(sched_t *s, uint64_t id);
+sreq_t *sched_req_find_str(sched_t *s, const char *id);
+/* Ends a request (any state) with a reason; frees its reservation; finishes its streams once
+ * they have sent everything. cancel_worker: tell its worker to stop it. */
+void sched_req_finish(sched_t *s, sreq_t *r, int reason, const char *error, int cancel_worker);
+/* Tokens from the worker (offset = index of ids[0] among generated tokens). */
+void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint64_t offset);
+/* Dispatched to r->group: RUNNING, with a Started event the first time. */
+void sched_req_started(sched_t *s, sreq_t *r);
+/* The request's bytes were admitted (from sched_admit): dispatch it. */
+void sched_req_admitted(sched_t *s, sreq_t *r);
+/* Fills info (strings point into r; memory into *mem). */
+void sched_req_info(const sreq_t *r, Qevict__V1__RequestInfo *info, Qevict__V1__MemorySummary *mem);
+void sched_req_memory(const sreq_t *r, Qevict__V1__MemorySummary *out);
+void sched_req_destroy_all(sched_t *s);
+/* Cancels every queued or running request of tenant; returns how many. */
+unsigned sched_req_cancel_tenant(sched_t *s, const char *tenant);
+void sched_admit_event(void *ud, uint64_t id, int status);
+
+/* sched_groups.c */
+int sched_groups_listen(sched_t *s);
+/* Sends r to the group with the most free bytes and a free slot; 0 if none has room (r waits
+ * on the dispatch list). */
+int sched_groups_dispatch(sched_t *s, sreq_t *r);
+/* Dispatches waiting requests while groups have room. */
+void sched_groups_pump(sched_t *s);
+void sched_groups_cancel(sched_t *s, sreq_t *r);
+/* A running request left its group (finished or cancelled): its bytes come free there. */
+void sched_groups_release(sched_t *s, sreq_t *r);
+int sched_groups_up(const sched_t *s);
+uint64_t sched_groups_bytes_per_token(const sched_t *s);
+void sched_groups_destroy(sched_t *s);
+int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,
+                       char ***names);
+
+/* sched_admin.c */
+void sched_admin_rpc(sched_t *s, sgrpc_call_t *call, int method, const uint8_t *msg, size_t n);
+
+/* sched_rpc.c */
+int sched_rpc_start(sched_t *s);
+void sched_rpc_stop(sched_t *s);
+/* Ends a unary call with a message packed from m (NULL: status only). */
+void sched_rpc_reply(sgrpc_call_t *call, const ProtobufCMessage *m);
+void sched_rpc_error(sgrpc_call_t *call, int grpc_status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* QE_E* -> gRPC status. */
+int sched_rpc_status_of(int rc);
+void sched_health_changed(sched_t *s);
+
+/* sched_export.c */
+int sched_export_start(sched_t *s);
+void sched_export_stop(sched_t *s);
+void sched_export_finished(sched_t *s, const sreq_t *r);
+void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now);
+void sched_export_started(sched_t *s, const sreq_t *r);
+void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
+                         const Qevict__Worker__V1__MemoryReport *m);
+
+#endif

@@ -1,0 +1,181 @@
+/* sched_main: qevict-sched's lifecycle: configuration, the state directory and admin key, the
+ * model's tokenizer, the servers (gRPC, metrics, workers) on one libuv loop, and the stop on a
+ * signal. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qe_log.h"
+#include "qe_status.h"
+#include "sched_internal.h"
+
+void sched_config_init(sched_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->listen = "127.0.0.1:50051";
+  c->metrics_listen = "127.0.0.1:9464";
+  c->worker_listen = "127.0.0.1:50052";
+  c->max_message = (size_t)64 << 20;
+  c->keep_finished_s = 600;
+  c->worker_timeout_ms = 5000;
+}
+
+static int read_key_file(const char *path, char key[SCHED_KEY_STRLEN + 1]) {
+  FILE *f = fopen(path, "r");
+  if (!f) return qe_errf(QE_EIO, "%s: cannot read the admin key", path);
+  char buf[128] = "";
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
+  if (n != SCHED_KEY_STRLEN)
+    return qe_errf(QE_EINVAL, "%s: not an admin key (qk_ + 64 hex digits)", path);
+  memcpy(key, buf, n + 1);
+  return 0;
+}
+
+static int write_key_file(const char *path, const char *key) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return qe_errf(QE_EIO, "%s: cannot create (%s)", path, strerror(errno));
+  size_t n = strlen(key);
+  int ok = write(fd, key, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+  close(fd);
+  return ok ? 0 : qe_errf(QE_EIO, "%s: write failed", path);
+}
+
+/* Uses the admin key in the file, or issues one and writes it there. */
+static int admin_key(sched_t *s) {
+  char path[4096], key[SCHED_KEY_STRLEN + 1];
+  if (s->cfg.admin_key_file)
+    snprintf(path, sizeof path, "%s", s->cfg.admin_key_file);
+  else
+    snprintf(path, sizeof path, "%s/admin.key", s->cfg.state_dir);
+  if (access(path, F_OK) == 0) {
+    int rc = read_key_file(path, key);
+    return rc ? rc : sched_tenants_set_admin_key(s->tenants, key, NULL);
+  }
+  int rc = sched_tenants_set_admin_key(s->tenants, NULL, key);
+  if (!rc) rc = write_key_file(path, key);
+  if (!rc) qe_log(QE_LOG_INFO, "sched: new admin key written to %s", path);
+  return rc;
+}
+
+static int open_state(sched_t *s) {
+  if (!s->cfg.state_dir || !*s->cfg.state_dir) return qe_errf(QE_EINVAL, "--state-dir is required");
+  if (mkdir(s->cfg.state_dir, 0700) && errno != EEXIST)
+    return qe_errf(QE_EIO, "%s: cannot create (%s)", s->cfg.state_dir, strerror(errno));
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tenants.db", s->cfg.state_dir);
+  int rc = sched_tenants_open(path, &s->tenants);
+  if (!rc) rc = admin_key(s);
+  return rc;
+}
+
+static int load_tenants(sched_t *s) {
+  sched_tenant_t *all = NULL;
+  size_t n = 0;
+  int rc = sched_admit_create(0, sched_admit_event, s, &s->admit);
+  if (!rc) rc = sched_tenants_list(s->tenants, &all, &n);
+  for (size_t i = 0; i < n && !rc; i++)
+    rc = sched_admit_set_tenant(s->admit, all[i].id, all[i].kv_quota_bytes);
+  free(all);
+  return rc;
+}
+
+static int load_model(sched_t *s) {
+  if (!s->cfg.model) return qe_errf(QE_EINVAL, "--model is required");
+  int rc = gguf_open(s->cfg.model, &s->gguf);
+  if (!rc) rc = model_read_hparams(s->gguf, &s->hp);
+  if (!rc) rc = tok_create(s->gguf, &s->tok);
+  if (!rc) s->chat_kind = chat_kind_of(s->gguf);
+  return rc;
+}
+
+static void stop_all(sched_t *s) {
+  if (s->stopping) return;
+  s->stopping = 1;
+  qe_log(QE_LOG_INFO, "sched: stopping");
+  sched_req_destroy_all(s);
+  sched_rpc_stop(s);
+  sched_export_stop(s);
+  sched_groups_destroy(s);
+  uv_close((uv_handle_t *)&s->sig_int, NULL);
+  uv_close((uv_handle_t *)&s->sig_term, NULL);
+  uv_close((uv_handle_t *)&s->tick, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  (void)sig;
+  stop_all(h->data);
+}
+
+static void on_tick(uv_timer_t *t) {
+  sched_t *s = t->data;
+  if (s->ready_written || !s->cfg.ready_file || !sched_groups_up(s)) return;
+  FILE *f = fopen(s->cfg.ready_file, "w");
+  if (f) {
+    fprintf(f, "ready\n");
+    fclose(f);
+  }
+  s->ready_written = 1;
+}
+
+static int start(sched_t *s) {
+  int rc = open_state(s);
+  if (!rc) rc = load_tenants(s);
+  if (!rc) rc = load_model(s);
+  if (!rc) rc = sched_export_start(s);
+  if (!rc) rc = sched_groups_listen(s);
+  if (!rc) rc = sched_rpc_start(s);
+  if (rc) return rc;
+  uv_signal_init(s->loop, &s->sig_int);
+  uv_signal_init(s->loop, &s->sig_term);
+  uv_timer_init(s->loop, &s->tick);
+  s->sig_int.data = s->sig_term.data = s->tick.data = s;
+  uv_signal_start(&s->sig_int, on_signal, SIGINT);
+  uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+  uv_timer_start(&s->tick, on_tick, 100, 100);
+  qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d), workers on %s, metrics on %s", s->cfg.listen,
+         sgrpc_server_port(s->grpc), tr_server_address(s->workers),
+         s->http ? s->cfg.metrics_listen : "(off)");
+  return 0;
+}
+
+static void cleanup(sched_t *s) {
+  sched_admit_destroy(s->admit);
+  sched_tenants_close(s->tenants);
+  tok_destroy(s->tok);
+  gguf_close(s->gguf);
+}
+
+int sched_run(const sched_config_t *c) {
+  sched_t s;
+  memset(&s, 0, sizeof s);
+  s.cfg = *c;
+  uv_loop_t loop;
+  if (uv_loop_init(&loop)) return qe_errf(QE_EIO, "uv_loop_init failed");
+  s.loop = &loop;
+  s.next_id = (uint64_t)sched_unix_ms() * 1000u;
+  int rc = start(&s);
+  if (rc) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", qe_errmsg());
+    if (s.grpc || s.http || s.workers || s.metrics) {
+      s.stopping = 0;
+      sched_rpc_stop(&s);
+      sched_export_stop(&s);
+      sched_groups_destroy(&s);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    cleanup(&s);
+    return qe_errf(rc, "%s", msg);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  cleanup(&s);
+  return 0;
+}

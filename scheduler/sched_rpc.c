@@ -1,0 +1,260 @@
+/* sched_rpc: the gRPC surface of qevict-sched: the method table, authentication (tenant keys
+ * on Generation, the admin key on Admin, none on Health), and the standard health service. */
+#include <grpc/status.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "qe_log.h"
+#include "qe_status.h"
+#include "sched_internal.h"
+
+enum {
+  M_GENERATE,
+  M_SUBMIT,
+  M_WATCH,
+  M_CANCEL,
+  M_GET,
+  M_SET_TENANT,
+  M_GET_TENANT,
+  M_LIST_TENANTS,
+  M_DELETE_TENANT,
+  M_LIST_REQUESTS,
+  M_DRAIN,
+  M_HEALTH_CHECK,
+  M_HEALTH_WATCH,
+  M_COUNT
+};
+
+static const sgrpc_method_t methods[M_COUNT] = {
+    {"/qevict.v1.Generation/Generate", 1},   {"/qevict.v1.Generation/Submit", 0},
+    {"/qevict.v1.Generation/Watch", 1},      {"/qevict.v1.Generation/Cancel", 0},
+    {"/qevict.v1.Generation/GetRequest", 0}, {"/qevict.v1.Admin/SetTenant", 0},
+    {"/qevict.v1.Admin/GetTenant", 0},       {"/qevict.v1.Admin/ListTenants", 0},
+    {"/qevict.v1.Admin/DeleteTenant", 0},    {"/qevict.v1.Admin/ListRequests", 0},
+    {"/qevict.v1.Admin/Drain", 0},           {"/grpc.health.v1.Health/Check", 0},
+    {"/grpc.health.v1.Health/Watch", 1},
+};
+
+/* A Health.Watch stream. */
+typedef struct shealth {
+  sgrpc_call_t *call;
+  int sending, sent_state, dirty;
+  struct shealth *next;
+} shealth_t;
+
+void sched_rpc_reply(sgrpc_call_t *call, const ProtobufCMessage *m) {
+  size_t n = m ? protobuf_c_message_get_packed_size(m) : 0;
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) {
+    sgrpc_finish(call, GRPC_STATUS_INTERNAL, "out of memory", NULL, 0);
+    return;
+  }
+  if (m) protobuf_c_message_pack(m, buf);
+  sgrpc_finish(call, GRPC_STATUS_OK, "", buf, n);
+  free(buf);
+}
+
+void sched_rpc_error(sgrpc_call_t *call, int status, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  sgrpc_finish(call, status, msg, NULL, 0);
+}
+
+int sched_rpc_status_of(int rc) {
+  switch (rc) {
+  case QE_EINVAL:
+  case QE_EFORMAT:
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  case QE_ENOTFOUND:
+    return GRPC_STATUS_NOT_FOUND;
+  case QE_ERANGE:
+  case QE_ENOSPC:
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  case QE_EUNSUPPORTED:
+    return GRPC_STATUS_UNIMPLEMENTED;
+  default:
+    return GRPC_STATUS_INTERNAL;
+  }
+}
+
+/* The bearer token of the call into key; 0, or -1 when absent or malformed. */
+static int bearer(const sgrpc_call_t *call, char *key, size_t n) {
+  char v[256];
+  if (sgrpc_call_metadata(call, "authorization", v, sizeof v)) return -1;
+  if (strncasecmp(v, "Bearer ", 7)) return -1;
+  const char *k = v + 7;
+  while (*k == ' ') k++;
+  if (strlen(k) >= n) return -1;
+  strcpy(key, k);
+  return 0;
+}
+
+/* Generation: the tenant of a valid key, or an UNAUTHENTICATED answer. */
+static int auth_tenant(sched_t *s, sgrpc_call_t *call, char tenant[SCHED_TENANT_ID_MAX + 1]) {
+  char key[128];
+  if (bearer(call, key, sizeof key)) {
+    sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
+                    "missing API key (metadata authorization: Bearer <key>)");
+    return -1;
+  }
+  if (sched_tenants_verify_key(s->tenants, key, tenant)) {
+    sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED, "invalid API key");
+    return -1;
+  }
+  return 0;
+}
+
+/* Admin: the admin key; a tenant key is PERMISSION_DENIED, anything else UNAUTHENTICATED. */
+static int auth_admin(sched_t *s, sgrpc_call_t *call) {
+  char key[128], tenant[SCHED_TENANT_ID_MAX + 1];
+  if (bearer(call, key, sizeof key)) {
+    sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
+                    "missing admin key (metadata authorization: Bearer <key>)");
+    return -1;
+  }
+  if (!sched_tenants_verify_admin_key(s->tenants, key)) return 0;
+  if (!sched_tenants_verify_key(s->tenants, key, tenant))
+    sched_rpc_error(call, GRPC_STATUS_PERMISSION_DENIED, "tenant keys cannot use Admin");
+  else
+    sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED, "invalid admin key");
+  return -1;
+}
+
+/* ---- grpc.health.v1.Health ---- */
+
+static int serving_status(const sched_t *s) {
+  return !s->stopping && sched_groups_up(s)
+             ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+}
+
+static int known_service(const char *svc) {
+  return !*svc || !strcmp(svc, "qevict.v1.Generation") || !strcmp(svc, "qevict.v1.Admin");
+}
+
+static void health_send(sched_t *s, shealth_t *h) {
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = serving_status(s);
+  uint8_t buf[16];
+  size_t n = grpc__health__v1__health_check_response__pack(&r, buf);
+  h->dirty = 0;
+  h->sent_state = r.status;
+  h->sending = sgrpc_send(h->call, buf, n) == 0;
+}
+
+void sched_health_changed(sched_t *s) {
+  for (shealth_t *h = s->health_watchers; h; h = h->next) {
+    if (h->sent_state == serving_status(s)) continue;
+    if (h->sending)
+      h->dirty = 1;
+    else
+      health_send(s, h);
+  }
+}
+
+static void health_rpc(sched_t *s, sgrpc_call_t *call, int method, const uint8_t *msg, size_t n) {
+  Grpc__Health__V1__HealthCheckRequest *q =
+      grpc__health__v1__health_check_request__unpack(NULL, n, msg);
+  if (!q) return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf");
+  int known = known_service(q->service);
+  grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+  if (method == M_HEALTH_CHECK) {
+    if (!known) return sched_rpc_error(call, GRPC_STATUS_NOT_FOUND, "service: unknown");
+    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    r.status = serving_status(s);
+    return sched_rpc_reply(call, &r.base);
+  }
+  shealth_t *h = calloc(1, sizeof *h);
+  if (!h) return sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
+  h->call = call;
+  h->next = s->health_watchers;
+  s->health_watchers = h;
+  sgrpc_call_set_data(call, h);
+  health_send(s, h);
+}
+
+static void health_drop(sched_t *s, shealth_t *h, int status) {
+  for (shealth_t **p = &s->health_watchers; *p; p = &(*p)->next)
+    if (*p == h) {
+      *p = h->next;
+      break;
+    }
+  sgrpc_call_set_data(h->call, NULL);
+  sgrpc_finish(h->call, status, "", NULL, 0);
+  free(h);
+}
+
+static int is_health(sched_t *s, void *data) {
+  for (shealth_t *h = s->health_watchers; h; h = h->next)
+    if ((void *)h == data) return 1;
+  return 0;
+}
+
+/* ---- dispatch ---- */
+
+static void on_call(void *ud, sgrpc_call_t *call, int method, const uint8_t *req, size_t n) {
+  sched_t *s = ud;
+  char tenant[SCHED_TENANT_ID_MAX + 1];
+  if (s->stopping) return sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE, "shutting down");
+  if (method >= M_HEALTH_CHECK) return health_rpc(s, call, method, req, n);
+  if (method >= M_SET_TENANT) {
+    if (!auth_admin(s, call)) sched_admin_rpc(s, call, method - M_SET_TENANT, req, n);
+    return;
+  }
+  if (auth_tenant(s, call, tenant)) return;
+  switch (method) {
+  case M_GENERATE:
+    sched_req_generate(s, call, tenant, req, n, 0);
+    break;
+  case M_SUBMIT:
+    sched_req_generate(s, call, tenant, req, n, 1);
+    break;
+  case M_WATCH:
+    sched_req_watch(s, call, tenant, req, n);
+    break;
+  case M_CANCEL:
+    sched_req_cancel_rpc(s, call, tenant, req, n);
+    break;
+  default:
+    sched_req_get_rpc(s, call, tenant, req, n);
+    break;
+  }
+}
+
+static void on_cancel(void *ud, sgrpc_call_t *call) {
+  sched_t *s = ud;
+  void *data = sgrpc_call_data(call);
+  if (!data) return;
+  if (is_health(s, data))
+    health_drop(s, data, GRPC_STATUS_CANCELLED);
+  else
+    sched_req_stream_cancelled(s, data);
+}
+
+static void on_sent(void *ud, sgrpc_call_t *call, int ok) {
+  sched_t *s = ud;
+  void *data = sgrpc_call_data(call);
+  if (!data) return;
+  if (!is_health(s, data)) return sched_req_stream_sent(s, data, ok);
+  shealth_t *h = data;
+  h->sending = 0;
+  if (ok && h->dirty) health_send(s, h);
+}
+
+int sched_rpc_start(sched_t *s) {
+  sgrpc_handlers_t h = {s, on_call, on_cancel, on_sent};
+  sgrpc_options_t o = {s->cfg.max_message, s->cfg.max_message};
+  return sgrpc_server_create(s->loop, s->cfg.listen, &o, methods, M_COUNT, &h, &s->grpc);
+}
+
+void sched_rpc_stop(sched_t *s) {
+  while (s->health_watchers) health_drop(s, s->health_watchers, GRPC_STATUS_UNAVAILABLE);
+  if (s->grpc) sgrpc_server_destroy(s->grpc);
+  s->grpc = NULL;
+}

@@ -1,0 +1,34 @@
+/* sched: qevict-sched, the process clients talk to (DESIGN.md "Processes"): the gRPC API
+ * (qevict.v1.Generation, qevict.v1.Admin, grpc.health.v1.Health), tokenization, tenants and
+ * keys (SQLite), admission (sched_admit), dispatch to TP groups of workers over the transport,
+ * streaming with per-stream flow control, cancellation, resumption of a lost worker's requests,
+ * and Prometheus metrics over HTTP. */
+#ifndef QE_SCHED_SERVER_H
+#define QE_SCHED_SERVER_H
+
+#include <stddef.h>
+
+typedef struct {
+  const char *model;          /* GGUF file: tokenizer, chat template, hyperparameters */
+  const char *listen;         /* gRPC address (default "127.0.0.1:50051") */
+  const char *metrics_listen; /* HTTP /metrics and /healthz (default "127.0.0.1:9464"); "" off */
+  const char *worker_listen;  /* transport address workers connect to (default "127.0.0.1:50052") */
+  const char *state_dir;      /* tenants.db lives here (created 0700 if missing); required */
+  const char *admin_key_file; /* read the admin key from it, or write a new one there if it
+                               * does not exist (default STATE_DIR/admin.key) */
+  size_t max_message;         /* gRPC message size limit both ways (default 64 MiB) */
+  unsigned keep_finished_s;   /* finished requests stay visible to Watch/GetRequest (600) */
+  unsigned worker_timeout_ms; /* a silent worker is down after this long (5000) */
+  const char *ready_file;     /* written ("ready\n") once at least one group is up, if set */
+} sched_config_t;
+
+/* Fills the defaults. */
+void sched_config_init(sched_config_t *c);
+
+/* Runs the scheduler until SIGINT or SIGTERM (then it drains nothing: clients get UNAVAILABLE
+ * and workers are disconnected). Returns 0 after a clean stop, or a negative QE_E* when it could
+ * not start (detail in qe_errmsg: bad address, unreadable model, state directory...). Installs
+ * signal handlers; call it once per process. */
+int sched_run(const sched_config_t *c);
+
+#endif

@@ -1,0 +1,276 @@
+/* sched_validate: a GenerateRequest checked and resolved against the model and the tenant's
+ * limits into a request (sreq_t): prompt tokens, sampling, stop strings, policy, budget. Every
+ * refusal names the field. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_tiered.h"
+#include "qe_status.h"
+#include "sched_internal.h"
+#include "sched_validate.h"
+
+#define WP(x) QEVICT__WORKER__V1__POLICY__##x
+#define PP(x) QEVICT__V1__POLICY__##x
+
+static int bad(sval_err_t *e, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  e->status = status;
+  return -1;
+}
+
+static int prompt_from_text(sched_t *s, const char *text, int special, sreq_t *r, sval_err_t *e) {
+  size_t n = 0;
+  if (!sched_utf8_valid(text, strlen(text))) return bad(e, SVAL_INVALID, "prompt: not valid UTF-8");
+  if (tok_encode(s->tok, text, strlen(text), tok_add_bos(s->tok), special, &r->prompt, &n))
+    return bad(e, SVAL_INVALID, "prompt: %s", qe_errmsg());
+  r->n_prompt = (int)n;
+  return 0;
+}
+
+static int prompt_from_chat(sched_t *s, const Qevict__V1__ChatMessages *c, sreq_t *r,
+                            sval_err_t *e) {
+  if (!c || !c->n_messages) return bad(e, SVAL_INVALID, "prompt.chat: no messages");
+  if (s->chat_kind == CHAT_NONE)
+    return bad(e, SVAL_INVALID, "prompt.chat: the model has no chat template");
+  chat_msg_t *m = calloc(c->n_messages, sizeof *m);
+  if (!m) return bad(e, SVAL_INTERNAL, "out of memory");
+  int rc = 0;
+  for (size_t i = 0; i < c->n_messages && !rc; i++) {
+    const char *role = c->messages[i]->role, *content = c->messages[i]->content;
+    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+      rc = bad(e, SVAL_INVALID,
+               "prompt.chat.messages[%zu].role: '%.32s' (system, user or "
+               "assistant)",
+               i, role);
+    else if (!sched_utf8_valid(content, strlen(content)))
+      rc = bad(e, SVAL_INVALID, "prompt.chat.messages[%zu].content: not valid UTF-8", i);
+    m[i] = (chat_msg_t){role, content};
+  }
+  char *text = NULL;
+  if (!rc && chat_render(s->chat_kind, s->gguf, m, c->n_messages, 1, &text))
+    rc = bad(e, SVAL_INVALID, "prompt.chat: %s", qe_errmsg());
+  free(m);
+  if (!rc) rc = prompt_from_text(s, text, 1, r, e);
+  free(text);
+  return rc;
+}
+
+static int prompt_from_ids(sched_t *s, const Qevict__V1__TokenIds *t, sreq_t *r, sval_err_t *e) {
+  if (!t || !t->n_ids) return bad(e, SVAL_INVALID, "prompt.token_ids: empty");
+  int V = tok_n_vocab(s->tok);
+  r->prompt = malloc(sizeof(int32_t) * t->n_ids);
+  if (!r->prompt) return bad(e, SVAL_INTERNAL, "out of memory");
+  for (size_t i = 0; i < t->n_ids; i++) {
+    if (t->ids[i] >= (uint32_t)V)
+      return bad(e, SVAL_INVALID, "prompt.token_ids[%zu]: %u is not below the vocabulary size %d",
+                 i, t->ids[i], V);
+    r->prompt[i] = (int32_t)t->ids[i];
+  }
+  r->n_prompt = (int)t->n_ids;
+  return 0;
+}
+
+static int check_prompt(sched_t *s, const Qevict__V1__GenerateRequest *g, sreq_t *r,
+                        sval_err_t *e) {
+  const Qevict__V1__Prompt *p = g->prompt;
+  int rc;
+  switch (p ? p->kind_case : 0) {
+  case QEVICT__V1__PROMPT__KIND_TEXT:
+    if (!*p->text) return bad(e, SVAL_INVALID, "prompt.text: empty");
+    rc = prompt_from_text(s, p->text, 0, r, e);
+    break;
+  case QEVICT__V1__PROMPT__KIND_CHAT:
+    rc = prompt_from_chat(s, p->chat, r, e);
+    break;
+  case QEVICT__V1__PROMPT__KIND_TOKEN_IDS:
+    rc = prompt_from_ids(s, p->token_ids, r, e);
+    break;
+  default:
+    return bad(e, SVAL_INVALID, "prompt: empty (set text, chat or token_ids)");
+  }
+  if (!rc && r->n_prompt <= 0) return bad(e, SVAL_INVALID, "prompt: encodes to no tokens");
+  return rc;
+}
+
+static int check_length(sched_t *s, const Qevict__V1__GenerateRequest *g, sreq_t *r,
+                        sval_err_t *e) {
+  long ctx = s->hp.n_ctx_train;
+  if (g->max_tokens == 0) return bad(e, SVAL_INVALID, "max_tokens: must be > 0");
+  if ((long)r->n_prompt + (long)g->max_tokens > ctx)
+    return bad(e, SVAL_INVALID,
+               "max_tokens: prompt (%d tokens) + max_tokens (%u) exceeds the context length (%ld)",
+               r->n_prompt, g->max_tokens, ctx);
+  r->max_tokens = (int)g->max_tokens;
+  r->ignore_eos = g->ignore_eos;
+  return 0;
+}
+
+static int check_sampling(const Qevict__V1__Sampling *sp, sreq_t *r, sval_err_t *e) {
+  qevict__worker__v1__sampling__init(&r->sampling);
+  if (!sp) return 0;
+  if (!(sp->temperature >= 0 && sp->temperature <= 100))
+    return bad(e, SVAL_INVALID, "sampling.temperature: must be in [0, 100]");
+  if (!(sp->top_p >= 0 && sp->top_p <= 1))
+    return bad(e, SVAL_INVALID, "sampling.top_p: must be in [0, 1]");
+  r->sampling.temperature = sp->temperature;
+  r->sampling.top_k = sp->top_k;
+  r->sampling.top_p = sp->top_p;
+  r->sampling.seed = sp->seed;
+  return 0;
+}
+
+static int check_stop(const Qevict__V1__GenerateRequest *g, sreq_t *r, sval_err_t *e) {
+  if (g->n_stop > SREQ_MAX_STOP)
+    return bad(e, SVAL_INVALID, "stop: %zu strings (at most %d)", g->n_stop, SREQ_MAX_STOP);
+  for (size_t i = 0; i < g->n_stop; i++) {
+    size_t n = strlen(g->stop[i]);
+    if (n == 0 || n > 256) return bad(e, SVAL_INVALID, "stop[%zu]: must be 1..256 bytes", i);
+    if (!sched_utf8_valid(g->stop[i], n))
+      return bad(e, SVAL_INVALID, "stop[%zu]: not valid UTF-8", i);
+    if (!(r->stop[r->n_stop++] = strdup(g->stop[i]))) return bad(e, SVAL_INTERNAL, "out of memory");
+  }
+  return 0;
+}
+
+static int check_client_id(const char *id, sreq_t *r, sval_err_t *e) {
+  size_t n = strlen(id);
+  if (n > 128) return bad(e, SVAL_INVALID, "client_request_id: longer than 128 bytes");
+  for (size_t i = 0; i < n; i++)
+    if (id[i] < 0x21 || id[i] > 0x7e)
+      return bad(e, SVAL_INVALID, "client_request_id: printable ASCII only");
+  memcpy(r->client_id, id, n + 1);
+  return 0;
+}
+
+/* The public Policy copied into the worker's (names and scorer kept in r). */
+static void policy_copy(const Qevict__V1__Policy *p, sreq_t *r) {
+  Qevict__Worker__V1__Policy *w = &r->wpolicy;
+  snprintf(r->scorer, sizeof r->scorer, "%s", p->scorer);
+  w->scorer = r->scorer;
+  if (p->q_opt_case == PP(Q_OPT_Q)) w->q_opt_case = WP(Q_OPT_Q), w->q = p->q;
+  if (p->window_opt_case == PP(WINDOW_OPT_WINDOW))
+    w->window_opt_case = WP(WINDOW_OPT_WINDOW), w->window = p->window;
+  if (p->bits_opt_case == PP(BITS_OPT_BITS))
+    w->bits_opt_case = WP(BITS_OPT_BITS), w->bits = p->bits;
+  if (p->sink_opt_case == PP(SINK_OPT_SINK))
+    w->sink_opt_case = WP(SINK_OPT_SINK), w->sink = p->sink;
+  if (p->local_opt_case == PP(LOCAL_OPT_LOCAL))
+    w->local_opt_case = WP(LOCAL_OPT_LOCAL), w->local = p->local;
+  if (!p->graphkv) return;
+  const Qevict__V1__GraphKV *gk = p->graphkv;
+  w->graphkv = 1;
+  if (gk->k_opt_case == QEVICT__V1__GRAPH_KV__K_OPT_K)
+    w->graphkv_k_opt_case = WP(GRAPHKV_K_OPT_GRAPHKV_K), w->graphkv_k = gk->k;
+  if (gk->m_opt_case == QEVICT__V1__GRAPH_KV__M_OPT_M)
+    w->graphkv_m_opt_case = WP(GRAPHKV_M_OPT_GRAPHKV_M), w->graphkv_m = gk->m;
+  if (gk->t_opt_case == QEVICT__V1__GRAPH_KV__T_OPT_T)
+    w->graphkv_t_opt_case = WP(GRAPHKV_T_OPT_GRAPHKV_T), w->graphkv_t = gk->t;
+}
+
+/* Tenant default "NAME" or "NAME:BUDGET" (a fraction with a '.', or bytes). */
+static void tenant_default(const sched_tenant_t *t, char *name, size_t n, double *frac,
+                           uint64_t *bytes) {
+  snprintf(name, n, "%s", t->default_policy);
+  char *at = strchr(name, ':');
+  if (!at) return;
+  *at++ = 0;
+  if (strchr(at, '.'))
+    *frac = strtod(at, NULL);
+  else
+    *bytes = strtoull(at, NULL, 10);
+}
+
+/* Bytes of the whole request (all ranks) at the minimum budget and at FullKV of the tiered
+ * cache for its capacity, summed over the shards of the model's TP split. */
+static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp, size_t *min,
+                         size_t *full) {
+  *min = *full = 0;
+  for (int rank = 0; rank < tp; rank++) {
+    model_shard_t sh;
+    size_t a, b;
+    if (model_shard_of(&s->hp, rank, tp, &sh)) return QE_EINVAL;
+    kv_geom_t g = {s->hp.n_layer, sh.n_head, sh.n_kv, s->hp.head_dim, 1};
+    int rc = kv_tiered_bounds(&g, &d->cfg, cap, &a, &b);
+    if (rc) return rc;
+    *min += a, *full += b;
+  }
+  return 0;
+}
+
+static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, const sched_tenant_t *t,
+                          sreq_t *r, sval_err_t *e) {
+  double frac = 0;
+  uint64_t bytes = 0;
+  char name[96] = "";
+  const Qevict__V1__Policy *p = g->policy;
+  if (!p || !*p->name) tenant_default(t, name, sizeof name, &frac, &bytes);
+  snprintf(r->policy_name, sizeof r->policy_name, "%s", p && *p->name ? p->name : name);
+  qevict__worker__v1__policy__init(&r->wpolicy);
+  if (p) policy_copy(p, r);
+  r->wpolicy.name = r->policy_name;
+  kv_policy_desc_t d;
+  if (tr_policy_resolve(&r->wpolicy, s->hp.head_dim, &d))
+    return bad(e, SVAL_INVALID, "%s", qe_errmsg());
+  snprintf(r->policy, sizeof r->policy, "%s", d.name);
+  const Qevict__V1__Budget *b = g->budget;
+  int explicit_bytes = b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES;
+  if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
+    if (!(b->fraction > 0 && b->fraction <= 1))
+      return bad(e, SVAL_INVALID, "budget.fraction: must be in (0, 1]");
+    frac = b->fraction, bytes = 0;
+  } else if (explicit_bytes) {
+    if (!b->bytes) return bad(e, SVAL_INVALID, "budget.bytes: must be > 0");
+    bytes = b->bytes, frac = 0;
+  }
+  long cap = (long)r->n_prompt + r->max_tokens;
+  int tp = s->groups ? s->groups->tp_size : 1;
+  uint64_t per_tok = sched_groups_bytes_per_token(s);
+  r->full_kv_bytes = (int64_t)(per_tok * (uint64_t)cap);
+  int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
+  if (explicit_bytes && (int64_t)bytes > t->kv_quota_bytes)
+    return bad(e, SVAL_EXHAUSTED, "budget.bytes: %llu exceeds the tenant's quota (%lld bytes)",
+               (unsigned long long)bytes, (long long)t->kv_quota_bytes);
+  if (d.full) {
+    if (bytes && (int64_t)bytes < r->full_kv_bytes)
+      return bad(e, SVAL_INVALID, "budget: policy full needs %lld bytes (prompt + max_tokens)",
+                 (long long)r->full_kv_bytes);
+    if (r->full_kv_bytes > limit)
+      return bad(e, SVAL_EXHAUSTED,
+                 "budget: FullKV of prompt + max_tokens is %lld bytes, above the tenant's limit "
+                 "(%lld bytes)",
+                 (long long)r->full_kv_bytes, (long long)limit);
+    r->budget = r->full_kv_bytes;
+    return 0;
+  }
+  size_t min, full;
+  if (policy_bounds(s, &d, cap, tp, &min, &full)) return bad(e, SVAL_INVALID, "%s", qe_errmsg());
+  uint64_t want = bytes                      ? bytes
+                  : frac >= 1.0 || frac == 0 ? full
+                                             : (uint64_t)(frac * (double)r->full_kv_bytes);
+  if (want > full) want = full;
+  if ((int64_t)want > limit) want = (uint64_t)limit;
+  if (want < min)
+    return bad(e, SVAL_INVALID,
+               "budget: %llu bytes is below policy %s's minimum for this request (%zu bytes: sink "
+               "and local windows)",
+               (unsigned long long)want, d.name, min);
+  r->budget = (int64_t)want;
+  return 0;
+}
+
+int sval_request(sched_t *s, const char *tenant, const Qevict__V1__GenerateRequest *g, sreq_t *r,
+                 sval_err_t *e) {
+  sched_tenant_t t;
+  if (sched_tenants_get(s->tenants, tenant, &t))
+    return bad(e, SVAL_UNAUTHENTICATED, "tenant '%s' no longer exists", tenant);
+  if (check_client_id(g->client_request_id, r, e) || check_prompt(s, g, r, e) ||
+      check_length(s, g, r, e) || check_sampling(g->sampling, r, e) || check_stop(g, r, e))
+    return -1;
+  return resolve_budget(s, g, &t, r, e);
+}

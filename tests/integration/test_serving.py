@@ -1,0 +1,425 @@
+#!/usr/bin/python3
+"""test_serving: the whole daemon (`qevict serve`: a scheduler and two CPU workers on loopback,
+stories260K) driven by Python grpcio with stubs generated from our .proto at test time:
+auth, tenants and quotas, 64 concurrent streams, cancel and disconnect, Submit + Watch,
+a killed worker, bad input, metrics (promtool, a real Prometheus scrape), restart persistence.
+usage: test_serving.py QEVICT_BINARY   (exit 77 = skipped)"""
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import json
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serving  # noqa: E402
+
+try:
+    import grpc  # Debian python3-grpcio
+except ImportError:
+    print("SKIP: python3-grpcio is not installed")
+    sys.exit(77)
+
+QEVICT = os.path.abspath(sys.argv[1])
+STORIES = os.path.join(os.environ.get("QE_SHARED_MODELS", os.path.join(serving.ROOT, "..",
+                                                                      "shared", "models")),
+                       "stories260K.gguf")
+if not os.path.exists(STORIES):
+    print("SKIP: %s is absent" % STORIES)
+    sys.exit(77)
+
+TMP = serving.tmpdir()
+pb, pbg, hpb, hpbg = serving.load_stubs(TMP)
+C = serving.Checks()
+PROMPTS = ["Once upon a time", "The little dog", "Lily wanted to", "One day, a big", "Tom and Sam",
+           "The sun was", "A girl named", "In the park"]
+
+
+def auth(key):
+    return (("authorization", "Bearer " + key),)
+
+
+class Client:
+    def __init__(self, addr, key):
+        self.ch = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 64 << 20),
+                                                       ("grpc.max_receive_message_length", 64 << 20)])
+        self.gen = pbg.GenerationStub(self.ch)
+        self.adm = pbg.AdminStub(self.ch)
+        self.md = auth(key)
+
+    def request(self, prompt, n, policy="", budget=None, ids=None, **kw):
+        r = pb.GenerateRequest(max_tokens=n, **kw)
+        if ids is not None:
+            r.prompt.token_ids.ids.extend(ids)
+        else:
+            r.prompt.text = prompt
+        if policy:
+            r.policy.name = policy
+        if isinstance(budget, float):
+            r.budget.fraction = budget
+        elif isinstance(budget, int):
+            r.budget.bytes = budget
+        return r
+
+    def generate(self, req, timeout=120):
+        """All events of a Generate stream."""
+        return list(self.gen.Generate(req, metadata=self.md, timeout=timeout))
+
+
+def tokens_of(events):
+    ids, text = [], ""
+    for e in events:
+        if e.HasField("tokens"):
+            ids += list(e.tokens.ids)
+            text += e.tokens.text
+    return ids, text
+
+
+def finished_of(events):
+    return events[-1].finished if events and events[-1].HasField("finished") else None
+
+
+def code_of(fn):
+    try:
+        fn()
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
+def cli_tokens(prompt, n, policy, budget, seed=0):
+    """`qevict generate` in process: the reference the server must reproduce."""
+    out = subprocess.run([QEVICT, "generate", "--model", STORIES, "--prompt", prompt, "-n", str(n),
+                          "--policy", policy, "--budget", str(budget), "--seed", str(seed),
+                          "--ignore-eos", "--json"], capture_output=True, text=True, timeout=120)
+    if out.returncode:
+        raise RuntimeError(out.stderr)
+    return json.loads(out.stdout)["tokens"]
+
+
+# ---- scenarios --------------------------------------------------------------------------------
+
+def test_auth(srv, admin, tenant_key):
+    a = Client(srv.addr, "qk_" + "0" * 64)
+    code, _ = code_of(lambda: a.generate(a.request("hi", 2)))
+    C.ok(code == grpc.StatusCode.UNAUTHENTICATED, "wrong key: UNAUTHENTICATED (%s)" % code)
+    nokey = pbg.GenerationStub(admin.ch)
+    code, _ = code_of(lambda: list(nokey.Generate(admin.request("hi", 2), timeout=10)))
+    C.ok(code == grpc.StatusCode.UNAUTHENTICATED, "missing key: UNAUTHENTICATED (%s)" % code)
+    t = Client(srv.addr, tenant_key)
+    code, _ = code_of(lambda: t.adm.ListTenants(pb.ListTenantsRequest(), metadata=t.md, timeout=10))
+    C.ok(code == grpc.StatusCode.PERMISSION_DENIED, "tenant key on Admin: PERMISSION_DENIED (%s)" % code)
+    h = hpbg.HealthStub(admin.ch)
+    st = h.Check(hpb.HealthCheckRequest(service=""), timeout=10).status
+    C.ok(st == hpb.HealthCheckResponse.SERVING, "grpc.health.v1 Check: SERVING")
+
+
+def set_tenant(admin, tid, quota, max_req=0):
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes, r.tenant.max_request_budget_bytes = tid, quota, max_req
+    return admin.adm.SetTenant(r, metadata=admin.md, timeout=10)
+
+
+def test_equal_to_cli(cl):
+    for policy, budget in (("qevict", 0.3), ("full", 1.0), ("h2o", 0.4)):
+        want = cli_tokens(PROMPTS[0], 200, policy, budget, seed=7)
+        req = cl.request(PROMPTS[0], 200, policy, budget if policy != "full" else None,
+                         sampling=pb.Sampling(seed=7), ignore_eos=True)
+        ev = cl.generate(req)
+        ids, _ = tokens_of(ev)
+        C.ok(ids == want, "grpcio stream == qevict generate (%s %.1f): %d tokens" %
+             (policy, budget, len(ids)))
+        f = finished_of(ev)
+        C.ok(f is not None and f.memory.policy == policy, "Finished carries the memory summary (%s)"
+             % (f.memory.policy if f else None))
+
+
+def test_bad_input(srv, cl):
+    IA, RE = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+    cases = [
+        ("empty prompt", cl.request("", 4), IA, "prompt"),
+        ("max_tokens 0", cl.request("hi", 0), IA, "max_tokens"),
+        ("beyond context", cl.request("hi", 100000), IA, "max_tokens"),
+        ("budget below minimum", cl.request("hi", 8, "qevict", 1), IA, "budget"),
+        ("budget above quota", cl.request("hi", 8, "qevict", 1 << 40), RE, "budget"),
+        ("unknown policy", cl.request("hi", 8, "nosuch"), IA, "policy.name"),
+        ("token id beyond vocab", cl.request("", 4, ids=[1, 99999]), IA, "prompt.token_ids"),
+        ("bad fraction", cl.request("hi", 8, "qevict", 1.5), IA, "budget.fraction"),
+        ("bad temperature", cl.request("hi", 8, sampling=pb.Sampling(temperature=-1)), IA,
+         "sampling.temperature"),
+    ]
+    for what, req, want, field in cases:
+        code, det = code_of(lambda: cl.generate(req, timeout=30))
+        C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    raw = cl.ch.unary_unary("/qevict.v1.Generation/Submit", request_serializer=None,
+                            response_deserializer=None)
+    code, det = code_of(lambda: raw(b"\xff\xff\xff\xff", metadata=cl.md, timeout=10))
+    C.ok(code == IA, "malformed protobuf: %s '%s'" % (code, det))
+    bad_utf8 = b"\x0a\x03\x0a\x01\xff\x10\x04"  # prompt { text: "\xff" } max_tokens: 4
+    code, det = code_of(lambda: raw(bad_utf8, metadata=cl.md, timeout=10))
+    C.ok(code in (IA,) and "UTF-8" in det, "invalid UTF-8: %s '%s'" % (code, det))
+    big = cl.request("x" * (5 << 20), 4)  # over the server's --max-message 4M
+    code, det = code_of(lambda: cl.generate(big, timeout=30))
+    C.ok(code == RE, "message over the limit: %s" % code)
+    ev = cl.generate(cl.request(PROMPTS[1], 4))
+    C.ok(finished_of(ev) is not None, "the daemon still serves after the bad input")
+
+
+def test_concurrency(srv, admin, keys, quota, per_req):
+    """64 streams from 4 tenants; each tenant's reserved bytes sampled against its quota."""
+    over, stop, samples, max_queued = [], threading.Event(), [0], [0]
+
+    def sampler():
+        while not stop.is_set():
+            for tid in keys:
+                t = admin.adm.GetTenant(pb.GetTenantRequest(id=tid), metadata=admin.md, timeout=10)
+                samples[0] += 1
+                if t.reserved_bytes > t.kv_quota_bytes:
+                    over.append((tid, t.reserved_bytes))
+                max_queued[0] = max(max_queued[0], t.queued)
+            time.sleep(0.02)
+
+    results = [None] * 64
+    clients = {tid: Client(srv.addr, k) for tid, k in keys.items()}
+
+    def run(i):
+        tid = list(keys)[i % len(keys)]
+        cl = clients[tid]
+        try:
+            results[i] = cl.generate(cl.request(PROMPTS[i % 8], 64, "qevict", per_req,
+                                                ignore_eos=True), timeout=600)
+        except grpc.RpcError as e:
+            results[i] = e
+
+    th = threading.Thread(target=sampler)
+    th.start()
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(64)]
+    t0 = time.time()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(900)
+    stop.set()
+    th.join()
+    done = sum(1 for r in results if isinstance(r, list) and finished_of(r) is not None
+               and finished_of(r).reason == pb.FINISH_REASON_LENGTH)
+    C.ok(done == 64, "64 concurrent streams from %d tenants finished (%d) in %.1f s"
+         % (len(keys), done, time.time() - t0))
+    C.ok(not over and samples[0] > 10, "reserved bytes never above a quota (%d samples)" % samples[0])
+    C.ok(max_queued[0] > 0, "requests beyond a quota waited (up to %d queued for one tenant), "
+         "then ran" % max_queued[0])
+    cl = clients[list(keys)[0]]
+    code, det = code_of(lambda: cl.generate(cl.request("hi", 8, "qevict", quota + 1), timeout=30))
+    C.ok(code == grpc.StatusCode.RESOURCE_EXHAUSTED, "a budget above the quota: %s" % code)
+    code, det = code_of(lambda: cl.generate(cl.request("hi", 400, "full"), timeout=30))
+    C.ok(code == grpc.StatusCode.RESOURCE_EXHAUSTED,
+         "FullKV larger than the quota: %s '%s'" % (code, det))
+
+
+def wait_reserved_zero(srv, admin, cl, rid, tid, what):
+    t0 = time.time()
+    info = None
+    while time.time() - t0 < 1.0:
+        info = cl.gen.GetRequest(pb.GetRequestRequest(request_id=rid), metadata=cl.md, timeout=5)
+        if info.state == pb.REQUEST_STATE_FINISHED and info.reserved_bytes == 0:
+            break
+        time.sleep(0.02)
+    dt = time.time() - t0
+    C.ok(info.state == pb.REQUEST_STATE_FINISHED and info.reserved_bytes == 0 and
+         info.finish_reason == pb.FINISH_REASON_CANCELLED,
+         "%s frees the reservation (GetRequest after %.2f s)" % (what, dt))
+    while time.time() - t0 < 1.0:
+        if srv.metric("qevict_tenant_kv_bytes", tenant=tid, kind="reserved") == 0:
+            break
+        time.sleep(0.02)
+    C.ok(srv.metric("qevict_tenant_kv_bytes", tenant=tid, kind="reserved") == 0,
+         "%s: /metrics shows the tenant's reserved bytes at 0 within %.2f s" % (what, time.time() - t0))
+
+
+def test_cancel(srv, admin, cl, tid):
+    it = cl.gen.Generate(cl.request(PROMPTS[2], 400, ignore_eos=True), metadata=cl.md, timeout=120)
+    first = next(it)
+    rid = first.request_id
+    next(it)  # some tokens flowed
+    r = cl.gen.Cancel(pb.CancelRequest(request_id=rid), metadata=cl.md, timeout=10)
+    C.ok(r.cancelled, "Cancel of a running request")
+    wait_reserved_zero(srv, admin, cl, rid, tid, "Cancel")
+    it = cl.gen.Generate(cl.request(PROMPTS[3], 400, ignore_eos=True), metadata=cl.md, timeout=120)
+    rid = next(it).request_id
+    next(it)
+    it.cancel()  # the client goes away
+    wait_reserved_zero(srv, admin, cl, rid, tid, "client disconnect")
+
+
+def test_submit_watch(srv, cl, key):
+    r = cl.gen.Submit(cl.request(PROMPTS[4], 120, "qevict", 0.6, client_request_id="job-1"),
+                      metadata=cl.md, timeout=10)
+    again = cl.gen.Submit(cl.request(PROMPTS[4], 120, "qevict", 0.6, client_request_id="job-1"),
+                          metadata=cl.md, timeout=10)
+    C.ok(again.attached and again.request_id == r.request_id, "a retry with the same "
+         "client_request_id attaches to the request")
+    second = Client(srv.addr, key)
+    got = [None, None]
+
+    def watch(k, c):
+        got[k] = list(c.gen.Watch(pb.WatchRequest(request_id=r.request_id), metadata=c.md,
+                                  timeout=120))
+
+    ts = [threading.Thread(target=watch, args=(0, cl)), threading.Thread(target=watch, args=(1, second))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(180)
+    C.ok(got[0] and got[0] == got[1] and finished_of(got[0]) is not None,
+         "two clients watch the same job (%d events each)" % len(got[0] or []))
+    third = Client(srv.addr, key)  # a reconnect, resuming from an offset
+    tail = list(third.gen.Watch(pb.WatchRequest(request_id=r.request_id, from_offset=2),
+                                metadata=third.md, timeout=60))
+    C.ok(tail == got[0][2:], "Watch from offset 2 after a reconnect replays the rest")
+
+
+def test_kill_worker(srv, cl):
+    """Kills the worker running the requests mid-stream: they finish on the other, unchanged."""
+    want = {p: cli_tokens(p, 400, "full", 1.0) for p in PROMPTS[:4]}
+    res = {}
+    started = threading.Event()
+
+    def run(p):
+        evs = []
+        try:
+            for e in cl.gen.Generate(cl.request(p, 400, ignore_eos=True), metadata=cl.md, timeout=600):
+                evs.append(e)
+                if e.HasField("tokens") and e.tokens.index >= 8:
+                    started.set()
+        except grpc.RpcError as e:
+            evs.append(e)
+        res[p] = evs
+
+    ths = [threading.Thread(target=run, args=(p,)) for p in want]
+    for t in ths:
+        t.start()
+    started.wait(120)
+    groups = set()
+    for p in want:
+        pass
+    lst = cl.adm.ListRequests(pb.ListRequestsRequest(states=[pb.REQUEST_STATE_RUNNING]),
+                              metadata=ADMIN_MD, timeout=10)
+    groups = {r.worker for r in lst.requests}
+    victim = sorted(groups)[0] if groups else "g0"
+    pids = srv.worker_pids(victim)
+    for pid in pids:
+        os.kill(pid, 9)
+    for t in ths:
+        t.join(600)
+    ok = 0
+    for p, evs in res.items():
+        ids, _ = tokens_of([e for e in evs if not isinstance(e, Exception)])
+        idx = [e.tokens.index for e in evs if not isinstance(e, Exception) and e.HasField("tokens")]
+        f = finished_of([e for e in evs if not isinstance(e, Exception)])
+        good = f is not None and ids == want[p] and idx == sorted(set(idx))
+        ok += good
+        if not good:
+            print("  %r: %d tokens, want %d; first difference at %s" % (
+                p, len(ids), len(want[p]),
+                next((i for i, (a, b) in enumerate(zip(ids, want[p])) if a != b), None)))
+    C.ok(len(pids) > 0 and ok == len(want), "killed worker %s (pids %s) mid-stream: %d/%d requests "
+         "finished elsewhere with the tokens they would have produced" % (victim, pids, ok, len(want)))
+    resumed = srv.tail(1 << 20).count(" resumes on ")
+    C.ok(resumed > 0, "%d request(s) resumed on another worker" % resumed)
+    srv.wait_groups(2, 120)
+
+
+def test_metrics(srv):
+    text = srv.metrics_text()
+    path = os.path.join(TMP, "metrics.txt")
+    with open(path, "w") as f:
+        f.write(text)
+    promtool = shutil.which("promtool")
+    if not promtool:
+        print("SKIP: promtool absent (Debian package prometheus)")
+    else:
+        r = subprocess.run([promtool, "check", "metrics"], stdin=open(path), capture_output=True,
+                           text=True)
+        C.ok(r.returncode == 0, "promtool check metrics: %s" % (r.stdout + r.stderr).strip()[:300])
+    for name in ("qevict_requests_finished_total", "qevict_time_to_first_token_seconds_bucket",
+                 "qevict_pool_bytes", "qevict_tenant_kv_bytes", "qevict_window_transitions_total"):
+        C.ok(name in text, "/metrics has %s" % name)
+    prom = shutil.which("prometheus")
+    if not prom:
+        print("SKIP: prometheus absent")
+        return
+    port = serving.free_port()
+    cfg = os.path.join(TMP, "prom.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: qevict\n"
+                "    static_configs:\n      - targets: ['127.0.0.1:%d']\n" % srv.mport)
+    p = subprocess.Popen([prom, "--config.file=" + cfg, "--storage.tsdb.path=" + TMP + "/tsdb",
+                          "--web.listen-address=127.0.0.1:%d" % port], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    import urllib.request
+    got = None
+    try:
+        for _ in range(120):
+            time.sleep(0.5)
+            try:
+                url = ("http://127.0.0.1:%d/api/v1/query?query=qevict_generation_tokens_total" % port)
+                d = json.load(urllib.request.urlopen(url, timeout=5))
+                if d["data"]["result"]:
+                    got = d["data"]["result"][0]["value"][1]
+                    break
+            except OSError:
+                pass
+    finally:
+        p.terminate()
+        p.wait(30)
+    C.ok(got is not None and float(got) > 0, "a real Prometheus scraped /metrics "
+         "(qevict_generation_tokens_total = %s)" % got)
+
+
+def test_restart(srv, key, tid):
+    srv.stop()
+    srv.start()
+    admin = Client(srv.addr, srv.admin_key())
+    t = admin.adm.GetTenant(pb.GetTenantRequest(id=tid), metadata=admin.md, timeout=10)
+    C.ok(t.id == tid, "tenant %s survives a restart" % tid)
+    cl = Client(srv.addr, key)
+    ev = cl.generate(cl.request(PROMPTS[5], 4))
+    C.ok(finished_of(ev) is not None, "its API key still works after the restart")
+
+
+def main():
+    global ADMIN_MD
+    state = os.path.join(TMP, "state")
+    srv = serving.Server(QEVICT, STORIES, state, workers=2,
+                         extra=["--max-message", "4M", "--max-seqs", "16", "--pool-bytes", "64M"])
+    srv.start()
+    admin = Client(srv.addr, srv.admin_key())
+    ADMIN_MD = admin.md
+    quota = 400000
+    keys = {}
+    for tid in ("acme", "beta", "gamma", "delta"):
+        keys[tid] = set_tenant(admin, tid, quota).api_key
+    C.ok(all(k.startswith("qk_") for k in keys.values()), "SetTenant issues API keys")
+    test_auth(srv, admin, keys["acme"])
+    cl = Client(srv.addr, keys["acme"])
+    test_equal_to_cli(cl)
+    test_bad_input(srv, cl)
+    test_concurrency(srv, admin, keys, quota, 150000)
+    big = set_tenant(admin, "big", 1 << 30)
+    bigc = Client(srv.addr, big.api_key)
+    test_cancel(srv, admin, bigc, "big")
+    test_submit_watch(srv, cl, keys["acme"])
+    test_kill_worker(srv, bigc)
+    test_metrics(srv)
+    test_restart(srv, keys["beta"], "beta")
+    srv.stop()
+    rc = C.done()
+    if rc:
+        print(srv.tail(6000))
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

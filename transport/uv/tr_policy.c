@@ -1,0 +1,52 @@
+/* tr_policy: a worker.proto Policy resolved into a kv_policy_desc_t (see tr_policy.h). */
+#include "tr_policy.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "qe_status.h"
+
+#define P(x) QEVICT__WORKER__V1__POLICY__##x
+
+static void apply_overrides(const tr_policy_t *p, kv_policy_cfg_t *c) {
+  if (p->q_opt_case == P(Q_OPT_Q)) c->q = p->q;
+  if (p->window_opt_case == P(WINDOW_OPT_WINDOW)) c->omega = (int)p->window;
+  if (p->bits_opt_case == P(BITS_OPT_BITS)) c->quant.bits = (int)p->bits;
+  if (p->sink_opt_case == P(SINK_OPT_SINK)) c->n_sink = (int)p->sink;
+  if (p->local_opt_case == P(LOCAL_OPT_LOCAL)) c->n_local = (int)p->local;
+  if (p->graphkv_k_opt_case == P(GRAPHKV_K_OPT_GRAPHKV_K)) c->gkv.source_frac = p->graphkv_k;
+  if (p->graphkv_m_opt_case == P(GRAPHKV_M_OPT_GRAPHKV_M)) c->gkv.m = (int)p->graphkv_m;
+  if (p->graphkv_t_opt_case == P(GRAPHKV_T_OPT_GRAPHKV_T)) c->gkv.rounds = (int)p->graphkv_t;
+}
+
+static int scorer_of(const char *name, int *out) {
+  static const char *names[] = {"cumulative", "decayed", "pnorm", "knorm", "recency", "prefill"};
+  for (int i = 0; i < 6; i++)
+    if (!strcmp(name, names[i])) return *out = i, 0;
+  return qe_errf(QE_EINVAL,
+                 "policy.scorer: unknown scorer '%.32s' (cumulative, decayed, pnorm, "
+                 "knorm, recency, prefill)",
+                 name);
+}
+
+int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out) {
+  const char *base = p && p->name && *p->name ? p->name : "full";
+  int graphkv = p && p->graphkv && !strstr(base, "+graphkv");
+  char name[96];
+  if (strlen(base) > 64) return qe_errf(QE_EINVAL, "policy.name: longer than 64 bytes");
+  snprintf(name, sizeof name, "%s%s", base, graphkv ? "+graphkv" : "");
+  if (kv_policy_find(name, out))
+    return qe_errf(QE_EINVAL, "policy.name: unknown policy '%s'", name);
+  if (out->full || !p) return 0;
+  kv_policy_cfg_t *c = &out->cfg;
+  apply_overrides(p, c);
+  if (p->scorer && *p->scorer && scorer_of(p->scorer, &c->scorer)) return QE_EINVAL;
+  *c = kv_policy_fit(c, head_dim);
+  int rc = kv_policy_check(c, head_dim);
+  if (rc) {
+    char d[200];
+    snprintf(d, sizeof d, "%s", qe_errmsg());
+    return qe_errf(rc, "policy: %s", d);
+  }
+  return 0;
+}
