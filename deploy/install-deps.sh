@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-dev                                 # CPU GEMMs (cblas)
   clang libclang-rt-14-dev clang-format            # libFuzzer harnesses, sanitizer runtimes, style
   python3 python3-pip                             # deploy/fetch-model.sh (pip download only)
+  python3-grpcio python3-grpc-tools prometheus systemd procps  # serving tests: grpcio client, promtool, systemd-analyze, pgrep
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libsqlite3-dev  # serving
   ca-certificates
 )

@@ -432,7 +432,7 @@ static int srv_setup(sgrpc_server_t *s, const char *addr, const sgrpc_options_t 
   int port = grpc_server_add_http2_port(s->server, addr, creds);
   grpc_server_credentials_release(creds);
   if (port <= 0) return qe_errf(QE_EIO, "cannot listen on %s", addr);
-  s->port = strncmp(addr, "unix:", 5) == 0 ? 0 : port;
+  s->port = strncmp(addr, "unix", 4) == 0 ? 0 : port; /* unix: and unix-abstract: */
   return 0;
 }
 

@@ -8,6 +8,7 @@ set -uo pipefail
 QEVICT="$1"
 TMP=$(mktemp -d)
 BH_PID=
+# shellcheck disable=SC2317  # called by the trap
 cleanup() {
   [[ -n "$BH_PID" ]] && kill "$BH_PID" 2>/dev/null
   rm -rf "$TMP"

@@ -166,7 +166,7 @@ static int rm_hparams(gguf_writer_t *w, const rand_model_spec_t *sp, const char 
     snprintf(k, sizeof k, "%s." name, arch);                                                       \
     rc = gguf_writer_add_u32(w, k, (uint32_t)(v));                                                 \
   }
-  RM_U32("context_length", 256);
+  RM_U32("context_length", sp->n_ctx > 0 ? sp->n_ctx : 256);
   RM_U32("embedding_length", RAND_MODEL_EMBD);
   RM_U32("block_count", sp->n_layer);
   RM_U32("feed_forward_length", RAND_MODEL_FF);

@@ -14,6 +14,7 @@ typedef struct {
   int tied;   /* no output.weight */
   int n_layer;
   uint64_t seed;
+  int n_ctx; /* context_length (0: 256) */
 } rand_model_spec_t;
 
 /* n_embd of the random models (a multiple of every block size). */

@@ -1,11 +1,12 @@
 /* test_sched_grpc: the gRPC server glue against a real gRPC C core client on loopback.
  * The server's uv loop runs on the main thread; the client runs on its own thread with its own
  * completion queue. Covered: a unary echo reading "authorization"; a 100-message stream driven
- * by on_sent; an error status with its message; a client cancelling mid-stream (on_cancel, no
- * on_sent after finish); a deadline passing on a held call; a request over max_recv_msg
- * (RESOURCE_EXHAUSTED, the server keeps serving); a request with no message; an unknown method
- * (UNIMPLEMENTED); 64 concurrent streams, one of which never reads while the rest complete; a
- * Unix-domain server; create errors; and destroy with calls still open. Every call carries a
+ * by on_sent; streams finished while their last send is pending and with a last message; an error
+ * status with its message; a client cancelling mid-stream (on_cancel, no on_sent after finish); a
+ * deadline passing on a held call; a request over max_recv_msg (RESOURCE_EXHAUSTED, the server
+ * keeps serving); a request with no message; an unknown method (UNIMPLEMENTED); 64 concurrent
+ * streams, one of which never reads while the rest complete; a Unix-domain server; create errors;
+ * and destroy with calls still open (one of which the handler never finishes). Every call carries a
  * deadline and every wait is bounded, so the test cannot hang. */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -83,11 +84,19 @@ static void stream_msg(uint8_t *buf, int seq, int size) {
   for (int i = 4; i < size; i++) buf[i] = (uint8_t)(seq + i);
 }
 
+/* Sends message r->sent. The last one of "withfinal" goes with the status; "eager" finishes
+ * right after its last send, without waiting for on_sent. */
 static void srv_send_next(sgrpc_call_t *call, srec_t *r) {
   static uint8_t buf[SLOW_SIZE];
+  int last = r->sent == r->count - 1;
   stream_msg(buf, r->sent, r->size);
+  if (last && strcmp(r->label, "withfinal") == 0) {
+    r->sent++;
+    return srv_finish(call, r, 0, "", buf, (size_t)r->size);
+  }
   CHECK_OK(sgrpc_send(call, buf, (size_t)r->size));
   r->pending = 1;
+  if (last && strcmp(r->label, "eager") == 0) srv_finish(call, r, 0, "", NULL, 0);
 }
 
 static void srv_unary(sgrpc_call_t *call, srec_t *r, const uint8_t *req, size_t n) {
@@ -158,6 +167,7 @@ static void srv_on_cancel(void *ud, sgrpc_call_t *call) {
     else
       CHECK(rc == (r->pending ? QE_EINVAL : QE_ECANCELED));
   }
+  if (st.destroying && strcmp(r->label, "orphan") == 0) return; /* destroy frees it anyway */
   srv_finish(call, r, 1, "cancelled", NULL, 0);
 }
 
@@ -377,6 +387,13 @@ static void cl_stream_cases(client_t *cl) {
   cc_wait(cl, &c, 1);
   CCHECK(c.status == GRPC_STATUS_OK && c.n_msgs == 100 && c.bad_msgs == 0);
   cc_release(&c);
+  const char *finishes[] = {"eager", "withfinal"};
+  for (int i = 0; i < 2; i++) {
+    cc_stream(cl, &c, 50, 100, finishes[i], 1, CALL_TIMEOUT_MS);
+    cc_wait(cl, &c, 1);
+    CCHECK(c.status == GRPC_STATUS_OK && c.n_msgs == 50 && c.bad_msgs == 0);
+    cc_release(&c);
+  }
   cc_stream(cl, &c, SLOW_COUNT, 1024, "cancel", 1, CALL_TIMEOUT_MS);
   c.cancel_after = 10;
   cc_wait(cl, &c, 1);
@@ -388,10 +405,10 @@ static void cl_stream_cases(client_t *cl) {
   cc_release(&c);
 }
 
-/* 63 streams that read and one that never does; then two held unary calls stay open with the
- * slow stream until the server is destroyed. */
+/* 63 streams that read and one that never does; then three held unary calls stay open with
+ * the slow stream until the server is destroyed (the handler never finishes "orphan"). */
 static void cl_concurrent_and_destroy(client_t *cl) {
-  static ccall_t c[N_CONCURRENT], open[3];
+  static ccall_t c[N_CONCURRENT], open[4];
   cc_stream(cl, &open[0], SLOW_COUNT, SLOW_SIZE, "slow", 0, 120000);
   for (int i = 0; i < N_CONCURRENT - 1; i++) {
     char label[16];
@@ -406,13 +423,14 @@ static void cl_concurrent_and_destroy(client_t *cl) {
   CCHECK(!cc_done(&open[0])); /* the slow one is still open */
   cc_start(cl, cl->ch, &open[1], "/qetest.Echo/Hold", "held1", 5, NULL, 120000, 1);
   cc_start(cl, cl->ch, &open[2], "/qetest.Echo/Hold", "held2", 5, NULL, 120000, 1);
+  cc_start(cl, cl->ch, &open[3], "/qetest.Echo/Hold", "orphan", 6, NULL, 120000, 1);
   atomic_store(&phase, 1);
   for (int i = 0; i < 9000 && !atomic_load(&server_gone); i++) usleep(10000);
   CCHECK(atomic_load(&server_gone));
   open[0].read = 1; /* the status of a stream comes after the messages already received */
   cc_recv(&open[0]);
-  cc_wait(cl, open, 3);
-  for (int i = 0; i < 3; i++) {
+  cc_wait(cl, open, 4);
+  for (int i = 0; i < 4; i++) {
     CCHECK(cc_done(&open[i]) && open[i].status != GRPC_STATUS_OK);
     CCHECK(open[i].status != GRPC_STATUS_DEADLINE_EXCEEDED); /* ended by the destroy */
     cc_release(&open[i]);
@@ -459,7 +477,7 @@ typedef struct {
 
 static int destroy_ready(void) {
   srec_t *slow = srv_find("slow"), *cancel = srv_find("cancel"), *dl = srv_find("deadline");
-  return atomic_load(&phase) && st.n_held >= 3 && slow && slow->sent > 0 && cancel &&
+  return atomic_load(&phase) && st.n_held >= 4 && slow && slow->sent > 0 && cancel &&
          cancel->cancelled && dl && dl->cancelled;
 }
 
@@ -477,6 +495,9 @@ static void check_before_destroy(void) {
     srec_t *r = srv_find(label);
     CHECK(r && r->finished && r->sent == 200 && !r->cancelled && !r->send_failed);
   }
+  srec_t *e = srv_find("eager"), *f = srv_find("withfinal");
+  CHECK(e && e->finished && e->sent == 49 && !e->cancelled); /* its last on_sent never came */
+  CHECK(f && f->finished && f->sent == 50 && !f->cancelled);
   srec_t *h = srv_find("hundred");
   CHECK(h && h->finished && h->sent == 100);
 }
@@ -494,7 +515,7 @@ static void on_tick(uv_timer_t *t) {
   sgrpc_server_destroy(m->unx);
   st.destroying = 0;
   atomic_store(&server_gone, 1);
-  CHECK(st.cancel_in_destroy == 3); /* slow, held1, held2 */
+  CHECK(st.cancel_in_destroy == 4); /* slow, held1, held2, orphan */
   uv_close((uv_handle_t *)t, NULL);
 }
 

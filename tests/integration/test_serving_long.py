@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""test_serving_long: a 32K-token prompt travels through the daemon. A random llama with a 40K
+context (written by rand_gguf, since no small downloadable model has one) is served by `qevict
+serve`; a Python grpcio client submits a 32,768-token prompt (token ids) with Submit, a second
+client watches it, and the job finishes with its whole prompt counted, under a 10% QEvict
+budget. usage: test_serving_long.py QEVICT RAND_GGUF   (exit 77 = skipped)"""
+import os
+import random
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serving  # noqa: E402
+
+try:
+    import grpc
+except ImportError:
+    print("SKIP: python3-grpcio is not installed")
+    sys.exit(77)
+
+QEVICT, RAND_GGUF = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+TMP = serving.tmpdir()
+pb, pbg, _, _ = serving.load_stubs(TMP)
+C = serving.Checks()
+N_PROMPT = 32768
+
+
+def main():
+    model = os.path.join(TMP, "long.gguf")
+    subprocess.run([RAND_GGUF, model, "--ctx", "40000", "--layers", "1"], check=True)
+    srv = serving.Server(QEVICT, model, os.path.join(TMP, "state"), workers=1,
+                         extra=["--pool-bytes", "1G", "--max-seqs", "4"]).start()
+    opts = [("grpc.max_send_message_length", 64 << 20)]
+    admin_ch = grpc.insecure_channel(srv.addr, options=opts)
+    amd = (("authorization", "Bearer " + srv.admin_key()),)
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "long", 1 << 30
+    key = pbg.AdminStub(admin_ch).SetTenant(r, metadata=amd, timeout=10).api_key
+    md = (("authorization", "Bearer " + key),)
+    rng = random.Random(5)
+    req = pb.GenerateRequest(max_tokens=4, ignore_eos=True)
+    req.prompt.token_ids.ids.extend(rng.randrange(3, 267) for _ in range(N_PROMPT))
+    req.policy.name = "qevict"
+    req.budget.fraction = 0.1
+    C.ok(req.ByteSize() > N_PROMPT, "the request is %d bytes" % req.ByteSize())
+    sub = pbg.GenerationStub(grpc.insecure_channel(srv.addr, options=opts))
+    rid = sub.Submit(req, metadata=md, timeout=60).request_id
+    C.ok(bool(rid), "Submit of a %d-token prompt accepted: %s" % (N_PROMPT, rid))
+    got = [None, None]
+
+    def watch(k):
+        st = pbg.GenerationStub(grpc.insecure_channel(srv.addr))
+        got[k] = list(st.Watch(pb.WatchRequest(request_id=rid), metadata=md, timeout=900))
+
+    ts = [threading.Thread(target=watch, args=(k,)) for k in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(900)
+    ev = got[0] or []
+    fin = ev[-1].finished if ev and ev[-1].HasField("finished") else None
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and
+         fin.usage.prompt_tokens == N_PROMPT and fin.usage.completion_tokens == 4,
+         "the job finished: %s" % str(fin and (fin.reason, fin.usage.prompt_tokens,
+                                                 fin.usage.completion_tokens)))
+    C.ok(fin is not None and 0 < fin.memory.bytes <= fin.memory.budget_bytes and
+         fin.memory.windows_evicted + fin.memory.windows_int2 > 0,
+         "its KV stayed within its 10%% budget: %s of %s bytes" %
+         (fin and fin.memory.bytes, fin and fin.memory.budget_bytes))
+    C.ok(got[0] == got[1], "a second client watched the same events")
+    srv.stop()
+    rc = C.done()
+    if rc:
+        print(srv.tail(4000))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
