@@ -181,6 +181,7 @@ typedef struct {
   pid_t pid;
   char **argv;
   time_t started;
+  int restarts;
 } child_t;
 
 static volatile sig_atomic_t g_stop;
@@ -239,8 +240,10 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   return a;
 }
 
-/* Waits for children; restarts the ones that die (at most once a second each). */
-static void supervise(child_t *ch, int n) {
+/* Waits for children; restarts the ones that die (at most once a second each). A child that
+ * fails (exit code, not a signal) within 3 s of its first start is a configuration error (a
+ * port in use, an unreadable model): everything stops and *failed is set. */
+static void supervise(child_t *ch, int n, int *failed) {
   while (!g_stop) {
     int status;
     pid_t pid = waitpid(-1, &status, 0);
@@ -251,10 +254,19 @@ static void supervise(child_t *ch, int n) {
     }
     for (int i = 0; i < n && !g_stop; i++) {
       if (ch[i].pid != pid) continue;
-      fprintf(stderr, "qevict serve: %s %s exited (%s %d); restarting\n", ch[i].argv[1],
+      int quick = time(NULL) - ch[i].started < 3;
+      fprintf(stderr, "qevict serve: %s%s%s exited (%s %d)%s\n", ch[i].argv[1],
+              ch[i].argv[1][0] == 'w' ? " of group " : "",
               ch[i].argv[1][0] == 'w' ? ch[i].argv[7] : "", WIFSIGNALED(status) ? "signal" : "code",
-              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-      if (time(NULL) - ch[i].started < 1) sleep(1);
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+              ch[i].restarts == 0 && quick ? "; it failed at start: stopping" : "; restarting");
+      if (ch[i].restarts == 0 && quick && !WIFSIGNALED(status)) {
+        g_stop = SIGTERM;
+        *failed = 1;
+        return;
+      }
+      if (quick) sleep(1);
+      ch[i].restarts++;
       ch[i].pid = spawn(ch[i].argv);
       ch[i].started = time(NULL);
     }
@@ -304,8 +316,11 @@ int cli_serve(int argc, char **argv) {
   int n = 1 + o.workers * o.w.tp;
   child_t *ch = calloc((size_t)n, sizeof *ch);
   if (!ch) return 1;
-  signal(SIGINT, on_stop);
-  signal(SIGTERM, on_stop);
+  struct sigaction sa; /* no SA_RESTART: waitpid must return on a signal */
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   ch[0].argv = sched_argv(&o, state, wsock);
   for (int g = 0, k = 1; g < o.workers; g++)
     for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);
@@ -315,12 +330,13 @@ int cli_serve(int argc, char **argv) {
           "rank(s), state in %s%s (admin key: %s)\n",
           o.s.listen, o.s.metrics_listen, o.workers, o.w.tp, state, temp ? " (temporary)" : "",
           o.s.admin_key_file ? o.s.admin_key_file : "STATE_DIR/admin.key");
-  supervise(ch, n);
+  int failed = 0;
+  supervise(ch, n, &failed);
   stop_children(ch, n);
   if (temp) {
     char *cmd = fmt("rm -rf '%s'", state);
     if (system(cmd)) fprintf(stderr, "qevict serve: could not remove %s\n", state);
     free(cmd);
   }
-  return 0;
+  return failed;
 }

@@ -15,11 +15,12 @@ int main(int argc, char **argv) {
             "usage: rand_gguf OUT [--ctx N] [--layers N] [--heads N] [--kv N] [--seed N]\n");
     return 2;
   }
-  rand_model_spec_t sp = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 1, 1, 256};
+  rand_model_spec_t sp = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 1, 1};
+  int n_ctx = 256;
   for (int i = 2; i + 1 < argc; i += 2) {
     long v = strtol(argv[i + 1], NULL, 10);
     if (!strcmp(argv[i], "--ctx"))
-      sp.n_ctx = (int)v;
+      n_ctx = (int)v;
     else if (!strcmp(argv[i], "--layers"))
       sp.n_layer = (int)v;
     else if (!strcmp(argv[i], "--heads"))
@@ -31,7 +32,7 @@ int main(int argc, char **argv) {
     else
       return fprintf(stderr, "rand_gguf: unknown option %s\n", argv[i]), 2;
   }
-  int rc = rand_model_write(&sp, argv[1]);
+  int rc = rand_model_write_ctx(&sp, n_ctx, argv[1]);
   if (rc) fprintf(stderr, "rand_gguf: cannot write %s (%d)\n", argv[1], rc);
   return rc ? 1 : 0;
 }

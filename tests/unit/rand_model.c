@@ -158,7 +158,7 @@ static int rm_vocab_bpe(gguf_writer_t *w) {
   return rc;
 }
 
-static int rm_hparams(gguf_writer_t *w, const rand_model_spec_t *sp, const char *arch) {
+static int rm_hparams(gguf_writer_t *w, const rand_model_spec_t *sp, const char *arch, int n_ctx) {
   char k[96];
   int rc = gguf_writer_add_str(w, "general.architecture", arch);
 #define RM_U32(name, v)                                                                            \
@@ -166,7 +166,7 @@ static int rm_hparams(gguf_writer_t *w, const rand_model_spec_t *sp, const char 
     snprintf(k, sizeof k, "%s." name, arch);                                                       \
     rc = gguf_writer_add_u32(w, k, (uint32_t)(v));                                                 \
   }
-  RM_U32("context_length", sp->n_ctx > 0 ? sp->n_ctx : 256);
+  RM_U32("context_length", n_ctx);
   RM_U32("embedding_length", RAND_MODEL_EMBD);
   RM_U32("block_count", sp->n_layer);
   RM_U32("feed_forward_length", RAND_MODEL_FF);
@@ -203,11 +203,15 @@ static int rm_layer(gguf_writer_t *w, const rand_model_spec_t *sp, int l, uint64
 }
 
 int rand_model_write(const rand_model_spec_t *sp, const char *path) {
+  return rand_model_write_ctx(sp, 256, path);
+}
+
+int rand_model_write_ctx(const rand_model_spec_t *sp, int n_ctx, const char *path) {
   gguf_writer_t *w = NULL;
   uint64_t s = sp->seed * 2654435761u + 1;
   int qwen = sp->arch == MODEL_ARCH_QWEN2, V = qwen ? 261 : 267;
   int rc = gguf_writer_create(&w);
-  if (!rc) rc = rm_hparams(w, sp, qwen ? "qwen2" : "llama");
+  if (!rc) rc = rm_hparams(w, sp, qwen ? "qwen2" : "llama", n_ctx);
   if (!rc) rc = qwen ? rm_vocab_bpe(w) : rm_vocab_spm(w);
   if (!rc) rc = rm_add(w, "token_embd.weight", sp->wtype, RAND_MODEL_EMBD, V, 0.5f, &s);
   if (!rc) rc = rm_norm(w, "output_norm.weight", RAND_MODEL_EMBD, &s);

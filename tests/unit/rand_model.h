@@ -14,7 +14,6 @@ typedef struct {
   int tied;   /* no output.weight */
   int n_layer;
   uint64_t seed;
-  int n_ctx; /* context_length (0: 256) */
 } rand_model_spec_t;
 
 /* n_embd of the random models (a multiple of every block size). */
@@ -23,5 +22,7 @@ typedef struct {
 
 /* Writes the model to path. Returns 0 or QE_E*. */
 int rand_model_write(const rand_model_spec_t *spec, const char *path);
+/* Same with context_length n_ctx (rand_model_write: 256). */
+int rand_model_write_ctx(const rand_model_spec_t *spec, int n_ctx, const char *path);
 
 #endif
