@@ -574,8 +574,8 @@ static int sub_detach(const sub_args_t *a, const sub_req_t *r) {
     Qevict__V1__SubmitResponse *s = (Qevict__V1__SubmitResponse *)resp;
     puts(s->request_id);
     if (s->attached)
-      fprintf(stderr, "qevict submit: attached to the request already running with this "
-                      "--request-id\n");
+      fprintf(stderr, "qevict submit: --request-id matched an existing request: attached to it, "
+                      "nothing new was started\n");
   }
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
   cli_rpc_close(c);
@@ -633,7 +633,7 @@ static void cancel_print(const char *id, const Qevict__V1__CancelResponse *r) {
   if (r->cancelled)
     printf("request %s cancelled (now %s)\n", id, state);
   else
-    printf("request %s was not cancelled: it had already finished (%s)\n", id, state);
+    printf("request %s had already finished: nothing to cancel (state %s)\n", id, state);
 }
 
 int cli_cancel(int argc, char **argv) {

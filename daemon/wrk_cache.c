@@ -149,4 +149,9 @@ void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out) {
   out->bytes = out->peak_bytes = out->full_bytes = b ? b : s->full_last;
 }
 
+void wrk_cache_touch(wrk_cache_t *c, int slot) {
+  kv_mem_stats_t m;
+  if (c->ch[c->slot[slot].child].full) wrk_cache_stats(c, slot, &m);
+}
+
 uint64_t wrk_cache_request(const wrk_cache_t *c, int slot) { return c->slot[slot].request; }

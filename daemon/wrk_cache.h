@@ -30,6 +30,9 @@ kv_cache_t *wrk_cache_kv(wrk_cache_t *c);
 int wrk_cache_open(void *ud, kv_cache_t *kv, int slot, int capacity, const void *arg, size_t len);
 /* Memory of slot (live while open, final once closed, until the slot is opened again). */
 void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out);
+/* Records the bytes of an open FullKV slot (its final figure once closed); call after each
+ * token. */
+void wrk_cache_touch(wrk_cache_t *c, int slot);
 /* The request bound to slot by the last open. */
 uint64_t wrk_cache_request(const wrk_cache_t *c, int slot);
 

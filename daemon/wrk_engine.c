@@ -104,6 +104,7 @@ static void flush_slot(weng_t *g, int slot) {
 static void on_token(void *ud, int slot, int index, int id, int forced) {
   weng_t *g = ud;
   wslot_t *s = &g->slots[slot];
+  wrk_cache_touch(g->w->cache, slot);
   if (forced) return; /* a resumed request: the client has these already */
   if (s->n_pend == s->cap_pend) {
     int cap = s->cap_pend ? 2 * s->cap_pend : 16;

@@ -131,8 +131,9 @@ def test_equal_to_cli(cl):
         C.ok(ids == want, "grpcio stream == qevict generate (%s %.1f): %d tokens" %
              (policy, budget, len(ids)))
         f = finished_of(ev)
-        C.ok(f is not None and f.memory.policy == policy, "Finished carries the memory summary (%s)"
-             % (f.memory.policy if f else None))
+        C.ok(f is not None and f.memory.policy == policy and 0 < f.memory.bytes <=
+             f.memory.budget_bytes, "Finished carries the memory summary (%s: %s of %s bytes)"
+             % ((f.memory.policy, f.memory.bytes, f.memory.budget_bytes) if f else None))
 
 
 def test_bad_input(srv, cl):
