@@ -325,11 +325,14 @@ int cli_serve(int argc, char **argv) {
   for (int g = 0, k = 1; g < o.workers; g++)
     for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);
   for (int i = 0; i < n; i++) ch[i].pid = spawn(ch[i].argv), ch[i].started = time(NULL);
+  char keyfile[4200];
+  snprintf(keyfile, sizeof keyfile, "%s", o.s.admin_key_file ? o.s.admin_key_file : "");
+  if (!*keyfile) snprintf(keyfile, sizeof keyfile, "%s/admin.key", state);
   fprintf(stderr,
           "qevict serve: gRPC on %s, metrics on http://%s/metrics, %d worker group(s) of %d "
-          "rank(s), state in %s%s (admin key: %s)\n",
+          "rank(s), state in %s%s, admin key in %s\n",
           o.s.listen, o.s.metrics_listen, o.workers, o.w.tp, state, temp ? " (temporary)" : "",
-          o.s.admin_key_file ? o.s.admin_key_file : "STATE_DIR/admin.key");
+          keyfile);
   int failed = 0;
   supervise(ch, n, &failed);
   stop_children(ch, n);

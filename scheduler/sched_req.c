@@ -481,12 +481,23 @@ void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const u
   if (!watcher_add(r, call, from, 0)) sched_rpc_error(call, GS(INTERNAL), "out of memory");
 }
 
+/* The request named by a CancelRequest or GetRequestRequest (both are {request_id = 1}: one
+ * layout); NULL after answering the call (malformed, or not this tenant's). */
+static sreq_t *lookup_msg(sched_t *s, sgrpc_call_t *call, const char *tenant,
+                          const ProtobufCMessageDescriptor *d, const uint8_t *msg, size_t n) {
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, n, msg);
+  if (!m) {
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+    return NULL;
+  }
+  sreq_t *r = lookup(s, call, tenant, ((Qevict__V1__GetRequestRequest *)m)->request_id);
+  protobuf_c_message_free_unpacked(m, NULL);
+  return r;
+}
+
 void sched_req_cancel_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
                           size_t n) {
-  Qevict__V1__CancelRequest *c = qevict__v1__cancel_request__unpack(NULL, n, msg);
-  if (!c) return sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
-  sreq_t *r = lookup(s, call, tenant, c->request_id);
-  qevict__v1__cancel_request__free_unpacked(c, NULL);
+  sreq_t *r = lookup_msg(s, call, tenant, &qevict__v1__cancel_request__descriptor, msg, n);
   if (!r) return;
   Qevict__V1__CancelResponse resp = QEVICT__V1__CANCEL_RESPONSE__INIT;
   resp.cancelled = r->state != SREQ_FINISHED;
@@ -516,10 +527,7 @@ void sched_req_info(const sreq_t *r, Qevict__V1__RequestInfo *i, Qevict__V1__Mem
 
 void sched_req_get_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
                        size_t n) {
-  Qevict__V1__GetRequestRequest *g = qevict__v1__get_request_request__unpack(NULL, n, msg);
-  if (!g) return sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
-  sreq_t *r = lookup(s, call, tenant, g->request_id);
-  qevict__v1__get_request_request__free_unpacked(g, NULL);
+  sreq_t *r = lookup_msg(s, call, tenant, &qevict__v1__get_request_request__descriptor, msg, n);
   if (!r) return;
   Qevict__V1__RequestInfo info;
   Qevict__V1__MemorySummary mem;
