@@ -232,6 +232,11 @@ int kv_mux_lookup(const kv_cache_t *kv, int slot, int *child_id, int *child_slot
   return 0;
 }
 
+int kv_mux_is_open(const kv_cache_t *kv, int slot) {
+  const kv_mux_t *x = as_mux(kv);
+  return x && open_slot(x, slot) != NULL;
+}
+
 int kv_mux_remove_child(kv_cache_t *kv, int child_id) {
   kv_mux_t *x = as_mux(kv);
   if (!x || !child_of(x, child_id)) return qe_errf(QE_EINVAL, "kv_mux: no child %d", child_id);

@@ -31,6 +31,10 @@ kv_cache_t *kv_mux_child(const kv_cache_t *kv, int child_id);
 /* Where slot is bound: QE_EINVAL if it is unbound (or out of range). */
 int kv_mux_lookup(const kv_cache_t *kv, int slot, int *child_id, int *child_slot);
 
+/* 1 if slot is open through the mux, else 0 (also for a slot out of range or a kv that is not
+ * a mux). */
+int kv_mux_is_open(const kv_cache_t *kv, int slot);
+
 /* Destroys child id and unbinds the slots bound to it. QE_EINVAL (detail "... has open
  * slots"; qe_status has no EBUSY) while any of its slots is open through the mux, and for an
  * unknown id. */

@@ -1,13 +1,17 @@
 /* wrk_engine: the worker's engine thread. Rank 0 drives a gen_engine (continuous batching over
  * the cache's slots): between steps it takes the scheduler's commands (start, cancel, drain),
  * after each step it sends the new tokens of every sequence as one batch each, finished
- * requests with their memory, and every report_ms a memory report. Ranks > 0 follow rank 0.
+ * requests with their memory, and every report_ms a memory report. Ranks > 0 follow rank 0
+ * (gen_follow_hooks) and report their own share of the KV heads: a request's final memory
+ * (a RequestFinished with no reason) when rank 0 closes its slot, and every report_ms a memory
+ * report of the slots open here.
  * Any step or collective failure is fatal: the process exits and the scheduler resumes its
  * requests elsewhere (crash-only; nothing half-done is reported as done). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "kv_mux.h"
 #include "qe_log.h"
 #include "qe_status.h"
 #include "wrk_internal.h"
@@ -23,12 +27,15 @@ typedef struct {
   uint64_t first;
 } wslot_t;
 
+/* A rank's engine-thread state. Rank 0: e and slots; ranks > 0: both NULL (the cache's open
+ * slots and their requests are the state). */
 typedef struct {
   wrk_t *w;
   gen_engine_t *e;
-  wslot_t *slots;
+  wslot_t *slots; /* [n_slots] */
   int n_slots;
-  uint64_t cum[4]; /* promotions, demotions, evictions, routing events of finished requests */
+  uint64_t cum[4];      /* promotions, demotions, evictions, routing events of finished requests */
+  uint64_t last_report; /* now_ms() of the last memory report */
 } weng_t;
 
 static uint64_t now_ms(void) {
@@ -123,12 +130,19 @@ static int reason_of(int gen) {
                                        : WF(ERROR);
 }
 
+/* Memory of slot's request on this rank (followers do not count tokens: generated 0). */
 static void slot_mem(weng_t *g, int slot, wreqmem_t *m) {
   int n = 0;
-  gen_engine_tokens(g->e, slot, &n);
-  m->request_id = g->slots[slot].id;
+  if (g->e) gen_engine_tokens(g->e, slot, &n);
+  m->request_id = g->e ? g->slots[slot].id : wrk_cache_request(g->w->cache, slot);
   m->generated = (uint32_t)n;
   wrk_cache_stats(g->w->cache, slot, &m->m);
+}
+
+/* A finished request's transitions join the rank's totals. */
+static void add_cum(weng_t *g, const kv_mem_stats_t *m) {
+  g->cum[0] += (uint64_t)m->promotions, g->cum[1] += (uint64_t)m->demotions;
+  g->cum[2] += (uint64_t)m->evictions, g->cum[3] += (uint64_t)m->routing_events;
 }
 
 static void on_finish(void *ud, int slot, int reason) {
@@ -144,8 +158,7 @@ static void on_finish(void *ud, int slot, int reason) {
     slot_mem(g, slot, &o->mem);
     o->completion_tokens = (int)o->mem.generated;
     if (reason == GEN_FINISH_ERROR) snprintf(o->error, sizeof o->error, "%s", qe_errmsg());
-    g->cum[0] += (uint64_t)o->mem.m.promotions, g->cum[1] += (uint64_t)o->mem.m.demotions;
-    g->cum[2] += (uint64_t)o->mem.m.evictions, g->cum[3] += (uint64_t)o->mem.m.routing_events;
+    add_cum(g, &o->mem.m);
     push_out(g->w, o);
   }
   s->busy = 0;
@@ -208,6 +221,11 @@ static int run_cmds(weng_t *g, wcmd_t *c) {
 
 /* ---- memory reports ---- */
 
+/* Whether slot holds a running request on this rank. */
+static int slot_live(const weng_t *g, int slot) {
+  return g->e ? g->slots[slot].busy : kv_mux_is_open(wrk_cache_kv(g->w->cache), slot);
+}
+
 static void report(weng_t *g) {
   wout_t *o = calloc(1, sizeof *o);
   if (!o) return;
@@ -215,7 +233,7 @@ static void report(weng_t *g) {
   o->reqs = calloc((size_t)g->n_slots, sizeof *o->reqs);
   uint64_t t[4] = {g->cum[0], g->cum[1], g->cum[2], g->cum[3]};
   for (int i = 0; o->reqs && i < g->n_slots; i++) {
-    if (!g->slots[i].busy) continue;
+    if (!slot_live(g, i)) continue;
     wreqmem_t *m = &o->reqs[o->n_reqs++];
     slot_mem(g, i, m);
     o->reserved += m->m.budget, o->used += m->m.bytes;
@@ -227,6 +245,13 @@ static void report(weng_t *g) {
   o->running = (uint32_t)o->n_reqs;
   o->promotions = t[0], o->demotions = t[1], o->evictions = t[2], o->routing = t[3];
   push_out(g->w, o);
+}
+
+/* A memory report when report_ms have passed since the last one. */
+static void maybe_report(weng_t *g) {
+  if (now_ms() - g->last_report < g->w->cfg.report_ms) return;
+  report(g);
+  g->last_report = now_ms();
 }
 
 /* Waits for commands while idle (at most wait_ms); returns the commands taken, or NULL. */
@@ -249,7 +274,6 @@ static wcmd_t *take_cmds(wrk_t *w, int idle, unsigned wait_ms, int *quit) {
 
 static int drive(weng_t *g) {
   wrk_t *w = g->w;
-  uint64_t last_report = 0;
   int rc = 0, active = 0, quit = 0;
   while (!rc) {
     wcmd_t *c = take_cmds(w, !active, w->cfg.report_ms, &quit);
@@ -266,7 +290,7 @@ static int drive(weng_t *g) {
       rc = gen_engine_n_active(g->e) ? gen_engine_step(g->e, &active) : gen_engine_idle(g->e);
     if (!gen_engine_n_active(g->e)) active = 0;
     for (int i = 0; i < g->n_slots; i++) flush_slot(g, i);
-    if (now_ms() - last_report >= w->cfg.report_ms) report(g), last_report = now_ms();
+    maybe_report(g);
   }
   return rc;
 }
@@ -277,7 +301,7 @@ static int open_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *ar
 }
 
 static int run_rank0(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0};
   g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
   gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch};
   int rc = g.slots ? gen_engine_create(w->m, wrk_cache_kv(w->cache), w->comm, &o, &g.e)
@@ -287,6 +311,30 @@ static int run_rank0(wrk_t *w) {
   for (int i = 0; g.slots && i < g.n_slots; i++) free(g.slots[i].pend);
   free(g.slots);
   return rc;
+}
+
+/* ---- ranks > 0 ---- */
+
+/* Rank 0 closes slot: its request's final memory on this rank goes to the scheduler, which
+ * finishes the request once every rank has reported (reason UNSPECIFIED: rank 0's counts). */
+static void follow_closed(void *ud, int slot) {
+  weng_t *g = ud;
+  if (!kv_mux_is_open(wrk_cache_kv(g->w->cache), slot)) return;
+  wout_t *o = calloc(1, sizeof *o);
+  if (!o) return;
+  o->kind = WOUT_FINISHED;
+  slot_mem(g, slot, &o->mem);
+  o->request_id = o->mem.request_id;
+  add_cum(g, &o->mem.m);
+  push_out(g->w, o);
+}
+
+static void follow_tick(void *ud) { maybe_report(ud); }
+
+static int run_follower(wrk_t *w) {
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0};
+  gen_follow_hooks_t h = {open_hook, follow_closed, follow_tick, &g};
+  return gen_follow_hooks(w->m, wrk_cache_kv(w->cache), w->comm, &h);
 }
 
 int wrk_engine_load(wrk_t *w) {
@@ -311,9 +359,7 @@ void wrk_engine_unload(wrk_t *w) {
 
 void *wrk_engine_main(void *arg) {
   wrk_t *w = arg;
-  int rc = w->cfg.rank == 0
-               ? run_rank0(w)
-               : gen_follow_ex(w->m, wrk_cache_kv(w->cache), w->comm, wrk_cache_open, w->cache);
+  int rc = w->cfg.rank == 0 ? run_rank0(w) : run_follower(w);
   if (w->cfg.rank > 0 && !rc) rc = qe_errf(QE_ECOMM, "rank 0 stopped the group");
   w->rc = rc;
   pthread_mutex_lock(&w->mu);

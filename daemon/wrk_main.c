@@ -114,8 +114,9 @@ static void on_close(tr_conn_t *conn, int reason, const char *detail) {
   if (w->stopping) return;
   qe_log(QE_LOG_WARN, "wrk: scheduler connection: %s (%s); reconnecting",
          tr_close_reason_str(reason), detail);
-  wcmd_t *c = calloc(1, sizeof *c);
-  if (c) c->kind = WCMD_CANCEL_ALL, wrk_push_cmd(w, c); /* nobody waits for them any more */
+  /* nobody waits for the requests any more (rank 0 runs them; followers take no commands) */
+  wcmd_t *c = w->cfg.rank == 0 ? calloc(1, sizeof *c) : NULL;
+  if (c) c->kind = WCMD_CANCEL_ALL, wrk_push_cmd(w, c);
   uv_timer_start(&w->retry, on_retry, 1000, 0);
 }
 

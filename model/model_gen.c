@@ -403,29 +403,50 @@ static int follow_open(kv_cache_t *kv, tp_comm_t *c, gen_open_fn fn, void *ud, c
   return rc ? rc : open_agree(c, kv, fn, ud, h->a, h->b, arg, (size_t)h->n, &orc);
 }
 
-int gen_follow_ex(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_open_fn fn, void *ud) {
+/* A FWD header: the plan, then this rank's share of the forward pass. */
+static int follow_step(model_t *m, kv_cache_t *kv, tp_comm_t *c, const gen_hdr_t *h,
+                       gen_plan_t *p) {
+  p->n = h->n;
+  int rc = bcast_plan(c, p);
+  model_batch_t b = {p->n, p->tokens, p->pos, p->seq, p->want};
+  return rc ? rc : model_forward(m, kv, c, &b, NULL);
+}
+
+/* One operation (any header but STOP). */
+static int follow_op(model_t *m, kv_cache_t *kv, tp_comm_t *c, const gen_follow_hooks_t *hk,
+                     const gen_hdr_t *h, gen_plan_t *p, unsigned char *arg) {
+  if (h->op == GEN_OP_NOOP) return 0;
+  if (h->op == GEN_OP_OPEN) return follow_open(kv, c, hk->open, hk->ud, h, arg);
+  if (h->op == GEN_OP_CLOSE) {
+    if (hk->closed && h->a >= 0 && h->a < kv->geom.max_seqs) hk->closed(hk->ud, h->a);
+    kv->ops->seq_close(kv, h->a);
+    return 0;
+  }
+  if (h->op == GEN_OP_FWD && h->n > 0 && h->n <= model_max_batch(m))
+    return follow_step(m, kv, c, h, p);
+  return qe_errf(QE_ECOMM, "gen: bad step header (op %d, n %d)", h->op, h->n);
+}
+
+int gen_follow_hooks(model_t *m, kv_cache_t *kv, tp_comm_t *c, const gen_follow_hooks_t *h) {
+  static const gen_follow_hooks_t none = {0};
+  const gen_follow_hooks_t *hk = h ? h : &none;
   unsigned char arg[GEN_OPEN_ARG_MAX];
   gen_plan_t p = {0};
   int rc = plan_alloc(&p, model_max_batch(m));
   while (!rc) {
-    gen_hdr_t h;
-    if ((rc = bcast_hdr(c, &h)) || h.op == GEN_OP_STOP) break;
-    if (h.op == GEN_OP_NOOP) continue;
-    if (h.op == GEN_OP_OPEN)
-      rc = follow_open(kv, c, fn, ud, &h, arg);
-    else if (h.op == GEN_OP_CLOSE)
-      kv->ops->seq_close(kv, h.a);
-    else if (h.op == GEN_OP_FWD && h.n > 0 && h.n <= model_max_batch(m)) {
-      p.n = h.n;
-      rc = bcast_plan(c, &p);
-      model_batch_t b = {p.n, p.tokens, p.pos, p.seq, p.want};
-      if (!rc) rc = model_forward(m, kv, c, &b, NULL);
-    } else
-      rc = qe_errf(QE_ECOMM, "gen: bad step header (op %d, n %d)", h.op, h.n);
+    gen_hdr_t hd;
+    if ((rc = bcast_hdr(c, &hd)) || hd.op == GEN_OP_STOP) break;
+    rc = follow_op(m, kv, c, hk, &hd, &p, arg);
+    if (!rc && hk->tick) hk->tick(hk->ud);
   }
   for (int i = 0; i < kv->geom.max_seqs; i++) kv->ops->seq_close(kv, i);
   plan_free(&p);
   return rc;
+}
+
+int gen_follow_ex(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_open_fn fn, void *ud) {
+  gen_follow_hooks_t h = {fn, NULL, NULL, ud};
+  return gen_follow_hooks(m, kv, c, &h);
 }
 
 int gen_follow(model_t *m, kv_cache_t *kv, tp_comm_t *c) {

@@ -111,9 +111,27 @@ void gen_engine_stats(const gen_engine_t *e, gen_stats_t *out);
  * frees the engine. NULL-safe. */
 void gen_engine_destroy(gen_engine_t *e);
 
-/* Ranks > 0: executes rank 0's opens, closes and steps until it stops; opens go through
- * `open` (NULL: kv->ops->seq_open) with ud. Closes every slot before returning. Returns 0
- * when told to stop, or the error that ended it (QE_ECOMM when rank 0 went away). */
+/* What a follower calls back (all may be NULL; they run on the follower's thread, inside
+ * gen_follow_hooks, and must not use comm). */
+typedef struct {
+  gen_open_fn open; /* opens a slot (NULL: kv->ops->seq_open) */
+  /* Just before a CLOSE from rank 0 closes `slot` (in [0, max_seqs)), so that its final
+   * figures can still be read; not called for the slots closed when the follower returns,
+   * nor for an open that failed on some rank. */
+  void (*closed)(void *ud, int slot);
+  /* After every operation from rank 0 (open, close, step, no-op; an idle rank 0 sends a no-op
+   * at least every report interval), e.g. to report memory periodically. */
+  void (*tick)(void *ud);
+  void *ud;
+} gen_follow_hooks_t;
+
+/* Ranks > 0: executes rank 0's opens, closes and steps until it stops, calling h's hooks
+ * (h is read during the call only; NULL: no hooks). Closes every slot before returning.
+ * Returns 0 when told to stop, or the error that ended it (QE_ECOMM when rank 0 went away). */
+int gen_follow_hooks(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const gen_follow_hooks_t *h);
+
+/* gen_follow_hooks with an open hook only: opens go through `open` (NULL: kv->ops->seq_open)
+ * with ud. */
 int gen_follow_ex(model_t *m, kv_cache_t *kv, tp_comm_t *comm, gen_open_fn open, void *ud);
 
 /* gen_follow_ex without an open hook. */

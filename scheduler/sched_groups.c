@@ -1,10 +1,13 @@
 /* sched_groups: the workers as the scheduler sees them. Ranks connect over the transport and
  * introduce themselves (group, rank, tp_size, pool bytes); a group is up once all its ranks are
  * connected. Requests are dispatched to rank 0 of the up group with the most free bytes (and a
- * free sequence slot); rank 0 streams their tokens back. A group that loses a rank is down: its
- * running requests go back to the front of the dispatch list and resume elsewhere from the
- * scheduler's copy of their prompt and the tokens already sent (StartRequest.resume_ids), so the
- * client sees neither a gap nor a repeat. Pool bytes of every group ever seen count in
+ * free sequence slot); rank 0 streams their tokens back. Every rank reports the memory of its
+ * share of the KV heads; a request finishes when rank 0 says so and every other rank of the
+ * group has sent its final figures (RequestFinished), which the summary sums. A group that
+ * loses a rank is down: a request only waiting for its ranks' figures finishes as it is; its
+ * other running requests go back to the front of the dispatch list and resume elsewhere from
+ * the scheduler's copy of their prompt and the tokens already sent (StartRequest.resume_ids), so
+ * the client sees neither a gap nor a repeat. Pool bytes of every group ever seen count in
  * admission (a restarting worker does not make requests unfittable). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,9 +115,18 @@ static void on_open(tr_conn_t *c) {
   if (++g->n_conn == g->tp_size) group_up(s, g);
 }
 
+/* Requests of g that rank 0 finished but other ranks had not reported yet finish now, with
+ * rank 0's outcome and the figures they have (they are done: never resumed). */
+static void finish_waiting(sched_t *s, sgroup_t *g) {
+  for (sreq_t *r = s->reqs; r; r = r->next_all)
+    if (r->group == g && r->state == SREQ_RUNNING && (r->fin_ranks & 1))
+      sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
+}
+
 /* The group lost a rank: its requests go back to the front of the dispatch list. */
 static void group_down(sched_t *s, sgroup_t *g) {
   g->up = 0;
+  finish_waiting(s, g);
   sreq_t *head = NULL, *tail = NULL;
   for (sreq_t *r = s->reqs; r; r = r->next_all) {
     if (r->group != g || r->state != SREQ_RUNNING) continue;
@@ -122,6 +134,7 @@ static void group_down(sched_t *s, sgroup_t *g) {
     r->state = SREQ_QUEUED;
     r->resumes++;
     memset(r->mem, 0, sizeof r->mem);
+    r->fin_ranks = 0;
     r->dispatch_wait = 1;
     r->next_wait = NULL;
     if (tail)
@@ -188,14 +201,30 @@ static int reason_of(int w) {
   }
 }
 
-static void on_finished(sched_t *s, sgroup_t *g, const Qevict__Worker__V1__RequestFinished *f) {
+/* Whether every rank of g has sent r's RequestFinished. */
+static int all_finished(const sgroup_t *g, const sreq_t *r) {
+  uint64_t all = g->tp_size >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << g->tp_size) - 1;
+  return (r->fin_ranks & all) == all;
+}
+
+/* A rank's RequestFinished: its final memory; rank 0's carries the outcome too (kept while the
+ * other ranks' figures are awaited). An error finishes at once: a failed start never reached
+ * the other ranks. */
+static void on_finished(sched_t *s, sgroup_t *g, int rank,
+                        const Qevict__Worker__V1__RequestFinished *f) {
   sreq_t *r = running_on(s, g, f->request_id);
   if (!r) return;
-  copy_mem(&r->mem[0], f->memory);
-  int reason = reason_of(f->reason);
-  if (reason == QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR)
-    qe_log(QE_LOG_ERROR, "sched: request %s failed on %s: %s", r->id_str, g->name, f->error);
-  sched_req_finish(s, r, reason, f->error, 0);
+  copy_mem(&r->mem[rank], f->memory);
+  r->fin_ranks |= (uint64_t)1 << rank;
+  if (rank == 0) {
+    r->fin_reason = reason_of(f->reason);
+    snprintf(r->fin_error, sizeof r->fin_error, "%s", f->error ? f->error : "");
+  }
+  if (!(r->fin_ranks & 1)) return;
+  int err = r->fin_reason == QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR;
+  if (err && rank == 0)
+    qe_log(QE_LOG_ERROR, "sched: request %s failed on %s: %s", r->id_str, g->name, r->fin_error);
+  if (err || all_finished(g, r)) sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
 }
 
 static void on_report(sched_t *s, sgroup_t *g, int rank,
@@ -224,7 +253,7 @@ static void on_message(tr_conn_t *c, const tr_env_t *m) {
     break;
   }
   case ENV(REQUEST_FINISHED):
-    if (rank == 0) on_finished(s, g, m->request_finished);
+    on_finished(s, g, rank, m->request_finished);
     break;
   case ENV(MEMORY_REPORT):
     on_report(s, g, rank, m->memory_report);
@@ -287,6 +316,7 @@ int sched_groups_dispatch(sched_t *s, sreq_t *r) {
            r->n_gen);
   r->group = g;
   r->dispatch_wait = 0;
+  r->fin_ranks = 0;
   g->reserved += r->budget;
   g->n_running++;
   sched_req_started(s, r);

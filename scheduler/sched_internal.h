@@ -74,7 +74,11 @@ struct sreq {
   int finish_reason; /* qevict.v1.FinishReason */
   char error[256], stop_hit[257];
   smem_t mem[SREQ_MAX_RANKS]; /* per rank of its group */
-  int n_fin_ranks;            /* ranks that reported RequestFinished (current dispatch) */
+  /* Finishing on a TP group: rank 0's RequestFinished gives the outcome, every rank's its
+   * final memory; the request finishes once all are in (sched_groups.c). */
+  uint64_t fin_ranks; /* bit k: rank k sent RequestFinished (current dispatch; 64 ranks) */
+  int fin_reason;     /* rank 0's (qevict.v1.FinishReason), once fin_ranks has bit 0 */
+  char fin_error[256];
   uint64_t t_created, t_started, t_first, t_last_tok, t_finished; /* monotonic us */
   int64_t created_ms, started_ms, finished_ms;
   int dispatch_wait; /* admitted, waiting for a group with room */

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """test_serving: the whole daemon (`qevict serve`: a scheduler and two CPU workers on loopback,
 stories260K) driven by Python grpcio with stubs generated from our .proto at test time:
-auth, tenants and quotas, 64 concurrent streams, cancel and disconnect, Submit + Watch,
-a killed worker, bad input, metrics (promtool, a real Prometheus scrape), restart persistence.
+auth, health (Check and Watch), tenants and quotas, 64 concurrent streams, cancel and
+disconnect, Submit + Watch, a killed worker, bad input, metrics (promtool, a real Prometheus
+scrape), draining a worker, restart persistence; then a tensor-parallel group (`--tp 2`): the
+tokens of `qevict generate`, and memory figures summed over both ranks.
 usage: test_serving.py QEVICT_BINARY   (exit 77 = skipped)"""
 import os
 import shutil
@@ -88,11 +90,12 @@ def code_of(fn):
         return e.code(), e.details()
 
 
-def cli_tokens(prompt, n, policy, budget, seed=0):
+def cli_tokens(prompt, n, policy, budget, seed=0, tp=1):
     """`qevict generate` in process: the reference the server must reproduce."""
     out = subprocess.run([QEVICT, "generate", "--model", STORIES, "--prompt", prompt, "-n", str(n),
                           "--policy", policy, "--budget", str(budget), "--seed", str(seed),
-                          "--ignore-eos", "--json"], capture_output=True, text=True, timeout=120)
+                          "--tp", str(tp), "--ignore-eos", "--json"], capture_output=True,
+                         text=True, timeout=120)
     if out.returncode:
         raise RuntimeError(out.stderr)
     return json.loads(out.stdout)["tokens"]
@@ -113,6 +116,11 @@ def test_auth(srv, admin, tenant_key):
     h = hpbg.HealthStub(admin.ch)
     st = h.Check(hpb.HealthCheckRequest(service=""), timeout=10).status
     C.ok(st == hpb.HealthCheckResponse.SERVING, "grpc.health.v1 Check: SERVING")
+    w = h.Watch(hpb.HealthCheckRequest(service=""), timeout=10)
+    first = next(w, None)
+    w.cancel()
+    C.ok(first is not None and first.status == hpb.HealthCheckResponse.SERVING,
+         "grpc.health.v1 Watch: first message SERVING (%s)" % (first.status if first else None))
 
 
 def set_tenant(admin, tid, quota, max_req=0):
@@ -378,15 +386,109 @@ def test_metrics(srv):
          "(qevict_generation_tokens_total = %s)" % got)
 
 
+def started_worker(cl, rid):
+    """The worker of a request's Started event (Watch from offset 0)."""
+    for e in cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=120):
+        if e.HasField("started"):
+            return e.started.worker
+        if e.HasField("finished"):
+            return None
+    return None
+
+
+def test_drain(srv, cl):
+    """Drains g1: it takes no new request; requests submitted at once all run on g0."""
+    r = cl.adm.Drain(pb.DrainRequest(worker="g1"), metadata=ADMIN_MD, timeout=10)
+    C.ok(list(r.workers) == ["g1"], "Drain g1 lists it (%s)" % list(r.workers))
+    code, _ = code_of(lambda: cl.adm.Drain(pb.DrainRequest(worker="nosuch"), metadata=ADMIN_MD,
+                                           timeout=10))
+    C.ok(code == grpc.StatusCode.NOT_FOUND, "Drain of an unknown worker: %s" % code)
+    ids = [cl.gen.Submit(cl.request(PROMPTS[i], 48, ignore_eos=True),
+                         metadata=cl.md, timeout=10).request_id for i in range(8)]
+    workers = [started_worker(cl, rid) for rid in ids]
+    C.ok(workers == ["g0"] * 8, "8 requests submitted after the drain all ran on g0 (%s)" % workers)
+    C.ok(srv.metric("qevict_workers", state="draining") == 1 and
+         srv.metric("qevict_workers", state="up") == 1, "/metrics: 1 worker up, 1 draining")
+
+
 def test_restart(srv, key, tid):
     srv.stop()
-    srv.start()
+    srv.start()  # waits for both groups up and not draining
+    C.ok(srv.metric("qevict_workers", state="draining") == 0 and
+         srv.metric("qevict_workers", state="up") == 2,
+         "after a restart both workers serve again (drain state is the scheduler's memory)")
     admin = Client(srv.addr, srv.admin_key())
     t = admin.adm.GetTenant(pb.GetTenantRequest(id=tid), metadata=admin.md, timeout=10)
     C.ok(t.id == tid, "tenant %s survives a restart" % tid)
     cl = Client(srv.addr, key)
     ev = cl.generate(cl.request(PROMPTS[5], 4))
     C.ok(finished_of(ev) is not None, "its API key still works after the restart")
+
+
+def tp_memory_live(srv, cl, rids):
+    """Polls GetRequest on rids[0] while it runs: a sample whose budget sums both ranks' shares
+    (Started's reserved bytes, within rounding) and bytes > 0, and rank 1's pool bytes in
+    /metrics. Returns (sample or None, rank 1 used bytes seen)."""
+    good, used1, deadline = None, 0.0, time.time() + 120
+    while time.time() < deadline and not (good and used1 > 0):
+        info = cl.gen.GetRequest(pb.GetRequestRequest(request_id=rids[0]), metadata=cl.md,
+                                 timeout=10)
+        if info.state == pb.REQUEST_STATE_FINISHED:
+            break
+        m = info.memory
+        if (info.state == pb.REQUEST_STATE_RUNNING and m.bytes > 0 and
+                abs(m.budget_bytes - info.reserved_bytes) <= 4):
+            good = good or (m.budget_bytes, info.reserved_bytes)
+        if good:
+            used1 = max(used1, srv.metric("qevict_pool_bytes", worker="g0", rank="1",
+                                          kind="used") or 0)
+        time.sleep(0.02)
+    return good, used1
+
+
+def test_tp():
+    """A tensor-parallel group (--tp 2): rank 1's memory is counted with rank 0's."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-tp"), workers=1,
+                         extra=["--tp", "2"])
+    srv.start()
+    failed = C.failed
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "tp", 1 << 30).api_key)
+    # FullKV gives the tokens of one rank; under a tight budget each rank routes its own KV
+    # heads within its own share, so the reference is `qevict generate` with the same --tp
+    want = cli_tokens(PROMPTS[0], 200, "full", 1.0, seed=7, tp=1)
+    ids, _ = tokens_of(cl.generate(cl.request(PROMPTS[0], 200, sampling=pb.Sampling(seed=7),
+                                              ignore_eos=True)))
+    C.ok(ids == want, "tp 2: grpcio stream == qevict generate --tp 1 (full): %d tokens" % len(ids))
+    want = cli_tokens(PROMPTS[0], 200, "qevict", 0.3, seed=7, tp=2)
+    ev = cl.generate(cl.request(PROMPTS[0], 200, "qevict", 0.3, sampling=pb.Sampling(seed=7),
+                                ignore_eos=True))
+    ids, _ = tokens_of(ev)
+    C.ok(ids == want, "tp 2: grpcio stream == qevict generate --tp 2 (qevict 0.3): %d tokens"
+         % len(ids))
+    st, f = ev[0].started if ev and ev[0].HasField("started") else None, finished_of(ev)
+    C.ok(st is not None and f is not None and f.reason == pb.FINISH_REASON_LENGTH and
+         abs(f.memory.budget_bytes - st.reserved_bytes) <= 4 and
+         0 < f.memory.bytes <= f.memory.budget_bytes,
+         "tp 2: Finished.memory sums both ranks (budget %s of %s reserved, %s bytes)" %
+         ((f.memory.budget_bytes, st.reserved_bytes, f.memory.bytes) if st and f else None))
+    rids = [cl.gen.Submit(cl.request(PROMPTS[i % 8], 480, "qevict", 0.3, ignore_eos=True),
+                          metadata=cl.md, timeout=10).request_id for i in range(16)]
+    good, used1 = tp_memory_live(srv, cl, rids)
+    C.ok(good is not None, "tp 2: GetRequest of a running request sums both ranks' budgets "
+         "(%s of %s reserved)" % (good or (None, None)))
+    C.ok(used1 > 0, "tp 2: /metrics has rank 1's pool bytes in use (%d)" % used1)
+    for rid in rids:
+        cl.gen.Cancel(pb.CancelRequest(request_id=rid), metadata=cl.md, timeout=10)
+    t1, deadline = None, time.time() + 30
+    while time.time() < deadline and not t1:
+        t1 = srv.metric("qevict_window_transitions_total", worker="g0/1", **{"from": "full",
+                                                                            "to": "int2"})
+        time.sleep(0.2)
+    C.ok(t1 and t1 > 0, "tp 2: /metrics counts rank 1's window transitions (full->int2: %s)" % t1)
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
 
 
 def main():
@@ -413,8 +515,10 @@ def main():
     test_submit_watch(srv, cl, keys["acme"])
     test_kill_worker(srv, bigc)
     test_metrics(srv)
+    test_drain(srv, bigc)
     test_restart(srv, keys["beta"], "beta")
     srv.stop()
+    test_tp()
     rc = C.done()
     if rc:
         print(srv.tail(6000))

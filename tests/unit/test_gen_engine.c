@@ -3,7 +3,8 @@
  * sampled run exactly; cancel frees a slot for reuse; long prompts are chunked; EOG and the
  * context cap finish sequences; bad requests and refused opens leave the slot free; and two
  * tensor-parallel ranks (forked, CPU socket collective) agree on opens (argument bytes
- * included) and give the tokens of one rank. */
+ * included) and give the tokens of one rank, the follower's hooks seeing each close before
+ * it happens and ticking once per operation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,31 +318,61 @@ static int tp_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *arg,
   return kv->ops->seq_open(kv, slot, cap);
 }
 
-static void tp_follower(const char *path, int fd) {
+/* Rank 1's follower hooks: which slots were closed (and whether they were still open, i.e.
+ * held bytes, when told), and how many operations ran. */
+typedef struct {
+  tp_hook_t open;
+  kv_cache_t *kv;
+  int closed[4], closed_empty, ticks;
+} tp_follow_t;
+
+static int tp_follow_open(void *ud, kv_cache_t *kv, int slot, int cap, const void *arg,
+                          size_t len) {
+  return tp_hook(&((tp_follow_t *)ud)->open, kv, slot, cap, arg, len);
+}
+
+static void tp_follow_closed(void *ud, int slot) {
+  tp_follow_t *f = ud;
+  f->closed[slot]++;
+  f->closed_empty += f->kv->ops->seq_bytes(f->kv, slot) == 0;
+}
+
+static void tp_follow_tick(void *ud) { ((tp_follow_t *)ud)->ticks++; }
+
+/* Rank 1: follows with hooks and writes its tick count to out_fd; exits 0 if the opens and
+ * closes were the ones rank 0 made. */
+static void tp_follower(const char *path, int fd, int out_fd) {
   tp_comm_t *c = NULL;
   rig_t rg;
-  tp_hook_t h = {1, 0, 0};
+  tp_follow_t f = {{1, 0, 0}, NULL, {0}, 0, 0};
+  gen_follow_hooks_t hk = {tp_follow_open, tp_follow_closed, tp_follow_tick, &f};
   int rc = tp_comm_create_cpu_fds(&fd, 1, 2, &c);
   if (!rc) rc = rig_open(&rg, path, 1, 2, c, 64);
-  if (!rc) rc = gen_follow_ex(rg.m, rg.kv, c, tp_hook, &h);
-  if (rc || h.bad || h.opens != 4)
-    fprintf(stderr, "rank 1: rc %d (%s), %d opens, %d bad arguments\n", rc, qe_errmsg(), h.opens,
-            h.bad);
-  _exit(rc || h.bad || h.opens != 4 ? 1 : 0);
+  f.kv = rg.kv;
+  if (!rc) rc = gen_follow_hooks(rg.m, rg.kv, c, &hk);
+  int bad = rc || f.open.bad || f.open.opens != 4 || f.closed[0] != 1 || f.closed[1] != 1 ||
+            f.closed[2] || f.closed[3] || f.closed_empty;
+  if (bad)
+    fprintf(stderr,
+            "rank 1: rc %d (%s), %d opens, %d bad arguments, closes %d %d %d %d (%d empty)\n", rc,
+            qe_errmsg(), f.open.opens, f.open.bad, f.closed[0], f.closed[1], f.closed[2],
+            f.closed[3], f.closed_empty);
+  if (write(out_fd, &f.ticks, sizeof f.ticks) != sizeof f.ticks) bad = 1;
+  _exit(bad);
 }
 
 static void check_tp(rig_t *r1, const char *path) {
   int32_t ref0[MAXT], ref1[MAXT];
   int n0 = alone(r1, p0, 12, 16, greedy, 0, ref0), n1 = alone(r1, p1, 20, 12, greedy, 0, ref1);
-  int sv[2];
-  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  int sv[2], pp[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0 && pipe(pp) == 0);
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
-    close(sv[0]);
-    tp_follower(path, sv[1]);
+    close(sv[0]), close(pp[0]);
+    tp_follower(path, sv[1], pp[1]);
   }
-  close(sv[1]);
+  close(sv[1]), close(pp[1]);
   tp_comm_t *c = NULL;
   rig_t rg;
   rec_t rec;
@@ -372,11 +403,20 @@ static void check_tp(rig_t *r1, const char *path) {
   run_steps(e, &rec, 100);
   CHECK(same(rec.tok[0], rec.n[0], ref0, n0) && same(rec.tok[1], rec.n[1], ref1, n1));
   CHECK(h->opens == 4 && h->bad == 0);
+  gen_stats_t gs;
+  gen_engine_stats(e, &gs);
   gen_engine_destroy(e);
-  int st = 1;
+  int st = 1, ticks = -1;
+  CHECK(read(pp[0], &ticks, sizeof ticks) == sizeof ticks);
+  close(pp[0]);
   waitpid(pid, &st, 0);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  fprintf(stderr, "tp 2: open arguments reached rank 1 intact; tokens as tp 1\n");
+  /* one tick per operation: 4 opens, 2 no-ops, 2 closes and every step */
+  CHECK(ticks == 4 + 2 + 2 + gs.n_steps);
+  fprintf(stderr,
+          "tp 2: open arguments reached rank 1 intact; tokens as tp 1; rank 1 saw both closes "
+          "while the slots were open, and %d ticks for %d steps\n",
+          ticks, gs.n_steps);
   rig_close(&rg);
   tp_comm_destroy(c);
 }

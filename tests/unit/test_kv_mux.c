@@ -2,7 +2,8 @@
  * sequence under a budget that forces quantization and eviction run through one mux (bound
  * to slots that differ from the mux's, decode steps batched together so every attend call
  * spans both children) and give, step by step, the same logits bit for bit as each alone on
- * its own cache, with the same memory outcome; then binding, removal and geometry errors. */
+ * its own cache, with the same memory outcome; then binding, removal and geometry errors,
+ * and which slots are open. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,8 @@ static void check_errors(world_t *w, kv_cache_t *mux) {
   int32_t tok = 5, pos = 0, seq = 0;
   float k[2 * 32] = {0};
   /* slot 3 is open on child 0 slot 1; slot 1 on child 1 slot 2 */
+  CHECK(kv_mux_is_open(mux, 3) && kv_mux_is_open(mux, 1) && !kv_mux_is_open(mux, 0));
+  CHECK(!kv_mux_is_open(mux, -1) && !kv_mux_is_open(mux, 4) && !kv_mux_is_open(NULL, 0));
   CHECK(kv_mux_bind(mux, 3, 0, 0) == QE_EINVAL && strstr(qe_errmsg(), "is open"));
   CHECK(kv_mux_bind(mux, 0, 0, 1) == QE_EINVAL && strstr(qe_errmsg(), "in use"));
   CHECK(kv_mux_bind(mux, 0, 7, 0) == QE_EINVAL && strstr(qe_errmsg(), "no child"));
@@ -173,8 +176,11 @@ static void check_errors(world_t *w, kv_cache_t *mux) {
   CHECK_OK(kv_mux_bind(mux, 0, 1, 0));
   CHECK_OK(kv_mux_bind(mux, 2, 1, 0));
   CHECK_OK(mux->ops->seq_open(mux, 0, 120));
+  CHECK(kv_mux_is_open(mux, 0));
   CHECK(mux->ops->seq_open(mux, 2, 120) == QE_EINVAL && strstr(qe_errmsg(), "in use"));
+  CHECK(!kv_mux_is_open(mux, 2)); /* a failed open leaves the slot closed */
   mux->ops->seq_close(mux, 0);
+  CHECK(!kv_mux_is_open(mux, 0));
   mux->ops->seq_close(mux, 0); /* closing a closed slot is harmless */
   CHECK_OK(mux->ops->seq_open(mux, 2, 120));
   mux->ops->seq_close(mux, 2);
@@ -204,7 +210,7 @@ static void check_errors(world_t *w, kv_cache_t *mux) {
   /* not a mux */
   CHECK(kv_mux_add_child(again, again, &id) == QE_EINVAL);
   CHECK(kv_mux_bind(again, 0, 0, 0) == QE_EINVAL && kv_mux_child(again, 0) == NULL);
-  CHECK(kv_mux_n_children(again) == 0);
+  CHECK(kv_mux_n_children(again) == 0 && !kv_mux_is_open(again, 0));
   g = model_kv_geom(w->m, 0);
   CHECK(kv_mux_create(w->be, &g, &bad) == QE_EINVAL && bad == NULL);
   /* slot 3 is still open: destroy closes it and the children */
