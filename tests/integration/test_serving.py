@@ -90,12 +90,12 @@ def code_of(fn):
         return e.code(), e.details()
 
 
-def cli_tokens(prompt, n, policy, budget, seed=0, tp=1):
+def cli_tokens(prompt, n, policy, budget, seed=0, tp=1, extra=()):
     """`qevict generate` in process: the reference the server must reproduce."""
     out = subprocess.run([QEVICT, "generate", "--model", STORIES, "--prompt", prompt, "-n", str(n),
                           "--policy", policy, "--budget", str(budget), "--seed", str(seed),
-                          "--tp", str(tp), "--ignore-eos", "--json"], capture_output=True,
-                         text=True, timeout=120)
+                          "--tp", str(tp), "--ignore-eos", "--json"] + list(extra),
+                         capture_output=True, text=True, timeout=120)
     if out.returncode:
         raise RuntimeError(out.stderr)
     return json.loads(out.stdout)["tokens"]
@@ -142,6 +142,30 @@ def test_equal_to_cli(cl):
         C.ok(f is not None and f.memory.policy == policy and 0 < f.memory.bytes <=
              f.memory.budget_bytes, "Finished carries the memory summary (%s: %s of %s bytes)"
              % ((f.memory.policy, f.memory.bytes, f.memory.budget_bytes) if f else None))
+
+
+def test_sampling_and_stop(cl):
+    """Seeded sampling reproduces the CLI's; a stop string ends the text before it."""
+    want = cli_tokens(PROMPTS[1], 120, "qevict", 0.5, seed=3,
+                      extra=["--temp", "0.8", "--top-k", "40", "--top-p", "0.9"])
+    req = cl.request(PROMPTS[1], 120, "qevict", 0.5, ignore_eos=True,
+                     sampling=pb.Sampling(temperature=0.8, top_k=40, top_p=0.9, seed=3))
+    ids, _ = tokens_of(cl.generate(req))
+    C.ok(ids == want, "seeded sampling (temp 0.8, top-k 40, top-p 0.9) == qevict generate's "
+         "(%d tokens)" % len(ids))
+    _, full = tokens_of(cl.generate(cl.request(PROMPTS[0], 40)))
+    stop = full.split()[3] if len(full.split()) > 3 else "the"
+    ev = cl.generate(cl.request(PROMPTS[0], 40, stop=[stop]))
+    _, text = tokens_of(ev)
+    f = finished_of(ev)
+    C.ok(f is not None and f.reason == pb.FINISH_REASON_STOP and f.stop == stop and
+         stop not in text and full.startswith(text),
+         "stop string %r: reason STOP, text %r ends before it" % (stop, text))
+    chat = pb.GenerateRequest(max_tokens=4)
+    chat.prompt.chat.messages.add(role="user", content="hi")
+    code, det = code_of(lambda: cl.generate(chat, timeout=30))
+    C.ok(code == grpc.StatusCode.INVALID_ARGUMENT and det.startswith("prompt.chat"),
+         "chat prompt on a model without a template: %s '%s'" % (code, det))
 
 
 def test_bad_input(srv, cl):
@@ -196,7 +220,7 @@ def test_concurrency(srv, admin, keys, quota, per_req):
         tid = list(keys)[i % len(keys)]
         cl = clients[tid]
         try:
-            results[i] = cl.generate(cl.request(PROMPTS[i % 8], 64, "qevict", per_req,
+            results[i] = cl.generate(cl.request(PROMPTS[i % 8], 200, "qevict", per_req,
                                                 ignore_eos=True), timeout=600)
         except grpc.RpcError as e:
             results[i] = e
@@ -507,6 +531,7 @@ def main():
     test_auth(srv, admin, keys["acme"])
     cl = Client(srv.addr, keys["acme"])
     test_equal_to_cli(cl)
+    test_sampling_and_stop(cl)
     test_bad_input(srv, cl)
     test_concurrency(srv, admin, keys, quota, 150000)
     big = set_tenant(admin, "big", 1 << 30)
