@@ -255,12 +255,14 @@ static void supervise(child_t *ch, int n, int *failed) {
     for (int i = 0; i < n && !g_stop; i++) {
       if (ch[i].pid != pid) continue;
       int quick = time(NULL) - ch[i].started < 3;
+      int giveup = ch[i].restarts == 0 && quick && !WIFSIGNALED(status);
+      int w = ch[i].argv[1][0] == 'w';
       fprintf(stderr, "qevict serve: %s%s%s exited (%s %d)%s\n", ch[i].argv[1],
-              ch[i].argv[1][0] == 'w' ? " of group " : "",
-              ch[i].argv[1][0] == 'w' ? ch[i].argv[7] : "", WIFSIGNALED(status) ? "signal" : "code",
+              w ? " of group " : "", w ? ch[i].argv[7] : "",
+              WIFSIGNALED(status) ? "signal" : "code",
               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-              ch[i].restarts == 0 && quick ? "; it failed at start: stopping" : "; restarting");
-      if (ch[i].restarts == 0 && quick && !WIFSIGNALED(status)) {
+              giveup ? "; it failed at start: stopping" : "; restarting");
+      if (giveup) {
         g_stop = SIGTERM;
         *failed = 1;
         return;
