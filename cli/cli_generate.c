@@ -14,10 +14,14 @@
 #include "model_gen.h"
 #include "qe_json.h"
 #include "qe_status.h"
+#ifdef QE_HAVE_CUDA
+#include "cuda/kern_cuda.h"
+#endif
 
 typedef struct {
   const char *model, *prompt, *prompt_file;
   int chat, json, tp, threads, batch, ignore_eos, diag;
+  int device; /* CUDA GPU of rank 0 (-1: the CPU backend) */
   long n_predict;
   kern_sampler_t sampler;
   uint64_t seed;
@@ -38,6 +42,8 @@ static const char *gen_help =
     "  --tp N            tensor-parallel ranks (processes, CPU collectives; default 1)\n"
     "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
     "  --threads N       CPU threads per rank (default: cores / tp)\n"
+    "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
+    "                    the GPU count); FullKV only for now\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
     "  --json            print one JSON object (ids, text, summary, memory) instead of streaming\n"
     "KV cache:\n"
@@ -77,7 +83,10 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
     a->sampler.top_p = (float)d;
   } else if (!strcmp(f, "--seed"))
     return cli_parse_u64(v, &a->seed) ? 2 : 0;
-  else if (!strcmp(f, "--tp") || !strcmp(f, "--batch") || !strcmp(f, "--threads")) {
+  else if (!strcmp(f, "--device")) {
+    if (cli_parse_int(v, 0, 255, &l)) return 2;
+    a->device = (int)l;
+  } else if (!strcmp(f, "--tp") || !strcmp(f, "--batch") || !strcmp(f, "--threads")) {
     if (cli_parse_int(v, 1, 256, &l)) return 2;
     *(!strcmp(f, "--tp") ? &a->tp : !strcmp(f, "--batch") ? &a->batch : &a->threads) = (int)l;
   } else
@@ -86,7 +95,7 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
 }
 
 static int parse_args(int argc, char **argv, gen_args_t *a) {
-  *a = (gen_args_t){.tp = 1, .batch = 1, .n_predict = 128, .sampler = {0, 0, 1.0f}};
+  *a = (gen_args_t){.tp = 1, .batch = 1, .device = -1, .n_predict = 128, .sampler = {0, 0, 1.0f}};
   cli_policy_init(&a->pol);
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
@@ -117,6 +126,11 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
                            "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
+#ifndef QE_HAVE_CUDA
+  if (a->device >= 0)
+    return cli_usage_error("generate", "--device needs a CUDA build of qevict (this build has "
+                                       "the CPU backend only)");
+#endif
   return 0;
 }
 
@@ -176,6 +190,11 @@ static int prepare(gen_args_t *a) {
   if (!rc) rc = model_read_hparams(g, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
+  if (!rc && a->device >= 0 && !d.full)
+    rc = qe_errf(QE_EUNSUPPORTED,
+                 "--device: the tiered cache runs on the CPU backend only for now (policy %s); "
+                 "use --policy full on the GPU",
+                 a->pol.name);
   if (!rc) rc = tok_create(g, &tok);
   if (!rc) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)
@@ -190,14 +209,28 @@ static int prepare(gen_args_t *a) {
   return rc;
 }
 
-static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t **m,
-                     kv_cache_t **kv) {
+/* The rank's compute backend: CUDA GPU (device + rank) mod count with --device, else the CPU.
+ * Called after the ranks are forked (no CUDA state crosses a fork). */
+static int make_backend(const gen_args_t *a, int rank, kern_backend_t **be) {
+#ifdef QE_HAVE_CUDA
+  if (a->device >= 0) {
+    int n = kern_cuda_device_count();
+    if (a->device >= n)
+      return qe_errf(QE_EINVAL, "--device %d: %d CUDA device(s) visible", a->device, n);
+    return kern_cuda_create((a->device + rank) % n, be);
+  }
+#endif
   int threads = a->threads ? a->threads : 0;
   if (!threads) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores / a->tp > 0 ? (int)(cores / a->tp) : 1;
   }
-  int rc = kern_cpu_create(threads, be);
+  return kern_cpu_create(threads, be);
+}
+
+static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t **m,
+                     kv_cache_t **kv) {
+  int rc = make_backend(a, rank, be);
   /* a whole prompt in one forward pass: each layer sees it all before it is routed */
   int max_batch = a->n_ids * a->batch > 512 ? a->n_ids * a->batch : 512;
   model_load_opts_t o = {*be, rank, a->tp, max_batch};
@@ -308,9 +341,9 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
   qe_json_str(stdout, text ? text : "", text ? strlen(text) : 0);
   printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"
          "\"batch\":%d,\"tp\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"steps\":%d,"
-         "\"weight_bytes\":%zu},\"memory\":",
+         "\"weight_bytes\":%zu,\"backend\":\"%s\"},\"memory\":",
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
-         st->decode_s, st->n_steps, model_weight_bytes(m));
+         st->decode_s, st->n_steps, model_weight_bytes(m), model_backend(m)->ops->name);
   cli_policy_json(&a->pol, kv, stdout);
   printf("}\n");
   free(text);

@@ -1,8 +1,9 @@
 /* tp_comm: the collective interface of a tensor-parallel group (all-reduce, broadcast,
  * all-gather), behind which sit the backends: single-rank (no-op), CPU sockets (ranks in
  * separate processes joined over Unix stream sockets, star through rank 0, deterministic
- * summation order rank 0,1,...,T-1), and NCCL (later, kernels/cuda). One tp_comm_t per rank;
- * calls are collective (every rank calls the same sequence) and not thread-safe. */
+ * summation order rank 0,1,...,T-1), and NCCL (tp_comm_nccl.c, CUDA builds with NCCL). One
+ * tp_comm_t per rank; calls are collective (every rank calls the same sequence) and not
+ * thread-safe. */
 #ifndef QE_TP_COMM_H
 #define QE_TP_COMM_H
 
@@ -66,5 +67,30 @@ int tp_comm_create_cpu_fds(const int *fds, int rank, int size, tp_comm_t **out);
 /* Sets the I/O timeout (milliseconds, > 0) of a CPU socket communicator. Returns 0, or
  * QE_EINVAL for a bad value or another backend. Not thread-safe (like the collectives). */
 int tp_comm_cpu_set_timeout(tp_comm_t *c, int timeout_ms);
+
+#ifdef QE_HAVE_NCCL
+/* NCCL backend (defined in CUDA builds where nccl.h and libnccl were found; users of
+ * transport_nccl_dep get QE_HAVE_NCCL). Unlike the CPU backends, the buffers of
+ * allreduce_sum_f32, broadcast and allgather are DEVICE memory of `device`. A collective is
+ * synchronous by default (waits for the device's queued work, returns with the result in
+ * place); see tp_comm_nccl_set_stream. An NCCL failure is QE_ECOMM and breaks the
+ * communicator (later calls fail; destroy aborts it); a CUDA failure is QE_EBACKEND. */
+#define TP_NCCL_ID_BYTES 128
+
+/* Writes a fresh ncclUniqueId (TP_NCCL_ID_BYTES bytes) to out128: rank 0 makes it and sends it
+ * to the other ranks (the scheduler relays it). Returns 0 or QE_ECOMM. */
+int tp_comm_nccl_unique_id(void *out128);
+
+/* Joins the group named by unique_id as rank of size on GPU `device` (collective: blocks until
+ * every rank has joined). Sets NCCL_NVLS_ENABLE=0 in the environment unless already set.
+ * *out owned by caller: tp_comm_destroy(). Returns 0, QE_EINVAL, QE_ECOMM or QE_EBACKEND. */
+int tp_comm_create_nccl(const void *unique_id, int rank, int size, int device, tp_comm_t **out);
+
+/* Queues later collectives on cuda_stream (a cudaStream_t of the same device, e.g.
+ * kern_cuda_stream) and makes them asynchronous: ordered with that stream's work, complete
+ * when the stream reaches them. NULL restores the synchronous default. QE_EINVAL for another
+ * backend. */
+int tp_comm_nccl_set_stream(tp_comm_t *c, void *cuda_stream);
+#endif
 
 #endif

@@ -1,0 +1,393 @@
+/* kern_cuda: the CUDA backend's host side: device memory (cudaMalloc, copies on the backend's
+ * stream), the sticky error, the bf16 copies of weights, GEMMs through cuBLASLt (cuBLAS GemmEx
+ * as the fallback) and the ops table. The kernels of the other ops are in kern_cuda_ops.cu;
+ * sampling runs the CPU sampler on the host (logits are host memory by kern.h's contract). */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_cuda_internal.h"
+
+extern "C" {
+#include "cpu/kern_cpu_internal.h" /* kern_cpu_sample */
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+int kcu_fail(kcu_t *c, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (!c->err) {
+    c->err = QE_EBACKEND;
+    snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
+  }
+  return qe_errf(QE_EBACKEND, "cuda: %s", msg);
+}
+
+int kcu_cuda_at(kcu_t *c, cudaError_t e, const char *what, const char *file, int line) {
+  if (e == cudaSuccess) return 0;
+  return kcu_fail(c, "%s:%d: %s: %s", file, line, what, cudaGetErrorString(e));
+}
+
+static int kcu_blas_at(kcu_t *c, cublasStatus_t s, const char *what, const char *file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return 0;
+  return kcu_fail(c, "%s:%d: %s: %s", file, line, what, cublasGetStatusString(s));
+}
+#define KCU_BLAS(c, call) kcu_blas_at((c), (call), #call, __FILE__, __LINE__)
+
+/* The error an int-returning op gives once a void op has failed. */
+static int kcu_sticky(const kcu_t *c) {
+  return qe_errf(QE_EBACKEND, "cuda: %s (an earlier operation failed)", c->errmsg);
+}
+
+int kcu_enter(kcu_t *c) {
+  if (c->err) return c->err;
+  return KCU_CUDA(c, cudaSetDevice(c->device));
+}
+
+int kcu_grow(kcu_t *c, void **p, size_t *cap, size_t need) {
+  if (need <= *cap && *p) return 0;
+  size_t n = need + need / 2 > 4096 ? need + need / 2 : 4096;
+  if (*p && KCU_CUDA(c, cudaFree(*p))) return QE_EBACKEND;
+  *p = NULL;
+  *cap = 0;
+  if (KCU_CUDA(c, cudaMalloc(p, n))) return QE_EBACKEND;
+  *cap = n;
+  return 0;
+}
+
+int kcu_grow_host(kcu_t *c, void **p, size_t *cap, size_t need) {
+  if (need <= *cap && *p) return 0;
+  size_t n = need + need / 2 > 4096 ? need + need / 2 : 4096;
+  void *q = realloc(*p, n);
+  if (!q) return kcu_fail(c, "out of host memory (%zu bytes of staging)", n);
+  *p = q;
+  *cap = n;
+  return 0;
+}
+
+/* ---- weight shadows (sorted by src) -------------------------------------------------------- */
+
+/* Index of the first shadow whose src is >= p. */
+static int shadow_lower(const kcu_t *c, uintptr_t p) {
+  int lo = 0, hi = c->n_sh;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if ((uintptr_t)c->sh[mid].src < p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Marks stale every shadow whose fp32 range overlaps [dst, dst + bytes). */
+static void shadow_touch(kcu_t *c, const void *dst, size_t bytes) {
+  if (!c->n_sh || !bytes) return;
+  uintptr_t a = (uintptr_t)dst, b = a + bytes;
+  uintptr_t from = a > c->sh_max_bytes ? a - c->sh_max_bytes : 0;
+  for (int i = shadow_lower(c, from); i < c->n_sh && (uintptr_t)c->sh[i].src < b; i++)
+    if ((uintptr_t)c->sh[i].src + c->sh[i].bytes > a) c->sh[i].stale = 1;
+}
+
+/* Frees the shadow keyed by p, if any. */
+static void shadow_drop(kcu_t *c, const void *p) {
+  int i = shadow_lower(c, (uintptr_t)p);
+  if (i >= c->n_sh || c->sh[i].src != p) return;
+  KCU_CUDA(c, cudaFree(c->sh[i].bf));
+  memmove(&c->sh[i], &c->sh[i + 1], sizeof *c->sh * (size_t)(c->n_sh - i - 1));
+  c->n_sh--;
+}
+
+/* The entry for w->data, inserted empty if absent; NULL (sticky error) if out of memory. */
+static kcu_shadow_t *shadow_slot(kcu_t *c, const kern_weight_t *w) {
+  int i = shadow_lower(c, (uintptr_t)w->data);
+  if (i < c->n_sh && c->sh[i].src == w->data) return &c->sh[i];
+  if (c->n_sh == c->cap_sh) {
+    int cap = c->cap_sh ? 2 * c->cap_sh : 64;
+    kcu_shadow_t *g = (kcu_shadow_t *)realloc(c->sh, sizeof *g * (size_t)cap);
+    if (!g) return kcu_fail(c, "out of host memory (weight table)"), (kcu_shadow_t *)NULL;
+    c->sh = g, c->cap_sh = cap;
+  }
+  memmove(&c->sh[i + 1], &c->sh[i], sizeof *c->sh * (size_t)(c->n_sh - i));
+  c->n_sh++;
+  memset(&c->sh[i], 0, sizeof c->sh[i]);
+  c->sh[i].src = w->data;
+  return &c->sh[i];
+}
+
+/* The bf16 copy of weight w, made (or refreshed) from its fp32 buffer when needed. */
+static const __nv_bfloat16 *kcu_weight(kcu_t *c, const kern_weight_t *w) {
+  kcu_shadow_t *s = shadow_slot(c, w);
+  if (!s) return NULL;
+  if (s->bf && !s->stale && s->rows == w->rows && s->cols == w->cols) return s->bf;
+  size_t n = (size_t)w->rows * (size_t)w->cols;
+  if (s->bf && (s->rows != w->rows || s->cols != w->cols)) {
+    if (KCU_CUDA(c, cudaFree(s->bf))) return NULL;
+    s->bf = NULL;
+  }
+  if (!s->bf && KCU_CUDA(c, cudaMalloc((void **)&s->bf, n * sizeof(__nv_bfloat16)))) return NULL;
+  s->rows = w->rows, s->cols = w->cols, s->bytes = n * sizeof(float), s->stale = 0;
+  if (s->bytes > c->sh_max_bytes) c->sh_max_bytes = s->bytes;
+  if (kcu_to_bf16(c, s->bf, (const float *)w->data, n)) return NULL;
+  return s->bf;
+}
+
+/* ---- memory ops -------------------------------------------------------------------------- */
+
+static void *kcu_alloc(kern_backend_t *be, size_t bytes) {
+  kcu_t *c = KCU(be);
+  void *p = NULL;
+  if (cudaSetDevice(c->device) != cudaSuccess ||
+      cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+    (void)cudaGetLastError(); /* an allocation failure is the caller's NULL, not sticky */
+    return NULL;
+  }
+  shadow_touch(c, p, bytes); /* a copy keyed inside a freed buffer must not come back */
+  return p;
+}
+
+static void kcu_free(kern_backend_t *be, void *p) {
+  kcu_t *c = KCU(be);
+  if (!p) return;
+  KCU_CUDA(c, cudaSetDevice(c->device));
+  shadow_drop(c, p);
+  KCU_CUDA(c, cudaFree(p));
+}
+
+/* Returns after src has been read (so the caller may reuse it at once). */
+static int kcu_upload(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c)) return kcu_sticky(c);
+  shadow_touch(c, dst, bytes);
+  if (!bytes) return 0;
+  int rc = KCU_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+  if (!rc) rc = KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+  return rc;
+}
+
+/* Waits for every op queued before it. */
+static int kcu_download(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c)) return kcu_sticky(c);
+  int rc =
+      bytes ? KCU_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream)) : 0;
+  if (!rc) rc = KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+  return rc;
+}
+
+static int kcu_copy(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c)) return kcu_sticky(c);
+  shadow_touch(c, dst, bytes);
+  if (!bytes) return 0;
+  return KCU_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+/* ---- GEMM -------------------------------------------------------------------------------- */
+
+/* Largest power of two (<= 256) dividing the address. */
+static int kcu_align(const void *p) {
+  int a = 256;
+  while (a > 1 && (uintptr_t)p % (uintptr_t)a) a /= 2;
+  return a;
+}
+
+static void plan_release(kcu_plan_t *p) {
+  if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+  if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+  if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
+/* Column-major view of y[m][n] = x[m][k] · w[n][k]ᵀ: C (n×m, ld n) = Aᵀ B with A = w (k×n,
+ * ld k) and B = x (k×m, ld k). Asks the heuristic for one algorithm for these alignments. */
+static int plan_build(kcu_t *c, kcu_plan_t *p) {
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  uint64_t ws = KCU_WS_SIZE;
+  uint32_t al_c = (uint32_t)p->align_c, al_ab = 256;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  int rc = KCU_BLAS(c, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (!rc)
+    rc = KCU_BLAS(
+        c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  if (!rc)
+    rc = KCU_BLAS(
+        c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (!rc) rc = KCU_BLAS(c, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, p->k, p->n, p->k));
+  if (!rc) rc = KCU_BLAS(c, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, p->k, p->m, p->k));
+  if (!rc) rc = KCU_BLAS(c, cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, p->n, p->m, p->n));
+  if (!rc) rc = KCU_BLAS(c, cublasLtMatmulPreferenceCreate(&pref));
+  if (!rc)
+    rc = KCU_BLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulPreferenceAttributes_t al[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && !rc; i++)
+    rc = KCU_BLAS(
+        c, cublasLtMatmulPreferenceSetAttribute(pref, al[i], i < 2 ? &al_ab : &al_c, sizeof al_c));
+  /* no algorithm for this shape is not an error: the GemmEx path takes it */
+  if (!rc &&
+      cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found) ==
+          CUBLAS_STATUS_SUCCESS &&
+      found > 0 && res.workspaceSize <= KCU_WS_SIZE) {
+    p->algo = res.algo;
+    p->ok = 1;
+  }
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  return rc;
+}
+
+/* The cached plan for (m, n, k, alignment of y), built on first use (round-robin eviction). */
+static kcu_plan_t *plan_get(kcu_t *c, int m, int n, int k, int align_c) {
+  for (int i = 0; i < c->n_plans; i++) {
+    kcu_plan_t *p = &c->plans[i];
+    if (p->m == m && p->n == n && p->k == k && p->align_c == align_c) return p;
+  }
+  kcu_plan_t *p;
+  if (c->n_plans < KCU_PLANS) {
+    p = &c->plans[c->n_plans++];
+  } else {
+    p = &c->plans[c->next_plan];
+    c->next_plan = (c->next_plan + 1) % KCU_PLANS;
+  }
+  plan_release(p);
+  p->m = m, p->n = n, p->k = k, p->align_c = align_c;
+  if (plan_build(c, p)) {
+    plan_release(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* y[m][n] (fp32) = (acc ? y : 0) + xb[m][k] · wb[n][k]ᵀ, bf16 operands, fp32 accumulation. */
+static int kcu_gemm(kcu_t *c, float *y, const void *xb, const void *wb, int m, int n, int k,
+                    int acc) {
+  float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+  if (!c->gemmex_only) {
+    kcu_plan_t *p = plan_get(c, m, n, k, kcu_align(y));
+    if (!p) return QE_EBACKEND;
+    /* an algorithm that refuses to run sends this shape to GemmEx from now on */
+    if (p->ok && cublasLtMatmul(c->lt, p->op, &one, wb, p->a, xb, p->b, &beta, y, p->c, y, p->c,
+                                &p->algo, c->ws, KCU_WS_SIZE, c->stream) == CUBLAS_STATUS_SUCCESS)
+      return 0;
+    if (p->ok) (void)cudaGetLastError(); /* GemmEx reports a fault that persists */
+    p->ok = 0;
+  }
+  return KCU_BLAS(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, wb, CUDA_R_16BF,
+                                  k, xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void kcu_matmul(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
+                       const float *bias, int m, int acc) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c) || m <= 0 || w->rows <= 0) return;
+  if (w->cols <= 0) {
+    if (!acc) KCU_CUDA(c, cudaMemsetAsync(y, 0, sizeof(float) * (size_t)m * w->rows, c->stream));
+    if (bias) kcu_add_bias(c, y, bias, m, w->rows);
+    return;
+  }
+  const __nv_bfloat16 *wb = kcu_weight(c, w);
+  size_t nx = (size_t)m * (size_t)w->cols;
+  if (!wb || kcu_grow(c, &c->xb, &c->xb_cap, nx * sizeof(__nv_bfloat16))) return;
+  if (kcu_to_bf16(c, c->xb, x, nx)) return;
+  if (kcu_gemm(c, y, c->xb, wb, m, w->rows, w->cols, acc)) return;
+  if (bias) kcu_add_bias(c, y, bias, m, w->rows);
+}
+
+/* ---- sampling, lifetime, table ----------------------------------------------------------- */
+
+static int kcu_sample(kern_backend_t *be, const float *logits, int n, const kern_sampler_t *s,
+                      uint64_t *rng, void *scratch) {
+  return kern_cpu_sample(be, logits, n, s, rng, scratch);
+}
+
+static void kcu_destroy(kern_backend_t *be) {
+  kcu_t *c = KCU(be);
+  cudaSetDevice(c->device);
+  if (c->stream) cudaStreamSynchronize(c->stream);
+  for (int i = 0; i < c->n_sh; i++) cudaFree(c->sh[i].bf);
+  for (int i = 0; i < c->n_plans; i++) plan_release(&c->plans[i]);
+  void *dev[] = {c->ws, c->xb, c->rope_tab, c->attn_desc, c->attn_stats};
+  for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+    if (dev[i]) cudaFree(dev[i]);
+  if (c->blas) cublasDestroy(c->blas);
+  if (c->lt) cublasLtDestroy(c->lt);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  (void)cudaGetLastError();
+  free(c->sh);
+  free(c->rope_host);
+  free(c->attn_host);
+  free(c);
+}
+
+static const kern_ops_t kcu_ops = {
+    .name = "cuda",
+    .host_memory = 0,
+    .destroy = kcu_destroy,
+    .alloc = kcu_alloc,
+    .free = kcu_free,
+    .upload = kcu_upload,
+    .download = kcu_download,
+    .copy = kcu_copy,
+    .matmul = kcu_matmul,
+    .rmsnorm = kcu_rmsnorm,
+    .rope = kcu_rope,
+    .swiglu = kcu_swiglu,
+    .add = kcu_add,
+    .embed = kcu_embed,
+    .softmax = kcu_softmax,
+    .attention = kcu_attention,
+    .sample = kcu_sample,
+};
+
+extern "C" int kern_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  return n;
+}
+
+static int kcu_init(kcu_t *c) {
+  int rc = KCU_CUDA(c, cudaSetDevice(c->device));
+  if (!rc) rc = KCU_CUDA(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  if (!rc) rc = KCU_BLAS(c, cublasLtCreate(&c->lt));
+  if (!rc) rc = KCU_BLAS(c, cublasCreate(&c->blas));
+  if (!rc) rc = KCU_BLAS(c, cublasSetStream(c->blas, c->stream));
+  if (!rc) rc = KCU_CUDA(c, cudaMalloc(&c->ws, KCU_WS_SIZE));
+  return rc;
+}
+
+extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
+  int n = kern_cuda_device_count();
+  if (device < 0 || device >= n)
+    return qe_errf(QE_EINVAL, "cuda: device %d does not exist (%d visible)", device, n);
+  kcu_t *c = (kcu_t *)calloc(1, sizeof *c);
+  if (!c) return qe_errf(QE_ENOMEM, "cuda: cannot allocate the backend");
+  c->base.ops = &kcu_ops;
+  c->base.n_threads = 1;
+  c->device = device;
+  const char *g = getenv("QE_CUDA_GEMM");
+  c->gemmex_only = g && !strcmp(g, "gemmex");
+  int rc = kcu_init(c);
+  if (rc) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", c->errmsg);
+    kcu_destroy(&c->base);
+    return qe_errf(QE_EBACKEND, "cuda: device %d: %s", device, msg);
+  }
+  *out = &c->base;
+  return 0;
+}
+
+extern "C" void *kern_cuda_stream(kern_backend_t *be) { return KCU(be)->stream; }

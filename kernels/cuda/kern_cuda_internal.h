@@ -1,0 +1,111 @@
+/* kern_cuda_internal: the CUDA backend's object and the helpers shared by kern_cuda.cu (memory,
+ * errors, GEMM, the ops table) and kern_cuda_ops.cu (the kernels of the other ops). CUDA C++:
+ * included only by .cu files of this backend. */
+#ifndef QE_KERN_CUDA_INTERNAL_H
+#define QE_KERN_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "kern_cuda.h"
+#include "qe_status.h"
+}
+
+/* A bf16 copy of an fp32 weight buffer, made by the first matmul over it. */
+typedef struct {
+  const void *src; /* the fp32 buffer (kern_weight_t.data): the key */
+  size_t bytes;    /* fp32 bytes covered: rows * cols * 4 */
+  int rows, cols;
+  int stale; /* the fp32 buffer was written since the copy was made */
+  __nv_bfloat16 *bf;
+} kcu_shadow_t;
+
+/* A cuBLASLt plan for one GEMM shape (descriptors and the heuristic's algorithm). */
+typedef struct {
+  int m, n, k, align_c; /* key */
+  int ok;               /* an algorithm was found; else GemmEx */
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+} kcu_plan_t;
+
+#define KCU_PLANS   64
+#define KCU_HD_MAX  256 /* largest head_dim of the attention kernels */
+#define KCU_WS_SIZE ((size_t)32 << 20)
+
+typedef struct {
+  kern_backend_t base;
+  int device;
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  cublasHandle_t blas;
+  void *ws; /* cuBLASLt workspace [KCU_WS_SIZE] */
+  int gemmex_only;
+  int err;          /* sticky: the first failure (QE_EBACKEND), 0 if none */
+  char errmsg[256]; /* its detail */
+  void *xb;         /* bf16 activations of the current GEMM */
+  size_t xb_cap;    /* bytes */
+  kcu_shadow_t *sh; /* sorted by src */
+  int n_sh, cap_sh;
+  size_t sh_max_bytes; /* largest shadow's fp32 bytes (overlap search window) */
+  kcu_plan_t plans[KCU_PLANS];
+  int n_plans, next_plan;
+  kern_rope_t rope_key; /* parameters of the device rope table */
+  int rope_valid;
+  float *rope_tab;  /* device [n_rot/2][2]: frequency, YaRN mix */
+  float *rope_host; /* host staging of the same */
+  float rope_mscale;
+  void *attn_desc; /* device kcu_attn_desc_t array */
+  size_t attn_desc_cap;
+  void *attn_host; /* host staging of the same */
+  size_t attn_host_cap;
+  float *attn_stats; /* device [sum n_q * n_head][2] softmax max and sum */
+  size_t attn_stats_cap;
+} kcu_t;
+
+#define KCU(be) ((kcu_t *)(be))
+
+/* Records the first failure (sticky) and returns qe_errf(QE_EBACKEND, "cuda: ..."). */
+int kcu_fail(kcu_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 0 if e is cudaSuccess, else kcu_fail with the call's text, file and line. */
+int kcu_cuda_at(kcu_t *c, cudaError_t e, const char *what, const char *file, int line);
+/* 0 if the backend has no sticky error and its device is selected; else QE_EBACKEND. */
+int kcu_enter(kcu_t *c);
+/* Grows device buffer *p to at least `need` bytes (contents lost). 0 or QE_EBACKEND. */
+int kcu_grow(kcu_t *c, void **p, size_t *cap, size_t need);
+/* Grows host buffer *p to at least `need` bytes (contents lost). 0 or QE_EBACKEND. */
+int kcu_grow_host(kcu_t *c, void **p, size_t *cap, size_t need);
+
+#define KCU_CUDA(c, call) kcu_cuda_at((c), (call), #call, __FILE__, __LINE__)
+/* Launches kern on the backend's stream and checks the launch (an int expression). */
+#define KCU_LAUNCH(c, kern, grid, block, smem, ...)                                                \
+  (kern<<<(grid), (block), (smem), (c)->stream>>>(__VA_ARGS__),                                    \
+   kcu_cuda_at((c), cudaGetLastError(), #kern, __FILE__, __LINE__))
+
+/* Blocks for a grid-stride loop over n elements with 256 threads. */
+static inline unsigned kcu_blocks(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b < 1 ? 1 : b > 16384 ? 16384 : b);
+}
+
+/* Launchers of kern_cuda_ops.cu used by the GEMM path: dst[i] = bf16(src[i]); y[i][j] +=
+ * bias[j] over [m][n]. 0 or QE_EBACKEND. */
+int kcu_to_bf16(kcu_t *c, void *dst, const float *src, size_t n);
+int kcu_add_bias(kcu_t *c, float *y, const float *bias, int m, int n);
+
+/* The table's ops implemented in kern_cuda_ops.cu (signatures as in kern.h). */
+void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
+                 float eps);
+void kcu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads, int head_dim,
+              const kern_rope_t *r);
+void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
+void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n);
+void kcu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
+void kcu_softmax(kern_backend_t *be, float *x, int m, int n);
+void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
+                   const kern_attn_shape_t *shape);
+
+#endif

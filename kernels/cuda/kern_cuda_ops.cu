@@ -1,0 +1,414 @@
+/* kern_cuda_ops: the CUDA backend's kernels other than GEMM: RMSNorm, RoPE (NORM / NEOX, YaRN,
+ * frequency factors), SwiGLU, residual add, embedding, row softmax, the bf16 conversion and
+ * bias add of the GEMM path, and a straightforward causal GQA attention over kern_attn_seq_t
+ * with per-key attention masses (prefill and decode alike; the tiered fast decode kernel is
+ * kern_cuda_attn.cu). Each op follows the CPU reference (kernels/cpu) closely enough that the
+ * two agree to fp32 rounding: RoPE angles are built from the same host-computed frequencies
+ * with the same unfused float operations, so only cosf/sinf differ (by an ulp or two). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_cuda_internal.h"
+
+/* ---- reductions -------------------------------------------------------------------------- */
+
+/* Butterfly sums: every lane ends with the same bits (each step adds a commutative pair). */
+__device__ __forceinline__ float kcu_warp_sum(float v) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float kcu_warp_max(float v) {
+  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* Block-wide sum or max (blockDim.x a multiple of 32), returned to every thread. sh: [32]. */
+__device__ float kcu_block_reduce(float v, float *sh, int is_max) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = is_max ? kcu_warp_max(v) : kcu_warp_sum(v);
+  __syncthreads(); /* sh may still be read by an earlier call */
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  float id = is_max ? -INFINITY : 0.0f;
+  v = lane < nw ? sh[lane] : id;
+  return is_max ? kcu_warp_max(v) : kcu_warp_sum(v);
+}
+
+/* ---- element-wise kernels ------------------------------------------------------------------ */
+
+#define KCU_GRID_STRIDE(i, n)                                                                      \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
+       i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void kcu_to_bf16_k(__nv_bfloat16 *dst, const float *src, size_t n) {
+  KCU_GRID_STRIDE(i, n) dst[i] = __float2bfloat16(src[i]);
+}
+
+__global__ void kcu_bias_k(float *y, const float *bias, size_t total, int n) {
+  KCU_GRID_STRIDE(i, total) y[i] += bias[i % (size_t)n];
+}
+
+__global__ void kcu_swiglu_k(float *y, const float *gate, const float *up, size_t n) {
+  KCU_GRID_STRIDE(i, n) {
+    float g = gate[i];
+    y[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void kcu_add_k(float *y, const float *x, size_t n) {
+  KCU_GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+/* One block per row. */
+__global__ void kcu_embed_k(float *y, const float *table, const int32_t *ids, int n) {
+  const float *src = table + (size_t)ids[blockIdx.x] * n;
+  float *dst = y + (size_t)blockIdx.x * n;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) dst[j] = src[j];
+}
+
+/* One block per row; y may equal x (every read happens before the reduction's barrier). */
+__global__ void kcu_rmsnorm_k(float *y, const float *x, const float *g, int n, float eps) {
+  __shared__ float sh[32];
+  const float *xr = x + (size_t)blockIdx.x * n;
+  float *yr = y + (size_t)blockIdx.x * n;
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) ss += xr[j] * xr[j];
+  ss = kcu_block_reduce(ss, sh, 0);
+  float inv = 1.0f / sqrtf(ss / n + eps);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) yr[j] = xr[j] * inv * g[j];
+}
+
+/* One block per row, in place. */
+__global__ void kcu_softmax_k(float *x, int n) {
+  __shared__ float sh[32];
+  float *xr = x + (size_t)blockIdx.x * n;
+  float mx = -INFINITY, s = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, xr[j]);
+  mx = kcu_block_reduce(mx, sh, 1);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    float e = expf(xr[j] - mx);
+    xr[j] = e;
+    s += e;
+  }
+  s = kcu_block_reduce(s, sh, 0);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) xr[j] /= s;
+}
+
+/* One thread per (token, head, pair). tab [half][2]: frequency and YaRN mix per pair. The
+ * angle uses unfused float products as the CPU reference does; negative positions rotate
+ * backwards. */
+__global__ void kcu_rope_k(float *x, const int32_t *pos, int m, int n_heads, int head_dim, int half,
+                           int neox, const float *tab, float freq_scale, float mscale, int ext) {
+  size_t total = (size_t)m * n_heads * half;
+  KCU_GRID_STRIDE(idx, total) {
+    int i = (int)(idx % half);
+    size_t th = idx / half; /* token * n_heads + head */
+    int p = pos[th / n_heads], ap = p < 0 ? -p : p;
+    float sign = p < 0 ? -1.0f : 1.0f, freq = tab[2 * i], mix = tab[2 * i + 1];
+    float extrap = __fmul_rn((float)ap, freq), theta = __fmul_rn(extrap, freq_scale);
+    if (ext) theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
+    float cs = __fmul_rn(cosf(theta), mscale), sn = __fmul_rn(__fmul_rn(sinf(theta), mscale), sign);
+    float *xh = x + th * head_dim;
+    int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    float x0 = xh[a], x1 = xh[b];
+    xh[a] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    xh[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  }
+}
+
+/* ---- launchers --------------------------------------------------------------------------- */
+
+int kcu_to_bf16(kcu_t *c, void *dst, const float *src, size_t n) {
+  if (!n) return 0;
+  return KCU_LAUNCH(c, kcu_to_bf16_k, kcu_blocks(n), 256, 0, (__nv_bfloat16 *)dst, src, n);
+}
+
+int kcu_add_bias(kcu_t *c, float *y, const float *bias, int m, int n) {
+  size_t total = (size_t)m * n;
+  if (!total) return 0;
+  return KCU_LAUNCH(c, kcu_bias_k, kcu_blocks(total), 256, 0, y, bias, total, n);
+}
+
+void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
+                 float eps) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c) || m <= 0 || n <= 0) return;
+  KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, x, g, n, eps);
+}
+
+void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n) {
+  kcu_t *c = KCU(be);
+  size_t total = (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0);
+  if (kcu_enter(c) || !total) return;
+  KCU_LAUNCH(c, kcu_swiglu_k, kcu_blocks(total), 256, 0, y, gate, up, total);
+}
+
+void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c) || !n) return;
+  KCU_LAUNCH(c, kcu_add_k, kcu_blocks(n), 256, 0, y, x, n);
+}
+
+void kcu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c) || m <= 0 || n <= 0) return;
+  KCU_LAUNCH(c, kcu_embed_k, m, 256, 0, y, table, ids, n);
+}
+
+void kcu_softmax(kern_backend_t *be, float *x, int m, int n) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c) || m <= 0 || n <= 0) return;
+  KCU_LAUNCH(c, kcu_softmax_k, m, 256, 0, x, n);
+}
+
+/* ---- RoPE table (host) --------------------------------------------------------------------- */
+
+/* YaRN ramp and correction dimension: llama.cpp's semantics, as in kern_cpu_attn.c. */
+static float kcu_yarn_ramp(float low, float high, int i0) {
+  float y = (i0 / 2 - low) / fmaxf(0.001f, high - low);
+  return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+static float kcu_corr_dim(int n_rot, int n_ctx_orig, float beta, float base) {
+  return n_rot * logf(n_ctx_orig / (beta * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+/* Fills the host table [half][2] (frequency, YaRN mix) of r; returns the magnitude scale. */
+static float kcu_rope_fill(const kern_rope_t *r, float *h) {
+  int half = r->n_rot / 2, ext = r->ext_factor != 0.0f;
+  float lo = 0, hi = 0, mscale = r->attn_factor;
+  if (ext) {
+    lo = fmaxf(0.0f, floorf(kcu_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_fast, r->theta)));
+    hi = fminf(r->n_rot - 1.0f,
+               ceilf(kcu_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_slow, r->theta)));
+    mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+  }
+  for (int i = 0; i < half; i++) {
+    float freq = 1.0f / powf(r->theta, (float)(2 * i) / (float)r->n_rot);
+    if (r->factors) freq /= r->factors[i];
+    h[2 * i] = freq;
+    h[2 * i + 1] = ext ? kcu_yarn_ramp(lo, hi, 2 * i) * r->ext_factor : 0.0f;
+  }
+  return mscale;
+}
+
+/* Uploads r's table when r differs from the last call's parameters. */
+static int kcu_rope_table(kcu_t *c, const kern_rope_t *r) {
+  if (c->rope_valid && !memcmp(&c->rope_key, r, sizeof *r)) return 0;
+  size_t bytes = sizeof(float) * (size_t)r->n_rot; /* [n_rot/2][2] */
+  float *h = (float *)realloc(c->rope_host, bytes);
+  if (!h) return kcu_fail(c, "out of host memory (rope table)");
+  c->rope_host = h;
+  c->rope_valid = 0;
+  float mscale = kcu_rope_fill(r, h);
+  /* the previous table may still be read by queued rope kernels */
+  if (c->rope_tab && KCU_CUDA(c, cudaStreamSynchronize(c->stream))) return QE_EBACKEND;
+  if (c->rope_tab && KCU_CUDA(c, cudaFree(c->rope_tab))) return QE_EBACKEND;
+  c->rope_tab = NULL;
+  if (KCU_CUDA(c, cudaMalloc((void **)&c->rope_tab, bytes))) return QE_EBACKEND;
+  if (KCU_CUDA(c, cudaMemcpyAsync(c->rope_tab, h, bytes, cudaMemcpyHostToDevice, c->stream)))
+    return QE_EBACKEND;
+  if (KCU_CUDA(c, cudaStreamSynchronize(c->stream))) return QE_EBACKEND;
+  c->rope_key = *r, c->rope_mscale = mscale, c->rope_valid = 1;
+  return 0;
+}
+
+void kcu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads, int head_dim,
+              const kern_rope_t *r) {
+  kcu_t *c = KCU(be);
+  int half = r->n_rot / 2;
+  if (kcu_enter(c) || m <= 0 || n_heads <= 0 || half <= 0) return;
+  if (r->n_rot > head_dim) {
+    kcu_fail(c, "rope: n_rot %d exceeds head_dim %d", r->n_rot, head_dim);
+    return;
+  }
+  if (kcu_rope_table(c, r)) return;
+  size_t total = (size_t)m * n_heads * half;
+  KCU_LAUNCH(c, kcu_rope_k, kcu_blocks(total), 256, 0, x, pos, m, n_heads, head_dim, half,
+             r->mode == KERN_ROPE_NEOX, c->rope_tab, r->freq_scale, c->rope_mscale,
+             r->ext_factor != 0.0f);
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+/* One sequence's work as the kernels read it (device copy of kern_attn_seq_t). */
+typedef struct {
+  const float *q, *k, *v;
+  float *out, *mass;
+  const int32_t *k_pos;
+  int n_q, n_kv, q_pos0, mass_q0;
+  long long stat_off; /* first float of this sequence's [n_q][n_head][2] stats; -1 if no mass */
+} kcu_attn_desc_t;
+
+#define KCU_ATTN_WARPS 4 /* warps per (query, head) block */
+#define KCU_MASS_WARPS 8 /* keys per mass block (one warp each) */
+#define KCU_PER_LANE   (KCU_HD_MAX / 32)
+
+/* Keys visible to the query at position qp: a prefix, since key positions ascend. */
+__device__ int kcu_visible(const kcu_attn_desc_t &d, int qp) {
+  if (!d.k_pos) return qp + 1 < d.n_kv ? qp + 1 : d.n_kv;
+  int lo = 0, hi = d.n_kv;
+  while (lo < hi) {
+    int mid = (lo + hi) >> 1;
+    if (d.k_pos[mid] <= qp)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Loads a head vector, lane-strided (element lane + 32 t), zero past hd. */
+__device__ __forceinline__ void kcu_load_head(float (&r)[KCU_PER_LANE], const float *p, int hd,
+                                              int lane) {
+#pragma unroll
+  for (int t = 0; t < KCU_PER_LANE; t++) {
+    int d = lane + 32 * t;
+    r[t] = d < hd ? p[d] : 0.0f;
+  }
+}
+
+/* a · b over the warp: the same bits in every lane and in both kernels. */
+__device__ __forceinline__ float kcu_dot(const float (&a)[KCU_PER_LANE],
+                                         const float (&b)[KCU_PER_LANE]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int t = 0; t < KCU_PER_LANE; t++) s += a[t] * b[t];
+  return kcu_warp_sum(s);
+}
+
+/* One block per (sequence = blockIdx.y, query * n_head + head = blockIdx.x): each warp runs an
+ * online softmax over keys warp, warp + 4, ...; the warps' partial results are merged. The
+ * softmax max and sum go to stats when the sequence wants key masses. */
+__global__ __launch_bounds__(KCU_ATTN_WARPS * 32) void kcu_attn_k(const kcu_attn_desc_t *descs,
+                                                                  int n_head, int n_kv_head, int hd,
+                                                                  float scale, float *stats) {
+  __shared__ float s_m[KCU_ATTN_WARPS], s_l[KCU_ATTN_WARPS], s_o[KCU_ATTN_WARPS][KCU_HD_MAX];
+  const kcu_attn_desc_t d = descs[blockIdx.y];
+  int qh = blockIdx.x;
+  if (qh >= d.n_q * n_head) return;
+  int i = qh / n_head, h = qh - i * n_head, kvh = h / (n_head / n_kv_head);
+  int nk = kcu_visible(d, d.q_pos0 + i);
+  if (nk <= 0) return; /* like the CPU reference: out left as it is */
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  size_t stride = (size_t)n_kv_head * hd;
+  float qr[KCU_PER_LANE], kr[KCU_PER_LANE], o[KCU_PER_LANE], m = -INFINITY, l = 0.0f;
+  kcu_load_head(qr, d.q + (size_t)qh * hd, hd, lane);
+#pragma unroll
+  for (int t = 0; t < KCU_PER_LANE; t++) o[t] = 0.0f;
+  for (int j = warp; j < nk; j += KCU_ATTN_WARPS) {
+    kcu_load_head(kr, d.k + (size_t)j * stride + (size_t)kvh * hd, hd, lane);
+    float s = kcu_dot(qr, kr) * scale, mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+    const float *vr = d.v + (size_t)j * stride + (size_t)kvh * hd;
+    l = l * corr + p;
+#pragma unroll
+    for (int t = 0; t < KCU_PER_LANE; t++) {
+      int dd = lane + 32 * t;
+      o[t] = o[t] * corr + (dd < hd ? p * vr[dd] : 0.0f);
+    }
+    m = mn;
+  }
+  if (lane == 0) s_m[warp] = m, s_l[warp] = l;
+#pragma unroll
+  for (int t = 0; t < KCU_PER_LANE; t++)
+    if (lane + 32 * t < hd) s_o[warp][lane + 32 * t] = o[t];
+  __syncthreads();
+  float M = -INFINITY, L = 0.0f;
+  for (int w = 0; w < KCU_ATTN_WARPS; w++) M = fmaxf(M, s_m[w]);
+  for (int w = 0; w < KCU_ATTN_WARPS; w++) L += s_l[w] * expf(s_m[w] - M);
+  float *out = d.out + (size_t)qh * hd;
+  for (int dd = threadIdx.x; dd < hd; dd += blockDim.x) {
+    float acc = 0.0f;
+    for (int w = 0; w < KCU_ATTN_WARPS; w++) acc += s_o[w][dd] * expf(s_m[w] - M);
+    out[dd] = acc / L;
+  }
+  if (d.stat_off >= 0 && threadIdx.x == 0) {
+    stats[d.stat_off + 2 * (long long)qh] = M;
+    stats[d.stat_off + 2 * (long long)qh + 1] = L;
+  }
+}
+
+/* One warp per key j of sequence blockIdx.y: key_mass[j] += (1/n_head) sum over heads and over
+ * the queries i >= mass_q0 that see j of exp(s_ij - M_i) / L_i, with s recomputed exactly as
+ * the attention kernel did. Each key has one writer: no atomics, deterministic. */
+__global__ __launch_bounds__(KCU_MASS_WARPS * 32) void kcu_mass_k(const kcu_attn_desc_t *descs,
+                                                                  int n_head, int n_kv_head, int hd,
+                                                                  float scale, const float *stats) {
+  const kcu_attn_desc_t d = descs[blockIdx.y];
+  int lane = threadIdx.x & 31, j = blockIdx.x * KCU_MASS_WARPS + (threadIdx.x >> 5);
+  if (d.stat_off < 0 || j >= d.n_kv) return;
+  int kp = d.k_pos ? d.k_pos[j] : j, group = n_head / n_kv_head;
+  int i0 = kp - d.q_pos0 > d.mass_q0 ? kp - d.q_pos0 : d.mass_q0;
+  if (i0 < 0) i0 = 0;
+  size_t stride = (size_t)n_kv_head * hd;
+  float qr[KCU_PER_LANE], kr[KCU_PER_LANE], acc = 0.0f;
+  for (int kvh = 0; kvh < n_kv_head && i0 < d.n_q; kvh++) {
+    kcu_load_head(kr, d.k + (size_t)j * stride + (size_t)kvh * hd, hd, lane);
+    for (int h = kvh * group; h < (kvh + 1) * group; h++)
+      for (int i = i0; i < d.n_q; i++) {
+        long long qh = (long long)i * n_head + h;
+        kcu_load_head(qr, d.q + (size_t)qh * hd, hd, lane);
+        float s = kcu_dot(qr, kr) * scale;
+        const float *st = stats + d.stat_off + 2 * qh;
+        acc += expf(s - st[0]) / st[1];
+      }
+  }
+  if (lane == 0) d.mass[j] += acc / (float)n_head;
+}
+
+/* Host descriptors for the call; returns the stats floats needed and the grid extents. */
+static void kcu_attn_descs(const kern_attn_seq_t *seqs, int n_seqs, int n_head, kcu_attn_desc_t *dd,
+                           size_t *n_stats, int *max_qh, int *max_kv) {
+  size_t off = 0;
+  *max_qh = 0, *max_kv = 0;
+  for (int s = 0; s < n_seqs; s++) {
+    const kern_attn_seq_t *q = &seqs[s];
+    dd[s] = (kcu_attn_desc_t){q->q,   q->k,    q->v,      q->out,     q->key_mass, q->k_pos,
+                              q->n_q, q->n_kv, q->q_pos0, q->mass_q0, -1};
+    if (q->key_mass && q->n_q > 0 && q->n_kv > 0) {
+      dd[s].stat_off = (long long)off;
+      off += 2 * (size_t)q->n_q * n_head;
+      if (q->n_kv > *max_kv) *max_kv = q->n_kv;
+    }
+    if (q->n_q * n_head > *max_qh) *max_qh = q->n_q * n_head;
+  }
+  *n_stats = off;
+}
+
+void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
+                   const kern_attn_shape_t *sh) {
+  kcu_t *c = KCU(be);
+  if (kcu_enter(c) || n_seqs <= 0) return;
+  if (sh->head_dim <= 0 || sh->head_dim > KCU_HD_MAX || sh->n_kv_head <= 0 ||
+      sh->n_head % sh->n_kv_head || n_seqs > 65535) {
+    kcu_fail(c, "attention: unsupported shape (head_dim %d, heads %d/%d, %d sequences)",
+             sh->head_dim, sh->n_head, sh->n_kv_head, n_seqs);
+    return;
+  }
+  size_t bytes = sizeof(kcu_attn_desc_t) * (size_t)n_seqs, n_stats = 0;
+  int max_qh = 0, max_kv = 0;
+  if (kcu_grow_host(c, &c->attn_host, &c->attn_host_cap, bytes)) return;
+  if (kcu_grow(c, &c->attn_desc, &c->attn_desc_cap, bytes)) return;
+  kcu_attn_descs(seqs, n_seqs, sh->n_head, (kcu_attn_desc_t *)c->attn_host, &n_stats, &max_qh,
+                 &max_kv);
+  if (n_stats && kcu_grow(c, (void **)&c->attn_stats, &c->attn_stats_cap, n_stats * sizeof(float)))
+    return;
+  /* pageable source: the copy returns once the descriptors are staged, so the host buffer can
+   * be refilled by the next call */
+  if (KCU_CUDA(
+          c, cudaMemcpyAsync(c->attn_desc, c->attn_host, bytes, cudaMemcpyHostToDevice, c->stream)))
+    return;
+  if (max_qh <= 0) return;
+  const kcu_attn_desc_t *dd = (const kcu_attn_desc_t *)c->attn_desc;
+  dim3 grid((unsigned)max_qh, (unsigned)n_seqs);
+  if (KCU_LAUNCH(c, kcu_attn_k, grid, KCU_ATTN_WARPS * 32, 0, dd, sh->n_head, sh->n_kv_head,
+                 sh->head_dim, sh->scale, c->attn_stats))
+    return;
+  if (!n_stats) return;
+  dim3 mgrid((unsigned)((max_kv + KCU_MASS_WARPS - 1) / KCU_MASS_WARPS), (unsigned)n_seqs);
+  KCU_LAUNCH(c, kcu_mass_k, mgrid, KCU_MASS_WARPS * 32, 0, dd, sh->n_head, sh->n_kv_head,
+             sh->head_dim, sh->scale, c->attn_stats);
+}

@@ -1,0 +1,655 @@
+/* test_kern_cuda: every op of the CUDA backend against the CPU backend (the fp32 reference) on
+ * fresh random data of several shapes, each GPU output poisoned with NaN first (an element the
+ * GPU never writes fails the check):
+ * - matmul with and without bias, accumulating or not, through cuBLASLt and through cuBLAS
+ *   GemmEx (QE_CUDA_GEMM=gemmex), and again after the weight buffer is rewritten (the bf16
+ *   copy must follow): bf16 operands, normalized error < 1e-2;
+ * - RMSNorm, RoPE (NORM / NEOX, partial rotation, frequency factors, YaRN, negative and large
+ *   positions), SwiGLU, add, embedding, softmax: max relative error < 1e-5 (3e-5 for softmax
+ *   rows past 4096, where the CPU's sequential sum drifts), add and embedding bit-exact;
+ * - causal GQA attention over several sequences at once (prefill, chunked prefill, decode,
+ *   explicit key positions) with per-key masses: max relative error < 1e-4;
+ * - sampling (greedy with ties, seeded temperature / top-k / top-p): the same ids and the same
+ *   rng states on many rows;
+ * - whole models, teacher-forced on the CPU's greedy tokens: stories260K (when
+ *   QE_SHARED_MODELS has it) and random llama / qwen2 models written here; every position's
+ *   logits within 5e-2 normalized error, and every position's argmax agrees unless the CPU's
+ *   own margin between the two candidates is under 2% of the row's RMS logit (a near-tie);
+ * - with NCCL: a 1-rank communicator's all-reduce, broadcast and all-gather on device buffers.
+ * Exits 77 when there is no CUDA device. Also a tool for bench/gpu_ops.sh:
+ *   test_kern_cuda --gap MODEL N_PROMPT ID,ID,...
+ * teacher-forces the ids through both backends and prints the first position where the GPU's
+ * greedy choice differs from the next id, with the logit gaps on both backends. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda/kern_cuda.h"
+#include "model_gen.h"
+#include "qe_status.h"
+#include "rand_model.h"
+#include "test_util.h"
+#ifdef QE_HAVE_NCCL
+#include "tp_comm.h"
+#endif
+
+static kern_backend_t *g_cpu, *g_gpu;
+static uint64_t rs = 0x5eedf00dULL;
+
+static float *randv(size_t n, float amp) {
+  float *v = malloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) v[i] = tu_randf(&rs, -amp, amp);
+  return v;
+}
+
+/* A backend buffer holding a copy of host bytes h. */
+static void *bput(kern_backend_t *be, const void *h, size_t bytes) {
+  void *d = kern_alloc(be, bytes ? bytes : 4);
+  CHECK(d != NULL);
+  if (d && bytes) CHECK_OK(be->ops->upload(be, d, h, bytes));
+  return d;
+}
+
+/* A backend buffer of n NaNs. */
+static float *bpoison(kern_backend_t *be, size_t n) {
+  float *h = malloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) h[i] = NAN;
+  float *d = bput(be, h, sizeof(float) * n);
+  free(h);
+  return d;
+}
+
+/* A malloc'd host copy of n floats of backend buffer d. */
+static float *bget(kern_backend_t *be, const float *d, size_t n) {
+  float *h = malloc(sizeof(float) * (n ? n : 1));
+  CHECK_OK(be->ops->download(be, h, d, sizeof(float) * n));
+  return h;
+}
+
+/* ||a - ref|| / ||ref|| (INFINITY if a holds a NaN or Inf). */
+static double nerr(const float *a, const float *ref, size_t n) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(a[i])) return INFINITY;
+    num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return sqrt(num / den);
+}
+
+static int bits_equal(const float *a, const float *b, size_t n) {
+  return !memcmp(a, b, sizeof(float) * n);
+}
+
+/* ---- matmul ---------------------------------------------------------------------------------- */
+
+static void check_matmul(kern_backend_t *gpu, const char *path, int m, int n, int k, int bias,
+                         int acc) {
+  float *x = randv((size_t)m * k, 1), *w = randv((size_t)n * k, 1), *b = randv(n, 1);
+  float *y0 = randv((size_t)m * n, 1), *ref = malloc(sizeof(float) * m * n);
+  memcpy(ref, y0, sizeof(float) * m * n);
+  kern_weight_t wc = {w, n, k};
+  g_cpu->ops->matmul(g_cpu, ref, x, &wc, bias ? b : NULL, m, acc);
+  kern_weight_t wg = {bput(gpu, w, sizeof(float) * n * k), n, k};
+  float *dx = bput(gpu, x, sizeof(float) * m * k), *db = bput(gpu, b, sizeof(float) * n);
+  float *dy = acc ? bput(gpu, y0, sizeof(float) * m * n) : bpoison(gpu, (size_t)m * n);
+  gpu->ops->matmul(gpu, dy, dx, &wg, bias ? db : NULL, m, acc);
+  float *y = bget(gpu, dy, (size_t)m * n);
+  double e = nerr(y, ref, (size_t)m * n);
+  fprintf(stderr, "matmul %-7s m %4d n %5d k %5d%s%s: normalized error %.2e\n", path, m, n, k,
+          bias ? " +bias" : "", acc ? " +acc" : "", e);
+  CHECK(e < 1e-2);
+  free(y);
+  /* rewrite the weight in place: the bf16 copy must follow */
+  float *w2 = randv((size_t)n * k, 1);
+  kern_weight_t wc2 = {w2, n, k};
+  g_cpu->ops->matmul(g_cpu, ref, x, &wc2, NULL, m, 0);
+  CHECK_OK(gpu->ops->upload(gpu, wg.data, w2, sizeof(float) * n * k));
+  gpu->ops->matmul(gpu, dy, dx, &wg, NULL, m, 0);
+  y = bget(gpu, dy, (size_t)m * n);
+  e = nerr(y, ref, (size_t)m * n);
+  CHECK(e < 1e-2);
+  if (!(e < 1e-2)) fprintf(stderr, "  after rewriting the weight: %.2e\n", e);
+  free(y);
+  kern_free(gpu, wg.data), kern_free(gpu, dx), kern_free(gpu, db), kern_free(gpu, dy);
+  free(x), free(w), free(w2), free(b), free(y0), free(ref);
+}
+
+static void check_matmuls(kern_backend_t *gpu, const char *path) {
+  static const int shapes[][3] = {{1, 37, 70},      {3, 64, 172},     {7, 512, 64},
+                                  {64, 1000, 256},  {300, 256, 1024}, {1, 4096, 4096},
+                                  {16, 2048, 4096}, {5, 32000, 288}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    for (int v = 0; v < 3; v++)
+      check_matmul(gpu, path, shapes[i][0], shapes[i][1], shapes[i][2], v == 1, v == 2);
+}
+
+/* ---- element-wise ops ----------------------------------------------------------------------- */
+
+static void check_rmsnorm(int m, int n, int in_place) {
+  float *x = randv((size_t)m * n, 3), *g = randv(n, 1.5f), *ref = malloc(sizeof(float) * m * n);
+  g_cpu->ops->rmsnorm(g_cpu, ref, x, g, m, n, 1e-5f);
+  float *dx = bput(g_gpu, x, sizeof(float) * m * n), *dg = bput(g_gpu, g, sizeof(float) * n);
+  float *dy = in_place ? dx : bpoison(g_gpu, (size_t)m * n);
+  g_gpu->ops->rmsnorm(g_gpu, dy, dx, dg, m, n, 1e-5f);
+  float *y = bget(g_gpu, dy, (size_t)m * n);
+  double e = tu_rel_err(y, ref, (size_t)m * n);
+  fprintf(stderr, "rmsnorm m %d n %d%s: max rel error %.2e\n", m, n, in_place ? " in place" : "",
+          e);
+  CHECK(e < 1e-5);
+  if (!in_place) kern_free(g_gpu, dy);
+  kern_free(g_gpu, dx), kern_free(g_gpu, dg);
+  free(x), free(g), free(ref), free(y);
+}
+
+static void check_rope_case(const char *what, const kern_rope_t *r, int m, int n_heads, int hd,
+                            int max_pos, int negative) {
+  size_t n = (size_t)m * n_heads * hd;
+  float *x = randv(n, 2), *ref = malloc(sizeof(float) * n);
+  int32_t *pos = malloc(sizeof(int32_t) * m);
+  for (int t = 0; t < m; t++) {
+    pos[t] = (int32_t)tu_randf(&rs, 0, (float)max_pos);
+    if (negative && t % 2) pos[t] = -pos[t];
+  }
+  pos[0] = max_pos - 1;
+  memcpy(ref, x, sizeof(float) * n);
+  g_cpu->ops->rope(g_cpu, ref, pos, m, n_heads, hd, r);
+  float *dx = bput(g_gpu, x, sizeof(float) * n);
+  int32_t *dp = bput(g_gpu, pos, sizeof(int32_t) * m);
+  g_gpu->ops->rope(g_gpu, dx, dp, m, n_heads, hd, r);
+  float *y = bget(g_gpu, dx, n);
+  double e = tu_rel_err(y, ref, n);
+  fprintf(stderr, "rope %-26s m %3d heads %2d hd %3d n_rot %3d pos < %6d: max rel error %.2e\n",
+          what, m, n_heads, hd, r->n_rot, max_pos, e);
+  CHECK(e < 1e-5);
+  kern_free(g_gpu, dx), kern_free(g_gpu, dp);
+  free(x), free(ref), free(pos), free(y);
+}
+
+static void check_ropes(void) {
+  float factors[64];
+  for (int i = 0; i < 64; i++) factors[i] = 1.0f + (float)i / 8.0f;
+  kern_rope_t base = {KERN_ROPE_NORM, 64, 10000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+  kern_rope_t r = base;
+  check_rope_case("norm", &r, 17, 4, 64, 2048, 0);
+  check_rope_case("norm, negative positions", &r, 9, 3, 64, 40000, 1);
+  r.mode = KERN_ROPE_NEOX, r.theta = 1000000.0f;
+  check_rope_case("neox", &r, 33, 8, 64, 32768, 0);
+  r.n_rot = 32;
+  check_rope_case("neox, partial rotation", &r, 5, 2, 64, 4096, 0);
+  r = base, r.n_rot = 128, r.theta = 500000.0f, r.factors = factors;
+  check_rope_case("norm, frequency factors", &r, 8, 4, 128, 100000, 0);
+  r = base, r.mode = KERN_ROPE_NEOX, r.n_rot = 128, r.freq_scale = 0.25f, r.ext_factor = 1.0f;
+  check_rope_case("neox, yarn x4", &r, 11, 4, 128, 16384, 0);
+  r = base, r.freq_scale = 0.5f;
+  check_rope_case("norm, linear x2", &r, 6, 2, 64, 8192, 0);
+}
+
+static void check_swiglu_add_embed_softmax(int m, int n) {
+  size_t t = (size_t)m * n;
+  float *g = randv(t, 6), *u = randv(t, 2), *ref = malloc(sizeof(float) * t);
+  g_cpu->ops->swiglu(g_cpu, ref, g, u, m, n);
+  float *dg = bput(g_gpu, g, sizeof(float) * t), *du = bput(g_gpu, u, sizeof(float) * t);
+  float *dy = bpoison(g_gpu, t);
+  g_gpu->ops->swiglu(g_gpu, dy, dg, du, m, n);
+  float *y = bget(g_gpu, dy, t);
+  double e_sw = tu_rel_err(y, ref, t);
+  CHECK(e_sw < 1e-5);
+  free(y);
+  g_gpu->ops->swiglu(g_gpu, dg, dg, du, m, n); /* in place */
+  y = bget(g_gpu, dg, t);
+  CHECK(tu_rel_err(y, ref, t) < 1e-5);
+  free(y);
+  /* add: bit-exact */
+  memcpy(ref, u, sizeof(float) * t);
+  g_cpu->ops->add(g_cpu, ref, g, t);
+  CHECK_OK(g_gpu->ops->upload(g_gpu, dg, g, sizeof(float) * t));
+  g_gpu->ops->add(g_gpu, du, dg, t);
+  y = bget(g_gpu, du, t);
+  int add_ok = bits_equal(y, ref, t);
+  CHECK(add_ok);
+  free(y);
+  /* softmax rows */
+  memcpy(ref, g, sizeof(float) * t);
+  g_cpu->ops->softmax(g_cpu, ref, m, n);
+  g_gpu->ops->softmax(g_gpu, dg, m, n);
+  y = bget(g_gpu, dg, t);
+  double e_sm = tu_rel_err(y, ref, t);
+  CHECK(e_sm < (n > 4096 ? 3e-5 : 1e-5)); /* the CPU sums a long row sequentially */
+  fprintf(stderr, "swiglu/add/softmax m %d n %d: swiglu %.2e, add %s, softmax %.2e\n", m, n, e_sw,
+          add_ok ? "exact" : "DIFFERENT", e_sm);
+  free(y);
+  kern_free(g_gpu, dg), kern_free(g_gpu, du), kern_free(g_gpu, dy);
+  free(g), free(u), free(ref);
+}
+
+static void check_embed(int vocab, int n, int m) {
+  float *table = randv((size_t)vocab * n, 1), *ref = malloc(sizeof(float) * m * n);
+  int32_t *ids = malloc(sizeof(int32_t) * m);
+  for (int i = 0; i < m; i++) ids[i] = (int32_t)tu_randf(&rs, 0, (float)vocab);
+  ids[0] = vocab - 1;
+  g_cpu->ops->embed(g_cpu, ref, table, ids, m, n);
+  float *dt = bput(g_gpu, table, sizeof(float) * vocab * n), *dy = bpoison(g_gpu, (size_t)m * n);
+  int32_t *di = bput(g_gpu, ids, sizeof(int32_t) * m);
+  g_gpu->ops->embed(g_gpu, dy, dt, di, m, n);
+  float *y = bget(g_gpu, dy, (size_t)m * n);
+  CHECK(bits_equal(y, ref, (size_t)m * n));
+  kern_free(g_gpu, dt), kern_free(g_gpu, dy), kern_free(g_gpu, di);
+  free(table), free(ref), free(ids), free(y);
+}
+
+/* ---- attention --------------------------------------------------------------------------------
+ */
+
+typedef struct {
+  int n_q, q_pos0, n_kv, mass, mass_q0, gaps; /* gaps: explicit ascending key positions */
+} attn_case_t;
+
+typedef struct {
+  float *q, *k, *v, *mass;
+  int32_t *kpos;
+} attn_host_t;
+
+/* Host inputs of one sequence (mass starts random: the op adds to it). */
+static void attn_make(const attn_case_t *c, const kern_attn_shape_t *sh, attn_host_t *h,
+                      kern_attn_seq_t *s) {
+  size_t qn = (size_t)c->n_q * sh->n_head * sh->head_dim;
+  size_t kn = (size_t)c->n_kv * sh->n_kv_head * sh->head_dim;
+  h->q = randv(qn, 1), h->k = randv(kn, 1), h->v = randv(kn, 1);
+  h->mass = c->mass ? randv(c->n_kv, 1) : NULL;
+  h->kpos = NULL;
+  if (c->gaps) {
+    h->kpos = malloc(sizeof(int32_t) * c->n_kv);
+    for (int j = 0, p = 0; j < c->n_kv; j++, p += 1 + (int)tu_randf(&rs, 0, 3)) h->kpos[j] = p;
+  }
+  *s =
+      (kern_attn_seq_t){.n_q = c->n_q, .n_kv = c->n_kv, .q_pos0 = c->q_pos0, .mass_q0 = c->mass_q0};
+}
+
+static void check_attention(const char *what, const kern_attn_shape_t *sh, const attn_case_t *cs,
+                            int n) {
+  kern_attn_seq_t *sc = calloc((size_t)n, sizeof *sc), *sg = calloc((size_t)n, sizeof *sg);
+  attn_host_t *h = calloc((size_t)n, sizeof *h);
+  size_t *on = calloc((size_t)n, sizeof *on);
+  for (int i = 0; i < n; i++) {
+    attn_make(&cs[i], sh, &h[i], &sc[i]);
+    sg[i] = sc[i];
+    size_t qn = (size_t)cs[i].n_q * sh->n_head * sh->head_dim;
+    size_t kn = (size_t)cs[i].n_kv * sh->n_kv_head * sh->head_dim;
+    on[i] = qn;
+    sc[i].q = h[i].q, sc[i].k = h[i].k, sc[i].v = h[i].v, sc[i].k_pos = h[i].kpos;
+    sc[i].out = malloc(sizeof(float) * qn);
+    sc[i].key_mass = h[i].mass ? malloc(sizeof(float) * cs[i].n_kv) : NULL;
+    if (sc[i].key_mass) memcpy(sc[i].key_mass, h[i].mass, sizeof(float) * cs[i].n_kv);
+    sg[i].q = bput(g_gpu, h[i].q, sizeof(float) * qn);
+    sg[i].k = bput(g_gpu, h[i].k, sizeof(float) * kn);
+    sg[i].v = bput(g_gpu, h[i].v, sizeof(float) * kn);
+    sg[i].out = bpoison(g_gpu, qn);
+    sg[i].key_mass = h[i].mass ? bput(g_gpu, h[i].mass, sizeof(float) * cs[i].n_kv) : NULL;
+    sg[i].k_pos = h[i].kpos ? bput(g_gpu, h[i].kpos, sizeof(int32_t) * cs[i].n_kv) : NULL;
+  }
+  g_cpu->ops->attention(g_cpu, sc, n, sh);
+  g_gpu->ops->attention(g_gpu, sg, n, sh);
+  double eo = 0, em = 0;
+  for (int i = 0; i < n; i++) {
+    float *o = bget(g_gpu, sg[i].out, on[i]);
+    double e = tu_rel_err(o, sc[i].out, on[i]);
+    eo = e > eo || isnan(e) ? e : eo;
+    free(o);
+    if (sg[i].key_mass) {
+      float *mm = bget(g_gpu, sg[i].key_mass, (size_t)cs[i].n_kv);
+      e = tu_rel_err(mm, sc[i].key_mass, (size_t)cs[i].n_kv);
+      em = e > em || isnan(e) ? e : em;
+      free(mm);
+    }
+  }
+  fprintf(stderr, "attention %-28s heads %2d/%d hd %3d, %2d seqs: out %.2e, key mass %.2e\n", what,
+          sh->n_head, sh->n_kv_head, sh->head_dim, n, eo, em);
+  CHECK(eo < 1e-4);
+  CHECK(em < 1e-4);
+  for (int i = 0; i < n; i++) {
+    kern_free(g_gpu, (void *)sg[i].q), kern_free(g_gpu, (void *)sg[i].k);
+    kern_free(g_gpu, (void *)sg[i].v), kern_free(g_gpu, sg[i].out);
+    if (sg[i].key_mass) kern_free(g_gpu, sg[i].key_mass);
+    if (sg[i].k_pos) kern_free(g_gpu, (void *)sg[i].k_pos);
+    free(sc[i].out), free(sc[i].key_mass);
+    free(h[i].q), free(h[i].k), free(h[i].v), free(h[i].mass), free(h[i].kpos);
+  }
+  free(sc), free(sg), free(h), free(on);
+}
+
+static void check_attentions(void) {
+  /* prefill, decode, chunked prefill with masses from query 5, explicit positions with gaps
+   * (queries past the last key see them all) */
+  attn_case_t mix[] = {{37, 0, 37, 0, 0, 0},
+                       {1, 100, 101, 1, 0, 0},
+                       {16, 50, 66, 1, 5, 0},
+                       {4, 400, 80, 1, 0, 1},
+                       {7, 0, 7, 1, 0, 0}};
+  int nm = (int)(sizeof mix / sizeof *mix);
+  kern_attn_shape_t shapes[] = {
+      {8, 4, 8, 0}, {32, 8, 128, 0}, {4, 4, 64, 0}, {12, 2, 256, 0}, {6, 3, 40, 0}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    shapes[i].scale = 1.0f / sqrtf((float)shapes[i].head_dim);
+    check_attention("mixed batch", &shapes[i], mix, nm);
+  }
+  /* a decode batch at a longer context */
+  attn_case_t dec[32];
+  for (int i = 0; i < 32; i++)
+    dec[i] = (attn_case_t){1, 1279 - i * 7, 1280 - i * 7, i % 4 == 0, 0, 0};
+  kern_attn_shape_t big = {32, 8, 128, 1.0f / sqrtf(128.0f)};
+  check_attention("decode, 32 sequences", &big, dec, 32);
+  attn_case_t pre[] = {{512, 0, 512, 1, 480, 0}};
+  check_attention("prefill 512, masses from 480", &big, pre, 1);
+}
+
+/* ---- sampling ------------------------------------------------------------------------------- */
+
+static void check_sampling(int n_vocab, int rows) {
+  kern_sampler_t ss[] = {
+      {0, 0, 1.0f}, {0.8f, 40, 1.0f}, {1.0f, 0, 0.9f}, {1.3f, 0, 1.0f}, {0.7f, 50, 0.95f}};
+  float *scratch = malloc(sizeof(float) * n_vocab * 2 + 64);
+  float *logits = malloc(sizeof(float) * n_vocab);
+  int same = 1, draws = 0;
+  for (size_t k = 0; k < sizeof ss / sizeof *ss; k++) {
+    uint64_t rc = kern_rng_seed(1000 + k), rg = rc;
+    for (int r = 0; r < rows; r++) {
+      for (int i = 0; i < n_vocab; i++) logits[i] = tu_randf(&rs, -8, 8);
+      if (r % 5 == 0) logits[7] = logits[3] = 9.0f; /* a tie: lowest id wins */
+      int a = g_cpu->ops->sample(g_cpu, logits, n_vocab, &ss[k], &rc, scratch);
+      int b = g_gpu->ops->sample(g_gpu, logits, n_vocab, &ss[k], &rg, scratch);
+      if (a != b || rc != rg) same = 0;
+      if (ss[k].temp <= 0 && r % 5 == 0 && a != 3) same = 0;
+      draws++;
+    }
+  }
+  fprintf(stderr, "sample vocab %d: %d draws, %s\n", n_vocab, draws,
+          same ? "identical" : "DIFFERENT");
+  CHECK(same);
+  free(scratch), free(logits);
+}
+
+/* ---- whole models -----------------------------------------------------------------------------
+ */
+
+typedef struct {
+  kern_backend_t *be;
+  model_t *m;
+  kv_cache_t *kv;
+  tp_comm_t *c;
+} mrig_t;
+
+static int mrig_open(mrig_t *r, kern_backend_t *be, const char *path, int cap) {
+  memset(r, 0, sizeof *r);
+  r->be = be;
+  model_load_opts_t o = {be, 0, 1, cap};
+  int rc = tp_comm_create_single(&r->c);
+  if (!rc) rc = model_load(path, &o, &r->m);
+  kv_geom_t g;
+  if (!rc) g = model_kv_geom(r->m, 1), rc = kv_full_create(be, &g, &r->kv);
+  if (!rc) rc = r->kv->ops->seq_open(r->kv, 0, cap);
+  return rc;
+}
+
+static void mrig_close(mrig_t *r) {
+  kv_cache_destroy(r->kv);
+  model_destroy(r->m);
+  tp_comm_destroy(r->c);
+}
+
+/* Teacher-forced logits of ids: rows [0, n_prompt) from one prefill batch, then one decode
+ * step per further id. out [n][V] (row t predicts ids[t + 1]). */
+static int mrig_logits(mrig_t *r, const int32_t *ids, int n, int n_prompt, float *out) {
+  int V = model_hparams(r->m)->n_vocab, rc = 0;
+  int32_t *pos = malloc(sizeof(int32_t) * n), *seq = calloc((size_t)n, sizeof(int32_t));
+  uint8_t *want = malloc((size_t)n);
+  for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
+  model_batch_t b = {n_prompt, ids, pos, seq, want};
+  rc = model_forward(r->m, r->kv, r->c, &b, out);
+  for (int t = n_prompt; t < n && !rc; t++) {
+    model_batch_t d = {1, ids + t, pos + t, seq, want};
+    rc = model_forward(r->m, r->kv, r->c, &d, out + (size_t)t * V);
+  }
+  free(pos), free(seq), free(want);
+  return rc;
+}
+
+static int argmax(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+/* Greedy continuation of ids[0, n_prompt) on the CPU backend up to n ids (teacher forcing
+ * then reproduces exactly these logits). */
+static int cpu_greedy(const char *path, int32_t *ids, int n_prompt, int n, int V) {
+  mrig_t r;
+  float *lg = malloc(sizeof(float) * V);
+  int32_t *pos = malloc(sizeof(int32_t) * n), *seq = calloc((size_t)n, sizeof(int32_t));
+  for (int i = 0; i < n; i++) pos[i] = i;
+  int rc = mrig_open(&r, g_cpu, path, n);
+  model_batch_t b = {n_prompt, ids, pos, seq, NULL}; /* logits of the last prompt token */
+  if (!rc) rc = model_forward(r.m, r.kv, r.c, &b, lg);
+  for (int t = n_prompt; t < n && !rc; t++) {
+    ids[t] = argmax(lg, V);
+    model_batch_t d = {1, ids + t, pos + t, seq, NULL};
+    if (t + 1 < n) rc = model_forward(r.m, r.kv, r.c, &d, lg);
+  }
+  mrig_close(&r);
+  free(lg), free(pos), free(seq);
+  return rc;
+}
+
+typedef struct {
+  int first_diff; /* first row whose GPU argmax differs from the CPU's (-1: none) */
+  int n_diff;     /* rows whose argmax differs */
+  int bad;        /* of those, rows that are not near-ties */
+  double worst;   /* largest per-row normalized logit error */
+  double gap_cpu; /* at first_diff: CPU logit of its pick minus of the GPU's pick */
+  double gap_gpu; /* at first_diff: GPU logit of its pick minus of the CPU's pick */
+  int pick_cpu, pick_gpu;
+} cmp_t;
+
+static cmp_t compare_rows(const float *ref, const float *got, int n, int V) {
+  cmp_t c = {.first_diff = -1};
+  for (int t = 0; t < n; t++) {
+    const float *a = ref + (size_t)t * V, *b = got + (size_t)t * V;
+    double e = nerr(b, a, (size_t)V), ms = 0;
+    c.worst = e > c.worst || isnan(e) ? e : c.worst;
+    for (int i = 0; i < V; i++) ms += (double)a[i] * a[i] / V;
+    int pa = argmax(a, V), pb = argmax(b, V);
+    if (pa == pb) continue;
+    double ga = (double)a[pa] - a[pb], gb = (double)b[pb] - b[pa];
+    if (c.first_diff < 0)
+      c.first_diff = t, c.gap_cpu = ga, c.gap_gpu = gb, c.pick_cpu = pa, c.pick_gpu = pb;
+    c.n_diff++;
+    if (!(ga <= 0.02 * sqrt(ms))) c.bad++; /* not a near-tie: a real disagreement */
+  }
+  return c;
+}
+
+/* Logits of ids through both backends: ref (CPU) and got (GPU), [n][V] each. */
+static int both_logits(const char *path, const int32_t *ids, int n, int n_prompt, float *ref,
+                       float *got) {
+  mrig_t rc_, rg_;
+  int rc = mrig_open(&rc_, g_cpu, path, n);
+  if (!rc) rc = mrig_logits(&rc_, ids, n, n_prompt, ref);
+  mrig_close(&rc_);
+  if (rc) return rc;
+  rc = mrig_open(&rg_, g_gpu, path, n);
+  if (!rc) rc = mrig_logits(&rg_, ids, n, n_prompt, got);
+  mrig_close(&rg_);
+  return rc;
+}
+
+static void check_model(const char *what, const char *path, int n_prompt, int n) {
+  gguf_t *g = NULL;
+  model_hparams_t hp;
+  CHECK_OK(gguf_open(path, &g));
+  if (!g) return;
+  CHECK_OK(model_read_hparams(g, &hp));
+  gguf_close(g);
+  int V = hp.n_vocab;
+  int32_t *ids = malloc(sizeof(int32_t) * n);
+  ids[0] = 1;
+  for (int i = 1; i < n_prompt; i++) ids[i] = 3 + (int32_t)tu_randf(&rs, 0, (float)(V - 3));
+  float *ref = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
+  CHECK_OK(cpu_greedy(path, ids, n_prompt, n, V));
+  CHECK_OK(both_logits(path, ids, n, n_prompt, ref, got));
+  cmp_t c = compare_rows(ref, got, n, V);
+  fprintf(stderr,
+          "model %-22s %d prompt + %d decode positions: worst logit error %.2e; argmax differs "
+          "at %d (%d not near-ties), first at %d (CPU margin %.4f)\n",
+          what, n_prompt, n - n_prompt, c.worst, c.n_diff, c.bad, c.first_diff, c.gap_cpu);
+  CHECK(c.worst < 5e-2);
+  CHECK(c.bad == 0);
+  free(ids), free(ref), free(got);
+}
+
+static void check_models(void) {
+  const char *p = tu_env_path("QE_SHARED_MODELS", "stories260K.gguf");
+  char path[4096];
+  if (p && !access(p, R_OK)) {
+    snprintf(path, sizeof path, "%s", p);
+    check_model("stories260K", path, 24, 160);
+  } else {
+    fprintf(stderr, "model stories260K: absent (QE_SHARED_MODELS), not checked\n");
+  }
+  char tmpl[] = "/tmp/test_kern_cuda_XXXXXX";
+  int fd = mkstemp(tmpl);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  close(fd);
+  rand_model_spec_t specs[] = {{MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 2, 7},
+                               {MODEL_ARCH_QWEN2, GGUF_T_F32, 8, 4, 1, 2, 8}};
+  const char *names[] = {"random llama (GQA 8/2)", "random qwen2 (bias)"};
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(rand_model_write(&specs[i], tmpl));
+    check_model(names[i], tmpl, 40, 96);
+  }
+  unlink(tmpl);
+}
+
+/* ---- NCCL ---------------------------------------------------------------------------------------
+ */
+
+#ifdef QE_HAVE_NCCL
+static void check_nccl(void) {
+  unsigned char id[TP_NCCL_ID_BYTES];
+  tp_comm_t *c = NULL;
+  CHECK_OK(tp_comm_nccl_unique_id(id));
+  CHECK_OK(tp_comm_create_nccl(id, 0, 1, 0, &c));
+  if (!c) return;
+  size_t n = 1000;
+  float *h = randv(n, 4), *d = bput(g_gpu, h, sizeof(float) * n), *r = bpoison(g_gpu, n);
+  CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
+  float *o = bget(g_gpu, d, n);
+  CHECK(bits_equal(o, h, n));
+  free(o);
+  CHECK_OK(c->ops->broadcast(c, d, sizeof(float) * n, 0));
+  CHECK(c->ops->broadcast(c, d, 4, 1) == QE_EINVAL);
+  CHECK_OK(c->ops->allgather(c, d, r, sizeof(float) * n));
+  o = bget(g_gpu, r, n);
+  CHECK(bits_equal(o, h, n));
+  free(o);
+  /* queued on the backend's stream: ordered with its ops, complete at its next download */
+  CHECK_OK(tp_comm_nccl_set_stream(c, kern_cuda_stream(g_gpu)));
+  g_gpu->ops->add(g_gpu, d, d, n);
+  CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
+  o = bget(g_gpu, d, n);
+  for (size_t i = 0; i < n; i++) h[i] += h[i];
+  CHECK(bits_equal(o, h, n));
+  fprintf(stderr, "nccl 1 rank: all-reduce, broadcast, all-gather checked\n");
+  free(o), free(h);
+  kern_free(g_gpu, d), kern_free(g_gpu, r);
+  tp_comm_destroy(c);
+}
+#endif
+
+/* ---- --gap tool ---------------------------------------------------------------------------------
+ */
+
+static int gap_tool(const char *path, int n_prompt, const char *list) {
+  int cap = 1, n = 0;
+  for (const char *p = list; *p; p++) cap += *p == ',';
+  int32_t *ids = malloc(sizeof(int32_t) * cap);
+  for (const char *p = list; *p && n < cap;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    ids[n++] = (int32_t)v;
+    p = *end == ',' ? end + 1 : end;
+  }
+  gguf_t *g = NULL;
+  model_hparams_t hp;
+  int rc = gguf_open(path, &g);
+  if (!rc) rc = model_read_hparams(g, &hp);
+  gguf_close(g);
+  if (!rc && (n_prompt < 1 || n_prompt > n)) rc = qe_errf(QE_EINVAL, "bad N_PROMPT %d", n_prompt);
+  float *ref = NULL, *got = NULL;
+  if (!rc) {
+    ref = malloc(sizeof(float) * (size_t)n * hp.n_vocab);
+    got = malloc(sizeof(float) * (size_t)n * hp.n_vocab);
+    rc = both_logits(path, ids, n, n_prompt, ref, got);
+  }
+  if (rc) {
+    fprintf(stderr, "gap: %s: %s\n", qe_strerror(rc), qe_errmsg());
+    free(ids), free(ref), free(got);
+    return 1;
+  }
+  int V = hp.n_vocab, first = -1;
+  for (int t = n_prompt - 1; t + 1 < n && first < 0; t++)
+    if (argmax(got + (size_t)t * V, V) != ids[t + 1]) first = t;
+  cmp_t c = compare_rows(ref, got, n, V);
+  printf("gap: %d ids (%d prompt); worst per-position logit error %.3e\n", n, n_prompt, c.worst);
+  if (first < 0) {
+    printf("gap: the GPU's greedy choice equals the given next id at every position\n");
+  } else {
+    const float *a = ref + (size_t)first * V, *b = got + (size_t)first * V;
+    int want = ids[first + 1], pick = argmax(b, V);
+    printf("gap: first divergence at token %d (generated #%d): given %d, GPU picks %d; CPU logits "
+           "%.5f vs %.5f (gap %.5f), GPU logits %.5f vs %.5f (gap %.5f); row error %.3e\n",
+           first + 1, first + 1 - n_prompt, want, pick, a[want], a[pick], a[want] - a[pick],
+           b[pick], b[want], b[pick] - b[want], nerr(b, a, (size_t)V));
+  }
+  free(ids), free(ref), free(got);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
+  CHECK_OK(kern_cpu_create(0, &g_cpu));
+  CHECK_OK(kern_cuda_create(0, &g_gpu));
+  if (!g_cpu || !g_gpu) return tu_done("kern_cuda");
+  if (argc == 5 && !strcmp(argv[1], "--gap")) {
+    int rc = gap_tool(argv[2], atoi(argv[3]), argv[4]);
+    kern_destroy(g_gpu), kern_destroy(g_cpu);
+    return rc;
+  }
+  kern_backend_t *gemmex = NULL;
+  setenv("QE_CUDA_GEMM", "gemmex", 1);
+  CHECK_OK(kern_cuda_create(0, &gemmex));
+  unsetenv("QE_CUDA_GEMM");
+  check_matmuls(g_gpu, "cublasLt");
+  if (gemmex) check_matmuls(gemmex, "gemmex");
+  kern_destroy(gemmex);
+  check_rmsnorm(1, 64, 0), check_rmsnorm(5, 4096, 0), check_rmsnorm(33, 1000, 1);
+  check_ropes();
+  check_swiglu_add_embed_softmax(1, 7), check_swiglu_add_embed_softmax(4, 512);
+  check_swiglu_add_embed_softmax(3, 32000), check_swiglu_add_embed_softmax(64, 11008);
+  check_embed(512, 64, 9), check_embed(32000, 4096, 33);
+  check_attentions();
+  check_sampling(512, 400), check_sampling(32000, 60);
+  check_models();
+#ifdef QE_HAVE_NCCL
+  check_nccl();
+#else
+  fprintf(stderr, "nccl: not built, not checked\n");
+#endif
+  kern_destroy(g_gpu);
+  kern_destroy(g_cpu);
+  return tu_done("kern_cuda");
+}
