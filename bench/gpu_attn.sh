@@ -1,0 +1,103 @@
+#!/bin/sh
+# gpu_attn.sh: the decode-attention kernel over tiered paged KV on the GPU machine, in one call.
+# Builds (meson, CUDA, no serving/BLAS), then runs and logs under $OUT:
+#   check.log       attn_decode: GPU kernel vs the fp64 CPU reference (fresh random data)
+#   bench.log       attn_decode --bench: copy bandwidth, FullKV B=32 S=1280 and B=8 S=32768, tiered
+#                   20% at S=32768 (JSON lines, table)
+#   memcheck.log    compute-sanitizer --tool memcheck on attn_decode --small
+#   racecheck.log   compute-sanitizer --tool racecheck on attn_decode --small
+#   peer.log        torch SDPA decode (cuDNN, flash) on the same shapes (carry/peers/peers.py)
+#   build.log, sass_regs.log (ptxas resource usage)
+# and prints a final table: qevict vs torch SDPA, bandwidth fractions, tiered/full.
+# Usage (repo root): sh bench/gpu_attn.sh            (OUT defaults to bench/out/gpu_attn)
+set -u
+OUT=${OUT:-$(pwd)/bench/out/gpu_attn}
+B=${B:-build-gpu-attn}
+PEERS=${PEERS:-carry/peers/peers.py}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv \
+  > "$OUT/gpu.log" 2>&1
+cat "$OUT/gpu.log"
+
+echo "== build"
+if [ ! -f "$B/build.ninja" ]; then
+  meson setup "$B" -Dcuda=enabled -Dserving=disabled -Dblas=disabled -Dnative=false \
+    > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+ninja -C "$B" tests/kernels/attn_decode tests/kernels/attn_emu >> "$OUT/build.log" 2>&1 ||
+  { tail -40 "$OUT/build.log"; exit 1; }
+nvcc -c -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Xptxas -v -Icommon -Ikernels \
+  -Ikernels/cuda kernels/cuda/kern_cuda_attn.cu -o /tmp/kca_regs.o > "$OUT/sass_regs.log" 2>&1
+grep -E "Used|spill" "$OUT/sass_regs.log" | sort | uniq -c | sort -rn | head -5
+X="$B/tests/kernels/attn_decode"
+
+echo "== check"
+"$X" > "$OUT/check.log" 2>&1
+check_rc=$?
+grep -E "^(FAIL|attn_decode)" "$OUT/check.log"
+
+echo "== bench"
+"$X" --bench > "$OUT/bench.log" 2>&1
+bench_rc=$?
+tail -9 "$OUT/bench.log"
+
+echo "== compute-sanitizer"
+compute-sanitizer --tool memcheck --leak-check full "$X" --small > "$OUT/memcheck.log" 2>&1
+mem_rc=$?
+compute-sanitizer --tool racecheck "$X" --small > "$OUT/racecheck.log" 2>&1
+race_rc=$?
+tail -2 "$OUT/memcheck.log"
+tail -2 "$OUT/racecheck.log"
+
+echo "== peer (torch SDPA)"
+: > "$OUT/peer.log"
+if [ -f "$PEERS" ]; then
+  python3 "$PEERS" sdpa-decode --batch 32 --seq 1280 >> "$OUT/peer.log" 2>&1
+  python3 "$PEERS" sdpa-decode --batch 8 --seq 32768 >> "$OUT/peer.log" 2>&1
+else
+  echo "peers.py not found at $PEERS: no peer numbers" | tee -a "$OUT/peer.log"
+fi
+grep '"peer"' "$OUT/peer.log"
+
+echo "== summary"
+python3 - "$OUT" "$check_rc" "$bench_rc" "$mem_rc" "$race_rc" <<'EOF'
+import json, sys
+out, check_rc, bench_rc, mem_rc, race_rc = sys.argv[1], *map(int, sys.argv[2:])
+def lines(name):
+    try:
+        for l in open(f"{out}/{name}"):
+            l = l.strip()
+            if l.startswith("{"):
+                try: yield json.loads(l)
+                except ValueError: pass
+    except OSError:
+        return
+bench = list(lines("bench.log"))
+copy = next((b["GBps_read_plus_write"] for b in bench if b.get("bench") == "copy"), None)
+best, auto = {}, {}
+for b in bench:
+    if "ms" in b and b.get("bench") != "copy":
+        n = b["bench"]
+        if n not in best or b["ms"] < best[n]["ms"]: best[n] = b
+        if b.get("auto"): auto[n] = b
+peer = {}
+for p in lines("peer.log"):
+    if "ms" in p: peer[(p["peer"], p["batch"], p["seq"])] = p["ms"]
+print(f"copy bandwidth (read + write): {copy} GB/s" if copy else "copy bandwidth: n/a")
+print(f"{'shape':<22} {'auto ms':>9} {'best ms':>9} {'chunk':>6} {'GB/s':>8} {'of copy':>8} "
+      f"{'cuDNN ms':>9} {'flash ms':>9} {'vs cuDNN':>9} {'vs flash':>9}")
+for n, shape in [("full_b32_s1280", (32, 1280)), ("full_b32_s1280_hot", (32, 1280)),
+                 ("full_b8_s32768", (8, 32768)), ("tiered20_b8_s32768", (8, 32768))]:
+    if n not in best: continue
+    b, a = best[n], auto.get(n, best[n])
+    cd = peer.get(("torch-sdpa-cudnn",) + shape); fl = peer.get(("torch-sdpa-flash",) + shape)
+    r = lambda x: f"{b['ms'] / x:9.3f}" if x else f"{'n/a':>9}"
+    f = lambda x: f"{x:9.4f}" if x else f"{'n/a':>9}"
+    print(f"{n:<22} {a['ms']:9.4f} {b['ms']:9.4f} {b['chunk_win']:6d} {b['GBps']:8.1f} "
+          f"{b['frac_copy_bw']:8.3f} {f(cd)} {f(fl)} {r(cd)} {r(fl)}")
+if "tiered20_b8_s32768" in best and "full_b8_s32768" in best:
+    print(f"tiered 20% / FullKV at B=8 S=32768: "
+          f"{best['tiered20_b8_s32768']['ms'] / best['full_b8_s32768']['ms']:.3f} (target <= 0.35)")
+print(f"check rc {check_rc}, bench rc {bench_rc}, memcheck rc {mem_rc}, racecheck rc {race_rc}")
+EOF

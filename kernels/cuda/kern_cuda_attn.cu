@@ -1,0 +1,247 @@
+/* kern_cuda_attn: decode attention over tiered paged KV on the GPU (see kern_cuda_attn.h for the
+ * contract and kern_cuda_attn_dev.cuh for the kernels' design). This file holds the launchers:
+ * argument checks, the chunking plan, the RoPE table of the CPU formula, and the two launches
+ * (chunk kernel, then the combine kernel as a programmatic dependent launch on sm_90). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+
+extern "C" {
+#include "qe_status.h"
+}
+#include "kern_cuda_attn.h"
+#include "kern_cuda_attn_dev.cuh"
+
+/* Returns QE_EBACKEND with the call's text, error, file and line unless e is cudaSuccess. */
+static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int line) {
+  if (e == cudaSuccess) return 0;
+  return qe_errf(QE_EBACKEND, "cuda: %s: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
+}
+#define KCA_CUDA(call) kca_cuda_at((call), #call, __FILE__, __LINE__)
+
+/* ---------------------------------------------------------------- kernels */
+
+template <int HD, int BITS, bool NEOX, bool PAIR>
+__global__ void __launch_bounds__(KCA_NT, 3)
+    kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
+  extern __shared__ __align__(16) uint8_t kca_smem[];
+  kca_chunk_body<HD, BITS, NEOX, PAIR>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
+                                       threadIdx.x);
+}
+
+__global__ void __launch_bounds__(KCA_CT)
+    kca_combine_kernel(const __grid_constant__ kca_params_t p, int hd) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory"); /* the chunk kernel's writes are visible */
+#endif
+  extern __shared__ float kca_lse_s[];
+  kca_combine_body(p, hd, blockIdx.x, blockIdx.y, gridDim.y, threadIdx.x, kca_lse_s);
+}
+
+typedef void (*kca_kern_fn)(kca_params_t);
+
+/* A chunk kernel and its dynamic shared memory. */
+typedef struct {
+  kca_kern_fn fn;
+  int smem;
+} kca_kern_t;
+
+/* The chunk kernel for (head_dim, bits or 0, NEOX, omega == 8). */
+template <int HD> static kca_kern_t kca_pick_hd(int bits, int neox, int pair) {
+#define KCA_PICK(B, N)                                                                             \
+  return {                                                                                         \
+    pair ? kca_chunk_kernel<HD, B, N, true> : kca_chunk_kernel<HD, B, N, false>,                   \
+        kca_lay<HD, B>::total                                                                      \
+  }
+  if (bits == 0) KCA_PICK(0, false);
+  if (bits == 2 && !neox) KCA_PICK(2, false);
+  if (bits == 2) KCA_PICK(2, true);
+  if (bits == 4 && !neox) KCA_PICK(4, false);
+  if (bits == 4) KCA_PICK(4, true);
+  if (!neox) KCA_PICK(8, false);
+  KCA_PICK(8, true);
+#undef KCA_PICK
+}
+
+static kca_kern_t kca_pick(const kc_attn_args_t *a) {
+  const int bits = a->has_quant ? a->geom.bits : 0, neox = a->rope.mode == KERN_ROPE_NEOX;
+  const int pair = a->geom.omega == 8;
+  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, neox, pair)
+                                : kca_pick_hd<128>(bits, neox, pair);
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static int kca_check_rope(const kc_attn_args_t *a) {
+  const kc_attn_rope_t *r = &a->rope;
+  const int hd = a->geom.head_dim, g = a->geom.group;
+  if (a->geom.bits != 2 && a->geom.bits != 4 && a->geom.bits != 8)
+    return qe_errf(QE_EINVAL, "kc_attn: geom.bits must be 2, 4 or 8 (got %d)", a->geom.bits);
+  if (g < 8 || g % 8 != 0 || hd % g != 0 || hd / g < 2)
+    return qe_errf(
+        QE_EUNSUPPORTED,
+        "kc_attn: geom.group must be a multiple of 8 dividing %d, at most half of it (got %d)", hd,
+        g);
+  if (r->mode != KERN_ROPE_NORM && r->mode != KERN_ROPE_NEOX)
+    return qe_errf(QE_EINVAL, "kc_attn: rope.mode must be NORM or NEOX (got %d)", r->mode);
+  if (r->n_rot <= 0 || r->n_rot % 2 != 0 || r->n_rot > hd)
+    return qe_errf(QE_EINVAL, "kc_attn: rope.n_rot must be even, in 2..%d (got %d)", hd, r->n_rot);
+  if (r->mode == KERN_ROPE_NEOX && r->n_rot != hd)
+    return qe_errf(QE_EUNSUPPORTED, "kc_attn: NEOX rope needs n_rot == head_dim (got %d)",
+                   r->n_rot);
+  if (!r->table) return qe_errf(QE_EINVAL, "kc_attn: rope.table is NULL");
+  return 0;
+}
+
+/* Everything but the buffers (sizing works before allocating). */
+static int kca_check_geom(const kc_attn_args_t *a) {
+  if (!a) return qe_errf(QE_EINVAL, "kc_attn: no arguments");
+  const kern_paged_geom_t *g = &a->geom;
+  if (g->head_dim != 64 && g->head_dim != 128)
+    return qe_errf(QE_EUNSUPPORTED, "kc_attn: geom.head_dim must be 64 or 128 (got %d)",
+                   g->head_dim);
+  if (g->n_kv < 1 || g->n_kv > 65535)
+    return qe_errf(QE_EINVAL, "kc_attn: geom.n_kv must be in 1..65535 (got %d)", g->n_kv);
+  if (a->n_head < 1 || a->n_head % g->n_kv != 0 || a->n_head / g->n_kv > KCA_GMAX)
+    return qe_errf(QE_EUNSUPPORTED, "kc_attn: n_head must be n_kv * (1..%d) (got %d, n_kv %d)",
+                   KCA_GMAX, a->n_head, g->n_kv);
+  if (g->omega != 8 && (g->omega % 16 != 0 || g->omega < 16 || g->omega > 1024))
+    return qe_errf(QE_EUNSUPPORTED,
+                   "kc_attn: geom.omega must be 8 or a multiple of 16 up to 1024 (got %d)",
+                   g->omega);
+  if (a->n_seq < 1 || a->n_seq > 65535)
+    return qe_errf(QE_EINVAL, "kc_attn: n_seq must be in 1..65535 (got %d)", a->n_seq);
+  if (a->n_win < 0 || a->max_win < 0 || a->chunk_win < 0)
+    return qe_errf(QE_EINVAL, "kc_attn: n_win, max_win and chunk_win must be >= 0");
+  if (!(a->scale == a->scale) || isinf(a->scale))
+    return qe_errf(QE_EINVAL, "kc_attn: scale must be finite");
+  return a->has_quant ? kca_check_rope(a) : 0;
+}
+
+int kc_attn_check(const kc_attn_args_t *a) {
+  const int rc = kca_check_geom(a);
+  if (rc) return rc;
+  if (!a->seq_win || !a->q || !a->out || !a->ws || (a->n_win > 0 && !a->win))
+    return qe_errf(QE_EINVAL, "kc_attn: seq_win, q, out, ws (and win) must be set");
+  return 0;
+}
+
+/* ---------------------------------------------------------------- planning */
+
+/* Multiprocessors of the current device and resident chunk blocks per multiprocessor of the
+ * call's kernel (both cached; benign races write the same values). */
+static int kca_slots(const kc_attn_args_t *a, int *slots) {
+  static int sms[64], occ[64][2][8][2][2];
+  int dev = 0;
+  if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
+  const int d = dev & 63, h = a->geom.head_dim == 128, b = a->has_quant ? a->geom.bits : 0;
+  const int n = a->rope.mode == KERN_ROPE_NEOX && b, pr = a->geom.omega == 8;
+  if (!__atomic_load_n(&sms[d], __ATOMIC_RELAXED)) {
+    int v = 0;
+    if (KCA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev)))
+      return QE_EBACKEND;
+    __atomic_store_n(&sms[d], v, __ATOMIC_RELAXED);
+  }
+  int *o = &occ[d][h][b][n][pr];
+  if (!__atomic_load_n(o, __ATOMIC_RELAXED)) {
+    const kca_kern_t k = kca_pick(a);
+    int v = 0;
+    if (KCA_CUDA(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem)) ||
+        KCA_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k.fn, KCA_NT, k.smem)))
+      return QE_EBACKEND;
+    __atomic_store_n(o, v > 0 ? v : 1, __ATOMIC_RELAXED);
+  }
+  *slots = __atomic_load_n(&sms[d], __ATOMIC_RELAXED) * __atomic_load_n(o, __ATOMIC_RELAXED);
+  return 0;
+}
+
+int kc_attn_chunk_win(const kc_attn_args_t *a) {
+  int rc = kca_check_geom(a), slots = 0;
+  if (rc) return rc;
+  if (a->chunk_win > 0) return a->chunk_win;
+  if ((rc = kca_slots(a, &slots))) return rc;
+  /* one wave: about `slots` blocks of (sequence, KV head, chunk); at least 8 units per block */
+  const long pairs = (long)a->n_seq * a->geom.n_kv;
+  const long per_seq = slots / pairs > 1 ? slots / pairs : 1;
+  const int unit = a->geom.omega == 8 ? 2 : 1, mw = a->max_win > 0 ? a->max_win : 1;
+  int cw = (int)((mw + per_seq - 1) / per_seq);
+  cw = cw < 8 * unit ? 8 * unit : cw;
+  return cw % unit ? cw + 1 : cw;
+}
+
+int kc_attn_ws_bytes(const kc_attn_args_t *a, size_t *bytes) {
+  const int cw = kc_attn_chunk_win(a);
+  if (cw < 0) return cw;
+  *bytes = kca_ws_layout(a, cw).total;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- RoPE table */
+
+int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *out) {
+  if (!r || !table_host || !out) return qe_errf(QE_EINVAL, "kc_attn_rope_init: NULL argument");
+  if (kca_rope_fill(r, table_host, out))
+    return qe_errf(QE_EINVAL, "kc_attn_rope_init: n_rot must be even and positive (got %d)",
+                   r->n_rot);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the call */
+
+/* Compute capability major of the current device (cached). */
+static int kca_cc_major(int *major) {
+  static int cc[64];
+  int dev = 0;
+  if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
+  if (!__atomic_load_n(&cc[dev & 63], __ATOMIC_RELAXED)) {
+    int v = 0;
+    if (KCA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev)))
+      return QE_EBACKEND;
+    __atomic_store_n(&cc[dev & 63], v, __ATOMIC_RELAXED);
+  }
+  *major = __atomic_load_n(&cc[dev & 63], __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* The combine kernel, programmatically dependent on the chunk kernel where the GPU has it. */
+static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cudaStream_t s) {
+  int major = 0;
+  if (kca_cc_major(&major)) return QE_EBACKEND;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3((unsigned)a->n_seq, (unsigned)kca_combine_parts(a), 1);
+  cfg.blockDim = dim3(KCA_CT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)a->n_head * sizeof(float);
+  cfg.stream = s;
+  if (major >= 9) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  if (KCA_CUDA(cudaLaunchKernelEx(&cfg, kca_combine_kernel, *p, a->geom.head_dim)))
+    return QE_EBACKEND;
+  return KCA_CUDA(cudaGetLastError()) ? QE_EBACKEND : 0;
+}
+
+int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
+  int rc = kc_attn_check(a);
+  if (rc) return rc;
+  const int cw = kc_attn_chunk_win(a);
+  if (cw < 0) return cw;
+  const kca_ws_t w = kca_ws_layout(a, cw);
+  if (a->ws_bytes < w.total)
+    return qe_errf(QE_EINVAL, "kc_attn: workspace of %zu bytes, %zu needed", a->ws_bytes, w.total);
+  if (w.n_chunk > 65535)
+    return qe_errf(QE_EUNSUPPORTED, "kc_attn: %d chunks per sequence (at most 65535)", w.n_chunk);
+  const kca_params_t p = kca_params(a, cw);
+  cudaStream_t s = (cudaStream_t)stream;
+  const dim3 grid((unsigned)w.n_chunk, (unsigned)a->geom.n_kv, (unsigned)a->n_seq);
+  const kca_kern_t k = kca_pick(a);
+  int slots = 0; /* also sets the kernel's shared-memory attribute on first use */
+  if (kca_slots(a, &slots)) return QE_EBACKEND;
+  k.fn<<<grid, KCA_NT, (size_t)k.smem, s>>>(p);
+  if (KCA_CUDA(cudaGetLastError())) return QE_EBACKEND;
+  if (a->flags & KC_ATTN_SKIP_COMBINE) return 0;
+  return kca_launch_combine(a, &p, s);
+}

@@ -1,0 +1,105 @@
+/* kern_cuda_attn: GPU decode attention over tiered paged KV (kern_paged.h), C-callable, with no
+ * CUDA type in this header (the stream is a void *).
+ *
+ * One query token per sequence attends to its FULL and QUANT windows (EVICTED ones are skipped):
+ *   out[b][h] = sum_t softmax_t(scale * q[b][h] . k_t) v_t over the live tokens of sequence b,
+ * GQA-aware: one block handles one (sequence, KV head, chunk of windows) and all n_head / n_kv
+ * query heads of that KV head, so each K/V byte is read once. Chunks are merged by a second
+ * (combine) kernel with a log-sum-exp merge, which also writes the attention mass of every
+ * window:
+ *   mass[w] = (1/n_head) * sum_h sum_{t in w} p_h(t)      (0 for evicted windows).
+ * Precision: q is fp32 in, out and mass fp32 out. q is scaled by scale * log2(e) and rounded to
+ * bf16 (tensor-core products, fp32 accumulation) when no window is QUANT (has_quant = 0); with
+ * QUANT windows every operand is fp16 instead (q saturating at +-65504; FULL bf16 pages converted
+ * in registers). QUANT keys and values are dequantized (c * s + z) in fp16 registers; keys are
+ * re-rotated by R(row) for their row within a 16-row tile and the window's base rotation is
+ * applied to q instead (q . R(b) R(r) k = (R(b)^T q) . R(r) k). Angles use the CPU formula of
+ * kern_cpu_rope for the base position and for the row offset (composed, so they differ from the
+ * CPU's angle of the sum by the fp32 rounding of pos * freq); cos/sin are rounded to fp16.
+ * Probabilities are rounded to bf16 / fp16 before the P.V product. Expect |out - ref| / |ref|
+ * of a few 1e-4 (QUANT) to 2e-3 (bf16 FULL) against an fp64 reference.
+ * Threading: functions are reentrant; one call works on one stream. Errors are returned as
+ * negative QE_E* codes with a qe_errf detail (every CUDA call and launch checked, file and
+ * line in the detail). */
+#ifndef QE_KERN_CUDA_ATTN_H
+#define QE_KERN_CUDA_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kern.h"
+#include "kern_paged.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* RoPE of the QUANT windows' keys, in the form the kernel reads (fill with kc_attn_rope_init). */
+typedef struct {
+  int mode;           /* KERN_ROPE_NORM or KERN_ROPE_NEOX */
+  int n_rot;          /* rotated channels (even, <= head_dim; NEOX: == head_dim) */
+  float freq_scale;   /* kern_rope_t.freq_scale */
+  int yarn;           /* 1 when kern_rope_t.ext_factor != 0 */
+  float mscale;       /* cos/sin multiplier (attn_factor, times YaRN's magnitude scale) */
+  const float *table; /* device [n_rot / 2][2]: freq(i) and YaRN mix(i), from kc_attn_rope_init */
+} kc_attn_rope_t;
+
+/* Flags (kc_attn_args_t.flags). */
+enum {
+  KC_ATTN_SKIP_COMBINE = 1 /* run the chunk kernel only (benchmarks: out and mass not written) */
+};
+
+typedef struct {
+  kern_paged_geom_t geom; /* n_kv, head_dim, omega, bits, group */
+  int n_seq;              /* B */
+  int n_head;             /* query heads (local); n_head % n_kv == 0, n_head / n_kv <= 8 */
+  float scale;            /* softmax scale, usually 1/sqrt(head_dim) */
+  kc_attn_rope_t rope;    /* used when has_quant */
+  const void *arena;      /* device base of every window offset (NULL: offsets are addresses) */
+  const kern_pwin_t *win; /* device [n_win] */
+  const int32_t *seq_win; /* device [n_seq + 1] */
+  int n_win;              /* total windows */
+  int max_win;            /* >= the most windows of one sequence (sizes the chunking) */
+  int has_quant;          /* 1 when any window may be QUANT (0 picks the bf16 FULL-only kernel,
+                             which would misread a QUANT window) */
+  const float *q;         /* device [n_seq][n_head][head_dim] fp32 */
+  float *out;             /* device [n_seq][n_head][head_dim] fp32 */
+  float *mass;            /* device [n_win] fp32, or NULL */
+  void *ws;               /* device workspace of kc_attn_ws_bytes(this) bytes (256-aligned) */
+  size_t ws_bytes;
+  int chunk_win; /* windows per chunk; 0 picks one from the device's size (kc_attn_chunk_win) */
+  int flags;     /* KC_ATTN_* */
+} kc_attn_args_t;
+
+/* Fills r from a model's RoPE with the CPU backend's formula (kern_cpu_rope): freq(i) =
+ * freq_scale-free 1/theta^(2i/n_rot) / factors[i], YaRN ramp, magnitude scale. table_host gets
+ * [r->n_rot / 2][2] floats, to be copied to the device buffer that out->table must point to
+ * (set by the caller). Returns 0 or QE_EINVAL (odd or non-positive n_rot). Thread-safe. */
+int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *out);
+
+/* The chunk size (windows) the call will use: a->chunk_win if set, else one that spreads
+ * n_seq * n_kv * chunks over the device's multiprocessors in about one wave (queries the current
+ * device, cached). Checks the geometry, not the buffers. Returns >= 1, or a negative QE_E*
+ * code. */
+int kc_attn_chunk_win(const kc_attn_args_t *a);
+
+/* Workspace bytes the call needs (partial outputs and log-sum-exps per chunk, per-window
+ * log-sum-exps when mass is set); the buffers need not be set yet. Returns 0 and sets *bytes,
+ * or a negative QE_E* code. */
+int kc_attn_ws_bytes(const kc_attn_args_t *a, size_t *bytes);
+
+/* Checks a's geometry and sizes against the kernel's limits (no device access). 0, or
+ * QE_EINVAL / QE_EUNSUPPORTED with a detail naming the field. */
+int kc_attn_check(const kc_attn_args_t *a);
+
+/* Enqueues the decode attention on stream (a cudaStream_t; NULL: the legacy default stream).
+ * Asynchronous: returns after launching; a's device buffers must stay valid until the stream
+ * reaches this point. Returns 0, or QE_EINVAL / QE_EUNSUPPORTED (arguments), or QE_EBACKEND
+ * (a CUDA error, with file and line in the detail). */
+int kc_attn_decode(const kc_attn_args_t *a, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1192 @@
+/* kern_cuda_attn_dev: the device code of kern_cuda_attn (decode attention over tiered paged KV),
+ * written against a thin layer of warp operations (loads, shuffles, votes, mma, fp16 pairs) so
+ * that the same source compiles for the GPU and, with KCA_EMU defined, as host C++ that
+ * tests/kernels/attn_emu.cu runs with one fiber per CUDA thread (CI checks the kernel's logic on
+ * machines without a GPU). Included by kern_cuda_attn.cu and by that test only.
+ *
+ * Work split. The chunk kernel's block (chunk x, KV head y, sequence z) owns the windows
+ * [seq_win[z] + x * chunk_win, ...) of that KV head; its 4 warps take UNITS round-robin: one
+ * window (omega a multiple of 16) or two consecutive windows (omega == 8), skipping dead units
+ * with a ballot over 32 descriptors at a time. A warp walks its units in TILES of 16 token rows,
+ * two HALVES of 8 rows each (tokens t0 .. t0 + 7 of one window), and keeps an online softmax for
+ * the group's query heads (G = n_head / n_kv <= 8). Each warp runs a two-stage cp.async pipeline:
+ * tile i + 1's bytes (FULL rows, or QUANT codes and metadata) stream into its shared-memory stage
+ * while tile i is computed from the other, so no register holds data in flight.
+ *
+ * Tensor-core layout (mma.m16n8k16 for Q.K, m16n8k8 for P.V, fp32 accumulation). Lane
+ * (g = lane / 4, c = lane % 4):
+ *   S = Q K^T per half: A = Q (rows = heads, g < G valid), B = K^T (column g = the half's token
+ *     g). Dot products do not care about channel order, so lane c takes the 16-byte channel
+ *     chunks c, c + 4, c + 8, ... of a row and Q is packed in the same order. Its result
+ *     c0, c1 = S[head g][tokens 2c, 2c + 1].
+ *   O^T += V^T P^T per half: A = V^T (rows = channels), B = P^T, whose fragment (k = tokens
+ *     2c, 2c + 1, n = head g) is exactly the lane's own S result. Lane (g, c) reads tokens 2c,
+ *     2c + 1 (chunks g, g + 8) and pairs them with byte permutes. Accumulator j = 4u + r:
+ *     O[head 2c, 2c + 1][d], O[head 2c, 2c + 1][d + 1], d = 8 (g + 8u) + 2r.
+ * FULL-only kernels use bf16 operands; kernels that may meet QUANT windows use fp16 throughout
+ * (FULL pages converted in registers): codes -> c * s + z with the scales and zeros as fp16
+ * pairs, keys turned by R(row offset), Q by R(window base)^T.
+ * Masses: per window and head, log2 sum 2^(s - m) + m (a window log-sum-exp) goes to wlse; the
+ * combine kernel turns it into probability mass with the final log-sum-exp of each head. */
+#ifndef QE_KERN_CUDA_ATTN_DEV_CUH
+#define QE_KERN_CUDA_ATTN_DEV_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kern_cuda_attn.h"
+#include "kern_paged.h"
+
+#define KCA_NW     4 /* warps per chunk block */
+#define KCA_NT     (KCA_NW * 32)
+#define KCA_GMAX   8           /* query heads per KV head */
+#define KCA_CT     256         /* combine threads per block */
+#define KCA_MAGIC  0x64006400u /* fp16 pair (1024, 1024): code c reads as 1024 + c */
+#define KCA_NEGINF (-__builtin_inff())
+
+/* Kernel parameters (by value). Shapes: see kern_cuda_attn.h; partials are per chunk. */
+typedef struct {
+  const uint8_t *arena;
+  const kern_pwin_t *win;  /* [n_win] */
+  const int32_t *seq_win;  /* [n_seq + 1] */
+  const float *q;          /* [n_seq][n_head][hd] */
+  float *out;              /* [n_seq][n_head][hd] */
+  float *mass;             /* [n_win] or NULL */
+  float *part_o;           /* [n_seq][n_chunk][n_head][hd], normalized per chunk */
+  float *part_lse;         /* [n_seq][n_chunk][n_head], log2 domain */
+  float *wlse;             /* [n_win][n_head] log2 domain, or NULL */
+  const float *rope_tab;   /* [n_rot / 2][2]: freq, YaRN mix */
+  int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
+  int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
+  float qscale;                                       /* scale * log2(e) */
+  float freq_scale, mscale;
+} kca_params_t;
+
+/* ---------------------------------------------------------------- the layer: GPU or host */
+
+typedef struct {
+  uint32_t v[4];
+} kca_u4;
+
+#ifndef KCA_EMU
+#define KCA_FN     __device__ __forceinline__
+#define KCA_UNROLL _Pragma("unroll")
+
+/* A cached 16-byte global load (descriptors). */
+KCA_FN kca_u4 kca_ld128(const void *p) {
+  kca_u4 r;
+  asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.v[0]), "=r"(r.v[1]), "=r"(r.v[2]), "=r"(r.v[3])
+      : "l"(p));
+  return r;
+}
+KCA_FN void kca_prefetch(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+/* cp.async into shared memory (ok == 0: zero-fill), groups, and the wait for all but the
+ * newest group. */
+KCA_FN void kca_cp16(void *dst, const void *src, int ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0)
+               : "memory");
+}
+KCA_FN void kca_cp8(void *dst, const void *src, int ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(ok ? 8 : 0)
+               : "memory");
+}
+KCA_FN void kca_cp4(void *dst, const void *src, int ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0)
+               : "memory");
+}
+KCA_FN void kca_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* A shared-memory load the compiler may not merge with another (keeps live ranges short). */
+KCA_FN kca_u4 kca_sld128(const void *p) {
+  kca_u4 r;
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.v[0]), "=r"(r.v[1]), "=r"(r.v[2]), "=r"(r.v[3])
+               : "r"(a));
+  return r;
+}
+KCA_FN void kca_cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+KCA_FN uint32_t kca_ballot(int pred) { return __ballot_sync(0xffffffffu, pred); }
+KCA_FN int kca_ctz(uint32_t m) { return __ffs((int)m) - 1; }
+
+KCA_FN float kca_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+KCA_FN float kca_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+KCA_FN int kca_any(int pred) { return __any_sync(0xffffffffu, pred); }
+KCA_FN void kca_syncwarp(void) { __syncwarp(); }
+KCA_FN void kca_syncthreads(void) { __syncthreads(); }
+
+/* d += A B: m16n8k16 (a0..a3, b0 b1) and m16n8k8 (a0 a1, b0), bf16 or fp16 operands. */
+KCA_FN void kca_mma16_bf(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+KCA_FN void kca_mma16_h(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                        uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+KCA_FN void kca_mma8_bf(float *d, uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+KCA_FN void kca_mma8_h(float *d, uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+/* fp16 pairs in a uint32 (low half = element 0). */
+KCA_FN uint32_t kca_h2fma(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+KCA_FN uint32_t kca_h2mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+KCA_FN uint32_t kca_h2sub(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+KCA_FN uint32_t kca_h2neg(uint32_t a) {
+  uint32_t d;
+  asm("neg.f16x2 %0, %1;" : "=r"(d) : "r"(a));
+  return d;
+}
+KCA_FN uint32_t kca_h2lo(uint32_t a) { /* (a.lo, a.lo): folds into an operand swizzle */
+  uint32_t d;
+  asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {l, l};}" : "=r"(d) : "r"(a));
+  return d;
+}
+KCA_FN uint32_t kca_h2hi(uint32_t a) {
+  uint32_t d;
+  asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {h, h};}" : "=r"(d) : "r"(a));
+  return d;
+}
+KCA_FN uint32_t kca_pack_h(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+KCA_FN uint32_t kca_pack_bf(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+KCA_FN uint32_t kca_prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
+KCA_FN uint32_t kca_bf2h(uint32_t a) { /* bf16 pair -> fp16 pair */
+  return kca_pack_h(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u));
+}
+KCA_FN float kca_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+KCA_FN float kca_lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+KCA_FN float kca_fmul(float a, float b) { return __fmul_rn(a, b); } /* never contracted */
+KCA_FN float kca_fadd(float a, float b) { return __fadd_rn(a, b); }
+KCA_FN void kca_sincos(float x, float *s, float *c) { sincosf(x, s, c); }
+/* sin and cos of x (|x| < 2^19): 3-part Cody-Waite reduction by 2 pi, then the MUFU pair
+ * (absolute error about 1e-6, far below the fp16 rounding of the tables). */
+KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
+  const float k = rintf(x * 0.15915494309189535f);
+  float r = fmaf(-k, 6.28125f, x);
+  r = fmaf(-k, 1.9353071693331003e-3f, r);
+  r = fmaf(-k, 1.0253131677018246e-11f, r);
+  __sincosf(r, s, c);
+}
+
+#else /* KCA_EMU: host implementations; the warp operations live in the test's emulator */
+#define KCA_FN static inline
+#define KCA_UNROLL
+#include <math.h>
+#include <string.h>
+
+#include "qe_half.h"
+
+float kca_emu_shfl(float v, int lane_or_mask, int is_xor);
+int kca_emu_any(int pred);
+uint32_t kca_emu_ballot(int pred);
+void kca_emu_syncwarp(void);
+void kca_emu_syncthreads(void);
+/* d += A B for one lane; k = 16 or 8; f16: operands fp16 (else bf16). */
+void kca_emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k, int f16);
+
+KCA_FN kca_u4 kca_ld128(const void *p) {
+  kca_u4 r;
+  memcpy(r.v, p, 16);
+  return r;
+}
+KCA_FN void kca_prefetch(const void *p) { (void)p; }
+KCA_FN void kca_cp16(void *dst, const void *src, int ok) {
+  if (ok)
+    memcpy(dst, src, 16);
+  else
+    memset(dst, 0, 16);
+}
+KCA_FN void kca_cp8(void *dst, const void *src, int ok) {
+  if (ok)
+    memcpy(dst, src, 8);
+  else
+    memset(dst, 0, 8);
+}
+KCA_FN void kca_cp4(void *dst, const void *src, int ok) {
+  if (ok)
+    memcpy(dst, src, 4);
+  else
+    memset(dst, 0, 4);
+}
+KCA_FN void kca_cp_commit(void) {}
+KCA_FN kca_u4 kca_sld128(const void *p) {
+  kca_u4 r;
+  memcpy(r.v, p, 16);
+  return r;
+}
+KCA_FN void kca_cp_wait1(void) {}
+KCA_FN uint32_t kca_ballot(int pred) { return kca_emu_ballot(pred); }
+KCA_FN int kca_ctz(uint32_t m) { return __builtin_ctz(m); }
+KCA_FN float kca_shfl_xor(float v, int m) { return kca_emu_shfl(v, m, 1); }
+KCA_FN float kca_shfl(float v, int src) { return kca_emu_shfl(v, src, 0); }
+KCA_FN int kca_any(int pred) { return kca_emu_any(pred); }
+KCA_FN void kca_syncwarp(void) { kca_emu_syncwarp(); }
+KCA_FN void kca_syncthreads(void) { kca_emu_syncthreads(); }
+KCA_FN void kca_mma16_bf(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                         uint32_t b1) {
+  uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+  kca_emu_mma(d, a, b, 16, 0);
+}
+KCA_FN void kca_mma16_h(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                        uint32_t b1) {
+  uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+  kca_emu_mma(d, a, b, 16, 1);
+}
+KCA_FN void kca_mma8_bf(float *d, uint32_t a0, uint32_t a1, uint32_t b0) {
+  uint32_t a[2] = {a0, a1}, b[1] = {b0};
+  kca_emu_mma(d, a, b, 8, 0);
+}
+KCA_FN void kca_mma8_h(float *d, uint32_t a0, uint32_t a1, uint32_t b0) {
+  uint32_t a[2] = {a0, a1}, b[1] = {b0};
+  kca_emu_mma(d, a, b, 8, 1);
+}
+KCA_FN float kca__hf(uint32_t a, int hi) { return qe_half_to_f32((uint16_t)(hi ? a >> 16 : a)); }
+KCA_FN uint32_t kca__h2(double lo, double hi) {
+  return (uint32_t)qe_f32_to_half((float)lo) | (uint32_t)qe_f32_to_half((float)hi) << 16;
+}
+KCA_FN uint32_t kca_h2fma(uint32_t a, uint32_t b, uint32_t c) {
+  return kca__h2((double)kca__hf(a, 0) * kca__hf(b, 0) + kca__hf(c, 0),
+                 (double)kca__hf(a, 1) * kca__hf(b, 1) + kca__hf(c, 1));
+}
+KCA_FN uint32_t kca_h2mul(uint32_t a, uint32_t b) {
+  return kca__h2((double)kca__hf(a, 0) * kca__hf(b, 0), (double)kca__hf(a, 1) * kca__hf(b, 1));
+}
+KCA_FN uint32_t kca_h2sub(uint32_t a, uint32_t b) {
+  return kca__h2((double)kca__hf(a, 0) - kca__hf(b, 0), (double)kca__hf(a, 1) - kca__hf(b, 1));
+}
+KCA_FN uint32_t kca_h2neg(uint32_t a) { return a ^ 0x80008000u; }
+KCA_FN uint32_t kca_h2lo(uint32_t a) { return (a & 0xffffu) | (a << 16); }
+KCA_FN uint32_t kca_h2hi(uint32_t a) { return (a >> 16) | (a & 0xffff0000u); }
+KCA_FN uint32_t kca_pack_h(float lo, float hi) { return kca__h2(lo, hi); }
+KCA_FN uint32_t kca__bf(float f) { /* round to nearest even */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+KCA_FN uint32_t kca_pack_bf(float lo, float hi) { return kca__bf(lo) | kca__bf(hi) << 16; }
+KCA_FN uint32_t kca_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint64_t x = (uint64_t)b << 32 | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; i++)
+    r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
+KCA_FN uint32_t kca_bf2h(uint32_t a) {
+  uint32_t lo = a << 16, hi = a & 0xffff0000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  return kca_pack_h(flo, fhi);
+}
+KCA_FN float kca_ex2(float x) { return exp2f(x); }
+KCA_FN float kca_lg2(float x) { return log2f(x); }
+KCA_FN float kca_fmul(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+KCA_FN float kca_fadd(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
+KCA_FN void kca_sincos(float x, float *s, float *c) {
+  *s = sinf(x);
+  *c = cosf(x);
+}
+KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
+  const float k = rintf(x * 0.15915494309189535f);
+  float r = fmaf(-k, 6.28125f, x);
+  r = fmaf(-k, 1.9353071693331003e-3f, r);
+  r = fmaf(-k, 1.0253131677018246e-11f, r);
+  *s = sinf(r);
+  *c = cosf(r);
+}
+#endif
+
+/* ---------------------------------------------------------------- small helpers */
+
+KCA_FN float kca_maxf(float a, float b) { return a > b ? a : b; }
+KCA_FN int kca_mini(int a, int b) { return a < b ? a : b; }
+KCA_FN int kca_clamp8(int x) { return x < 0 ? 0 : x > 8 ? 8 : x; }
+
+/* One window, decoded: base pointers, position, tokens (0 when not live), tier. */
+typedef struct {
+  const uint8_t *k, *v, *ks, *kz, *vs, *vz;
+  int pos0, n, quant;
+} kca_win_t;
+
+KCA_FN kca_win_t kca_win(const kca_params_t &p, int w) {
+  const kca_u4 a = kca_ld128(p.win + w), b = kca_ld128((const uint8_t *)(p.win + w) + 16);
+  const kca_u4 c = kca_ld128((const uint8_t *)(p.win + w) + 32);
+  const kca_u4 e = kca_ld128((const uint8_t *)(p.win + w) + 48);
+  kca_win_t r;
+  r.k = p.arena + ((uint64_t)a.v[1] << 32 | a.v[0]);
+  r.v = p.arena + ((uint64_t)a.v[3] << 32 | a.v[2]);
+  r.ks = p.arena + ((uint64_t)b.v[1] << 32 | b.v[0]);
+  r.kz = p.arena + ((uint64_t)b.v[3] << 32 | b.v[2]);
+  r.vs = p.arena + ((uint64_t)c.v[1] << 32 | c.v[0]);
+  r.vz = p.arena + ((uint64_t)c.v[3] << 32 | c.v[2]);
+  const int tier = (int)e.v[2], ntok = (int)e.v[1];
+  const int live = ntok > 0 && (tier == KERN_PW_FULL || tier == KERN_PW_QUANT);
+  r.pos0 = (int)e.v[0];
+  r.n = live ? kca_mini(ntok, p.omega) : 0;
+  r.quant = tier == KERN_PW_QUANT;
+  return r;
+}
+
+/* RoPE angle of pair i at position pos: the CPU formula (kern_cpu_attn.c, rope_cs). */
+KCA_FN float kca_theta(const kca_params_t &p, int pos, int i) {
+  const float freq = p.rope_tab[2 * i], extrap = kca_fmul((float)pos, freq);
+  float theta = kca_fmul(extrap, p.freq_scale);
+  if (p.yarn) {
+    const float mix = p.rope_tab[2 * i + 1];
+    theta = kca_fadd(kca_fmul(theta, kca_fadd(1.0f, -mix)), kca_fmul(extrap, mix));
+  }
+  return theta;
+}
+
+/* cos and sin of pair i at pos, times ms; the identity for pairs past n_rot. fast: the MUFU
+ * path (base positions, any size below 2^19), else libm-accurate sincosf (row offsets). */
+KCA_FN void kca_cs(const kca_params_t &p, int pos, int i, float ms, int fast, float *c, float *s) {
+  if (2 * i >= p.n_rot) {
+    *c = 1.0f, *s = 0.0f;
+    return;
+  }
+  if (fast)
+    kca_sincos_fast(kca_theta(p, pos, i), s, c);
+  else
+    kca_sincos(kca_theta(p, pos, i), s, c);
+  *c *= ms, *s *= ms;
+}
+
+/* Rotation entry of slot j (channels 2j, 2j + 1) at pos: NORM (A, B) = ([c, s], [-s, c]) of
+ * pair j; NEOX ([c_2j, c_2j+1], [s_2j, s_2j+1]) for the x half (j < hd / 4). tr: the transposed
+ * rotation R^T (the angle negated). */
+template <bool NEOX>
+KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int tr, uint32_t *A,
+                          uint32_t *B) {
+  float c0, s0, c1, s1;
+  if (!NEOX) {
+    kca_cs(p, pos, j, ms, tr, &c0, &s0);
+    s0 = tr ? -s0 : s0;
+    *A = kca_pack_h(c0, s0);
+    *B = kca_pack_h(-s0, c0);
+  } else {
+    kca_cs(p, pos, 2 * j, ms, tr, &c0, &s0);
+    kca_cs(p, pos, 2 * j + 1, ms, tr, &c1, &s1);
+    *A = kca_pack_h(c0, c1);
+    *B = tr ? kca_pack_h(-s0, -s1) : kca_pack_h(s0, s1);
+  }
+}
+
+/* ---------------------------------------------------------------- shared memory */
+
+/* Dynamic shared memory of a chunk block (byte offsets):
+ *   stages [KCA_NW][2 stages][2 halves][32 HD]: one half tile's bytes, written by cp.async.
+ *          FULL:  K rows [8][HD] bf16 at 0 (16-byte chunk ch of row r stored at ch ^ 4 (r & 1)),
+ *                 V rows [8][HD] bf16 at 16 HD (chunk ch of row r at ch ^ (r & 6)): both
+ *                 swizzles make the fragment reads conflict-free;
+ *          QUANT: key codes [8][HD BITS / 8] at 0, value codes at vc, key scales then zeros
+ *                 ([HD] fp16 each) at km, value scales [8][ng] then zeros at vm.
+ *   off    QUANT: [16][HD + 4] words, the rotation by row offsets 0..15 (kca_off_init)
+ *   base   QUANT: [KCA_NW][HD] words, each warp's rotation by its tile's base position
+ *   ml     [KCA_NW][KCA_GMAX][2] floats, the warps' max and sum (epilogue)
+ * The epilogue's per-warp outputs [KCA_NW][KCA_GMAX][HD] floats reuse the stage area. */
+template <int HD, int BITS> struct kca_lay {
+  static constexpr int half = 32 * HD;
+  static constexpr int stage = 2 * half;
+  static constexpr int warp = 2 * stage;
+  static constexpr int off = KCA_NW * warp;
+  static constexpr int base = off + (BITS ? 16 * (HD + 4) * 4 : 0);
+  static constexpr int ml = base + (BITS ? KCA_NW * HD * 4 : 0);
+  static constexpr int total = ml + KCA_NW * KCA_GMAX * 2 * 4;
+  static constexpr int rb = HD * (BITS ? BITS : 2) / 8; /* code bytes per row */
+  static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
+  static_assert(vm + 16 * 16 * 2 <= half, "a QUANT half tile fits its stage");
+  static_assert(KCA_NW * KCA_GMAX * HD * 4 <= off, "the epilogue fits the stage area");
+};
+
+/* ---------------------------------------------------------------- per-warp state */
+
+template <int HD, int BITS> struct kca_st_t {
+  float acc[HD / 16][4];  /* O^T accumulators (see the file comment) */
+  uint32_t q[HD / 32][4]; /* Q pairs of head g, chunks c + 4i: bf16 (BITS 0) or fp16 */
+  float m;                /* running max of head g (log2 units) */
+  float l;                /* this lane's part of head g's denominator */
+};
+
+/* One tile: two halves of 8 rows (tokens t0 .. t0 + 7 of a window, n of them valid), packed to
+ * keep the two live tiles of the pipeline in few registers. */
+typedef struct {
+  int w[2];    /* the halves' windows (omega >= 16: both the same) */
+  int base[2]; /* their RoPE base positions */
+  int bits;    /* n0 | n1 << 4 | quant0 << 8 | quant1 << 9 | last << 10 (ends its window) */
+} kca_tile_t;
+
+KCA_FN int kca_tn(const kca_tile_t &t, int h) { return (t.bits >> (4 * h)) & 15; }
+KCA_FN int kca_tq(const kca_tile_t &t, int h) { return (t.bits >> (8 + h)) & 1; }
+
+/* Probabilities of a tile for the masses: p[half][token 2c / 2c + 1] of head g, and the factor
+ * the running sums were rescaled by. */
+typedef struct {
+  float p[2][2];
+  float alpha;
+} kca_tp_t;
+
+/* The warp's position in its units (u = warp + k * KCA_NW) and the units' liveness. */
+typedef struct {
+  int k, j; /* unit index (-1: done) and tile within it */
+} kca_cur_t;
+
+typedef struct {
+  int nk, kbase;
+  uint32_t mask; /* live units kbase .. kbase + 31 */
+  int c_beg, c_end, warp;
+} kca_live_t;
+
+/* ---------------------------------------------------------------- code unpacking */
+
+/* K chunk (8 channels of one row; codes 2r, 2r + 1 -> fp16 pair 1024 + c). */
+template <int BITS> KCA_FN uint32_t kca_kpair(uint32_t w0, uint32_t w1, uint32_t w0s, int r) {
+  if (BITS == 2) return ((w0s >> (4 * r)) & 0x00030003u) | KCA_MAGIC; /* w0s = w | w << 14 */
+  if (BITS == 4) /* w0s = w >> 4: byte r of w (code 2r) and of w >> 4 (code 2r + 1) */
+    return (kca_prmt(w0, w0s, (uint32_t)(r | (4 + r) << 8)) & 0x000f000fu) | KCA_MAGIC;
+  const uint32_t w = r < 2 ? w0 : w1, b = (uint32_t)(2 * (r & 1));
+  return kca_prmt(w, 0x64646464u, b | 4u << 4 | (b + 1) << 8 | 4u << 12);
+}
+
+/* V chunks of tokens x and y: code k of both -> fp16 pair (1024 + c_x, 1024 + c_y). */
+template <int BITS>
+KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, uint32_t zlo,
+                          uint32_t zhi, int k) {
+  if (BITS == 2) return ((zlo >> (2 * k)) & 0x00030003u) | KCA_MAGIC; /* zlo: x | y << 16 */
+  if (BITS == 4) return (((k < 4 ? zlo : zhi) >> (4 * (k & 3))) & 0x000f000fu) | KCA_MAGIC;
+  const uint32_t xw = k < 4 ? x0 : x1, yw = k < 4 ? y0 : y1, b = (uint32_t)(k & 3);
+  return (kca_prmt(xw, yw, b | (4 + b) << 8) & 0x00ff00ffu) | KCA_MAGIC;
+}
+
+/* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
+template <int BITS> KCA_FN void kca_codes(const uint8_t *p, uint32_t *w0, uint32_t *w1) {
+  *w1 = 0;
+  if (BITS == 2) *w0 = *(const uint16_t *)p;
+  if (BITS == 4) *w0 = *(const uint32_t *)p;
+  if (BITS == 8) *w0 = ((const uint32_t *)p)[0], *w1 = ((const uint32_t *)p)[1];
+}
+
+/* ---------------------------------------------------------------- RoPE tables */
+
+/* Block prologue (QUANT kernels): off[r][slot] for r = 0..15. */
+template <int HD, bool NEOX>
+KCA_FN void kca_off_init(const kca_params_t &p, uint32_t *off, int tid) {
+  const int nslot = NEOX ? HD / 4 : HD / 2;
+  for (int e = tid; e < 16 * nslot; e += KCA_NT) {
+    const int r = e / nslot, j = e % nslot;
+    kca_rot_entry<NEOX>(p, r, j, 1.0f, 0, &off[r * (HD + 4) + 2 * j],
+                        &off[r * (HD + 4) + 2 * j + 1]);
+  }
+}
+
+/* The warp's base table: R(pos)^T (applied to Q), mscale folded in. Syncs before and after. */
+template <int HD, bool NEOX>
+KCA_FN void kca_base_init(const kca_params_t &p, uint32_t *tab, int pos, int lane) {
+  const int nslot = NEOX ? HD / 4 : HD / 2;
+  kca_syncwarp();
+  for (int j = lane; j < nslot; j += 32)
+    kca_rot_entry<NEOX>(p, pos, j, p.mscale, 1, &tab[2 * j], &tab[2 * j + 1]);
+  kca_syncwarp();
+}
+
+/* x <- R x for one NORM slot: [x0 c - x1 s, x0 s + x1 c]. */
+KCA_FN uint32_t kca_rot_norm(uint32_t x, uint32_t A, uint32_t B) {
+  return kca_h2fma(kca_h2lo(x), A, kca_h2mul(kca_h2hi(x), B));
+}
+
+/* (x, y) <- NEOX rotation of two channel pairs: x' = x C - y S, y' = x S + y C. */
+KCA_FN void kca_rot_neox(uint32_t *x, uint32_t *y, uint32_t C, uint32_t S) {
+  const uint32_t x0 = *x, y0 = *y;
+  *x = kca_h2fma(x0, C, kca_h2mul(kca_h2neg(y0), S));
+  *y = kca_h2fma(x0, S, kca_h2mul(y0, C));
+}
+
+/* qr <- R(base)^T q for the lane's Q fragments (head g, chunks c + 4i): the window's base
+ * rotation moves to the query, so each key row only turns by its offset within the tile. */
+template <int HD, bool NEOX>
+KCA_FN void kca_rot_q(const uint32_t (&q)[HD / 32][4], const uint32_t *base, int c,
+                      uint32_t (&qr)[HD / 32][4]) {
+  KCA_UNROLL
+  for (int i = 0; i < (NEOX ? HD / 64 : HD / 32); i++) {
+    const int j0 = 4 * (c + 4 * i); /* first slot of chunk c + 4i */
+    const kca_u4 b0 = *(const kca_u4 *)&base[2 * j0], b1 = *(const kca_u4 *)&base[2 * j0 + 4];
+    const uint32_t ba[4] = {b0.v[0], b0.v[2], b1.v[0], b1.v[2]};
+    const uint32_t bb[4] = {b0.v[1], b0.v[3], b1.v[1], b1.v[3]};
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      if (!NEOX) {
+        qr[i][r] = kca_rot_norm(q[i][r], ba[r], bb[r]);
+      } else {
+        uint32_t x = q[i][r], y = q[i + HD / 64][r];
+        kca_rot_neox(&x, &y, ba[r], bb[r]);
+        qr[i][r] = x, qr[i + HD / 64][r] = y;
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- issuing a tile */
+
+/* Copies one half tile's bytes (rows t0 .. t0 + n - 1 of window w, KV head kvh) into dst with
+ * cp.async, rows >= n zero-filled; kmeta: also the window's key scales and zeros. */
+template <int HD, int BITS>
+KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t &w, int t0, int n,
+                           int kvh, int lane, bool kmeta) {
+  if (n == 0) return;
+  constexpr int NCH = HD / 8;
+  if (!w.quant) { /* lane: chunk lane % NCH of rows lane / NCH + RPI i (rows < omega: in the page)
+                   */
+    constexpr int RPI = 32 / NCH;
+    const int r0 = lane / NCH, ch = lane % NCH;
+    const size_t row = (size_t)p.n_kv * HD * 2, step = RPI * row;
+    const size_t src0 = ((size_t)(t0 + r0) * p.n_kv + kvh) * HD * 2 + ch * 16;
+    const uint8_t *ks = w.k + src0, *vs = w.v + src0;
+    uint8_t *kd = dst + r0 * HD * 2 + ((ch ^ ((r0 & 1) << 2)) << 4);
+    KCA_UNROLL
+    for (int i = 0; i < NCH / 4; i++) {
+      const int r = r0 + RPI * i, ok = r < n;
+      kca_cp16(kd + RPI * i * HD * 2, ks + i * step, ok);
+      kca_cp16(dst + 16 * HD + r * HD * 2 + ((ch ^ (r & 6)) << 4), vs + i * step, ok);
+    }
+    return;
+  }
+  if constexpr (BITS != 0) {
+    using L = kca_lay<HD, BITS>;
+    constexpr int NQ = L::rb / 16; /* 16-byte pieces per code row */
+    const size_t crow = (size_t)p.n_kv * L::rb;
+    const uint8_t *kb = w.k + (size_t)t0 * crow + (size_t)kvh * L::rb;
+    const uint8_t *vb = w.v + (size_t)t0 * crow + (size_t)kvh * L::rb;
+    for (int e = lane; e < 8 * NQ; e += 32) {
+      const int r = e / NQ, q = e % NQ, ok = r < n, rr = ok ? r : 0;
+      kca_cp16(dst + r * L::rb + q * 16, kb + rr * crow + q * 16, ok);
+      kca_cp16(dst + L::vc + r * L::rb + q * 16, vb + rr * crow + q * 16, ok);
+    }
+    for (int e = lane; kmeta && e < HD / 4; e += 32) {
+      const int z = e >= HD / 8, q = z ? e - HD / 8 : e;
+      kca_cp16(dst + L::km + e * 16, (z ? w.kz : w.ks) + (size_t)kvh * HD * 2 + q * 16, 1);
+    }
+    const int mb = (2 * HD) >> p.gshift; /* value scale bytes per row: 4, 8, 16 or 32 */
+    if (lane < 16) {
+      const int r = lane & 7, z = lane >> 3, ok = r < n, rr = ok ? r : 0;
+      const uint8_t *src = (z ? w.vz : w.vs) + ((size_t)(t0 + rr) * p.n_kv + kvh) * mb;
+      uint8_t *d = dst + L::vm + (z * 8 + r) * mb;
+      if (mb == 4) kca_cp4(d, src, ok);
+      if (mb == 8) kca_cp8(d, src, ok);
+      if (mb >= 16) kca_cp16(d, src, ok);
+      if (mb == 32) kca_cp16(d + 16, src + 16, ok);
+    }
+  }
+}
+
+/* Issues the tile (unit k, tile j) into stage; returns its description, *ntile = tiles of the
+ * unit. Descriptors were prefetched into L1 one iteration earlier. */
+template <int HD, int BITS, bool PAIR>
+KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_live_t &L,
+                            kca_cur_t cu, int kvh, int lane, int *ntile) {
+  kca_tile_t t;
+  const int u = L.warp + cu.k * KCA_NW;
+  if (PAIR) {
+    const int wa = L.c_beg + 2 * u, wb = wa + 1 < L.c_end ? wa + 1 : -1;
+    const kca_win_t A = kca_win(p, wa);
+    kca_win_t B = A;
+    B.n = 0;
+    if (wb >= 0) B = kca_win(p, wb);
+    t.w[0] = wa, t.w[1] = wb, t.base[0] = A.pos0, t.base[1] = B.pos0 - 8;
+    t.bits = A.n | B.n << 4 | A.quant << 8 | B.quant << 9 | 1 << 10;
+    kca_issue_half<HD, BITS>(p, stage, A, 0, A.n, kvh, lane, true);
+    kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, B, 0, B.n, kvh, lane, true);
+    *ntile = 1;
+  } else {
+    const int w = L.c_beg + u, t0 = 16 * cu.j;
+    const kca_win_t W = kca_win(p, w);
+    const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
+    t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
+    t.bits = n0 | n1 << 4 | W.quant * 3 << 8 | (t0 + 16 >= W.n) << 10;
+    kca_issue_half<HD, BITS>(p, stage, W, t0, n0, kvh, lane, true);
+    kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, W, t0 + 8, n1, kvh, lane, false);
+    *ntile = (W.n + 15) / 16;
+  }
+  return t;
+}
+
+/* ---------------------------------------------------------------- walking the units */
+
+/* 1 when the unit's window (or either window of a pair) is attended. */
+template <bool PAIR> KCA_FN int kca_unit_live(const kca_params_t &p, const kca_live_t &L, int k) {
+  if (k >= L.nk) return 0;
+  const int u = L.warp + k * KCA_NW, w = L.c_beg + (PAIR ? 2 * u : u);
+  int live = kca_win(p, w).n > 0;
+  if (PAIR && w + 1 < L.c_end) live |= kca_win(p, w + 1).n > 0;
+  return live;
+}
+
+/* The next live unit after k (-1 if none), refreshing the mask 32 units at a time. */
+template <bool PAIR>
+KCA_FN int kca_next_live(const kca_params_t &p, kca_live_t &L, int k, int lane) {
+  for (k++; k < L.nk;) {
+    if (k >= L.kbase + 32) {
+      L.kbase = k;
+      L.mask = kca_ballot(kca_unit_live<PAIR>(p, L, k + lane));
+    }
+    const uint32_t m = L.mask >> (k - L.kbase);
+    if (m) return k + kca_ctz(m);
+    k = L.kbase + 32;
+  }
+  return -1;
+}
+
+/* The tile after cu (ntile tiles in its unit), and an L1 prefetch of its descriptors. */
+template <bool PAIR>
+KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
+                             int lane) {
+  kca_cur_t n = {cu.k, cu.j + 1};
+  if (n.j < ntile) return n;
+  n.k = kca_next_live<PAIR>(p, L, cu.k, lane), n.j = 0;
+  if (n.k >= 0) {
+    const int w = L.c_beg + (PAIR ? 2 : 1) * (L.warp + n.k * KCA_NW);
+    kca_prefetch(p.win + w);
+  }
+  return n;
+}
+
+/* ---------------------------------------------------------------- computing a tile */
+
+/* The online-softmax step: masks, max, exponentials, rescale of the running sums. */
+template <int HD, int BITS>
+KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[2][4], const kca_tile_t &t, int c) {
+  kca_tp_t r;
+  float mt = KCA_NEGINF;
+  KCA_UNROLL
+  for (int h = 0; h < 2; h++) {
+    s[h][0] = 2 * c < kca_tn(t, h) ? s[h][0] : KCA_NEGINF;
+    s[h][1] = 2 * c + 1 < kca_tn(t, h) ? s[h][1] : KCA_NEGINF;
+    mt = kca_maxf(mt, kca_maxf(s[h][0], s[h][1]));
+  }
+  mt = kca_maxf(mt, kca_shfl_xor(mt, 1));
+  mt = kca_maxf(mt, kca_shfl_xor(mt, 2));
+  const float mn = kca_maxf(st.m, mt); /* finite: the tile has a valid row */
+  r.alpha = kca_ex2(st.m - mn);        /* 0 on the first tile (m = -inf) */
+  const int changed = mn != st.m;
+  st.m = mn;
+  float sum = 0.0f;
+  KCA_UNROLL
+  for (int h = 0; h < 2; h++) KCA_UNROLL
+  for (int e = 0; e < 2; e++) r.p[h][e] = kca_ex2(s[h][e] - mn), sum += r.p[h][e];
+  st.l = st.l * r.alpha + sum;
+  if (kca_any(changed)) { /* alphas of heads 2c, 2c + 1 live in lanes 8c, 8c + 4 */
+    const float a0 = kca_shfl(r.alpha, 8 * c), a1 = kca_shfl(r.alpha, 8 * c + 4);
+    KCA_UNROLL
+    for (int j = 0; j < HD / 16; j++)
+      st.acc[j][0] *= a0, st.acc[j][1] *= a1, st.acc[j][2] *= a0, st.acc[j][3] *= a1;
+  }
+  return r;
+}
+
+/* S += Q K^T for a FULL half (bf16 rows in shared memory). Two accumulation chains. */
+template <int HD, int BITS>
+KCA_FN void kca_qk_full(const kca_st_t<HD, BITS> &st, const uint8_t *hs, int g, int c, float *s) {
+  float s2[4] = {0, 0, 0, 0};
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++) {
+    const kca_u4 k = *(const kca_u4 *)(hs + g * HD * 2 + (((c + 4 * i) ^ ((g & 1) << 2)) << 4));
+    float *d = i & 1 ? s2 : s;
+    KCA_UNROLL
+    for (int hh = 0; hh < 2; hh++) {
+      if constexpr (BITS == 0)
+        kca_mma16_bf(d, st.q[i][2 * hh], 0u, st.q[i][2 * hh + 1], 0u, k.v[2 * hh], k.v[2 * hh + 1]);
+      else
+        kca_mma16_h(d, st.q[i][2 * hh], 0u, st.q[i][2 * hh + 1], 0u, kca_bf2h(k.v[2 * hh]),
+                    kca_bf2h(k.v[2 * hh + 1]));
+    }
+  }
+  s[0] += s2[0], s[1] += s2[1];
+}
+
+/* S += Q' K^T for a QUANT half: dequantize, rotate by the row offset R(8h + g); qr is Q turned
+ * by the base rotation (kca_rot_q). fp16 products. */
+template <int HD, int BITS, bool NEOX>
+KCA_FN void kca_qk_quant(const uint32_t (&qr)[HD / 32][4], const uint8_t *hs, const uint8_t *meta,
+                         const uint32_t *off, int h, int g, int c, float *s) {
+  using L = kca_lay<HD, BITS>;
+  uint32_t kq[HD / 32][4];
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++) {
+    uint32_t w0, w1;
+    kca_codes<BITS>(hs + g * L::rb + (c + 4 * i) * BITS, &w0, &w1);
+    const uint32_t ws = BITS == 2 ? (w0 | w0 << 14) : BITS == 4 ? w0 >> 4 : 0u;
+    const kca_u4 ks = kca_sld128(meta + L::km + (c + 4 * i) * 16);
+    const kca_u4 kz = kca_sld128(meta + L::km + 2 * HD + (c + 4 * i) * 16);
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++)
+      kq[i][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r), KCA_MAGIC), ks.v[r], kz.v[r]);
+  }
+  const uint32_t *orow = off + (8 * h + g) * (HD + 4);
+  KCA_UNROLL
+  for (int i = 0; i < (NEOX ? HD / 64 : HD / 32); i++) {
+    const int j0 = 4 * (c + 4 * i); /* first slot of chunk c + 4i */
+    const kca_u4 o0 = *(const kca_u4 *)&orow[2 * j0], o1 = *(const kca_u4 *)&orow[2 * j0 + 4];
+    const uint32_t oa[4] = {o0.v[0], o0.v[2], o1.v[0], o1.v[2]};
+    const uint32_t ob[4] = {o0.v[1], o0.v[3], o1.v[1], o1.v[3]};
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      if (!NEOX)
+        kq[i][r] = kca_rot_norm(kq[i][r], oa[r], ob[r]);
+      else
+        kca_rot_neox(&kq[i][r], &kq[i + HD / 64][r], oa[r], ob[r]);
+    }
+  }
+  float s2[4] = {0, 0, 0, 0};
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++) KCA_UNROLL
+  for (int hh = 0; hh < 2; hh++)
+    kca_mma16_h(i & 1 ? s2 : s, qr[i][2 * hh], 0u, qr[i][2 * hh + 1], 0u, kq[i][2 * hh],
+                kq[i][2 * hh + 1]);
+  s[0] += s2[0], s[1] += s2[1];
+}
+
+/* O^T += V^T P^T for a FULL half: rows 2c, 2c + 1 paired by byte permutes. */
+template <int HD, int BITS>
+KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, const float *pr, int g, int c) {
+  const uint8_t *v0 = hs + 16 * HD + 2 * c * HD * 2;
+  const uint32_t pb = BITS ? kca_pack_h(pr[0], pr[1]) : kca_pack_bf(pr[0], pr[1]);
+  KCA_UNROLL
+  for (int u = 0; u < HD / 64; u++) {
+    const int sw = ((g + 8 * u) ^ (2 * c & 6)) << 4;
+    const kca_u4 x = *(const kca_u4 *)(v0 + sw), y = *(const kca_u4 *)(v0 + HD * 2 + sw);
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      const uint32_t lo = kca_prmt(x.v[r], y.v[r], 0x5410), hi = kca_prmt(x.v[r], y.v[r], 0x7632);
+      if constexpr (BITS == 0)
+        kca_mma8_bf(st.acc[4 * u + r], lo, hi, pb);
+      else
+        kca_mma8_h(st.acc[4 * u + r], kca_bf2h(lo), kca_bf2h(hi), pb);
+    }
+  }
+}
+
+/* O^T += V^T P^T for a QUANT half: codes of rows 2c, 2c + 1 dequantized as token pairs. */
+template <int HD, int BITS>
+KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
+                         const float *pr, int g, int c) {
+  using L = kca_lay<HD, BITS>;
+  const int mb = (2 * HD) >> p.gshift;
+  const uint32_t ph = kca_pack_h(pr[0], pr[1]);
+  const uint8_t *vm = hs + L::vm + 2 * c * mb;
+  KCA_UNROLL
+  for (int u = 0; u < HD / 64; u++) {
+    const int ch = g + 8 * u, gi = (8 * ch) >> p.gshift;
+    uint32_t x0, x1, y0, y1;
+    kca_codes<BITS>(hs + L::vc + 2 * c * L::rb + ch * BITS, &x0, &x1);
+    kca_codes<BITS>(hs + L::vc + (2 * c + 1) * L::rb + ch * BITS, &y0, &y1);
+    const uint32_t zlo = BITS == 2 ? (x0 | y0 << 16) : kca_prmt(x0, y0, 0x5410);
+    const uint32_t zhi = BITS == 4 ? kca_prmt(x0, y0, 0x7632) : 0u;
+    const uint32_t sc =
+        *(const uint16_t *)(vm + 2 * gi) | (uint32_t) * (const uint16_t *)(vm + mb + 2 * gi) << 16;
+    const uint32_t zr = *(const uint16_t *)(vm + 8 * mb + 2 * gi) |
+                        (uint32_t) * (const uint16_t *)(vm + 9 * mb + 2 * gi) << 16;
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      const uint32_t lo = kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r), KCA_MAGIC);
+      const uint32_t hi =
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1), KCA_MAGIC);
+      kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
+    }
+  }
+}
+
+/* One tile whose bytes are in stage: scores, online softmax, P.V. */
+template <int HD, int BITS, bool NEOX, bool PAIR>
+KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
+                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
+  using L = kca_lay<HD, BITS>;
+  const int g = lane >> 2, c = lane & 3;
+  float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
+  const uint32_t *off = (const uint32_t *)(smem + L::off);
+  uint32_t qr[HD / 32][4]; /* Q turned by the QUANT window's base rotation */
+  if constexpr (BITS != 0) {
+    if (!PAIR && kca_tq(t, 0)) {
+      kca_base_init<HD, NEOX>(p, base, t.base[0], lane);
+      kca_rot_q<HD, NEOX>(st.q, base, c, qr);
+    }
+  }
+  KCA_UNROLL
+  for (int h = 0; h < 2; h++) {
+    if (kca_tn(t, h) == 0) continue;
+    const uint8_t *hs = stage + h * L::half;
+    if constexpr (BITS != 0) {
+      if (kca_tq(t, h)) {
+        if (PAIR) {
+          kca_base_init<HD, NEOX>(p, base, t.base[h], lane);
+          kca_rot_q<HD, NEOX>(st.q, base, c, qr);
+        }
+        kca_qk_quant<HD, BITS, NEOX>(qr, hs, PAIR ? hs : stage, off, h, g, c, s[h]);
+        continue;
+      }
+    }
+    kca_qk_full<HD, BITS>(st, hs, g, c, s[h]);
+  }
+  const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, c);
+  KCA_UNROLL
+  for (int h = 0; h < 2; h++) {
+    if (kca_tn(t, h) == 0) continue;
+    const uint8_t *hs = stage + h * L::half;
+    if constexpr (BITS != 0) {
+      if (kca_tq(t, h)) {
+        kca_pv_quant<HD, BITS>(p, st, hs, r.p[h], g, c);
+        continue;
+      }
+    }
+    kca_pv_full<HD, BITS>(st, hs, r.p[h], g, c);
+  }
+  return r;
+}
+
+/* ---------------------------------------------------------------- masses */
+
+/* Window sum of head g over the tile's tokens of half set `mask` (1: half 0, 2: half 1, 3:
+ * both), reduced over the 4 lanes of the head. */
+KCA_FN float kca_wsum(const kca_tp_t &t, int mask) {
+  float s = 0.0f;
+  if (mask & 1) s += t.p[0][0] + t.p[0][1];
+  if (mask & 2) s += t.p[1][0] + t.p[1][1];
+  s += kca_shfl_xor(s, 1);
+  return s + kca_shfl_xor(s, 2);
+}
+
+/* Writes window w's log-sum-exp for head g (lane c == 0 of valid heads). */
+template <int HD, int BITS>
+KCA_FN void kca_put_wlse(const kca_params_t &p, const kca_st_t<HD, BITS> &st, int w, int kvh, int g,
+                         int c, float sum) {
+  if (p.wlse && c == 0 && g < p.grp_q)
+    p.wlse[(size_t)w * p.n_head + kvh * p.grp_q + g] = st.m + kca_lg2(sum);
+}
+
+/* After a tile: a pair's two windows are done; a wide window accumulates until its last tile. */
+template <int HD, int BITS, bool PAIR>
+KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
+                       const kca_tp_t &r, float *wsum, int kvh, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  if (PAIR) {
+    const float sa = kca_wsum(r, 1), sb = kca_wsum(r, 2);
+    if (kca_tn(t, 0)) kca_put_wlse<HD, BITS>(p, st, t.w[0], kvh, g, c, sa);
+    if (kca_tn(t, 1)) kca_put_wlse<HD, BITS>(p, st, t.w[1], kvh, g, c, sb);
+    return;
+  }
+  *wsum = *wsum * r.alpha + kca_wsum(r, 3);
+  if (t.bits >> 10 & 1) {
+    kca_put_wlse<HD, BITS>(p, st, t.w[0], kvh, g, c, *wsum);
+    *wsum = 0.0f;
+  }
+}
+
+/* ---------------------------------------------------------------- the chunk block */
+
+/* Q of head kvh * G + g, channels of chunks c + 4i, scaled by scale * log2(e). */
+template <int HD, int BITS>
+KCA_FN void kca_load_q(const kca_params_t &p, kca_st_t<HD, BITS> &st, int b, int kvh, int g,
+                       int c) {
+  const bool ok = g < p.grp_q;
+  const float *qp = p.q + ((size_t)b * p.n_head + kvh * p.grp_q + (ok ? g : 0)) * HD;
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++) {
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      float x0 = ok ? qp[8 * (c + 4 * i) + 2 * r] * p.qscale : 0.0f;
+      float x1 = ok ? qp[8 * (c + 4 * i) + 2 * r + 1] * p.qscale : 0.0f;
+      if constexpr (BITS == 0) {
+        st.q[i][r] = kca_pack_bf(x0, x1);
+      } else { /* saturate to the fp16 range */
+        x0 = x0 > 65504.0f ? 65504.0f : x0 < -65504.0f ? -65504.0f : x0;
+        x1 = x1 > 65504.0f ? 65504.0f : x1 < -65504.0f ? -65504.0f : x1;
+        st.q[i][r] = kca_pack_h(x0, x1);
+      }
+    }
+  }
+}
+
+/* Block epilogue: merges the warps' softmax states and writes the chunk's partial. */
+template <int HD, int BITS>
+KCA_FN void kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st, int b,
+                         int chunk, int kvh, int tid) {
+  using L = kca_lay<HD, BITS>;
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+  float(*o)[KCA_GMAX][HD] = (float(*)[KCA_GMAX][HD])smem; /* reuses the stages */
+  float(*ml)[KCA_GMAX][2] = (float(*)[KCA_GMAX][2])(smem + L::ml);
+  float l = st.l + kca_shfl_xor(st.l, 1);
+  l += kca_shfl_xor(l, 2);
+  kca_syncthreads(); /* every warp is done with its stages */
+  if (c == 0) ml[warp][g][0] = st.m, ml[warp][g][1] = l;
+  KCA_UNROLL
+  for (int u = 0; u < HD / 64; u++) KCA_UNROLL
+  for (int r = 0; r < 4; r++) {
+    const int d = 8 * (g + 8 * u) + 2 * r, j = 4 * u + r;
+    o[warp][2 * c][d] = st.acc[j][0], o[warp][2 * c + 1][d] = st.acc[j][1];
+    o[warp][2 * c][d + 1] = st.acc[j][2], o[warp][2 * c + 1][d + 1] = st.acc[j][3];
+  }
+  kca_syncthreads();
+  const size_t row0 = ((size_t)b * p.n_chunk + chunk) * p.n_head + (size_t)kvh * p.grp_q;
+  for (int e = tid; e < p.grp_q * HD; e += KCA_NT) {
+    const int hh = e / HD, d = e % HD;
+    float mx = KCA_NEGINF;
+    for (int w = 0; w < KCA_NW; w++) mx = kca_maxf(mx, ml[w][hh][0]);
+    float acc = 0.0f, lse = KCA_NEGINF;
+    if (mx != KCA_NEGINF) {
+      float sum = 0.0f;
+      for (int w = 0; w < KCA_NW; w++) {
+        const float f = kca_ex2(ml[w][hh][0] - mx);
+        sum += ml[w][hh][1] * f, acc += o[w][hh][d] * f;
+      }
+      acc /= sum, lse = mx + kca_lg2(sum);
+    }
+    p.part_o[(row0 + hh) * HD + d] = acc;
+    if (d == 0) p.part_lse[row0 + hh] = lse;
+  }
+}
+
+/* The chunk kernel's body: block (chunk, kvh, b), thread tid, dynamic shared memory smem of
+ * kca_lay<HD, BITS>::total bytes. PAIR: omega is 8 (units of two windows), else a multiple of
+ * 16. Each warp runs a two-stage cp.async pipeline over its tiles: tile i + 1 is in flight
+ * while tile i is computed. */
+template <int HD, int BITS, bool NEOX, bool PAIR>
+KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
+                           int tid) {
+  using Ly = kca_lay<HD, BITS>;
+  const int w_beg = p.seq_win[b], w_end = p.seq_win[b + 1];
+  const int c_beg = w_beg + chunk * p.chunk_win;
+  if (c_beg >= w_end) return; /* past this sequence's chunks: the combine does not read it */
+  const int c_end = kca_mini(c_beg + p.chunk_win, w_end);
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+  kca_st_t<HD, BITS> st;
+  kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
+  KCA_UNROLL
+  for (int j = 0; j < HD / 16; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0;
+  st.m = KCA_NEGINF, st.l = 0.0f;
+  if constexpr (BITS != 0) {
+    kca_off_init<HD, NEOX>(p, (uint32_t *)(smem + Ly::off), tid);
+    kca_syncthreads();
+  }
+  constexpr int per = PAIR ? 2 : 1;
+  const int n_units = (c_end - c_beg + per - 1) / per;
+  kca_live_t L;
+  L.nk = n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0;
+  L.kbase = -64, L.mask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
+  uint8_t *stages = smem + warp * Ly::warp;
+  kca_cur_t cur = {kca_next_live<PAIR>(p, L, -1, lane), 0}, nxt;
+  kca_tile_t tc, tn;
+  int nt = 0, stage = 0;
+  float wsum = 0.0f;
+  if (cur.k >= 0) {
+    tc = kca_issue<HD, BITS, PAIR>(p, stages, L, cur, kvh, lane, &nt);
+    kca_cp_commit();
+    nxt = kca_advance<PAIR>(p, L, cur, nt, lane);
+  }
+  while (cur.k >= 0) {
+    if (nxt.k >= 0)
+      tn = kca_issue<HD, BITS, PAIR>(p, stages + (stage ^ 1) * Ly::stage, L, nxt, kvh, lane, &nt);
+    kca_cp_commit();
+    const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PAIR>(p, L, nxt, nt, lane) : nxt;
+    kca_cp_wait1();
+    kca_syncwarp();
+    const kca_tp_t r =
+        kca_compute<HD, BITS, NEOX, PAIR>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
+    kca_masses<HD, BITS, PAIR>(p, st, tc, r, &wsum, kvh, lane);
+    kca_syncwarp(); /* the stage is free for the tile after next */
+    cur = nxt, tc = tn, nxt = nn, stage ^= 1;
+  }
+  kca_epilogue<HD, BITS>(p, smem, st, b, chunk, kvh, tid);
+}
+
+/* ---------------------------------------------------------------- the combine block */
+
+/* Block (b, part) of n_part: the heads' final log-sum-exps (all parts compute them, into
+ * lse_s [n_head]), then the part's share of out[b] and of b's window masses. */
+KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
+                             float *lse_s) {
+  const int w_beg = p.seq_win[b], w_end = p.seq_win[b + 1];
+  const int nc = (w_end - w_beg + p.chunk_win - 1) / p.chunk_win;
+  const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
+  for (int h = tid; h < p.n_head; h += KCA_CT) {
+    float mx = KCA_NEGINF, L = 0.0f;
+    for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
+    for (int ch = 0; mx != KCA_NEGINF && ch < nc; ch++)
+      L += kca_ex2(p.part_lse[pc + (size_t)ch * p.n_head + h] - mx);
+    lse_s[h] = mx == KCA_NEGINF ? mx : mx + kca_lg2(L);
+  }
+  kca_syncthreads();
+  const int n_out = p.n_head * hd, per = (n_out + n_part - 1) / n_part;
+  const int o_end = kca_mini(n_out, (part + 1) * per);
+  for (int e = part * per + tid; e < o_end; e += KCA_CT) {
+    const int h = e / hd, d = e % hd;
+    const float lse = lse_s[h];
+    float o = 0.0f;
+    for (int ch = 0; lse != KCA_NEGINF && ch < nc; ch++) {
+      const size_t r = pc + (size_t)ch * p.n_head + h;
+      const float f = kca_ex2(p.part_lse[r] - lse); /* 0 for empty chunks */
+      if (f > 0.0f) o += f * p.part_o[r * hd + d];
+    }
+    p.out[((size_t)b * p.n_head + h) * hd + d] = o;
+  }
+  if (!p.mass) return;
+  const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
+  const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
+  for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) {
+    const kca_win_t W = kca_win(p, w);
+    float s = 0.0f;
+    for (int h = 0; W.n > 0 && h < p.n_head; h++)
+      if (lse_s[h] != KCA_NEGINF) s += kca_ex2(p.wlse[(size_t)w * p.n_head + h] - lse_s[h]);
+    p.mass[w] = s / (float)p.n_head;
+  }
+}
+
+/* ---------------------------------------------------------------- host-side helpers */
+
+/* Workspace layout of a call: partial outputs, partial log-sum-exps, window log-sum-exps. */
+typedef struct {
+  size_t o, lse, wlse, total; /* byte offsets and size */
+  int n_chunk;
+} kca_ws_t;
+
+static inline size_t kca_align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static inline kca_ws_t kca_ws_layout(const kc_attn_args_t *a, int chunk_win) {
+  kca_ws_t w;
+  const int mw = a->max_win > 0 ? a->max_win : 1;
+  w.n_chunk = (mw + chunk_win - 1) / chunk_win;
+  const size_t rows = (size_t)a->n_seq * (size_t)w.n_chunk * (size_t)a->n_head;
+  w.o = 0;
+  w.lse = kca_align256(rows * (size_t)a->geom.head_dim * sizeof(float));
+  w.wlse = w.lse + kca_align256(rows * sizeof(float));
+  w.total = w.wlse + (a->mass ? kca_align256((size_t)a->n_win * a->n_head * sizeof(float)) : 0);
+  return w;
+}
+
+/* The kernels' parameters for a checked call with this chunk size. */
+static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
+  const kca_ws_t w = kca_ws_layout(a, chunk_win);
+  kca_params_t p;
+  p.arena = (const uint8_t *)a->arena;
+  p.win = a->win;
+  p.seq_win = a->seq_win;
+  p.q = a->q;
+  p.out = a->out;
+  p.mass = a->mass;
+  p.part_o = (float *)((uint8_t *)a->ws + w.o);
+  p.part_lse = (float *)((uint8_t *)a->ws + w.lse);
+  p.wlse = a->mass ? (float *)((uint8_t *)a->ws + w.wlse) : (float *)0;
+  p.rope_tab = a->rope.table;
+  p.n_kv = a->geom.n_kv;
+  p.n_head = a->n_head;
+  p.grp_q = a->n_head / a->geom.n_kv;
+  p.omega = a->geom.omega;
+  p.gshift = 5;
+  for (int gs = 3; gs < 8; gs++)
+    if (a->geom.group == 1 << gs) p.gshift = gs;
+  p.n_chunk = w.n_chunk;
+  p.chunk_win = chunk_win;
+  p.n_rot = a->rope.n_rot;
+  p.yarn = a->rope.yarn;
+  p.qscale = a->scale * 1.4426950408889634f;
+  p.freq_scale = a->rope.freq_scale;
+  p.mscale = a->rope.mscale;
+  return p;
+}
+
+static inline float kca_yarn_ramp(float low, float high, int i0) {
+  float y = (i0 / 2 - low) / fmaxf(0.001f, high - low);
+  return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+static inline float kca_corr_dim(int n_rot, int n_ctx_orig, float beta, float base) {
+  return n_rot * logf(n_ctx_orig / (beta * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+/* The RoPE table [n_rot / 2][2] (freq, YaRN mix) and scalars, with the same expressions as
+ * kern_cpu_attn.c's rope_cs (host libm). Returns 0, or -1 for a bad n_rot. */
+static inline int kca_rope_fill(const kern_rope_t *r, float *tab, kc_attn_rope_t *out) {
+  if (r->n_rot <= 0 || r->n_rot % 2 != 0) return -1;
+  const int yarn = r->ext_factor != 0.0f;
+  float lo = 0.0f, hi = 0.0f;
+  if (yarn) {
+    lo = fmaxf(0.0f, floorf(kca_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_fast, r->theta)));
+    hi = fminf(r->n_rot - 1.0f,
+               ceilf(kca_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_slow, r->theta)));
+  }
+  for (int i = 0; i < r->n_rot / 2; i++) {
+    float freq = 1.0f / powf(r->theta, (float)(2 * i) / (float)r->n_rot);
+    if (r->factors) freq /= r->factors[i];
+    tab[2 * i] = freq;
+    tab[2 * i + 1] = yarn ? kca_yarn_ramp(lo, hi, 2 * i) * r->ext_factor : 0.0f;
+  }
+  out->mode = r->mode;
+  out->n_rot = r->n_rot;
+  out->freq_scale = r->freq_scale;
+  out->yarn = yarn;
+  out->mscale = r->attn_factor * (yarn ? 1.0f + 0.1f * logf(1.0f / r->freq_scale) : 1.0f);
+  return 0;
+}
+
+/* Blocks of the combine kernel per sequence. */
+static inline int kca_combine_parts(const kc_attn_args_t *a) {
+  const int work =
+      a->n_head * a->geom.head_dim > a->max_win ? a->n_head * a->geom.head_dim : a->max_win;
+  const int parts = (work + 4 * KCA_CT - 1) / (4 * KCA_CT);
+  return parts < 1 ? 1 : parts > 64 ? 64 : parts;
+}
+
+#endif

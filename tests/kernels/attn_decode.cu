@@ -1,0 +1,640 @@
+/* attn_decode: checks the GPU decode attention over tiered paged KV (kc_attn_decode) against
+ * the fp64 CPU reference (attn_ref.c), and with --bench times it.
+ *
+ *   attn_decode [--small] [--bench] [--only NAME]
+ * Check (default): fresh random problems of several shapes (GQA, MHA, head_dim 64 and 128,
+ * omega 8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE), each
+ * run with the automatic chunking and with small chunks, outputs poisoned (NaN) before every
+ * run; passes when ||out - ref|| / ||ref|| < 1e-2, every mass is within 1e-3 of the reference,
+ * nothing is NaN/Inf and a repeated run is bitwise identical. --small: a few small cases (for
+ * compute-sanitizer). Exit 0 on success, 1 on any failure, 77 without a CUDA device.
+ * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
+ * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, window 16): CUDA events
+ * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
+ * JSON line per measurement and a table at the end. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" {
+#include "attn_ref.h"
+#include "qe_status.h"
+}
+#include "kern_cuda_attn.h"
+
+#define CK(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+#define CKQ(call)                                                                                  \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_) {                                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, qe_strerror(rc_),          \
+              qe_errmsg());                                                                        \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* ---------------------------------------------------------------- device copies of a problem */
+
+struct Dev {
+  uint8_t *arena = nullptr;
+  kern_pwin_t *win = nullptr;
+  int32_t *seq_win = nullptr;
+  float *q = nullptr, *out = nullptr, *mass = nullptr, *rope = nullptr;
+  void *ws = nullptr;
+  size_t ws_bytes = 0;
+};
+
+static void dev_free(Dev *d) {
+  cudaFree(d->arena), cudaFree(d->win), cudaFree(d->seq_win), cudaFree(d->q), cudaFree(d->out);
+  cudaFree(d->mass), cudaFree(d->rope), cudaFree(d->ws);
+  *d = Dev();
+}
+
+template <class T> static T *dev_upload(const T *h, size_t n) {
+  T *d = nullptr;
+  CK(cudaMalloc((void **)&d, sizeof(T) * (n ? n : 1)));
+  if (n) CK(cudaMemcpy(d, h, sizeof(T) * n, cudaMemcpyHostToDevice));
+  return d;
+}
+
+/* Arguments for prob on device copies d (workspace sized for the largest chunking used). */
+static kc_attn_args_t dev_args(const attn_prob_t *pr, Dev *d, int chunk_win) {
+  kc_attn_args_t a;
+  memset(&a, 0, sizeof a);
+  std::vector<float> tab(pr->geom.head_dim + 2);
+  CKQ(kc_attn_rope_init(&pr->rope, tab.data(), &a.rope));
+  if (!d->rope) d->rope = dev_upload(tab.data(), tab.size());
+  a.rope.table = d->rope;
+  a.geom = pr->geom, a.n_seq = pr->n_seq, a.n_head = pr->n_head, a.scale = pr->scale;
+  a.arena = d->arena, a.win = d->win, a.seq_win = d->seq_win, a.n_win = pr->n_win;
+  a.max_win = pr->max_win, a.has_quant = pr->has_quant, a.q = d->q, a.out = d->out;
+  a.mass = d->mass, a.chunk_win = chunk_win;
+  size_t need = 0;
+  CKQ(kc_attn_ws_bytes(&a, &need));
+  if (need > d->ws_bytes) {
+    CK(cudaFree(d->ws));
+    CK(cudaMalloc(&d->ws, need));
+    d->ws_bytes = need;
+  }
+  a.ws = d->ws, a.ws_bytes = d->ws_bytes;
+  return a;
+}
+
+static void dev_load(const attn_prob_t *pr, Dev *d) {
+  d->arena = dev_upload(pr->arena, pr->arena_bytes);
+  d->win = dev_upload(pr->win, (size_t)pr->n_win);
+  d->seq_win = dev_upload(pr->seq_win, (size_t)pr->n_seq + 1);
+  d->q = dev_upload(pr->q, (size_t)pr->n_seq * pr->n_head * pr->geom.head_dim);
+  CK(cudaMalloc((void **)&d->out, sizeof(float) * pr->n_seq * pr->n_head * pr->geom.head_dim));
+  CK(cudaMalloc((void **)&d->mass, sizeof(float) * (pr->n_win + 1)));
+}
+
+/* ---------------------------------------------------------------- check */
+
+struct Case {
+  const char *name;
+  int n_head, n_kv, hd, omega, bits, group, mode, n_rot;
+  float theta;
+  int sink, n_local;
+  double p_full, p_quant;
+  std::vector<int> lens;
+  int small;
+  int yarn = 0;
+};
+
+/* One run: poisons, launches, downloads, compares. Returns 1 on failure. */
+static int check_run(const Case &cs, const attn_prob_t *pr, Dev *d, int chunk_win,
+                     const std::vector<double> &ref, const std::vector<double> &rmass,
+                     std::vector<float> *keep) {
+  const size_t n_out = (size_t)pr->n_seq * pr->n_head * pr->geom.head_dim;
+  kc_attn_args_t a = dev_args(pr, d, chunk_win);
+  CK(cudaMemset(d->out, 0xff, sizeof(float) * n_out)); /* NaN */
+  CK(cudaMemset(d->mass, 0xff, sizeof(float) * (pr->n_win + 1)));
+  CKQ(kc_attn_decode(&a, nullptr));
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  std::vector<float> out(n_out + pr->n_win);
+  CK(cudaMemcpy(out.data(), d->out, sizeof(float) * n_out, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(out.data() + n_out, d->mass, sizeof(float) * pr->n_win, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0, merr = 0;
+  int bad = 0, zero_bad = 0, same = 1;
+  for (size_t i = 0; i < n_out; i++) {
+    bad += !isfinite(out[i]);
+    num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
+  }
+  for (int w = 0; w < pr->n_win; w++) {
+    bad += !isfinite(out[n_out + w]);
+    merr = fmax(merr, fabs(out[n_out + w] - rmass[w]));
+    zero_bad += !kern_pwin_live(&pr->win[w]) && out[n_out + w] != 0.0f;
+  }
+  if (!keep->empty()) same = !memcmp(keep->data(), out.data(), sizeof(float) * out.size());
+  *keep = out;
+  const double err = den > 0 ? sqrt(num / den) : sqrt(num);
+  const int fail = bad || zero_bad || !same || !(err < 1e-2) || !(merr < 1e-3);
+  printf("%s %-36s chunk %4d (%d)  err %.2e  mass %.2e  nonfinite %d  evicted!=0 %d  repeat %s\n",
+         fail ? "FAIL" : "ok  ", cs.name, chunk_win, kc_attn_chunk_win(&a), err, merr, bad,
+         zero_bad, same ? "same" : "DIFFERS");
+  fflush(stdout);
+  return fail;
+}
+
+static int check_case(const Case &cs, uint64_t seed) {
+  attn_spec_t s;
+  memset(&s, 0, sizeof s);
+  s.geom = {cs.n_kv, cs.hd, cs.omega, cs.bits, cs.group};
+  s.n_seq = (int)cs.lens.size(), s.n_head = cs.n_head;
+  s.rope_mode = cs.mode, s.n_rot = cs.n_rot, s.rope_theta = cs.theta;
+  s.rope_yarn = cs.yarn;
+  s.seq_len = cs.lens.data(), s.sink = cs.sink, s.n_local = cs.n_local;
+  s.p_full = cs.p_full, s.p_quant = cs.p_quant, s.n_full = -1, s.n_quant = -1;
+  s.realistic = 1, s.seed = seed;
+  attn_prob_t pr;
+  if (attn_prob_make(&s, &pr)) {
+    printf("FAIL %s: cannot build the problem\n", cs.name);
+    return 1;
+  }
+  printf("---- %s: %d seqs, %d windows (F %d Q %d E %d)\n", cs.name, pr.n_seq, pr.n_win, pr.n_full,
+         pr.n_quant, pr.n_evicted);
+  std::vector<double> ref((size_t)pr.n_seq * pr.n_head * pr.geom.head_dim), rmass(pr.n_win + 1);
+  int fails = attn_ref_run(&pr, ref.data(), rmass.data()) != 0;
+  Dev d;
+  dev_load(&pr, &d);
+  std::vector<float> keep;
+  fails += check_run(cs, &pr, &d, 0, ref, rmass, &keep);
+  fails += check_run(cs, &pr, &d, 0, ref, rmass, &keep); /* repeat: bitwise the same */
+  keep.clear();
+  fails += check_run(cs, &pr, &d, 3, ref, rmass, &keep);
+  dev_free(&d);
+  attn_prob_free(&pr);
+  return fails;
+}
+
+static int check_all(int small, const char *only) {
+  const int NORM = KERN_ROPE_NORM, NEOX = KERN_ROPE_NEOX;
+  const std::vector<Case> cases = {
+      {"gqa4 d128 w16 int2 norm mix",
+       32,
+       8,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       500000.f,
+       5,
+       2,
+       0.3,
+       0.5,
+       {1000, 777, 1280, 65},
+       1},
+      {"gqa4 d128 w16 full only",
+       32,
+       8,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       10000.f,
+       0,
+       2,
+       1.0,
+       0.0,
+       {1280, 1280, 999},
+       0},
+      {"gqa4 d128 w16 full+evicted",
+       32,
+       8,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       10000.f,
+       0,
+       2,
+       0.5,
+       0.0,
+       {2000, 17},
+       0},
+      {"mha d128 w16 int4 neox",
+       8,
+       8,
+       128,
+       16,
+       4,
+       32,
+       NEOX,
+       128,
+       1000000.f,
+       0,
+       0,
+       0.2,
+       0.6,
+       {500, 300},
+       1},
+      {"gqa4 d64 w8 int2 neox pairs",
+       16,
+       4,
+       64,
+       8,
+       2,
+       16,
+       NEOX,
+       64,
+       10000.f,
+       3,
+       1,
+       0.3,
+       0.5,
+       {901, 255},
+       1},
+      {"gqa4 d64 w8 full pairs",
+       16,
+       4,
+       64,
+       8,
+       2,
+       32,
+       NORM,
+       64,
+       10000.f,
+       0,
+       0,
+       0.6,
+       0.0,
+       {1001, 8},
+       0},
+      {"gqa8 d128 w32 int8 norm rot96",
+       32,
+       4,
+       128,
+       32,
+       8,
+       64,
+       NORM,
+       96,
+       10000.f,
+       0,
+       0,
+       0.25,
+       0.5,
+       {700, 63},
+       0},
+      {"gqa4 d128 w16 int2 g8",
+       16,
+       4,
+       128,
+       16,
+       2,
+       8,
+       NORM,
+       128,
+       10000.f,
+       1,
+       1,
+       0.2,
+       0.7,
+       {640, 33},
+       0},
+      {"gqa2 d64 w64 int4 norm",
+       8,
+       4,
+       64,
+       64,
+       4,
+       32,
+       NORM,
+       64,
+       10000.f,
+       0,
+       1,
+       0.3,
+       0.5,
+       {1500, 90},
+       0},
+      {"evicted and empty seqs",
+       32,
+       8,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       10000.f,
+       0,
+       0,
+       0.0,
+       0.0,
+       {400, 0, 16},
+       0},
+      {"gqa4 d128 w16 int2 8k",
+       32,
+       8,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       500000.f,
+       4,
+       2,
+       0.06,
+       0.64,
+       {8192, 6000},
+       0},
+      {"gqa8 d128 w64 int4 neox yarn",
+       32,
+       4,
+       128,
+       64,
+       4,
+       32,
+       NEOX,
+       128,
+       1000000.f,
+       0,
+       1,
+       0.2,
+       0.6,
+       {3000, 130},
+       0,
+       1},
+      {"gqa4 d128 w16 int2 g8 yarn 32k",
+       8,
+       2,
+       128,
+       16,
+       2,
+       8,
+       NORM,
+       128,
+       500000.f,
+       5,
+       2,
+       0.05,
+       0.7,
+       {32768},
+       0,
+       1},
+  };
+  int fails = 0, n = 0;
+  const uint64_t seed = (uint64_t)time(NULL); /* fresh data on every run; printed to replay */
+  printf("attn_decode check: seed %llu\n", (unsigned long long)seed);
+  for (size_t i = 0; i < cases.size(); i++) {
+    if ((small && !cases[i].small) || (only && !strstr(cases[i].name, only))) continue;
+    fails += check_case(cases[i], seed * 1000 + i), n++;
+  }
+  printf("attn_decode check: %d case(s), %d failure(s)\n", n, fails);
+  return fails ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+/* Random bf16 values (about N(0,1), sum of 4 uniforms) over n 16-bit words. As fp16 the same
+ * bits are finite numbers of magnitude about 0.5..4, so QUANT scales and zeros are valid too. */
+__global__ void bench_fill(uint16_t *p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    float x =
+        ((z & 0xffff) + (z >> 16 & 0xffff) + (z >> 32 & 0xffff) + (z >> 48)) / 65536.0f - 2.0f;
+    uint32_t u = __float_as_uint(x * 1.7f);
+    p[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+struct Result {
+  const char *name;
+  double ms, bytes;
+};
+
+static double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/* Median ms of `reps` calls of a (arena rotated over n_rot copies). */
+static double bench_time(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 10; i++) {
+    a.arena = arenas[i % n_rot];
+    CKQ(kc_attn_decode(&a, nullptr));
+  }
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < reps; i++) {
+    a.arena = arenas[i % n_rot];
+    CK(cudaEventRecord(e0));
+    CKQ(kc_attn_decode(&a, nullptr));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return median(t);
+}
+
+static double bench_copy(void) {
+  const size_t n = (size_t)2 << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, n));
+  CK(cudaMalloc(&dst, n));
+  bench_fill<<<4096, 256>>>((uint16_t *)src, n / 2, 1);
+  CK(cudaGetLastError());
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> t;
+  for (int i = 0; i < 23; i++) {
+    CK(cudaEventRecord(e0));
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 3) t.push_back(ms);
+  }
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  const double ms = median(t), gbps = 2.0 * n / ms / 1e6;
+  printf("{\"bench\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"GBps_read_plus_write\": %.1f}\n",
+         2 * n, ms, gbps);
+  return gbps;
+}
+
+/* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
+static Result bench_shape(const char *name, int n_seq, int seq, int n_full, int n_quant,
+                          double copy_gbps, double full_ms, int hot) {
+  std::vector<int> lens(n_seq, seq);
+  attn_spec_t s;
+  memset(&s, 0, sizeof s);
+  s.geom = {8, 128, 16, 2, 32};
+  s.n_seq = n_seq, s.n_head = 32, s.rope_mode = KERN_ROPE_NORM, s.n_rot = 128;
+  s.rope_theta = 500000.0f, s.seq_len = lens.data(), s.sink = 0, s.n_local = 2;
+  s.p_full = 1.0, s.p_quant = 0.0, s.n_full = n_full, s.n_quant = n_quant, s.realistic = 0;
+  s.seed = 42;
+  attn_prob_t pr;
+  if (attn_prob_make(&s, &pr)) {
+    fprintf(stderr, "bench %s: cannot build the problem\n", name);
+    exit(1);
+  }
+  int l2 = 0, dev = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const int n_rot =
+      hot ? 1 : (int)std::min<size_t>(4, (4 * (size_t)l2 + pr.arena_bytes - 1) / pr.arena_bytes);
+  std::vector<uint8_t *> arenas(n_rot);
+  for (int r = 0; r < n_rot; r++) {
+    CK(cudaMalloc((void **)&arenas[r], pr.arena_bytes));
+    bench_fill<<<8192, 256>>>((uint16_t *)arenas[r], pr.arena_bytes / 2, 1000 + r);
+    CK(cudaGetLastError());
+  }
+  for (size_t i = 0; i < (size_t)n_seq * 32 * 128; i++) pr.q[i] = (float)attn_rng_normal(&s.seed);
+  Dev d;
+  d.win = dev_upload(pr.win, (size_t)pr.n_win);
+  d.seq_win = dev_upload(pr.seq_win, (size_t)n_seq + 1);
+  d.q = dev_upload(pr.q, (size_t)n_seq * 32 * 128);
+  CK(cudaMalloc((void **)&d.out, sizeof(float) * n_seq * 32 * 128));
+  CK(cudaMalloc((void **)&d.mass, sizeof(float) * (pr.n_win + 1)));
+  d.arena = arenas[0];
+  kc_attn_args_t a = dev_args(&pr, &d, 0);
+  const int cw0 = kc_attn_chunk_win(&a), reps = seq > 4096 ? 60 : 200;
+  const double bytes = (double)pr.kv_bytes;
+  Result best = {name, 1e30, bytes};
+  const int cws[] = {cw0, cw0 / 2, (cw0 + 1) / 3, cw0 * 2 / 3, cw0 / 4};
+  for (int v = 0; v < 5; v++) {
+    const int cw = cws[v] < 1 ? 1 : cws[v];
+    if (v > 0 && cw == cw0) continue;
+    a = dev_args(&pr, &d, cw);
+    const double ms = bench_time(a, arenas.data(), n_rot, reps);
+    a.flags = KC_ATTN_SKIP_COMBINE;
+    const double ms_main = bench_time(a, arenas.data(), n_rot, reps);
+    const double gbps = bytes / ms / 1e6;
+    printf("{\"bench\": \"%s\", \"batch\": %d, \"seq\": %d, \"chunk_win\": %d, \"auto\": %s, "
+           "\"l2_rotation\": %d, \"windows\": {\"full\": %d, \"int2\": %d, \"evicted\": %d}, "
+           "\"ms\": %.4f, \"ms_chunk_kernel_only\": %.4f, \"bytes_read\": %.0f, \"GBps\": %.1f, "
+           "\"frac_copy_bw\": %.3f",
+           name, n_seq, seq, cw, v == 0 ? "true" : "false", n_rot, pr.n_full, pr.n_quant,
+           pr.n_evicted, ms, ms_main, bytes, gbps, gbps / copy_gbps);
+    if (full_ms > 0) printf(", \"ratio_to_full\": %.3f", ms / full_ms);
+    printf("}\n");
+    fflush(stdout);
+    if (ms < best.ms) best.ms = ms;
+  }
+  for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
+  d.arena = nullptr;
+  dev_free(&d);
+  attn_prob_free(&pr);
+  return best;
+}
+
+static int bench_all(void) {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("{\"device\": \"%s\", \"sms\": %d, \"l2_MB\": %.1f, \"cc\": \"%d.%d\"}\n", prop.name,
+         prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, prop.major, prop.minor);
+  const double copy = bench_copy();
+  /* tiered 20%: Full share 30% of the budget as Full windows, the rest as INT2 windows */
+  const double win_full = 16.0 * 8 * 128 * 2 * 2; /* bytes of one FULL window (K + V) */
+  const double win_int2 = 2.0 * 16 * 8 * 128 / 4 + 2.0 * 8 * 128 * 2 + 2.0 * 16 * 8 * 4 * 2;
+  const double budget = 0.2 * 2048 * win_full;
+  const int nf = (int)(0.3 * budget / win_full), nq = (int)((budget - nf * win_full) / win_int2);
+  Result r[4];
+  r[0] = bench_shape("full_b32_s1280", 32, 1280, -1, -1, copy, 0, 0);
+  r[1] = bench_shape("full_b32_s1280_hot", 32, 1280, -1, -1, copy, 0, 1);
+  r[2] = bench_shape("full_b8_s32768", 8, 32768, -1, -1, copy, 0, 0);
+  r[3] = bench_shape("tiered20_b8_s32768", 8, 32768, nf, nq, copy, r[2].ms, 0);
+  printf("\n%-24s %10s %12s %9s %9s\n", "shape", "best ms", "bytes", "GB/s", "of copy");
+  for (int i = 0; i < 4; i++)
+    printf("%-24s %10.4f %12.0f %9.1f %9.3f\n", r[i].name, r[i].ms, r[i].bytes,
+           r[i].bytes / r[i].ms / 1e6, r[i].bytes / r[i].ms / 1e6 / copy);
+  printf("tiered / full (B=8 S=32768): %.3f   (windows per sequence: %d Full, %d INT2 of 2048)\n",
+         r[3].ms / r[2].ms, nf, nq);
+  printf("copy bandwidth (read + write): %.1f GB/s\n", copy);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- argument checks (no GPU) */
+
+/* Rejects bad geometry with the documented codes; sizes a workspace before any buffer exists. */
+static int api_checks(void) {
+  kc_attn_args_t a;
+  memset(&a, 0, sizeof a);
+  a.geom = {8, 128, 16, 2, 32};
+  a.n_seq = 2, a.n_head = 32, a.scale = 0.088f, a.max_win = 100, a.n_win = 150, a.chunk_win = 7;
+  int fails = 0;
+  size_t bytes = 0;
+#define EXPECT(cond, what)                                                                         \
+  if (!(cond)) fails++, fprintf(stderr, "api check failed: %s (%s)\n", what, qe_errmsg())
+  EXPECT(kc_attn_ws_bytes(&a, &bytes) == 0 && bytes > 0, "ws_bytes without buffers");
+  EXPECT(kc_attn_check(&a) == QE_EINVAL, "check wants the buffers");
+  kc_attn_args_t b = a;
+  b.geom.head_dim = 96;
+  EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "head_dim 96");
+  b = a, b.n_head = 80;
+  EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "10 query heads per KV head");
+  b = a, b.geom.omega = 24;
+  EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "omega 24");
+  b = a, b.has_quant = 1, b.rope.mode = KERN_ROPE_NEOX, b.rope.n_rot = 64, b.rope.table = a.q;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EUNSUPPORTED, "NEOX with n_rot < head_dim");
+  b.rope.mode = KERN_ROPE_NORM, b.geom.group = 128;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EUNSUPPORTED, "group == head_dim");
+  b.geom.group = 32, b.geom.bits = 3;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EINVAL, "bits 3");
+#undef EXPECT
+  printf("attn_decode api checks: %d failure(s)\n", fails);
+  return fails;
+}
+
+int main(int argc, char **argv) {
+  int small = 0, bench = 0;
+  const char *only = nullptr;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--small"))
+      small = 1;
+    else if (!strcmp(argv[i], "--bench"))
+      bench = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--small] [--bench] [--only NAME]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (api_checks()) return 1;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    printf("attn_decode: no CUDA device, skipped\n");
+    return 77;
+  }
+  CK(cudaSetDevice(0));
+  return bench ? bench_all() : check_all(small, only);
+}

@@ -1,0 +1,345 @@
+/* attn_emu: runs the CUDA decode-attention kernels' own code (kern_cuda_attn_dev.cuh) on the CPU
+ * and checks it against the fp64 reference (attn_ref.c), so the kernel's logic (fragment
+ * layouts, masking, chunking, masses, RoPE) is tested on machines without a GPU.
+ *
+ * Emulation: every CUDA thread of a block is a fiber (ucontext) of one OS thread; warp
+ * collectives (shuffles, votes, mma.sync) and barriers switch fibers until all participants
+ * arrived, so a divergent collective shows up as a reported deadlock. mma is computed in fp64
+ * from the PTX fragment layouts; fp16 arithmetic rounds each result to fp16. Shared memory
+ * starts filled with garbage. Exit 0 when every case passes, 1 otherwise. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+#define KCA_EMU 1
+extern "C" {
+#include "attn_ref.h"
+}
+#include "kern_cuda_attn_dev.cuh"
+
+/* ---------------------------------------------------------------- fibers */
+
+namespace {
+
+const size_t kStack = 256 << 10;
+
+struct Emu {
+  int nthr = 0, cur = 0;
+  std::vector<ucontext_t> ctx;
+  std::vector<int> done;
+  std::vector<char> stacks;
+  ucontext_t sched;
+  std::function<void(int)> body;
+  float xf[KCA_CT / 32][32];
+  int xi[KCA_CT / 32][32];
+  uint32_t xa[KCA_CT / 32][32][4], xb[KCA_CT / 32][32][2];
+  int w_arr[KCA_CT / 32] = {0}, b_arr = 0;
+  unsigned w_gen[KCA_CT / 32] = {0}, b_gen = 0;
+  long progress = 0;
+};
+
+Emu *E;
+
+void emu_yield() { swapcontext(&E->ctx[E->cur], &E->sched); }
+
+void emu_trampoline() {
+  E->body(E->cur);
+  E->done[E->cur] = 1;
+  E->progress++;
+  swapcontext(&E->ctx[E->cur], &E->sched);
+}
+
+/* Waits until `count` fibers arrived at this barrier (generation gen of *arr). */
+void emu_barrier(int *arr, unsigned *gen, int count) {
+  unsigned g = *gen;
+  E->progress++;
+  if (++*arr == count) {
+    *arr = 0, ++*gen;
+    return;
+  }
+  while (*gen == g) emu_yield();
+}
+
+void emu_bar_warp() {
+  int w = E->cur / 32;
+  emu_barrier(&E->w_arr[w], &E->w_gen[w], 32);
+}
+
+/* Runs body(tid) for tid < nthr as one block. Returns -1 on a deadlock. */
+int emu_block(int nthr, std::function<void(int)> body) {
+  E->nthr = nthr, E->body = body, E->b_arr = 0;
+  E->ctx.assign(nthr, ucontext_t());
+  E->done.assign(nthr, 0);
+  if (E->stacks.size() < (size_t)nthr * kStack) E->stacks.resize((size_t)nthr * kStack);
+  for (int w = 0; w < KCA_CT / 32; w++) E->w_arr[w] = 0;
+  for (int i = 0; i < nthr; i++) {
+    getcontext(&E->ctx[i]);
+    E->ctx[i].uc_stack.ss_sp = E->stacks.data() + (size_t)i * kStack;
+    E->ctx[i].uc_stack.ss_size = kStack;
+    E->ctx[i].uc_link = NULL;
+    makecontext(&E->ctx[i], emu_trampoline, 0);
+  }
+  for (;;) {
+    long p0 = E->progress;
+    int live = 0;
+    for (int i = 0; i < nthr; i++) {
+      if (E->done[i]) continue;
+      live = 1, E->cur = i;
+      swapcontext(&E->sched, &E->ctx[i]);
+    }
+    if (!live) return 0;
+    if (E->progress == p0) {
+      fprintf(stderr, "attn_emu: deadlock (divergent collective or barrier)\n");
+      return -1;
+    }
+  }
+}
+
+float emu_elem(uint32_t r, int hi, int f16) {
+  uint16_t h = (uint16_t)(hi ? r >> 16 : r);
+  if (f16) return qe_half_to_f32(h);
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+} // namespace
+
+/* ---------------------------------------------------------------- the layer's collectives */
+
+float kca_emu_shfl(float v, int x, int is_xor) {
+  int w = E->cur / 32, l = E->cur % 32;
+  E->xf[w][l] = v;
+  emu_bar_warp();
+  float r = E->xf[w][is_xor ? (l ^ x) : (x & 31)];
+  emu_bar_warp();
+  return r;
+}
+
+int kca_emu_any(int pred) {
+  int w = E->cur / 32, l = E->cur % 32, r = 0;
+  E->xi[w][l] = pred != 0;
+  emu_bar_warp();
+  for (int i = 0; i < 32; i++) r |= E->xi[w][i];
+  emu_bar_warp();
+  return r;
+}
+
+uint32_t kca_emu_ballot(int pred) {
+  int w = E->cur / 32, l = E->cur % 32;
+  uint32_t r = 0;
+  E->xi[w][l] = pred != 0;
+  emu_bar_warp();
+  for (int i = 0; i < 32; i++) r |= (uint32_t)E->xi[w][i] << i;
+  emu_bar_warp();
+  return r;
+}
+
+void kca_emu_syncwarp(void) { emu_bar_warp(); }
+void kca_emu_syncthreads(void) { emu_barrier(&E->b_arr, &E->b_gen, E->nthr); }
+
+void kca_emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k, int f16) {
+  int w = E->cur / 32, l = E->cur % 32, g = l / 4, c = l % 4;
+  for (int i = 0; i < (k == 16 ? 4 : 2); i++) E->xa[w][l][i] = a[i];
+  for (int i = 0; i < (k == 16 ? 2 : 1); i++) E->xb[w][l][i] = b[i];
+  emu_bar_warp();
+  for (int i = 0; i < 4; i++) {
+    int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
+    double s = 0.0;
+    for (int kk = 0; kk < k; kk++) {
+      int la = (row % 8) * 4 + (kk % 8) / 2, ra = (row >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0);
+      int lb = col * 4 + (kk % 8) / 2, rb = kk >= 8 ? 1 : 0;
+      s += (double)emu_elem(E->xa[w][la][ra], kk & 1, f16) *
+           (double)emu_elem(E->xb[w][lb][rb], kk & 1, f16);
+    }
+    d[i] = (float)((double)d[i] + s);
+  }
+  emu_bar_warp();
+}
+
+/* ---------------------------------------------------------------- running the kernels */
+
+template <int HD, int BITS, bool NEOX, bool PAIR>
+static int emu_chunks(const kca_params_t &p, int n_seq) {
+  std::vector<uint64_t> smem(kca_lay<HD, BITS>::total / 8 + 2);
+  uint8_t *sm = (uint8_t *)smem.data();
+  int rc = 0;
+  for (int z = 0; z < n_seq && !rc; z++)
+    for (int y = 0; y < p.n_kv && !rc; y++)
+      for (int x = 0; x < p.n_chunk && !rc; x++) {
+        memset(sm, 0xa5, kca_lay<HD, BITS>::total); /* garbage, as on the GPU */
+        rc = emu_block(KCA_NT,
+                       [&](int tid) { kca_chunk_body<HD, BITS, NEOX, PAIR>(p, sm, x, y, z, tid); });
+      }
+  return rc;
+}
+
+template <int HD>
+static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int neox, int pair) {
+#define EMU_PICK(B, N)                                                                             \
+  return pair ? emu_chunks<HD, B, N, true>(p, n_seq) : emu_chunks<HD, B, N, false>(p, n_seq)
+  if (bits == 0) EMU_PICK(0, false);
+  if (bits == 2 && !neox) EMU_PICK(2, false);
+  if (bits == 2) EMU_PICK(2, true);
+  if (bits == 4 && !neox) EMU_PICK(4, false);
+  if (bits == 4) EMU_PICK(4, true);
+  if (!neox) EMU_PICK(8, false);
+  EMU_PICK(8, true);
+#undef EMU_PICK
+}
+
+/* The whole call (both kernels) on host memory. */
+static int emu_decode(const kc_attn_args_t *a) {
+  const kca_params_t p = kca_params(a, a->chunk_win);
+  const int bits = a->has_quant ? a->geom.bits : 0, neox = a->rope.mode == KERN_ROPE_NEOX;
+  const int pair = a->geom.omega == 8;
+  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, neox, pair)
+                                  : emu_pick_hd<128>(p, a->n_seq, bits, neox, pair);
+  const int parts = kca_combine_parts(a);
+  std::vector<float> lse_s(a->n_head);
+  for (int b = 0; b < a->n_seq && !rc; b++)
+    for (int part = 0; part < parts && !rc; part++)
+      rc = emu_block(KCA_CT, [&](int tid) {
+        kca_combine_body(p, a->geom.head_dim, b, part, parts, tid, lse_s.data());
+      });
+  return rc;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+struct Case {
+  const char *name;
+  int n_head, n_kv, hd, omega, bits, group, mode, n_rot;
+  int sink, n_local;
+  double p_full, p_quant;
+  std::vector<int> lens;
+  int chunk_win;
+  int yarn = 0;
+};
+
+static int emu_case(const Case &cs, uint64_t seed) {
+  attn_spec_t s;
+  memset(&s, 0, sizeof s);
+  s.geom = {cs.n_kv, cs.hd, cs.omega, cs.bits, cs.group};
+  s.n_seq = (int)cs.lens.size(), s.n_head = cs.n_head;
+  s.rope_mode = cs.mode, s.n_rot = cs.n_rot, s.rope_theta = 10000.0f;
+  s.rope_yarn = cs.yarn;
+  s.seq_len = cs.lens.data(), s.sink = cs.sink, s.n_local = cs.n_local;
+  s.p_full = cs.p_full, s.p_quant = cs.p_quant, s.n_full = -1, s.n_quant = -1;
+  s.realistic = 1, s.seed = seed;
+  attn_prob_t pr;
+  if (attn_prob_make(&s, &pr)) {
+    printf("FAIL %s: cannot build the problem\n", cs.name);
+    return 1;
+  }
+  const size_t n_out = (size_t)pr.n_seq * pr.n_head * cs.hd;
+  std::vector<double> ref(n_out), rmass(pr.n_win + 1);
+  std::vector<float> out(n_out), mass(pr.n_win + 1), tab(cs.hd + 2);
+  kc_attn_args_t a;
+  memset(&a, 0, sizeof a);
+  if (kca_rope_fill(&pr.rope, tab.data(), &a.rope)) return 1;
+  a.rope.table = tab.data();
+  a.geom = pr.geom, a.n_seq = pr.n_seq, a.n_head = pr.n_head, a.scale = pr.scale;
+  a.arena = pr.arena, a.win = pr.win, a.seq_win = pr.seq_win, a.n_win = pr.n_win;
+  a.max_win = pr.max_win, a.has_quant = pr.has_quant, a.q = pr.q, a.out = out.data();
+  a.mass = mass.data(), a.chunk_win = cs.chunk_win;
+  const kca_ws_t wl = kca_ws_layout(&a, a.chunk_win);
+  std::vector<float> ws(wl.total / 4 + 64);
+  a.ws = ws.data(), a.ws_bytes = wl.total;
+  for (auto &x : out) x = NAN; /* poison */
+  for (auto &x : mass) x = NAN;
+  int fail = attn_ref_run(&pr, ref.data(), rmass.data()) || emu_decode(&a);
+  double num = 0, den = 0, merr = 0;
+  int bad = 0;
+  for (size_t i = 0; i < n_out; i++) {
+    bad += !isfinite(out[i]);
+    num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
+  }
+  for (int w = 0; w < pr.n_win; w++) {
+    bad += !isfinite(mass[w]);
+    merr = fmax(merr, fabs(mass[w] - rmass[w]));
+  }
+  const double err = den > 0 ? sqrt(num / den) : sqrt(num);
+  fail |= bad || !(err < 1e-2) || !(merr < 1e-3);
+  printf("%s %-40s wins %4d (F %d Q %d E %d) chunk %3d  err %.2e  mass %.2e  nonfinite %d\n",
+         fail ? "FAIL" : "ok  ", cs.name, pr.n_win, pr.n_full, pr.n_quant, pr.n_evicted,
+         cs.chunk_win, err, merr, bad);
+  attn_prob_free(&pr);
+  return fail;
+}
+
+int main(int argc, char **argv) {
+  Emu emu;
+  E = &emu;
+  const int NORM = KERN_ROPE_NORM, NEOX = KERN_ROPE_NEOX;
+  const std::vector<Case> cases = {
+      {"gqa4 d128 w16 int2 norm mix",
+       8,
+       2,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       5,
+       1,
+       0.3,
+       0.5,
+       {203, 77},
+       5},
+      {"gqa4 d128 w16 full only", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 1, 1.0, 0.0, {150, 33}, 4},
+      {"gqa4 d128 w16 full+evicted", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 2, 0.5, 0.0, {250, 9}, 3},
+      {"mha d128 w16 int4 neox", 2, 2, 128, 16, 4, 32, NEOX, 128, 0, 0, 0.2, 0.6, {181, 64}, 16},
+      {"gqa4 d64 w8 int2 neox pairs", 8, 2, 64, 8, 2, 16, NEOX, 64, 3, 1, 0.3, 0.5, {157, 40}, 7},
+      {"gqa4 d64 w8 full pairs", 8, 2, 64, 8, 2, 16, NORM, 64, 0, 0, 0.6, 0.0, {101, 8}, 4},
+      {"gqa8 d128 w32 int8 norm rot96",
+       16,
+       2,
+       128,
+       32,
+       8,
+       64,
+       NORM,
+       96,
+       0,
+       0,
+       0.25,
+       0.5,
+       {300, 31},
+       3},
+      {"gqa2 d64 w16 int4 norm g8", 4, 2, 64, 16, 4, 8, NORM, 64, 1, 1, 0.2, 0.7, {170, 17}, 2},
+      {"gqa4 d128 w16 int2 evicted seq",
+       8,
+       2,
+       128,
+       16,
+       2,
+       32,
+       NORM,
+       128,
+       0,
+       0,
+       0.0,
+       0.0,
+       {120, 0},
+       4},
+      {"gqa3 d128 w16 int2 long", 6, 2, 128, 16, 2, 32, NORM, 128, 4, 2, 0.1, 0.6, {1100}, 20},
+      {"gqa4 d128 w16 int2 g8 yarn", 8, 2, 128, 16, 2, 8, NORM, 128, 2, 1, 0.2, 0.6, {300}, 6, 1},
+      {"gqa8 d128 w64 int4 neox", 16, 2, 128, 64, 4, 32, NEOX, 128, 0, 1, 0.2, 0.6, {700, 130}, 3},
+      {"gqa4 d128 w16 int2 chunk1", 8, 2, 128, 16, 2, 16, NORM, 128, 5, 1, 0.3, 0.5, {170}, 1},
+      {"gqa1 d64 w8 int8 norm yarn odd", 2, 2, 64, 8, 8, 32, NORM, 64, 0, 0, 0.3, 0.5, {133}, 5, 1},
+  };
+  const char *only = argc > 1 ? argv[1] : NULL;
+  int fails = 0;
+  for (size_t i = 0; i < cases.size(); i++)
+    if (!only || strstr(cases[i].name, only)) fails += emu_case(cases[i], 1000 + i);
+  printf("attn_emu: %d case(s) failed\n", fails);
+  return fails ? 1 : 0;
+}
