@@ -314,14 +314,16 @@ def test_submit_watch(srv, cl, key):
 
 def test_kill_worker(srv, cl):
     """Kills the worker running the requests mid-stream: they finish on the other, unchanged."""
-    want = {p: cli_tokens(p, 400, "full", 1.0) for p in PROMPTS[:4]}
+    n_new = 1500  # long enough that the kill lands mid-stream even on a fast machine
+    want = {p: cli_tokens(p, n_new, "full", 1.0) for p in PROMPTS[:4]}
     res = {}
     started = threading.Event()
 
     def run(p):
         evs = []
         try:
-            for e in cl.gen.Generate(cl.request(p, 400, ignore_eos=True), metadata=cl.md, timeout=600):
+            for e in cl.gen.Generate(cl.request(p, n_new, ignore_eos=True), metadata=cl.md,
+                                     timeout=600):
                 evs.append(e)
                 if e.HasField("tokens") and e.tokens.index >= 8:
                     started.set()
@@ -333,13 +335,10 @@ def test_kill_worker(srv, cl):
     for t in ths:
         t.start()
     started.wait(120)
-    groups = set()
-    for p in want:
-        pass
     lst = cl.adm.ListRequests(pb.ListRequestsRequest(states=[pb.REQUEST_STATE_RUNNING]),
                               metadata=ADMIN_MD, timeout=10)
-    groups = {r.worker for r in lst.requests}
-    victim = sorted(groups)[0] if groups else "g0"
+    running = [r for r in lst.requests if r.generated_tokens < n_new // 2]
+    victim = running[0].worker if running else "g0"
     pids = srv.worker_pids(victim)
     for pid in pids:
         os.kill(pid, 9)
