@@ -30,6 +30,15 @@ ninja -C "$B" tests/kernels/attn_decode tests/kernels/attn_emu >> "$OUT/build.lo
 nvcc -c -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Xptxas -v -Icommon -Ikernels \
   -Ikernels/cuda kernels/cuda/kern_cuda_attn.cu -o /tmp/kca_regs.o > "$OUT/sass_regs.log" 2>&1
 grep -E "Used|spill" "$OUT/sass_regs.log" | sort | uniq -c | sort -rn | head -5
+# the tiered bench's kernel (HD 128, INT2, NORM, omega 16): MUFU and local memory in its SASS
+if command -v cuobjdump > /dev/null 2>&1; then
+  cuobjdump --dump-sass --function '_Z16kca_chunk_kernelILi128ELi2ELb0ELb0EEv12kca_params_t' \
+    /tmp/kca_regs.o > "$OUT/sass_int2.txt" 2>&1
+  echo "sass int2 kernel: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$OUT/sass_int2.txt") instructions," \
+    "MUFU.SIN/COS $(grep -cE 'MUFU\.(SIN|COS)' "$OUT/sass_int2.txt")," \
+    "LDL $(grep -c 'LDL' "$OUT/sass_int2.txt"), STL $(grep -c 'STL' "$OUT/sass_int2.txt")" |
+    tee "$OUT/sass_int2_summary.log"
+fi
 X="$B/tests/kernels/attn_decode"
 
 echo "== check"
