@@ -113,8 +113,10 @@ static void mean_add(kv_mean_t *m, double v) {
 
 static double mean_of(const kv_mean_t *m) { return m->n ? m->sum / (double)m->n : NAN; }
 
-/* FMM of one routing event against the shadow's next `horizon` steps. */
-static void fmm_event(const kv_diag_t *d, const kv_dlist_t *sh, const kv_drec_t *ev, kv_mean_t *m) {
+/* FMM of one routing event against the shadow's next `horizon` steps (int2_missed: INT2
+ * windows count as missed). */
+static void fmm_event_x(const kv_diag_t *d, const kv_dlist_t *sh, const kv_drec_t *ev,
+                        int int2_missed, kv_mean_t *m) {
   double miss = 0, all = 0;
   for (int len = ev->len + 1; len <= ev->len + d->horizon; len++) {
     const kv_drec_t *s = at_len(sh, len);
@@ -122,10 +124,15 @@ static void fmm_event(const kv_diag_t *d, const kv_dlist_t *sh, const kv_drec_t 
     all += s->sink;
     for (int w = 0; w < ev->n_wins && w < s->n_wins; w++) {
       all += s->mass[w];
-      if (ev->tier[w] == KV_TIER_EVICTED) miss += s->mass[w];
+      if (ev->tier[w] == KV_TIER_EVICTED || (int2_missed && ev->tier[w] == KV_TIER_INT2))
+        miss += s->mass[w];
     }
   }
   if (all > 0) mean_add(m, miss / all);
+}
+
+static void fmm_event(const kv_diag_t *d, const kv_dlist_t *sh, const kv_drec_t *ev, kv_mean_t *m) {
+  fmm_event_x(d, sh, ev, 0, m);
 }
 
 static int is_full_aged(const kv_drec_t *r, int w) {
@@ -216,4 +223,25 @@ int kv_diag_compute(const kv_diag_t *d, kv_diag_result_t *o) {
   o->int2_mass_ratio = fm > 0 ? qm / fm : NAN;
   free(ttr);
   return 0;
+}
+
+void kv_diag_clear_policy(kv_diag_t *d) {
+  for (int l = 0; l < d->n_layer; l++) {
+    kv_dlist_t *lists[2] = {&d->policy_steps[l], &d->policy_routes[l]};
+    for (int k = 0; k < 2; k++) {
+      for (int j = 0; j < lists[k]->n; j++) free(lists[k]->r[j].mass), free(lists[k]->r[j].tier);
+      lists[k]->n = 0;
+    }
+  }
+}
+
+void kv_diag_fmm_steps(const kv_diag_t *d, int len0, int n, int int2_missed, double *out) {
+  for (int i = 0; i < n; i++) {
+    kv_mean_t m = {0};
+    for (int l = 0; l < d->n_layer; l++) {
+      const kv_drec_t *ev = at_len(&d->policy_routes[l], len0 + i);
+      if (ev) fmm_event_x(d, &d->shadow_steps[l], ev, int2_missed, &m);
+    }
+    out[i] = mean_of(&m);
+  }
 }

@@ -31,5 +31,12 @@ void kv_diag_observe_shadow(void *d, const kv_obs_t *o);
 void kv_diag_observe_policy(void *d, const kv_obs_t *o);
 /* Computes every diagnostic (NaN where undefined, e.g. QSA without INT2 windows). */
 int kv_diag_compute(const kv_diag_t *d, kv_diag_result_t *out);
+/* Forgets the policy's observations and keeps the shadow's, so that one shadow run serves
+ * several policy runs over the same tokens and windows (`qevict eval`). */
+void kv_diag_clear_policy(kv_diag_t *d);
+/* FMM per sequence length, for plots over decode steps: out[i] (i in [0, n)) is the mean over
+ * layers of the FMM of the routing events at length len0 + i, NaN where none ran. With
+ * int2_missed, INT2 windows count as missed too (the paper's "FP tier only" curve). */
+void kv_diag_fmm_steps(const kv_diag_t *d, int len0, int n, int int2_missed, double *out);
 
 #endif

@@ -6,6 +6,8 @@
 
 int cli_generate(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
+/* `qevict eval` (cli_eval.c): KV policies against FullKV at matched bytes; exit 0, 1 or 2. */
+int cli_eval(int argc, char **argv);
 
 /* The client commands that talk to qevict-sched over gRPC (cli_submit.c, cli_admin.c; built
  * only with serving, where QE_HAVE_SERVING is defined). argv[0] is the command name; each

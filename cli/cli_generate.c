@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_diag.h"
 #include "cli_policy.h"
 #include "kv_diag.h"
 #include "model_gen.h"
@@ -371,15 +372,6 @@ static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t 
   return rc;
 }
 
-/* One observed generation over slot 0 of kv (forced: teacher-forced tokens or NULL). */
-static int observed_run(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c, kv_obs_fn fn,
-                        kv_diag_t *d, gen_seq_t *s) {
-  gen_stats_t st;
-  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL};
-  kv_tiered_set_observer(kv, fn, d);
-  return gen_run(m, kv, c, s, 1, &o, &st);
-}
-
 static void print_diag(const gen_args_t *a, const kv_diag_result_t *r, const gen_seq_t *pol) {
   double agree = pol->n_out ? (double)pol->n_agree / pol->n_out : 0.0;
   if (!a->json) {
@@ -406,24 +398,14 @@ static void print_diag(const gen_args_t *a, const kv_diag_result_t *r, const gen
 /* --diagnostics: the FullKV shadow generates; the policy is teacher-forced on its tokens. */
 static int run_diagnostics(const gen_args_t *a, model_t *m, kern_backend_t *be, kv_cache_t *kv,
                            tp_comm_t *c) {
-  cli_policy_t full = a->pol; /* same windows; everything Full (q 0: no INT2 tier) */
-  full.frac = 1.0, full.bytes = 0, full.q = 0.0f;
-  kv_cache_t *shadow = NULL;
-  kv_diag_t *d = NULL;
   kv_diag_result_t r;
-  gen_seq_t sh = {.prompt = a->ids, .n_prompt = a->n_ids}, pol = sh;
-  int rc = cli_policy_make_cache(&full, be, m, 1, a->capacity, NULL, &shadow);
-  if (!rc) rc = kv_diag_create(model_hparams(m)->n_layer, 32, 3, &d);
-  if (!rc) rc = observed_run(a, m, shadow, c, kv_diag_observe_shadow, d, &sh);
-  pol.forced = sh.out, pol.n_forced = sh.n_out;
-  if (!rc) rc = observed_run(a, m, kv, c, kv_diag_observe_policy, d, &pol);
-  if (!rc) rc = kv_diag_compute(d, &r);
+  gen_seq_t sh = {.prompt = a->ids, .n_prompt = a->n_ids}, pol = {0};
+  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL};
+  int rc = cli_diag_run(m, be, c, &a->pol, kv, a->capacity, &o, &sh, &pol, &r);
   if (!rc) print_diag(a, &r, &pol);
   if (!rc && a->json) cli_policy_json(&a->pol, kv, stdout), printf("}\n");
   if (!rc && !a->json) cli_policy_print(&a->pol, kv, stderr);
   free(sh.out), free(pol.out);
-  kv_diag_destroy(d);
-  kv_cache_destroy(shadow);
   return rc;
 }
 

@@ -16,7 +16,8 @@ void cli_policy_init(cli_policy_t *p) {
                       .bits = -1,
                       .sink = -1,
                       .local = -1,
-                      .scorer = -1};
+                      .scorer = -1,
+                      .promote = -1};
   p->gkv = graphkv_defaults();
 }
 
@@ -95,6 +96,7 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d)
   if (p->sink != -1) c->n_sink = p->sink;
   if (p->local != -1) c->n_local = p->local;
   if (p->scorer != -1) c->scorer = p->scorer;
+  if (p->promote != -1) c->promote = p->promote;
 
   *c = kv_policy_fit(c, head_dim);
   return kv_policy_check(c, head_dim);

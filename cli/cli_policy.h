@@ -19,6 +19,7 @@ typedef struct {
   int graphkv; /* --graphkv given */
   graphkv_params_t gkv;
   const char *trace; /* --trace FILE */
+  int promote;       /* INT2 windows may return to Full: -1 = the policy's, 0 or 1 (eval) */
 } cli_policy_t;
 
 void cli_policy_init(cli_policy_t *p);

@@ -13,6 +13,7 @@ static const char *usage =
     "commands:\n"
     "  generate   run a model on a prompt in this process (see qevict generate --help)\n"
     "  inspect    print a GGUF model's architecture, hyperparameters and tensors\n"
+    "  eval       KV policies against FullKV at equal bytes: long-context tasks, diagnostics\n"
     "  version    print the version\n"
 #ifdef QE_HAVE_SERVING
     "client of a running qevict-sched (see qevict COMMAND --help):\n"
@@ -94,6 +95,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
   if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;
 #ifdef QE_HAVE_SERVING
   for (size_t i = 0; i < sizeof client_cmds / sizeof client_cmds[0]; i++)

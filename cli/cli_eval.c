@@ -1,0 +1,330 @@
+/* cli_eval: `qevict eval`: parses the grid (tasks, lengths, samples, policies, budgets,
+ * ablations), loads the model once on the CPU backend, runs every sample (cli_eval_run.c,
+ * cli_eval_ppl.c) and writes the JSON and markdown reports (cli_eval_report.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cli_eval.h"
+#include "qe_status.h"
+
+#define EVAL_DEFAULT_PPL_TEXT "/usr/share/common-licenses/GPL-3"
+
+static const char *eval_help =
+    "usage: qevict eval --model FILE [options]\n"
+    "  --tasks a,b       niah_single, niah_multikey, niah_multivalue, vt, cwe, qa, ppl, or all\n"
+    "                    (default: every generation task; ppl = teacher-forced perplexity)\n"
+    "  --lengths L,...   prompt lengths in tokens (default 1024,2048; at most the context)\n"
+    "  --samples N       samples per task and length (default 2)\n"
+    "  --policies P,...  qevict, h2o, snapkv, pyramidkv, streaming, kivi, knorm, NAME+graphkv;\n"
+    "                    full is always run first (default qevict,h2o,snapkv,pyramidkv,\n"
+    "                    streaming,kivi)\n"
+    "  --budgets B,...   persistent KV bytes as fractions of FullKV (default 0.05,0.1,0.2,0.4)\n"
+    "  --new N           max new tokens (default: each task's own; ppl: 64 scored tokens)\n"
+    "  --seed S          generator seed (default 0)\n"
+    "  --ablations       add qevict variants: q 0.3/0.5/0.9, INT4, window 4/16/32, no\n"
+    "                    promotion, +graphkv\n"
+    "  --all-samples     run the policies on samples FullKV fails too (still not compared)\n"
+    "  --no-diagnostics  skip the teacher-forced diagnostics runs (accuracy only)\n"
+    "  --ppl-text FILE   the text of the ppl task (default " EVAL_DEFAULT_PPL_TEXT ")\n"
+    "  --json FILE       write the results as one JSON object ('-': stdout)\n"
+    "  --markdown FILE   write the tables (default: stdout unless --json -)\n"
+    "  --threads N       CPU threads (default: all cores)\n"
+    "  --quiet           no progress lines on stderr\n";
+
+/* Splits a comma list in place into items (at most EVAL_MAX_LIST). -1 if too many or empty. */
+static int split(char *s, char **items, int *n) {
+  *n = 0;
+  for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+    if (*n == EVAL_MAX_LIST) return -1;
+    items[(*n)++] = tok;
+  }
+  return *n ? 0 : -1;
+}
+
+static int add_variant(eval_cfg_t *c, const char *label, const char *name, int ablation,
+                       cli_policy_t **out) {
+  for (int v = 0; v < c->n_variants; v++)
+    if (!strcmp(c->variants[v].label, label)) return *out = NULL, 0;
+  if (c->n_variants == EVAL_MAX_LIST) return -1;
+  eval_variant_t *a = &c->variants[c->n_variants++];
+  snprintf(a->label, sizeof a->label, "%s", label);
+  snprintf(a->name, sizeof a->name, "%s", name);
+  cli_policy_init(&a->pol);
+  a->pol.name = a->name, a->ablation = ablation;
+  *out = &a->pol;
+  return 0;
+}
+
+/* --ablations: qevict's variants (its defaults are q 0.7, INT2, window 8, promotion on). */
+static int add_ablations(eval_cfg_t *c) {
+  cli_policy_t *p;
+  char lab[64];
+  int rc = add_variant(c, "qevict", "qevict", 0, &p);
+  const float qs[] = {0.3f, 0.5f, 0.9f};
+  for (int i = 0; !rc && i < 3; i++) {
+    snprintf(lab, sizeof lab, "qevict q=%.1f", qs[i]);
+    if (!(rc = add_variant(c, lab, "qevict", 1, &p)) && p) p->q = qs[i];
+  }
+  if (!rc && !(rc = add_variant(c, "qevict bits=4", "qevict", 1, &p)) && p) p->bits = 4;
+  const int ws[] = {4, 16, 32};
+  for (int i = 0; !rc && i < 3; i++) {
+    snprintf(lab, sizeof lab, "qevict window=%d", ws[i]);
+    if (!(rc = add_variant(c, lab, "qevict", 1, &p)) && p) p->omega = ws[i];
+  }
+  if (!rc && !(rc = add_variant(c, "qevict promote=off", "qevict", 1, &p)) && p) p->promote = 0;
+  if (!rc) rc = add_variant(c, "qevict+graphkv", "qevict+graphkv", 1, &p);
+  return rc;
+}
+
+static int parse_policies(eval_cfg_t *c, char *v) {
+  char *items[EVAL_MAX_LIST];
+  int n;
+  cli_policy_t *p;
+  kv_policy_desc_t d;
+  if (split(v, items, &n)) return -1;
+  c->n_variants = 0;
+  for (int i = 0; i < n; i++) {
+    if (kv_policy_find(items[i], &d))
+      return cli_usage_error("eval", "bad policy '%s': %s", items[i], qe_errmsg()), -2;
+    if (!d.full && add_variant(c, items[i], items[i], 0, &p)) return -1;
+  }
+  return 0;
+}
+
+static int parse_tasks(eval_cfg_t *c, char *v) {
+  if (!strcmp(v, "all")) {
+    c->n_tasks = 0;
+    for (const eval_task_t *const *t = eval_task_list(); *t; t++)
+      c->tasks[c->n_tasks++] = eval_task_name(*t);
+    c->tasks[c->n_tasks++] = EVAL_TASK_PPL;
+    return 0;
+  }
+  char *items[EVAL_MAX_LIST];
+  if (split(v, (char **)items, &c->n_tasks)) return -1;
+  for (int i = 0; i < c->n_tasks; i++) {
+    if (!eval_task_find(items[i]) && strcmp(items[i], EVAL_TASK_PPL))
+      return cli_usage_error("eval", "unknown task '%s'", items[i]), -2;
+    c->tasks[i] = items[i];
+  }
+  return 0;
+}
+
+static int parse_numbers(char *v, int ints, double lo, double hi, double *out, int *n) {
+  char *items[EVAL_MAX_LIST];
+  if (split(v, items, n)) return -1;
+  for (int i = 0; i < *n; i++) {
+    long l;
+    if (ints ? cli_parse_int(items[i], (long)lo, (long)hi, &l)
+             : cli_parse_float(items[i], lo, hi, &out[i]))
+      return -1;
+    if (ints) out[i] = (double)l;
+  }
+  return 0;
+}
+
+/* One option with a value: 0 handled, -1 bad value, -2 usage error already printed, 1 not
+ * an option of eval. */
+static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
+  long l;
+  double tmp[EVAL_MAX_LIST];
+  if (!strcmp(f, "--model")) return c->model = v, 0;
+  if (!strcmp(f, "--json")) return c->json = v, 0;
+  if (!strcmp(f, "--markdown")) return c->markdown = v, 0;
+  if (!strcmp(f, "--ppl-text")) return c->ppl_text = v, 0;
+  if (!strcmp(f, "--tasks")) return parse_tasks(c, v);
+  if (!strcmp(f, "--policies")) return parse_policies(c, v);
+  if (!strcmp(f, "--seed")) return cli_parse_u64(v, &c->seed);
+  if (!strcmp(f, "--budgets")) return parse_numbers(v, 0, 1e-6, 1.0, c->budgets, &c->n_budgets);
+  if (!strcmp(f, "--lengths")) {
+    if (parse_numbers(v, 1, 16, 1 << 22, tmp, &c->n_lengths)) return -1;
+    for (int i = 0; i < c->n_lengths; i++) c->lengths[i] = (int)tmp[i];
+    return 0;
+  }
+  int *dst = !strcmp(f, "--samples")   ? &c->samples
+             : !strcmp(f, "--new")     ? &c->n_new
+             : !strcmp(f, "--threads") ? &c->threads
+                                       : NULL;
+  if (!dst) return 1;
+  if (cli_parse_int(v, 1, 1 << 20, &l)) return -1;
+  *dst = (int)l;
+  return 0;
+}
+
+static void cfg_defaults(eval_cfg_t *c) {
+  static const char *pols[] = {"qevict", "h2o", "snapkv", "pyramidkv", "streaming", "kivi"};
+  static const double budgets[] = {0.05, 0.1, 0.2, 0.4};
+  cli_policy_t *p;
+  *c = (eval_cfg_t){.samples = 2, .diag = 1, .ppl_text = EVAL_DEFAULT_PPL_TEXT};
+  c->lengths[0] = 1024, c->lengths[1] = 2048, c->n_lengths = 2;
+  for (int i = 0; i < 6; i++) add_variant(c, pols[i], pols[i], 0, &p);
+  for (int i = 0; i < 4; i++) c->budgets[c->n_budgets++] = budgets[i];
+  for (const eval_task_t *const *t = eval_task_list(); *t; t++)
+    c->tasks[c->n_tasks++] = eval_task_name(*t);
+}
+
+/* 0 parsed, -1 --help printed, 2 usage error printed. argv items may be modified. */
+static int parse_args(int argc, char **argv, eval_cfg_t *c) {
+  cfg_defaults(c);
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (!strcmp(f, "--help") || !strcmp(f, "-h")) return fputs(eval_help, stdout), -1;
+    if (!strcmp(f, "--ablations"))
+      c->ablations = 1;
+    else if (!strcmp(f, "--all-samples"))
+      c->all_samples = 1;
+    else if (!strcmp(f, "--no-diagnostics"))
+      c->diag = 0;
+    else if (!strcmp(f, "--quiet"))
+      c->quiet = 1;
+    else if (i + 1 >= argc)
+      return cli_usage_error("eval", "unknown option or missing value: %s", f);
+    else {
+      char orig[256]; /* the lists are split in place */
+      snprintf(orig, sizeof orig, "%s", argv[++i]);
+      int rc = parse_valued(c, f, argv[i]);
+      if (rc == 1) return cli_usage_error("eval", "unknown option %s", f);
+      if (rc == -2) return 2;
+      if (rc) return cli_usage_error("eval", "bad value '%s' for %s", orig, f);
+    }
+  }
+  if (!c->model) return cli_usage_error("eval", "--model is required");
+  if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
+  if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
+  return 0;
+}
+
+/* Resolves every variant's windows against the model and checks the lengths against its
+ * context: 0, or 2 after a usage error. */
+static int check_model_cfg(eval_cfg_t *c, const model_hparams_t *hp) {
+  kv_policy_desc_t d;
+  for (int v = 0; v < c->n_variants; v++) {
+    eval_variant_t *a = &c->variants[v];
+    if (cli_policy_resolve(&a->pol, hp->head_dim, &d))
+      return cli_usage_error("eval", "policy %s: %s", a->label, qe_errmsg());
+    a->omega = d.cfg.omega, a->sink = d.cfg.n_sink;
+  }
+  for (int i = 0; i < c->n_lengths; i++)
+    if (c->lengths[i] > hp->n_ctx_train)
+      return cli_usage_error("eval", "length %d exceeds the model context (%d)", c->lengths[i],
+                             hp->n_ctx_train);
+  if (!c->threads) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c->threads = cores > 0 ? (int)cores : 1;
+  }
+  return 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int has_ppl(const eval_cfg_t *c) {
+  for (int t = 0; t < c->n_tasks; t++)
+    if (!strcmp(c->tasks[t], EVAL_TASK_PPL)) return 1;
+  return 0;
+}
+
+/* Tokenizes the perplexity text (no BOS). */
+static int load_ppl_text(eval_ctx_t *x) {
+  FILE *f = fopen(x->cfg->ppl_text, "rb");
+  if (!f) return qe_errf(QE_EIO, "cannot open the ppl text '%s'", x->cfg->ppl_text);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  int rc = buf && fread(buf, 1, (size_t)n, f) == (size_t)n
+               ? 0
+               : qe_errf(QE_EIO, "cannot read '%s'", x->cfg->ppl_text);
+  fclose(f);
+  size_t nn = 0;
+  if (!rc) rc = tok_encode(model_tok(x->m), buf, (size_t)n, 0, 0, &x->ppl_ids, &nn);
+  x->n_ppl_ids = (int)nn;
+  free(buf);
+  return rc;
+}
+
+static int run_grid(eval_ctx_t *x) {
+  const eval_cfg_t *c = x->cfg;
+  int rc = has_ppl(c) ? load_ppl_text(x) : 0;
+  for (int t = 0; !rc && t < c->n_tasks; t++)
+    for (int l = 0; !rc && l < c->n_lengths; l++)
+      for (int s = 0; !rc && s < c->samples; s++)
+        rc = strcmp(c->tasks[t], EVAL_TASK_PPL) ? eval_run_sample(x, t, l, s)
+                                                : eval_run_ppl(x, t, l, s);
+  return rc;
+}
+
+static int write_reports(const eval_cfg_t *c, const eval_results_t *r) {
+  int rc = 0;
+  if (c->json) {
+    FILE *f = strcmp(c->json, "-") ? fopen(c->json, "w") : stdout;
+    if (!f) return qe_errf(QE_EIO, "cannot write '%s'", c->json);
+    eval_report_json(c, r, f);
+    if (f != stdout && fclose(f)) rc = qe_errf(QE_EIO, "cannot write '%s'", c->json);
+  }
+  if (!rc && (c->markdown || !c->json || strcmp(c->json, "-"))) {
+    FILE *f = c->markdown && strcmp(c->markdown, "-") ? fopen(c->markdown, "w") : stdout;
+    if (!f) return qe_errf(QE_EIO, "cannot write '%s'", c->markdown);
+    eval_report_markdown(c, r, f);
+    if (f != stdout && fclose(f)) rc = qe_errf(QE_EIO, "cannot write '%s'", c->markdown);
+  }
+  return rc;
+}
+
+/* Loads the model for prompts of up to the longest length in one forward pass and runs. */
+static int run_loaded(eval_cfg_t *c, eval_results_t *res) {
+  eval_ctx_t x = {.cfg = c, .res = res};
+  int max_len = 512;
+  for (int i = 0; i < c->n_lengths; i++)
+    max_len = c->lengths[i] > max_len ? c->lengths[i] : max_len;
+  double t0 = now_s();
+  int rc = kern_cpu_create(c->threads, &x.be);
+  model_load_opts_t o = {x.be, 0, 1, max_len + 64};
+  if (!rc) rc = model_load(c->model, &o, &x.m);
+  if (!rc) rc = tp_comm_create_single(&x.comm);
+  res->load_s = now_s() - t0;
+  if (!rc) {
+    x.fmt = (eval_fmt_t){model_tok(x.m), model_gguf(x.m), chat_kind_of(model_gguf(x.m))};
+    rc = run_grid(&x);
+  }
+  res->total_s = now_s() - t0;
+  if (!rc) rc = write_reports(c, res);
+  free(x.ppl_ids);
+  tp_comm_destroy(x.comm);
+  model_destroy(x.m);
+  kern_destroy(x.be);
+  return rc;
+}
+
+int cli_eval(int argc, char **argv) {
+  eval_cfg_t *c = calloc(1, sizeof *c);
+  eval_results_t res = {0};
+  gguf_t *g = NULL;
+  model_hparams_t hp;
+  if (!c) return cli_fail("eval", qe_errf(QE_ENOMEM, "out of memory"));
+  int rc = parse_args(argc, argv, c), code = rc < 0 ? 0 : rc;
+  if (rc) goto out;
+  rc = gguf_open(c->model, &g);
+  if (!rc) rc = model_read_hparams(g, &hp);
+  if (rc) {
+    code = cli_fail("eval", rc);
+    goto out;
+  }
+  const char *base = strrchr(c->model, '/');
+  snprintf(res.model_name, sizeof res.model_name, "%s", base ? base + 1 : c->model);
+  res.n_ctx = hp.n_ctx_train;
+  if ((code = check_model_cfg(c, &hp))) goto out;
+  rc = run_loaded(c, &res);
+  code = rc ? cli_fail("eval", rc) : 0;
+out:
+  gguf_close(g);
+  eval_results_dispose(&res);
+  free(c);
+  return code;
+}

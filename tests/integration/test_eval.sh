@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# test_eval: `qevict eval` as a user runs it, on stories260K (skipped, 77, when absent) and, when
+# its GGUF is present, a short SmolLM2 slice: bad options are one stderr line and exit 2 (a
+# missing model file exit 1); two runs with the same seed give identical JSON apart from the
+# timings; the JSON is valid and consistent: every policy run stays within its budget, budgets
+# scale with the fraction, a budget below the protected regions is a reported row error (not
+# a crash), a sample FullKV fails is not compared and a task it always fails is listed as
+# excluded, the aggregated accuracy is the mean over the compared runs; the teacher-forced
+# shadow agrees with FullKV on every token; the markdown is written.
+set -uo pipefail
+QEVICT="$1"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+STORIES="${QE_SHARED_MODELS:-$ROOT/../shared/models}/stories260K.gguf"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+bad() { echo "FAIL: $*" >&2; fail=1; }
+
+[[ -f "$STORIES" ]] || { echo "SKIP: $STORIES absent" >&2; exit 77; }
+
+# expect_exit CODE DESCRIPTION CMD...: that exit code and exactly one stderr line.
+expect_exit() {
+  local want="$1" what="$2"; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$? lines
+  lines=$(wc -l <"$TMP/err")
+  [[ $rc -eq $want ]] || bad "$what: exit $rc, want $want"
+  [[ $lines -eq 1 ]] || { bad "$what: $lines stderr lines"; cat "$TMP/err" >&2; }
+  echo "ok ($rc) $what: $(cat "$TMP/err")" >&2
+}
+
+E=("$QEVICT" eval --model "$STORIES" --quiet)
+expect_exit 2 "no model" "$QEVICT" eval --tasks qa
+expect_exit 2 "unknown task" "${E[@]}" --tasks niah,qa
+expect_exit 2 "unknown policy" "${E[@]}" --policies qevict,lru
+expect_exit 2 "budget above 1" "${E[@]}" --budgets 0.1,1.5
+expect_exit 2 "budget not a number" "${E[@]}" --budgets x
+expect_exit 2 "samples 0" "${E[@]}" --samples 0
+expect_exit 2 "length beyond the context" "${E[@]}" --lengths 400,100000
+expect_exit 2 "graphkv on streaming" "${E[@]}" --policies streaming+graphkv
+expect_exit 2 "unknown option" "${E[@]}" --bogus 1
+expect_exit 2 "missing value" "${E[@]}" --lengths
+expect_exit 1 "missing model file" "$QEVICT" eval --model "$TMP/nope.gguf" --quiet
+"$QEVICT" eval --help | grep -q -- "--ablations" || bad "eval --help"
+
+# The slice: two generation tasks and perplexity; 5% is below stories' protected regions.
+RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
+     --policies qevict,h2o,kivi --budgets 0.05,0.3,0.6 --seed 11 --all-samples)
+"${RUN[@]}" --json "$TMP/a.json" --markdown "$TMP/a.md" || bad "run a"
+"${RUN[@]}" --json "$TMP/b.json" --markdown "$TMP/b.md" || bad "run b"
+"${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 --policies streaming \
+  --budgets 0.3 --json "$TMP/c.json" --markdown "$TMP/c.md" || bad "run c (no --all-samples)"
+"${E[@]}" --tasks qa --lengths 400 --samples 1 --new 8 --policies qevict --budgets 0.3 \
+  --ablations --no-diagnostics --all-samples --json "$TMP/d.json" --markdown "$TMP/d.md" || bad "run d (ablations)"
+grep -q "Excluded (FullKV solves no sample)" "$TMP/a.md" || bad "markdown lacks the exclusions"
+grep -q "Perplexity" "$TMP/a.md" || bad "markdown lacks the perplexity table"
+
+SMOL=""
+if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
+  "$QEVICT" eval --model "$QE_SMOLLM2" --quiet --tasks niah_single --lengths 600 --samples 1 \
+    --new 12 --policies qevict --budgets 0.25 --json "$TMP/s.json" \
+    --markdown "$TMP/s.md" || bad "SmolLM2 slice"
+  SMOL="$TMP/s.json"
+fi
+
+python3 - "$TMP/a.json" "$TMP/b.json" "$TMP/c.json" "$TMP/d.json" $SMOL <<'PY' || fail=1
+import json, math, sys
+a, b, c, d = (json.load(open(p)) for p in sys.argv[1:5])
+extra = [json.load(open(p)) for p in sys.argv[5:]]
+errs = []
+def check(ok, what):
+    if not ok: errs.append(what)
+
+ta, tb = a.pop("timings"), b.pop("timings")
+check(a == b, "two runs with the same seed differ (apart from timings)")
+check(len(ta["runs_s"]) == len(a["runs"]), "one timing per run")
+
+def consistent(d, name):
+    runs = d["runs"]
+    full = {(r["task"], r["length"], r["sample"]): r for r in runs if r["policy"] == "full"}
+    for r in runs:
+        key = (r["task"], r["length"], r["sample"])
+        if r["policy"] == "full" or "error" in r: continue
+        f = full[key]
+        if r["task"] != "ppl":
+            check(r["compared"] == bool(f.get("pass")), f"{name}: compared flag of {key} {r['policy']}")
+        m = r["memory"]
+        check(m["peak_bytes"] <= m["budget_bytes"] and m["bytes"] <= m["budget_bytes"],
+              f"{name}: {r['policy']} over its budget")
+        if "diagnostics" in r:
+            dg = r["diagnostics"]
+            check(dg["shadow_agreement"] == dg["forced"] == f["n_out"],
+                  f"{name}: shadow disagrees with FullKV on {key}")
+            check(len(dg["fmm_steps"]) == dg["forced"] + 1, f"{name}: fmm_steps length")
+            check(dg["fmm"] is None or 0 <= dg["fmm"] <= 1, f"{name}: FMM out of [0, 1]")
+    # budgets scale with the fraction (same prompt, same policy)
+    by = {}
+    for r in runs:
+        if "memory" in r: by.setdefault((r["task"], r["length"], r["sample"], r["policy"]), {})[r["budget"]] = r["memory"]["budget_bytes"]
+    for k, v in by.items():
+        lo = min(v)
+        for hi in v:
+            check(abs(v[hi] / v[lo] - hi / lo) < 0.02 * hi / lo, f"{name}: budget bytes do not scale: {k} {v}")
+    # exclusions and the aggregated accuracy
+    gen = [t["name"] for t in d["config"]["tasks"] if t["name"] != "ppl"]
+    for t in gen:
+        passed = any(r.get("pass") for r in runs if r["policy"] == "full" and r["task"] == t)
+        check((t in d["excluded_tasks"]) == (not passed), f"{name}: exclusion of {t}")
+    for cell in d["table"]:
+        if cell["task"] in ("average", "ppl") or cell["policy"] == "full" or cell["length"] is not None: continue
+        sc = [r["score"] for r in runs if r["task"] == cell["task"] and r["policy"] == cell["policy"]
+              and r["budget"] == cell["budget"] and r["compared"] and "error" not in r]
+        want = sum(sc) / len(sc) if sc else None
+        got = cell["accuracy"]
+        check((got is None and want is None) or (got is not None and want is not None and abs(got - want) < 1e-5),
+              f"{name}: accuracy of {cell['task']} {cell['policy']} {cell['budget']}: {got} vs {want}")
+    return runs
+
+runs = consistent(a, "a")
+errors = [r for r in runs if "error" in r]
+check(errors and all(r["budget"] == 0.05 and "protected regions" in r["error"] for r in errors),
+      "5% budgets are row errors naming the protected regions, and only they")
+check(any(r["budget"] == 0.3 and "diagnostics" in r for r in runs), "diagnostics at 30%")
+ppl = [r for r in runs if r["task"] == "ppl" and "error" not in r]
+check(ppl and all(r["ppl"] > 1 and r["kl"] >= 0 for r in ppl), "perplexity rows")
+check(all(r["kl"] == 0 for r in ppl if r["policy"] == "full"), "FullKV's KL to itself is 0")
+check(len([r for r in runs if r["policy"] == "full"]) == 3 * 2 * 2, "one FullKV run per sample")
+check(len(runs) == 3 * 2 * 2 * (1 + 3 * 3), "every policy x budget on every sample (--all-samples)")
+
+rc_ = consistent(c, "c")
+failed = [r for r in rc_ if r["policy"] == "full" and not r["pass"]]
+check(all(not any(x["policy"] != "full" and x["sample"] == f["sample"] for x in rc_) for f in failed),
+      "without --all-samples, samples FullKV fails run no policy")
+
+labels = {p["label"] for p in d["config"]["policies"]}
+check({"qevict q=0.3", "qevict bits=4", "qevict window=32", "qevict promote=off", "qevict+graphkv"} <= labels,
+      f"ablation variants: {sorted(labels)}")
+check(all("diagnostics" not in r for r in d["runs"]), "--no-diagnostics")
+check(len(d["runs"]) == 1 + len(labels), "every ablation variant ran")
+for i, e in enumerate(extra):
+    consistent(e, f"smollm2")
+
+for e in errs: print("FAIL:", e, file=sys.stderr)
+print(f"checked {len(a['runs'])} + {len(c['runs'])} + {len(d['runs'])} runs", file=sys.stderr)
+sys.exit(1 if errs else 0)
+PY
+exit $fail
