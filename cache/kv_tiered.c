@@ -124,10 +124,14 @@ int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity) {
   /* one layer's prompt at Full while it is routed, and partly filled INT2 slots per layer */
   size_t windows = (size_t)capacity / (size_t)t->cfg.omega + 2;
   size_t transient = windows * t->page_bytes + 2 * t->page_bytes * (size_t)kv->geom.n_layer;
-  size_t bytes = (size_t)n_seqs * (per_seq + per_seq / 8 + transient);
+  return kv_tiered_set_pool(kv, (size_t)n_seqs * (per_seq + per_seq / 8 + transient));
+}
+
+int kv_tiered_set_pool(kv_cache_t *kv, size_t bytes) {
+  kv_tiered_t *t = (kv_tiered_t *)kv;
   kv_pool_stats_t ps;
   kv_pool_stats(t->pool, &ps);
-  if (ps.full_pages || ps.q_pages) return qe_errf(QE_EINVAL, "kv_tiered: reserve on a pool in use");
+  if (ps.full_pages || ps.q_pages) return qe_errf(QE_EINVAL, "kv_tiered: resizing a pool in use");
   size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
   kv_pool_t *np = NULL;
   int rc = kv_pool_create(kv->be, bytes, t->page_bytes, q_page, &np);

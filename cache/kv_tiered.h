@@ -74,6 +74,8 @@ size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
  * budget spec: their budgets, one layer of prompt at Full during prefill routing, and slack
  * for partly filled INT2 slots. QE_ENOSPC if the memory cannot be had. */
 int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity);
+/* Re-sizes the (empty) page pool to `bytes` (QE_EINVAL while pages are in use). */
+int kv_tiered_set_pool(kv_cache_t *kv, size_t bytes);
 /* The same two figures without a cache, for a cache of geometry geom and configuration cfg
  * (fitted and checked as kv_tiered_create does: QE_EINVAL naming the field): the smallest
  * budget and the bytes that hold n_tokens all at Full. Pure: the scheduler's admission uses it. */

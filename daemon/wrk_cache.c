@@ -72,12 +72,11 @@ static int make_child(wrk_cache_t *c, const wrk_open_arg_t *a, kv_cache_t **out)
   kern_backend_t *be = model_backend(c->m);
   if (a->full) return kv_full_create(be, &c->geom, out);
   int rc = kv_tiered_create(be, &c->geom, &model_hparams(c->m)->rope, &a->cfg, 0, out);
-  if (rc) return rc;
-  kv_tiered_set_budget_spec(*out, 1.0, 0);
-  kv_cache_t *probe = *out;
-  size_t pool = child_pool(c, probe, &a->cfg);
-  kv_cache_destroy(probe);
-  rc = kv_tiered_create(be, &c->geom, &model_hparams(c->m)->rope, &a->cfg, pool, out);
+  if (!rc) rc = kv_tiered_set_pool(*out, child_pool(c, *out, &a->cfg));
+  if (rc && *out) {
+    kv_cache_destroy(*out);
+    *out = NULL;
+  }
   return rc;
 }
 

@@ -24,7 +24,7 @@ typedef struct wcmd {
   int32_t *prompt, *resume;
   int n_prompt, n_resume, max_tokens, ignore_eos;
   kern_sampler_t sampler;
-  uint64_t seed, budget;
+  uint64_t seed;
   wrk_open_arg_t arg;
   struct wcmd *next;
 } wcmd_t;

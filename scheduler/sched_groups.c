@@ -367,7 +367,7 @@ int sched_groups_up(const sched_t *s) {
 uint64_t sched_groups_bytes_per_token(const sched_t *s) {
   for (const sgroup_t *g = s->groups; g; g = g->next)
     if (g->ever_up) return g->bytes_per_token;
-  return (uint64_t)2 * s->hp.n_head_kv * s->hp.head_dim * sizeof(float) * s->hp.n_layer;
+  return 0; /* no group yet: requests are refused as UNAVAILABLE before they get here */
 }
 
 int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,

@@ -129,7 +129,6 @@ struct sched {
   sreq_t *reqs;                  /* newest first */
   sreq_t *wait_head, *wait_tail; /* admitted, not yet on a group */
   uint64_t next_id;
-  uint64_t n_health_serving;       /* last health state (for Health.Watch) */
   struct shealth *health_watchers; /* Health.Watch streams */
   int stopping, ready_written;
   struct smetrics *m; /* metric families (sched_export.c) */
