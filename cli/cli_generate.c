@@ -21,6 +21,8 @@
 
 typedef struct {
   const char *model, *prompt, *prompt_file;
+  const char *shape; /* --shape: random weights of a named shape instead of --model */
+  long prompt_len;   /* --prompt-len: random prompt ids (with --shape) */
   int chat, json, tp, threads, batch, ignore_eos, diag;
   int device; /* CUDA GPU of rank 0 (-1: the CPU backend) */
   long n_predict;
@@ -34,6 +36,9 @@ typedef struct {
 
 static const char *gen_help =
     "usage: qevict generate --model FILE (--prompt TEXT | --prompt-file F) [options]\n"
+    "       qevict generate --shape NAME --prompt-len N [options]\n"
+    "  --shape NAME      random weights of a named shape (llama3-8b, llama3-70b, tiny), no file\n"
+    "                    and no tokenizer: the prompt is N random ids (--seed), output is ids\n"
     "  --chat            wrap the prompt as a user message in the model's chat template\n"
     "  -n N              max new tokens (default 128)\n"
     "  --temp T          sampling temperature (default 0: greedy)\n"
@@ -67,6 +72,10 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
   double d;
   if (!strcmp(f, "--model"))
     a->model = v;
+  else if (!strcmp(f, "--shape"))
+    a->shape = v;
+  else if (!strcmp(f, "--prompt-len"))
+    return cli_parse_int(v, 1, 1 << 24, &a->prompt_len) ? 2 : 0;
   else if (!strcmp(f, "--prompt"))
     a->prompt = v;
   else if (!strcmp(f, "--prompt-file"))
@@ -121,8 +130,13 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       if (rc == 2) return cli_usage_error("generate", "bad value '%s' for %s", argv[i], f);
     }
   }
-  if (!a->model) return cli_usage_error("generate", "--model is required");
-  if (!a->prompt == !a->prompt_file)
+  if (!a->model == !a->shape) return cli_usage_error("generate", "give one of --model and --shape");
+  if (a->shape && (a->prompt || a->prompt_file || !a->prompt_len || a->chat || a->diag))
+    return cli_usage_error("generate", "--shape takes --prompt-len N (random ids), not a text "
+                                       "prompt, --chat or --diagnostics");
+  if (a->model && a->prompt_len)
+    return cli_usage_error("generate", "--prompt-len goes with --shape");
+  if (a->model && !a->prompt == !a->prompt_file)
     return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
@@ -181,14 +195,28 @@ static int prompt_ids(const gguf_t *g, const tok_t *tok, const gen_args_t *a, in
 
 /* Before any rank starts: the model's metadata, the TP split, the policy, the prompt (so that
  * every rank sizes its cache for the same capacity) and the trace file. One clear error. */
+/* --shape: the shape's hyperparameters and a prompt of random ids (seeded). */
+static int prepare_shape(gen_args_t *a, model_hparams_t *hp) {
+  int rc = model_shape_named(a->shape, hp);
+  if (rc) return rc;
+  if (!(a->ids = malloc(sizeof(int32_t) * (size_t)a->prompt_len)))
+    return qe_errf(QE_ENOMEM, "out of memory");
+  uint64_t st = kern_rng_seed(a->seed ^ 0x70726f6d7074ULL);
+  for (long i = 0; i < a->prompt_len; i++)
+    a->ids[i] = (int32_t)(kern_rng_uniform(&st) * (float)hp->n_vocab) % hp->n_vocab;
+  a->n_ids = (int)a->prompt_len;
+  a->ignore_eos = 1; /* no tokenizer: no end-of-generation token */
+  return 0;
+}
+
 static int prepare(gen_args_t *a) {
   gguf_t *g = NULL;
   tok_t *tok = NULL;
   model_hparams_t hp;
   model_shard_t sh;
   kv_policy_desc_t d;
-  int rc = gguf_open(a->model, &g);
-  if (!rc) rc = model_read_hparams(g, &hp);
+  int rc = a->shape ? prepare_shape(a, &hp) : gguf_open(a->model, &g);
+  if (!rc && !a->shape) rc = model_read_hparams(g, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
   if (!rc && a->device >= 0 && !d.full)
@@ -196,8 +224,8 @@ static int prepare(gen_args_t *a) {
                  "--device: the tiered cache runs on the CPU backend only for now (policy %s); "
                  "use --policy full on the GPU",
                  a->pol.name);
-  if (!rc) rc = tok_create(g, &tok);
-  if (!rc) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
+  if (!rc && !a->shape) rc = tok_create(g, &tok);
+  if (!rc && !a->shape) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)
     rc = qe_errf(QE_EINVAL, "prompt of %d tokens exceeds the model context (%d)", a->n_ids,
                  hp.n_ctx_train);
@@ -235,7 +263,9 @@ static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t
   /* a whole prompt in one forward pass: each layer sees it all before it is routed */
   int max_batch = a->n_ids * a->batch > 512 ? a->n_ids * a->batch : 512;
   model_load_opts_t o = {*be, rank, a->tp, max_batch};
-  if (!rc) rc = model_load(a->model, &o, m);
+  model_hparams_t hp;
+  if (!rc && a->shape) rc = model_shape_named(a->shape, &hp);
+  if (!rc) rc = a->shape ? model_create_random(&hp, a->seed, &o, m) : model_load(a->model, &o, m);
   if (!rc)
     rc = cli_policy_make_cache(&a->pol, *be, *m, a->batch, a->capacity, rank ? NULL : a->trace, kv);
   return rc;
@@ -245,6 +275,28 @@ static void unload_rank(kern_backend_t *be, model_t *m, kv_cache_t *kv) {
   kv_cache_destroy(kv);
   model_destroy(m);
   kern_destroy(be);
+}
+
+/* With --device and --tp > 1 in NCCL builds: every rank joins an NCCL communicator (rank 0 makes
+ * the unique id and broadcasts it over c) ordered on its backend's stream, and c->dev points at
+ * it, so the forward pass all-reduces activations on the GPUs. *nc: destroy after c's use. */
+static int join_device_comm(const gen_args_t *a, kern_backend_t *be, tp_comm_t *c, tp_comm_t **nc) {
+  *nc = NULL;
+#if defined(QE_HAVE_CUDA) && defined(QE_HAVE_NCCL)
+  if (a->device < 0 || c->size == 1) return 0;
+  unsigned char id[TP_NCCL_ID_BYTES] = {0};
+  int rc = c->rank == 0 ? tp_comm_nccl_unique_id(id) : 0, ok = rc == 0, all[256];
+  int brc = tp_allgather(c, &ok, all, sizeof ok); /* rank 0's id failure stops every rank */
+  if (!brc && !all[0]) brc = rc ? rc : qe_errf(QE_ECOMM, "rank 0 could not make an NCCL id");
+  if (!brc) brc = tp_broadcast(c, id, sizeof id, 0);
+  if (!brc) brc = tp_comm_create_nccl(id, c->rank, c->size, kern_cuda_device(be), nc);
+  if (!brc) brc = tp_comm_nccl_set_stream(*nc, kern_cuda_stream(be));
+  if (!brc) c->dev = *nc;
+  return brc;
+#else
+  (void)a, (void)be, (void)c;
+  return 0;
+#endif
 }
 
 /* Every rank reports whether it loaded; all fail together if any did not (rank 0 reports). */
@@ -264,11 +316,14 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   tp_comm_t *c = NULL;
   int fds[1] = {fd};
   int rc = tp_comm_create_cpu_fds(fds, rank, a->tp, &c);
+  tp_comm_t *nc = NULL;
   int lrc = rc ? rc : load_rank(a, rank, &be, &m, &kv), brc = 0;
   if (!rc) rc = brc = load_barrier(c, lrc);
+  if (!rc) rc = join_device_comm(a, be, c, &nc);
   if (!rc) rc = gen_follow(m, kv, c);
   if (rc && (lrc || !brc)) cli_fail("generate (tp rank)", rc); /* its own failure only */
   tp_comm_destroy(c);
+  tp_comm_destroy(nc);
   unload_rank(be, m, kv);
   return rc ? 1 : 0;
 }
@@ -311,7 +366,7 @@ typedef struct {
 static void on_token(void *ud, int seq, int id) {
   gen_out_t *o = ud;
   char buf[256];
-  if (seq != 0 || !o->stream_out) return;
+  if (seq != 0 || !o->stream_out || !o->tok) return;
   int n = tok_stream_push(&o->stream, id, buf, sizeof buf);
   if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
   fflush(stdout);
@@ -333,7 +388,7 @@ static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_sta
 static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, const gen_seq_t *s,
                        const gen_stats_t *st) {
   char *text = NULL;
-  tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
+  if (model_tok(m)) tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
   printf("{\"prompt_tokens\":");
   qe_json_ids(stdout, s->prompt, (size_t)s->n_prompt);
   printf(",\"tokens\":");
@@ -424,10 +479,13 @@ int cli_generate(int argc, char **argv) {
     return cli_fail("generate", rc);
   }
   rc = spawn_ranks(&a, pids, &c);
+  tp_comm_t *nc = NULL;
   int lrc = load_rank(&a, 0, &be, &m, &kv);
   if (!rc) rc = load_barrier(c, lrc);
+  if (!rc) rc = join_device_comm(&a, be, c, &nc);
   if (!rc) rc = a.diag ? run_diagnostics(&a, m, be, kv, c) : run_rank0(&a, m, kv, c);
   tp_comm_destroy(c);
+  tp_comm_destroy(nc);
   int wrc = wait_ranks(&a, pids);
   unload_rank(be, m, kv);
   if (a.trace) fclose(a.trace);

@@ -1,6 +1,9 @@
 /* cli_policy: KV cache options of the command line, cache construction and memory summaries
  * (see cli_policy.h). */
 #include "cli_policy.h"
+#ifdef QE_HAVE_KV_GPU
+#include "kv_gpu.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -111,13 +114,29 @@ static void trace_event(void *ud, const kv_route_event_t *e) {
           e->demoted, e->evicted, e->bytes, e->budget);
 }
 
+/* FullKV: bf16 pages on a GPU backend where the paged kernel supports the geometry, else the
+ * plain per-slot buffers of kv_full (every backend). */
+static int make_full(kern_backend_t *be, const kv_geom_t *g, int capacity, kv_cache_t **out) {
+#ifdef QE_HAVE_KV_GPU
+  int ok = g->head_dim == 64 || g->head_dim == 128;
+  ok &= g->n_head % g->n_kv_head == 0 && g->n_head / g->n_kv_head <= 8;
+  if (!be->ops->host_memory && ok) {
+    size_t pool = kv_gpu_pool_bytes(g, KV_GPU_OMEGA, g->max_seqs, capacity);
+    return kv_gpu_create(be, g, KV_GPU_OMEGA, capacity, pool, out);
+  }
+#else
+  (void)capacity;
+#endif
+  return kv_full_create(be, g, out);
+}
+
 int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m, int n_seqs,
                           int capacity, FILE *trace_out, kv_cache_t **out) {
   kv_policy_desc_t d;
   kv_geom_t g = model_kv_geom(m, n_seqs);
   int rc = cli_policy_resolve(p, g.head_dim, &d);
   if (rc) return rc;
-  if (d.full) return kv_full_create(be, &g, out);
+  if (d.full) return make_full(be, &g, capacity, out);
   rc = kv_tiered_create(be, &g, &model_hparams(m)->rope, &d.cfg, 0, out);
   if (rc) return rc;
   kv_tiered_set_budget_spec(*out, p->frac, p->bytes / (size_t)model_shard(m)->size);

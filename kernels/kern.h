@@ -11,12 +11,27 @@
 
 typedef struct kern_backend kern_backend_t;
 
-/* A weight matrix [rows][cols] in the backend's compute type (fp32 on cpu). */
+/* How a weight's data is stored (kern_weight_t.dtype). */
+typedef enum { KERN_WEIGHT_F32 = 0, KERN_WEIGHT_BF16 = 1 } kern_weight_dtype_t;
+
+/* A weight matrix [rows][cols], row-major, in backend memory.
+ * - dtype KERN_WEIGHT_F32 (0: what `{data, rows, cols}` gives): data is a plain fp32 backend
+ *   buffer, usable wherever kern.h takes an fp32 buffer. Every backend's matmul accepts it (the
+ *   cuda backend rounds it to bf16 on each call: meant for tests, not for model weights).
+ * - Weights made by weight_upload are in the backend's compute type for weights: F32 on cpu,
+ *   BF16 on cuda. The caller owns them and releases them with weight_free. */
 typedef struct {
   void *data;
   int rows;
   int cols;
+  int dtype; /* kern_weight_dtype_t */
 } kern_weight_t;
+
+/* Bytes held by w's data. */
+static inline size_t kern_weight_bytes(const kern_weight_t *w) {
+  size_t elem = w->dtype == KERN_WEIGHT_BF16 ? 2 : 4;
+  return elem * (size_t)(w->rows > 0 ? w->rows : 0) * (size_t)(w->cols > 0 ? w->cols : 0);
+}
 
 /* RoPE parameters. mode NORM rotates interleaved pairs (2i, 2i+1) (GGUF llama: weights are
  * permuted at conversion); NEOX rotates half-split pairs (i, i + n_rot/2) (qwen2, HF).
@@ -76,7 +91,16 @@ typedef struct kern_ops {
   int (*download)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
   /* Copy within backend memory. */
   int (*copy)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
-  /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). */
+  /* Makes *w a weight [rows][cols] in the backend's compute type for weights (cpu: an fp32
+   * copy; cuda: bf16, converted on the device through a small fp32 staging buffer), filled from
+   * host, fp32 [rows][cols] in host memory, which is read before the call returns. The caller
+   * owns *w: weight_free. Returns 0; QE_EINVAL for negative dimensions; QE_ENOMEM when the
+   * backend has no memory for it (nothing held, *w zeroed); QE_EBACKEND on a device fault. */
+  int (*weight_upload)(kern_backend_t *be, kern_weight_t *w, const float *host, int rows, int cols);
+  /* Frees a weight made by weight_upload and zeroes *w (a NULL data is a no-op). */
+  void (*weight_free)(kern_backend_t *be, kern_weight_t *w);
+  /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). w is a
+   * plain fp32 weight or one made by this backend's weight_upload. */
   void (*matmul)(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
                  const float *bias, int m, int acc);
   /* y[m][n] = x / rms(x) * g, g [n]. y may equal x. */
@@ -89,7 +113,8 @@ typedef struct kern_ops {
   void (*swiglu)(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
   /* y[i] += x[i]. */
   void (*add)(kern_backend_t *be, float *y, const float *x, size_t n);
-  /* y[m][n] = table[ids[m]][n]. */
+  /* y[m][n] = table[ids[m]][n]. table is fp32 [vocab][n] backend memory on every backend (a
+   * plain buffer, or the data of a KERN_WEIGHT_F32 weight), never bf16. */
   void (*embed)(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
   /* In-place row softmax of x [m][n]. */
   void (*softmax)(kern_backend_t *be, float *x, int m, int n);
@@ -100,6 +125,11 @@ typedef struct kern_ops {
    * scratch: n floats + n ints of host workspace owned by the caller. */
   int (*sample)(kern_backend_t *be, const float *logits, int n, const kern_sampler_t *s,
                 uint64_t *rng, void *scratch);
+  /* ids[i] = the index of the largest value of row i of x [m][n] (backend memory), the lowest
+   * index on ties (the greedy choice of sample); NaN values are never chosen unless x[i][0] is
+   * NaN (then 0, as a sequential scan gives). ids: host [m]; complete on return. 0 or a negative
+   * QE_E* (QE_EBACKEND on a device fault). */
+  int (*argmax)(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
 } kern_ops_t;
 
 struct kern_backend {

@@ -25,7 +25,7 @@ typedef struct {
   float rms_eps;
   int tied_output;  /* output layer shares token_embd */
   int qkv_bias;     /* qwen2 */
-  kern_rope_t rope; /* factors points into the model (rope_freqs) or NULL */
+  kern_rope_t rope; /* factors: into the model (rope_freqs), static (model_shape_named), NULL */
 } model_hparams_t;
 
 /* This rank's shard. */
@@ -54,10 +54,25 @@ int model_shard_of(const model_hparams_t *hp, int rank, int size, model_shard_t 
 int model_load(const char *path, const model_load_opts_t *opts, model_t **out);
 void model_destroy(model_t *m); /* NULL-safe */
 
+/* Fills *hp with a named architecture's shape: "llama3-8b" (Llama-3.1-8B), "llama3-70b"
+ * (Llama-3.1-70B), both with llama3 rope frequency factors (hp->rope.factors points to static
+ * storage, valid for the process), and "tiny" (a 2-layer GQA llama for tests). Thread-safe.
+ * Returns 0, or QE_EINVAL naming the unknown shape and listing the known ones. */
+int model_shape_named(const char *name, model_hparams_t *hp);
+/* Builds a model of shape hp with no file and no tokenizer (model_tok and model_gguf return
+ * NULL): every weight is a deterministic function of (seed, tensor name, element index of the
+ * full tensor), uniform with std 0.02 for matrices and 1 for norms (biases 0), so rank r's
+ * shard holds exactly the matching rows / columns of the 1-rank model. Generated on the host
+ * one tensor at a time (on all cores) and uploaded with weight_upload. hp is copied (its rope
+ * factors too). *out owned by caller: model_destroy(). Returns 0, QE_EINVAL for an
+ * inconsistent shape or shard, QE_ENOMEM, or a backend error; errors carry a qe_errf detail. */
+int model_create_random(const model_hparams_t *hp, uint64_t seed, const model_load_opts_t *opts,
+                        model_t **out);
+
 const model_hparams_t *model_hparams(const model_t *m);
 const model_shard_t *model_shard(const model_t *m);
-const tok_t *model_tok(const model_t *m);
-const gguf_t *model_gguf(const model_t *m);
+const tok_t *model_tok(const model_t *m);   /* NULL for a random model */
+const gguf_t *model_gguf(const model_t *m); /* NULL for a random model */
 kern_backend_t *model_backend(const model_t *m);
 int model_max_batch(const model_t *m);
 /* A model file's fingerprint: hex of SHA-256 over its first 4 MiB (header, metadata, the
@@ -83,5 +98,10 @@ typedef struct {
  * other ranks may pass NULL. Returns 0 or QE_E*. */
 int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                   float *logits);
+/* The same forward pass, but rank 0 receives only the greedy choice of each output row: ids
+ * [n_out] (kern_ops_t.argmax on the backend: lowest id on ties, as greedy sampling), so a GPU
+ * backend copies n_out ids to the host instead of n_out * n_vocab logits. */
+int model_forward_greedy(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                         int32_t *ids);
 
 #endif

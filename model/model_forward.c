@@ -42,10 +42,12 @@ static int split_segments(const model_batch_t *b, model_seg_t *segs, int *n_segs
   return 0;
 }
 
-/* Sums buf [n] over the TP group, staging through host memory if the backend needs it. */
+/* Sums buf [n] over the TP group: in place on the device over the group's device communicator
+ * (NCCL) when it has one, else through host memory if the backend needs it. */
 static int allreduce_act(model_t *m, tp_comm_t *comm, float *buf, size_t n) {
   if (comm->size == 1) return 0;
   if (m->be->ops->host_memory) return tp_allreduce_sum(comm, buf, n);
+  if (comm->dev) return tp_allreduce_sum(comm->dev, buf, n);
   int rc = m->be->ops->download(m->be, m->s.host_tmp, buf, n * sizeof(float));
   if (!rc) rc = tp_allreduce_sum(comm, m->s.host_tmp, n);
   if (!rc) rc = m->be->ops->upload(m->be, buf, m->s.host_tmp, n * sizeof(float));
@@ -96,11 +98,17 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   return 0;
 }
 
+/* Where output rows go: logits [n_out][n_vocab] (host), or their greedy ids [n_out] (host). */
+typedef struct {
+  float *logits;
+  int32_t *ids;
+} model_out_t;
+
 /* Gathers the rows that want logits into tmp, normalizes them, and projects them onto the
- * vocabulary MODEL_OUT_CHUNK rows at a time (the logits scratch holds one chunk), copying
- * each chunk to the host buffer logits [n_out][n_vocab]. */
+ * vocabulary MODEL_OUT_CHUNK rows at a time (the logits scratch holds one chunk), copying each
+ * chunk's logits (or their argmax) to the host. */
 static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *segs, int n_segs,
-                         float *logits) {
+                         const model_out_t *o) {
   kern_backend_t *be = m->be;
   size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
   int n_out = 0, rc = 0;
@@ -114,14 +122,17 @@ static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *
   for (int r0 = 0; r0 < n_out && !rc; r0 += MODEL_OUT_CHUNK) {
     int nr = n_out - r0 < MODEL_OUT_CHUNK ? n_out - r0 : MODEL_OUT_CHUNK;
     be->ops->matmul(be, m->s.logits, m->s.xn + (size_t)r0 * E, &m->out, NULL, nr, 0);
-    rc =
-        be->ops->download(be, logits + (size_t)r0 * V, m->s.logits, (size_t)nr * V * sizeof(float));
+    if (o->ids)
+      rc = be->ops->argmax(be, m->s.logits, nr, (int)V, o->ids + r0);
+    else
+      rc = be->ops->download(be, o->logits + (size_t)r0 * V, m->s.logits,
+                             (size_t)nr * V * sizeof(float));
   }
   return rc;
 }
 
-int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
-                  float *logits) {
+static int forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                   const model_out_t *o) {
   static _Thread_local model_seg_t segs[MODEL_MAX_SEGS];
   static _Thread_local kv_attn_req_t reqs[MODEL_MAX_SEGS];
   int n_segs = 0, rc = check_batch(m, b);
@@ -135,6 +146,18 @@ int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch
   be->ops->embed(be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
   for (int l = 0; l < m->hp.n_layer && !rc; l++)
     rc = layer_forward(m, kv, comm, l, segs, n_segs, b->n, reqs);
-  if (rc || m->sh.rank != 0 || !logits) return rc;
-  return output_logits(m, b, segs, n_segs, logits);
+  if (rc || m->sh.rank != 0 || (!o->logits && !o->ids)) return rc;
+  return output_logits(m, b, segs, n_segs, o);
+}
+
+int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                  float *logits) {
+  model_out_t o = {logits, NULL};
+  return forward(m, kv, comm, b, &o);
+}
+
+int model_forward_greedy(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                         int32_t *ids) {
+  model_out_t o = {NULL, ids};
+  return forward(m, kv, comm, b, &o);
 }

@@ -51,7 +51,9 @@ struct gen_engine {
   int n_slots, n_active;
   int rr; /* first slot whose decode is planned when they do not all fit a batch */
   gen_plan_t plan;
-  float *lg;     /* [min(n_slots, max_batch)][n_vocab]: one row per sequence per step */
+  float *lg;    /* [min(n_slots, max_batch)][n_vocab]: one row per sequence per step */
+  int32_t *ids; /* [same rows]: the step's greedy ids when use_ids (step_greedy) */
+  int use_ids;
   void *scratch; /* sampler workspace: n_vocab floats + n_vocab ints */
   gen_stats_t stats;
 };
@@ -206,12 +208,13 @@ int gen_engine_create(model_t *m, kv_cache_t *kv, tp_comm_t *c, const gen_engine
   if (!e->o.max_prompt_per_step || e->o.max_prompt_per_step > cap) e->o.max_prompt_per_step = cap;
   e->slots = calloc((size_t)S, sizeof *e->slots);
   e->lg = malloc(sizeof(float) * (size_t)rows * V);
+  e->ids = malloc(sizeof(int32_t) * (size_t)rows);
   e->scratch = malloc((sizeof(float) + sizeof(int)) * (size_t)V);
-  int rc = e->slots && e->lg && e->scratch ? 0 : qe_errf(QE_ENOMEM, "gen: out of memory");
+  int rc = e->slots && e->lg && e->ids && e->scratch ? 0 : qe_errf(QE_ENOMEM, "gen: out of memory");
   if (!rc) rc = plan_alloc(&e->plan, cap);
   if (rc) {
     plan_free(&e->plan);
-    free(e->slots), free(e->lg), free(e->scratch), free(e);
+    free(e->slots), free(e->lg), free(e->ids), free(e->scratch), free(e);
     return rc;
   }
   *out = e;
@@ -280,17 +283,30 @@ static int plan_prompts(gen_engine_t *e, int cap) {
   return taken;
 }
 
+/* 1 when every row of the step samples greedily on a device backend: the backend's argmax then
+ * picks the tokens and only their ids cross to the host (the CPU backend samples its logits in
+ * place either way). */
+static int step_greedy(const gen_engine_t *e) {
+  if (model_backend(e->m)->ops->host_memory) return 0;
+  for (int j = 0; j < e->plan.n; j++)
+    if (e->plan.want[j] && e->slots[e->plan.seq[j]].sampler.temp > 0.0f) return 0;
+  return 1;
+}
+
 static int step_forward(gen_engine_t *e) {
   gen_plan_t *p = &e->plan;
   gen_hdr_t h = {GEN_OP_FWD, p->n, 0, 0};
   int rc = bcast_hdr(e->c, &h);
   if (!rc) rc = bcast_plan(e->c, p);
   model_batch_t b = {p->n, p->tokens, p->pos, p->seq, p->want};
-  return rc ? rc : model_forward(e->m, e->kv, e->c, &b, e->lg);
+  if (rc) return rc;
+  e->use_ids = step_greedy(e);
+  return e->use_ids ? model_forward_greedy(e->m, e->kv, e->c, &b, e->ids)
+                    : model_forward(e->m, e->kv, e->c, &b, e->lg);
 }
 
 static int finish_reason(const gen_engine_t *e, const gen_slot_t *s, int id) {
-  if (!s->ignore_eog && tok_is_eog(model_tok(e->m), id)) return GEN_FINISH_EOG;
+  if (!s->ignore_eog && model_tok(e->m) && tok_is_eog(model_tok(e->m), id)) return GEN_FINISH_EOG;
   return s->n_out >= s->limit ? GEN_FINISH_LENGTH : GEN_FINISH_NONE;
 }
 
@@ -305,7 +321,9 @@ static int sample_rows(gen_engine_t *e) {
     if (!p->want[j]) continue;
     int i = p->seq[j];
     gen_slot_t *s = &e->slots[i];
-    int id = be->ops->sample(be, e->lg + (size_t)row++ * V, V, &s->sampler, &s->rng, e->scratch);
+    int id = e->use_ids ? e->ids[row++]
+                        : be->ops->sample(be, e->lg + (size_t)row++ * V, V, &s->sampler, &s->rng,
+                                          e->scratch);
     int forced = s->n_out < s->n_forced;
     if (forced) {
       s->n_agree += id == s->forced[s->n_out];
@@ -382,6 +400,7 @@ void gen_engine_destroy(gen_engine_t *e) {
   plan_free(&e->plan);
   free(e->slots);
   free(e->lg);
+  free(e->ids);
   free(e->scratch);
   free(e);
 }

@@ -1,4 +1,5 @@
-/* model_internal: the model's private layout, shared by model_load.c and model_forward.c. */
+/* model_internal: the model's private layout and the loading helpers shared by model_load.c
+ * (GGUF), model_random.c (random weights) and model_forward.c. */
 #ifndef QE_MODEL_INTERNAL_H
 #define QE_MODEL_INTERNAL_H
 
@@ -9,9 +10,9 @@
 
 typedef struct {
   float *attn_norm, *ffn_norm;  /* [n_embd] */
-  kern_weight_t wq, wk, wv, wo; /* local rows (q/k/v) or local columns (o) */
-  kern_weight_t wg, wu, wd;
-  float *bq, *bk, *bv; /* qwen2 only, local slices */
+  kern_weight_t wq, wk, wv, wo; /* local rows (q/k/v) or local columns (o); weight_upload */
+  kern_weight_t wg, wu, wd;     /* local rows (gate/up) or local columns (down) */
+  float *bq, *bk, *bv;          /* qwen2 only, local slices */
 } model_layer_t;
 
 /* Scratch for one forward call of up to max_batch tokens, in backend memory. */
@@ -28,17 +29,33 @@ typedef struct {
 struct model {
   model_hparams_t hp;
   model_shard_t sh;
-  gguf_t *g;
-  tok_t *tok;
+  gguf_t *g;  /* NULL for a random model */
+  tok_t *tok; /* NULL for a random model */
   kern_backend_t *be;
-  float *tok_embd;   /* [n_vocab][n_embd] */
+  float *tok_embd;   /* fp32 [n_vocab][n_embd], read by embed; may alias out.data */
   float *out_norm;   /* [n_embd] */
-  kern_weight_t out; /* [n_vocab][n_embd]; data may alias tok_embd */
+  kern_weight_t out; /* [n_vocab][n_embd] on rank 0 (zeroed elsewhere); weight_upload */
   float rope_factors[512];
   model_layer_t *layers;
   model_scratch_t s;
   int max_batch;
-  size_t weight_bytes;
+  size_t weight_bytes; /* backend bytes of every weight and vector above */
 };
+
+/* An empty model for opts (backend, batch size); NULL when out of memory. */
+model_t *model__new(const model_load_opts_t *opts);
+/* Uploads the weight host [rows][cols] (fp32) through the backend's weight_upload into *w and
+ * counts its bytes; errors name the tensor. */
+int model__weight(model_t *m, kern_weight_t *w, const float *host, int rows, int cols,
+                  const char *name);
+/* Copies the fp32 vector host [n] into a new backend buffer *out and counts its bytes. */
+int model__vec(model_t *m, float **out, const float *host, size_t n, const char *name);
+/* Uploads token_embd host [n_vocab][n_embd]: the fp32 table of embed and, for a tied output on
+ * rank 0, the output weight too (one buffer when the backend's weights are fp32). */
+int model__embd(model_t *m, const float *host);
+/* Copies hp->rope.factors (if any) into the model and points m->hp.rope.factors at the copy. */
+void model__own_rope_factors(model_t *m);
+/* Allocates the forward scratch for m->max_batch tokens. */
+int model__alloc_scratch(model_t *m);
 
 #endif

@@ -169,23 +169,33 @@ static int dequant_slice(const gguf_tensor_t *t, const model_slice_t *s, float *
   return rc;
 }
 
-/* Loads a slice of tensor `name` into backend memory *out (NULL if absent and optional). */
-static int load_slice(model_t *m, const char *name, const model_slice_t *s, int required,
-                      float **out) {
-  const gguf_tensor_t *t = gguf_find_tensor(m->g, name);
-  *out = NULL;
-  if (!t) return required ? qe_errf(QE_ENOTFOUND, "model: missing tensor '%s'", name) : 0;
-  int rc = check_shape(t, name, s);
-  if (rc) return rc;
-  size_t bytes = sizeof(float) * (size_t)s->nr * (size_t)s->nc;
-  float *hb = malloc(bytes);
-  float *dev = kern_alloc(m->be, bytes);
-  if (!hb || !dev) rc = qe_errf(QE_ENOMEM, "model: no memory for tensor '%s'", name);
-  if (!rc) rc = dequant_slice(t, s, hb);
-  if (!rc) rc = m->be->ops->upload(m->be, dev, hb, bytes);
-  free(hb);
+model_t *model__new(const model_load_opts_t *o) {
+  model_t *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->be = o->be;
+  m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
+  return m;
+}
+
+int model__weight(model_t *m, kern_weight_t *w, const float *host, int rows, int cols,
+                  const char *name) {
+  int rc = m->be->ops->weight_upload(m->be, w, host, rows, cols);
   if (rc) {
-    if (dev) kern_free(m->be, dev);
+    char why[192];
+    snprintf(why, sizeof why, "%s", qe_errmsg());
+    return qe_errf(rc, "model: tensor '%s': %s", name, why);
+  }
+  m->weight_bytes += kern_weight_bytes(w);
+  return 0;
+}
+
+int model__vec(model_t *m, float **out, const float *host, size_t n, const char *name) {
+  size_t bytes = sizeof(float) * n;
+  float *dev = kern_alloc(m->be, bytes);
+  if (!dev) return qe_errf(QE_ENOMEM, "model: no backend memory for tensor '%s'", name);
+  int rc = m->be->ops->upload(m->be, dev, host, bytes);
+  if (rc) {
+    kern_free(m->be, dev);
     return rc;
   }
   m->weight_bytes += bytes;
@@ -193,25 +203,74 @@ static int load_slice(model_t *m, const char *name, const model_slice_t *s, int 
   return 0;
 }
 
+int model__embd(model_t *m, const float *host) {
+  int V = m->hp.n_vocab, E = m->hp.n_embd;
+  if (m->hp.tied_output && m->sh.rank == 0) {
+    int rc = model__weight(m, &m->out, host, V, E, "token_embd.weight");
+    if (rc) return rc;
+    if (m->out.dtype == KERN_WEIGHT_F32) { /* the same fp32 rows serve embed */
+      m->tok_embd = m->out.data;
+      return 0;
+    }
+  }
+  return model__vec(m, &m->tok_embd, host, (size_t)V * E, "token_embd.weight");
+}
+
+void model__own_rope_factors(model_t *m) {
+  if (!m->hp.rope.factors) return;
+  memcpy(m->rope_factors, m->hp.rope.factors, sizeof(float) * (size_t)(m->hp.rope.n_rot / 2));
+  m->hp.rope.factors = m->rope_factors;
+}
+
+/* Dequantizes a slice of tensor `name` into a new host buffer *hb [nr][nc] (NULL if absent and
+ * optional). The caller frees *hb. */
+static int read_slice(model_t *m, const char *name, const model_slice_t *s, int required,
+                      float **hb) {
+  const gguf_tensor_t *t = gguf_find_tensor(m->g, name);
+  *hb = NULL;
+  if (!t) return required ? qe_errf(QE_ENOTFOUND, "model: missing tensor '%s'", name) : 0;
+  int rc = check_shape(t, name, s);
+  if (rc) return rc;
+  size_t n = (size_t)s->nr * (size_t)s->nc;
+  float *h = malloc(sizeof(float) * (n ? n : 1));
+  if (!h) return qe_errf(QE_ENOMEM, "model: no host memory for tensor '%s'", name);
+  if ((rc = dequant_slice(t, s, h))) {
+    free(h);
+    return rc;
+  }
+  *hb = h;
+  return 0;
+}
+
 static int load_vec(model_t *m, const char *name, int n, int c0, int nc, int req, float **out) {
   model_slice_t s = {n, 1, 0, 1, c0, nc};
-  return load_slice(m, name, &s, req, out);
+  float *hb;
+  *out = NULL;
+  int rc = read_slice(m, name, &s, req, &hb);
+  if (!rc && hb) rc = model__vec(m, out, hb, (size_t)nc, name);
+  free(hb);
+  return rc;
+}
+
+/* Loads the slice s of the matrix `name` as the weight *w [s->nr][s->nc]. */
+static int load_weight(model_t *m, const char *name, const model_slice_t *s, kern_weight_t *w) {
+  float *hb;
+  int rc = read_slice(m, name, s, 1, &hb);
+  if (!rc) rc = model__weight(m, w, hb, s->nr, s->nc, name);
+  free(hb);
+  return rc;
 }
 
 static int load_rows(model_t *m, const char *name, int ne0, int ne1, int r0, int nr,
                      kern_weight_t *w) {
   model_slice_t s = {ne0, ne1, r0, nr, 0, ne0};
-  w->rows = nr;
-  w->cols = ne0;
-  return load_slice(m, name, &s, 1, (float **)&w->data);
+  return load_weight(m, name, &s, w);
 }
 
 static int load_cols(model_t *m, const char *name, int ne0, int ne1, int c0, int nc,
                      kern_weight_t *w) {
   model_slice_t s = {ne0, ne1, 0, ne1, c0, nc};
-  w->rows = ne1;
-  w->cols = nc;
-  return load_slice(m, name, &s, 1, (float **)&w->data);
+  return load_weight(m, name, &s, w);
 }
 
 static const char *tname(char *buf, int layer, const char *what) {
@@ -263,12 +322,13 @@ static int load_globals(model_t *m) {
   const model_hparams_t *hp = &m->hp;
   int E = hp->n_embd, V = hp->n_vocab;
   model_slice_t emb = {E, V, 0, V, 0, E};
-  int rc = load_slice(m, "token_embd.weight", &emb, 1, &m->tok_embd);
+  float *hb;
+  int rc = read_slice(m, "token_embd.weight", &emb, 1, &hb);
+  if (!rc) rc = model__embd(m, hb);
+  free(hb);
   if (!rc) rc = load_vec(m, "output_norm.weight", E, 0, E, 1, &m->out_norm);
   if (!rc) rc = load_rope_factors(m);
-  if (rc) return rc;
-  m->out = (kern_weight_t){m->tok_embd, V, E};
-  if (hp->tied_output || m->sh.rank != 0) return 0;
+  if (rc || hp->tied_output || m->sh.rank != 0) return rc;
   return load_rows(m, "output.weight", E, V, 0, V, &m->out);
 }
 
@@ -278,7 +338,7 @@ static void *scratch_alloc(model_t *m, size_t floats, int *rc) {
   return p;
 }
 
-static int alloc_scratch(model_t *m) {
+int model__alloc_scratch(model_t *m) {
   model_scratch_t *s = &m->s;
   size_t B = (size_t)m->max_batch, E = (size_t)m->hp.n_embd, hd = (size_t)m->hp.head_dim;
   int rc = 0;
@@ -310,18 +370,20 @@ static void free_scratch(model_t *m) {
 }
 
 static void free_layer(model_t *m, model_layer_t *L) {
-  void *bufs[] = {L->attn_norm, L->ffn_norm, L->wq.data, L->wk.data, L->wv.data, L->wo.data,
-                  L->wg.data,   L->wu.data,  L->wd.data, L->bq,      L->bk,      L->bv};
+  void *bufs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     if (bufs[i]) kern_free(m->be, bufs[i]);
+  kern_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+  for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) m->be->ops->weight_free(m->be, ws[i]);
 }
 
 void model_destroy(model_t *m) {
   if (!m) return;
   for (int l = 0; m->layers && l < m->hp.n_layer; l++) free_layer(m, &m->layers[l]);
   free(m->layers);
-  if (m->out.data && m->out.data != m->tok_embd) kern_free(m->be, m->out.data);
-  if (m->tok_embd) kern_free(m->be, m->tok_embd);
+  void *emb = m->tok_embd, *out = m->out.data; /* emb == out: one buffer, owned by out */
+  m->be->ops->weight_free(m->be, &m->out);
+  if (emb && emb != out) kern_free(m->be, emb);
   if (m->out_norm) kern_free(m->be, m->out_norm);
   free_scratch(m);
   tok_destroy(m->tok);
@@ -343,15 +405,13 @@ static int load_all(model_t *m, const model_load_opts_t *o) {
     rc = load_attn(m, l, &m->layers[l]);
     if (!rc) rc = load_ffn(m, l, &m->layers[l]);
   }
-  if (!rc) rc = alloc_scratch(m);
+  if (!rc) rc = model__alloc_scratch(m);
   return rc;
 }
 
 int model_load(const char *path, const model_load_opts_t *o, model_t **out) {
-  model_t *m = calloc(1, sizeof *m);
+  model_t *m = model__new(o);
   if (!m) return qe_errf(QE_ENOMEM, "model: out of memory");
-  m->be = o->be;
-  m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
   int rc = gguf_open(path, &m->g);
   if (!rc) rc = load_all(m, o);
   if (rc) {

@@ -377,6 +377,7 @@ int tok_eot(const tok_t *t) { return t->eot; }
 int tok_add_bos(const tok_t *t) { return t->add_bos && t->bos >= 0; }
 
 int tok_is_eog(const tok_t *t, int id) {
+  if (!t) return 0; /* a model without a tokenizer (model_create_random) has none */
   for (int i = 0; i < t->n_eog; i++)
     if (t->eog[i] == id) return 1;
   return 0;

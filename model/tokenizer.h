@@ -28,7 +28,7 @@ int tok_bos(const tok_t *t); /* -1 if none */
 int tok_eos(const tok_t *t); /* -1 if none */
 int tok_eot(const tok_t *t); /* end-of-turn (e.g. <|im_end|>, <|eot_id|>), -1 if none */
 /* Whether generation should stop on this id (eos, eot, or any end-of-generation token). */
-int tok_is_eog(const tok_t *t, int id);
+int tok_is_eog(const tok_t *t, int id); /* 0 when t is NULL */
 /* Whether the model wants BOS prepended (tokenizer.ggml.add_bos_token, default per kind). */
 int tok_add_bos(const tok_t *t);
 

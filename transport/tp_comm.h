@@ -26,6 +26,10 @@ struct tp_comm {
   const tp_comm_ops_t *ops;
   int rank;
   int size;
+  /* Optional: a communicator of the same group over DEVICE memory (NCCL), which the forward
+   * pass uses for activations held on a GPU instead of staging them through this one.
+   * Borrowed (the creator destroys it after this one); NULL when there is none. */
+  tp_comm_t *dev;
 };
 
 static inline int tp_allreduce_sum(tp_comm_t *c, float *buf, size_t n) {

@@ -116,7 +116,7 @@ int tp_comm_create_nccl(const void *unique_id, int rank, int size, int device, t
   if (!n) return qe_errf(QE_ENOMEM, "nccl: out of memory");
   ncclUniqueId id;
   memcpy(&id, unique_id, sizeof id);
-  n->base = (tp_comm_t){&nccl_ops, rank, size};
+  n->base = (tp_comm_t){.ops = &nccl_ops, .rank = rank, .size = size};
   n->device = device;
   setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink SHARP multicast stays off unless asked for */
   int rc = NCCL_CUDA(cudaSetDevice(device));

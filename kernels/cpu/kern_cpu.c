@@ -1,6 +1,7 @@
 /* kern_cpu: the CPU reference backend (fp32). GEMMs go through OpenBLAS (cblas) when built
  * with it, otherwise through a plain C loop. Element-wise ops are plain loops; attention
  * (kern_cpu_attn.c) and sampling (kern_cpu_sample.c) live in their own files. */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,25 @@ static void cpu_free(kern_backend_t *be, void *p) { free(p); }
 static int cpu_copy(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
   memmove(dst, src, bytes);
   return 0;
+}
+
+/* Weights stay fp32 on the CPU: a plain copy of host. */
+static int cpu_weight_upload(kern_backend_t *be, kern_weight_t *w, const float *host, int rows,
+                             int cols) {
+  memset(w, 0, sizeof *w);
+  if (rows < 0 || cols < 0)
+    return qe_errf(QE_EINVAL, "kern: weight of [%d][%d] is invalid", rows, cols);
+  size_t bytes = sizeof(float) * (size_t)rows * (size_t)cols;
+  void *p = cpu_alloc(be, bytes);
+  if (!p) return qe_errf(QE_ENOMEM, "kern: no memory for a [%d][%d] weight", rows, cols);
+  if (bytes) memcpy(p, host, bytes);
+  *w = (kern_weight_t){p, rows, cols, KERN_WEIGHT_F32};
+  return 0;
+}
+
+static void cpu_weight_free(kern_backend_t *be, kern_weight_t *w) {
+  free(w->data);
+  memset(w, 0, sizeof *w);
 }
 
 /* Rows at or below this go through the streaming kernel: each weight row is read once for
@@ -100,6 +120,7 @@ static void cpu_gemm_task(void *ctx, int t) {
 
 static void cpu_matmul(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
                        const float *bias, int m, int acc) {
+  assert(w->dtype == KERN_WEIGHT_F32); /* the cpu backend makes no other */
   int n = w->rows, tasks = n >= 64 ? be->n_threads : 1;
   cpu_gemm_job_t g = {y, x, w->data, m, n, w->cols, acc, (n + tasks - 1) / tasks};
   kern_cpu_pool_run(((kern_cpu_t *)be)->pool, cpu_gemm_task, &g, tasks);
@@ -162,6 +183,8 @@ static const kern_ops_t cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .copy = cpu_copy,
+    .weight_upload = cpu_weight_upload,
+    .weight_free = cpu_weight_free,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = kern_cpu_rope,
@@ -171,6 +194,7 @@ static const kern_ops_t cpu_ops = {
     .softmax = cpu_softmax,
     .attention = kern_cpu_attention,
     .sample = kern_cpu_sample,
+    .argmax = kern_cpu_argmax,
 };
 
 int kern_cpu_create(int n_threads, kern_backend_t **out) {

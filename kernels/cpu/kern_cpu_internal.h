@@ -33,5 +33,6 @@ void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_s
                         const kern_attn_shape_t *shape);
 int kern_cpu_sample(kern_backend_t *be, const float *logits, int n, const kern_sampler_t *s,
                     uint64_t *rng, void *scratch);
+int kern_cpu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
 
 #endif

@@ -67,3 +67,9 @@ int kern_cpu_sample(kern_backend_t *be, const float *logits, int n, const kern_s
   }
   return idx[m - 1];
 }
+
+int kern_cpu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {
+  (void)be;
+  for (int i = 0; i < m; i++) ids[i] = argmax(x + (size_t)i * n, n);
+  return 0;
+}

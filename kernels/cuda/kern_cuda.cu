@@ -1,5 +1,5 @@
 /* kern_cuda: the CUDA backend's host side: device memory (cudaMalloc, copies on the backend's
- * stream), the sticky error, the bf16 copies of weights, GEMMs through cuBLASLt (cuBLAS GemmEx
+ * stream), the sticky error, bf16 weights (weight_upload), GEMMs through cuBLASLt (cuBLAS GemmEx
  * as the fallback) and the ops table. The kernels of the other ops are in kern_cuda_ops.cu;
  * sampling runs the CPU sampler on the host (logits are host memory by kern.h's contract). */
 #include <stdarg.h>
@@ -71,73 +71,6 @@ int kcu_grow_host(kcu_t *c, void **p, size_t *cap, size_t need) {
   return 0;
 }
 
-/* ---- weight shadows (sorted by src) -------------------------------------------------------- */
-
-/* Index of the first shadow whose src is >= p. */
-static int shadow_lower(const kcu_t *c, uintptr_t p) {
-  int lo = 0, hi = c->n_sh;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if ((uintptr_t)c->sh[mid].src < p)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-/* Marks stale every shadow whose fp32 range overlaps [dst, dst + bytes). */
-static void shadow_touch(kcu_t *c, const void *dst, size_t bytes) {
-  if (!c->n_sh || !bytes) return;
-  uintptr_t a = (uintptr_t)dst, b = a + bytes;
-  uintptr_t from = a > c->sh_max_bytes ? a - c->sh_max_bytes : 0;
-  for (int i = shadow_lower(c, from); i < c->n_sh && (uintptr_t)c->sh[i].src < b; i++)
-    if ((uintptr_t)c->sh[i].src + c->sh[i].bytes > a) c->sh[i].stale = 1;
-}
-
-/* Frees the shadow keyed by p, if any. */
-static void shadow_drop(kcu_t *c, const void *p) {
-  int i = shadow_lower(c, (uintptr_t)p);
-  if (i >= c->n_sh || c->sh[i].src != p) return;
-  KCU_CUDA(c, cudaFree(c->sh[i].bf));
-  memmove(&c->sh[i], &c->sh[i + 1], sizeof *c->sh * (size_t)(c->n_sh - i - 1));
-  c->n_sh--;
-}
-
-/* The entry for w->data, inserted empty if absent; NULL (sticky error) if out of memory. */
-static kcu_shadow_t *shadow_slot(kcu_t *c, const kern_weight_t *w) {
-  int i = shadow_lower(c, (uintptr_t)w->data);
-  if (i < c->n_sh && c->sh[i].src == w->data) return &c->sh[i];
-  if (c->n_sh == c->cap_sh) {
-    int cap = c->cap_sh ? 2 * c->cap_sh : 64;
-    kcu_shadow_t *g = (kcu_shadow_t *)realloc(c->sh, sizeof *g * (size_t)cap);
-    if (!g) return kcu_fail(c, "out of host memory (weight table)"), (kcu_shadow_t *)NULL;
-    c->sh = g, c->cap_sh = cap;
-  }
-  memmove(&c->sh[i + 1], &c->sh[i], sizeof *c->sh * (size_t)(c->n_sh - i));
-  c->n_sh++;
-  memset(&c->sh[i], 0, sizeof c->sh[i]);
-  c->sh[i].src = w->data;
-  return &c->sh[i];
-}
-
-/* The bf16 copy of weight w, made (or refreshed) from its fp32 buffer when needed. */
-static const __nv_bfloat16 *kcu_weight(kcu_t *c, const kern_weight_t *w) {
-  kcu_shadow_t *s = shadow_slot(c, w);
-  if (!s) return NULL;
-  if (s->bf && !s->stale && s->rows == w->rows && s->cols == w->cols) return s->bf;
-  size_t n = (size_t)w->rows * (size_t)w->cols;
-  if (s->bf && (s->rows != w->rows || s->cols != w->cols)) {
-    if (KCU_CUDA(c, cudaFree(s->bf))) return NULL;
-    s->bf = NULL;
-  }
-  if (!s->bf && KCU_CUDA(c, cudaMalloc((void **)&s->bf, n * sizeof(__nv_bfloat16)))) return NULL;
-  s->rows = w->rows, s->cols = w->cols, s->bytes = n * sizeof(float), s->stale = 0;
-  if (s->bytes > c->sh_max_bytes) c->sh_max_bytes = s->bytes;
-  if (kcu_to_bf16(c, s->bf, (const float *)w->data, n)) return NULL;
-  return s->bf;
-}
-
 /* ---- memory ops -------------------------------------------------------------------------- */
 
 static void *kcu_alloc(kern_backend_t *be, size_t bytes) {
@@ -148,7 +81,6 @@ static void *kcu_alloc(kern_backend_t *be, size_t bytes) {
     (void)cudaGetLastError(); /* an allocation failure is the caller's NULL, not sticky */
     return NULL;
   }
-  shadow_touch(c, p, bytes); /* a copy keyed inside a freed buffer must not come back */
   return p;
 }
 
@@ -156,7 +88,6 @@ static void kcu_free(kern_backend_t *be, void *p) {
   kcu_t *c = KCU(be);
   if (!p) return;
   KCU_CUDA(c, cudaSetDevice(c->device));
-  shadow_drop(c, p);
   KCU_CUDA(c, cudaFree(p));
 }
 
@@ -164,7 +95,6 @@ static void kcu_free(kern_backend_t *be, void *p) {
 static int kcu_upload(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
   kcu_t *c = KCU(be);
   if (kcu_enter(c)) return kcu_sticky(c);
-  shadow_touch(c, dst, bytes);
   if (!bytes) return 0;
   int rc = KCU_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
   if (!rc) rc = KCU_CUDA(c, cudaStreamSynchronize(c->stream));
@@ -184,9 +114,76 @@ static int kcu_download(kern_backend_t *be, void *dst, const void *src, size_t b
 static int kcu_copy(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
   kcu_t *c = KCU(be);
   if (kcu_enter(c)) return kcu_sticky(c);
-  shadow_touch(c, dst, bytes);
   if (!bytes) return 0;
   return KCU_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+/* Converts host fp32 [n] into device bf16 dst through a device fp32 staging buffer of at most
+ * KCU_STAGE_BYTES, one chunk at a time on the stream; returns once the device is done. */
+static int kcu_stage_bf16(kcu_t *c, __nv_bfloat16 *dst, const float *host, size_t n) {
+  size_t chunk = KCU_STAGE_BYTES / sizeof(float);
+  chunk = n < chunk ? n : chunk;
+  float *stage = NULL;
+  if (!chunk) return 0;
+  if (cudaMalloc((void **)&stage, chunk * sizeof(float)) != cudaSuccess) {
+    (void)cudaGetLastError(); /* out of memory is the caller's error, not sticky */
+    return qe_errf(QE_ENOMEM, "cuda: no device memory for %zu bytes of weight staging",
+                   chunk * sizeof(float));
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i += chunk) {
+    size_t k = n - i < chunk ? n - i : chunk;
+    rc = KCU_CUDA(
+        c, cudaMemcpyAsync(stage, host + i, k * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    if (!rc) rc = kcu_to_bf16(c, dst + i, stage, k);
+  }
+  if (!rc) rc = KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+  int rf = KCU_CUDA(c, cudaFree(stage));
+  return rc ? rc : rf;
+}
+
+static int kcu_weight_upload(kern_backend_t *be, kern_weight_t *w, const float *host, int rows,
+                             int cols) {
+  kcu_t *c = KCU(be);
+  memset(w, 0, sizeof *w);
+  if (rows < 0 || cols < 0)
+    return qe_errf(QE_EINVAL, "cuda: weight of [%d][%d] is invalid", rows, cols);
+  if (kcu_enter(c)) return kcu_sticky(c);
+  size_t n = (size_t)rows * (size_t)cols;
+  __nv_bfloat16 *bf = NULL;
+  if (cudaMalloc((void **)&bf, n ? n * sizeof *bf : 256) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return qe_errf(QE_ENOMEM, "cuda: no device memory for a [%d][%d] bf16 weight (%zu bytes)", rows,
+                   cols, n * sizeof *bf);
+  }
+  int rc = kcu_stage_bf16(c, bf, host, n);
+  if (rc) {
+    cudaFree(bf);
+    return rc;
+  }
+  *w = (kern_weight_t){bf, rows, cols, KERN_WEIGHT_BF16};
+  return 0;
+}
+
+static void kcu_weight_free(kern_backend_t *be, kern_weight_t *w) {
+  kcu_t *c = KCU(be);
+  if (w->data) {
+    KCU_CUDA(c, cudaSetDevice(c->device));
+    KCU_CUDA(c, cudaFree(w->data));
+  }
+  memset(w, 0, sizeof *w);
+}
+
+/* The bf16 operand of w: its data when weight_upload made it, else its fp32 buffer rounded
+ * into the scratch c->wb (a plain fp32 weight: tests). NULL on failure (sticky). */
+static const __nv_bfloat16 *kcu_weight(kcu_t *c, const kern_weight_t *w) {
+  if (w->dtype == KERN_WEIGHT_BF16) return (const __nv_bfloat16 *)w->data;
+  size_t n = (size_t)w->rows * (size_t)w->cols;
+  if (kcu_grow(c, &c->wb, &c->wb_cap, n * sizeof(__nv_bfloat16))) return NULL;
+  if (kcu_to_bf16(c, c->wb, (const float *)w->data, n)) return NULL;
+  return (const __nv_bfloat16 *)c->wb;
 }
 
 /* ---- GEMM -------------------------------------------------------------------------------- */
@@ -316,16 +313,14 @@ static void kcu_destroy(kern_backend_t *be) {
   kcu_t *c = KCU(be);
   cudaSetDevice(c->device);
   if (c->stream) cudaStreamSynchronize(c->stream);
-  for (int i = 0; i < c->n_sh; i++) cudaFree(c->sh[i].bf);
   for (int i = 0; i < c->n_plans; i++) plan_release(&c->plans[i]);
-  void *dev[] = {c->ws, c->xb, c->rope_tab, c->attn_desc, c->attn_stats};
+  void *dev[] = {c->ws, c->xb, c->wb, c->rope_tab, c->attn_desc, c->attn_stats, c->amax};
   for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
     if (dev[i]) cudaFree(dev[i]);
   if (c->blas) cublasDestroy(c->blas);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->stream) cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
-  free(c->sh);
   free(c->rope_host);
   free(c->attn_host);
   free(c);
@@ -340,6 +335,8 @@ static const kern_ops_t kcu_ops = {
     .upload = kcu_upload,
     .download = kcu_download,
     .copy = kcu_copy,
+    .weight_upload = kcu_weight_upload,
+    .weight_free = kcu_weight_free,
     .matmul = kcu_matmul,
     .rmsnorm = kcu_rmsnorm,
     .rope = kcu_rope,
@@ -349,6 +346,7 @@ static const kern_ops_t kcu_ops = {
     .softmax = kcu_softmax,
     .attention = kcu_attention,
     .sample = kcu_sample,
+    .argmax = kcu_argmax,
 };
 
 extern "C" int kern_cuda_device_count(void) {
@@ -391,3 +389,5 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
 }
 
 extern "C" void *kern_cuda_stream(kern_backend_t *be) { return KCU(be)->stream; }
+
+extern "C" int kern_cuda_device(const kern_backend_t *be) { return ((const kcu_t *)be)->device; }

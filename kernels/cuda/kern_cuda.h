@@ -5,13 +5,15 @@
  * Memory and precision:
  * - Backend buffers are device memory (host_memory = 0): kern_alloc is cudaMalloc, upload /
  *   download / copy are cudaMemcpy on the backend's stream (download waits for it).
- * - Activations are fp32. Weights arrive as fp32 buffers (the loader dequantizes and
- *   uploads); the first matmul over a weight converts it to a bf16 copy kept beside it
- *   (keyed by kern_weight_t.data, dropped by kern_free of that pointer, refreshed when upload
- *   or copy writes into the fp32 buffer). GEMMs run through cuBLASLt (cuBLAS GemmEx when
- *   cuBLASLt offers no algorithm) on bf16 operands with fp32 accumulation and fp32 output:
- *   the activations are rounded to bf16 on the way in. So a model holds its weights twice
- *   (fp32 + bf16) on the GPU; a weight-upload op in kern.h would let the fp32 copy go.
+ * - Activations are fp32. Weights are held once, in bf16: weight_upload allocates the bf16
+ *   matrix and converts the host fp32 rows into it on the device, through an fp32 staging
+ *   buffer of at most 64 MiB that is freed before it returns. A plain fp32 weight (dtype
+ *   KERN_WEIGHT_F32, e.g. a kern_alloc'd buffer) is still accepted by matmul, rounded to bf16
+ *   into a scratch buffer on every call (tests; nothing is cached). GEMMs run through
+ *   cuBLASLt (cuBLAS GemmEx when cuBLASLt offers no algorithm) on bf16 operands with fp32
+ *   accumulation and fp32 output: the activations are rounded to bf16 on the way in. embed
+ *   reads an fp32 table (kern.h), so a model keeps token_embd in fp32 beside a bf16 output
+ *   weight.
  * - The buffers inside kern_attn_seq_t (q, k, v, out, key_mass, k_pos) and the positions of
  *   rope and the ids of embed are device memory; kern_rope_t.factors and the logits of
  *   sample are host memory (as kern.h says). sample runs the CPU sampler on the host: the
@@ -42,6 +44,8 @@ int kern_cuda_create(int device, kern_backend_t **out);
 /* The backend's cudaStream_t (as void *), for work that must be ordered with its ops (an NCCL
  * communicator's collectives, see tp_comm_nccl_set_stream). Borrowed: valid until destroy. */
 void *kern_cuda_stream(kern_backend_t *be);
+/* The backend's CUDA device ordinal. */
+int kern_cuda_device(const kern_backend_t *be);
 
 #ifdef __cplusplus
 }

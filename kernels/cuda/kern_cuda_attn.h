@@ -46,26 +46,31 @@ typedef struct {
 
 /* Flags (kc_attn_args_t.flags). */
 enum {
-  KC_ATTN_SKIP_COMBINE = 1 /* run the chunk kernel only (benchmarks: out and mass not written) */
+  KC_ATTN_SKIP_COMBINE = 1,   /* run the chunk kernel only (benchmarks: out and mass not written) */
+  KC_ATTN_MASS_ACCUMULATE = 2 /* mass[w] += the step's mass (a running score) instead of = */
 };
 
 typedef struct {
-  kern_paged_geom_t geom; /* n_kv, head_dim, omega, bits, group */
-  int n_seq;              /* B */
-  int n_head;             /* query heads (local); n_head % n_kv == 0, n_head / n_kv <= 8 */
-  float scale;            /* softmax scale, usually 1/sqrt(head_dim) */
-  kc_attn_rope_t rope;    /* used when has_quant */
-  const void *arena;      /* device base of every window offset (NULL: offsets are addresses) */
-  const kern_pwin_t *win; /* device [n_win] */
-  const int32_t *seq_win; /* device [n_seq + 1] */
-  int n_win;              /* total windows */
-  int max_win;            /* >= the most windows of one sequence (sizes the chunking) */
-  int has_quant;          /* 1 when any window may be QUANT (0 picks the bf16 FULL-only kernel,
-                             which would misread a QUANT window) */
-  const float *q;         /* device [n_seq][n_head][head_dim] fp32 */
-  float *out;             /* device [n_seq][n_head][head_dim] fp32 */
-  float *mass;            /* device [n_win] fp32, or NULL */
-  void *ws;               /* device workspace of kc_attn_ws_bytes(this) bytes (256-aligned) */
+  kern_paged_geom_t geom;  /* n_kv, head_dim, omega, bits, group */
+  int n_seq;               /* B */
+  int n_head;              /* query heads (local); n_head % n_kv == 0, n_head / n_kv <= 8 */
+  float scale;             /* softmax scale, usually 1/sqrt(head_dim) */
+  kc_attn_rope_t rope;     /* used when has_quant */
+  const void *arena;       /* device base of every window offset (NULL: offsets are addresses) */
+  const kern_pwin_t *win;  /* device [n_win] */
+  const int32_t *seq_win;  /* device [n_seq + 1] */
+  const int32_t *seq_nwin; /* device [n_seq] or NULL: when set, sequence b's windows are
+                              [seq_win[b], seq_win[b] + seq_nwin[b]) (ranges may leave gaps,
+                              e.g. one fixed-size table region per cache slot; n_win and
+                              max_win still bound every index and count) */
+  int n_win;               /* total windows */
+  int max_win;             /* >= the most windows of one sequence (sizes the chunking) */
+  int has_quant;           /* 1 when any window may be QUANT (0 picks the bf16 FULL-only kernel,
+                              which would misread a QUANT window) */
+  const float *q;          /* device [n_seq][n_head][head_dim] fp32 */
+  float *out;              /* device [n_seq][n_head][head_dim] fp32 */
+  float *mass;             /* device [n_win] fp32, or NULL */
+  void *ws;                /* device workspace of kc_attn_ws_bytes(this) bytes (256-aligned) */
   size_t ws_bytes;
   int chunk_win; /* windows per chunk; 0 picks one from the device's size (kc_attn_chunk_win) */
   int flags;     /* KC_ATTN_* */

@@ -50,6 +50,7 @@ typedef struct {
   const uint8_t *arena;
   const kern_pwin_t *win;  /* [n_win] */
   const int32_t *seq_win;  /* [n_seq + 1] */
+  const int32_t *seq_nwin; /* [n_seq] or NULL (then seq_win[b + 1] ends sequence b) */
   const float *q;          /* [n_seq][n_head][hd] */
   float *out;              /* [n_seq][n_head][hd] */
   float *mass;             /* [n_win] or NULL */
@@ -59,6 +60,7 @@ typedef struct {
   const float *rope_tab;   /* [n_rot / 2][2]: freq, YaRN mix */
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
+  int mass_acc;                                       /* mass[w] += instead of = */
   float qscale;                                       /* scale * log2(e) */
   float freq_scale, mscale;
 } kca_params_t;
@@ -352,6 +354,11 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
 #endif
 
 /* ---------------------------------------------------------------- small helpers */
+
+/* One past sequence b's last window. */
+KCA_FN int kca_seq_end(const kca_params_t &p, int b) {
+  return p.seq_nwin ? p.seq_win[b] + p.seq_nwin[b] : p.seq_win[b + 1];
+}
 
 KCA_FN float kca_maxf(float a, float b) { return a > b ? a : b; }
 KCA_FN int kca_mini(int a, int b) { return a < b ? a : b; }
@@ -1007,7 +1014,7 @@ template <int HD, int BITS, bool NEOX, bool PAIR>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
-  const int w_beg = p.seq_win[b], w_end = p.seq_win[b + 1];
+  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   const int c_beg = w_beg + chunk * p.chunk_win;
   if (c_beg >= w_end) return; /* past this sequence's chunks: the combine does not read it */
   const int c_end = kca_mini(c_beg + p.chunk_win, w_end);
@@ -1058,7 +1065,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
  * lse_s [n_head]), then the part's share of out[b] and of b's window masses. */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
-  const int w_beg = p.seq_win[b], w_end = p.seq_win[b + 1];
+  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   const int nc = (w_end - w_beg + p.chunk_win - 1) / p.chunk_win;
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
   for (int h = tid; h < p.n_head; h += KCA_CT) {
@@ -1090,7 +1097,7 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
     float s = 0.0f;
     for (int h = 0; W.n > 0 && h < p.n_head; h++)
       if (lse_s[h] != KCA_NEGINF) s += kca_ex2(p.wlse[(size_t)w * p.n_head + h] - lse_s[h]);
-    p.mass[w] = s / (float)p.n_head;
+    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
   }
 }
 
@@ -1123,6 +1130,8 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.arena = (const uint8_t *)a->arena;
   p.win = a->win;
   p.seq_win = a->seq_win;
+  p.seq_nwin = a->seq_nwin;
+  p.mass_acc = (a->flags & KC_ATTN_MASS_ACCUMULATE) != 0;
   p.q = a->q;
   p.out = a->out;
   p.mass = a->mass;

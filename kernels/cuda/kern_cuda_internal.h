@@ -14,15 +14,6 @@ extern "C" {
 #include "qe_status.h"
 }
 
-/* A bf16 copy of an fp32 weight buffer, made by the first matmul over it. */
-typedef struct {
-  const void *src; /* the fp32 buffer (kern_weight_t.data): the key */
-  size_t bytes;    /* fp32 bytes covered: rows * cols * 4 */
-  int rows, cols;
-  int stale; /* the fp32 buffer was written since the copy was made */
-  __nv_bfloat16 *bf;
-} kcu_shadow_t;
-
 /* A cuBLASLt plan for one GEMM shape (descriptors and the heuristic's algorithm). */
 typedef struct {
   int m, n, k, align_c; /* key */
@@ -35,6 +26,8 @@ typedef struct {
 #define KCU_PLANS   64
 #define KCU_HD_MAX  256 /* largest head_dim of the attention kernels */
 #define KCU_WS_SIZE ((size_t)32 << 20)
+/* Largest device fp32 staging buffer of weight_upload. */
+#define KCU_STAGE_BYTES ((size_t)64 << 20)
 
 typedef struct {
   kern_backend_t base;
@@ -48,9 +41,8 @@ typedef struct {
   char errmsg[256]; /* its detail */
   void *xb;         /* bf16 activations of the current GEMM */
   size_t xb_cap;    /* bytes */
-  kcu_shadow_t *sh; /* sorted by src */
-  int n_sh, cap_sh;
-  size_t sh_max_bytes; /* largest shadow's fp32 bytes (overlap search window) */
+  void *wb;         /* bf16 of a plain fp32 weight for the current GEMM (tests) */
+  size_t wb_cap;    /* bytes */
   kcu_plan_t plans[KCU_PLANS];
   int n_plans, next_plan;
   kern_rope_t rope_key; /* parameters of the device rope table */
@@ -63,6 +55,8 @@ typedef struct {
   void *attn_host; /* host staging of the same */
   size_t attn_host_cap;
   float *attn_stats; /* device [sum n_q * n_head][2] softmax max and sum */
+  void *amax;        /* device int32 [rows] of argmax */
+  size_t amax_cap;
   size_t attn_stats_cap;
 } kcu_t;
 
@@ -105,6 +99,7 @@ void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up
 void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n);
 void kcu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
 void kcu_softmax(kern_backend_t *be, float *x, int m, int n);
+int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
 void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                    const kern_attn_shape_t *shape);
 

@@ -412,3 +412,46 @@ void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
   KCU_LAUNCH(c, kcu_mass_k, mgrid, KCU_MASS_WARPS * 32, 0, dd, sh->n_head, sh->n_kv_head,
              sh->head_dim, sh->scale, c->attn_stats);
 }
+
+/* ---- greedy argmax ------------------------------------------------------------------------- */
+
+/* (value, index) pairs: a beats b when larger, or equal with a lower index; NaN never beats. */
+__device__ __forceinline__ void kcu_amax_merge(float *v, int *i, float ov, int oi) {
+  if (ov > *v || (ov == *v && oi < *i) || (*v != *v && ov == ov)) *v = ov, *i = oi;
+}
+
+/* One block per row. Row element 0 NaN gives 0 (a sequential scan never moves off it). */
+__global__ void kcu_argmax_k(const float *x, int n, int32_t *ids) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float *r = x + (size_t)blockIdx.x * n;
+  float v = -INFINITY;
+  int idx = 0x7fffffff;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) kcu_amax_merge(&v, &idx, r[j], j);
+  for (int o = 16; o; o >>= 1)
+    kcu_amax_merge(&v, &idx, __shfl_xor_sync(0xffffffffu, v, o),
+                   __shfl_xor_sync(0xffffffffu, idx, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sv[warp] = v, si[warp] = idx;
+  __syncthreads();
+  if (warp) return;
+  v = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
+  idx = lane < (int)(blockDim.x >> 5) ? si[lane] : 0x7fffffff;
+  for (int o = 16; o; o >>= 1)
+    kcu_amax_merge(&v, &idx, __shfl_xor_sync(0xffffffffu, v, o),
+                   __shfl_xor_sync(0xffffffffu, idx, o));
+  if (lane == 0) ids[blockIdx.x] = (r[0] != r[0] || idx == 0x7fffffff) ? 0 : idx;
+}
+
+int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {
+  kcu_t *c = KCU(be);
+  int rc = kcu_enter(c);
+  if (rc) return rc;
+  if (m <= 0 || n <= 0 || m > 65535) return qe_errf(QE_EINVAL, "argmax: %d rows of %d", m, n);
+  size_t bytes = sizeof(int32_t) * (size_t)m;
+  if ((rc = kcu_grow(c, &c->amax, &c->amax_cap, bytes))) return rc;
+  if ((rc = KCU_LAUNCH(c, kcu_argmax_k, m, 1024, 0, x, n, (int32_t *)c->amax))) return rc;
+  if ((rc = KCU_CUDA(c, cudaMemcpyAsync(ids, c->amax, bytes, cudaMemcpyDeviceToHost, c->stream))))
+    return rc;
+  return KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+}

@@ -2,8 +2,11 @@
  * fresh random data of several shapes, each GPU output poisoned with NaN first (an element the
  * GPU never writes fails the check):
  * - matmul with and without bias, accumulating or not, through cuBLASLt and through cuBLAS
- *   GemmEx (QE_CUDA_GEMM=gemmex), and again after the weight buffer is rewritten (the bf16
- *   copy must follow): bf16 operands, normalized error < 1e-2;
+ *   GemmEx (QE_CUDA_GEMM=gemmex), over a plain fp32 weight and again after that buffer is
+ *   rewritten (read afresh): bf16 operands, normalized error < 1e-2;
+ * - weight_upload: the device holds exactly the round-to-nearest-even bf16 of every host value
+ *   (a matrix above one 64 MiB staging chunk included), and a matmul over it is within 1e-2 of
+ *   the CPU backend's;
  * - RMSNorm, RoPE (NORM / NEOX, partial rotation, frequency factors, YaRN, negative and large
  *   positions), SwiGLU, add, embedding, softmax: max relative error < 1e-5 (3e-5 for softmax
  *   rows past 4096, where the CPU's sequential sum drifts), add and embedding bit-exact;
@@ -15,15 +18,22 @@
  *   QE_SHARED_MODELS has it) and random llama / qwen2 models written here; every position's
  *   logits within 5e-2 normalized error, and every position's argmax agrees unless the CPU's
  *   own margin between the two candidates is under 2% of the row's RMS logit (a near-tie);
+ * - the "tiny" model_create_random shape, tied and untied, on both backends: prefill logits
+ *   within 5e-2, and the GPU holds every matrix once, in bf16 (its weight bytes are the CPU's
+ *   less 2 per matrix element; a tied output adds a bf16 copy beside the fp32 token_embd);
  * - with NCCL: a 1-rank communicator's all-reduce, broadcast and all-gather on device buffers.
  * Exits 77 when there is no CUDA device. Also a tool for bench/gpu_ops.sh:
  *   test_kern_cuda --gap MODEL N_PROMPT ID,ID,...
  * teacher-forces the ids through both backends and prints the first position where the GPU's
- * greedy choice differs from the next id, with the logit gaps on both backends. */
+ * greedy choice differs from the next id, with the logit gaps on both backends; and
+ *   test_kern_cuda --random SHAPE
+ * builds model_create_random(SHAPE) on the GPU, prints its build time and weight bytes, and
+ * runs a 16-token prefill and 4 decode steps (finite logits or exit 1). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda/kern_cuda.h"
@@ -90,9 +100,9 @@ static void check_matmul(kern_backend_t *gpu, const char *path, int m, int n, in
   float *x = randv((size_t)m * k, 1), *w = randv((size_t)n * k, 1), *b = randv(n, 1);
   float *y0 = randv((size_t)m * n, 1), *ref = malloc(sizeof(float) * m * n);
   memcpy(ref, y0, sizeof(float) * m * n);
-  kern_weight_t wc = {w, n, k};
+  kern_weight_t wc = {w, n, k, KERN_WEIGHT_F32};
   g_cpu->ops->matmul(g_cpu, ref, x, &wc, bias ? b : NULL, m, acc);
-  kern_weight_t wg = {bput(gpu, w, sizeof(float) * n * k), n, k};
+  kern_weight_t wg = {bput(gpu, w, sizeof(float) * n * k), n, k, KERN_WEIGHT_F32};
   float *dx = bput(gpu, x, sizeof(float) * m * k), *db = bput(gpu, b, sizeof(float) * n);
   float *dy = acc ? bput(gpu, y0, sizeof(float) * m * n) : bpoison(gpu, (size_t)m * n);
   gpu->ops->matmul(gpu, dy, dx, &wg, bias ? db : NULL, m, acc);
@@ -104,7 +114,7 @@ static void check_matmul(kern_backend_t *gpu, const char *path, int m, int n, in
   free(y);
   /* rewrite the weight in place: the bf16 copy must follow */
   float *w2 = randv((size_t)n * k, 1);
-  kern_weight_t wc2 = {w2, n, k};
+  kern_weight_t wc2 = {w2, n, k, KERN_WEIGHT_F32};
   g_cpu->ops->matmul(g_cpu, ref, x, &wc2, NULL, m, 0);
   CHECK_OK(gpu->ops->upload(gpu, wg.data, w2, sizeof(float) * n * k));
   gpu->ops->matmul(gpu, dy, dx, &wg, NULL, m, 0);
@@ -124,6 +134,47 @@ static void check_matmuls(kern_backend_t *gpu, const char *path) {
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
     for (int v = 0; v < 3; v++)
       check_matmul(gpu, path, shapes[i][0], shapes[i][1], shapes[i][2], v == 1, v == 2);
+}
+
+/* ---- weight_upload ----------------------------------------------------------------------- */
+
+/* The round-to-nearest-even bf16 bits of a finite f. */
+static uint16_t bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static void check_weight_upload(int rows, int cols, int m) {
+  size_t n = (size_t)rows * cols, ny = (size_t)m * rows;
+  float *w = randv(n, 1), *x = randv((size_t)m * cols, 1), *ref = malloc(sizeof(float) * ny);
+  uint16_t *bits = malloc(sizeof(uint16_t) * n);
+  kern_weight_t wc, wg;
+  CHECK_OK(g_cpu->ops->weight_upload(g_cpu, &wc, w, rows, cols));
+  CHECK_OK(g_gpu->ops->weight_upload(g_gpu, &wg, w, rows, cols));
+  CHECK(wc.dtype == KERN_WEIGHT_F32 && wg.dtype == KERN_WEIGHT_BF16);
+  CHECK(wg.rows == rows && wg.cols == cols && kern_weight_bytes(&wg) == 2 * n);
+  CHECK_OK(g_gpu->ops->download(g_gpu, bits, wg.data, sizeof(uint16_t) * n));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += bits[i] != bf16_bits(w[i]);
+  g_cpu->ops->matmul(g_cpu, ref, x, &wc, NULL, m, 0);
+  float *dx = bput(g_gpu, x, sizeof(float) * m * cols), *dy = bpoison(g_gpu, ny);
+  g_gpu->ops->matmul(g_gpu, dy, dx, &wg, NULL, m, 0);
+  float *y = bget(g_gpu, dy, ny);
+  double e = nerr(y, ref, ny);
+  fprintf(stderr,
+          "weight_upload [%d][%d]: %zu bf16 values differ from host rounding; matmul m %d "
+          "normalized error %.2e\n",
+          rows, cols, bad, m, e);
+  CHECK(bad == 0);
+  CHECK(e < 1e-2);
+  g_gpu->ops->weight_free(g_gpu, &wg);
+  g_cpu->ops->weight_free(g_cpu, &wc);
+  CHECK(wg.data == NULL && wc.data == NULL);
+  CHECK(g_gpu->ops->weight_upload(g_gpu, &wg, w, -1, cols) == QE_EINVAL && !wg.data);
+  kern_free(g_gpu, dx), kern_free(g_gpu, dy);
+  free(w), free(x), free(ref), free(bits), free(y);
 }
 
 /* ---- element-wise ops ----------------------------------------------------------------------- */
@@ -392,16 +443,23 @@ typedef struct {
   tp_comm_t *c;
 } mrig_t;
 
-static int mrig_open(mrig_t *r, kern_backend_t *be, const char *path, int cap) {
+/* Loads path (or, with path NULL, builds model_create_random(hp, seed)) with a 1-slot FullKV
+ * cache of cap tokens, slot 0 open. */
+static int mrig_open_any(mrig_t *r, kern_backend_t *be, const char *path, const model_hparams_t *hp,
+                         uint64_t seed, int cap) {
   memset(r, 0, sizeof *r);
   r->be = be;
   model_load_opts_t o = {be, 0, 1, cap};
   int rc = tp_comm_create_single(&r->c);
-  if (!rc) rc = model_load(path, &o, &r->m);
+  if (!rc) rc = path ? model_load(path, &o, &r->m) : model_create_random(hp, seed, &o, &r->m);
   kv_geom_t g;
   if (!rc) g = model_kv_geom(r->m, 1), rc = kv_full_create(be, &g, &r->kv);
   if (!rc) rc = r->kv->ops->seq_open(r->kv, 0, cap);
   return rc;
+}
+
+static int mrig_open(mrig_t *r, kern_backend_t *be, const char *path, int cap) {
+  return mrig_open_any(r, be, path, NULL, 0, cap);
 }
 
 static void mrig_close(mrig_t *r) {
@@ -544,6 +602,76 @@ static void check_models(void) {
   unlink(tmpl);
 }
 
+/* Elements of hp's 2-D weights as one rank holds them: every layer's, and the output's. */
+static size_t matrix_elems(const model_hparams_t *hp) {
+  size_t E = hp->n_embd, NQ = (size_t)hp->n_head * hp->head_dim;
+  size_t NK = (size_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+  return hp->n_layer * (2 * E * NQ + 2 * E * NK + 3 * E * F) + (size_t)hp->n_vocab * E;
+}
+
+static void check_random_model(int tied) {
+  model_hparams_t hp;
+  CHECK_OK(model_shape_named("tiny", &hp));
+  hp.tied_output = tied;
+  enum { N = 40 };
+  int V = hp.n_vocab;
+  int32_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 1) % V);
+  float *lg[2] = {malloc(sizeof(float) * N * V), malloc(sizeof(float) * N * V)};
+  size_t bytes[2] = {0, 0};
+  kern_backend_t *bes[2] = {g_cpu, g_gpu};
+  for (int b = 0; b < 2; b++) {
+    mrig_t r;
+    int rc = mrig_open_any(&r, bes[b], NULL, &hp, 3, N);
+    if (!rc) rc = mrig_logits(&r, ids, N, N, lg[b]);
+    CHECK_OK(rc);
+    if (r.m) bytes[b] = model_weight_bytes(r.m);
+    mrig_close(&r);
+  }
+  cmp_t c = compare_rows(lg[0], lg[1], N, V);
+  size_t mat = matrix_elems(&hp), VE = (size_t)V * hp.n_embd;
+  size_t want = bytes[0] - 2 * mat + (tied ? 4 * VE : 0); /* tied: + bf16 output beside fp32 */
+  fprintf(stderr,
+          "random tiny%s: worst logit error %.2e; weight bytes cpu %zu, gpu %zu (expected %zu)\n",
+          tied ? " (tied)" : "", c.worst, bytes[0], bytes[1], want);
+  CHECK(c.worst < 5e-2);
+  CHECK(bytes[1] == want);
+  free(lg[0]), free(lg[1]);
+}
+
+/* --random SHAPE: a full-size random model on the GPU (build time, bytes, a few steps). */
+static int random_tool(const char *shape) {
+  enum { NP = 16, N = 20 };
+  model_hparams_t hp;
+  mrig_t r = {0};
+  struct timespec t0, t1;
+  int rc = model_shape_named(shape, &hp), bad = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (!rc) rc = mrig_open_any(&r, g_gpu, NULL, &hp, 1, N);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  float *lg = rc ? NULL : malloc(sizeof(float) * N * (size_t)hp.n_vocab);
+  if (!rc) {
+    fprintf(stderr, "random %s: built in %.1f s, %.2f GiB of weights on the GPU\n", shape,
+            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+            (double)model_weight_bytes(r.m) / (1 << 30));
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 1) % hp.n_vocab);
+    rc = mrig_logits(&r, ids, N, NP, lg);
+  }
+  if (!rc) {
+    double ss = 0;
+    for (size_t i = 0; i < (size_t)N * hp.n_vocab; i++)
+      bad += !isfinite(lg[i]), ss += (double)lg[i] * lg[i];
+    fprintf(stderr, "random %s: %d prefill + %d decode positions, logits rms %.3f, %d not finite\n",
+            shape, NP, N - NP, sqrt(ss / ((double)N * hp.n_vocab)), bad);
+  } else {
+    fprintf(stderr, "random %s: %s: %s\n", shape, qe_strerror(rc), qe_errmsg());
+  }
+  mrig_close(&r);
+  free(lg);
+  return rc || bad ? 1 : 0;
+}
+
 /* ---- NCCL ---------------------------------------------------------------------------------------
  */
 
@@ -635,6 +763,11 @@ int main(int argc, char **argv) {
   CHECK_OK(kern_cpu_create(0, &g_cpu));
   CHECK_OK(kern_cuda_create(0, &g_gpu));
   if (!g_cpu || !g_gpu) return tu_done("kern_cuda");
+  if (argc == 3 && !strcmp(argv[1], "--random")) {
+    int rc = random_tool(argv[2]);
+    kern_destroy(g_gpu), kern_destroy(g_cpu);
+    return rc;
+  }
   if (argc == 5 && !strcmp(argv[1], "--gap")) {
     int rc = gap_tool(argv[2], atoi(argv[3]), argv[4]);
     kern_destroy(g_gpu), kern_destroy(g_cpu);
@@ -647,6 +780,7 @@ int main(int argc, char **argv) {
   check_matmuls(g_gpu, "cublasLt");
   if (gemmex) check_matmuls(gemmex, "gemmex");
   kern_destroy(gemmex);
+  check_weight_upload(37, 70, 3), check_weight_upload(4100, 4099, 5);
   check_rmsnorm(1, 64, 0), check_rmsnorm(5, 4096, 0), check_rmsnorm(33, 1000, 1);
   check_ropes();
   check_swiglu_add_embed_softmax(1, 7), check_swiglu_add_embed_softmax(4, 512);
@@ -655,6 +789,7 @@ int main(int argc, char **argv) {
   check_attentions();
   check_sampling(512, 400), check_sampling(32000, 60);
   check_models();
+  check_random_model(0), check_random_model(1);
 #ifdef QE_HAVE_NCCL
   check_nccl();
 #else

@@ -25,7 +25,7 @@ static void check_matmul(kern_backend_t *be, int m) {
   float *y = randv((size_t)m * n, 1), *y0 = malloc(sizeof(float) * m * n),
         *ref = malloc(sizeof(float) * m * n);
   memcpy(y0, y, sizeof(float) * m * n);
-  kern_weight_t W = {w, n, k};
+  kern_weight_t W = {w, n, k, KERN_WEIGHT_F32};
   for (int acc = 0; acc < 2; acc++) {
     memcpy(y, y0, sizeof(float) * m * n);
     be->ops->matmul(be, y, x, &W, acc ? NULL : b, m, acc);

@@ -1,0 +1,405 @@
+/* kv_gpu: FullKV in bf16 pages on the GPU (see kv_gpu.h). The host keeps which pages a slot
+ * owns and its length; the device keeps the window table [n_layer][max_seqs][max_win] that the
+ * kernels read. store() only records the call; attend() writes the layer's new tokens with one
+ * kernel, runs the fused decode kernel over every single-token request and the backend's
+ * attention over the gathered pages of every multi-token (prefill) request. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_cuda.h"
+#include "kern_cuda_attn.h"
+#include "kern_cuda_kv.h"
+#include "kv_gpu.h"
+#include "qe_status.h"
+
+#define KVG_MAX_SEGS (1 << 14)
+#define KVG_PIN_MIN  ((size_t)8 << 20)
+
+typedef struct {
+  int open, capacity, len;
+  int n_win;      /* windows per layer */
+  int32_t *pages; /* [n_layer][n_win] arena page ids */
+} kvg_seq_t;
+
+typedef struct {
+  int seq, pos0, n;
+  const float *k, *v;
+} kvg_seg_t;
+
+/* A device buffer grown on demand. */
+typedef struct {
+  void *p;
+  size_t cap;
+} kvg_buf_t;
+
+typedef struct {
+  kv_cache_t base;
+  int omega, row, max_win;
+  size_t page_bytes; /* K + V of one window */
+  uint8_t *arena;
+  int32_t *free_pages;
+  int n_pages, n_free;
+  kern_pwin_t *tab; /* device [n_layer][max_seqs][max_win] */
+  kvg_seq_t *seqs;
+  void *stream;
+  uint8_t *pin; /* pinned staging ring */
+  size_t pin_cap, pin_used;
+  kvg_seg_t *segs; /* stores recorded since the last attend */
+  int n_segs;
+  int32_t *h_tok; /* host [2][tok_cap]: slot then position of each pending token */
+  int tok_cap;
+  kvg_buf_t d_tok, d_upd, d_seqwin, d_idx, d_q, d_out, d_ws, d_gk, d_gv;
+  int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
+  kern_attn_seq_t *work;     /* [max_seqs] */
+} kv_gpu_t;
+
+size_t kv_gpu_page_bytes(const kv_geom_t *g, int omega) {
+  return (size_t)2 * omega * g->n_kv_head * g->head_dim * 2;
+}
+
+size_t kv_gpu_pool_bytes(const kv_geom_t *g, int omega, int n_seqs, int capacity) {
+  size_t wins = (size_t)(capacity + omega - 1) / (size_t)omega;
+  return wins * (size_t)g->n_layer * (size_t)n_seqs * kv_gpu_page_bytes(g, omega);
+}
+
+/* ---- device buffers and staging ------------------------------------------------------------ */
+
+static int buf_need(kv_gpu_t *g, kvg_buf_t *b, size_t bytes) {
+  if (bytes <= b->cap) return 0;
+  size_t cap = bytes + bytes / 2 + 256;
+  void *p = kern_alloc(g->base.be, cap);
+  if (!p) return qe_errf(QE_ENOMEM, "kv_gpu: no device memory for %zu bytes of workspace", cap);
+  kern_free(g->base.be, b->p);
+  b->p = p, b->cap = cap;
+  return 0;
+}
+
+/* Copies bytes of host src to device dst through the pinned ring (asynchronous). */
+static int stage(kv_gpu_t *g, void *dst, const void *src, size_t bytes) {
+  size_t need = (bytes + 255) & ~(size_t)255;
+  if (g->pin_used + need > g->pin_cap) {
+    int rc = kc_stream_sync(g->stream); /* every earlier copy out of the ring is done */
+    if (rc) return rc;
+    g->pin_used = 0;
+    if (need > g->pin_cap) {
+      kc_host_free(g->pin);
+      g->pin_cap = need > 2 * g->pin_cap ? need : 2 * g->pin_cap;
+      if (!(g->pin = kc_host_alloc(g->pin_cap)))
+        return g->pin_cap = 0, qe_errf(QE_ENOMEM, "kv_gpu: no pinned memory");
+    }
+  }
+  uint8_t *at = g->pin + g->pin_used;
+  memcpy(at, src, bytes);
+  g->pin_used += need;
+  return kc_upload_async(dst, at, bytes, g->stream);
+}
+
+static int64_t tab_index(const kv_gpu_t *g, int layer, int seq, int w) {
+  return ((int64_t)layer * g->base.geom.max_seqs + seq) * g->max_win + w;
+}
+
+/* ---- slots ----------------------------------------------------------------------------------- */
+
+static void gpu_seq_close(kv_cache_t *kv, int seq) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs || !g->seqs[seq].open) return;
+  kvg_seq_t *s = &g->seqs[seq];
+  size_t n = (size_t)s->n_win * kv->geom.n_layer;
+  for (size_t i = 0; i < n; i++) g->free_pages[g->n_free++] = s->pages[i];
+  free(s->pages);
+  memset(s, 0, sizeof *s);
+}
+
+/* Writes the descriptors of a freshly opened slot (empty FULL windows). */
+static int write_descs(kv_gpu_t *g, int seq) {
+  const kvg_seq_t *s = &g->seqs[seq];
+  int nl = g->base.geom.n_layer, n = s->n_win * nl, rc = 0;
+  kc_kv_upd_t *u = malloc(sizeof *u * (size_t)n);
+  if (!u) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  for (int l = 0; l < nl; l++)
+    for (int w = 0; w < s->n_win; w++) {
+      uint64_t off = (uint64_t)s->pages[l * s->n_win + w] * g->page_bytes;
+      kern_pwin_t pw = {
+          .k = off, .v = off + g->page_bytes / 2, .pos0 = w * g->omega, .tier = KERN_PW_FULL};
+      u[l * s->n_win + w] = (kc_kv_upd_t){tab_index(g, l, seq, w), pw};
+    }
+  size_t bytes = sizeof *u * (size_t)n;
+  rc = buf_need(g, &g->d_upd, bytes);
+  if (!rc) rc = stage(g, g->d_upd.p, u, bytes);
+  if (!rc) rc = kc_kv_scatter(g->tab, g->d_upd.p, n, g->stream);
+  free(u);
+  return rc;
+}
+
+static int gpu_seq_open(kv_cache_t *kv, int seq, int capacity) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs || capacity <= 0 || capacity > g->max_win * g->omega)
+    return qe_errf(QE_EINVAL, "kv_gpu: bad slot %d or capacity %d (at most %d)", seq, capacity,
+                   g->max_win * g->omega);
+  gpu_seq_close(kv, seq);
+  kvg_seq_t *s = &g->seqs[seq];
+  int n_win = (capacity + g->omega - 1) / g->omega, n = n_win * kv->geom.n_layer;
+  if (n > g->n_free)
+    return qe_errf(QE_ENOSPC, "kv_gpu: %d pages needed for %d tokens, %d free", n, capacity,
+                   g->n_free);
+  if (!(s->pages = malloc(sizeof(int32_t) * (size_t)n)))
+    return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  for (int i = 0; i < n; i++) s->pages[i] = g->free_pages[--g->n_free];
+  s->open = 1, s->capacity = capacity, s->n_win = n_win, s->len = 0;
+  int rc = write_descs(g, seq);
+  if (rc) gpu_seq_close(kv, seq);
+  return rc;
+}
+
+static size_t gpu_seq_bytes(const kv_cache_t *kv, int seq) {
+  const kv_gpu_t *g = (const kv_gpu_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs) return 0;
+  return (size_t)g->seqs[seq].n_win * kv->geom.n_layer * g->page_bytes;
+}
+
+/* ---- store ----------------------------------------------------------------------------------- */
+
+static int gpu_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k,
+                     const float *v) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (seq < 0 || seq >= kv->geom.max_seqs || !g->seqs[seq].open)
+    return qe_errf(QE_EINVAL, "kv_gpu: store into closed slot %d", seq);
+  if (layer < 0 || layer >= kv->geom.n_layer || pos0 < 0 || n <= 0 ||
+      pos0 + n > g->seqs[seq].capacity)
+    return qe_errf(QE_EINVAL, "kv_gpu: store of %d tokens at %d in slot %d (capacity %d)", n, pos0,
+                   seq, g->seqs[seq].capacity);
+  if (g->n_segs == KVG_MAX_SEGS) return qe_errf(QE_EINVAL, "kv_gpu: too many stores per layer");
+  g->segs[g->n_segs++] = (kvg_seg_t){seq, pos0, n, k, v};
+  return 0;
+}
+
+static int tok_need(kv_gpu_t *g, int n) {
+  if (n <= g->tok_cap) return 0;
+  int cap = n + n / 2 + 64;
+  int32_t *t = realloc(g->h_tok, sizeof(int32_t) * 2 * (size_t)cap);
+  if (!t) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  g->h_tok = t, g->tok_cap = cap;
+  return buf_need(g, &g->d_tok, sizeof(int32_t) * 2 * (size_t)cap);
+}
+
+/* Writes the recorded stores of `layer`: one kernel when the sources are consecutive rows of one
+ * buffer (the model's layout), else one per store. */
+static int flush_stores(kv_gpu_t *g, int layer) {
+  int total = 0, rc = 0, contiguous = 1;
+  for (int i = 0; i < g->n_segs; i++) {
+    const kvg_seg_t *s = &g->segs[i];
+    contiguous &= s->k == g->segs[0].k + (size_t)total * g->row &&
+                  s->v == g->segs[0].v + (size_t)total * g->row;
+    total += s->n;
+  }
+  if (!total || (rc = tok_need(g, total))) return rc;
+  for (int i = 0, t = 0; i < g->n_segs; i++)
+    for (int j = 0; j < g->segs[i].n; j++, t++) {
+      g->h_tok[t] = g->segs[i].seq;
+      g->h_tok[g->tok_cap + t] = g->segs[i].pos0 + j;
+    }
+  int32_t *dt = g->d_tok.p;
+  if ((rc = stage(g, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap))) return rc;
+  kern_pwin_t *tab = g->tab + tab_index(g, layer, 0, 0);
+  for (int i = 0, t = 0; i < g->n_segs && !rc; i++) {
+    const kvg_seg_t *s = &g->segs[i];
+    int n = contiguous ? total : s->n;
+    kc_kv_store_t a = {g->arena, tab,  g->max_win, g->omega, g->row,
+                       n,        s->k, s->v,       dt + t,   dt + g->tok_cap + t};
+    rc = kc_kv_store(&a, g->stream);
+    for (int j = i; j < (contiguous ? g->n_segs : i + 1); j++) {
+      kvg_seq_t *q = &g->seqs[g->segs[j].seq];
+      if (g->segs[j].pos0 + g->segs[j].n > q->len) q->len = g->segs[j].pos0 + g->segs[j].n;
+    }
+    if (contiguous) break;
+    t += s->n;
+  }
+  g->n_segs = 0;
+  return rc;
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+/* The fused decode kernel over the single-token requests idx[0..nd) of reqs. Their queries are
+ * gathered into one buffer unless they already are consecutive rows. */
+static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
+                         int nd) {
+  const kv_geom_t *ge = &g->base.geom;
+  int nq = ge->n_head * ge->head_dim, max_win = 1, direct = 1, rc = 0;
+  const float *base = reqs[sel[0]].q;
+  for (int i = 0; i < nd; i++) {
+    const kv_attn_req_t *r = &reqs[sel[i]];
+    if (r->q < base) base = r->q;
+    int nw = (g->seqs[r->seq].len + g->omega - 1) / g->omega;
+    g->h_seqwin[i] = r->seq * g->max_win;
+    g->h_seqwin[ge->max_seqs + i] = nw;
+    max_win = nw > max_win ? nw : max_win;
+    direct &=
+        r->q == reqs[sel[0]].q + (size_t)i * nq && r->out == reqs[sel[0]].out + (size_t)i * nq;
+  }
+  for (int i = 0; i < nd; i++) g->h_idx[i] = (int)((reqs[sel[i]].q - base) / nq);
+  int32_t *dsw = g->d_seqwin.p;
+  if ((rc = stage(g, dsw, g->h_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs))) return rc;
+  kc_attn_args_t a = {.geom = {ge->n_kv_head, ge->head_dim, g->omega, 2, 32},
+                      .n_seq = nd,
+                      .n_head = ge->n_head,
+                      .scale = 1.0f / sqrtf((float)ge->head_dim),
+                      .arena = g->arena,
+                      .win = g->tab + tab_index(g, layer, 0, 0),
+                      .seq_win = dsw,
+                      .seq_nwin = dsw + ge->max_seqs,
+                      .n_win = ge->max_seqs * g->max_win,
+                      .max_win = max_win};
+  size_t ws = 0;
+  if ((rc = kc_attn_ws_bytes(&a, &ws)) || (rc = buf_need(g, &g->d_ws, ws))) return rc;
+  a.ws = g->d_ws.p, a.ws_bytes = g->d_ws.cap;
+  if (direct) {
+    a.q = reqs[sel[0]].q, a.out = reqs[sel[0]].out;
+    return kc_attn_decode(&a, g->stream);
+  }
+  size_t qb = sizeof(float) * (size_t)nd * nq;
+  if ((rc = buf_need(g, &g->d_q, qb)) || (rc = buf_need(g, &g->d_out, qb)) ||
+      (rc = buf_need(g, &g->d_idx, sizeof(int32_t) * (size_t)nd)))
+    return rc;
+  if ((rc = stage(g, g->d_idx.p, g->h_idx, sizeof(int32_t) * (size_t)nd))) return rc;
+  if ((rc = kc_kv_rows(g->d_q.p, base, g->d_idx.p, nd, nq, 0, g->stream))) return rc;
+  a.q = g->d_q.p, a.out = g->d_out.p;
+  if ((rc = kc_attn_decode(&a, g->stream))) return rc;
+  float *obase = reqs[sel[0]].out - (reqs[sel[0]].q - base); /* out rows mirror q rows */
+  return kc_kv_rows(obase, g->d_out.p, g->d_idx.p, nd, nq, 1, g->stream);
+}
+
+/* The backend's attention over the gathered pages of the multi-token requests sel[0..np). */
+static int prefill_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
+                          int np) {
+  const kv_geom_t *ge = &g->base.geom;
+  size_t total = 0;
+  int rc = 0;
+  for (int i = 0; i < np; i++) total += (size_t)(reqs[sel[i]].pos0 + reqs[sel[i]].n_q);
+  size_t bytes = sizeof(float) * total * g->row;
+  if ((rc = buf_need(g, &g->d_gk, bytes)) || (rc = buf_need(g, &g->d_gv, bytes))) return rc;
+  size_t at = 0;
+  for (int i = 0; i < np && !rc; i++) {
+    const kv_attn_req_t *r = &reqs[sel[i]];
+    int n_kv = r->pos0 + r->n_q;
+    float *k = (float *)g->d_gk.p + at * g->row, *v = (float *)g->d_gv.p + at * g->row;
+    rc = kc_kv_gather(g->arena, g->tab + tab_index(g, layer, r->seq, 0), g->omega, g->row, n_kv, k,
+                      v, g->stream);
+    g->work[i] = (kern_attn_seq_t){
+        .q = r->q, .k = k, .v = v, .out = r->out, .n_q = r->n_q, .n_kv = n_kv, .q_pos0 = r->pos0};
+    at += (size_t)n_kv;
+  }
+  if (rc) return rc;
+  kern_attn_shape_t sh = {ge->n_head, ge->n_kv_head, ge->head_dim,
+                          1.0f / sqrtf((float)ge->head_dim)};
+  g->base.be->ops->attention(g->base.be, g->work, np, &sh);
+  return 0;
+}
+
+static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  int dec[1024], pre[1024], nd = 0, np = 0, rc = flush_stores(g, layer);
+  if (rc) return rc;
+  if (n_reqs > kv->geom.max_seqs || n_reqs > 1024)
+    return qe_errf(QE_EINVAL, "kv_gpu: %d requests in one call (max %d)", n_reqs,
+                   kv->geom.max_seqs);
+  for (int i = 0; i < n_reqs; i++) {
+    const kv_attn_req_t *r = &reqs[i];
+    if (r->seq < 0 || r->seq >= kv->geom.max_seqs || !g->seqs[r->seq].open ||
+        r->pos0 + r->n_q > g->seqs[r->seq].len)
+      return qe_errf(QE_EINVAL, "kv_gpu: attention of slot %d at %d before its keys are stored",
+                     r->seq, r->pos0);
+    if (r->n_q == 1)
+      dec[nd++] = i;
+    else
+      pre[np++] = i;
+  }
+  if (nd) rc = decode_attend(g, layer, reqs, dec, nd);
+  if (!rc && np) rc = prefill_attend(g, layer, reqs, pre, np);
+  return rc;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------------ */
+
+static void gpu_destroy(kv_cache_t *kv) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  for (int i = 0; g->seqs && i < kv->geom.max_seqs; i++) gpu_seq_close(kv, i);
+  if (g->stream) kc_stream_sync(g->stream);
+  kvg_buf_t *bufs[] = {&g->d_tok, &g->d_upd, &g->d_seqwin, &g->d_idx, &g->d_q,
+                       &g->d_out, &g->d_ws,  &g->d_gk,     &g->d_gv};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) kern_free(kv->be, bufs[i]->p);
+  kern_free(kv->be, g->arena);
+  kern_free(kv->be, g->tab);
+  kc_host_free(g->pin);
+  free(g->free_pages), free(g->seqs), free(g->segs), free(g->h_tok), free(g->h_seqwin);
+  free(g->h_idx), free(g->work);
+  free(g);
+}
+
+static const kv_cache_ops_t kv_gpu_ops = {"gpu-full", gpu_seq_open,  gpu_seq_close, gpu_store,
+                                          gpu_attend, gpu_seq_bytes, gpu_destroy};
+
+static int check_args(kern_backend_t *be, const kv_geom_t *ge, int omega, int max_tokens) {
+  if (!be || be->ops->host_memory || !kern_cuda_stream(be))
+    return qe_errf(QE_EINVAL, "kv_gpu: needs the CUDA backend");
+  if (ge->n_layer < 1 || ge->n_kv_head < 1 || ge->max_seqs < 1 || max_tokens < 1)
+    return qe_errf(QE_EINVAL, "kv_gpu: bad geometry or max_tokens %d", max_tokens);
+  if (omega != 8 && (omega < 16 || omega % 16 || omega > 1024))
+    return qe_errf(QE_EUNSUPPORTED, "kv_gpu: omega must be 8 or a multiple of 16 (got %d)", omega);
+  if (ge->head_dim != 64 && ge->head_dim != 128)
+    return qe_errf(QE_EUNSUPPORTED, "kv_gpu: head_dim must be 64 or 128 (got %d)", ge->head_dim);
+  if (ge->n_head % ge->n_kv_head || ge->n_head / ge->n_kv_head > 8)
+    return qe_errf(QE_EUNSUPPORTED, "kv_gpu: n_head / n_kv_head must be 1..8 (got %d/%d)",
+                   ge->n_head, ge->n_kv_head);
+  return 0;
+}
+
+static int alloc_host(kv_gpu_t *g) {
+  const kv_geom_t *ge = &g->base.geom;
+  g->free_pages = malloc(sizeof(int32_t) * (size_t)(g->n_pages ? g->n_pages : 1));
+  g->seqs = calloc((size_t)ge->max_seqs, sizeof *g->seqs);
+  g->segs = malloc(sizeof *g->segs * KVG_MAX_SEGS);
+  g->h_seqwin = malloc(sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
+  g->h_idx = malloc(sizeof(int32_t) * (size_t)ge->max_seqs);
+  g->work = malloc(sizeof *g->work * (size_t)ge->max_seqs);
+  g->pin_cap = KVG_PIN_MIN;
+  g->pin = kc_host_alloc(g->pin_cap);
+  if (!g->free_pages || !g->seqs || !g->segs || !g->h_seqwin || !g->h_idx || !g->work || !g->pin)
+    return qe_errf(QE_ENOMEM, "kv_gpu: out of host memory");
+  for (int i = 0; i < g->n_pages; i++) g->free_pages[i] = g->n_pages - 1 - i;
+  g->n_free = g->n_pages;
+  return 0;
+}
+
+static int alloc_device(kv_gpu_t *g, size_t pool_bytes) {
+  const kv_geom_t *ge = &g->base.geom;
+  size_t tab = sizeof(kern_pwin_t) * (size_t)ge->n_layer * ge->max_seqs * g->max_win;
+  g->arena = kern_alloc(g->base.be, pool_bytes ? pool_bytes : 256);
+  g->tab = kern_alloc(g->base.be, tab);
+  if (!g->arena || !g->tab)
+    return qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool and %zu-byte table",
+                   pool_bytes, tab);
+  return buf_need(g, &g->d_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
+}
+
+int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,
+                  size_t pool_bytes, kv_cache_t **out) {
+  int rc = check_args(be, geom, omega, max_tokens);
+  if (rc) return rc;
+  kv_gpu_t *g = calloc(1, sizeof *g);
+  if (!g) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  g->base = (kv_cache_t){&kv_gpu_ops, *geom, be};
+  g->omega = omega, g->row = geom->n_kv_head * geom->head_dim;
+  g->max_win = (max_tokens + omega - 1) / omega;
+  g->page_bytes = kv_gpu_page_bytes(geom, omega);
+  g->n_pages = (int)(pool_bytes / g->page_bytes);
+  g->stream = kern_cuda_stream(be);
+  if (!(rc = alloc_host(g))) rc = alloc_device(g, pool_bytes);
+  if (rc) {
+    gpu_destroy(&g->base);
+    return rc;
+  }
+  *out = &g->base;
+  return 0;
+}

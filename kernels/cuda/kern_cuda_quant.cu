@@ -1,0 +1,532 @@
+/* kern_cuda_quant: the tiered cache's window migrations on the GPU (see kern_cuda_quant.h).
+ *
+ * The quantizer is a port of cache/kv_quant.c, function for function (kq_X is kv__X; read the
+ * reasons there): the same fp32 and fp64 operations in the same order, the fp16 conversions of
+ * qe_half.h in integer code, and every fp32 product and sum written with __fmul_rn / __fadd_rn
+ * (the file is also built with -fmad=false), so a group gets the CPU's codes, scale and zero bit
+ * for bit. One thread chooses the (z, s) of one group:
+ *   - keys: a block of 32 threads per (job, KV head, 32 channels); each thread stages its
+ *     channel's n_tok keys (bf16 -> fp32, un-rotated, sanitized) in a column of shared memory
+ *     [n_tok][32], quantizes it, and the lanes sharing a code byte OR their codes together with
+ *     warp shuffles (head rows start on byte boundaries: head_dim * bits % 8 == 0);
+ *   - values: one thread per (job, token, head, group), reading its group's bf16 run directly;
+ *     a group owns whole code bytes (group * bits % 8 == 0).
+ * Dequantization is elementwise: one thread per (job, token, head, channel) decodes its K and V
+ * codes (and the key's RoPE partner channel), re-rotates the key and rounds both to bf16. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+extern "C" {
+#include "qe_status.h"
+}
+#include "kern_cuda_quant.h"
+
+#define KQ_HMAX     0x7bffu /* 65504 */
+#define KQ_HTINY    0x0001u /* 2^-24, the smallest positive fp16 */
+#define KQ_HMINS    0x0400u /* 2^-14, the smallest normal fp16: the smallest scale */
+#define KQ_SEARCH_S 1024    /* scale candidates tried per zero in the fallback search */
+#define KQ_KW       32      /* threads (channels) per key block */
+#define KQ_VT       128     /* threads per value-quantization block */
+#define KQ_DT       256     /* threads per dequantization block */
+#define KQ_FN       static __device__ __forceinline__
+
+static int kq_cuda_at(cudaError_t e, const char *what, const char *file, int line) {
+  if (e == cudaSuccess) return 0;
+  return qe_errf(QE_EBACKEND, "cuda: %s: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
+}
+#define KQ_CUDA(call) kq_cuda_at((call), #call, __FILE__, __LINE__)
+#define KQ_LAUNCHED() kq_cuda_at(cudaGetLastError(), "launch", __FILE__, __LINE__)
+
+/* The kernels' view of a checked kc_quant_args_t. */
+typedef struct {
+  uintptr_t arena; /* 0: job offsets are addresses */
+  const kc_quant_job_t *jobs;
+  const float *rope_tab; /* [n_rot / 2][2]: freq, YaRN mix */
+  int n_kv, hd, bits, group, rotate;
+  int mode, n_rot, yarn;
+  float freq_scale, mscale;
+} kq_params_t;
+
+template <class T> KQ_FN T *kq_ptr(const kq_params_t &p, uint64_t off) {
+  return (T *)(p.arena + (uintptr_t)off);
+}
+
+/* ---- fp16 conversions: qe_half.h's integer code ---- */
+
+KQ_FN float kq_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+  if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return __uint_as_float(sign);
+  uint32_t e = 113;
+  while (!(mant & 0x400u)) mant <<= 1, e--;
+  return __uint_as_float(sign | (e << 23) | ((mant & 0x3ffu) << 13));
+}
+
+KQ_FN uint16_t kq_half_subnormal(uint32_t ax) {
+  uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+  if (e < 102) return 0;
+  uint32_t shift = 126 - e, q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return (uint16_t)(q + (rem > half || (rem == half && (q & 1u))));
+}
+
+KQ_FN uint16_t kq_f2h(float f) {
+  uint32_t x = __float_as_uint(f), ax = x & 0x7fffffffu;
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (ax < 0x38800000u) return (uint16_t)(sign | kq_half_subnormal(ax));
+  uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* ---- elementwise arithmetic (kv_quant.c's definitions) ---- */
+
+KQ_FN float kq_san(float x) {
+  if (x != x) return 0.0f;
+  return x < -65504.0f ? -65504.0f : x > 65504.0f ? 65504.0f : x;
+}
+
+KQ_FN int kq_code(float x, float z, float s, int L) {
+  const float u = rintf(__fdiv_rn(__fsub_rn(x, z), s));
+  return u <= 0.0f ? 0 : u >= (float)L ? L : (int)u;
+}
+
+KQ_FN float kq_recon(int c, float z, float s) { return __fadd_rn(__fmul_rn((float)c, s), z); }
+
+/* Keys: one channel's staged column, x[i * KQ_KW] (shared memory, already sanitized). */
+struct kq_kgrp {
+  const float *x;
+  int n;
+  __device__ float at(int i) const { return x[i * KQ_KW]; }
+};
+
+/* Values: one token's run of `group` channels of a bf16 V page. */
+struct kq_vgrp {
+  const __nv_bfloat16 *x;
+  int n;
+  __device__ float at(int i) const { return kq_san(__bfloat162float(x[i])); }
+};
+
+/* ---- fp16 ordering (finite values only) ---- */
+
+KQ_FN double kq_h(uint16_t h) { return (double)kq_h2f(h); }
+
+KQ_FN uint16_t kq_hup(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return KQ_HTINY;
+  if (h & 0x8000u) return h == 0x8001u ? 0 : (uint16_t)(h - 1);
+  return (uint16_t)(h + 1);
+}
+
+KQ_FN uint16_t kq_hdown(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return 0x8001u;
+  return (h & 0x8000u) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+}
+
+KQ_FN int kq_hfinite(uint16_t h) { return (h & 0x7fffu) <= KQ_HMAX; }
+
+/* Largest fp16 <= v, for v in [-65504, 65504]; zero is +0. */
+KQ_FN uint16_t kq_hfloor(double v) {
+  uint16_t h = kq_f2h((float)v);
+  if ((h & 0x7fffu) > KQ_HMAX) h = (uint16_t)((h & 0x8000u) | KQ_HMAX);
+  while (kq_h(h) > v) h = kq_hdown(h);
+  while (h != KQ_HMAX && kq_h(kq_hup(h)) <= v) h = kq_hup(h);
+  return (h & 0x7fffu) == 0 ? 0 : h;
+}
+
+/* Smallest positive fp16 >= v (at least 2^-24; at most 65504). */
+KQ_FN uint16_t kq_hceil_pos(double v) {
+  if (!(v > kq_h(KQ_HTINY))) return KQ_HTINY;
+  if (v >= 65504.0) return KQ_HMAX;
+  uint16_t h = kq_f2h((float)v);
+  while (h > KQ_HTINY && kq_h((uint16_t)(h - 1)) >= v) h--;
+  while (kq_h(h) < v) h++;
+  return h;
+}
+
+/* ---- the rule R and the fixed-point test ---- */
+
+/* Smallest fp16 s >= 2^-14 whose top reconstruction fl(L * s + z) >= mx. */
+KQ_FN uint16_t kq_cover(uint16_t zh, float mx, int L) {
+  const float z = kq_h2f(zh);
+  uint16_t s = kq_hceil_pos(((double)mx - (double)z) / (double)L);
+  s = s < KQ_HMINS ? KQ_HMINS : s;
+  while (s < KQ_HMAX && kq_recon(L, z, kq_h2f(s)) < mx) s++;
+  while (s > KQ_HMINS && kq_recon(L, z, kq_h2f((uint16_t)(s - 1))) >= mx) s--;
+  return s;
+}
+
+/* The rule R: z = the largest fp16 <= mn, s = its cover. */
+KQ_FN void kq_rule(float mn, float mx, int L, uint16_t *zh, uint16_t *sh) {
+  *zh = kq_hfloor((double)mn);
+  *sh = kq_cover(*zh, mx, L);
+}
+
+template <class G> KQ_FN void kq_minmax(const G &g, float *mn, float *mx) {
+  float lo = g.at(0), hi = lo;
+  for (int i = 1; i < g.n; i++) {
+    const float x = g.at(i);
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+  }
+  *mn = lo;
+  *mx = hi;
+}
+
+/* |x - y| <= s/2 + half an fp32 ulp of y, in fp64 (the products by 0.5 are exact). */
+KQ_FN int kq_within(float x, float y, float s) {
+  const float ay = fabsf(y);
+  const double ulp = __dsub_rn((double)nextafterf(ay, __int_as_float(0x7f800000)), (double)ay);
+  const double d = fabs(__dsub_rn((double)x, (double)y));
+  return d <= __dadd_rn(__dmul_rn(0.5, (double)s), __dmul_rn(0.5, ulp));
+}
+
+/* Is (z, s) a fixed point for the n values xs? */
+KQ_FN int kq_is_fixed_vals(const float *xs, int n, int L, uint16_t zh, uint16_t sh) {
+  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  float ylo = 0, yhi = 0;
+  for (int i = 0; i < n; i++) {
+    const int c = kq_code(xs[i], z, s, L);
+    const float y = kq_san(kq_recon(c, z, s));
+    if (!kq_within(xs[i], y, s) || kq_code(y, z, s, L) != c) return 0;
+    ylo = (i == 0 || y < ylo) ? y : ylo;
+    yhi = (i == 0 || y > yhi) ? y : yhi;
+  }
+  uint16_t z2, s2;
+  kq_rule(ylo, yhi, L, &z2, &s2);
+  return z2 == zh && s2 == sh;
+}
+
+/* Every reconstruction maps back to its code when fp32 resolves s well at the magnitude. */
+KQ_FN int kq_trip_exact(float z, float s, int L) {
+  const double m = fmax(fabs((double)z), fabs(__dadd_rn((double)z, __dmul_rn((double)L, s))));
+  return m <= 65504.0 && ldexp((double)s, 20) >= m;
+}
+
+template <class G>
+KQ_FN int kq_is_fixed(const G &g, float mn, float mx, int L, uint16_t zh, uint16_t sh) {
+  const float ends[2] = {mn, mx};
+  if (!kq_is_fixed_vals(ends, 2, L, zh, sh)) return 0;
+  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  if (kq_trip_exact(z, s, L)) return 1;
+  for (int i = 0; i < g.n; i++) {
+    const int c = kq_code(g.at(i), z, s, L);
+    if (kq_code(kq_san(kq_recon(c, z, s)), z, s, L) != c) return 0;
+  }
+  return 1;
+}
+
+template <class G>
+KQ_FN int kq_rule_is_fixed(const G &g, float mn, float mx, int L, uint16_t zh, uint16_t sh) {
+  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  if (kq_code(mn, z, s, L) == 0 && kq_code(mx, z, s, L) == L && kq_trip_exact(z, s, L)) return 1;
+  return kq_is_fixed(g, mn, mx, L, zh, sh);
+}
+
+/* Scales for zero z in increasing order from the s/2-bound minimum (kv__search_scales). */
+template <class G>
+KQ_FN int kq_search_scales(const G &g, float mn, float mx, int L, uint16_t zh, uint16_t *sh) {
+  const double z = kq_h(zh), w = __dsub_rn((double)mx, z);
+  const double lo = fmax(w / (L + 0.5), 2.0 * __dsub_rn(z, (double)mn)), hi = w / (L - 0.5);
+  uint16_t s = kq_hceil_pos(lo);
+  s = s < KQ_HMINS ? KQ_HMINS : s;
+  for (int k = 0, extra = 0; k < KQ_SEARCH_S && s <= KQ_HMAX && extra < 4; k++, s++) {
+    if (kq_h(s) > hi) extra++;
+    if (kq_is_fixed(g, mn, mx, L, zh, s)) {
+      *sh = s;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Fallback when R(mn, mx) is not a fixed point: zeros floor(mn), the next fp16 up, two down. */
+template <class G>
+KQ_FN int kq_search(const G &g, float mn, float mx, int L, uint16_t *zh, uint16_t *sh) {
+  const uint16_t z0 = kq_hfloor((double)mn);
+  uint16_t zs[4] = {z0, kq_hup(z0), kq_hdown(z0), 0};
+  zs[3] = kq_hdown(zs[2]);
+  for (int i = 0; i < 4; i++) {
+    if (!kq_hfinite(zs[i]) || (i == 1 && z0 == KQ_HMAX)) continue;
+    if (kq_search_scales(g, mn, mx, L, zs[i], sh)) {
+      *zh = zs[i];
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The (z, s) of one group (kv__quant_group without the code writes). */
+template <class G> KQ_FN void kq_choose(const G &g, int L, uint16_t *zh, uint16_t *sh) {
+  float mn, mx;
+  kq_minmax(g, &mn, &mx);
+  kq_rule(mn, mx, L, zh, sh);
+  if (!kq_rule_is_fixed(g, mn, mx, L, *zh, *sh) && !kq_search(g, mn, mx, L, zh, sh))
+    kq_rule(mn, mx, L, zh, sh); /* no fixed point: keep R (the s/2 bound still holds) */
+}
+
+/* ---- RoPE: kern_cpu_attn.c's rope_cs / rope_head ---- */
+
+/* Rotation pair of channel j: pair index i and channels a, b. Returns j's role (0: a, 1: b), or
+ * -1 for a channel past n_rot (not rotated). */
+KQ_FN int kq_pair(const kq_params_t &p, int j, int *i, int *a, int *b) {
+  if (j >= p.n_rot) return -1;
+  if (p.mode == KERN_ROPE_NEOX) {
+    const int half = p.n_rot / 2;
+    *i = j < half ? j : j - half;
+    *a = *i;
+    *b = *i + half;
+    return j >= half;
+  }
+  *i = j >> 1;
+  *a = j & ~1;
+  *b = *a + 1;
+  return j & 1;
+}
+
+/* cos and sin (times mscale) of pair i at pos: the table row of |pos|, sin negated for pos < 0. */
+KQ_FN void kq_cs(const kq_params_t &p, int pos, int i, float *c, float *s) {
+  const int ap = pos < 0 ? -pos : pos;
+  const float extrap = __fmul_rn((float)ap, p.rope_tab[2 * i]);
+  float theta = __fmul_rn(extrap, p.freq_scale), sn, cs;
+  if (p.yarn) {
+    const float mix = p.rope_tab[2 * i + 1];
+    theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
+  }
+  sincosf(theta, &sn, &cs);
+  *c = __fmul_rn(cs, p.mscale);
+  *s = __fmul_rn(pos < 0 ? -1.0f : 1.0f, __fmul_rn(sn, p.mscale));
+}
+
+/* Channel j of one head row (bf16 [head_dim]) rotated to pos (unchanged when not rotating). */
+KQ_FN float kq_rope_bf16(const kq_params_t &p, const __nv_bfloat16 *row, int j, int pos) {
+  int i, a, b;
+  const int role = p.rotate ? kq_pair(p, j, &i, &a, &b) : -1;
+  if (role < 0) return __bfloat162float(row[j]);
+  float c, s;
+  kq_cs(p, pos, i, &c, &s);
+  const float x0 = __bfloat162float(row[a]), x1 = __bfloat162float(row[b]);
+  return role ? __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))
+              : __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+}
+
+/* ---- kernels ---- */
+
+/* Code e of a packed buffer. */
+KQ_FN int kq_code_at(const uint8_t *codes, int e, int bits) {
+  const int per = 8 / bits;
+  return (codes[e / per] >> ((e % per) * bits)) & ((1 << bits) - 1);
+}
+
+/* Block (job, head h, channels 32 z .. 32 z + 31), KQ_KW threads, dynamic shared memory
+ * [omega][KQ_KW] floats. Every lane takes part in the shuffles (lanes past head_dim with 0). */
+__global__ void kq_quant_keys_k(const kq_params_t p) {
+  extern __shared__ float kq_xs[]; /* [n_tok][KQ_KW]: column lane = channel j's keys */
+  const kc_quant_job_t jb = p.jobs[blockIdx.x];
+  const int h = blockIdx.y, lane = threadIdx.x, j = blockIdx.z * KQ_KW + lane;
+  const int n = jb.n_tok, live = j < p.hd, L = (1 << p.bits) - 1, per = 8 / p.bits;
+  const size_t row = (size_t)p.n_kv * p.hd;
+  const __nv_bfloat16 *kp = kq_ptr<const __nv_bfloat16>(p, jb.k) + (size_t)h * p.hd;
+  kq_kgrp g = {kq_xs + lane, n};
+  float z = 0.0f, s = 1.0f;
+  if (live) {
+    for (int t = 0; t < n; t++) /* un-rotation: RoPE at -(pos0 + t) */
+      kq_xs[t * KQ_KW + lane] = kq_san(kq_rope_bf16(p, kp + t * row, j, -(jb.pos0 + t)));
+    uint16_t zh, sh;
+    kq_choose(g, L, &zh, &sh);
+    kq_ptr<uint16_t>(p, jb.k_scale)[h * p.hd + j] = sh;
+    kq_ptr<uint16_t>(p, jb.k_zero)[h * p.hd + j] = zh;
+    z = kq_h2f(zh), s = kq_h2f(sh);
+  }
+  uint8_t *codes = kq_ptr<uint8_t>(p, jb.k_codes);
+  for (int t = 0; t < n; t++) {
+    unsigned v = live ? (unsigned)kq_code(g.at(t), z, s, L) << ((lane % per) * p.bits) : 0u;
+    for (int o = 1; o < per; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+    if (live && lane % per == 0) codes[((size_t)t * row + (size_t)h * p.hd + j) / per] = (uint8_t)v;
+  }
+}
+
+/* One value group: choose (z, s), write them and the group's code bytes. */
+static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int gi) {
+  const int L = (1 << p.bits) - 1, per = 8 / p.bits, nb = p.group / per;
+  const size_t base = (size_t)gi * p.group;
+  kq_vgrp g = {kq_ptr<const __nv_bfloat16>(p, jb.v) + base, p.group};
+  uint16_t zh, sh;
+  kq_choose(g, L, &zh, &sh);
+  kq_ptr<uint16_t>(p, jb.v_scale)[gi] = sh;
+  kq_ptr<uint16_t>(p, jb.v_zero)[gi] = zh;
+  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  uint8_t *out = kq_ptr<uint8_t>(p, jb.v_codes) + base / per;
+  for (int b = 0; b < nb; b++) {
+    unsigned v = 0;
+    for (int k = 0; k < per; k++)
+      v |= (unsigned)kq_code(g.at(b * per + k), z, s, L) << (k * p.bits);
+    out[b] = (uint8_t)v;
+  }
+}
+
+/* Grid (job, y): threads stride over the job's [n_tok][n_kv][head_dim / group] groups. */
+__global__ void kq_quant_values_k(const kq_params_t p) {
+  const kc_quant_job_t jb = p.jobs[blockIdx.x];
+  const int ng = jb.n_tok * p.n_kv * (p.hd / p.group);
+  for (int gi = blockIdx.y * blockDim.x + threadIdx.x; gi < ng; gi += gridDim.y * blockDim.x)
+    kq_quant_vgroup(p, jb, gi);
+}
+
+/* Key element e (channel j) of a job: c * s + z, re-rotated to pos. */
+KQ_FN float kq_dequant_key(const kq_params_t &p, const kc_quant_job_t &jb, int e, int j, int pos) {
+  const uint8_t *codes = kq_ptr<const uint8_t>(p, jb.k_codes);
+  const uint16_t *ks = kq_ptr<const uint16_t>(p, jb.k_scale),
+                 *kz = kq_ptr<const uint16_t>(p, jb.k_zero);
+  const int m = e % (p.n_kv * p.hd), e0 = e - j, m0 = m - j; /* meta index (h, j); row starts */
+  int i, a, b;
+  const int role = p.rotate ? kq_pair(p, j, &i, &a, &b) : -1;
+  if (role < 0) return kq_recon(kq_code_at(codes, e, p.bits), kq_h2f(kz[m]), kq_h2f(ks[m]));
+  const float x0 =
+      kq_recon(kq_code_at(codes, e0 + a, p.bits), kq_h2f(kz[m0 + a]), kq_h2f(ks[m0 + a]));
+  const float x1 =
+      kq_recon(kq_code_at(codes, e0 + b, p.bits), kq_h2f(kz[m0 + b]), kq_h2f(ks[m0 + b]));
+  float c, s;
+  kq_cs(p, pos, i, &c, &s);
+  return role ? __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))
+              : __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+}
+
+/* Grid (job, y): threads stride over the job's [n_tok][n_kv][head_dim] elements. */
+__global__ void kq_dequant_k(const kq_params_t p) {
+  const kc_quant_job_t jb = p.jobs[blockIdx.x];
+  const int row = p.n_kv * p.hd, n = jb.n_tok * row;
+  const uint8_t *vc = kq_ptr<const uint8_t>(p, jb.v_codes);
+  const uint16_t *vs = kq_ptr<const uint16_t>(p, jb.v_scale),
+                 *vz = kq_ptr<const uint16_t>(p, jb.v_zero);
+  __nv_bfloat16 *kp = kq_ptr<__nv_bfloat16>(p, jb.k), *vp = kq_ptr<__nv_bfloat16>(p, jb.v);
+  for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < n; e += gridDim.y * blockDim.x) {
+    const int j = e % p.hd, gv = e / p.group;
+    kp[e] = __float2bfloat16_rn(kq_dequant_key(p, jb, e, j, jb.pos0 + e / row));
+    vp[e] =
+        __float2bfloat16_rn(kq_recon(kq_code_at(vc, e, p.bits), kq_h2f(vz[gv]), kq_h2f(vs[gv])));
+  }
+}
+
+/* ---- host side ---- */
+
+static int kq_check_geom(const kern_paged_geom_t *g) {
+  if (g->n_kv < 1 || g->n_kv > 65535)
+    return qe_errf(QE_EINVAL, "kc_quant: n_kv must be in 1..65535 (got %d)", g->n_kv);
+  if (g->omega < 1 || g->omega > 1024)
+    return qe_errf(QE_EINVAL, "kc_quant: omega must be in 1..1024 (got %d)", g->omega);
+  if (g->bits != 2 && g->bits != 4 && g->bits != 8)
+    return qe_errf(QE_EINVAL, "kc_quant: bits must be 2, 4 or 8 (got %d)", g->bits);
+  if (g->head_dim < 1 || g->head_dim * g->bits % 8 != 0)
+    return qe_errf(QE_EINVAL, "kc_quant: head_dim * bits must be a positive multiple of 8 (got %d)",
+                   g->head_dim);
+  if (g->group < 1 || g->head_dim % g->group != 0 || g->group * g->bits % 8 != 0)
+    return qe_errf(QE_EINVAL,
+                   "kc_quant: group must divide head_dim %d, group * bits a multiple of 8 (got %d)",
+                   g->head_dim, g->group);
+  if ((int64_t)g->omega * g->n_kv * g->head_dim > ((int64_t)1 << 24))
+    return qe_errf(QE_EINVAL, "kc_quant: omega * n_kv * head_dim beyond 2^24");
+  return 0;
+}
+
+static int kq_check_rope(const kc_attn_rope_t *r, int hd) {
+  if (r->mode != KERN_ROPE_NORM && r->mode != KERN_ROPE_NEOX)
+    return qe_errf(QE_EINVAL, "kc_quant: rope.mode must be NORM or NEOX (got %d)", r->mode);
+  if (r->n_rot < 2 || r->n_rot > hd || r->n_rot % 2 != 0)
+    return qe_errf(QE_EINVAL, "kc_quant: rope.n_rot must be even, in 2..%d (got %d)", hd, r->n_rot);
+  if (!r->table) return qe_errf(QE_EINVAL, "kc_quant: rope.table is NULL");
+  return 0;
+}
+
+extern "C" int kc_quant_check(const kc_quant_args_t *a) {
+  if (!a) return qe_errf(QE_EINVAL, "kc_quant: no arguments");
+  int rc = kq_check_geom(&a->geom);
+  if (rc) return rc;
+  if (a->n_jobs < 0 || (a->n_jobs > 0 && !a->jobs))
+    return qe_errf(QE_EINVAL, "kc_quant: n_jobs %d with jobs %s", a->n_jobs,
+                   a->jobs ? "set" : "NULL");
+  if (a->rotate != 0 && a->rotate != 1)
+    return qe_errf(QE_EINVAL, "kc_quant: rotate must be 0 or 1 (got %d)", a->rotate);
+  return a->rotate ? kq_check_rope(&a->rope, a->geom.head_dim) : 0;
+}
+
+static size_t kq_align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+extern "C" int kc_quant_ledger_layout(const kern_paged_geom_t *g, int n_tok,
+                                      kc_quant_layout_t *out) {
+  if (!g || !out) return qe_errf(QE_EINVAL, "kc_quant_ledger_layout: NULL argument");
+  int rc = kq_check_geom(g);
+  if (rc) return rc;
+  if (n_tok < 1 || n_tok > g->omega)
+    return qe_errf(QE_EINVAL, "kc_quant_ledger_layout: n_tok must be in 1..%d (got %d)", g->omega,
+                   n_tok);
+  kc_quant_layout_t l;
+  l.codes_bytes = kern_paged_codes_bytes(g, n_tok);
+  l.kmeta_bytes = kern_paged_kmeta_bytes(g);
+  l.vmeta_bytes = kern_paged_vmeta_bytes(g, n_tok);
+  l.k_codes = 0;
+  l.k_scale = l.k_codes + kq_align16(l.codes_bytes);
+  l.k_zero = l.k_scale + kq_align16(l.kmeta_bytes);
+  l.v_codes = l.k_zero + kq_align16(l.kmeta_bytes);
+  l.v_scale = l.v_codes + kq_align16(l.codes_bytes);
+  l.v_zero = l.v_scale + kq_align16(l.vmeta_bytes);
+  l.total = l.v_zero + kq_align16(l.vmeta_bytes);
+  *out = l;
+  return 0;
+}
+
+static kq_params_t kq_params(const kc_quant_args_t *a) {
+  kq_params_t p;
+  p.arena = (uintptr_t)a->arena;
+  p.jobs = a->jobs;
+  p.rope_tab = a->rope.table;
+  p.n_kv = a->geom.n_kv;
+  p.hd = a->geom.head_dim;
+  p.bits = a->geom.bits;
+  p.group = a->geom.group;
+  p.rotate = a->rotate;
+  p.mode = a->rope.mode;
+  p.n_rot = a->rotate ? a->rope.n_rot : 0;
+  p.yarn = a->rope.yarn;
+  p.freq_scale = a->rope.freq_scale;
+  p.mscale = a->rope.mscale;
+  return p;
+}
+
+/* Blocks along y for n items of `threads` per block (the kernels stride past 65535). */
+static unsigned kq_blocks_y(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+extern "C" int kc_quant_windows(const kc_quant_args_t *a, void *stream) {
+  int rc = kc_quant_check(a);
+  if (rc || !a->n_jobs) return rc;
+  const kq_params_t p = kq_params(a);
+  const cudaStream_t st = (cudaStream_t)stream;
+  const kern_paged_geom_t *g = &a->geom;
+  const size_t smem = (size_t)g->omega * KQ_KW * sizeof(float);
+  if (smem > 48 * 1024 &&
+      (rc = KQ_CUDA(cudaFuncSetAttribute(kq_quant_keys_k,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))))
+    return rc;
+  const dim3 kgrid((unsigned)a->n_jobs, (unsigned)g->n_kv,
+                   (unsigned)((g->head_dim + KQ_KW - 1) / KQ_KW));
+  kq_quant_keys_k<<<kgrid, KQ_KW, smem, st>>>(p);
+  if ((rc = KQ_LAUNCHED())) return rc;
+  const int64_t ng = (int64_t)g->omega * g->n_kv * (g->head_dim / g->group);
+  kq_quant_values_k<<<dim3((unsigned)a->n_jobs, kq_blocks_y(ng, KQ_VT)), KQ_VT, 0, st>>>(p);
+  return KQ_LAUNCHED();
+}
+
+extern "C" int kc_dequant_windows(const kc_quant_args_t *a, void *stream) {
+  int rc = kc_quant_check(a);
+  if (rc || !a->n_jobs) return rc;
+  const kq_params_t p = kq_params(a);
+  const int64_t n = (int64_t)a->geom.omega * a->geom.n_kv * a->geom.head_dim;
+  kq_dequant_k<<<dim3((unsigned)a->n_jobs, kq_blocks_y(n, KQ_DT)), KQ_DT, 0,
+                 (cudaStream_t)stream>>>(p);
+  return KQ_LAUNCHED();
+}

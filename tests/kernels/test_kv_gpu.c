@@ -1,0 +1,312 @@
+/* test_kv_gpu: the paged GPU FullKV cache and its kernels (kern_cuda_kv.h) against CPU
+ * references on fresh random data:
+ * - kc_kv_scatter + kc_kv_store: the arena and window table after random tokens are written to
+ *   random slots and positions equal the CPU's byte for byte (bf16 round-to-nearest-even, n_tok);
+ * - kc_kv_gather and kc_kv_rows (gather and scatter): exact;
+ * - the cache: kv_gpu on the GPU against kv_full on the CPU backend fed the same K/V rounded to
+ *   bf16, through prefill, chunked prefill, batched decode (consecutive queries: no gather) and
+ *   mixed steps (a prefill among decodes: queries gathered), for GQA 8/2 at head_dim 128 and
+ *   9/3 at head_dim 64: normalized error < 1e-2 (the decode kernel rounds q and P to bf16), no
+ *   NaN; bad calls get errors.
+ * Exits 77 when there is no CUDA device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/kern_cuda.h"
+#include "kern_cuda_kv.h"
+#include "kv_cache.h"
+#include "kv_gpu.h"
+#include "qe_status.h"
+#include "test_util.h"
+
+static kern_backend_t *g_cpu, *g_gpu;
+static uint64_t rs = 0x6b76677075ULL;
+
+static uint16_t bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static float bf16_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint64_t rnd(void) { /* xorshift64* */
+  rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
+  return rs * 0x2545F4914F6CDD1DULL;
+}
+
+static float *randv(size_t n) {
+  float *v = malloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) v[i] = tu_randf(&rs, -2.0f, 2.0f);
+  return v;
+}
+
+static void *dput(const void *h, size_t bytes) {
+  void *d = kern_alloc(g_gpu, bytes ? bytes : 4);
+  CHECK(d != NULL);
+  if (d && bytes) CHECK_OK(g_gpu->ops->upload(g_gpu, d, h, bytes));
+  return d;
+}
+
+static void dget(void *h, const void *d, size_t bytes) {
+  CHECK_OK(g_gpu->ops->download(g_gpu, h, d, bytes));
+}
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+typedef struct {
+  int slots, wins, omega, row;
+  size_t page; /* bytes of one K (or V) page */
+  uint8_t *arena_h;
+  kern_pwin_t *tab_h;
+  uint8_t *arena;
+  kern_pwin_t *tab;
+} kv_rig_t;
+
+/* Random page placement for every (slot, window), written through kc_kv_scatter. */
+static void rig_init(kv_rig_t *r, int slots, int wins, int omega, int row) {
+  memset(r, 0, sizeof *r);
+  r->slots = slots, r->wins = wins, r->omega = omega, r->row = row;
+  r->page = (size_t)omega * row * 2;
+  int n = slots * wins;
+  size_t ab = (size_t)n * 2 * r->page;
+  r->arena_h = calloc(1, ab);
+  r->tab_h = calloc((size_t)n, sizeof *r->tab_h);
+  int *perm = malloc(sizeof(int) * (size_t)n);
+  kc_kv_upd_t *u = malloc(sizeof *u * (size_t)n);
+  for (int i = 0; i < n; i++) perm[i] = i;
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  for (int i = 0; i < n; i++) {
+    uint64_t off = (uint64_t)perm[i] * 2 * r->page;
+    r->tab_h[i] = (kern_pwin_t){
+        .k = off, .v = off + r->page, .pos0 = (i % wins) * omega, .tier = KERN_PW_FULL};
+    u[n - 1 - i] = (kc_kv_upd_t){i, r->tab_h[i]};
+  }
+  r->arena = dput(r->arena_h, ab);
+  r->tab = kern_alloc(g_gpu, sizeof *r->tab * (size_t)n);
+  kc_kv_upd_t *du = dput(u, sizeof *u * (size_t)n);
+  CHECK_OK(kc_kv_scatter(r->tab, du, n, kern_cuda_stream(g_gpu)));
+  CHECK(kc_kv_scatter(r->tab, du, -1, kern_cuda_stream(g_gpu)) == QE_EINVAL);
+  kern_free(g_gpu, du);
+  free(perm), free(u);
+}
+
+static void rig_dispose(kv_rig_t *r) {
+  kern_free(g_gpu, r->arena), kern_free(g_gpu, r->tab);
+  free(r->arena_h), free(r->tab_h);
+}
+
+/* The CPU reference of kc_kv_store. */
+static void store_ref(kv_rig_t *r, const float *k, const float *v, const int32_t *slot,
+                      const int32_t *pos, int n) {
+  for (int i = 0; i < n; i++) {
+    kern_pwin_t *w = &r->tab_h[slot[i] * r->wins + pos[i] / r->omega];
+    int row = pos[i] % r->omega;
+    uint16_t *kp = (uint16_t *)(r->arena_h + w->k) + (size_t)row * r->row;
+    uint16_t *vp = (uint16_t *)(r->arena_h + w->v) + (size_t)row * r->row;
+    for (int j = 0; j < r->row; j++) {
+      kp[j] = bf16_rne(k[(size_t)i * r->row + j]);
+      vp[j] = bf16_rne(v[(size_t)i * r->row + j]);
+    }
+    if (w->n_tok < row + 1) w->n_tok = row + 1;
+  }
+}
+
+static void check_store_gather(int slots, int wins, int omega, int row, int n) {
+  kv_rig_t r;
+  rig_init(&r, slots, wins, omega, row);
+  int32_t *slot = malloc(sizeof(int32_t) * (size_t)n), *pos = malloc(sizeof(int32_t) * (size_t)n);
+  uint8_t *used = calloc((size_t)slots * wins * omega, 1);
+  for (int i = 0; i < n; i++) { /* distinct (slot, position) pairs */
+    int s, p;
+    do s = (int)(rnd() % (uint64_t)slots), p = (int)(rnd() % (uint64_t)(wins * omega));
+    while (used[(size_t)s * wins * omega + p]);
+    used[(size_t)s * wins * omega + p] = 1, slot[i] = s, pos[i] = p;
+  }
+  float *k = randv((size_t)n * row), *v = randv((size_t)n * row);
+  float *dk = dput(k, sizeof(float) * (size_t)n * row),
+        *dv = dput(v, sizeof(float) * (size_t)n * row);
+  int32_t *ds = dput(slot, sizeof(int32_t) * (size_t)n),
+          *dp = dput(pos, sizeof(int32_t) * (size_t)n);
+  kc_kv_store_t a = {r.arena, r.tab, wins, omega, row, n, dk, dv, ds, dp};
+  CHECK_OK(kc_kv_store(&a, kern_cuda_stream(g_gpu)));
+  store_ref(&r, k, v, slot, pos, n);
+  size_t ab = (size_t)slots * wins * 2 * r.page, tb = sizeof(kern_pwin_t) * (size_t)slots * wins;
+  uint8_t *arena = malloc(ab);
+  kern_pwin_t *tab = malloc(tb);
+  dget(arena, r.arena, ab), dget(tab, r.tab, tb);
+  CHECK(memcmp(arena, r.arena_h, ab) == 0);
+  CHECK(memcmp(tab, r.tab_h, tb) == 0);
+  /* gather slot 0's first wins * omega tokens (stored or not: the arena is defined everywhere) */
+  int nt = wins * omega;
+  float *gk = kern_alloc(g_gpu, sizeof(float) * (size_t)nt * row);
+  float *gv = kern_alloc(g_gpu, sizeof(float) * (size_t)nt * row);
+  CHECK_OK(kc_kv_gather(r.arena, r.tab, omega, row, nt, gk, gv, kern_cuda_stream(g_gpu)));
+  float *hk = malloc(sizeof(float) * (size_t)nt * row),
+        *hv = malloc(sizeof(float) * (size_t)nt * row);
+  dget(hk, gk, sizeof(float) * (size_t)nt * row), dget(hv, gv, sizeof(float) * (size_t)nt * row);
+  int bad = 0;
+  for (int t = 0; t < nt; t++) {
+    const kern_pwin_t *w = &r.tab_h[t / omega];
+    const uint16_t *kp = (const uint16_t *)(r.arena_h + w->k) + (size_t)(t % omega) * row;
+    const uint16_t *vp = (const uint16_t *)(r.arena_h + w->v) + (size_t)(t % omega) * row;
+    for (int j = 0; j < row; j++)
+      bad +=
+          hk[(size_t)t * row + j] != bf16_f32(kp[j]) || hv[(size_t)t * row + j] != bf16_f32(vp[j]);
+  }
+  CHECK(bad == 0);
+  fprintf(stderr, "store/gather: %d slots x %d windows, omega %d, row %d, %d tokens: %s\n", slots,
+          wins, omega, row, n, bad ? "MISMATCH" : "exact");
+  kern_free(g_gpu, gk), kern_free(g_gpu, gv), kern_free(g_gpu, dk), kern_free(g_gpu, dv);
+  kern_free(g_gpu, ds), kern_free(g_gpu, dp);
+  free(arena), free(tab), free(hk), free(hv), free(k), free(v), free(slot), free(pos), free(used);
+  rig_dispose(&r);
+}
+
+static void check_rows(int n_src, int n, int row) {
+  float *src = randv((size_t)n_src * row);
+  int32_t *idx = malloc(sizeof(int32_t) * (size_t)n);
+  for (int i = 0; i < n; i++) idx[i] = (n_src - 1 - 3 * i % n_src + n_src) % n_src;
+  for (int i = 0; i < n; i++) /* distinct for the scatter */
+    idx[i] = (int32_t)((i * 7919L) % n_src);
+  float *ds = dput(src, sizeof(float) * (size_t)n_src * row);
+  int32_t *di = dput(idx, sizeof(int32_t) * (size_t)n);
+  float *dg = kern_alloc(g_gpu, sizeof(float) * (size_t)n * row);
+  float *dsc = dput(src, sizeof(float) * (size_t)n_src * row);
+  void *st = kern_cuda_stream(g_gpu);
+  CHECK_OK(kc_kv_rows(dg, ds, di, n, row, 0, st));
+  CHECK_OK(kc_kv_rows(dsc, dg, di, n, row, 1, st)); /* scatter the gathered rows back: no change */
+  float *hg = malloc(sizeof(float) * (size_t)n * row),
+        *hs = malloc(sizeof(float) * (size_t)n_src * row);
+  dget(hg, dg, sizeof(float) * (size_t)n * row), dget(hs, dsc, sizeof(float) * (size_t)n_src * row);
+  int bad = 0;
+  for (int i = 0; i < n; i++)
+    bad += memcmp(hg + (size_t)i * row, src + (size_t)idx[i] * row, sizeof(float) * row) != 0;
+  CHECK(bad == 0);
+  CHECK(memcmp(hs, src, sizeof(float) * (size_t)n_src * row) == 0);
+  CHECK(kc_kv_rows(dg, ds, di, -1, row, 0, st) == QE_EINVAL);
+  kern_free(g_gpu, ds), kern_free(g_gpu, di), kern_free(g_gpu, dg), kern_free(g_gpu, dsc);
+  free(src), free(idx), free(hg), free(hs);
+}
+
+/* ---- the cache against kv_full on the CPU ------------------------------------------------- */
+
+typedef struct {
+  kv_geom_t g;
+  kv_cache_t *gpu, *ref;
+  int nq, row;
+  float *dq, *dk, *dv, *dout; /* device scratch [max_tok][nq or row] */
+  double err2, ref2;
+  int nan;
+} cache_rig_t;
+
+/* Runs one forward-like step: segments (seq, pos0, n) in batch order; checks every output. */
+static void cache_step(cache_rig_t *c, const int (*segs)[3], int n_segs) {
+  int total = 0;
+  for (int i = 0; i < n_segs; i++) total += segs[i][2];
+  float *q = randv((size_t)total * c->nq), *k = randv((size_t)total * c->row);
+  float *v = randv((size_t)total * c->row), *out = malloc(sizeof(float) * (size_t)total * c->nq);
+  float *got = malloc(sizeof(float) * (size_t)total * c->nq);
+  for (size_t i = 0; i < (size_t)total * c->row; i++)
+    k[i] = bf16_f32(bf16_rne(k[i])), v[i] = bf16_f32(bf16_rne(v[i]));
+  CHECK_OK(g_gpu->ops->upload(g_gpu, c->dq, q, sizeof(float) * (size_t)total * c->nq));
+  CHECK_OK(g_gpu->ops->upload(g_gpu, c->dk, k, sizeof(float) * (size_t)total * c->row));
+  CHECK_OK(g_gpu->ops->upload(g_gpu, c->dv, v, sizeof(float) * (size_t)total * c->row));
+  for (int l = 0; l < c->g.n_layer; l++) {
+    kv_attn_req_t rg[16], rr[16];
+    for (int i = 0, off = 0; i < n_segs; i++) {
+      int s = segs[i][0], p = segs[i][1], n = segs[i][2];
+      CHECK_OK(c->gpu->ops->store(c->gpu, s, l, p, n, c->dk + (size_t)off * c->row,
+                                  c->dv + (size_t)off * c->row));
+      CHECK_OK(c->ref->ops->store(c->ref, s, l, p, n, k + (size_t)off * c->row,
+                                  v + (size_t)off * c->row));
+      rg[i] = (kv_attn_req_t){s, p, n, c->dq + (size_t)off * c->nq, c->dout + (size_t)off * c->nq};
+      rr[i] = (kv_attn_req_t){s, p, n, q + (size_t)off * c->nq, out + (size_t)off * c->nq};
+      off += n;
+    }
+    CHECK_OK(c->gpu->ops->attend(c->gpu, l, rg, n_segs));
+    CHECK_OK(c->ref->ops->attend(c->ref, l, rr, n_segs));
+    CHECK_OK(g_gpu->ops->download(g_gpu, got, c->dout, sizeof(float) * (size_t)total * c->nq));
+    for (size_t i = 0; i < (size_t)total * c->nq; i++) {
+      c->nan += !isfinite(got[i]);
+      c->err2 += ((double)got[i] - out[i]) * ((double)got[i] - out[i]);
+      c->ref2 += (double)out[i] * out[i];
+    }
+  }
+  free(q), free(k), free(v), free(out), free(got);
+}
+
+static void check_cache(int n_head, int n_kv, int hd, int omega) {
+  cache_rig_t c = {.g = {2, n_head, n_kv, hd, 4}, .nq = n_head * hd, .row = n_kv * hd};
+  int cap[3] = {300, 37, 120}, max_tok = 512;
+  size_t pool = 0;
+  for (int s = 0; s < 3; s++) pool += kv_gpu_pool_bytes(&c.g, omega, 1, cap[s]);
+  CHECK_OK(kv_gpu_create(g_gpu, &c.g, omega, 300, pool, &c.gpu));
+  CHECK_OK(kv_full_create(g_cpu, &c.g, &c.ref));
+  if (!c.gpu || !c.ref) return;
+  c.dq = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.nq);
+  c.dout = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.nq);
+  c.dk = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.row);
+  c.dv = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.row);
+  for (int s = 0; s < 3; s++) {
+    CHECK_OK(c.gpu->ops->seq_open(c.gpu, s, cap[s]));
+    CHECK_OK(c.ref->ops->seq_open(c.ref, s, cap[s]));
+  }
+  CHECK(c.gpu->ops->seq_open(c.gpu, 3, 100000) == QE_EINVAL);            /* over max_tokens */
+  CHECK(c.gpu->ops->seq_open(c.gpu, 3, 300) == QE_ENOSPC);               /* the pool is full */
+  CHECK(c.gpu->ops->store(c.gpu, 3, 0, 0, 1, c.dk, c.dv) == QE_EINVAL);  /* closed slot */
+  CHECK(c.gpu->ops->store(c.gpu, 1, 0, 30, 8, c.dk, c.dv) == QE_EINVAL); /* past capacity */
+  const int pre[3][3] = {{0, 0, 150}, {1, 0, 1}, {2, 0, 40}};
+  cache_step(&c, pre, 3);
+  const int chunk[1][3] = {{2, 40, 33}}; /* chunked prefill */
+  cache_step(&c, chunk, 1);
+  int pos[3] = {150, 1, 73};
+  for (int t = 0; t < 20; t++) { /* batched decode: consecutive queries */
+    int dec[3][3];
+    for (int s = 0; s < 3; s++) dec[s][0] = s, dec[s][1] = pos[s]++, dec[s][2] = 1;
+    cache_step(&c, dec, 3);
+  }
+  const int mixed[3][3] = {{0, 170, 1}, {2, 93, 17}, {1, 21, 1}}; /* a prefill among decodes */
+  cache_step(&c, mixed, 3);
+  c.gpu->ops->seq_close(c.gpu, 1);
+  CHECK_OK(c.gpu->ops->seq_open(c.gpu, 3, 37)); /* its pages came back */
+  double ne = sqrt(c.err2 / (c.ref2 > 0 ? c.ref2 : 1));
+  CHECK(c.nan == 0);
+  CHECK(ne < 1e-2);
+  fprintf(stderr,
+          "kv_gpu vs kv_full (cpu, bf16 K/V): GQA %d/%d, head_dim %d, omega %d: "
+          "normalized error %.2e, %d non-finite\n",
+          n_head, n_kv, hd, omega, ne, c.nan);
+  kern_free(g_gpu, c.dq), kern_free(g_gpu, c.dout), kern_free(g_gpu, c.dk), kern_free(g_gpu, c.dv);
+  kv_cache_destroy(c.gpu), kv_cache_destroy(c.ref);
+}
+
+int main(int argc, char **argv) {
+  int small = argc > 1 && !strcmp(argv[1], "--small"); /* compute-sanitizer runs */
+  if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
+  CHECK_OK(kern_cpu_create(0, &g_cpu));
+  CHECK_OK(kern_cuda_create(0, &g_gpu));
+  if (!g_cpu || !g_gpu) return tu_done("kv_gpu");
+  check_store_gather(3, 5, 16, 1024, 150);
+  check_store_gather(2, 9, 8, 192, 100);
+  check_rows(300, 77, small ? 256 : 4096);
+  check_cache(8, 2, 128, 16);
+  if (!small) check_cache(9, 3, 64, 8), check_cache(32, 8, 128, 64);
+  kv_geom_t bad = {2, 8, 2, 32, 1};
+  kv_cache_t *kv = NULL;
+  CHECK(kv_gpu_create(g_gpu, &bad, 16, 100, 1 << 20, &kv) == QE_EUNSUPPORTED);
+  CHECK(kv_gpu_create(g_cpu, &bad, 16, 100, 1 << 20, &kv) == QE_EINVAL);
+  kern_destroy(g_gpu), kern_destroy(g_cpu);
+  return tu_done("kv_gpu");
+}
