@@ -2,7 +2,7 @@
 # gpu_engine.sh: the whole engine on the GPU machine, in one device call (issue 5 (b), issue 6).
 # Uses prebuilt binaries from $BIN (default carry/bin: qevict, test_kv_gpu, test_kern_cuda built
 # here with -Dcuda=enabled -Dserving=disabled -Dblas=disabled -Dnative=false, see bench/README.md)
-# or builds them into build-gpu-engine when $BIN has none. Logs under $OUT, then one table:
+# or builds them into build-gpu-engine when $BIN has none (also test_kc_quant and long_ctx). Logs under $OUT, then one table:
 #   checks     test_kv_gpu (paged cache + kernels vs CPU references), test_kern_cuda (every op,
 #              argmax, weight upload, models), compute-sanitizer memcheck + racecheck of
 #              test_kv_gpu
@@ -32,7 +32,10 @@ if [ ! -x "$BIN/qevict" ]; then
   [ -f "$BIN/build.ninja" ] || meson setup "$BIN" -Dcuda=enabled -Dserving=disabled \
     -Dblas=disabled -Dnative=false > "$OUT/build.log" 2>&1
   ninja -C "$BIN" cli/qevict tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda \
-    >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+    tests/kernels/test_kc_quant bench/long_ctx >> "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; exit 1; }
+  ln -sf tests/kernels/test_kc_quant "$BIN/test_kc_quant"
+  ln -sf bench/long_ctx "$BIN/long_ctx"
   ln -sf cli/qevict "$BIN/qevict"
   ln -sf tests/kernels/test_kv_gpu "$BIN/test_kv_gpu"
   ln -sf tests/kernels/test_kern_cuda "$BIN/test_kern_cuda"
@@ -43,6 +46,9 @@ echo "== checks"
 "$BIN/test_kv_gpu" > "$OUT/test_kv_gpu.log" 2>&1
 echo "test_kv_gpu rc $?" | tee "$OUT/rc_kv_gpu"
 grep -E "^FAIL|error|exact|normalized" "$OUT/test_kv_gpu.log" | head -20
+"$BIN/test_kc_quant" > "$OUT/test_kc_quant.log" 2>&1
+echo "test_kc_quant rc $?" | tee "$OUT/rc_kc_quant"
+grep -E "^FAIL" "$OUT/test_kc_quant.log" | head -20
 QE_SHARED_MODELS=$(pwd)/$MODELS "$BIN/test_kern_cuda" > "$OUT/test_kern_cuda.log" 2>&1
 echo "test_kern_cuda rc $?" | tee "$OUT/rc_kern_cuda"
 grep -E "^FAIL" "$OUT/test_kern_cuda.log" | head -20
@@ -77,6 +83,15 @@ nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -l 1 -i 0 > "$O
 SMI=$!
 run_shape e1_full_b32 --device 0 --batch 32 --prompt-len 256 -n 1024
 kill $SMI 2> /dev/null
+echo "== engine: the same at QEvict 20%"
+run_shape e2_qevict20_b32 --device 0 --batch 32 --prompt-len 256 -n 1024 --policy qevict \
+  --budget 0.2
+echo "== long context: concurrent 32K-token sequences, FullKV vs QEvict 20%"
+for pol in full qevict; do
+  timeout 400 "$BIN/long_ctx" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+    > "$OUT/long_$pol.json" 2> "$OUT/long_$pol.err"
+  echo "long_ctx $pol rc $?"; cat "$OUT/long_$pol.json"; tail -2 "$OUT/long_$pol.err"
+done
 echo "== long: one 32K-token prompt (LONG=1)"
 [ -n "${LONG:-}" ] && TMO=240 run_shape long_32k --device 0 --batch 1 --prompt-len 32768 -n 4
 if [ "$NGPU" -ge 2 ]; then
@@ -104,7 +119,8 @@ def load(name):
 def rc(name):
     try: return open(f"{out}/rc_{name}").read().split()[-1]
     except OSError: return "n/a"
-print("checks: test_kv_gpu rc", rc("kv_gpu"), "| test_kern_cuda rc", rc("kern_cuda"),
+print("checks: test_kv_gpu rc", rc("kv_gpu"), "| test_kc_quant rc", rc("kc_quant"),
+      "| test_kern_cuda rc", rc("kern_cuda"),
       "| memcheck rc", rc("memcheck"), "| racecheck rc", rc("racecheck"))
 c, g = load("stories_cpu.json"), load("stories_gpu.json")
 if c and g:
@@ -126,13 +142,21 @@ except OSError: pass
 try: mem = max(int(x) for x in open(f"{out}/mem_e1.log") if x.strip().isdigit())
 except (OSError, ValueError): mem = None
 print(f"{'run':<26} {'TTFT ms':>10} {'TPOT ms':>9} {'tok/s':>9} {'vs HF TPOT':>11}")
-for name in ["e1_full_b32", "long_32k", "tp1_b1", "tp2_b1", "tp2_b32"]:
+for name in ["e1_full_b32", "e2_qevict20_b32", "long_32k", "tp1_b1", "tp2_b1", "tp2_b32"]:
     e = engine(name)
     if not e: continue
-    ratio = f"{e['tpot_ms'] / peer['tpot_ms']:11.3f}" if peer and "tpot_ms" in peer and name == "e1_full_b32" else f"{'':>11}"
+    ratio = f"{e['tpot_ms'] / peer['tpot_ms']:11.3f}" if peer and "tpot_ms" in peer and name.startswith("e") else f"{'':>11}"
     print(f"{name:<26} {e['ttft_ms']:10.1f} {e['tpot_ms']:9.3f} {e['tok_s']:9.1f} {ratio}")
 if peer: print("transformers eager:", {k: peer[k] for k in peer if k != "peer"})
 if mem: print(f"e1 peak GPU memory (nvidia-smi): {mem} MiB")
+e1, e2 = engine("e1_full_b32"), engine("e2_qevict20_b32")
+if e1 and e2: print(f"QEvict 20% / FullKV TPOT at B=32: {e2['tpot_ms'] / e1['tpot_ms']:.3f} (target <= 1)")
+lf, lq = load("long_full.json"), load("long_qevict.json")
+if lf and lq:
+    print(f"32K context: FullKV {lf['sequences']} sequences, {lf['tokens_per_s']:.0f} tok/s; "
+          f"QEvict 20% {lq['sequences']} sequences, {lq['tokens_per_s']:.0f} tok/s: "
+          f"{lq['sequences'] / lf['sequences']:.2f}x sequences, "
+          f"{lq['tokens_per_s'] / lf['tokens_per_s']:.2f}x tokens/s (targets 4x, 3x)")
 t1, t2 = engine("tp1_b1"), engine("tp2_b1")
 if t1 and t2:
     a, b = t1["ids"], t2["ids"]

@@ -8,51 +8,8 @@
 #include <string.h>
 
 #include "kern_cuda.h"
-#include "kern_cuda_attn.h"
-#include "kern_cuda_kv.h"
-#include "kv_gpu.h"
+#include "kv_gpu_internal.h"
 #include "qe_status.h"
-
-#define KVG_MAX_SEGS (1 << 14)
-#define KVG_PIN_MIN  ((size_t)8 << 20)
-
-typedef struct {
-  int open, capacity, len;
-  int n_win;      /* windows per layer */
-  int32_t *pages; /* [n_layer][n_win] arena page ids */
-} kvg_seq_t;
-
-typedef struct {
-  int seq, pos0, n;
-  const float *k, *v;
-} kvg_seg_t;
-
-/* A device buffer grown on demand. */
-typedef struct {
-  void *p;
-  size_t cap;
-} kvg_buf_t;
-
-typedef struct {
-  kv_cache_t base;
-  int omega, row, max_win;
-  size_t page_bytes; /* K + V of one window */
-  uint8_t *arena;
-  int32_t *free_pages;
-  int n_pages, n_free;
-  kern_pwin_t *tab; /* device [n_layer][max_seqs][max_win] */
-  kvg_seq_t *seqs;
-  void *stream;
-  uint8_t *pin; /* pinned staging ring */
-  size_t pin_cap, pin_used;
-  kvg_seg_t *segs; /* stores recorded since the last attend */
-  int n_segs;
-  int32_t *h_tok; /* host [2][tok_cap]: slot then position of each pending token */
-  int tok_cap;
-  kvg_buf_t d_tok, d_upd, d_seqwin, d_idx, d_q, d_out, d_ws, d_gk, d_gv;
-  int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
-  kern_attn_seq_t *work;     /* [max_seqs] */
-} kv_gpu_t;
 
 size_t kv_gpu_page_bytes(const kv_geom_t *g, int omega) {
   return (size_t)2 * omega * g->n_kv_head * g->head_dim * 2;
@@ -65,7 +22,7 @@ size_t kv_gpu_pool_bytes(const kv_geom_t *g, int omega, int n_seqs, int capacity
 
 /* ---- device buffers and staging ------------------------------------------------------------ */
 
-static int buf_need(kv_gpu_t *g, kvg_buf_t *b, size_t bytes) {
+int kv_gpu__buf_need(kv_gpu_t *g, kvg_buf_t *b, size_t bytes) {
   if (bytes <= b->cap) return 0;
   size_t cap = bytes + bytes / 2 + 256;
   void *p = kern_alloc(g->base.be, cap);
@@ -76,7 +33,7 @@ static int buf_need(kv_gpu_t *g, kvg_buf_t *b, size_t bytes) {
 }
 
 /* Copies bytes of host src to device dst through the pinned ring (asynchronous). */
-static int stage(kv_gpu_t *g, void *dst, const void *src, size_t bytes) {
+int kv_gpu__stage(kv_gpu_t *g, void *dst, const void *src, size_t bytes) {
   size_t need = (bytes + 255) & ~(size_t)255;
   if (g->pin_used + need > g->pin_cap) {
     int rc = kc_stream_sync(g->stream); /* every earlier copy out of the ring is done */
@@ -95,7 +52,7 @@ static int stage(kv_gpu_t *g, void *dst, const void *src, size_t bytes) {
   return kc_upload_async(dst, at, bytes, g->stream);
 }
 
-static int64_t tab_index(const kv_gpu_t *g, int layer, int seq, int w) {
+int64_t kv_gpu__tab_index(const kv_gpu_t *g, int layer, int seq, int w) {
   return ((int64_t)layer * g->base.geom.max_seqs + seq) * g->max_win + w;
 }
 
@@ -105,6 +62,11 @@ static void gpu_seq_close(kv_cache_t *kv, int seq) {
   kv_gpu_t *g = (kv_gpu_t *)kv;
   if (seq < 0 || seq >= kv->geom.max_seqs || !g->seqs[seq].open) return;
   kvg_seq_t *s = &g->seqs[seq];
+  if (g->t) {
+    kv_gpu__tier_close(g, seq);
+    memset(s, 0, sizeof *s);
+    return;
+  }
   size_t n = (size_t)s->n_win * kv->geom.n_layer;
   for (size_t i = 0; i < n; i++) g->free_pages[g->n_free++] = s->pages[i];
   free(s->pages);
@@ -122,11 +84,11 @@ static int write_descs(kv_gpu_t *g, int seq) {
       uint64_t off = (uint64_t)s->pages[l * s->n_win + w] * g->page_bytes;
       kern_pwin_t pw = {
           .k = off, .v = off + g->page_bytes / 2, .pos0 = w * g->omega, .tier = KERN_PW_FULL};
-      u[l * s->n_win + w] = (kc_kv_upd_t){tab_index(g, l, seq, w), pw};
+      u[l * s->n_win + w] = (kc_kv_upd_t){kv_gpu__tab_index(g, l, seq, w), pw};
     }
   size_t bytes = sizeof *u * (size_t)n;
-  rc = buf_need(g, &g->d_upd, bytes);
-  if (!rc) rc = stage(g, g->d_upd.p, u, bytes);
+  rc = kv_gpu__buf_need(g, &g->d_upd, bytes);
+  if (!rc) rc = kv_gpu__stage(g, g->d_upd.p, u, bytes);
   if (!rc) rc = kc_kv_scatter(g->tab, g->d_upd.p, n, g->stream);
   free(u);
   return rc;
@@ -139,6 +101,11 @@ static int gpu_seq_open(kv_cache_t *kv, int seq, int capacity) {
                    g->max_win * g->omega);
   gpu_seq_close(kv, seq);
   kvg_seq_t *s = &g->seqs[seq];
+  if (g->t) {
+    int rc = kv_gpu__tier_open(g, seq, capacity);
+    if (!rc) s->open = 1, s->capacity = capacity, s->len = 0;
+    return rc;
+  }
   int n_win = (capacity + g->omega - 1) / g->omega, n = n_win * kv->geom.n_layer;
   if (n > g->n_free)
     return qe_errf(QE_ENOSPC, "kv_gpu: %d pages needed for %d tokens, %d free", n, capacity,
@@ -152,9 +119,11 @@ static int gpu_seq_open(kv_cache_t *kv, int seq, int capacity) {
   return rc;
 }
 
-static size_t gpu_seq_bytes(const kv_cache_t *kv, int seq) {
-  const kv_gpu_t *g = (const kv_gpu_t *)kv;
+static size_t gpu_seq_bytes(const kv_cache_t *kv_c, int seq) {
+  kv_cache_t *kv = (kv_cache_t *)kv_c; /* reads the device's accounting (synchronizes) */
+  kv_gpu_t *g = (kv_gpu_t *)kv;
   if (seq < 0 || seq >= kv->geom.max_seqs) return 0;
+  if (g->t) return g->seqs[seq].open ? kv_gpu__tier_bytes(g, seq) : 0;
   return (size_t)g->seqs[seq].n_win * kv->geom.n_layer * g->page_bytes;
 }
 
@@ -180,7 +149,7 @@ static int tok_need(kv_gpu_t *g, int n) {
   int32_t *t = realloc(g->h_tok, sizeof(int32_t) * 2 * (size_t)cap);
   if (!t) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
   g->h_tok = t, g->tok_cap = cap;
-  return buf_need(g, &g->d_tok, sizeof(int32_t) * 2 * (size_t)cap);
+  return kv_gpu__buf_need(g, &g->d_tok, sizeof(int32_t) * 2 * (size_t)cap);
 }
 
 /* Writes the recorded stores of `layer`: one kernel when the sources are consecutive rows of one
@@ -200,14 +169,15 @@ static int flush_stores(kv_gpu_t *g, int layer) {
       g->h_tok[g->tok_cap + t] = g->segs[i].pos0 + j;
     }
   int32_t *dt = g->d_tok.p;
-  if ((rc = stage(g, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap))) return rc;
-  kern_pwin_t *tab = g->tab + tab_index(g, layer, 0, 0);
+  if ((rc = kv_gpu__stage(g, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap))) return rc;
+  kern_pwin_t *tab = g->tab + kv_gpu__tab_index(g, layer, 0, 0);
   for (int i = 0, t = 0; i < g->n_segs && !rc; i++) {
     const kvg_seg_t *s = &g->segs[i];
     int n = contiguous ? total : s->n;
     kc_kv_store_t a = {g->arena, tab,  g->max_win, g->omega, g->row,
                        n,        s->k, s->v,       dt + t,   dt + g->tok_cap + t};
-    rc = kc_kv_store(&a, g->stream);
+    if (g->t) rc = kv_gpu__tier_alloc(g, layer, a.tok_slot, a.tok_pos, n);
+    if (!rc) rc = kc_kv_store(&a, g->stream);
     for (int j = i; j < (contiguous ? g->n_segs : i + 1); j++) {
       kvg_seq_t *q = &g->seqs[g->segs[j].seq];
       if (g->segs[j].pos0 + g->segs[j].n > q->len) q->len = g->segs[j].pos0 + g->segs[j].n;
@@ -240,29 +210,31 @@ static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
   }
   for (int i = 0; i < nd; i++) g->h_idx[i] = (int)((reqs[sel[i]].q - base) / nq);
   int32_t *dsw = g->d_seqwin.p;
-  if ((rc = stage(g, dsw, g->h_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs))) return rc;
+  if ((rc = kv_gpu__stage(g, dsw, g->h_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs)))
+    return rc;
   kc_attn_args_t a = {.geom = {ge->n_kv_head, ge->head_dim, g->omega, 2, 32},
                       .n_seq = nd,
                       .n_head = ge->n_head,
                       .scale = 1.0f / sqrtf((float)ge->head_dim),
                       .arena = g->arena,
-                      .win = g->tab + tab_index(g, layer, 0, 0),
+                      .win = g->tab + kv_gpu__tab_index(g, layer, 0, 0),
                       .seq_win = dsw,
                       .seq_nwin = dsw + ge->max_seqs,
                       .n_win = ge->max_seqs * g->max_win,
                       .max_win = max_win};
+  if (g->t) kv_gpu__tier_attn_args(g, layer, &a);
   size_t ws = 0;
-  if ((rc = kc_attn_ws_bytes(&a, &ws)) || (rc = buf_need(g, &g->d_ws, ws))) return rc;
+  if ((rc = kc_attn_ws_bytes(&a, &ws)) || (rc = kv_gpu__buf_need(g, &g->d_ws, ws))) return rc;
   a.ws = g->d_ws.p, a.ws_bytes = g->d_ws.cap;
   if (direct) {
     a.q = reqs[sel[0]].q, a.out = reqs[sel[0]].out;
     return kc_attn_decode(&a, g->stream);
   }
   size_t qb = sizeof(float) * (size_t)nd * nq;
-  if ((rc = buf_need(g, &g->d_q, qb)) || (rc = buf_need(g, &g->d_out, qb)) ||
-      (rc = buf_need(g, &g->d_idx, sizeof(int32_t) * (size_t)nd)))
+  if ((rc = kv_gpu__buf_need(g, &g->d_q, qb)) || (rc = kv_gpu__buf_need(g, &g->d_out, qb)) ||
+      (rc = kv_gpu__buf_need(g, &g->d_idx, sizeof(int32_t) * (size_t)nd)))
     return rc;
-  if ((rc = stage(g, g->d_idx.p, g->h_idx, sizeof(int32_t) * (size_t)nd))) return rc;
+  if ((rc = kv_gpu__stage(g, g->d_idx.p, g->h_idx, sizeof(int32_t) * (size_t)nd))) return rc;
   if ((rc = kc_kv_rows(g->d_q.p, base, g->d_idx.p, nd, nq, 0, g->stream))) return rc;
   a.q = g->d_q.p, a.out = g->d_out.p;
   if ((rc = kc_attn_decode(&a, g->stream))) return rc;
@@ -278,23 +250,37 @@ static int prefill_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, con
   int rc = 0;
   for (int i = 0; i < np; i++) total += (size_t)(reqs[sel[i]].pos0 + reqs[sel[i]].n_q);
   size_t bytes = sizeof(float) * total * g->row;
-  if ((rc = buf_need(g, &g->d_gk, bytes)) || (rc = buf_need(g, &g->d_gv, bytes))) return rc;
+  if ((rc = kv_gpu__buf_need(g, &g->d_gk, bytes)) || (rc = kv_gpu__buf_need(g, &g->d_gv, bytes)))
+    return rc;
+  float *mass = NULL;
+  int slots[1024];
+  if (g->t && (rc = kv_gpu__tier_masses(g, total, &mass))) return rc;
   size_t at = 0;
   for (int i = 0; i < np && !rc; i++) {
     const kv_attn_req_t *r = &reqs[sel[i]];
     int n_kv = r->pos0 + r->n_q;
+    if (g->t && g->seqs[r->seq].routed) /* the gather reads FULL pages only */
+      return qe_errf(QE_EUNSUPPORTED,
+                     "kv_gpu: the tiered GPU cache takes a prompt in one piece "
+                     "(slot %d continues at %d)",
+                     r->seq, r->pos0);
     float *k = (float *)g->d_gk.p + at * g->row, *v = (float *)g->d_gv.p + at * g->row;
-    rc = kc_kv_gather(g->arena, g->tab + tab_index(g, layer, r->seq, 0), g->omega, g->row, n_kv, k,
-                      v, g->stream);
+    rc = kc_kv_gather(g->arena, g->tab + kv_gpu__tab_index(g, layer, r->seq, 0), g->omega, g->row,
+                      n_kv, k, v, g->stream);
     g->work[i] = (kern_attn_seq_t){
         .q = r->q, .k = k, .v = v, .out = r->out, .n_q = r->n_q, .n_kv = n_kv, .q_pos0 = r->pos0};
+    if (mass) {
+      int obs = kv_gpu__tier_obs(g);
+      g->work[i].key_mass = mass + at, g->work[i].mass_q0 = r->n_q > obs ? r->n_q - obs : 0;
+    }
+    slots[i] = r->seq;
     at += (size_t)n_kv;
   }
   if (rc) return rc;
   kern_attn_shape_t sh = {ge->n_head, ge->n_kv_head, ge->head_dim,
                           1.0f / sqrtf((float)ge->head_dim)};
   g->base.be->ops->attention(g->base.be, g->work, np, &sh);
-  return 0;
+  return g->t ? kv_gpu__tier_prefilled(g, layer, g->work, slots, np) : 0;
 }
 
 static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
@@ -317,28 +303,35 @@ static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
   }
   if (nd) rc = decode_attend(g, layer, reqs, dec, nd);
   if (!rc && np) rc = prefill_attend(g, layer, reqs, pre, np);
+  if (!rc && g->t) rc = kv_gpu__tier_decoded(g, layer, reqs, dec, nd);
   return rc;
 }
 
 /* ---- create / destroy ------------------------------------------------------------------------ */
 
-static void gpu_destroy(kv_cache_t *kv) {
-  kv_gpu_t *g = (kv_gpu_t *)kv;
+void kv_gpu__dispose(kv_gpu_t *g) {
+  kv_cache_t *kv = &g->base;
   for (int i = 0; g->seqs && i < kv->geom.max_seqs; i++) gpu_seq_close(kv, i);
   if (g->stream) kc_stream_sync(g->stream);
+  kv_gpu__tier_destroy(g);
   kvg_buf_t *bufs[] = {&g->d_tok, &g->d_upd, &g->d_seqwin, &g->d_idx, &g->d_q,
                        &g->d_out, &g->d_ws,  &g->d_gk,     &g->d_gv};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) kern_free(kv->be, bufs[i]->p);
-  kern_free(kv->be, g->arena);
-  kern_free(kv->be, g->tab);
+  for (size_t i = 0; kv->be && i < sizeof bufs / sizeof *bufs; i++) kern_free(kv->be, bufs[i]->p);
+  if (kv->be) kern_free(kv->be, g->arena), kern_free(kv->be, g->tab);
   kc_host_free(g->pin);
   free(g->free_pages), free(g->seqs), free(g->segs), free(g->h_tok), free(g->h_seqwin);
   free(g->h_idx), free(g->work);
   free(g);
 }
 
+static void gpu_destroy(kv_cache_t *kv) { kv_gpu__dispose((kv_gpu_t *)kv); }
+
 static const kv_cache_ops_t kv_gpu_ops = {"gpu-full", gpu_seq_open,  gpu_seq_close, gpu_store,
                                           gpu_attend, gpu_seq_bytes, gpu_destroy};
+static const kv_cache_ops_t kv_gpu_tiered_ops = {
+    "gpu-tiered", gpu_seq_open, gpu_seq_close, gpu_store, gpu_attend, gpu_seq_bytes, gpu_destroy};
+
+int kv_gpu_is_tiered(const kv_cache_t *kv) { return kv && kv->ops == &kv_gpu_tiered_ops; }
 
 static int check_args(kern_backend_t *be, const kv_geom_t *ge, int omega, int max_tokens) {
   if (!be || be->ops->host_memory || !kern_cuda_stream(be))
@@ -372,32 +365,40 @@ static int alloc_host(kv_gpu_t *g) {
   return 0;
 }
 
+/* The window table and, when pool_bytes > 0, the FullKV arena. */
 static int alloc_device(kv_gpu_t *g, size_t pool_bytes) {
   const kv_geom_t *ge = &g->base.geom;
   size_t tab = sizeof(kern_pwin_t) * (size_t)ge->n_layer * ge->max_seqs * g->max_win;
-  g->arena = kern_alloc(g->base.be, pool_bytes ? pool_bytes : 256);
+  g->arena = pool_bytes ? kern_alloc(g->base.be, pool_bytes) : NULL;
+  g->arena_bytes = pool_bytes;
   g->tab = kern_alloc(g->base.be, tab);
-  if (!g->arena || !g->tab)
+  if ((pool_bytes && !g->arena) || !g->tab)
     return qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool and %zu-byte table",
                    pool_bytes, tab);
-  return buf_need(g, &g->d_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
+  return kv_gpu__buf_need(g, &g->d_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
+}
+
+int kv_gpu__init(kv_gpu_t *g, kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,
+                 size_t pool_bytes, int tiered) {
+  g->base = (kv_cache_t){tiered ? &kv_gpu_tiered_ops : &kv_gpu_ops, *geom, be};
+  int rc = check_args(be, geom, omega, max_tokens);
+  if (rc) return rc;
+  g->omega = omega, g->row = geom->n_kv_head * geom->head_dim;
+  g->max_win = (max_tokens + omega - 1) / omega;
+  g->page_bytes = kv_gpu_page_bytes(geom, omega);
+  g->n_pages = tiered ? 0 : (int)(pool_bytes / g->page_bytes);
+  g->stream = kern_cuda_stream(be);
+  if (!(rc = alloc_host(g))) rc = alloc_device(g, pool_bytes);
+  return rc;
 }
 
 int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,
                   size_t pool_bytes, kv_cache_t **out) {
-  int rc = check_args(be, geom, omega, max_tokens);
-  if (rc) return rc;
   kv_gpu_t *g = calloc(1, sizeof *g);
   if (!g) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
-  g->base = (kv_cache_t){&kv_gpu_ops, *geom, be};
-  g->omega = omega, g->row = geom->n_kv_head * geom->head_dim;
-  g->max_win = (max_tokens + omega - 1) / omega;
-  g->page_bytes = kv_gpu_page_bytes(geom, omega);
-  g->n_pages = (int)(pool_bytes / g->page_bytes);
-  g->stream = kern_cuda_stream(be);
-  if (!(rc = alloc_host(g))) rc = alloc_device(g, pool_bytes);
+  int rc = kv_gpu__init(g, be, geom, omega, max_tokens, pool_bytes, 0);
   if (rc) {
-    gpu_destroy(&g->base);
+    kv_gpu__dispose(g);
     return rc;
   }
   *out = &g->base;

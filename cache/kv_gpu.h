@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "kv_cache.h"
+#include "kv_policy.h"
 
 /* Default tokens per page. */
 #define KV_GPU_OMEGA 16
@@ -26,5 +27,39 @@ size_t kv_gpu_pool_bytes(const kv_geom_t *geom, int omega, int n_seqs, int capac
  * *out owned by caller: kv_cache_destroy(). */
 int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,
                   size_t pool_bytes, kv_cache_t **out);
+
+/* The tiered mode (QEvict routing on the device; kern_cuda_route.h): windows of cfg->omega tokens
+ * (8 or a multiple of 16) in FULL bf16 pages or INT2/4/8 ledgers, routed with cfg's q, sink,
+ * local region, bits, group and promotion after each prefilled layer and whenever a window ages.
+ * The sink is rounded up to whole windows. Budgets are persistent bytes per slot (all layers,
+ * split evenly over them): FULL pages with kept ledgers, ledgers, and a fixed bookkeeping charge
+ * per live window, as kv_tiered charges them. Limits: scorer cumulative, no graphkv, no pyramid
+ * budgets (QE_EUNSUPPORTED otherwise); a prompt arrives in one piece (a multi-token attention
+ * of a slot that already holds tokens is QE_EUNSUPPORTED). The arena holds n_seqs slots of
+ * max_tokens under the budget spec (fraction of kv_gpu_fullkv_bytes, or bytes when non-zero):
+ * their steady FULL and ledger shares plus one layer of prompt at FULL each. A pool that runs dry
+ * on the device does not fail a call: the affected window is evicted (a demotion, a new window)
+ * or stays INT2 (a promotion), and kv_gpu_stats reports it in err_flags. */
+int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
+                         const kv_policy_cfg_t *cfg, int max_tokens, int n_seqs, double fraction,
+                         size_t bytes, kv_cache_t **out);
+/* 1 for a cache made by kv_gpu_create_tiered. */
+int kv_gpu_is_tiered(const kv_cache_t *kv);
+/* Budget spec of later seq_opens (as kv_tiered_set_budget_spec), and one slot's next budget. */
+void kv_gpu_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes);
+int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget);
+/* The smallest budget (sink and protected local windows, all layers); bytes holding n_tokens
+ * all at FULL (with bookkeeping) in a tiered cache, or FullKV page bytes otherwise. */
+size_t kv_gpu_min_budget(const kv_cache_t *kv);
+size_t kv_gpu_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
+
+/* A tiered slot's accounting as of its last routing (read from the device: synchronizes). */
+typedef struct {
+  size_t budget, bytes;
+  long windows[3]; /* FULL, INT2, EVICTED, summed over layers */
+  long promotions, demotions, evictions, quantizations, routings;
+  int err_flags; /* pools ran dry: 1 pages, 2 ledgers; 4 too many windows; 8 job lists full */
+} kv_gpu_stats_t;
+int kv_gpu_stats(kv_cache_t *kv, int seq, kv_gpu_stats_t *out);
 
 #endif

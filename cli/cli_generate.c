@@ -49,7 +49,7 @@ static const char *gen_help =
     "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
     "  --threads N       CPU threads per rank (default: cores / tp)\n"
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
-    "                    the GPU count); FullKV only for now\n"
+    "                    the GPU count); policies full, qevict, h2o, kivi (no graphkv)\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
     "  --json            print one JSON object (ids, text, summary, memory) instead of streaming\n"
     "KV cache:\n"
@@ -219,11 +219,6 @@ static int prepare(gen_args_t *a) {
   if (!rc && !a->shape) rc = model_read_hparams(g, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
-  if (!rc && a->device >= 0 && !d.full)
-    rc = qe_errf(QE_EUNSUPPORTED,
-                 "--device: the tiered cache runs on the CPU backend only for now (policy %s); "
-                 "use --policy full on the GPU",
-                 a->pol.name);
   if (!rc && !a->shape) rc = tok_create(g, &tok);
   if (!rc && !a->shape) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)

@@ -3,6 +3,13 @@
 #include "cli_policy.h"
 #ifdef QE_HAVE_KV_GPU
 #include "kv_gpu.h"
+#else
+typedef struct {
+  size_t budget, bytes;
+  long windows[3];
+  long promotions, demotions, evictions, quantizations, routings;
+  int err_flags;
+} kv_gpu_stats_t; /* kv_gpu.h's, for builds without it (never filled) */
 #endif
 
 #include <stdlib.h>
@@ -137,6 +144,11 @@ int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model
   int rc = cli_policy_resolve(p, g.head_dim, &d);
   if (rc) return rc;
   if (d.full) return make_full(be, &g, capacity, out);
+#ifdef QE_HAVE_KV_GPU
+  if (!be->ops->host_memory) /* the GPU's tiered cache: routing on the device */
+    return kv_gpu_create_tiered(be, &g, &model_hparams(m)->rope, &d.cfg, capacity, n_seqs, p->frac,
+                                p->bytes / (size_t)model_shard(m)->size, out);
+#endif
   rc = kv_tiered_create(be, &g, &model_hparams(m)->rope, &d.cfg, 0, out);
   if (rc) return rc;
   kv_tiered_set_budget_spec(*out, p->frac, p->bytes / (size_t)model_shard(m)->size);
@@ -151,7 +163,25 @@ int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model
 
 static int is_tiered(const kv_cache_t *kv) { return kv && !strcmp(kv->ops->name, "tiered"); }
 
+/* The GPU tiered cache's slot 0 (kv_gpu_stats; 0 when not one, or on failure). */
+static int gpu_stats(kv_cache_t *kv, kv_gpu_stats_t *s) {
+#ifdef QE_HAVE_KV_GPU
+  return kv_gpu_is_tiered(kv) && !kv_gpu_stats(kv, 0, s);
+#else
+  (void)kv, (void)s;
+  return 0;
+#endif
+}
+
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
+  kv_gpu_stats_t gs;
+  if (gpu_stats(kv, &gs))
+    fprintf(f,
+            "qevict: memory (policy %s, GPU, rank 0): budget %zu bytes, persistent %zu; windows "
+            "Full/INT2/Evicted %ld/%ld/%ld; promotions %ld, demotions %ld, evictions %ld, "
+            "routing events %ld; pool faults %d\n",
+            p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
+            gs.promotions, gs.demotions, gs.evictions, gs.routings, gs.err_flags);
   if (!is_tiered(kv)) return;
   kv_mem_stats_t s;
   kv_tiered_stats(kv, 0, &s);
@@ -166,6 +196,17 @@ void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
 }
 
 void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
+  kv_gpu_stats_t gs;
+  if (gpu_stats(kv, &gs)) {
+    fprintf(f,
+            "{\"policy\":\"%s\",\"device\":\"gpu\",\"budget_bytes\":%zu,\"bytes\":%zu,"
+            "\"windows_full\":%ld,\"windows_int2\":%ld,\"windows_evicted\":%ld,"
+            "\"promotions\":%ld,\"demotions\":%ld,\"evictions\":%ld,\"quantizations\":%ld,"
+            "\"routing_events\":%ld,\"pool_faults\":%d}",
+            p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
+            gs.promotions, gs.demotions, gs.evictions, gs.quantizations, gs.routings, gs.err_flags);
+    return;
+  }
   if (!is_tiered(kv)) {
     fprintf(f, "{\"policy\":\"full\"}");
     return;

@@ -390,4 +390,10 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
 
 extern "C" void *kern_cuda_stream(kern_backend_t *be) { return KCU(be)->stream; }
 
+extern "C" int kern_cuda_mem_info(kern_backend_t *be, size_t *free_bytes, size_t *total_bytes) {
+  kcu_t *c = KCU(be);
+  int rc = kcu_enter(c);
+  return rc ? rc : KCU_CUDA(c, cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 extern "C" int kern_cuda_device(const kern_backend_t *be) { return ((const kcu_t *)be)->device; }

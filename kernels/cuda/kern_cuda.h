@@ -44,6 +44,8 @@ int kern_cuda_create(int device, kern_backend_t **out);
 /* The backend's cudaStream_t (as void *), for work that must be ordered with its ops (an NCCL
  * communicator's collectives, see tp_comm_nccl_set_stream). Borrowed: valid until destroy. */
 void *kern_cuda_stream(kern_backend_t *be);
+/* Free and total memory of the backend's device (cudaMemGetInfo). 0 or QE_EBACKEND. */
+int kern_cuda_mem_info(kern_backend_t *be, size_t *free_bytes, size_t *total_bytes);
 /* The backend's CUDA device ordinal. */
 int kern_cuda_device(const kern_backend_t *be);
 

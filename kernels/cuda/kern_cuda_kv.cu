@@ -24,6 +24,7 @@ __global__ void kck_scatter_k(kern_pwin_t *table, const kc_kv_upd_t *upd, int n)
 __global__ void kck_store_k(const kc_kv_store_t a) {
   const int i = blockIdx.x, pos = a.tok_pos[i], r = pos % a.omega;
   kern_pwin_t *w = a.table + a.tok_slot[i] * a.slot_stride + pos / a.omega;
+  if (w->tier != KERN_PW_FULL) return; /* no page (a tiered pool ran dry): not stored */
   __nv_bfloat16 *kp = (__nv_bfloat16 *)(a.arena + w->k) + (size_t)r * a.row;
   __nv_bfloat16 *vp = (__nv_bfloat16 *)(a.arena + w->v) + (size_t)r * a.row;
   const float *ks = a.k + (size_t)i * a.row, *vs = a.v + (size_t)i * a.row;
@@ -104,6 +105,11 @@ extern "C" void kc_host_free(void *p) {
 extern "C" int kc_upload_async(void *dst, const void *src, size_t bytes, void *stream) {
   if (!bytes) return 0;
   return KCK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+}
+
+extern "C" int kc_memset_async(void *dst, int value, size_t bytes, void *stream) {
+  if (!bytes) return 0;
+  return KCK_CUDA(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream));
 }
 
 extern "C" int kc_stream_sync(void *stream) {

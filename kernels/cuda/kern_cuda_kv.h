@@ -29,7 +29,8 @@ int kc_kv_scatter(kern_pwin_t *table, const kc_kv_upd_t *upd, int n, void *strea
 /* Token i of n (K and V rows k[i], v[i] of `row` = n_kv * head_dim floats) is written, rounded to
  * bf16, into row pos % omega of window pos / omega of its slot, where pos = tok_pos[i] and the
  * slot's windows start at table[tok_slot[i] * slot_stride]; the window's n_tok becomes at least
- * pos % omega + 1. The windows must be FULL with their pages set (offsets from arena). */
+ * pos % omega + 1. The windows must be FULL with their pages set (offsets from arena); a token
+ * whose window is not FULL is skipped. */
 typedef struct {
   uint8_t *arena;
   kern_pwin_t *table;
@@ -57,6 +58,8 @@ void kc_host_free(void *p); /* NULL-safe */
 /* Asynchronous host -> device copy on stream (src should be pinned and must stay unchanged until
  * the stream passes the copy: see kc_stream_sync). */
 int kc_upload_async(void *dst, const void *src, size_t bytes, void *stream);
+/* Asynchronous memset of device memory on stream. */
+int kc_memset_async(void *dst, int value, size_t bytes, void *stream);
 /* Waits for every queued operation of stream. */
 int kc_stream_sync(void *stream);
 

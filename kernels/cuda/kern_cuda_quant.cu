@@ -22,6 +22,7 @@ extern "C" {
 }
 #include "kern_cuda_quant.h"
 
+#define KQ_DEV_GRID 1024    /* blocks along x when the job count is read on the device */
 #define KQ_HMAX     0x7bffu /* 65504 */
 #define KQ_HTINY    0x0001u /* 2^-24, the smallest positive fp16 */
 #define KQ_HMINS    0x0400u /* 2^-14, the smallest normal fp16: the smallest scale */
@@ -42,6 +43,8 @@ static int kq_cuda_at(cudaError_t e, const char *what, const char *file, int lin
 typedef struct {
   uintptr_t arena; /* 0: job offsets are addresses */
   const kc_quant_job_t *jobs;
+  const int32_t *n_dev; /* jobs to do, read on the device (capped at n_jobs); NULL: n_jobs */
+  int n_jobs;
   const float *rope_tab; /* [n_rot / 2][2]: freq, YaRN mix */
   int n_kv, hd, bits, group, rotate;
   int mode, n_rot, yarn;
@@ -322,9 +325,8 @@ KQ_FN int kq_code_at(const uint8_t *codes, int e, int bits) {
 
 /* Block (job, head h, channels 32 z .. 32 z + 31), KQ_KW threads, dynamic shared memory
  * [omega][KQ_KW] floats. Every lane takes part in the shuffles (lanes past head_dim with 0). */
-__global__ void kq_quant_keys_k(const kq_params_t p) {
-  extern __shared__ float kq_xs[]; /* [n_tok][KQ_KW]: column lane = channel j's keys */
-  const kc_quant_job_t jb = p.jobs[blockIdx.x];
+static __device__ void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb,
+                                         float *kq_xs) {
   const int h = blockIdx.y, lane = threadIdx.x, j = blockIdx.z * KQ_KW + lane;
   const int n = jb.n_tok, live = j < p.hd, L = (1 << p.bits) - 1, per = 8 / p.bits;
   const size_t row = (size_t)p.n_kv * p.hd;
@@ -345,6 +347,20 @@ __global__ void kq_quant_keys_k(const kq_params_t p) {
     unsigned v = live ? (unsigned)kq_code(g.at(t), z, s, L) << ((lane % per) * p.bits) : 0u;
     for (int o = 1; o < per; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
     if (live && lane % per == 0) codes[((size_t)t * row + (size_t)h * p.hd + j) / per] = (uint8_t)v;
+  }
+}
+
+/* Jobs this launch covers: the device count when set (grid-stride over it), else n_jobs. */
+KQ_FN int kq_njobs(const kq_params_t &p) {
+  const int n = p.n_dev ? *p.n_dev : p.n_jobs;
+  return n < p.n_jobs ? n : p.n_jobs;
+}
+
+__global__ void kq_quant_keys_k(const kq_params_t p) {
+  extern __shared__ float kq_xs[]; /* [n_tok][KQ_KW]: column lane = channel j's keys */
+  for (int ji = blockIdx.x; ji < kq_njobs(p); ji += gridDim.x) {
+    kq_quant_keys_job(p, p.jobs[ji], kq_xs);
+    __syncwarp();
   }
 }
 
@@ -369,10 +385,12 @@ static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_
 
 /* Grid (job, y): threads stride over the job's [n_tok][n_kv][head_dim / group] groups. */
 __global__ void kq_quant_values_k(const kq_params_t p) {
-  const kc_quant_job_t jb = p.jobs[blockIdx.x];
-  const int ng = jb.n_tok * p.n_kv * (p.hd / p.group);
-  for (int gi = blockIdx.y * blockDim.x + threadIdx.x; gi < ng; gi += gridDim.y * blockDim.x)
-    kq_quant_vgroup(p, jb, gi);
+  for (int ji = blockIdx.x; ji < kq_njobs(p); ji += gridDim.x) {
+    const kc_quant_job_t jb = p.jobs[ji];
+    const int ng = jb.n_tok * p.n_kv * (p.hd / p.group);
+    for (int gi = blockIdx.y * blockDim.x + threadIdx.x; gi < ng; gi += gridDim.y * blockDim.x)
+      kq_quant_vgroup(p, jb, gi);
+  }
 }
 
 /* Key element e (channel j) of a job: c * s + z, re-rotated to pos. */
@@ -395,8 +413,7 @@ KQ_FN float kq_dequant_key(const kq_params_t &p, const kc_quant_job_t &jb, int e
 }
 
 /* Grid (job, y): threads stride over the job's [n_tok][n_kv][head_dim] elements. */
-__global__ void kq_dequant_k(const kq_params_t p) {
-  const kc_quant_job_t jb = p.jobs[blockIdx.x];
+static __device__ void kq_dequant_job(const kq_params_t &p, const kc_quant_job_t &jb) {
   const int row = p.n_kv * p.hd, n = jb.n_tok * row;
   const uint8_t *vc = kq_ptr<const uint8_t>(p, jb.v_codes);
   const uint16_t *vs = kq_ptr<const uint16_t>(p, jb.v_scale),
@@ -408,6 +425,10 @@ __global__ void kq_dequant_k(const kq_params_t p) {
     vp[e] =
         __float2bfloat16_rn(kq_recon(kq_code_at(vc, e, p.bits), kq_h2f(vz[gv]), kq_h2f(vs[gv])));
   }
+}
+
+__global__ void kq_dequant_k(const kq_params_t p) {
+  for (int ji = blockIdx.x; ji < kq_njobs(p); ji += gridDim.x) kq_dequant_job(p, p.jobs[ji]);
 }
 
 /* ---- host side ---- */
@@ -481,6 +502,8 @@ static kq_params_t kq_params(const kc_quant_args_t *a) {
   kq_params_t p;
   p.arena = (uintptr_t)a->arena;
   p.jobs = a->jobs;
+  p.n_jobs = a->n_jobs;
+  p.n_dev = a->n_jobs_dev;
   p.rope_tab = a->rope.table;
   p.n_kv = a->geom.n_kv;
   p.hd = a->geom.head_dim;
@@ -501,6 +524,12 @@ static unsigned kq_blocks_y(int64_t n, int threads) {
   return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
+/* Blocks along x: one per job, or a fixed grid striding over a count read on the device. */
+static unsigned kq_grid_x(const kc_quant_args_t *a) {
+  const int cap = KQ_DEV_GRID < a->n_jobs ? KQ_DEV_GRID : a->n_jobs;
+  return (unsigned)(a->n_jobs_dev ? cap : a->n_jobs);
+}
+
 extern "C" int kc_quant_windows(const kc_quant_args_t *a, void *stream) {
   int rc = kc_quant_check(a);
   if (rc || !a->n_jobs) return rc;
@@ -512,12 +541,11 @@ extern "C" int kc_quant_windows(const kc_quant_args_t *a, void *stream) {
       (rc = KQ_CUDA(cudaFuncSetAttribute(kq_quant_keys_k,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))))
     return rc;
-  const dim3 kgrid((unsigned)a->n_jobs, (unsigned)g->n_kv,
-                   (unsigned)((g->head_dim + KQ_KW - 1) / KQ_KW));
+  const dim3 kgrid(kq_grid_x(a), (unsigned)g->n_kv, (unsigned)((g->head_dim + KQ_KW - 1) / KQ_KW));
   kq_quant_keys_k<<<kgrid, KQ_KW, smem, st>>>(p);
   if ((rc = KQ_LAUNCHED())) return rc;
   const int64_t ng = (int64_t)g->omega * g->n_kv * (g->head_dim / g->group);
-  kq_quant_values_k<<<dim3((unsigned)a->n_jobs, kq_blocks_y(ng, KQ_VT)), KQ_VT, 0, st>>>(p);
+  kq_quant_values_k<<<dim3(kq_grid_x(a), kq_blocks_y(ng, KQ_VT)), KQ_VT, 0, st>>>(p);
   return KQ_LAUNCHED();
 }
 
@@ -526,7 +554,6 @@ extern "C" int kc_dequant_windows(const kc_quant_args_t *a, void *stream) {
   if (rc || !a->n_jobs) return rc;
   const kq_params_t p = kq_params(a);
   const int64_t n = (int64_t)a->geom.omega * a->geom.n_kv * a->geom.head_dim;
-  kq_dequant_k<<<dim3((unsigned)a->n_jobs, kq_blocks_y(n, KQ_DT)), KQ_DT, 0,
-                 (cudaStream_t)stream>>>(p);
+  kq_dequant_k<<<dim3(kq_grid_x(a), kq_blocks_y(n, KQ_DT)), KQ_DT, 0, (cudaStream_t)stream>>>(p);
   return KQ_LAUNCHED();
 }

@@ -60,6 +60,9 @@ typedef struct {
   const void *arena;          /* device base of every job offset; NULL: offsets are addresses */
   const kc_quant_job_t *jobs; /* device [n_jobs] */
   int n_jobs;
+  const int32_t *n_jobs_dev; /* optional device int: the jobs to do are the first
+                                min(*n_jobs_dev, n_jobs), a count known only on the device
+                                (the launch strides over them); NULL: all n_jobs */
 } kc_quant_args_t;
 
 /* One ledger's parts: byte offsets from the ledger's start (each 16-byte aligned, in the order

@@ -33,10 +33,10 @@
 #include "qe_status.h"
 #include "test_util.h"
 
-enum { D_NORMAL, D_SPECIAL, D_NARROW };           /* data kinds */
-enum { R_NONE, R_EXACT, R_ROPE };                 /* rotate 0; rotate 1 at angle 0; real RoPE */
-enum { RK_PLAIN, RK_LLAMA3, RK_YARN };            /* RoPE kinds for R_ROPE */
-#define CASE_MAX_ROT 256 /* n_rot / 2 entries of factors and table, at most */
+enum { D_NORMAL, D_SPECIAL, D_NARROW }; /* data kinds */
+enum { R_NONE, R_EXACT, R_ROPE };       /* rotate 0; rotate 1 at angle 0; real RoPE */
+enum { RK_PLAIN, RK_LLAMA3, RK_YARN };  /* RoPE kinds for R_ROPE */
+#define CASE_MAX_ROT 256                /* n_rot / 2 entries of factors and table, at most */
 
 typedef struct {
   int hd, n_kv, omega, bits, group;
@@ -113,7 +113,8 @@ static void check_layout_one(const kern_paged_geom_t *g, int n_tok) {
   size_t off[7] = {l.k_codes, l.k_scale, l.k_zero, l.v_codes, l.v_scale, l.v_zero, l.total};
   size_t sz[6] = {l.codes_bytes, l.kmeta_bytes, l.kmeta_bytes,
                   l.codes_bytes, l.vmeta_bytes, l.vmeta_bytes};
-  size_t soff[6] = {slot.k_codes, slot.k_scale, slot.k_zero, slot.v_codes, slot.v_scale, slot.v_zero};
+  size_t soff[6] = {slot.k_codes, slot.k_scale, slot.k_zero,
+                    slot.v_codes, slot.v_scale, slot.v_zero};
   CHECK(l.k_codes == 0);
   for (int i = 0; i < 6; i++) {
     CHECK(off[i] % 16 == 0 && off[i] + sz[i] <= off[i + 1] && off[i + 1] - off[i] < sz[i] + 16);
@@ -180,8 +181,8 @@ static void test_bad_args(void) {
   BAD(geom.bits, 3);
   BAD(geom.bits, 0);
   BAD(geom.group, 0);
-  BAD(geom.group, 24);   /* does not divide 128 */
-  BAD(geom.group, 2);    /* 2 channels of 2 bits: not a whole byte */
+  BAD(geom.group, 24); /* does not divide 128 */
+  BAD(geom.group, 2);  /* 2 channels of 2 bits: not a whole byte */
   BAD(geom.head_dim, 0);
   BAD(geom.head_dim, 6); /* 6 * 2 bits per head row: not whole bytes (group must divide too) */
   BAD(geom.n_kv, 0);
@@ -284,9 +285,9 @@ static float gen(int data, int key, int j, float mu, float sc, float base) {
   }
   float x = key ? mu + sc * urand(-1.0f, 1.0f) : urand(-1.5f, 1.5f);
   if (data == D_SPECIAL) {
-    if (key && j % 16 == 1) x = 0.75f;                  /* constant channels */
-    if (key && j % 16 == 2) x = 1e-6f * urand(-1, 1);   /* tiny channels */
-    if (!key && j < 16) x = 0.3f;                       /* constant value groups */
+    if (key && j % 16 == 1) x = 0.75f;                    /* constant channels */
+    if (key && j % 16 == 2) x = 1e-6f * urand(-1, 1);     /* tiny channels */
+    if (!key && j < 16) x = 0.3f;                         /* constant value groups */
     if (!key && j >= 16 && j < 32) x = urand(0.f, 1e-7f); /* tiny value groups */
     if (rnd() % 48 == 0) x = special_value();
   }
@@ -296,22 +297,26 @@ static float gen(int data, int key, int j, float mu, float sc, float base) {
 static float rand_base(void) { return (rnd() & 1 ? 1.0f : -1.0f) * urand(100.0f, 3000.0f); }
 
 /* Fills job i's K and V pages in the image: rows >= n_tok with 3e4 (read by mistake, they would
- * change the groups' ranges). */
+ * change the groups' ranges). Narrow data centres keys per channel, values per group. */
 static void rig_fill_job(rig_t *r, int i) {
   const tcase_t *c = r->c;
+  const int ng = c->hd / c->group;
   uint16_t *kp = (uint16_t *)(r->img + r->jobs[i].k), *vp = (uint16_t *)(r->img + r->jobs[i].v);
-  for (int h = 0; h < c->n_kv; h++)
+  float *vb = malloc(sizeof(float) * (size_t)c->omega * (size_t)ng); /* [omega][ng] */
+  for (int h = 0; h < c->n_kv; h++) {
+    for (int q = 0; q < c->omega * ng; q++) vb[q] = rand_base();
     for (int j = 0; j < c->hd; j++) {
       float mu = urand(-2, 2), sc = urand(0.05f, 3.0f) * (rnd() % 16 == 0 ? 10.0f : 1.0f);
-      float kb = rand_base(), vb = rand_base();
+      float kb = rand_base();
       for (int t = 0; t < c->omega; t++) {
         size_t e = (size_t)t * r->row + (size_t)h * c->hd + j;
         int live = t < r->jobs[i].n_tok;
-        if (c->data == D_NARROW && j % c->group == 0) vb = rand_base(); /* per value group */
         kp[e] = bf16_rne(live ? gen(c->data, 1, j, mu, sc, kb) : 3e4f);
-        vp[e] = bf16_rne(live ? gen(c->data, 0, j, mu, sc, vb) : 3e4f);
+        vp[e] = bf16_rne(live ? gen(c->data, 0, j, mu, sc, vb[t * ng + j / c->group]) : 3e4f);
       }
     }
+  }
+  free(vb);
 }
 
 static int rig_init(rig_t *r, const tcase_t *c) {
@@ -354,11 +359,19 @@ static int rig_run(rig_t *r, int dequant, uint8_t *out) {
            cuda_ok(cudaMemcpy(r->djobs, dj, sizeof *dj * (size_t)c->n_jobs, cudaMemcpyHostToDevice),
                    "upload jobs");
   free(dj);
-  kc_quant_args_t a = {r->g, r->rotate, r->kr, c->use_arena ? r->dev : NULL, r->djobs, c->n_jobs};
+  kc_quant_args_t a = {r->g,     r->rotate, r->kr, c->use_arena ? r->dev : NULL,
+                       r->djobs, c->n_jobs, NULL};
+  /* address mode also takes the job count from the device, set past n_jobs: capped at n_jobs */
+  int32_t *dcount = NULL, count = c->n_jobs + 5;
+  if (!c->use_arena)
+    ok = ok && cuda_ok(cudaMalloc((void **)&dcount, sizeof count), "count") &&
+         cuda_ok(cudaMemcpy(dcount, &count, sizeof count, cudaMemcpyHostToDevice), "count");
+  a.n_jobs_dev = dcount;
   int rc = ok ? (dequant ? kc_dequant_windows(&a, NULL) : kc_quant_windows(&a, NULL)) : -1;
   CHECK_OK(rc);
   ok = ok && !rc && cuda_ok(cudaDeviceSynchronize(), "kernel") &&
        cuda_ok(cudaMemcpy(out, r->dev, r->bytes, cudaMemcpyDeviceToHost), "download");
+  if (dcount) cudaFree(dcount);
   return ok ? 0 : -1;
 }
 
@@ -400,17 +413,21 @@ static int is_rule(const float *x, size_t base, size_t stride, int n, int L, uin
   uint16_t up = (z & 0x7fffu) == 0 ? 1 : (z & 0x8000u) ? (z == 0x8001u ? 0 : z - 1) : z + 1;
   float zf = qe_half_to_f32(z), sf = qe_half_to_f32(s);
   int zfloor = zf <= mn && (z == 0x7bffu || qe_half_to_f32(up) > mn);
-  int cover = (float)L * sf + zf >= mx && (s == 0x400u || (float)L * qe_half_to_f32(s - 1) + zf < mx);
+  int cover =
+      (float)L * sf + zf >= mx && (s == 0x400u || (float)L * qe_half_to_f32(s - 1) + zf < mx);
   return zfloor && cover;
 }
 
 static void count_fallback(const rig_t *r, int i, const uint8_t *led, const float *kin,
                            const float *vin) {
   const kc_quant_job_t *j = &r->jobs[i];
-  const uint16_t *ks = (const uint16_t *)(led + j->k_scale), *kz = (const uint16_t *)(led + j->k_zero);
-  const uint16_t *vs = (const uint16_t *)(led + j->v_scale), *vz = (const uint16_t *)(led + j->v_zero);
+  const uint16_t *ks = (const uint16_t *)(led + j->k_scale),
+                 *kz = (const uint16_t *)(led + j->k_zero);
+  const uint16_t *vs = (const uint16_t *)(led + j->v_scale),
+                 *vz = (const uint16_t *)(led + j->v_zero);
   int L = (1 << r->c->bits) - 1;
-  for (size_t m = 0; m < r->row; m++) g_fallback += !is_rule(kin, m, r->row, j->n_tok, L, kz[m], ks[m]);
+  for (size_t m = 0; m < r->row; m++)
+    g_fallback += !is_rule(kin, m, r->row, j->n_tok, L, kz[m], ks[m]);
   size_t ng = (size_t)j->n_tok * r->row / r->c->group;
   for (size_t m = 0; m < ng; m++)
     g_fallback += !is_rule(vin, m * r->c->group, 1, r->c->group, L, vz[m], vs[m]);
@@ -424,7 +441,8 @@ static void check_untouched(const rig_t *r, const uint8_t *before, const uint8_t
   size_t bad = 0, first = 0;
   for (size_t b = 0; b < r->bytes; b++)
     if (!mask[b] && before[b] != after[b]) first = bad++ ? first : b;
-  if (bad) fprintf(stderr, "%s: %zu bytes written outside their parts (first at %zu)\n", what, bad, first);
+  if (bad)
+    fprintf(stderr, "%s: %zu bytes written outside their parts (first at %zu)\n", what, bad, first);
   CHECK(bad == 0);
 }
 
@@ -434,7 +452,8 @@ static void ledger_parts(const rig_t *r, int i, size_t off[6], size_t sz[6]) {
   kc_quant_layout_t l;
   CHECK_OK(kc_quant_ledger_layout(&r->g, j->n_tok, &l));
   size_t o[6] = {j->k_codes, j->k_scale, j->k_zero, j->v_codes, j->v_scale, j->v_zero};
-  size_t s[6] = {l.codes_bytes, l.kmeta_bytes, l.kmeta_bytes, l.codes_bytes, l.vmeta_bytes, l.vmeta_bytes};
+  size_t s[6] = {l.codes_bytes, l.kmeta_bytes, l.kmeta_bytes,
+                 l.codes_bytes, l.vmeta_bytes, l.vmeta_bytes};
   memcpy(off, o, sizeof o), memcpy(sz, s, sizeof s);
 }
 
@@ -447,11 +466,13 @@ static float row_mag(const float *page, size_t base, int hd) {
 
 static float ulp32(float x) { return nextafterf(fabsf(x), INFINITY) - fabsf(x); }
 
-/* R_ROPE keys: the GPU's reconstruction against the CPU's un-rotated input; codes mostly equal. */
+/* R_ROPE keys: the GPU's reconstruction against the CPU's un-rotated input; counts the codes
+ * that differ (run_case requires >= 99.9% equal over the case). */
 static void check_rope_keys(const rig_t *r, int i, const uint8_t *gpu, const uint8_t *cpu,
                             const float *kin, const float *kraw) {
   const kc_quant_job_t *j = &r->jobs[i];
-  const uint16_t *gs = (const uint16_t *)(gpu + j->k_scale), *gz = (const uint16_t *)(gpu + j->k_zero);
+  const uint16_t *gs = (const uint16_t *)(gpu + j->k_scale),
+                 *gz = (const uint16_t *)(gpu + j->k_zero);
   long n = (long)j->n_tok * (long)r->row, miss = 0, far = 0;
   for (long e = 0; e < n; e++) {
     size_t m = (size_t)e % r->row;
@@ -461,12 +482,12 @@ static void check_rope_keys(const rig_t *r, int i, const uint8_t *gpu, const uin
     float mag = row_mag(kraw, (size_t)e - m % r->c->hd, r->c->hd) * r->kr.mscale;
     double tol = 0.5 * s + 1e-4 * s + 0.5 * ulp32(y) + 4.0 * FLT_EPSILON * mag;
     if (!(fabs((double)x - y) <= tol) && far++ == 0)
-      fprintf(stderr, "job %d key %ld: cpu %.9g gpu recon %.9g (s %g, tol %g)\n", i, e, x, y, s, tol);
+      fprintf(stderr, "job %d key %ld: cpu %.9g gpu recon %.9g (s %g, tol %g)\n", i, e, x, y, s,
+              tol);
     CHECK(gs[m] >= 0x400u && gs[m] <= 0x7bffu);
   }
   CHECK(far == 0);
   g_codes += n, g_code_miss += miss;
-  CHECK(miss <= n / 1000);
 }
 
 static void check_quant(rig_t *r, const uint8_t *gpu, uint8_t *mask) {
@@ -484,7 +505,7 @@ static void check_quant(rig_t *r, const uint8_t *gpu, uint8_t *mask) {
     if (r->c->rot == R_ROPE) {
       r->rotate = 0, kraw = cpu_input(r, i, 1), r->rotate = 1;
       check_rope_keys(r, i, gpu, cpu, kin, kraw);
-    } else
+    } else if (r->c->data == D_NARROW)
       count_fallback(r, i, cpu, kin, vin);
     free(kin), free(vin), free(kraw);
   }
@@ -509,7 +530,8 @@ static void cpu_dequant(const rig_t *r, int i, float *k, float *v) {
 }
 
 /* R_ROPE promoted keys: within a bf16 ulp plus the pair's fp32 rounding; normalized 1e-2. */
-static void check_rope_pages(const rig_t *r, int i, const uint16_t *g, const float *k, const float *kpre) {
+static void check_rope_pages(const rig_t *r, int i, const uint16_t *g, const float *k,
+                             const float *kpre) {
   long n = (long)r->jobs[i].n_tok * (long)r->row, bad = 0;
   float mx = 0, dmax = 0;
   for (long e = 0; e < n; e++) {
@@ -571,6 +593,7 @@ static void run_case(const tcase_t *c, int idx) {
           " | fallback groups %ld, key codes off %ld / %ld\n",
           idx, c->hd, c->n_kv, c->omega, c->bits, c->group, c->rot, c->mode, c->n_rot, c->data,
           g_fallback - fb0, g_code_miss - miss0, g_codes - codes0);
+  CHECK((g_code_miss - miss0) * 1000 <= g_codes - codes0); /* >= 99.9% of key codes equal */
   free(out), free(mask);
   rig_dispose(&r);
 }
@@ -610,7 +633,9 @@ int main(int argc, char **argv) {
   CHECK_OK(kern_cpu_create(1, &g_cpu));
   int n = (int)(sizeof g_cases / sizeof g_cases[0]);
   for (int i = 0; i < n; i++) run_case(&g_cases[i], i);
-  fprintf(stderr, "fallback-search groups (bit-exact cases): %ld; key codes off the CPU's (RoPE cases): %ld / %ld\n",
+  fprintf(stderr,
+          "fallback-search groups (bit-exact cases): %ld; key codes off the CPU's (RoPE cases): "
+          "%ld / %ld\n",
           g_fallback, g_code_miss, g_codes);
   CHECK(g_fallback > 0); /* the narrow cases did reach kv_quant.c's fallback search */
   kern_destroy(g_cpu);

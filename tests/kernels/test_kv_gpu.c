@@ -16,8 +16,11 @@
 
 #include "cuda/kern_cuda.h"
 #include "kern_cuda_kv.h"
+#include "attn_ref.h"
 #include "kv_cache.h"
 #include "kv_gpu.h"
+#include "kv_gpu_internal.h"
+#include "kv_route.h"
 #include "qe_status.h"
 #include "test_util.h"
 
@@ -292,6 +295,233 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   kv_cache_destroy(c.gpu), kv_cache_destroy(c.ref);
 }
 
+/* ---- the tiered mode ------------------------------------------------------------------------ */
+
+/* A host copy of the tiered cache's device state. */
+typedef struct {
+  size_t nw;
+  kern_pwin_t *win;
+  float *score;
+  int32_t *page, *ledger;
+  uint8_t *arena;
+} tstate_t;
+
+static void tstate_get(kv_gpu_t *g, tstate_t *st) {
+  const kv_geom_t *ge = &g->base.geom;
+  st->nw = (size_t)ge->n_layer * ge->max_seqs * g->max_win;
+  st->win = malloc(sizeof *st->win * st->nw), st->score = malloc(sizeof(float) * st->nw);
+  st->page = malloc(sizeof(int32_t) * st->nw), st->ledger = malloc(sizeof(int32_t) * st->nw);
+  st->arena = malloc(g->arena_bytes + 4 * g->page_bytes * (size_t)ge->max_seqs);
+  dget(st->win, g->tab, sizeof *st->win * st->nw), dget(st->score, g->t->rt.score, 4 * st->nw);
+  dget(st->page, g->t->rt.page, 4 * st->nw), dget(st->ledger, g->t->rt.ledger, 4 * st->nw);
+  dget(st->arena, g->arena, g->arena_bytes);
+}
+
+static void tstate_free(tstate_t *st) {
+  free(st->win), free(st->score), free(st->page), free(st->ledger), free(st->arena);
+}
+
+/* Every (layer, slot): tiers agree with pages and ledgers, persistent bytes within the layer's
+ * budget. Returns the number of violations. */
+static int check_invariants(kv_gpu_t *g, const tstate_t *st, const int *slots, int n) {
+  const kc_route_t *r = &g->t->rt;
+  int bad = 0;
+  for (int l = 0; l < g->base.geom.n_layer; l++)
+    for (int k = 0; k < n; k++) {
+      int s = slots[k], nwin = (g->seqs[s].len + g->omega - 1) / g->omega;
+      size_t bytes = 0, per = g->t->budget[s] / (size_t)g->base.geom.n_layer;
+      for (int w = 0; w < nwin; w++) {
+        size_t i = (size_t)kv_gpu__tab_index(g, l, s, w);
+        int t = st->win[i].tier;
+        bad += t == KERN_PW_FULL && st->page[i] < 0;
+        bad += t == KERN_PW_QUANT && (st->page[i] >= 0 || st->ledger[i] < 0);
+        bad += t == KERN_PW_EVICTED && (st->page[i] >= 0 || st->ledger[i] >= 0);
+        bytes += (st->page[i] >= 0 ? g->page_bytes : 0) + (st->ledger[i] >= 0 ? r->lay.total : 0);
+        bytes += t != KERN_PW_EVICTED ? KVG_META : 0;
+      }
+      bad += bytes > per;
+    }
+  return bad;
+}
+
+/* Layer l of the slots that routed between before and after: the new tiers equal
+ * kv_route_decide's on the candidates as they were, with the scores of the routing. */
+static int check_decisions(kv_gpu_t *g, const tstate_t *before, const tstate_t *after,
+                           const int *slots, int n, const int *aged0, int force, int *events) {
+  const kc_route_t *r = &g->t->rt;
+  int bad = 0, cap = g->max_win;
+  kv_cand_t *c = malloc(sizeof *c * (size_t)cap);
+  int *idx = malloc(sizeof(int) * (size_t)cap * 3), *out = idx + cap, *ord = out + cap;
+  for (int l = 0; l < g->base.geom.n_layer; l++)
+    for (int k = 0; k < n; k++) {
+      int s = slots[k], lim = g->seqs[s].len - r->n_local, A = lim > 0 ? lim / g->omega : 0, m = 0;
+      A = A < r->sink_win ? r->sink_win : A;
+      if (!force && A <= aged0[l * g->base.geom.max_seqs + s]) continue;
+      for (int w = r->sink_win; w < A; w++) {
+        size_t i = (size_t)kv_gpu__tab_index(g, l, s, w);
+        const kern_pwin_t *d = &before->win[i];
+        int live = d->n_tok > 0 && d->tier != KERN_PW_EVICTED, quant = d->tier == KERN_PW_QUANT;
+        if (force) live = after->win[i].n_tok > 0, quant = 0; /* a prompt: all FULL, no ledger */
+        if (!live) continue;
+        size_t led = !force && before->ledger[i] >= 0 ? r->lay.total : 0;
+        c[m] = (kv_cand_t){after->score[i], quant ? KV_TIER_INT2 : KV_TIER_FULL,
+                           g->page_bytes + KVG_META + led, r->lay.total + KVG_META};
+        idx[m++] = (int)i;
+      }
+      kv_route_params_t p = {(size_t)g->t->h_bhist[s], r->q, r->use_int2, r->use_full, r->promote};
+      kv_route_decide(c, m, &p, out, ord);
+      for (int j = 0; j < m; j++) {
+        int t = after->win[idx[j]].tier;
+        int got = t == KERN_PW_FULL    ? KV_TIER_FULL
+                  : t == KERN_PW_QUANT ? KV_TIER_INT2
+                                       : KV_TIER_EVICTED;
+        bad += got != out[j];
+      }
+      (*events)++;
+    }
+  free(c), free(idx);
+  return bad;
+}
+
+/* The fp64 reference of one layer's decode attention over the state before the step plus the
+ * step's new tokens (host k/v rows, bf16-rounded), for the slots' queries q [n][n_head][hd]. */
+static double decode_error(kv_gpu_t *g, tstate_t *st, int l, const int *slots, int n,
+                           const float *q, const float *k, const float *v, const float *got,
+                           const float *score_before, const float *score_after, double *mass_err) {
+  const kv_geom_t *ge = &g->base.geom;
+  attn_prob_t p = {
+      .geom = {ge->n_kv_head, ge->head_dim, g->omega, g->t->cfg.quant.bits, g->t->cfg.quant.group},
+      .n_seq = n,
+      .n_head = ge->n_head,
+      .scale = 1.0f / sqrtf((float)ge->head_dim),
+      .rope = g->t->rope,
+      .arena = st->arena,
+      .has_quant = 1};
+  p.win = malloc(sizeof *p.win * (size_t)n * g->max_win);
+  p.seq_win = malloc(sizeof(int32_t) * (size_t)(n + 1));
+  p.q = (float *)q;
+  size_t extra = g->arena_bytes; /* fresh pages for windows the step opened */
+  int *map = malloc(sizeof(int) * (size_t)n * g->max_win);
+  p.seq_win[0] = 0;
+  for (int b = 0; b < n; b++) {
+    int s = slots[b], pos = g->seqs[s].len - 1, nwin = pos / g->omega + 1;
+    for (int w = 0; w < nwin; w++) {
+      size_t i = (size_t)kv_gpu__tab_index(g, l, s, w);
+      kern_pwin_t d = st->win[i];
+      if (w == nwin - 1) { /* the new token's row */
+        if (pos % g->omega == 0) {
+          d = (kern_pwin_t){.k = extra,
+                            .v = extra + g->page_bytes / 2,
+                            .pos0 = w * g->omega,
+                            .tier = KERN_PW_FULL};
+          extra += g->page_bytes;
+        }
+        uint16_t *kp = (uint16_t *)(st->arena + d.k) + (size_t)(pos % g->omega) * g->row;
+        uint16_t *vp = (uint16_t *)(st->arena + d.v) + (size_t)(pos % g->omega) * g->row;
+        for (int j = 0; j < g->row; j++)
+          kp[j] = bf16_rne(k[(size_t)b * g->row + j]), vp[j] = bf16_rne(v[(size_t)b * g->row + j]);
+        d.n_tok = pos % g->omega + 1;
+      }
+      map[p.n_win] = (int)i;
+      p.win[p.n_win++] = d;
+    }
+    p.seq_win[b + 1] = p.n_win;
+    p.max_win = nwin > p.max_win ? nwin : p.max_win;
+  }
+  size_t no = (size_t)n * ge->n_head * ge->head_dim;
+  double *out = malloc(sizeof(double) * no), *mass = malloc(sizeof(double) * (size_t)p.n_win);
+  double e2 = 0, r2 = 0, me = 0;
+  if (!attn_ref_run(&p, out, mass)) {
+    for (size_t i = 0; i < no; i++)
+      e2 += (got[i] - out[i]) * (got[i] - out[i]), r2 += out[i] * out[i];
+    for (int w = 0; w < p.n_win; w++) {
+      double d = fabs((double)score_after[map[w]] - score_before[map[w]] - mass[w]);
+      me = d > me ? d : me;
+    }
+  } else
+    e2 = 1, r2 = 1e-30;
+  *mass_err = me > *mass_err ? me : *mass_err;
+  free(p.win), free(p.seq_win), free(map), free(out), free(mass);
+  return sqrt(e2 / (r2 > 0 ? r2 : 1));
+}
+
+static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
+  kv_geom_t ge = {2, n_head, n_kv, hd, 3};
+  kern_rope_t rope = {KERN_ROPE_NORM, hd, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  kv_cache_t *kv = NULL;
+  int cap = 64 + 160 + steps, prompt[3] = {160, 97, 64}, slots[3] = {0, 1, 2};
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, cap, 3, frac, 0, &kv));
+  if (!kv) return;
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  CHECK(kv_gpu_is_tiered(kv));
+  for (int s = 0; s < 3; s++) CHECK_OK(kv->ops->seq_open(kv, s, cap));
+  int nq = n_head * hd, row = n_kv * hd, max_tok = 512, bad_inv = 0, bad_dec = 0, events = 0;
+  float *dq = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * nq);
+  float *dout = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * nq);
+  float *dk = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * row);
+  float *dv = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * row);
+  float *got = malloc(sizeof(float) * 3 * nq);
+  double worst = 0, mass_err = 0;
+  int *aged0 = calloc((size_t)ge.n_layer * 3, sizeof(int));
+  for (int t = -1; t < steps; t++) { /* t = -1: the prompts */
+    int n = 0, lens[3];
+    for (int s = 0; s < 3; s++) lens[s] = t < 0 ? prompt[s] : 1, n += lens[s];
+    float *q = randv((size_t)n * nq), *k = randv((size_t)n * row), *v = randv((size_t)n * row);
+    CHECK_OK(g_gpu->ops->upload(g_gpu, dq, q, sizeof(float) * (size_t)n * nq));
+    CHECK_OK(g_gpu->ops->upload(g_gpu, dk, k, sizeof(float) * (size_t)n * row));
+    CHECK_OK(g_gpu->ops->upload(g_gpu, dv, v, sizeof(float) * (size_t)n * row));
+    tstate_t before, after;
+    tstate_get(g, &before);
+    for (int l = 0; l < ge.n_layer; l++) {
+      kv_attn_req_t rq[3];
+      for (int s = 0, off = 0; s < 3; s++) {
+        int pos0 = t < 0 ? 0 : prompt[s] + t;
+        CHECK_OK(kv->ops->store(kv, s, l, pos0, lens[s], dk + (size_t)off * row,
+                                dv + (size_t)off * row));
+        rq[s] = (kv_attn_req_t){s, pos0, lens[s], dq + (size_t)off * nq, dout + (size_t)off * nq};
+        off += lens[s];
+      }
+      CHECK_OK(kv->ops->attend(kv, l, rq, 3));
+      if (t < 0) continue;
+      float *sc0 = malloc(sizeof(float) * before.nw);
+      memcpy(sc0, before.score, sizeof(float) * before.nw);
+      dget(got, dout, sizeof(float) * 3 * nq);
+      tstate_t mid;
+      tstate_get(g, &mid); /* scores after this layer's attention */
+      double e = decode_error(g, &before, l, slots, 3, q, k, v, got, sc0, mid.score, &mass_err);
+      worst = e > worst ? e : worst;
+      tstate_free(&mid);
+      free(sc0);
+    }
+    tstate_get(g, &after);
+    bad_inv += check_invariants(g, &after, slots, 3);
+    bad_dec += check_decisions(g, &before, &after, slots, 3, aged0, t < 0, &events);
+    CHECK_OK(g_gpu->ops->download(g_gpu, aged0, g->t->rt.aged, sizeof(int) * 2 * 3));
+    tstate_free(&before), tstate_free(&after);
+    free(q), free(k), free(v);
+  }
+  kv_gpu_stats_t st;
+  CHECK_OK(kv_gpu_stats(kv, 0, &st));
+  CHECK(st.err_flags == 0);
+  CHECK(bad_inv == 0);
+  CHECK(bad_dec == 0);
+  CHECK(worst < 1e-2);
+  CHECK(mass_err < 1e-3);
+  CHECK(st.windows[1] > 0); /* the budget made it quantize */
+  fprintf(stderr,
+          "kv_gpu tiered (qevict, budget %.2f): GQA %d/%d, head_dim %d, %d steps: decode error "
+          "%.2e, mass error %.2e, %d routing events checked against kv_route_decide (%d "
+          "mismatches), %d invariant violations; slot 0 Full/INT2/Evicted %ld/%ld/%ld, "
+          "promotions %ld, demotions %ld, bytes %zu of %zu\n",
+          frac, n_head, n_kv, hd, steps, worst, mass_err, events, bad_dec, bad_inv, st.windows[0],
+          st.windows[1], st.windows[2], st.promotions, st.demotions, st.bytes, st.budget);
+  kern_free(g_gpu, dq), kern_free(g_gpu, dout), kern_free(g_gpu, dk), kern_free(g_gpu, dv);
+  free(got), free(aged0);
+  kv_cache_destroy(kv);
+}
+
 int main(int argc, char **argv) {
   int small = argc > 1 && !strcmp(argv[1], "--small"); /* compute-sanitizer runs */
   if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
@@ -303,6 +533,8 @@ int main(int argc, char **argv) {
   check_rows(300, 77, small ? 256 : 4096);
   check_cache(8, 2, 128, 16);
   if (!small) check_cache(9, 3, 64, 8), check_cache(32, 8, 128, 64);
+  check_tiered(8, 2, 128, 0.3, small ? 12 : 80);
+  if (!small) check_tiered(9, 3, 64, 0.15, 60);
   kv_geom_t bad = {2, 8, 2, 32, 1};
   kv_cache_t *kv = NULL;
   CHECK(kv_gpu_create(g_gpu, &bad, 16, 100, 1 << 20, &kv) == QE_EUNSUPPORTED);

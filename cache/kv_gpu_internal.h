@@ -1,0 +1,104 @@
+/* kv_gpu_internal: the GPU cache's private state, shared by kv_gpu.c (slots, stores, attention)
+ * and kv_gpu_tiered.c (the tiered mode: budgets, routing on the device, statistics). */
+#ifndef QE_KV_GPU_INTERNAL_H
+#define QE_KV_GPU_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kern_cuda_attn.h"
+#include "kern_cuda_kv.h"
+#include "kern_cuda_quant.h"
+#include "kern_cuda_route.h"
+#include "kv_gpu.h"
+#include "kv_policy.h"
+
+#define KVG_MAX_SEGS (1 << 14)
+/* Bookkeeping bytes charged per live window: descriptor, score, page and ledger ids, plan. */
+#define KVG_META    (sizeof(kern_pwin_t) + sizeof(float) + 2 * sizeof(int32_t) + 1)
+#define KVG_PIN_MIN ((size_t)8 << 20)
+
+typedef struct {
+  int open, capacity, len;
+  int routed;     /* tiered: a prefill routed the slot (later multi-token steps are refused) */
+  int n_win;      /* windows per layer */
+  int32_t *pages; /* [n_layer][n_win] arena page ids */
+} kvg_seq_t;
+
+typedef struct {
+  int seq, pos0, n;
+  const float *k, *v;
+} kvg_seg_t;
+
+/* A device buffer grown on demand. */
+typedef struct {
+  void *p;
+  size_t cap;
+} kvg_buf_t;
+
+typedef struct kv_gpu_tier kv_gpu_tier_t;
+
+typedef struct {
+  kv_cache_t base;
+  int omega, row, max_win;
+  size_t page_bytes; /* K + V of one window */
+  uint8_t *arena;
+  size_t arena_bytes;
+  int32_t *free_pages;
+  int n_pages, n_free;
+  kern_pwin_t *tab; /* device [n_layer][max_seqs][max_win] */
+  kvg_seq_t *seqs;
+  void *stream;
+  uint8_t *pin; /* pinned staging ring */
+  size_t pin_cap, pin_used;
+  kvg_seg_t *segs; /* stores recorded since the last attend */
+  int n_segs;
+  int32_t *h_tok; /* host [2][tok_cap]: slot then position of each pending token */
+  int tok_cap;
+  kvg_buf_t d_tok, d_upd, d_seqwin, d_idx, d_q, d_out, d_ws, d_gk, d_gv;
+  int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
+  kern_attn_seq_t *work;     /* [max_seqs] */
+  kv_gpu_tier_t *t;          /* the tiered mode's state; NULL in FullKV mode */
+} kv_gpu_t;
+
+/* The tiered mode's state (kv_gpu_tiered.c; tests read it). */
+struct kv_gpu_tier {
+  kv_policy_cfg_t cfg;
+  kc_route_t rt;
+  kc_quant_args_t qa;
+  kern_rope_t rope; /* the model's (factors borrowed) */
+  kc_attn_rope_t arope;
+  float *rope_tab;      /* device [n_rot / 2][2] */
+  size_t sink, reserve; /* per layer: sink windows, protected local windows (bytes) */
+  double spec_fraction; /* budget spec for slots without an explicit budget */
+  size_t spec_bytes;
+  size_t *pending, *budget; /* [max_seqs] */
+  int64_t *h_bhist;         /* [max_seqs] per-layer B_hist */
+  int32_t *h_len, *h_slots; /* [max_seqs] */
+  kvg_buf_t d_bhist, d_len, d_slots, d_mass;
+  void *dev[16]; /* device allocations of rt, freed at destroy */
+  int n_dev;
+};
+
+/* kv_gpu.c */
+int kv_gpu__buf_need(kv_gpu_t *g, kvg_buf_t *b, size_t bytes);
+int kv_gpu__stage(kv_gpu_t *g, void *dst, const void *src, size_t bytes);
+int64_t kv_gpu__tab_index(const kv_gpu_t *g, int layer, int seq, int w);
+/* Fills a zeroed g (tiered: no FullKV arena, the tiered ops). Undo with kv_gpu__dispose. */
+int kv_gpu__init(kv_gpu_t *g, kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,
+                 size_t pool_bytes, int tiered);
+void kv_gpu__dispose(kv_gpu_t *g); /* frees g */
+/* kv_gpu_tiered.c: the tiered mode's hooks (g->t set) */
+void kv_gpu__tier_destroy(kv_gpu_t *g);
+int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity);
+void kv_gpu__tier_close(kv_gpu_t *g, int seq);
+size_t kv_gpu__tier_bytes(kv_gpu_t *g, int seq);
+int kv_gpu__tier_alloc(kv_gpu_t *g, int layer, const int32_t *tok_slot, const int32_t *tok_pos,
+                       int n);
+void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a);
+int kv_gpu__tier_masses(kv_gpu_t *g, size_t total, float **mass);
+int kv_gpu__tier_obs(const kv_gpu_t *g);
+int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kern_attn_seq_t *work, const int *slots,
+                           int np);
+int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel, int nd);
+
+#endif

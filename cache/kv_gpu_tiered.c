@@ -1,0 +1,357 @@
+/* kv_gpu_tiered: the tiered mode of the GPU cache (kv_gpu.h): FULL bf16 pages and INT2/4/8
+ * ledgers in one device arena, windows routed on the device (kern_cuda_route.h) after every
+ * prefilled layer and whenever a window ages during decode, migrated by kern_cuda_quant.h, and
+ * attended by the fused paged kernel with the window masses accumulated into the scores. The
+ * host knows budgets and lengths; it reads the device's accounting only when asked (stats). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_cuda.h"
+#include "kv_gpu_internal.h"
+#include "qe_status.h"
+
+#define KVG_JOBS (1 << 18)
+
+/* ---- sizes and budgets ------------------------------------------------------------------------
+ */
+
+static void tier_sizes(const kv_gpu_t *g, kv_gpu_tier_t *t) {
+  size_t unit = g->page_bytes + KVG_META;
+  size_t n_prot = (size_t)(t->cfg.n_local + g->omega - 1) / (size_t)g->omega + 1;
+  t->sink = (size_t)t->rt.sink_win * unit;
+  t->reserve = n_prot * unit;
+}
+
+size_t kv_gpu_min_budget(const kv_cache_t *kv) {
+  const kv_gpu_t *g = (const kv_gpu_t *)kv;
+  return g->t ? (g->t->sink + g->t->reserve) * (size_t)kv->geom.n_layer : 0;
+}
+
+size_t kv_gpu_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
+  const kv_gpu_t *g = (const kv_gpu_t *)kv;
+  size_t wins = (size_t)((n_tokens + g->omega - 1) / g->omega);
+  size_t extra = g->t ? g->t->sink + g->t->reserve : 0;
+  return (extra + wins * (g->page_bytes + (g->t ? KVG_META : 0))) * (size_t)kv->geom.n_layer;
+}
+
+void kv_gpu_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (!g->t) return;
+  g->t->spec_fraction = fraction > 0 ? fraction : 1.0;
+  g->t->spec_bytes = bytes;
+}
+
+int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (!g->t || seq < 0 || seq >= kv->geom.max_seqs)
+    return qe_errf(QE_EINVAL, "kv_gpu: budget for slot %d of a cache without tiers", seq);
+  g->t->pending[seq] = budget;
+  return 0;
+}
+
+/* The budget slot seq opens with for `capacity` tokens. */
+static size_t budget_for(const kv_gpu_t *g, int seq, int capacity) {
+  const kv_gpu_tier_t *t = g->t;
+  if (t->pending[seq]) return t->pending[seq];
+  if (t->spec_bytes) return t->spec_bytes;
+  size_t full = kv_gpu_fullkv_bytes(&g->base, capacity);
+  return t->spec_fraction >= 1.0 ? full : (size_t)(t->spec_fraction * (double)full);
+}
+
+/* ---- slots ------------------------------------------------------------------------------------
+ */
+
+int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
+  kv_gpu_tier_t *t = g->t;
+  size_t b = budget_for(g, seq, capacity), per = b / (size_t)g->base.geom.n_layer;
+  if (b < kv_gpu_min_budget(&g->base))
+    return qe_errf(QE_EINVAL, "kv_gpu: budget %zu bytes below the minimum %zu (sink and local)", b,
+                   kv_gpu_min_budget(&g->base));
+  t->budget[seq] = b, t->pending[seq] = 0;
+  t->h_bhist[seq] = (int64_t)(per - t->sink - t->reserve);
+  int rc = kc_route_reset_slot(&t->rt, seq, g->stream);
+  if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * g->base.geom.max_seqs);
+  return rc;
+}
+
+void kv_gpu__tier_close(kv_gpu_t *g, int seq) {
+  if (kc_route_release_slot(&g->t->rt, seq, g->stream)) return; /* kept sticky by the stream */
+  g->t->budget[seq] = 0;
+}
+
+/* ---- per-step work ----------------------------------------------------------------------------
+ */
+
+int kv_gpu__tier_alloc(kv_gpu_t *g, int layer, const int32_t *ts, const int32_t *tp, int n) {
+  return kc_route_alloc_windows(&g->t->rt, layer, ts, tp, n, g->stream);
+}
+
+/* Uploads the lengths and the slot list of one routing call. */
+static int stage_slots(kv_gpu_t *g, const int *slots, int n) {
+  kv_gpu_tier_t *t = g->t;
+  for (int i = 0; i < n; i++) {
+    t->h_slots[i] = slots[i];
+    t->h_len[slots[i]] = g->seqs[slots[i]].len;
+  }
+  size_t S = (size_t)g->base.geom.max_seqs;
+  int rc = kv_gpu__stage(g, t->d_len.p, t->h_len, sizeof(int32_t) * S);
+  return rc ? rc : kv_gpu__stage(g, t->d_slots.p, t->h_slots, sizeof(int32_t) * (size_t)n);
+}
+
+static int route(kv_gpu_t *g, const int *slots, int n, int layer0, int n_layers, int force) {
+  int rc = stage_slots(g, slots, n);
+  if (rc) return rc;
+  kc_route_call_t c = {g->t->d_slots.p, n, layer0, n_layers, g->t->d_len.p, g->t->d_bhist.p, force};
+  return kc_route_run(&g->t->rt, &c, &g->t->qa, g->stream);
+}
+
+/* After the last layer's decode attention: every layer of the decoding slots is routed where a
+ * window aged (the device decides; nothing is read back). */
+int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
+                         int nd) {
+  if (layer != g->base.geom.n_layer - 1 || !nd) return 0;
+  int slots[1024];
+  for (int i = 0; i < nd; i++) slots[i] = reqs[sel[i]].seq;
+  return route(g, slots, nd, 0, g->base.geom.n_layer, 0);
+}
+
+/* The key-mass buffer of a prefill attention over `total` gathered keys, zeroed. */
+int kv_gpu__tier_masses(kv_gpu_t *g, size_t total, float **mass) {
+  int rc = kv_gpu__buf_need(g, &g->t->d_mass, sizeof(float) * (total ? total : 1));
+  if (!rc) rc = kc_memset_async(g->t->d_mass.p, 0, sizeof(float) * total, g->stream);
+  *mass = g->t->d_mass.p;
+  return rc;
+}
+
+int kv_gpu__tier_obs(const kv_gpu_t *g) { return g->t->cfg.n_obs; }
+
+/* After a layer's prefill attention: window scores from the observation queries' key masses
+ * (work[i].key_mass), then that layer of those slots is routed at once. */
+int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kern_attn_seq_t *work, const int *slots,
+                           int np) {
+  int rc = 0;
+  for (int i = 0; i < np && !rc; i++) {
+    if (layer == g->base.geom.n_layer - 1) g->seqs[slots[i]].routed = 1;
+    rc = kc_route_add_masses(&g->t->rt, layer, slots[i], work[i].key_mass, work[i].n_kv, g->stream);
+  }
+  return rc ? rc : route(g, slots, np, layer, 1, 1);
+}
+
+void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a) {
+  a->has_quant = 1;
+  a->geom.bits = g->t->cfg.quant.bits, a->geom.group = g->t->cfg.quant.group;
+  a->rope = g->t->arope;
+  a->mass = g->t->rt.score + kv_gpu__tab_index(g, layer, 0, 0);
+  a->flags |= KC_ATTN_MASS_ACCUMULATE;
+}
+
+/* ---- statistics -------------------------------------------------------------------------------
+ */
+
+static int tier_flags(const kv_gpu_t *g, int32_t *flags) {
+  int rc = kc_stream_sync(g->stream);
+  if (!rc) rc = g->base.be->ops->download(g->base.be, flags, g->t->rt.err_flag, sizeof *flags);
+  return rc;
+}
+
+int kv_gpu_stats(kv_cache_t *kv, int seq, kv_gpu_stats_t *out) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  memset(out, 0, sizeof *out);
+  if (!g->t || seq < 0 || seq >= kv->geom.max_seqs)
+    return qe_errf(QE_EINVAL, "kv_gpu: no tiered statistics for slot %d", seq);
+  int L = kv->geom.n_layer, S = kv->geom.max_seqs, rc = tier_flags(g, &out->err_flags);
+  kc_route_stat_t st;
+  for (int l = 0; l < L && !rc; l++) {
+    rc = kv->be->ops->download(kv->be, &st, g->t->rt.st + (size_t)l * S + seq, sizeof st);
+    out->bytes += (size_t)st.bytes;
+    out->windows[0] += st.n_full, out->windows[1] += st.n_quant, out->windows[2] += st.n_evicted;
+    out->promotions += st.promotions, out->demotions += st.demotions;
+    out->evictions += st.evictions, out->quantizations += st.quantizations;
+    out->routings += st.routings;
+  }
+  out->budget = g->t->budget[seq];
+  return rc;
+}
+
+size_t kv_gpu__tier_bytes(kv_gpu_t *g, int seq) {
+  kv_gpu_stats_t s;
+  return kv_gpu_stats(&g->base, seq, &s) ? 0 : s.bytes;
+}
+
+/* ---- create / destroy -------------------------------------------------------------------------
+ */
+
+static void *dev_alloc(kv_gpu_t *g, size_t bytes, int *rc) {
+  kv_gpu_tier_t *t = g->t;
+  void *p = *rc ? NULL : kern_alloc(g->base.be, bytes ? bytes : 16);
+  if (!*rc && !p) *rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for %zu bytes", bytes);
+  if (p) t->dev[t->n_dev++] = p;
+  return p;
+}
+
+/* The device state of kc_route_t: per-window arrays beside the descriptor table g->tab. */
+static int alloc_route(kv_gpu_t *g, int n_pages, int n_ledgers) {
+  kc_route_t *r = &g->t->rt;
+  const kv_geom_t *ge = &g->base.geom;
+  size_t nw = (size_t)ge->n_layer * ge->max_seqs * g->max_win,
+         nj = (size_t)ge->n_layer * ge->max_seqs;
+  int rc = 0;
+  r->win = g->tab;
+  r->score = dev_alloc(g, nw * sizeof(float), &rc);
+  r->page = dev_alloc(g, nw * sizeof(int32_t), &rc);
+  r->ledger = dev_alloc(g, nw * sizeof(int32_t), &rc);
+  r->plan = dev_alloc(g, nw, &rc);
+  r->aged = dev_alloc(g, nj * sizeof(int32_t), &rc);
+  r->st = dev_alloc(g, nj * sizeof(kc_route_stat_t), &rc);
+  r->routed = dev_alloc(g, nj * sizeof(int32_t), &rc);
+  r->page_stack = dev_alloc(g, sizeof(int32_t) * (size_t)n_pages, &rc);
+  r->ledger_stack = dev_alloc(g, sizeof(int32_t) * (size_t)n_ledgers, &rc);
+  r->page_top = dev_alloc(g, 4 * sizeof(int32_t), &rc); /* tops, error flag, job counts */
+  r->job_cap = KVG_JOBS;
+  r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
+  r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
+  r->n_qjobs = dev_alloc(g, 2 * sizeof(int32_t), &rc);
+  if (rc) return rc;
+  r->ledger_top = r->page_top + 1, r->err_flag = r->page_top + 2, r->n_djobs = r->n_qjobs + 1;
+  return 0;
+}
+
+/* Fills the free stacks (every page and ledger free) and the tops. */
+static int init_stacks(kv_gpu_t *g, int n_pages, int n_ledgers) {
+  int n = n_pages > n_ledgers ? n_pages : n_ledgers, rc = 0;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), tops[4] = {n_pages, n_ledgers};
+  if (!ids) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  for (int i = 0; i < n; i++) ids[i] = i;
+  kern_backend_t *be = g->base.be;
+  rc = be->ops->upload(be, g->t->rt.page_stack, ids, sizeof(int32_t) * (size_t)n_pages);
+  if (!rc)
+    rc = be->ops->upload(be, g->t->rt.ledger_stack, ids, sizeof(int32_t) * (size_t)n_ledgers);
+  if (!rc) rc = be->ops->upload(be, g->t->rt.page_top, tops, sizeof tops);
+  free(ids);
+  return rc;
+}
+
+static int init_rope(kv_gpu_t *g, const kern_rope_t *rope) {
+  kv_gpu_tier_t *t = g->t;
+  float host[2 * 512];
+  if (rope->n_rot > 1024) return qe_errf(QE_EUNSUPPORTED, "kv_gpu: n_rot %d", rope->n_rot);
+  int rc = kc_attn_rope_init(rope, host, &t->arope), n = rope->n_rot / 2 * 2;
+  t->rope_tab = rc ? NULL : dev_alloc(g, sizeof(float) * (size_t)(n ? n : 2), &rc);
+  if (!rc) rc = g->base.be->ops->upload(g->base.be, t->rope_tab, host, sizeof(float) * (size_t)n);
+  t->arope.table = t->rope_tab;
+  return rc;
+}
+
+static int check_cfg(const kv_policy_cfg_t *c) {
+  int sc = c->scorer;
+  if ((sc != KV_SCORE_CUMULATIVE && sc != KV_SCORE_RECENCY) || c->graphkv || c->pyramid ||
+      c->pool_kernel > 1)
+    return qe_errf(QE_EUNSUPPORTED, "kv_gpu: the GPU tiered cache routes by cumulative attention "
+                                    "or recency (qevict, h2o, kivi), without graphkv or pyramid "
+                                    "budgets");
+  return 0;
+}
+
+/* Pool sizes for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot.
+ * Per layer, with B the history budget: FULL pages for (1-q) B (plus sink, protected local
+ * windows and one in flight) and ledgers for q B plus one page's worth of rollover plus those
+ * that promoted windows keep (charged inside the FULL share): about 1.07 B of memory for B of
+ * budget at q = 0.7, INT2. Routing never needs more: the FULL fill stops within one page of
+ * (1-q) B when candidates are plenty, and everything fits FULL when they are not. Prompts pass
+ * one layer at FULL before that layer is routed: room for every slot's whole prompt, or for two
+ * prompts and a sixteenth of the steady pages when that is less (with the steady pages that
+ * routed layers leave free, a batch of prompts fits; a pool that still runs dry evicts). */
+static void pool_counts(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity, int *pages,
+                        int *ledgers) {
+  const kv_gpu_tier_t *t = g->t;
+  size_t per = budget / (size_t)g->base.geom.n_layer;
+  double hist = per > t->sink + t->reserve ? (double)(per - t->sink - t->reserve) : 0.0;
+  double unit = (double)(g->page_bytes + KVG_META), led = (double)(t->rt.lay.total + KVG_META);
+  double q = t->rt.use_int2 ? t->cfg.q : 0.0, full = t->rt.use_full ? (1.0 - q) * hist : 0.0;
+  size_t steady = (size_t)((double)(t->sink + t->reserve) / unit + full / unit) + 2;
+  size_t kept = (size_t)(full / (unit + led)) + 1;
+  size_t leds = t->rt.use_int2 ? (size_t)((q * hist + unit) / led) + kept + 1 : 0;
+  size_t prompt = (size_t)(capacity + g->omega - 1) / (size_t)g->omega;
+  size_t L = (size_t)g->base.geom.n_layer, n = (size_t)n_seqs;
+  size_t base = n * steady * L, room = base / 16 > 2 * prompt ? base / 16 : 2 * prompt;
+  *pages = (int)(base + (n * prompt < room ? n * prompt : room));
+  *ledgers = (int)(n * leds * L);
+}
+
+static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t *cfg) {
+  const kv_geom_t *ge = &g->base.geom;
+  kv_gpu_tier_t *t = g->t;
+  size_t S = (size_t)ge->max_seqs;
+  t->cfg = *cfg, t->spec_fraction = 1.0, t->rope = *rope;
+  kc_route_t *r = &t->rt;
+  *r = (kc_route_t){.max_seqs = ge->max_seqs,
+                    .max_win = g->max_win,
+                    .n_layer = ge->n_layer,
+                    .omega = g->omega,
+                    .n_local = cfg->n_local,
+                    .q = cfg->q,
+                    .use_int2 = cfg->q > 0,
+                    .use_full = cfg->q < 1,
+                    .promote = cfg->promote};
+  r->sink_win = (cfg->n_sink + g->omega - 1) / g->omega;
+  r->pg =
+      (kern_paged_geom_t){ge->n_kv_head, ge->head_dim, g->omega, cfg->quant.bits, cfg->quant.group};
+  r->page_bytes = g->page_bytes, r->meta_bytes = KVG_META;
+  int rc = kc_quant_ledger_layout(&r->pg, g->omega, &r->lay);
+  t->pending = calloc(S, sizeof(size_t)), t->budget = calloc(S, sizeof(size_t));
+  t->h_bhist = calloc(S, sizeof(int64_t)), t->h_len = calloc(S, sizeof(int32_t));
+  t->h_slots = calloc(S, sizeof(int32_t));
+  if (!rc && (!t->pending || !t->budget || !t->h_bhist || !t->h_len || !t->h_slots))
+    rc = qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  if (!rc) rc = kv_gpu__buf_need(g, &t->d_bhist, sizeof(int64_t) * S);
+  if (!rc) rc = kv_gpu__buf_need(g, &t->d_len, sizeof(int32_t) * S);
+  if (!rc) rc = kv_gpu__buf_need(g, &t->d_slots, sizeof(int32_t) * S);
+  if (!rc) tier_sizes(g, t);
+  if (!rc) rc = init_rope(g, rope);
+  t->qa = (kc_quant_args_t){.geom = r->pg, .rotate = 1, .rope = t->arope, .arena = NULL};
+  return rc;
+}
+
+void kv_gpu__tier_destroy(kv_gpu_t *g) {
+  kv_gpu_tier_t *t = g->t;
+  if (!t) return;
+  for (int i = 0; i < t->n_dev; i++) kern_free(g->base.be, t->dev[i]);
+  kvg_buf_t *b[] = {&t->d_bhist, &t->d_len, &t->d_slots, &t->d_mass};
+  for (size_t i = 0; i < sizeof b / sizeof *b; i++) kern_free(g->base.be, b[i]->p);
+  free(t->pending), free(t->budget), free(t->h_bhist), free(t->h_len), free(t->h_slots);
+  free(t);
+  g->t = NULL;
+}
+
+int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
+                         const kv_policy_cfg_t *cfg_in, int max_tokens, int n_seqs, double fraction,
+                         size_t bytes, kv_cache_t **out) {
+  kv_policy_cfg_t cfg = kv_policy_fit(cfg_in, geom->head_dim);
+  int rc = kv_policy_check(&cfg, geom->head_dim);
+  if (!rc) rc = check_cfg(&cfg);
+  kv_gpu_t *g = rc ? NULL : calloc(1, sizeof *g);
+  if (!rc && !g) rc = qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  if (!rc) rc = kv_gpu__init(g, be, geom, cfg.omega, max_tokens, 0, 1);
+  if (!rc && !(g->t = calloc(1, sizeof *g->t))) rc = qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+  if (!rc) rc = tier_init(g, rope, &cfg);
+  int n_pages = 0, n_led = 0;
+  if (!rc) {
+    kv_gpu_set_budget_spec(&g->base, fraction, bytes);
+    size_t b = budget_for(g, 0, max_tokens);
+    pool_counts(g, b, n_seqs, max_tokens, &n_pages, &n_led);
+    g->t->rt.ledger_base = (uint64_t)n_pages * g->page_bytes;
+    size_t arena = g->t->rt.ledger_base + (size_t)n_led * g->t->rt.lay.total;
+    g->arena = kern_alloc(be, arena), g->arena_bytes = arena;
+    if (!g->arena) rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool", arena);
+    g->t->qa.arena = g->arena;
+  }
+  if (!rc) rc = alloc_route(g, n_pages, n_led);
+  if (!rc) rc = init_stacks(g, n_pages, n_led);
+  if (rc) {
+    if (g) kv_gpu__dispose(g);
+    return rc;
+  }
+  *out = &g->base;
+  return 0;
+}

@@ -1,0 +1,115 @@
+/* kern_cuda_route: the tiered cache's bookkeeping on the GPU, so that nothing per window crosses
+ * PCIe during decode: page and ledger allocation from device free stacks, QEvict routing
+ * (kv_route.h's byte-exact greedy decision: FULL in score order within (1-q) * B_hist, then INT2
+ * within the rest, everything else EVICTED; ties: the older window first), and the descriptor
+ * and accounting updates of the migrations. Quantizing and dequantizing the windows themselves is
+ * kern_cuda_quant.h's; this module fills its job lists.
+ *
+ * State (all device memory, owned by the caller, indexed i = (layer * max_seqs + slot) * max_win
+ * + w for window w; j = layer * max_seqs + slot for a (layer, slot)):
+ *   win    kern_pwin_t [..]  the descriptors the decode kernel reads (FULL pages and ledgers are
+ *                            offsets from one arena: pages at page_id * page_bytes, ledgers at
+ *                            ledger_base + ledger_id * lay.total)
+ *   score  float [..]        cumulative attention mass (the decode kernel accumulates into it)
+ *   page   int32 [..]        FULL page id, or -1
+ *   ledger int32 [..]        ledger id (write-once: kept while promoted), or -1
+ *   plan   int8 [..]         scratch: the tier decided by the last routing
+ *   aged   int32 [per j]     aged windows at the last routing
+ *   st     kc_route_stat_t [per j]
+ * Windows [0, sink_win) are the sink (always FULL); window w is aged when (w + 1) * omega <=
+ * len - n_local; aged windows are the routing candidates while FULL or QUANT.
+ * Free stacks: pages and ledgers, each an int32 array with an int32 top; the kernels pop in one
+ * launch and push in another (never both in one launch), so plain atomics suffice. A pop that
+ * finds the stack empty sets err_flag (bit 1: pages, bit 2: ledgers) and the window keeps a tier
+ * it can hold (a demotion without a ledger becomes an eviction; a promotion stays QUANT; a new
+ * window without a page leaves its descriptor EVICTED and its tokens unstored).
+ * Every launch function enqueues on the stream and returns 0, QE_EINVAL or QE_EBACKEND. */
+#ifndef QE_KERN_CUDA_ROUTE_H
+#define QE_KERN_CUDA_ROUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kern_cuda_quant.h"
+#include "kern_paged.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Accounting of one (layer, slot) after its last routing, kept on the device. bytes: FULL pages
+ * with their kept ledgers, QUANT ledgers, and meta_bytes per live window. */
+typedef struct {
+  int64_t bytes;
+  int32_t n_full, n_quant, n_evicted; /* windows per tier (sink and local included in FULL) */
+  int32_t promotions, demotions, evictions, quantizations, routings;
+} kc_route_stat_t;
+
+typedef struct {
+  /* geometry */
+  int max_seqs, max_win, n_layer, omega, sink_win, n_local;
+  kern_paged_geom_t pg;  /* for the ledger layout */
+  kc_quant_layout_t lay; /* one ledger slot (n_tok = omega) */
+  uint64_t page_bytes;   /* one FULL window: K page then V page */
+  uint64_t ledger_base;  /* arena offset of ledger 0 */
+  uint64_t meta_bytes;   /* bookkeeping bytes charged per live window (descriptor, score,
+                            ids), as kv_tiered charges KV_WIN_META */
+  /* policy (kv_route_params_t) */
+  float q;      /* INT2 share of B_hist */
+  int use_int2; /* the policy has an INT2 tier (q > 0) */
+  int use_full; /* history may stay FULL (q < 1) */
+  int promote;  /* QUANT candidates may become FULL */
+  int recency;  /* rank by position (newest first) instead of score (KIVI-style) */
+  /* state */
+  kern_pwin_t *win;
+  float *score;
+  int32_t *page, *ledger;
+  int8_t *plan;
+  int32_t *aged;
+  kc_route_stat_t *st;
+  int32_t *page_stack, *page_top, *ledger_stack, *ledger_top;
+  int32_t *err_flag;
+  /* migration job lists (capacity job_cap each) and their device counts */
+  kc_quant_job_t *qjobs, *djobs;
+  int32_t *n_qjobs, *n_djobs;
+  int job_cap;
+  int32_t *routed; /* [max_seqs * n_layer]: 1 when the last decide changed something there */
+} kc_route_t;
+
+/* Per-call inputs: the slots to look at and, per slot (indexed by slot), its length and its
+ * history budget per layer (B_hist, bytes). */
+typedef struct {
+  const int32_t *slots; /* device [n_slots] */
+  int n_slots;
+  int layer0, n_layers;  /* layers [layer0, layer0 + n_layers) */
+  const int32_t *len;    /* device [max_seqs] */
+  const int64_t *b_hist; /* device [max_seqs] */
+  int force;             /* route even when no window aged (after a prefill) */
+} kc_route_call_t;
+
+/* Resets slot `slot` on every layer: no pages, no ledgers, descriptors EVICTED with n_tok 0,
+ * scores 0, aged 0, stats 0. The slot must hold nothing (kc_route_release first). */
+int kc_route_reset_slot(const kc_route_t *r, int slot, void *stream);
+/* Pushes every page and ledger of `slot` (all layers) back to the free stacks. */
+int kc_route_release_slot(const kc_route_t *r, int slot, void *stream);
+/* Gives a FULL page to every window that the n tokens (tok_slot, tok_pos) will write into and
+ * that has none (the first token of a window, or of a batch run), one layer. */
+int kc_route_alloc_windows(const kc_route_t *r, int layer, const int32_t *tok_slot,
+                           const int32_t *tok_pos, int n, void *stream);
+/* score[w] += sum of key_mass[t] over the window's tokens t (positions 0 .. n_tok - 1 of one
+ * slot, key_mass [n_tok] in position order), one layer. */
+int kc_route_add_masses(const kc_route_t *r, int layer, int slot, const float *key_mass, int n_tok,
+                        void *stream);
+/* One routing pass over c's slots and layers: decide, allocate, quantize / dequantize (through
+ * kern_cuda_quant with qa's geometry and RoPE), commit (descriptors, frees, stats). */
+int kc_route_run(const kc_route_t *r, const kc_route_call_t *c, const kc_quant_args_t *qa,
+                 void *stream);
+
+/* Dynamic shared memory the decide kernel needs for up to max_cand candidates (pow2 padded). */
+size_t kc_route_smem(int max_win);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
