@@ -9,7 +9,7 @@
  * prefill), then every slot decodes `new` tokens in one batch through the whole model
  * (model_forward_greedy). Prints one JSON line.
  * Usage: long_ctx [--shape llama3-8b] [--ctx 32768] [--new 32] [--policy full|qevict]
- *                 [--budget 0.2] [--device 0] [--reserve-gb 6] [--max-seqs N] */
+ *                 [--budget 0.2] [--device 0] [--reserve-gb 4] [--max-seqs N] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,7 @@ static double now_s(void) {
 }
 
 static int parse(int argc, char **argv, lc_args_t *a) {
-  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 0.2, 6.0};
+  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 0.2, 4.0};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *f = argv[i], *v = argv[i + 1];
     if (!strcmp(f, "--shape"))
@@ -75,21 +75,28 @@ static int make_cache(const lc_args_t *a, kern_backend_t *be, const model_t *m, 
                                    kv);
 }
 
-/* The most slots whose cache fits in the free memory less the reserve (bisection on creation). */
+/* Device bytes a cache of n slots takes (made and destroyed), or 0 when it does not fit. */
+static size_t cache_cost(const lc_args_t *a, kern_backend_t *be, const model_t *m, int n) {
+  size_t f0 = 0, f1 = 0, total = 0;
+  kv_cache_t *kv = NULL;
+  kern_cuda_mem_info(be, &f0, &total);
+  if (make_cache(a, be, m, n, &kv)) return 0;
+  kern_cuda_mem_info(be, &f1, &total);
+  kv_cache_destroy(kv);
+  return f0 > f1 ? f0 - f1 : 1;
+}
+
+/* The most slots whose cache fits in the free memory less the reserve: the per-slot and fixed
+ * costs from caches of 1 and 2 slots, then creation from that estimate downwards. */
 static int fit_slots(const lc_args_t *a, kern_backend_t *be, const model_t *m, kv_cache_t **kv) {
   size_t free_b = 0, total = 0, reserve = (size_t)(a->reserve_gb * (1 << 30));
-  if (kern_cuda_mem_info(be, &free_b, &total) || free_b <= reserve)
+  size_t c1 = cache_cost(a, be, m, 1), c2 = cache_cost(a, be, m, 2);
+  if (kern_cuda_mem_info(be, &free_b, &total) || !c1 || !c2 || free_b <= reserve + c1)
     return qe_errf(QE_ENOSPC, "long_ctx: no memory left for a cache");
-  kv_cache_t *probe = NULL;
-  int rc = make_cache(a, be, m, 1, &probe);
-  if (rc) return rc;
-  size_t f2 = 0;
-  kern_cuda_mem_info(be, &f2, &total);
-  size_t one = free_b - f2;
-  kv_cache_destroy(probe);
-  int n = (int)((free_b - reserve) / (one ? one : 1));
+  size_t per = c2 > c1 ? c2 - c1 : c1, fixed = c1 > per ? c1 - per : 0;
+  int n = (int)((free_b - reserve - fixed) / per), rc = 0;
   if (a->max_seqs > 0 && n > a->max_seqs) n = a->max_seqs;
-  for (; n > 0; n = n * 9 / 10) {
+  for (; n > 0; n -= n / 32 > 1 ? n / 32 : 1) {
     if (!(rc = make_cache(a, be, m, n, kv))) return n;
     if (rc != QE_ENOSPC) return rc;
   }

@@ -283,6 +283,14 @@ static int prefill_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, con
   return g->t ? kv_gpu__tier_prefilled(g, layer, g->work, slots, np) : 0;
 }
 
+/* With QEVICT_KV_GPU_SYNC=1 in the environment at creation: waits for the device after each
+ * phase so that a device fault names the phase (debugging; slow). */
+static int debug_sync(kv_gpu_t *g, const char *what, int layer) {
+  if (!g->debug) return 0;
+  int rc = kc_stream_sync(g->stream);
+  return rc ? qe_errf(rc, "kv_gpu: %s of layer %d: %s", what, layer, qe_errmsg()) : 0;
+}
+
 static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
   kv_gpu_t *g = (kv_gpu_t *)kv;
   int dec[1024], pre[1024], nd = 0, np = 0, rc = flush_stores(g, layer);
@@ -301,9 +309,13 @@ static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
     else
       pre[np++] = i;
   }
-  if (nd) rc = decode_attend(g, layer, reqs, dec, nd);
+  if (!rc) rc = debug_sync(g, "store", layer);
+  if (nd && !rc) rc = decode_attend(g, layer, reqs, dec, nd);
+  if (!rc) rc = debug_sync(g, "decode attention", layer);
   if (!rc && np) rc = prefill_attend(g, layer, reqs, pre, np);
+  if (!rc) rc = debug_sync(g, "prefill attention and routing", layer);
   if (!rc && g->t) rc = kv_gpu__tier_decoded(g, layer, reqs, dec, nd);
+  if (!rc) rc = debug_sync(g, "decode routing", layer);
   return rc;
 }
 
@@ -388,6 +400,8 @@ int kv_gpu__init(kv_gpu_t *g, kern_backend_t *be, const kv_geom_t *geom, int ome
   g->page_bytes = kv_gpu_page_bytes(geom, omega);
   g->n_pages = tiered ? 0 : (int)(pool_bytes / g->page_bytes);
   g->stream = kern_cuda_stream(be);
+  const char *dbg = getenv("QEVICT_KV_GPU_SYNC");
+  g->debug = dbg && *dbg == '1';
   if (!(rc = alloc_host(g))) rc = alloc_device(g, pool_bytes);
   return rc;
 }

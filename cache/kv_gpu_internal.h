@@ -58,6 +58,7 @@ typedef struct {
   int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
   kern_attn_seq_t *work;     /* [max_seqs] */
   kv_gpu_tier_t *t;          /* the tiered mode's state; NULL in FullKV mode */
+  int debug;                 /* QEVICT_KV_GPU_SYNC=1: synchronize after each phase */
 } kv_gpu_t;
 
 /* The tiered mode's state (kv_gpu_tiered.c; tests read it). */

@@ -76,8 +76,8 @@ int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
 }
 
 void kv_gpu__tier_close(kv_gpu_t *g, int seq) {
-  if (kc_route_release_slot(&g->t->rt, seq, g->stream)) return; /* kept sticky by the stream */
-  g->t->budget[seq] = 0;
+  (void)kc_route_release_slot(&g->t->rt, seq, g->stream); /* a launch error stays sticky */
+  /* budget[seq] stays: the slot's last statistics report it */
 }
 
 /* ---- per-step work ----------------------------------------------------------------------------
@@ -253,15 +253,15 @@ static int check_cfg(const kv_policy_cfg_t *c) {
   return 0;
 }
 
-/* Pool sizes for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot.
- * Per layer, with B the history budget: FULL pages for (1-q) B (plus sink, protected local
- * windows and one in flight) and ledgers for q B plus one page's worth of rollover plus those
- * that promoted windows keep (charged inside the FULL share): about 1.07 B of memory for B of
- * budget at q = 0.7, INT2. Routing never needs more: the FULL fill stops within one page of
- * (1-q) B when candidates are plenty, and everything fits FULL when they are not. Prompts pass
- * one layer at FULL before that layer is routed: room for every slot's whole prompt, or for two
- * prompts and a sixteenth of the steady pages when that is less (with the steady pages that
- * routed layers leave free, a batch of prompts fits; a pool that still runs dry evicts). */
+/* Pool sizes for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot, per
+ * layer with B the history budget. Pages: the sink, the protected local windows, one in flight,
+ * and B of history at FULL (while every candidate fits in B nothing is quantized: the history
+ * may all be FULL). Ledgers: q B plus one page's worth of rollover, plus those promoted windows
+ * keep (charged inside the FULL share). Under pressure a slot uses about (1-q) B of pages and
+ * q B of ledgers, so these separate pools hold about 1 + q times the budget in the worst case:
+ * the price of never running dry (a unified pool would need about 1.07 B). Prompts pass one
+ * layer at FULL before that layer is routed: room for every slot's prompt, or for two prompts
+ * and a sixteenth of the steady pages when that is less. */
 static void pool_counts(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity, int *pages,
                         int *ledgers) {
   const kv_gpu_tier_t *t = g->t;
@@ -269,7 +269,8 @@ static void pool_counts(const kv_gpu_t *g, size_t budget, int n_seqs, int capaci
   double hist = per > t->sink + t->reserve ? (double)(per - t->sink - t->reserve) : 0.0;
   double unit = (double)(g->page_bytes + KVG_META), led = (double)(t->rt.lay.total + KVG_META);
   double q = t->rt.use_int2 ? t->cfg.q : 0.0, full = t->rt.use_full ? (1.0 - q) * hist : 0.0;
-  size_t steady = (size_t)((double)(t->sink + t->reserve) / unit + full / unit) + 2;
+  double hist_full = t->rt.use_full ? hist : 0.0; /* no pressure: all history FULL */
+  size_t steady = (size_t)((double)(t->sink + t->reserve) / unit + hist_full / unit) + 2;
   size_t kept = (size_t)(full / (unit + led)) + 1;
   size_t leds = t->rt.use_int2 ? (size_t)((q * hist + unit) / led) + kept + 1 : 0;
   size_t prompt = (size_t)(capacity + g->omega - 1) / (size_t)g->omega;

@@ -47,7 +47,8 @@ typedef struct {
   uint64_t v_scale; /* fp16 [n_tok][n_kv][head_dim / group] */
   uint64_t v_zero;  /* fp16 [n_tok][n_kv][head_dim / group] */
   int32_t pos0;     /* position of token 0 */
-  int32_t n_tok;    /* 1 .. omega (not checked on the device: the cache owns the table) */
+  int32_t n_tok;    /* 1 .. omega (not checked on the device: the cache owns the table); a job
+                       with n_tok <= 0 is skipped (reads and writes nothing) */
 } kc_quant_job_t;
 
 /* A batch of migrations (one layer, or any windows sharing the geometry). The jobs of one call

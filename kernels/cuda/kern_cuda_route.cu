@@ -154,8 +154,9 @@ __device__ void kcr_fill(const kc_route_t &r, int layer, int slot, const int *id
   const int64_t full_cap = r.use_int2 ? (int64_t)((1.0 - (double)r.q) * (double)b_hist) : b_hist;
   int64_t full_used = 0, q_used = 0;
   for (int k = 0; k < n; k++) {
-    const int64_t i = kcr_idx(r, layer, slot, idx[k]);
     tier[k] = KCR_EVICTED;
+    if (idx[k] < 0 || idx[k] >= r.max_win) continue; /* cannot happen: the sort is total */
+    const int64_t i = kcr_idx(r, layer, slot, idx[k]);
     if (!r.use_full || (r.win[i].tier == KERN_PW_QUANT && !r.promote)) continue;
     const int64_t fc = (int64_t)r.page_bytes + M + (r.ledger[i] >= 0 ? L : 0);
     if (full_used + fc <= full_cap) full_used += fc, tier[k] = KCR_FULL;
@@ -176,10 +177,14 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
   const int len = c.len[s], lim = len - r.n_local;
   int A = lim > 0 ? lim / r.omega : 0;
   A = A < r.sink_win ? r.sink_win : A;
-  if (threadIdx.x == 0) r.routed[j] = 0;
-  if (!c.force && A <= r.aged[j]) return;
-  if (threadIdx.x == 0) n_c = 0, r.aged[j] = A, r.routed[j] = 1;
+  __shared__ int go;
+  if (threadIdx.x == 0) { /* one thread reads and writes aged: every thread sees one answer */
+    go = c.force || A > r.aged[j];
+    r.routed[j] = go, n_c = 0;
+    if (go) r.aged[j] = A;
+  }
   __syncthreads();
+  if (!go) return;
   int64_t full = 0;
   int quant = 0;
   for (int w = r.sink_win + threadIdx.x; w < A; w += blockDim.x) {
@@ -187,7 +192,8 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
     const kern_pwin_t d = r.win[i];
     if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
     const int k = atomicAdd(&n_c, 1);
-    if (k < P) key[k] = r.recency ? (float)w : r.score[i], idx[k] = w;
+    const float sc = r.recency ? (float)w : r.score[i];
+    if (k < P) key[k] = sc == sc ? sc : -__int_as_float(0x7f800000), idx[k] = w; /* NaN: last */
     full += (int64_t)(r.page_bytes + r.meta_bytes) + (r.ledger[i] >= 0 ? (int64_t)r.lay.total : 0);
     quant |= d.tier == KERN_PW_QUANT;
   }
@@ -224,74 +230,68 @@ __device__ kc_quant_job_t kcr_job(const kc_route_t &r, int page, int led, int w,
   return jb;
 }
 
-/* Pops what the planned transitions need and lists the quantize / dequantize jobs. */
-__global__ void kcr_migrate_k(const kc_route_t r, const kc_route_call_t c) {
-  const int s = c.slots[blockIdx.x], l = c.layer0 + blockIdx.y, j = l * r.max_seqs + s;
-  if (!r.routed[j]) return;
-  for (int w = r.sink_win + threadIdx.x; w < r.aged[j]; w += blockDim.x) {
-    const int64_t i = kcr_idx(r, l, s, w);
-    const kern_pwin_t d = r.win[i];
-    if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
-    const int cur = d.tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT, nt = KCR_TIER(r.plan[i]);
-    if (nt == cur || nt == KCR_EVICTED) continue;
-    if (nt == KCR_QUANT && r.ledger[i] >= 0) continue; /* write-once ledger: codes kept */
-    int32_t *cnt = nt == KCR_QUANT ? r.n_qjobs : r.n_djobs;
-    const int k = atomicAdd(cnt, 1);
-    if (k >= r.job_cap) { /* no room to migrate: a demotion evicts, a promotion stays */
-      atomicOr(r.err_flag, 8);
-      r.plan[i] = nt == KCR_QUANT ? KCR_EVICTED : KCR_QUANT;
-      continue;
+/* The migration phases, each one launch over the routed (slot, layer)s. Frees and allocations
+ * never share a launch, and every free comes before the allocation that may need it: evictions
+ * free, demotions take ledgers, are quantized, then free their pages, promotions take pages, are
+ * dequantized, then are committed. */
+enum { KCR_PH_EVICT = 0, KCR_PH_LEDGER, KCR_PH_DEMOTE, KCR_PH_PAGE, KCR_PH_COMMIT };
+
+__device__ void kcr_set_tier(const kc_route_t &r, int64_t i, const kern_pwin_t &d, int tier) {
+  kern_pwin_t e = d;
+  e.tier = tier;
+  r.win[i] = e;
+}
+
+/* Window i (w) in phase ph; cur and nt its tier now and planned. */
+__device__ void kcr_step(const kc_route_t &r, int ph, int j, int64_t i, int w, const kern_pwin_t &d,
+                         int cur, int nt) {
+  kc_route_stat_t *st = &r.st[j];
+  if (ph == KCR_PH_EVICT && nt == KCR_EVICTED) {
+    if (r.page[i] >= 0) kcr_push(r.page_stack, r.page_top, r.page[i]);
+    if (r.ledger[i] >= 0) kcr_push(r.ledger_stack, r.ledger_top, r.ledger[i]);
+    r.page[i] = -1, r.ledger[i] = -1;
+    kcr_set_tier(r, i, d, KERN_PW_EVICTED);
+    atomicAdd(&st->evictions, 1);
+  } else if (ph == KCR_PH_LEDGER && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
+    const int k = atomicAdd(r.n_qjobs, 1);
+    const int led = k < r.job_cap ? kcr_pop(r.ledger_stack, r.ledger_top, r.err_flag, 2) : -1;
+    if (k >= r.job_cap) atomicOr(r.err_flag, 8);
+    if (led < 0) { /* no ledger: the demotion becomes an eviction (in the demote phase) */
+      r.plan[i] = KCR_EVICTED;
+      if (k < r.job_cap) r.qjobs[k] = kc_quant_job_t{};
+      return;
     }
-    if (nt == KCR_QUANT) {
-      const int led = kcr_pop(r.ledger_stack, r.ledger_top, r.err_flag, 2);
-      if (led < 0) { /* the job slot stays, as a 0-token no-op */
-        r.plan[i] = KCR_EVICTED, r.qjobs[k] = kc_quant_job_t{}, r.qjobs[k].n_tok = 0;
-        continue;
-      }
-      r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_NEWLED;
-      r.qjobs[k] = kcr_job(r, r.page[i], led, w, d.n_tok);
-    } else {
-      const int pg = kcr_pop(r.page_stack, r.page_top, r.err_flag, 1);
-      if (pg < 0) {
-        r.plan[i] = KCR_QUANT, r.djobs[k] = kc_quant_job_t{}, r.djobs[k].n_tok = 0;
-        continue;
-      }
-      r.page[i] = pg;
-      r.djobs[k] = kcr_job(r, pg, r.ledger[i], w, d.n_tok);
+    r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_NEWLED;
+    r.qjobs[k] = kcr_job(r, r.page[i], led, w, d.n_tok);
+    atomicAdd(&st->quantizations, 1);
+  } else if (ph == KCR_PH_DEMOTE && cur == KCR_FULL && nt != KCR_FULL) {
+    kcr_push(r.page_stack, r.page_top, r.page[i]);
+    r.page[i] = -1;
+    if (nt == KCR_QUANT)
+      r.win[i] = kcr_quant_desc(r, r.ledger[i], w, d.n_tok);
+    else
+      kcr_set_tier(r, i, d, KERN_PW_EVICTED);
+    atomicAdd(nt == KCR_QUANT ? &st->demotions : &st->evictions, 1);
+  } else if (ph == KCR_PH_PAGE && cur == KCR_QUANT && nt == KCR_FULL) {
+    const int k = atomicAdd(r.n_djobs, 1);
+    const int pg = k < r.job_cap ? kcr_pop(r.page_stack, r.page_top, r.err_flag, 1) : -1;
+    if (k >= r.job_cap) atomicOr(r.err_flag, 8);
+    if (pg < 0) { /* no page: stays INT2 */
+      r.plan[i] = KCR_QUANT;
+      if (k < r.job_cap) r.djobs[k] = kc_quant_job_t{};
+      return;
     }
+    r.page[i] = pg;
+    r.djobs[k] = kcr_job(r, pg, r.ledger[i], w, d.n_tok);
+  } else if (ph == KCR_PH_COMMIT && cur == KCR_QUANT && nt == KCR_FULL) {
+    r.win[i] = kcr_full_desc(r, r.page[i], w, d.n_tok);
+    atomicAdd(&st->promotions, 1);
   }
 }
 
-/* Applies the plan: descriptors, frees, and the (layer, slot)'s accounting. */
-__global__ void kcr_commit_k(const kc_route_t r, const kc_route_call_t c) {
+/* The (layer, slot)'s bytes and windows per tier after its routing. */
+__device__ void kcr_account(const kc_route_t &r, const kc_route_call_t &c, int s, int l, int j) {
   __shared__ int64_t red[32];
-  const int s = c.slots[blockIdx.x], l = c.layer0 + blockIdx.y, j = l * r.max_seqs + s;
-  if (!r.routed[j]) return;
-  int prom = 0, dem = 0, evi = 0, qz = 0;
-  for (int w = r.sink_win + threadIdx.x; w < r.aged[j]; w += blockDim.x) {
-    const int64_t i = kcr_idx(r, l, s, w);
-    const kern_pwin_t d = r.win[i];
-    if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
-    const int cur = d.tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT, nt = KCR_TIER(r.plan[i]);
-    qz += (r.plan[i] & KCR_NEWLED) != 0;
-    r.plan[i] = 0;
-    if (nt == cur) continue;
-    if (nt == KCR_EVICTED) {
-      if (r.page[i] >= 0) kcr_push(r.page_stack, r.page_top, r.page[i]);
-      if (r.ledger[i] >= 0) kcr_push(r.ledger_stack, r.ledger_top, r.ledger[i]);
-      r.page[i] = -1, r.ledger[i] = -1, evi++;
-      kern_pwin_t e = d;
-      e.tier = KERN_PW_EVICTED;
-      r.win[i] = e;
-    } else if (nt == KCR_QUANT) {
-      kcr_push(r.page_stack, r.page_top, r.page[i]);
-      r.page[i] = -1, dem++;
-      r.win[i] = kcr_quant_desc(r, r.ledger[i], w, d.n_tok);
-    } else {
-      prom++;
-      r.win[i] = kcr_full_desc(r, r.page[i], w, d.n_tok);
-    }
-  }
   int64_t bytes = 0;
   int nf = 0, nq = 0, ne = 0;
   const int n_win = (c.len[s] + r.omega - 1) / r.omega;
@@ -305,15 +305,28 @@ __global__ void kcr_commit_k(const kc_route_t r, const kc_route_call_t c) {
   }
   bytes = kcr_block_sum(bytes, red);
   const int64_t packed = kcr_block_sum(((int64_t)nf << 42) | ((int64_t)nq << 21) | ne, red);
-  const int64_t moves = kcr_block_sum(((int64_t)prom << 42) | ((int64_t)dem << 21) | evi, red);
-  const int nqz = (int)kcr_block_sum(qz, red);
   if (threadIdx.x) return;
   kc_route_stat_t *st = &r.st[j];
   st->bytes = bytes;
   st->n_full = (int)(packed >> 42), st->n_quant = (int)((packed >> 21) & 0x1fffff);
-  st->n_evicted = (int)(packed & 0x1fffff);
-  st->promotions += (int)(moves >> 42), st->demotions += (int)((moves >> 21) & 0x1fffff);
-  st->evictions += (int)(moves & 0x1fffff), st->quantizations += nqz, st->routings++;
+  st->n_evicted = (int)(packed & 0x1fffff), st->routings++;
+}
+
+__global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph) {
+  const int s = c.slots[blockIdx.x], l = c.layer0 + blockIdx.y, j = l * r.max_seqs + s;
+  if (!r.routed[j]) return;
+  for (int w = r.sink_win + threadIdx.x; w < r.aged[j]; w += blockDim.x) {
+    const int64_t i = kcr_idx(r, l, s, w);
+    const kern_pwin_t d = r.win[i];
+    if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
+    const int cur = d.tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT, nt = KCR_TIER(r.plan[i]);
+    if (nt != cur) kcr_step(r, ph, j, i, w, d, cur, nt);
+    if (ph == KCR_PH_COMMIT) r.plan[i] = 0;
+  }
+  if (ph == KCR_PH_COMMIT) {
+    __syncthreads();
+    kcr_account(r, c, s, l, j);
+  }
 }
 
 /* ---- launchers ------------------------------------------------------------------------------ */
@@ -387,14 +400,16 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_qjobs, 0, sizeof(int32_t), st)) ||
       KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)))
     return QE_EBACKEND;
-  kcr_migrate_k<<<grid, KCR_NT, 0, st>>>(*r, *c);
-  if (KCR_LAUNCHED()) return QE_EBACKEND;
   kc_quant_args_t q = *qa;
-  q.jobs = r->qjobs, q.n_jobs = r->job_cap, q.n_jobs_dev = r->n_qjobs;
-  int rc = kc_quant_windows(&q, stream);
-  q.jobs = r->djobs, q.n_jobs_dev = r->n_djobs;
-  if (!rc) rc = kc_dequant_windows(&q, stream);
-  if (rc) return rc;
-  kcr_commit_k<<<grid, KCR_NT, 0, st>>>(*r, *c);
-  return KCR_LAUNCHED();
+  q.n_jobs = r->job_cap;
+  int rc = 0;
+  for (int ph = KCR_PH_EVICT; !rc && ph <= KCR_PH_COMMIT; ph++) {
+    kcr_phase_k<<<grid, KCR_NT, 0, st>>>(*r, *c, ph);
+    if ((rc = KCR_LAUNCHED())) break;
+    if (ph == KCR_PH_LEDGER) /* demotions: FULL pages -> new ledgers */
+      q.jobs = r->qjobs, q.n_jobs_dev = r->n_qjobs, rc = kc_quant_windows(&q, stream);
+    if (ph == KCR_PH_PAGE) /* promotions: ledgers -> new pages */
+      q.jobs = r->djobs, q.n_jobs_dev = r->n_djobs, rc = kc_dequant_windows(&q, stream);
+  }
+  return rc;
 }
