@@ -45,7 +45,7 @@ Q="$BIN/qevict"
 echo "== checks"
 "$BIN/test_kv_gpu" > "$OUT/test_kv_gpu.log" 2>&1
 echo "test_kv_gpu rc $?" | tee "$OUT/rc_kv_gpu"
-grep -E "^FAIL|error|exact|normalized" "$OUT/test_kv_gpu.log" | head -20
+grep -E "^FAIL|error|exact|normalized|pool" "$OUT/test_kv_gpu.log" | head -20
 "$BIN/test_kc_quant" > "$OUT/test_kc_quant.log" 2>&1
 echo "test_kc_quant rc $?" | tee "$OUT/rc_kc_quant"
 grep -E "^FAIL" "$OUT/test_kc_quant.log" | head -20
@@ -88,7 +88,7 @@ run_shape e2_qevict20_b32 --device 0 --batch 32 --prompt-len 256 -n 1024 --polic
   --budget 0.2
 echo "== long context: concurrent 32K-token sequences, FullKV vs QEvict 20%"
 for pol in full qevict; do
-  timeout 400 "$BIN/long_ctx" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+  timeout 240 "$BIN/long_ctx" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
     > "$OUT/long_$pol.json" 2> "$OUT/long_$pol.err"
   echo "long_ctx $pol rc $?"; cat "$OUT/long_$pol.json"; tail -2 "$OUT/long_$pol.err"
 done
@@ -99,6 +99,9 @@ if [ "$NGPU" -ge 2 ]; then
   run_shape tp1_b1 --device 0 --batch 1 --prompt-len 64 -n 256
   run_shape tp2_b1 --device 0 --tp 2 --batch 1 --prompt-len 64 -n 256
   run_shape tp2_b32 --device 0 --tp 2 --batch 32 --prompt-len 256 -n 256
+  run_shape tp2_qevict20_b32 --device 0 --tp 2 --batch 32 --prompt-len 256 -n 256 \
+    --policy qevict --budget 0.2
+  run_shape tp1_b32_256 --device 0 --batch 32 --prompt-len 256 -n 256
 fi
 if [ -z "${SKIP_PEER:-}" ] && [ -f "$PEERS" ]; then
   echo "== peer: transformers eager"
@@ -142,7 +145,8 @@ except OSError: pass
 try: mem = max(int(x) for x in open(f"{out}/mem_e1.log") if x.strip().isdigit())
 except (OSError, ValueError): mem = None
 print(f"{'run':<26} {'TTFT ms':>10} {'TPOT ms':>9} {'tok/s':>9} {'vs HF TPOT':>11}")
-for name in ["e1_full_b32", "e2_qevict20_b32", "long_32k", "tp1_b1", "tp2_b1", "tp2_b32"]:
+for name in ["e1_full_b32", "e2_qevict20_b32", "long_32k", "tp1_b1", "tp2_b1", "tp1_b32_256",
+             "tp2_b32", "tp2_qevict20_b32"]:
     e = engine(name)
     if not e: continue
     ratio = f"{e['tpot_ms'] / peer['tpot_ms']:11.3f}" if peer and "tpot_ms" in peer and name.startswith("e") else f"{'':>11}"

@@ -143,6 +143,21 @@ static int gpu_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, const 
   return 0;
 }
 
+/* Stages src unless the device buffer already holds exactly these bytes (the layers of one step
+ * write the same token and window tables): last keeps what was staged there last. */
+static int stage_once(kv_gpu_t *g, kvg_last_t *last, void *dst, const void *src, size_t bytes) {
+  if (last->dst == dst && last->bytes == bytes && !memcmp(last->copy, src, bytes)) return 0;
+  if (bytes > last->cap) {
+    void *c = realloc(last->copy, bytes);
+    if (!c) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
+    last->copy = c, last->cap = bytes;
+  }
+  int rc = kv_gpu__stage(g, dst, src, bytes);
+  memcpy(last->copy, src, bytes);
+  last->dst = rc ? NULL : dst, last->bytes = bytes;
+  return rc;
+}
+
 static int tok_need(kv_gpu_t *g, int n) {
   if (n <= g->tok_cap) return 0;
   int cap = n + n / 2 + 64;
@@ -169,7 +184,8 @@ static int flush_stores(kv_gpu_t *g, int layer) {
       g->h_tok[g->tok_cap + t] = g->segs[i].pos0 + j;
     }
   int32_t *dt = g->d_tok.p;
-  if ((rc = kv_gpu__stage(g, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap))) return rc;
+  if ((rc = stage_once(g, &g->tok_last, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap)))
+    return rc;
   kern_pwin_t *tab = g->tab + kv_gpu__tab_index(g, layer, 0, 0);
   for (int i = 0, t = 0; i < g->n_segs && !rc; i++) {
     const kvg_seg_t *s = &g->segs[i];
@@ -210,7 +226,8 @@ static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
   }
   for (int i = 0; i < nd; i++) g->h_idx[i] = (int)((reqs[sel[i]].q - base) / nq);
   int32_t *dsw = g->d_seqwin.p;
-  if ((rc = kv_gpu__stage(g, dsw, g->h_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs)))
+  if ((rc = stage_once(g, &g->sw_last, dsw, g->h_seqwin,
+                       sizeof(int32_t) * 2 * (size_t)ge->max_seqs)))
     return rc;
   kc_attn_args_t a = {.geom = {ge->n_kv_head, ge->head_dim, g->omega, 2, 32},
                       .n_seq = nd,
@@ -332,7 +349,7 @@ void kv_gpu__dispose(kv_gpu_t *g) {
   if (kv->be) kern_free(kv->be, g->arena), kern_free(kv->be, g->tab);
   kc_host_free(g->pin);
   free(g->free_pages), free(g->seqs), free(g->segs), free(g->h_tok), free(g->h_seqwin);
-  free(g->h_idx), free(g->work);
+  free(g->h_idx), free(g->work), free(g->tok_last.copy), free(g->sw_last.copy);
   free(g);
 }
 

@@ -29,6 +29,13 @@ typedef struct {
   const float *k, *v;
 } kvg_seg_t;
 
+/* What a device buffer was last staged with (kv_gpu.c's stage_once). */
+typedef struct {
+  const void *dst; /* the device buffer (a regrown buffer has another address) */
+  void *copy;      /* host copy of the bytes */
+  size_t bytes, cap;
+} kvg_last_t;
+
 /* A device buffer grown on demand. */
 typedef struct {
   void *p;
@@ -54,6 +61,7 @@ typedef struct {
   int n_segs;
   int32_t *h_tok; /* host [2][tok_cap]: slot then position of each pending token */
   int tok_cap;
+  kvg_last_t tok_last, sw_last; /* skip re-staging identical tables layer after layer */
   kvg_buf_t d_tok, d_upd, d_seqwin, d_idx, d_q, d_out, d_ws, d_gk, d_gv;
   int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
   kern_attn_seq_t *work;     /* [max_seqs] */

@@ -106,14 +106,23 @@ static int route(kv_gpu_t *g, const int *slots, int n, int layer0, int n_layers,
   return kc_route_run(&g->t->rt, &c, &g->t->qa, g->stream);
 }
 
+/* Windows aged at length len (kern_cuda_route.h's rule, the sink never counted). */
+static int aged_of(const kv_gpu_t *g, int len) {
+  int lim = len - g->t->rt.n_local, a = lim > 0 ? lim / g->omega : 0;
+  return a < g->t->rt.sink_win ? g->t->rt.sink_win : a;
+}
+
 /* After the last layer's decode attention: every layer of the decoding slots is routed where a
  * window aged (the device decides; nothing is read back). */
 int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
                          int nd) {
   if (layer != g->base.geom.n_layer - 1 || !nd) return 0;
-  int slots[1024];
-  for (int i = 0; i < nd; i++) slots[i] = reqs[sel[i]].seq;
-  return route(g, slots, nd, 0, g->base.geom.n_layer, 0);
+  int slots[1024], n = 0;
+  for (int i = 0; i < nd; i++) { /* one new token: a window aged only if the aged count moved */
+    int s = reqs[sel[i]].seq, len = g->seqs[s].len;
+    if (aged_of(g, len) > aged_of(g, len - 1)) slots[n++] = s;
+  }
+  return n ? route(g, slots, n, 0, g->base.geom.n_layer, 0) : 0;
 }
 
 /* The key-mass buffer of a prefill attention over `total` gathered keys, zeroed. */
@@ -190,14 +199,16 @@ static void *dev_alloc(kv_gpu_t *g, size_t bytes, int *rc) {
   return p;
 }
 
-/* The device state of kc_route_t: per-window arrays beside the descriptor table g->tab. */
-static int alloc_route(kv_gpu_t *g, int n_pages, int n_ledgers) {
+/* The device state of kc_route_t: per-window arrays beside the descriptor table g->tab, the
+ * free stacks of n_units units and their ledger slots. */
+static int alloc_route(kv_gpu_t *g, int n_units) {
   kc_route_t *r = &g->t->rt;
   const kv_geom_t *ge = &g->base.geom;
   size_t nw = (size_t)ge->n_layer * ge->max_seqs * g->max_win,
          nj = (size_t)ge->n_layer * ge->max_seqs;
+  size_t slots = (size_t)n_units * (size_t)r->led_per;
   int rc = 0;
-  r->win = g->tab;
+  r->win = g->tab, r->n_units = n_units;
   r->score = dev_alloc(g, nw * sizeof(float), &rc);
   r->page = dev_alloc(g, nw * sizeof(int32_t), &rc);
   r->ledger = dev_alloc(g, nw * sizeof(int32_t), &rc);
@@ -205,28 +216,28 @@ static int alloc_route(kv_gpu_t *g, int n_pages, int n_ledgers) {
   r->aged = dev_alloc(g, nj * sizeof(int32_t), &rc);
   r->st = dev_alloc(g, nj * sizeof(kc_route_stat_t), &rc);
   r->routed = dev_alloc(g, nj * sizeof(int32_t), &rc);
-  r->page_stack = dev_alloc(g, sizeof(int32_t) * (size_t)n_pages, &rc);
-  r->ledger_stack = dev_alloc(g, sizeof(int32_t) * (size_t)n_ledgers, &rc);
-  r->page_top = dev_alloc(g, 4 * sizeof(int32_t), &rc); /* tops, error flag, job counts */
+  r->page_stack = dev_alloc(g, sizeof(int32_t) * (size_t)n_units, &rc);
+  r->unit_cnt = dev_alloc(g, sizeof(int32_t) * (size_t)n_units, &rc);
+  r->ledger_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
+  r->spare_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
+  r->page_top = dev_alloc(g, 4 * sizeof(int32_t), &rc); /* tops, error flag */
   r->job_cap = KVG_JOBS;
   r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->n_qjobs = dev_alloc(g, 2 * sizeof(int32_t), &rc);
   if (rc) return rc;
-  r->ledger_top = r->page_top + 1, r->err_flag = r->page_top + 2, r->n_djobs = r->n_qjobs + 1;
+  r->ledger_top = r->page_top + 1, r->err_flag = r->page_top + 2, r->spare_top = r->page_top + 3;
+  r->n_djobs = r->n_qjobs + 1;
   return 0;
 }
 
-/* Fills the free stacks (every page and ledger free) and the tops. */
-static int init_stacks(kv_gpu_t *g, int n_pages, int n_ledgers) {
-  int n = n_pages > n_ledgers ? n_pages : n_ledgers, rc = 0;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), tops[4] = {n_pages, n_ledgers};
+/* Every unit free (ledger and spare stacks empty), no error. */
+static int init_stacks(kv_gpu_t *g, int n_units) {
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_units ? n_units : 1)), tops[4] = {n_units};
   if (!ids) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
-  for (int i = 0; i < n; i++) ids[i] = i;
+  for (int i = 0; i < n_units; i++) ids[i] = i;
   kern_backend_t *be = g->base.be;
-  rc = be->ops->upload(be, g->t->rt.page_stack, ids, sizeof(int32_t) * (size_t)n_pages);
-  if (!rc)
-    rc = be->ops->upload(be, g->t->rt.ledger_stack, ids, sizeof(int32_t) * (size_t)n_ledgers);
+  int rc = be->ops->upload(be, g->t->rt.page_stack, ids, sizeof(int32_t) * (size_t)n_units);
   if (!rc) rc = be->ops->upload(be, g->t->rt.page_top, tops, sizeof tops);
   free(ids);
   return rc;
@@ -253,31 +264,27 @@ static int check_cfg(const kv_policy_cfg_t *c) {
   return 0;
 }
 
-/* Pool sizes for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot, per
- * layer with B the history budget. Pages: the sink, the protected local windows, one in flight,
- * and B of history at FULL (while every candidate fits in B nothing is quantized: the history
- * may all be FULL). Ledgers: q B plus one page's worth of rollover, plus those promoted windows
- * keep (charged inside the FULL share). Under pressure a slot uses about (1-q) B of pages and
- * q B of ledgers, so these separate pools hold about 1 + q times the budget in the worst case:
- * the price of never running dry (a unified pool would need about 1.07 B). Prompts pass one
- * layer at FULL before that layer is routed: room for every slot's prompt, or for two prompts
- * and a sixteenth of the steady pages when that is less. */
-static void pool_counts(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity, int *pages,
-                        int *ledgers) {
+/* Units (pages) for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot;
+ * per layer, with B the history budget: the sink, the protected local windows and two in flight,
+ * then B of history at its physical cost, the larger of the two regimes: no pressure (all of it
+ * FULL: B) and pressure ((1-q) B of pages, q B of ledgers at led_per to a unit: ledgers cost
+ * unit / (led_per * ledger) of their charged bytes, about 1.18 at INT2; about 1.13 B in all at
+ * q = 0.7). Prompts pass one layer at FULL before that layer is routed: room for every slot's
+ * prompt, or for two prompts and a sixteenth of the steady units when that is less. */
+static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity) {
   const kv_gpu_tier_t *t = g->t;
   size_t per = budget / (size_t)g->base.geom.n_layer;
   double hist = per > t->sink + t->reserve ? (double)(per - t->sink - t->reserve) : 0.0;
   double unit = (double)(g->page_bytes + KVG_META), led = (double)(t->rt.lay.total + KVG_META);
-  double q = t->rt.use_int2 ? t->cfg.q : 0.0, full = t->rt.use_full ? (1.0 - q) * hist : 0.0;
-  double hist_full = t->rt.use_full ? hist : 0.0; /* no pressure: all history FULL */
-  size_t steady = (size_t)((double)(t->sink + t->reserve) / unit + hist_full / unit) + 2;
-  size_t kept = (size_t)(full / (unit + led)) + 1;
-  size_t leds = t->rt.use_int2 ? (size_t)((q * hist + unit) / led) + kept + 1 : 0;
+  double q = t->rt.use_int2 ? t->cfg.q : 0.0;
+  double rho = (double)g->page_bytes / ((double)t->rt.led_per * led); /* unit bytes / charged */
+  double pressured = (t->rt.use_full ? (1.0 - q) : 0.0) + q * rho;
+  double phys = hist * (pressured > 1.0 ? pressured : 1.0);
+  size_t steady = (size_t)(((double)(t->sink + t->reserve) + phys) / unit) + 3;
   size_t prompt = (size_t)(capacity + g->omega - 1) / (size_t)g->omega;
   size_t L = (size_t)g->base.geom.n_layer, n = (size_t)n_seqs;
   size_t base = n * steady * L, room = base / 16 > 2 * prompt ? base / 16 : 2 * prompt;
-  *pages = (int)(base + (n * prompt < room ? n * prompt : room));
-  *ledgers = (int)(n * leds * L);
+  return (int)(base + (n * prompt < room ? n * prompt : room));
 }
 
 static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t *cfg) {
@@ -300,6 +307,10 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
       (kern_paged_geom_t){ge->n_kv_head, ge->head_dim, g->omega, cfg->quant.bits, cfg->quant.group};
   r->page_bytes = g->page_bytes, r->meta_bytes = KVG_META;
   int rc = kc_quant_ledger_layout(&r->pg, g->omega, &r->lay);
+  r->led_per = rc ? 0 : (int)(g->page_bytes / r->lay.total);
+  if (!rc && r->led_per < 1)
+    rc = qe_errf(QE_EUNSUPPORTED, "kv_gpu: a %zu-byte ledger does not fit a %zu-byte page",
+                 r->lay.total, g->page_bytes);
   t->pending = calloc(S, sizeof(size_t)), t->budget = calloc(S, sizeof(size_t));
   t->h_bhist = calloc(S, sizeof(int64_t)), t->h_len = calloc(S, sizeof(int32_t));
   t->h_slots = calloc(S, sizeof(int32_t));
@@ -336,19 +347,17 @@ int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_r
   if (!rc) rc = kv_gpu__init(g, be, geom, cfg.omega, max_tokens, 0, 1);
   if (!rc && !(g->t = calloc(1, sizeof *g->t))) rc = qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
   if (!rc) rc = tier_init(g, rope, &cfg);
-  int n_pages = 0, n_led = 0;
+  int n_units = 0;
   if (!rc) {
     kv_gpu_set_budget_spec(&g->base, fraction, bytes);
-    size_t b = budget_for(g, 0, max_tokens);
-    pool_counts(g, b, n_seqs, max_tokens, &n_pages, &n_led);
-    g->t->rt.ledger_base = (uint64_t)n_pages * g->page_bytes;
-    size_t arena = g->t->rt.ledger_base + (size_t)n_led * g->t->rt.lay.total;
+    n_units = pool_units(g, budget_for(g, 0, max_tokens), n_seqs, max_tokens);
+    size_t arena = (size_t)n_units * g->page_bytes;
     g->arena = kern_alloc(be, arena), g->arena_bytes = arena;
     if (!g->arena) rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool", arena);
     g->t->qa.arena = g->arena;
   }
-  if (!rc) rc = alloc_route(g, n_pages, n_led);
-  if (!rc) rc = init_stacks(g, n_pages, n_led);
+  if (!rc) rc = alloc_route(g, n_units);
+  if (!rc) rc = init_stacks(g, n_units);
   if (rc) {
     if (g) kv_gpu__dispose(g);
     return rc;

@@ -11,7 +11,11 @@
  *   KERN_WEIGHT_F32, e.g. a kern_alloc'd buffer) is still accepted by matmul, rounded to bf16
  *   into a scratch buffer on every call (tests; nothing is cached). GEMMs run through
  *   cuBLASLt (cuBLAS GemmEx when cuBLASLt offers no algorithm) on bf16 operands with fp32
- *   accumulation and fp32 output: the activations are rounded to bf16 on the way in. embed
+ *   accumulation and fp32 output: the activations are rounded to bf16 on the way in, once for
+ *   consecutive matmuls over the same x (q, k, v; gate, up): a matmul reuses the previous
+ *   call's bf16 copy when x and its size match and no other backend op ran in between (work
+ *   outside the backend that rewrites x between two matmuls must call any op, e.g. a 0-byte
+ *   copy, in between). embed
  *   reads an fp32 table (kern.h), so a model keeps token_embd in fp32 beside a bf16 output
  *   weight.
  * - The buffers inside kern_attn_seq_t (q, k, v, out, key_mass, k_pos) and the positions of

@@ -37,12 +37,15 @@ typedef struct {
   cublasHandle_t blas;
   void *ws; /* cuBLASLt workspace [KCU_WS_SIZE] */
   int gemmex_only;
-  int err;          /* sticky: the first failure (QE_EBACKEND), 0 if none */
-  char errmsg[256]; /* its detail */
-  void *xb;         /* bf16 activations of the current GEMM */
-  size_t xb_cap;    /* bytes */
-  void *wb;         /* bf16 of a plain fp32 weight for the current GEMM (tests) */
-  size_t wb_cap;    /* bytes */
+  int err;                      /* sticky: the first failure (QE_EBACKEND), 0 if none */
+  char errmsg[256];             /* its detail */
+  void *xb;                     /* bf16 activations of the current GEMM */
+  const float *xb_src;          /* the fp32 x that xb holds (NULL: none) ... */
+  size_t xb_n;                  /* ... its elements ... */
+  unsigned long xb_seq, op_seq; /* ... as of op number xb_seq; ops counted by kcu_enter */
+  size_t xb_cap;                /* bytes */
+  void *wb;                     /* bf16 of a plain fp32 weight for the current GEMM (tests) */
+  size_t wb_cap;                /* bytes */
   kcu_plan_t plans[KCU_PLANS];
   int n_plans, next_plan;
   kern_rope_t rope_key; /* parameters of the device rope table */

@@ -38,6 +38,18 @@ __device__ int kcr_pop(int32_t *stack, int32_t *top, int32_t *err, int bit) {
 
 __device__ void kcr_push(int32_t *stack, int32_t *top, int id) { stack[atomicAdd(top, 1)] = id; }
 
+/* A free ledger slot: from the ledger stack, else a unit cut into a slab (slot 0 taken, the
+ * others to the spare stack). -1 (err_flag bit 1) when no unit is left either. */
+__device__ int kcr_pop_ledger(const kc_route_t &r) {
+  int old = atomicSub(r.ledger_top, 1);
+  if (old > 0) return r.ledger_stack[old - 1];
+  atomicAdd(r.ledger_top, 1);
+  const int u = kcr_pop(r.page_stack, r.page_top, r.err_flag, 1);
+  if (u < 0) return -1;
+  for (int k = 1; k < r.led_per; k++) kcr_push(r.spare_stack, r.spare_top, u * r.led_per + k);
+  return u * r.led_per;
+}
+
 __device__ kern_pwin_t kcr_full_desc(const kc_route_t &r, int page, int w, int n_tok) {
   kern_pwin_t d = {};
   d.k = (uint64_t)page * r.page_bytes;
@@ -49,7 +61,8 @@ __device__ kern_pwin_t kcr_full_desc(const kc_route_t &r, int page, int w, int n
 }
 
 __device__ kern_pwin_t kcr_quant_desc(const kc_route_t &r, int led, int w, int n_tok) {
-  const uint64_t b = r.ledger_base + (uint64_t)led * r.lay.total;
+  const uint64_t b =
+      (uint64_t)(led / r.led_per) * r.page_bytes + (uint64_t)(led % r.led_per) * r.lay.total;
   kern_pwin_t d = {};
   d.k = b + r.lay.k_codes, d.v = b + r.lay.v_codes;
   d.k_scale = b + r.lay.k_scale, d.k_zero = b + r.lay.k_zero;
@@ -254,7 +267,7 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int j, int64_t i, int w, c
     atomicAdd(&st->evictions, 1);
   } else if (ph == KCR_PH_LEDGER && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
     const int k = atomicAdd(r.n_qjobs, 1);
-    const int led = k < r.job_cap ? kcr_pop(r.ledger_stack, r.ledger_top, r.err_flag, 2) : -1;
+    const int led = k < r.job_cap ? kcr_pop_ledger(r) : -1;
     if (k >= r.job_cap) atomicOr(r.err_flag, 8);
     if (led < 0) { /* no ledger: the demotion becomes an eviction (in the demote phase) */
       r.plan[i] = KCR_EVICTED;
@@ -310,6 +323,40 @@ __device__ void kcr_account(const kc_route_t &r, const kc_route_call_t &c, int s
   st->bytes = bytes;
   st->n_full = (int)(packed >> 42), st->n_quant = (int)((packed >> 21) & 0x1fffff);
   st->n_evicted = (int)(packed & 0x1fffff), st->routings++;
+}
+
+/* Moves the spare slots of slabs cut in the ledger phase to the ledger stack (a push launch). */
+__global__ void kcr_merge_k(const kc_route_t r) {
+  const int n = *r.spare_top;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    kcr_push(r.ledger_stack, r.ledger_top, r.spare_stack[i]);
+  __syncthreads();
+  if (threadIdx.x == 0) *r.spare_top = 0;
+}
+
+/* When fewer than `low` units are free: every slab whose led_per slots are all in the ledger
+ * stack goes back to the unit stack, its slots out of the ledger stack (one block; alone on the
+ * stacks). */
+__global__ void kcr_coalesce_k(const kc_route_t r, int low) {
+  __shared__ int m;
+  if (*r.page_top >= low || r.led_per < 1) return;
+  const int n = *r.ledger_top;
+  for (int u = threadIdx.x; u < r.n_units; u += blockDim.x) r.unit_cnt[u] = 0;
+  if (threadIdx.x == 0) m = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    atomicAdd(&r.unit_cnt[r.ledger_stack[i] / r.led_per], 1);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int id = r.ledger_stack[i], u = id / r.led_per;
+    if (r.unit_cnt[u] < r.led_per)
+      r.spare_stack[atomicAdd(&m, 1)] = id;
+    else if (id % r.led_per == 0)
+      kcr_push(r.page_stack, r.page_top, u);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < m; i += blockDim.x) r.ledger_stack[i] = r.spare_stack[i];
+  if (threadIdx.x == 0) *r.ledger_top = m;
 }
 
 __global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph) {
@@ -396,6 +443,9 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
                                     (int)smem)))
     return QE_EBACKEND;
   const dim3 grid((unsigned)c->n_slots, (unsigned)c->n_layers);
+  const int low = r->n_units / 32 > 64 ? r->n_units / 32 : 64;
+  kcr_coalesce_k<<<1, 1024, 0, st>>>(*r, low);
+  if (KCR_LAUNCHED()) return QE_EBACKEND;
   kcr_decide_k<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
   if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_qjobs, 0, sizeof(int32_t), st)) ||
       KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)))
@@ -406,8 +456,11 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   for (int ph = KCR_PH_EVICT; !rc && ph <= KCR_PH_COMMIT; ph++) {
     kcr_phase_k<<<grid, KCR_NT, 0, st>>>(*r, *c, ph);
     if ((rc = KCR_LAUNCHED())) break;
-    if (ph == KCR_PH_LEDGER) /* demotions: FULL pages -> new ledgers */
+    if (ph == KCR_PH_LEDGER) { /* demotions: FULL pages -> new ledgers; cut slabs' spares */
       q.jobs = r->qjobs, q.n_jobs_dev = r->n_qjobs, rc = kc_quant_windows(&q, stream);
+      kcr_merge_k<<<1, KCR_NT, 0, st>>>(*r);
+      if (!rc) rc = KCR_LAUNCHED();
+    }
     if (ph == KCR_PH_PAGE) /* promotions: ledgers -> new pages */
       q.jobs = r->djobs, q.n_jobs_dev = r->n_djobs, rc = kc_dequant_windows(&q, stream);
   }

@@ -8,8 +8,8 @@
  * State (all device memory, owned by the caller, indexed i = (layer * max_seqs + slot) * max_win
  * + w for window w; j = layer * max_seqs + slot for a (layer, slot)):
  *   win    kern_pwin_t [..]  the descriptors the decode kernel reads (FULL pages and ledgers are
- *                            offsets from one arena: pages at page_id * page_bytes, ledgers at
- *                            ledger_base + ledger_id * lay.total)
+ *                            offsets from one arena of units of page_bytes: page p is unit p;
+ *                            ledger id l is slot l % led_per of unit l / led_per)
  *   score  float [..]        cumulative attention mass (the decode kernel accumulates into it)
  *   page   int32 [..]        FULL page id, or -1
  *   ledger int32 [..]        ledger id (write-once: kept while promoted), or -1
@@ -18,11 +18,15 @@
  *   st     kc_route_stat_t [per j]
  * Windows [0, sink_win) are the sink (always FULL); window w is aged when (w + 1) * omega <=
  * len - n_local; aged windows are the routing candidates while FULL or QUANT.
- * Free stacks: pages and ledgers, each an int32 array with an int32 top; the kernels pop in one
- * launch and push in another (never both in one launch), so plain atomics suffice. A pop that
- * finds the stack empty sets err_flag (bit 1: pages, bit 2: ledgers) and the window keeps a tier
- * it can hold (a demotion without a ledger becomes an eviction; a promotion stays QUANT; a new
- * window without a page leaves its descriptor EVICTED and its tokens unstored).
+ * One pool of units serves both tiers: a FULL window takes a unit; ledgers are carved led_per to a
+ * unit (a "slab"). Free stacks: units, ledgers (ids of free slab slots), and spares (slots of a
+ * slab just cut, merged into the ledger stack by the next push launch); the kernels pop in one
+ * launch and push in another (never both on one stack in one launch), so plain atomics suffice.
+ * When units run low, a coalescing pass at the start of a routing call returns every slab whose
+ * slots are all free to the unit stack. A pop that finds no unit sets err_flag (bit 1: units)
+ * and the window keeps a tier it can hold (a demotion without a ledger becomes an eviction; a
+ * promotion stays QUANT; a new window without a page leaves its descriptor EVICTED and its
+ * tokens unstored).
  * Every launch function enqueues on the stream and returns 0, QE_EINVAL or QE_EBACKEND. */
 #ifndef QE_KERN_CUDA_ROUTE_H
 #define QE_KERN_CUDA_ROUTE_H
@@ -50,8 +54,9 @@ typedef struct {
   int max_seqs, max_win, n_layer, omega, sink_win, n_local;
   kern_paged_geom_t pg;  /* for the ledger layout */
   kc_quant_layout_t lay; /* one ledger slot (n_tok = omega) */
-  uint64_t page_bytes;   /* one FULL window: K page then V page */
-  uint64_t ledger_base;  /* arena offset of ledger 0 */
+  uint64_t page_bytes;   /* one FULL window: K page then V page; also the unit size */
+  int led_per;           /* ledgers per unit: page_bytes / lay.total (>= 1) */
+  int n_units;           /* units in the arena */
   uint64_t meta_bytes;   /* bookkeeping bytes charged per live window (descriptor, score,
                             ids), as kv_tiered charges KV_WIN_META */
   /* policy (kv_route_params_t) */
@@ -67,7 +72,10 @@ typedef struct {
   int8_t *plan;
   int32_t *aged;
   kc_route_stat_t *st;
-  int32_t *page_stack, *page_top, *ledger_stack, *ledger_top;
+  int32_t *page_stack, *page_top;     /* free units [n_units] */
+  int32_t *ledger_stack, *ledger_top; /* free ledger slots [n_units * led_per] */
+  int32_t *spare_stack, *spare_top;   /* slots of newly cut slabs [n_units * led_per] */
+  int32_t *unit_cnt;                  /* scratch [n_units] for coalescing */
   int32_t *err_flag;
   /* migration job lists (capacity job_cap each) and their device counts */
   kc_quant_job_t *qjobs, *djobs;

@@ -517,6 +517,17 @@ static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
           "promotions %ld, demotions %ld, bytes %zu of %zu\n",
           frac, n_head, n_kv, hd, steps, worst, mass_err, events, bad_dec, bad_inv, st.windows[0],
           st.windows[1], st.windows[2], st.promotions, st.demotions, st.bytes, st.budget);
+  /* every unit comes back: free, or a slab whose slots are all free; no spare left */
+  for (int s = 0; s < 3; s++) kv->ops->seq_close(kv, s);
+  int32_t tops[4];
+  dget(tops, g->t->rt.page_top, sizeof tops);
+  const kc_route_t *r = &g->t->rt;
+  CHECK(tops[3] == 0);
+  CHECK((long)tops[0] * r->led_per + tops[1] == (long)r->n_units * r->led_per);
+  fprintf(stderr,
+          "  pool: %d units (%d ledgers each): %d free units and %d free ledger slots after "
+          "close\n",
+          r->n_units, r->led_per, tops[0], tops[1]);
   kern_free(g_gpu, dq), kern_free(g_gpu, dout), kern_free(g_gpu, dk), kern_free(g_gpu, dv);
   free(got), free(aged0);
   kv_cache_destroy(kv);
