@@ -259,7 +259,8 @@ static int check_cfg(const kv_policy_cfg_t *c) {
   if ((sc != KV_SCORE_CUMULATIVE && sc != KV_SCORE_RECENCY) || c->graphkv || c->pyramid ||
       c->pool_kernel > 1)
     return qe_errf(QE_EUNSUPPORTED, "kv_gpu: the GPU tiered cache routes by cumulative attention "
-                                    "or recency (qevict, h2o, kivi), without graphkv or pyramid "
+                                    "or recency (qevict, h2o, kivi, streaming), without graphkv or "
+                                    "pyramid "
                                     "budgets");
   return 0;
 }
