@@ -51,4 +51,15 @@ static inline uint16_t qe_f32_to_half(float f) {
   return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
+/* fp32 -> bf16 bits, rounded to nearest even (as CUDA's __float2bfloat16); NaN stays a quiet
+ * NaN. */
+static inline uint16_t qe_f32_to_bf16(float f) {
+  uint32_t u = qe__f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* bf16 bits -> fp32 (exact). */
+static inline float qe_bf16_to_f32(uint16_t h) { return qe__bits_f32((uint32_t)h << 16); }
+
 #endif

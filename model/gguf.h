@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qe_half.h"
+
 /* Metadata value types (GGUF spec numbering). */
 typedef enum {
   GGUF_VT_UINT8 = 0,
@@ -107,10 +109,9 @@ size_t gguf_type_nbytes(int type, int64_t n);
 /* Dequantizes n elements (a multiple of the block size) of `type` at src into dst (fp32). */
 int gguf_dequant(int type, const void *src, float *dst, int64_t n);
 
-/* fp16 / bf16 conversions (exact, round-to-nearest-even for the float->half direction). */
+/* fp16 conversions (exact, round-to-nearest-even for the float->half direction); the bf16 ones
+ * are common/qe_half.h's qe_bf16_to_f32 / qe_f32_to_bf16. */
 float qe_fp16_to_f32(uint16_t h);
 uint16_t qe_f32_to_fp16(float f);
-float qe_bf16_to_f32(uint16_t h);
-uint16_t qe_f32_to_bf16(float f);
 
 #endif

@@ -67,30 +67,10 @@ size_t gguf_type_nbytes(int type, int64_t n) {
 
 /* ---- fp16 / bf16 ------------------------------------------------------------------------ */
 
-static float gguf__bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint32_t gguf__f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-/* fp16 conversions are common/qe_half.h's (exact, round-to-nearest-even). */
+/* fp16 and bf16 conversions are common/qe_half.h's (exact, round-to-nearest-even). */
 static inline float gguf__fp16_f32(uint16_t h) { return qe_half_to_f32(h); }
 float qe_fp16_to_f32(uint16_t h) { return qe_half_to_f32(h); }
 uint16_t qe_f32_to_fp16(float f) { return qe_f32_to_half(f); }
-
-float qe_bf16_to_f32(uint16_t h) { return gguf__bits_f32((uint32_t)h << 16); }
-
-uint16_t qe_f32_to_bf16(float f) {
-  uint32_t u = gguf__f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* quiet nan */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 /* ---- dequantization --------------------------------------------------------------------- */
 

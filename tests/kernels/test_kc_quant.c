@@ -73,20 +73,6 @@ static uint64_t rnd(void) { /* xorshift64* */
 
 static float urand(float lo, float hi) { return tu_randf(&rs, lo, hi); }
 
-static uint16_t bf16_rne(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static float bf16_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 static float san(float x) { /* kv_quant.c's input sanitation */
   if (x != x) return 0.0f;
   return x < -65504.0f ? -65504.0f : x > 65504.0f ? 65504.0f : x;
@@ -280,7 +266,7 @@ static float special_value(void) {
  * the channel's (keys) or group's (values) centre for narrow data. */
 static float gen(int data, int key, int j, float mu, float sc, float base) {
   if (data == D_NARROW) {
-    float b = bf16_f32(bf16_rne(base)), ulp = fabsf(b) * 0x1p-8f;
+    float b = qe_bf16_to_f32(qe_f32_to_bf16(base)), ulp = fabsf(b) * 0x1p-8f;
     return b + ulp * (float)(rnd() % 5);
   }
   float x = key ? mu + sc * urand(-1.0f, 1.0f) : urand(-1.5f, 1.5f);
@@ -311,8 +297,8 @@ static void rig_fill_job(rig_t *r, int i) {
       for (int t = 0; t < c->omega; t++) {
         size_t e = (size_t)t * r->row + (size_t)h * c->hd + j;
         int live = t < r->jobs[i].n_tok;
-        kp[e] = bf16_rne(live ? gen(c->data, 1, j, mu, sc, kb) : 3e4f);
-        vp[e] = bf16_rne(live ? gen(c->data, 0, j, mu, sc, vb[t * ng + j / c->group]) : 3e4f);
+        kp[e] = qe_f32_to_bf16(live ? gen(c->data, 1, j, mu, sc, kb) : 3e4f);
+        vp[e] = qe_f32_to_bf16(live ? gen(c->data, 0, j, mu, sc, vb[t * ng + j / c->group]) : 3e4f);
       }
     }
   }
@@ -383,7 +369,7 @@ static float *cpu_input(const rig_t *r, int i, int key) {
   size_t n = (size_t)j->n_tok * r->row;
   const uint16_t *p = (const uint16_t *)(r->img + (key ? j->k : j->v));
   float *x = malloc(sizeof(float) * n);
-  for (size_t e = 0; e < n; e++) x[e] = bf16_f32(p[e]);
+  for (size_t e = 0; e < n; e++) x[e] = qe_bf16_to_f32(p[e]);
   if (key && r->rotate) {
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)j->n_tok);
     for (int t = 0; t < j->n_tok; t++) pos[t] = -(j->pos0 + t);
@@ -535,7 +521,7 @@ static void check_rope_pages(const rig_t *r, int i, const uint16_t *g, const flo
   long n = (long)r->jobs[i].n_tok * (long)r->row, bad = 0;
   float mx = 0, dmax = 0;
   for (long e = 0; e < n; e++) {
-    float gv = bf16_f32(g[e]), cv = bf16_f32(bf16_rne(k[e]));
+    float gv = qe_bf16_to_f32(g[e]), cv = qe_bf16_to_f32(qe_f32_to_bf16(k[e]));
     size_t m = (size_t)e % r->row;
     float mag = row_mag(kpre, (size_t)e - m % r->c->hd, r->c->hd) * r->kr.mscale;
     float ulp = ldexpf(1.0f, (int)floorf(log2f(fmaxf(fmaxf(fabsf(gv), fabsf(cv)), 1e-30f))) - 7);
@@ -558,8 +544,8 @@ static void check_dequant(rig_t *r, const uint8_t *gpu, uint8_t *mask) {
     const uint16_t *gk = (const uint16_t *)(gpu + j->k), *gv = (const uint16_t *)(gpu + j->v);
     size_t vbad = 0, kbad = 0;
     for (size_t e = 0; e < n; e++) {
-      vbad += gv[e] != bf16_rne(v[e]);
-      kbad += gk[e] != bf16_rne(k[e]);
+      vbad += gv[e] != qe_f32_to_bf16(v[e]);
+      kbad += gk[e] != qe_f32_to_bf16(k[e]);
     }
     CHECK(vbad == 0);
     if (r->c->rot == R_ROPE)

@@ -21,25 +21,12 @@
 #include "kv_gpu.h"
 #include "kv_gpu_internal.h"
 #include "kv_route.h"
+#include "qe_half.h"
 #include "qe_status.h"
 #include "test_util.h"
 
 static kern_backend_t *g_cpu, *g_gpu;
 static uint64_t rs = 0x6b76677075ULL;
-
-static uint16_t bf16_rne(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static float bf16_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 static uint64_t rnd(void) { /* xorshift64* */
   rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
@@ -119,8 +106,8 @@ static void store_ref(kv_rig_t *r, const float *k, const float *v, const int32_t
     uint16_t *kp = (uint16_t *)(r->arena_h + w->k) + (size_t)row * r->row;
     uint16_t *vp = (uint16_t *)(r->arena_h + w->v) + (size_t)row * r->row;
     for (int j = 0; j < r->row; j++) {
-      kp[j] = bf16_rne(k[(size_t)i * r->row + j]);
-      vp[j] = bf16_rne(v[(size_t)i * r->row + j]);
+      kp[j] = qe_f32_to_bf16(k[(size_t)i * r->row + j]);
+      vp[j] = qe_f32_to_bf16(v[(size_t)i * r->row + j]);
     }
     if (w->n_tok < row + 1) w->n_tok = row + 1;
   }
@@ -165,8 +152,8 @@ static void check_store_gather(int slots, int wins, int omega, int row, int n) {
     const uint16_t *kp = (const uint16_t *)(r.arena_h + w->k) + (size_t)(t % omega) * row;
     const uint16_t *vp = (const uint16_t *)(r.arena_h + w->v) + (size_t)(t % omega) * row;
     for (int j = 0; j < row; j++)
-      bad +=
-          hk[(size_t)t * row + j] != bf16_f32(kp[j]) || hv[(size_t)t * row + j] != bf16_f32(vp[j]);
+      bad += hk[(size_t)t * row + j] != qe_bf16_to_f32(kp[j]) ||
+             hv[(size_t)t * row + j] != qe_bf16_to_f32(vp[j]);
   }
   CHECK(bad == 0);
   fprintf(stderr, "store/gather: %d slots x %d windows, omega %d, row %d, %d tokens: %s\n", slots,
@@ -222,7 +209,7 @@ static void cache_step(cache_rig_t *c, const int (*segs)[3], int n_segs) {
   float *v = randv((size_t)total * c->row), *out = malloc(sizeof(float) * (size_t)total * c->nq);
   float *got = malloc(sizeof(float) * (size_t)total * c->nq);
   for (size_t i = 0; i < (size_t)total * c->row; i++)
-    k[i] = bf16_f32(bf16_rne(k[i])), v[i] = bf16_f32(bf16_rne(v[i]));
+    k[i] = qe_bf16_to_f32(qe_f32_to_bf16(k[i])), v[i] = qe_bf16_to_f32(qe_f32_to_bf16(v[i]));
   CHECK_OK(g_gpu->ops->upload(g_gpu, c->dq, q, sizeof(float) * (size_t)total * c->nq));
   CHECK_OK(g_gpu->ops->upload(g_gpu, c->dk, k, sizeof(float) * (size_t)total * c->row));
   CHECK_OK(g_gpu->ops->upload(g_gpu, c->dv, v, sizeof(float) * (size_t)total * c->row));
@@ -419,7 +406,8 @@ static double decode_error(kv_gpu_t *g, tstate_t *st, int l, const int *slots, i
         uint16_t *kp = (uint16_t *)(st->arena + d.k) + (size_t)(pos % g->omega) * g->row;
         uint16_t *vp = (uint16_t *)(st->arena + d.v) + (size_t)(pos % g->omega) * g->row;
         for (int j = 0; j < g->row; j++)
-          kp[j] = bf16_rne(k[(size_t)b * g->row + j]), vp[j] = bf16_rne(v[(size_t)b * g->row + j]);
+          kp[j] = qe_f32_to_bf16(k[(size_t)b * g->row + j]),
+          vp[j] = qe_f32_to_bf16(v[(size_t)b * g->row + j]);
         d.n_tok = pos % g->omega + 1;
       }
       map[p.n_win] = (int)i;

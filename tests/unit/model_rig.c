@@ -75,11 +75,7 @@ double tp_prefill_err(const char *path, int size, const int32_t *tokens, int n, 
   if (!rc) rc = rig_open(&rg, path, 0, size, c, n);
   if (!rc) rc = run_prefill(&rg, tokens, n, lg);
   double err = rc ? INFINITY : tu_rel_err(lg, ref, (size_t)n * V);
-  for (int r = 1; r < size; r++) {
-    int st = 1;
-    waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st)) err = INFINITY;
-  }
+  if (!tu_wait_ok(pids + 1, size - 1)) err = INFINITY;
   rig_close(&rg);
   tp_comm_destroy(c);
   free(lg);

@@ -177,11 +177,7 @@ static double tp_err(const model_hparams_t *hp, uint64_t seed, int size, const f
   if (!rc) rc = rrig_open(&r, hp, seed, 0, size);
   if (!rc) rc = rrig_prefill(&r, c, lg);
   double err = rc ? INFINITY : tu_rel_err(lg, ref, n);
-  for (int k = 1; k < size; k++) {
-    int st = 1;
-    waitpid(pids[k], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st)) err = INFINITY;
-  }
+  if (!tu_wait_ok(pids + 1, size - 1)) err = INFINITY;
   rrig_close(&r);
   tp_comm_destroy(c);
   free(lg);

@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 
 #include "qe_status.h"
@@ -75,4 +77,14 @@ double tu_rel_err(const float *a, const float *b, size_t n) {
     if (fabs(b[i]) > den) den = fabs(b[i]);
   }
   return num / den;
+}
+
+int tu_wait_ok(const pid_t *pids, int n) {
+  int ok = 1;
+  for (int i = 0; i < n; i++) {
+    int st = 1;
+    if (pids[i] <= 0) continue;
+    if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) ok = 0;
+  }
+  return ok;
 }

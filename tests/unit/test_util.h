@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 extern int tu_failures;
 
@@ -30,6 +31,9 @@ char *tu_read_file(const char *path, size_t *size);
 const char *tu_env_path(const char *env, const char *name);
 /* Deterministic uniform floats in [lo, hi) from a seed state. */
 float tu_randf(uint64_t *state, float lo, float hi);
+/* Waits for the forked children pids[0..n) (entries <= 0 skipped); 1 when every one exited
+ * with status 0. */
+int tu_wait_ok(const pid_t *pids, int n);
 /* Max |a-b| / max(max|b|, eps) over n. */
 double tu_rel_err(const float *a, const float *b, size_t n);
 
