@@ -33,10 +33,10 @@ int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_
  * local region, bits, group and promotion after each prefilled layer and whenever a window ages.
  * The sink is rounded up to whole windows. Budgets are persistent bytes per slot (all layers,
  * split evenly over them): FULL pages with kept ledgers, ledgers, and a fixed bookkeeping charge
- * per live window, as kv_tiered charges them. Limits: scorer cumulative or recency, no graphkv, no pyramid
- * budgets (QE_EUNSUPPORTED otherwise); a prompt arrives in one piece (a multi-token attention
- * of a slot that already holds tokens is QE_EUNSUPPORTED). The arena holds n_seqs slots of
- * max_tokens under the budget spec (fraction of kv_gpu_fullkv_bytes, or bytes when non-zero):
+ * per live window, as kv_tiered charges them. Limits: scorer cumulative or recency, no graphkv, no
+ * pyramid budgets (QE_EUNSUPPORTED otherwise); a prompt arrives in one piece (a multi-token
+ * attention of a slot that already holds tokens is QE_EUNSUPPORTED). The arena holds n_seqs slots
+ * of max_tokens under the budget spec (fraction of kv_gpu_fullkv_bytes, or bytes when non-zero):
  * their steady FULL and ledger shares plus one layer of prompt at FULL each. A pool that runs dry
  * on the device does not fail a call: the affected window is evicted (a demotion, a new window)
  * or stays INT2 (a promotion), and kv_gpu_stats reports it in err_flags. */
