@@ -18,6 +18,9 @@
 #include "qe_status.h"
 #include "sched_server.h"
 #include "wrk.h"
+#ifdef QE_HAVE_CUDA
+#include "cuda/kern_cuda.h"
+#endif
 
 static const char *sched_help =
     "usage: qevict sched --model FILE --state-dir DIR [options]   (also: qevict-sched)\n"
@@ -41,7 +44,9 @@ static const char *worker_help =
     "  --max-seqs N        concurrent sequences (default 64)\n"
     "  --max-batch N       tokens per forward pass (default 4096)\n"
     "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G)\n"
-    "  --cpu               the CPU backend (the only one in this build)\n";
+    "  --device N          CUDA GPU of the group's rank 0 (CUDA builds): rank R runs on GPU\n"
+    "                      (N + R) mod the GPU count, KV on the GPU, NCCL between the ranks\n"
+    "  --cpu               the CPU backend (the default)\n";
 
 static const char *serve_help =
     "usage: qevict serve --model FILE [options]\n"
@@ -52,7 +57,9 @@ static const char *serve_help =
     "                              removed at exit)\n"
     "  --admin-key-file FILE       (default STATE_DIR/admin.key)\n"
     "  --workers N                 TP groups (default 1)     --tp T   ranks per group (1)\n"
-    "  --cpu                       CPU workers (the only backend in this build)\n"
+    "  --device N                  GPU workers (CUDA builds): rank R of group G runs on GPU\n"
+    "                              (N + G * T + R) mod the GPU count\n"
+    "  --cpu                       CPU workers (the default)\n"
     "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
     "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n";
 
@@ -78,6 +85,8 @@ typedef struct {
   sched_config_t s;
   wrk_config_t w;
   int workers;
+  int cpu;    /* --cpu given */
+  int n_gpus; /* with --device in serve: the GPU count */
   const char *state_dir;
 } serve_opts_t;
 
@@ -118,12 +127,14 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
               {"--threads", 1, 1024},
               {"--max-seqs", 1, 4096},
               {"--max-batch", 16, 1 << 20},
-              {"--workers", 1, 64}};
-  for (int i = 0; i < 8; i++) {
+              {"--workers", 1, 64},
+              {"--device", 0, 255}};
+  for (int i = 0; i < 9; i++) {
     if (strcmp(f, nums[i].flag)) continue;
     if ((rc = parse_num(cmd, f, v, nums[i].lo, nums[i].hi, &n))) return rc;
     int *dst[] = {NULL,          NULL,           &o->w.rank,      &o->w.tp,
-                  &o->w.threads, &o->w.max_seqs, &o->w.max_batch, &o->workers};
+                  &o->w.threads, &o->w.max_seqs, &o->w.max_batch, &o->workers,
+                  &o->w.device};
     if (i == 0) o->s.keep_finished_s = (unsigned)n;
     if (i == 1) o->s.worker_timeout_ms = (unsigned)n;
     if (dst[i]) *dst[i] = n;
@@ -132,13 +143,40 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
   return 1;
 }
 
+/* --device: a CUDA build, not with --cpu, a GPU index below the count and a GPU for each rank of
+ * a group (*count: the GPUs visible to this process; 0 without --device). 0, or the exit code
+ * after a message. */
+static int check_device(const char *cmd, const serve_opts_t *o, int *count) {
+  *count = 0;
+  if (o->w.device < 0) return 0;
+  if (o->cpu) return cli_usage_error(cmd, "give one of --cpu and --device");
+#ifdef QE_HAVE_CUDA
+  *count = kern_cuda_device_count();
+  if (o->w.device >= *count || o->w.tp > *count) {
+    fprintf(stderr,
+            "qevict %s: --device %d --tp %d: %d CUDA device(s) visible (a group needs a GPU "
+            "per rank)\n",
+            cmd, o->w.device, o->w.tp, *count);
+    return 1;
+  }
+  return 0;
+#else
+  return cli_usage_error(cmd, "--device needs a CUDA build of qevict (this build has the CPU "
+                              "backend only)");
+#endif
+}
+
 static int parse_all(const char *cmd, const char *help, int argc, char **argv, serve_opts_t *o) {
   sched_config_init(&o->s);
   wrk_config_init(&o->w);
   o->workers = 1;
+  o->cpu = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return printf("%s", help), -1;
-    if (!strcmp(argv[i], "--cpu")) continue;
+    if (!strcmp(argv[i], "--cpu")) {
+      o->cpu = 1;
+      continue;
+    }
     if (want_value(cmd, i, argc, argv)) return 2;
     int rc = parse_common(cmd, o, argv[i], argv[i + 1]);
     if (rc == 1) return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
@@ -147,7 +185,9 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
   }
   if (!o->s.model) return cli_usage_error(cmd, "--model is required");
   if (access(o->s.model, R_OK)) return cli_usage_error(cmd, "cannot read --model '%s'", o->s.model);
-  return 0;
+  if (!strcmp(cmd, "sched") && o->w.device >= 0)
+    return cli_usage_error(cmd, "--device is a worker option (the scheduler holds no GPU)");
+  return strcmp(cmd, "sched") ? check_device(cmd, o, &o->n_gpus) : 0;
 }
 
 int cli_sched(int argc, char **argv) {
@@ -237,6 +277,8 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-seqs", a[n++] = fmt("%d", o->w.max_seqs);
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes", a[n++] = fmt("%zu", o->w.pool_bytes);
+  if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */
+    a[n++] = "--device", a[n++] = fmt("%d", (o->w.device + g * o->w.tp) % o->n_gpus);
   return a;
 }
 

@@ -21,13 +21,18 @@ typedef struct {
   size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB) */
   unsigned report_ms;    /* memory report interval (default 500) */
   unsigned timeout_ms;   /* scheduler silent this long: reconnect (default 5000) */
+  /* CUDA GPU of rank 0 of the group: rank r runs on GPU (device + r) mod the GPU count, with
+   * the CUDA backend, KV caches on the GPU (wrk_cache.h) and NCCL between the ranks. -1
+   * (default): the CPU backend. A device index at or past the count is QE_EINVAL; any device
+   * in a build without CUDA is QE_EUNSUPPORTED (both from wrk_run). */
+  int device;
 } wrk_config_t;
 
 void wrk_config_init(wrk_config_t *c);
 
 /* Runs the worker until SIGINT/SIGTERM (0) or a fatal error (a negative QE_E* with a detail:
- * model load, a broken TP group). A lost scheduler connection cancels the running requests and
- * reconnects. Installs signal handlers; once per process. */
+ * model load, the device, a broken TP group). A lost scheduler connection cancels the running
+ * requests and reconnects. Installs signal handlers; once per process. */
 int wrk_run(const wrk_config_t *c);
 
 #endif

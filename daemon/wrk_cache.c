@@ -7,8 +7,13 @@
 #include "qe_log.h"
 #include "qe_status.h"
 #include "wrk_cache.h"
+#ifdef QE_HAVE_KV_GPU
+#include "kv_gpu.h"
+#endif
 
 #define WC_MAX_CHILDREN 16
+/* A bound on the GPU cache's bookkeeping charge per window (kv_gpu_internal.h KVG_META: 77). */
+#define WC_GPU_META 128
 
 typedef struct {
   int id; /* mux child id; -1: empty entry */
@@ -20,6 +25,8 @@ typedef struct {
   int child; /* index into ch */
   uint64_t request;
   size_t budget, full_last;
+  size_t peak; /* GPU tiered: the highest bytes read */
+  int faulted; /* GPU tiered: a pool fault was logged */
 } wslot_t;
 
 struct wrk_cache {
@@ -27,6 +34,7 @@ struct wrk_cache {
   kv_cache_t *mux;
   kv_geom_t geom;
   size_t pool_bytes;
+  int gpu; /* the backend holds device memory: the children live on the GPU */
   wchild_t ch[WC_MAX_CHILDREN];
   wslot_t *slot; /* [max_seqs] */
 };
@@ -37,6 +45,7 @@ int wrk_cache_create(model_t *m, int max_seqs, size_t pool_bytes, wrk_cache_t **
   c->m = m;
   c->geom = model_kv_geom(m, max_seqs);
   c->pool_bytes = pool_bytes;
+  c->gpu = !model_backend(m)->ops->host_memory;
   for (int i = 0; i < WC_MAX_CHILDREN; i++) c->ch[i].id = -1;
   c->slot = calloc((size_t)max_seqs, sizeof *c->slot);
   int rc = c->slot ? kv_mux_create(model_backend(m), &c->geom, &c->mux)
@@ -68,8 +77,82 @@ static size_t child_pool(const wrk_cache_t *c, const kv_cache_t *kv, const kv_po
   return c->pool_bytes + c->pool_bytes / 8 + (size_t)c->geom.max_seqs * per_slot;
 }
 
+/* 1 when the paged GPU kernels take the geometry (kv_gpu.h: head_dim 64 or 128, 1..8 query
+ * heads per KV head). */
+static int gpu_geom_fits(const kv_geom_t *g) {
+  return (g->head_dim == 64 || g->head_dim == 128) && g->n_head % g->n_kv_head == 0 &&
+         g->n_head / g->n_kv_head <= 8;
+}
+
+/* Whether the GPU tiered cache runs cfg (kv_gpu_create_tiered's limits), as QE_EUNSUPPORTED
+ * naming the request's field; the scheduler refuses the same requests up front
+ * (sched_validate.c). */
+static int gpu_policy_check(const wrk_cache_t *c, const wrk_open_arg_t *a) {
+  const kv_policy_cfg_t *p = &a->cfg;
+  const char *n = a->policy;
+  if (!gpu_geom_fits(&c->geom))
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.name: '%s' needs the GPU tiered cache, which takes head_dim 64 or 128 "
+                   "and at most 8 query heads per KV head (this model: %d, %d/%d); use policy full",
+                   n, c->geom.head_dim, c->geom.n_head, c->geom.n_kv_head);
+  if (p->graphkv)
+    return qe_errf(QE_EUNSUPPORTED, "policy.graphkv: '%s': no GraphKV on the GPU cache", n);
+  if (p->pyramid || (p->scorer != KV_SCORE_CUMULATIVE && p->scorer != KV_SCORE_RECENCY) ||
+      p->pool_kernel > 1)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.scorer: '%s' does not run on the GPU cache, which routes by cumulative "
+                   "attention or recency without pooled or pyramid budgets (qevict, kivi; h2o "
+                   "and streaming with policy.window 8)",
+                   n);
+  if (p->omega != 8 && (p->omega < 16 || p->omega % 16 || p->omega > 1024))
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.window: '%s' has windows of %d tokens; the GPU cache takes 8 or a "
+                   "multiple of 16 (up to 1024)",
+                   n, p->omega);
+  return 0;
+}
+
+#ifdef QE_HAVE_KV_GPU
+/* kv_gpu's FullKV arena: every byte this rank can reserve, plus each slot's last partly filled
+ * window in every layer (reservations count tokens, pages hold KV_GPU_OMEGA of them). */
+static size_t gpu_full_arena(const wrk_cache_t *c) {
+  size_t page = kv_gpu_page_bytes(&c->geom, KV_GPU_OMEGA);
+  return c->pool_bytes + (size_t)c->geom.max_seqs * (size_t)c->geom.n_layer * page;
+}
+
+/* The per-slot budget a tiered child's arena is sized for: an even share of the pool plus the
+ * protected regions (sink and local windows, with their bookkeeping), which every open slot
+ * holds whatever its budget; the pages and ledgers are shared by all slots. */
+static size_t gpu_slot_spec(const wrk_cache_t *c, const kv_policy_cfg_t *p) {
+  size_t o = (size_t)p->omega;
+  size_t wins = ((size_t)p->n_sink + o - 1) / o + ((size_t)p->n_local + o - 1) / o + 1;
+  size_t prot =
+      wins * (kv_gpu_page_bytes(&c->geom, p->omega) + WC_GPU_META) * (size_t)c->geom.n_layer;
+  return c->pool_bytes / (size_t)c->geom.max_seqs + prot;
+}
+#endif
+
+/* A child on the GPU (see wrk_cache.h). */
+static int make_gpu_child(wrk_cache_t *c, const wrk_open_arg_t *a, kv_cache_t **out) {
+  kern_backend_t *be = model_backend(c->m);
+  int rc = a->full ? 0 : gpu_policy_check(c, a);
+  if (rc) return rc;
+#ifdef QE_HAVE_KV_GPU
+  int ctx = model_hparams(c->m)->n_ctx_train;
+  if (a->full && gpu_geom_fits(&c->geom))
+    return kv_gpu_create(be, &c->geom, KV_GPU_OMEGA, ctx, gpu_full_arena(c), out);
+  if (!a->full)
+    return kv_gpu_create_tiered(be, &c->geom, &model_hparams(c->m)->rope, &a->cfg, ctx,
+                                c->geom.max_seqs, 1.0, gpu_slot_spec(c, &a->cfg), out);
+#endif
+  if (a->full) return kv_full_create(be, &c->geom, out);
+  return qe_errf(QE_EUNSUPPORTED, "policy.name: '%s': this build has no GPU tiered cache",
+                 a->policy);
+}
+
 static int make_child(wrk_cache_t *c, const wrk_open_arg_t *a, kv_cache_t **out) {
   kern_backend_t *be = model_backend(c->m);
+  if (c->gpu) return make_gpu_child(c, a, out);
   if (a->full) return kv_full_create(be, &c->geom, out);
   int rc = kv_tiered_create(be, &c->geom, &model_hparams(c->m)->rope, &a->cfg, 0, out);
   if (!rc) rc = kv_tiered_set_pool(*out, child_pool(c, *out, &a->cfg));
@@ -105,6 +188,8 @@ static int child_for(wrk_cache_t *c, const wrk_open_arg_t *a, int *idx) {
     return qe_errf(QE_ENOSPC, "more than %d distinct KV policies in use at once", WC_MAX_CHILDREN);
   kv_cache_t *kv = NULL;
   int rc = make_child(c, a, &kv);
+  while (rc == QE_ENOSPC && c->gpu && evict_child(c) >= 0) /* device memory of idle children */
+    rc = make_child(c, a, &kv);
   int id = -1;
   if (!rc && (rc = kv_mux_add_child(c->mux, kv, &id))) kv_cache_destroy(kv);
   if (rc) return rc;
@@ -119,6 +204,15 @@ static size_t rank_share(const wrk_cache_t *c, uint64_t budget) {
   return (size_t)(budget * (uint64_t)model_shard(c->m)->n_kv / (uint64_t)n_kv);
 }
 
+/* This rank's share of a tiered request's budget, for the next open of slot. */
+static int set_budget(wrk_cache_t *c, kv_cache_t *child, int slot, size_t share) {
+#ifdef QE_HAVE_KV_GPU
+  if (c->gpu) return kv_gpu_set_budget(child, slot, share); /* seq_open checks the minimum */
+#endif
+  (void)c;
+  return kv_tiered_set_budget(child, slot, share);
+}
+
 int wrk_cache_open(void *ud, kv_cache_t *kv, int slot, int capacity, const void *arg, size_t len) {
   wrk_cache_t *c = ud;
   wrk_open_arg_t a;
@@ -129,10 +223,48 @@ int wrk_cache_open(void *ud, kv_cache_t *kv, int slot, int capacity, const void 
   if (rc) return rc;
   kv_cache_t *child = kv_mux_child(c->mux, c->ch[idx].id);
   size_t share = rank_share(c, a.budget);
-  if (!a.full && (rc = kv_tiered_set_budget(child, slot, share))) return rc;
+  if (!a.full && (rc = set_budget(c, child, slot, share))) return rc;
   if ((rc = kv_mux_bind(c->mux, slot, c->ch[idx].id, slot))) return rc;
-  c->slot[slot] = (wslot_t){idx, a.request_id, share, 0};
+  c->slot[slot] = (wslot_t){idx, a.request_id, share, 0, 0, 0};
   return kv->ops->seq_open(kv, slot, capacity);
+}
+
+#ifdef QE_HAVE_KV_GPU
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+#endif
+
+/* A GPU tiered slot's figures (kv_gpu_stats: read from the device). kv_gpu counts bytes and
+ * windows; the split by kind comes from the window counts: Full = FULL windows x page bytes,
+ * INT2 = INT2 windows x ledger bytes, the rest (bookkeeping, ledgers kept by promoted windows)
+ * is metadata. */
+static void gpu_tiered_stats(const wrk_cache_t *c, kv_cache_t *child, const wchild_t *w, wslot_t *s,
+                             int slot, kv_mem_stats_t *out) {
+#ifdef QE_HAVE_KV_GPU
+  kv_gpu_stats_t g;
+  if (kv_gpu_stats(child, slot, &g)) {
+    qe_log(QE_LOG_WARN, "wrk: request %llu: GPU cache statistics: %s",
+           (unsigned long long)s->request, qe_errmsg());
+    return;
+  }
+  const kv_geom_t *ge = &c->geom;
+  kv_qsizes_t q = kv_qsizes(&w->cfg.quant, w->cfg.omega, ge->n_kv_head, ge->head_dim);
+  size_t led = q.k_codes + q.k_meta + q.v_codes + q.v_meta;
+  out->budget = g.budget, out->bytes = g.bytes;
+  out->full_bytes = min_sz(g.bytes, (size_t)g.windows[0] * kv_gpu_page_bytes(ge, w->cfg.omega));
+  out->int2_bytes = min_sz(g.bytes - out->full_bytes, (size_t)g.windows[1] * led);
+  out->meta_bytes = g.bytes - out->full_bytes - out->int2_bytes;
+  if (g.bytes > s->peak) s->peak = g.bytes;
+  out->peak_bytes = s->peak;
+  memcpy(out->windows, g.windows, sizeof out->windows);
+  out->promotions = g.promotions, out->demotions = g.demotions, out->evictions = g.evictions;
+  out->quantizations = g.quantizations, out->routing_events = g.routings;
+  if (g.err_flags && !s->faulted)
+    qe_log(QE_LOG_WARN, "wrk: request %llu: GPU cache pools ran dry (flags %d): windows evicted",
+           (unsigned long long)s->request, g.err_flags);
+  s->faulted |= g.err_flags != 0;
+#else
+  (void)c, (void)child, (void)w, (void)s, (void)slot, (void)out;
+#endif
 }
 
 void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out) {
@@ -141,6 +273,7 @@ void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out) {
   const wchild_t *w = &c->ch[s->child];
   kv_cache_t *child = w->id >= 0 ? kv_mux_child(c->mux, w->id) : NULL;
   if (!child) return;
+  if (!w->full && c->gpu) return gpu_tiered_stats(c, child, w, s, slot, out);
   if (!w->full) return kv_tiered_stats(child, slot, out);
   size_t b = child->ops->seq_bytes(child, slot);
   if (b > s->full_last) s->full_last = b;
@@ -154,3 +287,17 @@ void wrk_cache_touch(wrk_cache_t *c, int slot) {
 }
 
 uint64_t wrk_cache_request(const wrk_cache_t *c, int slot) { return c->slot[slot].request; }
+
+int wrk_cache_whole_prompt(const wrk_cache_t *c, const wrk_open_arg_t *a) {
+  return c->gpu && !a->full;
+}
+
+uint64_t wrk_cache_full_bytes_per_token(const wrk_cache_t *c) {
+  const kv_geom_t *g = &c->geom;
+  uint64_t elems =
+      (uint64_t)2 * (uint64_t)g->n_kv_head * (uint64_t)g->head_dim * (uint64_t)g->n_layer;
+#ifdef QE_HAVE_KV_GPU
+  if (c->gpu && gpu_geom_fits(g)) return elems * 2; /* bf16 pages */
+#endif
+  return elems * sizeof(float);
+}

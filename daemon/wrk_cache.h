@@ -2,7 +2,15 @@
  * tiered cache per distinct policy configuration in use (created on first use, dropped when
  * idle and too many), so that every request runs its own policy and budget. The open hook of
  * the step engine binds a slot to a free slot of the right child and sets its budget (this
- * rank's share of the request's). Not thread-safe: the engine thread owns it. */
+ * rank's share of the request's). Not thread-safe: the engine thread owns it.
+ *
+ * On a GPU backend (host_memory == 0) the children live on the device: FullKV in bf16 pages
+ * (kv_gpu_create) where the paged decode kernel takes the geometry (head_dim 64 or 128, at most
+ * 8 query heads per KV head), else kv_full in device buffers; a tiered policy in kv_gpu's tiered
+ * mode (scorer cumulative or recency, no graphkv or pyramid budgets, windows of 8 or a multiple
+ * of 16 tokens, the kv_gpu geometry), any other is refused at open with QE_EUNSUPPORTED naming
+ * the field. Each child's device arena is sized for every byte this rank can reserve; when the
+ * device cannot hold a new child, idle ones are dropped first. */
 #ifndef QE_WRK_CACHE_H
 #define QE_WRK_CACHE_H
 
@@ -35,5 +43,11 @@ void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out);
 void wrk_cache_touch(wrk_cache_t *c, int slot);
 /* The request bound to slot by the last open. */
 uint64_t wrk_cache_request(const wrk_cache_t *c, int slot);
+/* 1 when a's cache must see its whole prompt in one forward pass (the GPU tiered cache routes a
+ * prompt once, after its last layer: a later multi-token chunk is refused), else 0. */
+int wrk_cache_whole_prompt(const wrk_cache_t *c, const wrk_open_arg_t *a);
+/* FullKV bytes of one token on this rank, as its FullKV child stores them: bf16 pages on the
+ * GPU (kv_gpu), fp32 otherwise. Pure: reads the geometry only. */
+uint64_t wrk_cache_full_bytes_per_token(const wrk_cache_t *c);
 
 #endif

@@ -1,10 +1,11 @@
 /* wrk_engine: the worker's engine thread. Rank 0 drives a gen_engine (continuous batching over
  * the cache's slots): between steps it takes the scheduler's commands (start, cancel, drain),
  * after each step it sends the new tokens of every sequence as one batch each, finished
- * requests with their memory, and every report_ms a memory report. Ranks > 0 follow rank 0
- * (gen_follow_hooks) and report their own share of the KV heads: a request's final memory
- * (a RequestFinished with no reason) when rank 0 closes its slot, and every report_ms a memory
- * report of the slots open here.
+ * requests with their memory, and every report_ms a memory report. A start whose cache takes
+ * its prompt in one forward pass only (the GPU tiered cache) waits until a step has room for
+ * the whole prompt. Ranks > 0 follow rank 0 (gen_follow_hooks) and report their own share of
+ * the KV heads: a request's final memory (a RequestFinished with no reason) when rank 0 closes
+ * its slot, and every report_ms a memory report of the slots open here.
  * Any step or collective failure is fatal: the process exits and the scheduler resumes its
  * requests elsewhere (crash-only; nothing half-done is reported as done). */
 #include <stdlib.h>
@@ -15,6 +16,9 @@
 #include "qe_log.h"
 #include "qe_status.h"
 #include "wrk_internal.h"
+#ifdef QE_HAVE_CUDA
+#include "cuda/kern_cuda.h"
+#endif
 
 #define WF(x) QEVICT__WORKER__V1__FINISH_REASON__FINISH_REASON_##x
 #include "worker.pb-c.h"
@@ -22,6 +26,7 @@
 typedef struct {
   uint64_t id;
   int busy, n_prompt;
+  int fresh; /* started since the last step: its prompt is not fed yet */
   int32_t *pend;
   int n_pend, cap_pend;
   uint64_t first;
@@ -36,6 +41,8 @@ typedef struct {
   int n_slots;
   uint64_t cum[4];      /* promotions, demotions, evictions, routing events of finished requests */
   uint64_t last_report; /* now_ms() of the last memory report */
+  wcmd_t *held, *held_tail; /* starts waiting for a step with room for their whole prompt */
+  int fresh_prompt;         /* prompt tokens of the starts since the last step */
 } weng_t;
 
 static uint64_t now_ms(void) {
@@ -166,15 +173,20 @@ static void on_finish(void *ud, int slot, int reason) {
 
 /* ---- commands ---- */
 
-static void fail_start(weng_t *g, const wcmd_t *c, const char *why) {
+/* A request that never started ends: reason (a FinishReason) and why (may be ""). */
+static void end_unstarted(weng_t *g, const wcmd_t *c, int reason, const char *why) {
   wout_t *o = calloc(1, sizeof *o);
   if (!o) return;
   o->kind = WOUT_FINISHED;
   o->request_id = c->request_id;
-  o->reason = WF(ERROR);
+  o->reason = reason;
   o->prompt_tokens = c->n_prompt;
   snprintf(o->error, sizeof o->error, "%s", why);
   push_out(g->w, o);
+}
+
+static void fail_start(weng_t *g, const wcmd_t *c, const char *why) {
+  end_unstarted(g, c, WF(ERROR), why);
 }
 
 static int start(weng_t *g, const wcmd_t *c) {
@@ -196,11 +208,89 @@ static int start(weng_t *g, const wcmd_t *c) {
     return 0;
   }
   g->slots[slot].busy = 1;
+  g->slots[slot].fresh = 1;
+  g->fresh_prompt += c->n_prompt;
   return 0;
+}
+
+/* Rows the next step has left for one more whole prompt: the batch less a decode row per running
+ * sequence and the prompts started since the last step; -1 while an older prompt is still fed
+ * in chunks (it goes first). */
+static int step_room(const weng_t *g) {
+  int room = g->w->cfg.max_batch - g->fresh_prompt;
+  for (int i = 0; i < g->n_slots; i++) {
+    const wslot_t *s = &g->slots[i];
+    int n = 0;
+    if (!s->busy || s->fresh) continue;
+    gen_engine_tokens(g->e, i, &n);
+    if (!n) return -1; /* no token yet: its prompt is not all in */
+    room--;
+  }
+  return room;
+}
+
+/* Takes a start whose cache needs its prompt in one step (wrk_cache_whole_prompt) into the held
+ * queue (FIFO), or fails it now when no step can hold its prompt. 1 when c was taken. */
+static int hold_start(weng_t *g, wcmd_t *c) {
+  int max_batch = g->w->cfg.max_batch;
+  if (!wrk_cache_whole_prompt(g->w->cache, &c->arg)) return 0;
+  if (c->n_prompt > max_batch) {
+    char why[256];
+    snprintf(why, sizeof why,
+             "unsupported: prompt: policy '%s' on the GPU takes a prompt in one forward pass; "
+             "%d tokens exceed the worker's --max-batch (%d)",
+             c->arg.policy, c->n_prompt, max_batch);
+    fail_start(g, c, why);
+    wrk_free_cmd(c);
+    return 1;
+  }
+  c->next = NULL;
+  if (g->held_tail)
+    g->held_tail->next = c;
+  else
+    g->held = c;
+  g->held_tail = c;
+  return 1;
+}
+
+/* Starts held requests, oldest first, while the next step has room for their whole prompts. */
+static int start_held(weng_t *g) {
+  int rc = 0;
+  while (g->held && !rc && g->held->n_prompt <= step_room(g)) {
+    wcmd_t *c = g->held;
+    g->held = c->next;
+    if (!g->held) g->held_tail = NULL;
+    rc = start(g, c);
+    wrk_free_cmd(c);
+  }
+  return rc;
+}
+
+/* Ends the held starts of request id (all: every one) as cancelled. */
+static void drop_held(weng_t *g, uint64_t id, int all) {
+  wcmd_t **p = &g->held, *tail = NULL;
+  while (*p) {
+    wcmd_t *c = *p;
+    if (!all && c->request_id != id) {
+      tail = c, p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    end_unstarted(g, c, WF(CANCELLED), "");
+    wrk_free_cmd(c);
+  }
+  g->held_tail = tail;
+}
+
+/* After a step: the prompts of the starts before it are in (or being fed in chunks). */
+static void clear_fresh(weng_t *g) {
+  for (int i = 0; i < g->n_slots; i++) g->slots[i].fresh = 0;
+  g->fresh_prompt = 0;
 }
 
 static int cancel(weng_t *g, uint64_t id, int all) {
   int rc = 0;
+  drop_held(g, id, all);
   for (int i = 0; i < g->n_slots && !rc; i++)
     if (g->slots[i].busy && (all || g->slots[i].id == id)) rc = gen_engine_cancel(g->e, i);
   return rc == QE_ECOMM ? rc : 0;
@@ -210,13 +300,16 @@ static int run_cmds(weng_t *g, wcmd_t *c) {
   int rc = 0;
   while (c) {
     wcmd_t *next = c->next;
-    if (!rc && c->kind == WCMD_START) rc = start(g, c);
-    if (!rc && c->kind == WCMD_CANCEL) rc = cancel(g, c->request_id, 0);
-    if (!rc && c->kind == WCMD_CANCEL_ALL) rc = cancel(g, 0, 1);
+    if (!rc && c->kind == WCMD_START && hold_start(g, c))
+      c = NULL; /* taken */
+    else if (!rc && c->kind == WCMD_START)
+      rc = start(g, c);
+    if (!rc && c && c->kind == WCMD_CANCEL) rc = cancel(g, c->request_id, 0);
+    if (!rc && c && c->kind == WCMD_CANCEL_ALL) rc = cancel(g, 0, 1);
     wrk_free_cmd(c);
     c = next;
   }
-  return rc;
+  return rc ? rc : start_held(g);
 }
 
 /* ---- memory reports ---- */
@@ -288,6 +381,7 @@ static int drive(weng_t *g) {
     rc = run_cmds(g, c);
     if (!rc)
       rc = gen_engine_n_active(g->e) ? gen_engine_step(g->e, &active) : gen_engine_idle(g->e);
+    clear_fresh(g);
     if (!gen_engine_n_active(g->e)) active = 0;
     for (int i = 0; i < g->n_slots; i++) flush_slot(g, i);
     maybe_report(g);
@@ -301,12 +395,17 @@ static int open_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *ar
 }
 
 static int run_rank0(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0};
   g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
   gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch};
   int rc = g.slots ? gen_engine_create(w->m, wrk_cache_kv(w->cache), w->comm, &o, &g.e)
                    : qe_errf(QE_ENOMEM, "out of memory");
   if (!rc) rc = drive(&g);
+  while (g.held) { /* the process is stopping */
+    wcmd_t *c = g.held;
+    g.held = c->next;
+    wrk_free_cmd(c);
+  }
   gen_engine_destroy(g.e);
   for (int i = 0; g.slots && i < g.n_slots; i++) free(g.slots[i].pend);
   free(g.slots);
@@ -332,20 +431,67 @@ static void follow_closed(void *ud, int slot) {
 static void follow_tick(void *ud) { maybe_report(ud); }
 
 static int run_follower(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0};
   gen_follow_hooks_t h = {open_hook, follow_closed, follow_tick, &g};
   return gen_follow_hooks(w->m, wrk_cache_kv(w->cache), w->comm, &h);
 }
 
+/* The rank's backend: CUDA GPU (device + rank) mod the GPU count with --device, else the CPU. */
+static int make_backend(wrk_t *w) {
+  const wrk_config_t *c = &w->cfg;
+  snprintf(w->device, sizeof w->device, "cpu");
+  if (c->device < 0) return kern_cpu_create(c->threads, &w->be);
+#ifdef QE_HAVE_CUDA
+  int n = kern_cuda_device_count(), dev = n > 0 ? (c->device + c->rank) % n : 0;
+  if (c->device >= n || c->tp > n)
+    return qe_errf(QE_EINVAL,
+                   "--device %d --tp %d: %d CUDA device(s) visible (a group needs a GPU "
+                   "per rank)",
+                   c->device, c->tp, n);
+  snprintf(w->device, sizeof w->device, "cuda:%d", dev);
+  return kern_cuda_create(dev, &w->be);
+#else
+  return qe_errf(QE_EUNSUPPORTED, "--device %d: this build has the CPU backend only", c->device);
+#endif
+}
+
+/* GPU groups (tp > 1): every rank reports whether it loaded (lrc) so that all fail together, then
+ * joins NCCL on its device: rank 0 makes the unique id, which goes to the others over the group's
+ * CPU link (w->comm: the Unix socket the ranks met on), and collectives are ordered on the
+ * backend's stream; comm->dev then carries the forward pass's all-reduces. Builds without NCCL
+ * stage them through the CPU link. Returns lrc, or the join's error. */
+static int join_device_comm(wrk_t *w, int lrc) {
+  tp_comm_t *c = w->comm;
+  if (w->cfg.device < 0 || c->size == 1) return lrc;
+#if defined(QE_HAVE_CUDA) && defined(QE_HAVE_NCCL)
+  unsigned char id[TP_NCCL_ID_BYTES] = {0};
+  int rc = !lrc && c->rank == 0 ? tp_comm_nccl_unique_id(id) : lrc, ok = rc == 0, all[64];
+  int brc = tp_allgather(c, &ok, all, sizeof ok);
+  for (int r = 0; !brc && r < c->size; r++)
+    if (!all[r]) brc = rc ? rc : qe_errf(QE_ECOMM, "rank %d of the group failed to load", r);
+  if (!brc) brc = tp_broadcast(c, id, sizeof id, 0);
+  if (!brc) brc = tp_comm_create_nccl(id, c->rank, c->size, kern_cuda_device(w->be), &w->nccl);
+  if (!brc) brc = tp_comm_nccl_set_stream(w->nccl, kern_cuda_stream(w->be));
+  if (!brc) c->dev = w->nccl;
+  return brc;
+#else
+  if (!lrc) qe_log(QE_LOG_WARN, "wrk: no NCCL in this build: all-reduces go through the CPU link");
+  return lrc;
+#endif
+}
+
 int wrk_engine_load(wrk_t *w) {
   const wrk_config_t *c = &w->cfg;
-  int rc = kern_cpu_create(c->threads, &w->be);
+  int rc = make_backend(w);
   if (!rc)
     rc = c->tp > 1 ? tp_comm_create_cpu(c->tp_addr, c->rank, c->tp, 60000, &w->comm)
                    : tp_comm_create_single(&w->comm);
+  if (rc) return rc;
   model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch};
-  if (!rc) rc = model_load(c->model, &o, &w->m);
+  rc = model_load(c->model, &o, &w->m);
   if (!rc) rc = wrk_cache_create(w->m, c->max_seqs, c->pool_bytes, &w->cache);
+  rc = join_device_comm(w, rc);
+  if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
   return rc;
 }
 
@@ -353,12 +499,27 @@ void wrk_engine_unload(wrk_t *w) {
   wrk_cache_destroy(w->cache);
   model_destroy(w->m);
   tp_comm_destroy(w->comm);
+  tp_comm_destroy(w->nccl);
   kern_destroy(w->be);
-  w->cache = NULL, w->m = NULL, w->comm = NULL, w->be = NULL;
+  w->cache = NULL, w->m = NULL, w->comm = NULL, w->nccl = NULL, w->be = NULL;
+}
+
+/* The engine thread makes the backend's GPU its current device before any cache work (kv_gpu's
+ * launches and pinned buffers use the calling thread's device), and logs its free memory. */
+static void bind_device(wrk_t *w) {
+#ifdef QE_HAVE_CUDA
+  size_t free_b = 0, total = 0;
+  if (w->cfg.device >= 0 && !kern_cuda_mem_info(w->be, &free_b, &total))
+    qe_log(QE_LOG_INFO, "wrk: %s: %zu of %zu MiB free after loading", w->device, free_b >> 20,
+           total >> 20);
+#else
+  (void)w;
+#endif
 }
 
 void *wrk_engine_main(void *arg) {
   wrk_t *w = arg;
+  bind_device(w);
   int rc = w->cfg.rank == 0 ? run_rank0(w) : run_follower(w);
   if (w->cfg.rank > 0 && !rc) rc = qe_errf(QE_ECOMM, "rank 0 stopped the group");
   w->rc = rc;

@@ -56,6 +56,8 @@ typedef struct wout {
 typedef struct wrk {
   wrk_config_t cfg;
   char name[96], fingerprint[MODEL_FP_LEN + 1];
+  char device[32];             /* "cpu" or "cuda:N" (Hello) */
+  uint64_t kv_bytes_per_token; /* FullKV bytes of a token on this rank (Hello) */
   uv_loop_t *loop;
   uv_async_t wake;
   uv_timer_t retry;
@@ -73,12 +75,14 @@ typedef struct wrk {
   kern_backend_t *be;
   model_t *m;
   tp_comm_t *comm;
+  tp_comm_t *nccl; /* GPU groups: NCCL over the ranks' devices (comm->dev); destroyed after comm */
   wrk_cache_t *cache;
   int rc; /* the engine thread's exit status */
 } wrk_t;
 
-/* wrk_engine.c: loads the model and runs the engine (rank 0) or follows (ranks > 0) until
- * w->quit; then exits the loop through a WOUT_FATAL or the wake. */
+/* wrk_engine.c: loads the model (on the CPU, or on GPU (device + rank) mod count with --device,
+ * joining NCCL in TP groups) and runs the engine (rank 0) or follows (ranks > 0) until w->quit;
+ * then exits the loop through a WOUT_FATAL or the wake. */
 int wrk_engine_load(wrk_t *w);
 void *wrk_engine_main(void *arg);
 void wrk_engine_unload(wrk_t *w);

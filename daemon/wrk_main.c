@@ -19,6 +19,7 @@ void wrk_config_init(wrk_config_t *c) {
   c->scheduler = "127.0.0.1:50052";
   c->group = "g0";
   c->tp = 1;
+  c->device = -1;
   c->max_seqs = 64;
   c->max_batch = 4096;
   c->pool_bytes = (size_t)4 << 30;
@@ -122,13 +123,12 @@ static void on_close(tr_conn_t *conn, int reason, const char *detail) {
 
 static void connect_scheduler(wrk_t *w) {
   const model_hparams_t *hp = model_hparams(w->m);
-  const model_shard_t *sh = model_shard(w->m);
   tr_hello_t h = QEVICT__WORKER__V1__HELLO__INIT;
   h.model_fingerprint = w->fingerprint, h.group = (char *)w->cfg.group;
   h.rank = (uint32_t)w->cfg.rank, h.tp_size = (uint32_t)w->cfg.tp;
-  h.pool_bytes = w->cfg.pool_bytes, h.device = "cpu", h.name = w->name;
+  h.pool_bytes = w->cfg.pool_bytes, h.device = w->device, h.name = w->name;
   h.context_length = (uint32_t)hp->n_ctx_train, h.max_sequences = (uint32_t)w->cfg.max_seqs;
-  h.full_kv_bytes_per_token = (uint64_t)2 * sh->n_kv * hp->head_dim * sizeof(float) * hp->n_layer;
+  h.full_kv_bytes_per_token = w->kv_bytes_per_token; /* fp32, or bf16 in GPU pages */
   tr_options_t opt = {0};
   opt.timeout_ms = w->cfg.timeout_ms;
   opt.hello = &h;
@@ -278,8 +278,8 @@ int wrk_run(const wrk_config_t *c) {
     wrk_engine_unload(&w);
     return rc;
   }
-  qe_log(QE_LOG_INFO, "wrk: %s (group %s rank %d/%d) loaded %s; connecting to %s", w.name, c->group,
-         c->rank, c->tp, c->model, c->scheduler);
+  qe_log(QE_LOG_INFO, "wrk: %s (group %s rank %d/%d, %s) loaded %s; connecting to %s", w.name,
+         c->group, c->rank, c->tp, w.device, c->model, c->scheduler);
   connect_scheduler(&w);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_mutex_lock(&w.mu);

@@ -13,7 +13,9 @@
 #include "sched_validate.h"
 
 #define WP(x) QEVICT__WORKER__V1__POLICY__##x
-#define PP(x) QEVICT__V1__POLICY__##x
+/* A bound on the GPU cache's bookkeeping charge per window (kv_gpu_internal.h KVG_META: 77). */
+#define SVAL_GPU_META 128
+#define PP(x)         QEVICT__V1__POLICY__##x
 
 static int bad(sval_err_t *e, int status, const char *fmt, ...) {
   va_list ap;
@@ -186,17 +188,79 @@ static void tenant_default(const sched_tenant_t *t, char *name, size_t n, double
     *bytes = strtoull(at, NULL, 10);
 }
 
+/* 1 when a worker group that ever registered runs on a GPU (Hello.device "cuda:N"): a request
+ * may be dispatched there, so its policy must be one the GPU cache runs. (A scheduler's groups
+ * run on one kind of device: their bytes per token are taken from the first.) */
+static int gpu_groups(const sched_t *s) {
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    if (g->ever_up && !strncmp(g->rank[0].device, "cuda", 4)) return 1;
+  return 0;
+}
+
+/* The limits of the GPU workers' tiered cache (kv_gpu_create_tiered; the worker's open hook
+ * checks the same, daemon/wrk_cache.c) for policy d on every shard of the TP split. */
+static int check_gpu_policy(const sched_t *s, const sreq_t *r, const kv_policy_desc_t *d, int tp,
+                            sval_err_t *e) {
+  const kv_policy_cfg_t *p = &d->cfg;
+  int hd = s->hp.head_dim;
+  for (int rank = 0; rank < tp; rank++) {
+    model_shard_t sh;
+    if (model_shard_of(&s->hp, rank, tp, &sh)) return bad(e, SVAL_INTERNAL, "bad TP split");
+    if ((hd != 64 && hd != 128) || sh.n_head % sh.n_kv || sh.n_head / sh.n_kv > 8)
+      return bad(e, SVAL_INVALID,
+                 "policy.name: '%s' needs the GPU workers' tiered cache, which takes head_dim 64 "
+                 "or 128 and at most 8 query heads per KV head (this model: %d, %d/%d); use "
+                 "policy full",
+                 d->name, hd, sh.n_head, sh.n_kv);
+  }
+  if (p->graphkv)
+    return bad(e, SVAL_INVALID,
+               "policy.graphkv: GraphKV re-scoring does not run on the GPU "
+               "workers' cache");
+  if (p->pyramid || p->pool_kernel > 1 ||
+      (p->scorer != KV_SCORE_CUMULATIVE && p->scorer != KV_SCORE_RECENCY))
+    return bad(e, SVAL_INVALID,
+               "%s: '%s' does not run on the GPU workers' cache, which routes by cumulative "
+               "attention or recency without pooled or pyramid budgets (qevict, kivi; h2o "
+               "and streaming with policy.window 8)",
+               *r->scorer ? "policy.scorer" : "policy.name", d->name);
+  if (p->omega != 8 && (p->omega < 16 || p->omega % 16 || p->omega > 1024))
+    return bad(e, SVAL_INVALID,
+               "policy.window: '%s' has windows of %d token(s); the GPU workers' cache takes 8 or "
+               "a multiple of 16 up to 1024 (set policy.window)",
+               d->name, p->omega);
+  return 0;
+}
+
+/* kv_gpu's bounds for one shard: bf16 pages of omega tokens; the sink rounded up to whole
+ * windows and the local region plus one window always held (kv_gpu_min_budget), every window
+ * of the capacity on top (kv_gpu_fullkv_bytes); the per-window bookkeeping taken at
+ * SVAL_GPU_META, above kv_gpu's, so the minimum is never below the worker's. */
+static void gpu_bounds(const sched_t *s, const model_shard_t *sh, const kv_policy_cfg_t *c,
+                       long cap, size_t *min, size_t *full) {
+  size_t o = (size_t)c->omega, L = (size_t)s->hp.n_layer;
+  size_t unit = 2 * o * (size_t)sh->n_kv * (size_t)s->hp.head_dim * 2 + SVAL_GPU_META;
+  size_t prot = ((size_t)c->n_sink + o - 1) / o + ((size_t)c->n_local + o - 1) / o + 1;
+  *min = prot * unit * L;
+  *full = (prot + ((size_t)cap + o - 1) / o) * unit * L;
+}
+
 /* Bytes of the whole request (all ranks) at the minimum budget and at FullKV of the tiered
- * cache for its capacity, summed over the shards of the model's TP split. */
-static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp, size_t *min,
-                         size_t *full) {
+ * cache for its capacity, summed over the shards of the model's TP split (the GPU cache's on
+ * GPU workers). */
+static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp, int gpu,
+                         size_t *min, size_t *full) {
   *min = *full = 0;
   for (int rank = 0; rank < tp; rank++) {
     model_shard_t sh;
     size_t a, b;
     if (model_shard_of(&s->hp, rank, tp, &sh)) return QE_EINVAL;
     kv_geom_t g = {s->hp.n_layer, sh.n_head, sh.n_kv, s->hp.head_dim, 1};
-    int rc = kv_tiered_bounds(&g, &d->cfg, cap, &a, &b);
+    int rc = 0;
+    if (gpu)
+      gpu_bounds(s, &sh, &d->cfg, cap, &a, &b);
+    else
+      rc = kv_tiered_bounds(&g, &d->cfg, cap, &a, &b);
     if (rc) return rc;
     *min += a, *full += b;
   }
@@ -218,6 +282,8 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   if (tr_policy_resolve(&r->wpolicy, s->hp.head_dim, &d))
     return bad(e, SVAL_INVALID, "%s", qe_errmsg());
   snprintf(r->policy, sizeof r->policy, "%s", d.name);
+  int tp = s->groups ? s->groups->tp_size : 1, gpu = gpu_groups(s);
+  if (gpu && !d.full && check_gpu_policy(s, r, &d, tp, e)) return -1;
   const Qevict__V1__Budget *b = g->budget;
   int explicit_bytes = b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES;
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
@@ -229,7 +295,6 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
     bytes = b->bytes, frac = 0;
   }
   long cap = (long)r->n_prompt + r->max_tokens;
-  int tp = s->groups ? s->groups->tp_size : 1;
   uint64_t per_tok = sched_groups_bytes_per_token(s);
   r->full_kv_bytes = (int64_t)(per_tok * (uint64_t)cap);
   int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
@@ -249,7 +314,8 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
     return 0;
   }
   size_t min, full;
-  if (policy_bounds(s, &d, cap, tp, &min, &full)) return bad(e, SVAL_INVALID, "%s", qe_errmsg());
+  if (policy_bounds(s, &d, cap, tp, gpu, &min, &full))
+    return bad(e, SVAL_INVALID, "%s", qe_errmsg());
   uint64_t want = bytes                      ? bytes
                   : frac >= 1.0 || frac == 0 ? full
                                              : (uint64_t)(frac * (double)r->full_kv_bytes);

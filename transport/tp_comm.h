@@ -82,7 +82,8 @@ int tp_comm_cpu_set_timeout(tp_comm_t *c, int timeout_ms);
 #define TP_NCCL_ID_BYTES 128
 
 /* Writes a fresh ncclUniqueId (TP_NCCL_ID_BYTES bytes) to out128: rank 0 makes it and sends it
- * to the other ranks (the scheduler relays it). Returns 0 or QE_ECOMM. */
+ * to the other ranks over the group's CPU link (tp_broadcast on the CPU communicator: `generate`
+ * and the workers do so). Returns 0 or QE_ECOMM. */
 int tp_comm_nccl_unique_id(void *out128);
 
 /* Joins the group named by unique_id as rank of size on GPU `device` (collective: blocks until
