@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -44,12 +42,19 @@ int run_prefill(rig_t *r, const int32_t *tokens, int n, float *out) {
   return rc;
 }
 
-static void tp_child(const char *path, int rank, int size, int fd, const int32_t *tokens, int n) {
+typedef struct {
+  const char *path;
+  int size, n;
+  const int32_t *tokens;
+} tp_job_t;
+
+static void tp_child(void *ud, int rank, int fd) {
+  const tp_job_t *j = ud;
   tp_comm_t *c = NULL;
   rig_t rg;
-  int rc = tp_comm_create_cpu_fds(&fd, rank, size, &c);
-  if (!rc) rc = rig_open(&rg, path, rank, size, c, n);
-  if (!rc) rc = run_prefill(&rg, tokens, n, NULL);
+  int rc = tp_comm_create_cpu_fds(&fd, rank, j->size, &c);
+  if (!rc) rc = rig_open(&rg, j->path, rank, j->size, c, j->n);
+  if (!rc) rc = run_prefill(&rg, j->tokens, j->n, NULL);
   _exit(rc ? 1 : 0);
 }
 
@@ -57,17 +62,8 @@ double tp_prefill_err(const char *path, int size, const int32_t *tokens, int n, 
                       int V) {
   int fds[16] = {-1};
   pid_t pids[16] = {0};
-  for (int r = 1; r < size; r++) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return INFINITY;
-    fflush(NULL);
-    if ((pids[r] = fork()) == 0) {
-      close(sv[0]);
-      tp_child(path, r, size, sv[1], tokens, n);
-    }
-    close(sv[1]);
-    fds[r] = sv[0];
-  }
+  tp_job_t job = {path, size, n, tokens};
+  if (tu_fork_ranks(size, tp_child, &job, fds, pids)) return INFINITY;
   tp_comm_t *c = NULL;
   rig_t rg;
   float *lg = malloc(sizeof(float) * (size_t)n * V);

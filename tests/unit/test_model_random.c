@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "model.h"
@@ -144,11 +142,18 @@ static void check_tied(void) {
   free(a);
 }
 
-static void tp_child(const model_hparams_t *hp, uint64_t seed, int rank, int size, int fd) {
+typedef struct {
+  const model_hparams_t *hp;
+  uint64_t seed;
+  int size;
+} tp_job_t;
+
+static void tp_child(void *ud, int rank, int fd) {
+  const tp_job_t *j = ud;
   tp_comm_t *c = NULL;
   rrig_t r;
-  int rc = tp_comm_create_cpu_fds(&fd, rank, size, &c);
-  if (!rc) rc = rrig_open(&r, hp, seed, rank, size);
+  int rc = tp_comm_create_cpu_fds(&fd, rank, j->size, &c);
+  if (!rc) rc = rrig_open(&r, j->hp, j->seed, rank, j->size);
   if (!rc) rc = rrig_prefill(&r, c, NULL);
   _exit(rc ? 1 : 0);
 }
@@ -158,17 +163,8 @@ static void tp_child(const model_hparams_t *hp, uint64_t seed, int rank, int siz
 static double tp_err(const model_hparams_t *hp, uint64_t seed, int size, const float *ref) {
   int fds[8] = {-1};
   pid_t pids[8] = {0};
-  for (int r = 1; r < size; r++) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return INFINITY;
-    fflush(NULL);
-    if ((pids[r] = fork()) == 0) {
-      close(sv[0]);
-      tp_child(hp, seed, r, size, sv[1]);
-    }
-    close(sv[1]);
-    fds[r] = sv[0];
-  }
+  tp_job_t job = {hp, seed, size};
+  if (tu_fork_ranks(size, tp_child, &job, fds, pids)) return INFINITY;
   tp_comm_t *c = NULL;
   rrig_t r;
   size_t n = (size_t)NT * hp->n_vocab;

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include "qe_status.h"
@@ -87,4 +89,21 @@ int tu_wait_ok(const pid_t *pids, int n) {
     if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) ok = 0;
   }
   return ok;
+}
+
+int tu_fork_ranks(int size, void (*child)(void *ud, int rank, int fd), void *ud, int *fds,
+                  pid_t *pids) {
+  for (int r = 1; r < size; r++) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return -1;
+    fflush(NULL);
+    if ((pids[r] = fork()) == 0) {
+      close(sv[0]);
+      child(ud, r, sv[1]);
+      _exit(1); /* child returned: a test bug */
+    }
+    close(sv[1]);
+    fds[r] = sv[0];
+  }
+  return 0;
 }

@@ -31,6 +31,11 @@ char *tu_read_file(const char *path, size_t *size);
 const char *tu_env_path(const char *env, const char *name);
 /* Deterministic uniform floats in [lo, hi) from a seed state. */
 float tu_randf(uint64_t *state, float lo, float hi);
+/* Forks ranks 1..size-1 of a tensor-parallel test, each joined to rank 0 by a socketpair: child
+ * r runs child(ud, r, its end) and must _exit; rank 0's ends go to fds[r], the pids to pids[r]
+ * (fds[0], pids[0] untouched). Returns 0, or -1 when a socketpair fails. */
+int tu_fork_ranks(int size, void (*child)(void *ud, int rank, int fd), void *ud, int *fds,
+                  pid_t *pids);
 /* Waits for the forked children pids[0..n) (entries <= 0 skipped); 1 when every one exited
  * with status 0. */
 int tu_wait_ok(const pid_t *pids, int n);
