@@ -13,7 +13,8 @@
  * - causal GQA attention over several sequences at once (prefill, chunked prefill, decode,
  *   explicit key positions) with per-key masses: max relative error < 1e-4;
  * - sampling (greedy with ties, seeded temperature / top-k / top-p): the same ids and the same
- *   rng states on many rows;
+ *   rng states on many rows; the device argmax (greedy steps) equal to the CPU backend's on
+ *   random rows up to 128,256 columns, ties, NaN and constant rows (not yet run on a GPU);
  * - whole models, teacher-forced on the CPU's greedy tokens: stories260K (when
  *   QE_SHARED_MODELS has it) and random llama / qwen2 models written here; every position's
  *   logits within 5e-2 normalized error, and every position's argmax agrees unless the CPU's
@@ -409,6 +410,28 @@ static void check_attentions(void) {
 
 /* ---- sampling ------------------------------------------------------------------------------- */
 
+/* The device argmax against the CPU backend's on fresh random rows (continuous values), plus
+ * rows of ties, NaN in column 0, NaN elsewhere, and all-equal values. */
+static void check_argmax(int rows, int n) {
+  float *h = randv((size_t)rows * n, 4.0f);
+  if (rows >= 4 && n >= 8) {
+    h[0 * n + 3] = h[0 * n + n - 1] = 50.0f;  /* tie: the lower index */
+    h[1 * n + 0] = NAN;                       /* NaN first: 0 */
+    h[2 * n + 5] = NAN, h[2 * n + 1] = 60.0f; /* NaN later: ignored */
+    for (int j = 0; j < n; j++) h[3 * n + j] = 2.0f;
+  }
+  float *d = bput(g_gpu, h, sizeof(float) * (size_t)rows * n);
+  int32_t *gi = malloc(sizeof(int32_t) * rows), *ci = malloc(sizeof(int32_t) * rows);
+  CHECK_OK(g_gpu->ops->argmax(g_gpu, d, rows, n, gi));
+  CHECK_OK(g_cpu->ops->argmax(g_cpu, h, rows, n, ci));
+  int same = 1;
+  for (int i = 0; i < rows; i++) same &= gi[i] == ci[i];
+  CHECK(same);
+  fprintf(stderr, "argmax: %d rows of %d: %s\n", rows, n, same ? "identical" : "DIFFERENT");
+  kern_free(g_gpu, d);
+  free(h), free(gi), free(ci);
+}
+
 static void check_sampling(int n_vocab, int rows) {
   kern_sampler_t ss[] = {
       {0, 0, 1.0f}, {0.8f, 40, 1.0f}, {1.0f, 0, 0.9f}, {1.3f, 0, 1.0f}, {0.7f, 50, 0.95f}};
@@ -788,6 +811,7 @@ int main(int argc, char **argv) {
   check_embed(512, 64, 9), check_embed(32000, 4096, 33);
   check_attentions();
   check_sampling(512, 400), check_sampling(32000, 60);
+  check_argmax(64, 128256), check_argmax(7, 33), check_argmax(1, 1);
   check_models();
   check_random_model(0), check_random_model(1);
 #ifdef QE_HAVE_NCCL

@@ -238,6 +238,25 @@ static void check_sampling(kern_backend_t *be) {
   free(lg);
 }
 
+/* argmax: the greedy sampler's choice on every row (ties to the lowest index, NaN never chosen
+ * unless in column 0, as a sequential scan gives). */
+static void check_argmax(kern_backend_t *be) {
+  enum { M = 6, V = 33 };
+  float *x = randv(M * V, 3), scratch[2 * V];
+  int32_t ids[M];
+  x[1 * V + 4] = x[1 * V + 20] = 9.0f;              /* a tie: 4 */
+  x[2 * V + 0] = NAN;                               /* NaN first: 0 */
+  x[3 * V + 2] = NAN, x[3 * V + 30] = 12.0f;        /* NaN later: ignored */
+  for (int j = 0; j < V; j++) x[4 * V + j] = -1.0f; /* all equal: 0 */
+  CHECK_OK(be->ops->argmax(be, x, M, V, ids));
+  kern_sampler_t greedy = {0, 0, 1.0f};
+  uint64_t rng = kern_rng_seed(1);
+  for (int i = 0; i < M; i++)
+    CHECK(ids[i] == be->ops->sample(be, x + i * V, V, &greedy, &rng, scratch));
+  CHECK(ids[1] == 4 && ids[2] == 0 && ids[3] == 30 && ids[4] == 0);
+  free(x);
+}
+
 int main(void) {
   kern_backend_t *be = NULL;
   CHECK_OK(kern_cpu_create(2, &be));
@@ -248,6 +267,7 @@ int main(void) {
   check_attention(be);
   check_attention_positions(be);
   check_sampling(be);
+  check_argmax(be);
   kern_destroy(be);
   return tu_done("test_kern_cpu");
 }
