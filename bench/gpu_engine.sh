@@ -154,6 +154,13 @@ for name in ["e1_full_b32", "e2_qevict20_b32", "long_32k", "tp1_b1", "tp2_b1", "
 if peer: print("transformers eager:", {k: peer[k] for k in peer if k != "peer"})
 if mem: print(f"e1 peak GPU memory (nvidia-smi): {mem} MiB")
 e1, e2 = engine("e1_full_b32"), engine("e2_qevict20_b32")
+j2 = load("e2_qevict20_b32.json")
+if j2 and "routing_gpu_ms_decode" in j2.get("memory", {}):
+    m, s2 = j2["memory"], j2["summary"]
+    print(f"QEvict 20% routing: {m['routing_passes_decode']} decode passes, "
+          f"{m['routing_gpu_ms_decode']:.1f} GPU ms = "
+          f"{m['routing_gpu_ms_decode'] / (s2['decode_s'] * 1e3):.3%} of decode time; "
+          f"{m['routing_passes_prefill']} prefill passes, {m['routing_gpu_ms_prefill']:.1f} ms")
 if e1 and e2: print(f"QEvict 20% / FullKV TPOT at B=32: {e2['tpot_ms'] / e1['tpot_ms']:.3f} (target <= 1)")
 lf, lq = load("long_full.json"), load("long_qevict.json")
 if lf and lq:

@@ -61,5 +61,9 @@ typedef struct {
   int err_flags; /* pools ran dry: 1 pages, 2 ledgers; 4 too many windows; 8 job lists full */
 } kv_gpu_stats_t;
 int kv_gpu_stats(kv_cache_t *kv, int seq, kv_gpu_stats_t *out);
+/* GPU milliseconds spent in the routing passes (allocation, decision, migrations) since the
+ * cache was made, and how many passes: [0] after prefilled layers, [1] during decode (one pass
+ * per step in which a window aged, all layers). Waits for the device. QE_EINVAL for FullKV. */
+int kv_gpu_routing_time(kv_cache_t *kv, double ms[2], long calls[2]);
 
 #endif

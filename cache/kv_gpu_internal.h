@@ -84,7 +84,8 @@ struct kv_gpu_tier {
   int64_t *h_bhist;         /* [max_seqs] per-layer B_hist */
   int32_t *h_len, *h_slots; /* [max_seqs] */
   kvg_buf_t d_bhist, d_len, d_slots, d_mass;
-  void *dev[16]; /* device allocations of rt, freed at destroy */
+  kc_timer_t *timer[2]; /* GPU time of the routing passes: after prefills [0], in decode [1] */
+  void *dev[16];        /* device allocations of rt, freed at destroy */
   int n_dev;
 };
 

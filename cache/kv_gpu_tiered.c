@@ -103,7 +103,19 @@ static int route(kv_gpu_t *g, const int *slots, int n, int layer0, int n_layers,
   int rc = stage_slots(g, slots, n);
   if (rc) return rc;
   kc_route_call_t c = {g->t->d_slots.p, n, layer0, n_layers, g->t->d_len.p, g->t->d_bhist.p, force};
-  return kc_route_run(&g->t->rt, &c, &g->t->qa, g->stream);
+  kc_timer_t *tm = g->t->timer[force ? 0 : 1];
+  if ((rc = kc_timer_begin(tm, g->stream))) return rc;
+  rc = kc_route_run(&g->t->rt, &c, &g->t->qa, g->stream);
+  int trc = kc_timer_end(tm, g->stream);
+  return rc ? rc : trc;
+}
+
+int kv_gpu_routing_time(kv_cache_t *kv, double ms[2], long calls[2]) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  ms[0] = ms[1] = 0, calls[0] = calls[1] = 0;
+  if (!g->t) return qe_errf(QE_EINVAL, "kv_gpu: no routing in a FullKV cache");
+  int rc = kc_timer_ms(g->t->timer[0], &ms[0], &calls[0]);
+  return rc ? rc : kc_timer_ms(g->t->timer[1], &ms[1], &calls[1]);
 }
 
 /* Windows aged at length len (kern_cuda_route.h's rule, the sink never counted). */
@@ -322,6 +334,8 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
   if (!rc) rc = kv_gpu__buf_need(g, &t->d_slots, sizeof(int32_t) * S);
   if (!rc) tier_sizes(g, t);
   if (!rc) rc = init_rope(g, rope);
+  if (!rc) rc = kc_timer_create(&t->timer[0]);
+  if (!rc) rc = kc_timer_create(&t->timer[1]);
   t->qa = (kc_quant_args_t){.geom = r->pg, .rotate = 1, .rope = t->arope, .arena = NULL};
   return rc;
 }
@@ -330,6 +344,7 @@ void kv_gpu__tier_destroy(kv_gpu_t *g) {
   kv_gpu_tier_t *t = g->t;
   if (!t) return;
   for (int i = 0; i < t->n_dev; i++) kern_free(g->base.be, t->dev[i]);
+  kc_timer_destroy(t->timer[0]), kc_timer_destroy(t->timer[1]);
   kvg_buf_t *b[] = {&t->d_bhist, &t->d_len, &t->d_slots, &t->d_mass};
   for (size_t i = 0; i < sizeof b / sizeof *b; i++) kern_free(g->base.be, b[i]->p);
   free(t->pending), free(t->budget), free(t->h_bhist), free(t->h_len), free(t->h_slots);

@@ -195,6 +195,21 @@ void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
           s.evictions, s.routing_events, s.peak_transient, s.workspace);
 }
 
+/* The GPU routing passes' device time (kv_gpu_routing_time), closing the memory object. */
+static void gpu_routing_json(kv_cache_t *kv, FILE *f) {
+  double ms[2] = {0, 0};
+  long n[2] = {0, 0};
+#ifdef QE_HAVE_KV_GPU
+  (void)kv_gpu_routing_time(kv, ms, n);
+#else
+  (void)kv;
+#endif
+  fprintf(f,
+          "\"routing_gpu_ms_prefill\":%.3f,\"routing_passes_prefill\":%ld,"
+          "\"routing_gpu_ms_decode\":%.3f,\"routing_passes_decode\":%ld}",
+          ms[0], n[0], ms[1], n[1]);
+}
+
 void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
   kv_gpu_stats_t gs;
   if (gpu_stats(kv, &gs)) {
@@ -202,9 +217,10 @@ void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
             "{\"policy\":\"%s\",\"device\":\"gpu\",\"budget_bytes\":%zu,\"bytes\":%zu,"
             "\"windows_full\":%ld,\"windows_int2\":%ld,\"windows_evicted\":%ld,"
             "\"promotions\":%ld,\"demotions\":%ld,\"evictions\":%ld,\"quantizations\":%ld,"
-            "\"routing_events\":%ld,\"pool_faults\":%d}",
+            "\"routing_events\":%ld,\"pool_faults\":%d,",
             p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
             gs.promotions, gs.demotions, gs.evictions, gs.quantizations, gs.routings, gs.err_flags);
+    gpu_routing_json(kv, f);
     return;
   }
   if (!is_tiered(kv)) {

@@ -2,6 +2,7 @@
  * references of each kernel: tests/kernels/test_kv_gpu.c. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "qe_status.h"
@@ -114,4 +115,72 @@ extern "C" int kc_memset_async(void *dst, int value, size_t bytes, void *stream)
 
 extern "C" int kc_stream_sync(void *stream) {
   return KCK_CUDA(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+/* ---- timers ---------------------------------------------------------------------------------- */
+
+#define KCK_PAIRS 64
+
+struct kc_timer {
+  cudaEvent_t beg[KCK_PAIRS], end[KCK_PAIRS];
+  int n, open; /* pairs recorded and not yet folded in; a begin without its end */
+  double ms;
+  long count;
+};
+
+extern "C" void kc_timer_destroy(kc_timer_t *t) {
+  if (!t) return;
+  for (int i = 0; i < KCK_PAIRS; i++) {
+    if (t->beg[i]) cudaEventDestroy(t->beg[i]);
+    if (t->end[i]) cudaEventDestroy(t->end[i]);
+  }
+  free(t);
+}
+
+extern "C" int kc_timer_create(kc_timer_t **out) {
+  kc_timer_t *t = (kc_timer_t *)calloc(1, sizeof *t);
+  if (!t) return qe_errf(QE_ENOMEM, "kc_timer: out of memory");
+  int rc = 0;
+  for (int i = 0; i < KCK_PAIRS && !rc; i++)
+    if (!(rc = KCK_CUDA(cudaEventCreate(&t->beg[i])))) rc = KCK_CUDA(cudaEventCreate(&t->end[i]));
+  if (rc) {
+    kc_timer_destroy(t);
+    return rc;
+  }
+  *out = t;
+  return 0;
+}
+
+/* Adds every recorded pair's time (waits for the last one) and empties the set. */
+static int kck_fold(kc_timer_t *t) {
+  for (int i = 0; i < t->n; i++) {
+    float ms = 0.0f;
+    int rc = KCK_CUDA(cudaEventSynchronize(t->end[i]));
+    if (!rc) rc = KCK_CUDA(cudaEventElapsedTime(&ms, t->beg[i], t->end[i]));
+    if (rc) return rc;
+    t->ms += ms, t->count++;
+  }
+  t->n = 0;
+  return 0;
+}
+
+extern "C" int kc_timer_begin(kc_timer_t *t, void *stream) {
+  int rc = t->n == KCK_PAIRS ? kck_fold(t) : 0;
+  if (!rc) rc = KCK_CUDA(cudaEventRecord(t->beg[t->n], (cudaStream_t)stream));
+  t->open = !rc;
+  return rc;
+}
+
+extern "C" int kc_timer_end(kc_timer_t *t, void *stream) {
+  if (!t->open) return qe_errf(QE_EINVAL, "kc_timer: end without begin");
+  int rc = KCK_CUDA(cudaEventRecord(t->end[t->n], (cudaStream_t)stream));
+  t->open = 0;
+  if (!rc) t->n++;
+  return rc;
+}
+
+extern "C" int kc_timer_ms(kc_timer_t *t, double *ms, long *count) {
+  int rc = kck_fold(t);
+  *ms = t->ms, *count = t->count;
+  return rc;
 }

@@ -63,6 +63,19 @@ int kc_memset_async(void *dst, int value, size_t bytes, void *stream);
 /* Waits for every queued operation of stream. */
 int kc_stream_sync(void *stream);
 
+/* GPU time of a repeated piece of work (e.g. the routing launches of each step), from CUDA event
+ * pairs recorded on its stream: begin / end never wait; kc_timer_ms waits for the pairs still
+ * pending and returns the total in milliseconds over every pair so far. A full set of pairs
+ * (64) is folded in (waiting for the oldest) before a new one starts. One stream and one
+ * thread per timer. */
+typedef struct kc_timer kc_timer_t;
+int kc_timer_create(kc_timer_t **out); /* 0, QE_ENOMEM or QE_EBACKEND */
+void kc_timer_destroy(kc_timer_t *t);  /* NULL-safe */
+int kc_timer_begin(kc_timer_t *t, void *stream);
+int kc_timer_end(kc_timer_t *t, void *stream);
+/* Total milliseconds and the number of timed pieces; QE_EBACKEND on a CUDA error. */
+int kc_timer_ms(kc_timer_t *t, double *ms, long *count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -492,6 +492,12 @@ static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
   }
   kv_gpu_stats_t st;
   CHECK_OK(kv_gpu_stats(kv, 0, &st));
+  double rms[2];
+  long rn[2];
+  CHECK_OK(kv_gpu_routing_time(kv, rms, rn));
+  CHECK(rn[0] == ge.n_layer && rn[1] > 0 && rms[0] > 0 && rms[1] > 0);
+  fprintf(stderr, "  routing passes: %ld after prefill (%.3f ms), %ld in decode (%.3f ms)\n", rn[0],
+          rms[0], rn[1], rms[1]);
   CHECK(st.err_flags == 0);
   CHECK(bad_inv == 0);
   CHECK(bad_dec == 0);
