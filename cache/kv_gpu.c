@@ -11,10 +11,6 @@
 #include "kv_gpu_internal.h"
 #include "qe_status.h"
 
-size_t kv_gpu_page_bytes(const kv_geom_t *g, int omega) {
-  return (size_t)2 * omega * g->n_kv_head * g->head_dim * 2;
-}
-
 size_t kv_gpu_pool_bytes(const kv_geom_t *g, int omega, int n_seqs, int capacity) {
   size_t wins = (size_t)(capacity + omega - 1) / (size_t)omega;
   return wins * (size_t)g->n_layer * (size_t)n_seqs * kv_gpu_page_bytes(g, omega);

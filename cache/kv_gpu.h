@@ -48,6 +48,19 @@ int kv_gpu_is_tiered(const kv_cache_t *kv);
 /* Budget spec of later seq_opens (as kv_tiered_set_budget_spec), and one slot's next budget. */
 void kv_gpu_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes);
 int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget);
+/* Bookkeeping bytes a tiered GPU slot is charged per live window (descriptor, score, page and
+ * ledger ids, plan), as kv_tiered charges its window metadata. */
+#define KV_GPU_WIN_META 77
+
+/* The tiered GPU cache's sizes for geometry g and policy cfg, without a cache (pure; the
+ * scheduler and the worker size budgets with it): *floor, the bytes per layer every slot holds
+ * whatever its budget (the sink rounded up to whole windows, the protected local windows and
+ * one in flight, each a FULL page plus KV_GPU_WIN_META); *min_budget, that over all layers;
+ * *fullkv, the bytes that hold n_tokens all at FULL. Any output may be NULL. 0, or
+ * QE_EUNSUPPORTED for a window the GPU kernels do not take. */
+int kv_gpu_bounds(const kv_geom_t *g, const kv_policy_cfg_t *cfg, long n_tokens, size_t *floor,
+                  size_t *min_budget, size_t *fullkv);
+
 /* The smallest budget (sink and protected local windows, all layers); bytes holding n_tokens
  * all at FULL (with bookkeeping) in a tiered cache, or FullKV page bytes otherwise. */
 size_t kv_gpu_min_budget(const kv_cache_t *kv);

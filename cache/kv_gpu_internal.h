@@ -77,7 +77,7 @@ struct kv_gpu_tier {
   kern_rope_t rope; /* the model's (factors borrowed) */
   kc_attn_rope_t arope;
   float *rope_tab;      /* device [n_rot / 2][2] */
-  size_t sink, reserve; /* per layer: sink windows, protected local windows (bytes) */
+  size_t floor;         /* per layer: sink and protected windows (kv_gpu_bounds) */
   double spec_fraction; /* budget spec for slots without an explicit budget */
   size_t spec_bytes;
   size_t *pending, *budget; /* [max_seqs] */

@@ -16,23 +16,17 @@
 /* ---- sizes and budgets ------------------------------------------------------------------------
  */
 
-static void tier_sizes(const kv_gpu_t *g, kv_gpu_tier_t *t) {
-  size_t unit = g->page_bytes + KVG_META;
-  size_t n_prot = (size_t)(t->cfg.n_local + g->omega - 1) / (size_t)g->omega + 1;
-  t->sink = (size_t)t->rt.sink_win * unit;
-  t->reserve = n_prot * unit;
-}
-
 size_t kv_gpu_min_budget(const kv_cache_t *kv) {
   const kv_gpu_t *g = (const kv_gpu_t *)kv;
-  return g->t ? (g->t->sink + g->t->reserve) * (size_t)kv->geom.n_layer : 0;
+  return g->t ? g->t->floor * (size_t)kv->geom.n_layer : 0;
 }
 
 size_t kv_gpu_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
   const kv_gpu_t *g = (const kv_gpu_t *)kv;
+  size_t full = 0;
+  if (g->t) return kv_gpu_bounds(&kv->geom, &g->t->cfg, n_tokens, NULL, NULL, &full) ? 0 : full;
   size_t wins = (size_t)((n_tokens + g->omega - 1) / g->omega);
-  size_t extra = g->t ? g->t->sink + g->t->reserve : 0;
-  return (extra + wins * (g->page_bytes + (g->t ? KVG_META : 0))) * (size_t)kv->geom.n_layer;
+  return wins * g->page_bytes * (size_t)kv->geom.n_layer;
 }
 
 void kv_gpu_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes) {
@@ -69,7 +63,7 @@ int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
     return qe_errf(QE_EINVAL, "kv_gpu: budget %zu bytes below the minimum %zu (sink and local)", b,
                    kv_gpu_min_budget(&g->base));
   t->budget[seq] = b, t->pending[seq] = 0;
-  t->h_bhist[seq] = (int64_t)(per - t->sink - t->reserve);
+  t->h_bhist[seq] = (int64_t)(per - t->floor);
   int rc = kc_route_reset_slot(&t->rt, seq, g->stream);
   if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * g->base.geom.max_seqs);
   return rc;
@@ -287,13 +281,13 @@ static int check_cfg(const kv_policy_cfg_t *c) {
 static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity) {
   const kv_gpu_tier_t *t = g->t;
   size_t per = budget / (size_t)g->base.geom.n_layer;
-  double hist = per > t->sink + t->reserve ? (double)(per - t->sink - t->reserve) : 0.0;
+  double hist = per > t->floor ? (double)(per - t->floor) : 0.0;
   double unit = (double)(g->page_bytes + KVG_META), led = (double)(t->rt.lay.total + KVG_META);
   double q = t->rt.use_int2 ? t->cfg.q : 0.0;
   double rho = (double)g->page_bytes / ((double)t->rt.led_per * led); /* unit bytes / charged */
   double pressured = (t->rt.use_full ? (1.0 - q) : 0.0) + q * rho;
   double phys = hist * (pressured > 1.0 ? pressured : 1.0);
-  size_t steady = (size_t)(((double)(t->sink + t->reserve) + phys) / unit) + 3;
+  size_t steady = (size_t)(((double)t->floor + phys) / unit) + 3;
   size_t prompt = (size_t)(capacity + g->omega - 1) / (size_t)g->omega;
   size_t L = (size_t)g->base.geom.n_layer, n = (size_t)n_seqs;
   size_t base = n * steady * L, room = base / 16 > 2 * prompt ? base / 16 : 2 * prompt;
@@ -332,7 +326,7 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
   if (!rc) rc = kv_gpu__buf_need(g, &t->d_bhist, sizeof(int64_t) * S);
   if (!rc) rc = kv_gpu__buf_need(g, &t->d_len, sizeof(int32_t) * S);
   if (!rc) rc = kv_gpu__buf_need(g, &t->d_slots, sizeof(int32_t) * S);
-  if (!rc) tier_sizes(g, t);
+  if (!rc) rc = kv_gpu_bounds(ge, cfg, 0, &t->floor, NULL, NULL);
   if (!rc) rc = init_rope(g, rope);
   if (!rc) rc = kc_timer_create(&t->timer[0]);
   if (!rc) rc = kc_timer_create(&t->timer[1]);

@@ -12,8 +12,6 @@
 #endif
 
 #define WC_MAX_CHILDREN 16
-/* A bound on the GPU cache's bookkeeping charge per window (kv_gpu_internal.h KVG_META: 77). */
-#define WC_GPU_META 128
 
 typedef struct {
   int id; /* mux child id; -1: empty entry */
@@ -124,10 +122,8 @@ static size_t gpu_full_arena(const wrk_cache_t *c) {
  * protected regions (sink and local windows, with their bookkeeping), which every open slot
  * holds whatever its budget; the pages and ledgers are shared by all slots. */
 static size_t gpu_slot_spec(const wrk_cache_t *c, const kv_policy_cfg_t *p) {
-  size_t o = (size_t)p->omega;
-  size_t wins = ((size_t)p->n_sink + o - 1) / o + ((size_t)p->n_local + o - 1) / o + 1;
-  size_t prot =
-      wins * (kv_gpu_page_bytes(&c->geom, p->omega) + WC_GPU_META) * (size_t)c->geom.n_layer;
+  size_t prot = 0;
+  (void)kv_gpu_bounds(&c->geom, p, 0, NULL, &prot, NULL); /* the window was checked before */
   return c->pool_bytes / (size_t)c->geom.max_seqs + prot;
 }
 #endif

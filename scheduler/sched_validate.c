@@ -10,12 +10,11 @@
 #include "kv_tiered.h"
 #include "qe_status.h"
 #include "sched_internal.h"
+#include "kv_gpu.h"
 #include "sched_validate.h"
 
 #define WP(x) QEVICT__WORKER__V1__POLICY__##x
-/* A bound on the GPU cache's bookkeeping charge per window (kv_gpu_internal.h KVG_META: 77). */
-#define SVAL_GPU_META 128
-#define PP(x)         QEVICT__V1__POLICY__##x
+#define PP(x) QEVICT__V1__POLICY__##x
 
 static int bad(sval_err_t *e, int status, const char *fmt, ...) {
   va_list ap;
@@ -232,19 +231,6 @@ static int check_gpu_policy(const sched_t *s, const sreq_t *r, const kv_policy_d
   return 0;
 }
 
-/* kv_gpu's bounds for one shard: bf16 pages of omega tokens; the sink rounded up to whole
- * windows and the local region plus one window always held (kv_gpu_min_budget), every window
- * of the capacity on top (kv_gpu_fullkv_bytes); the per-window bookkeeping taken at
- * SVAL_GPU_META, above kv_gpu's, so the minimum is never below the worker's. */
-static void gpu_bounds(const sched_t *s, const model_shard_t *sh, const kv_policy_cfg_t *c,
-                       long cap, size_t *min, size_t *full) {
-  size_t o = (size_t)c->omega, L = (size_t)s->hp.n_layer;
-  size_t unit = 2 * o * (size_t)sh->n_kv * (size_t)s->hp.head_dim * 2 + SVAL_GPU_META;
-  size_t prot = ((size_t)c->n_sink + o - 1) / o + ((size_t)c->n_local + o - 1) / o + 1;
-  *min = prot * unit * L;
-  *full = (prot + ((size_t)cap + o - 1) / o) * unit * L;
-}
-
 /* Bytes of the whole request (all ranks) at the minimum budget and at FullKV of the tiered
  * cache for its capacity, summed over the shards of the model's TP split (the GPU cache's on
  * GPU workers). */
@@ -257,10 +243,8 @@ static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp
     if (model_shard_of(&s->hp, rank, tp, &sh)) return QE_EINVAL;
     kv_geom_t g = {s->hp.n_layer, sh.n_head, sh.n_kv, s->hp.head_dim, 1};
     int rc = 0;
-    if (gpu)
-      gpu_bounds(s, &sh, &d->cfg, cap, &a, &b);
-    else
-      rc = kv_tiered_bounds(&g, &d->cfg, cap, &a, &b);
+    rc = gpu ? kv_gpu_bounds(&g, &d->cfg, cap, NULL, &a, &b)
+             : kv_tiered_bounds(&g, &d->cfg, cap, &a, &b);
     if (rc) return rc;
     *min += a, *full += b;
   }

@@ -327,7 +327,7 @@ KQ_FN int kq_code_at(const uint8_t *codes, int e, int bits) {
  * [omega][KQ_KW] floats. Every lane takes part in the shuffles (lanes past head_dim with 0). */
 static __device__ void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb,
                                          float *kq_xs) {
-  if (jb.n_tok <= 0) return; /* an empty job (the router's placeholder) */
+  if (jb.n_tok <= 0) return; /* a window that got no ledger or page: nothing to move */
   const int h = blockIdx.y, lane = threadIdx.x, j = blockIdx.z * KQ_KW + lane;
   const int n = jb.n_tok, live = j < p.hd, L = (1 << p.bits) - 1, per = 8 / p.bits;
   const size_t row = (size_t)p.n_kv * p.hd;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kv_gpu.h"
 #include "kv_tiered.h"
 #include "model_gen.h"
 #include "qe_status.h"
@@ -330,8 +331,24 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   unlink(path);
 }
 
+/* The GPU cache's sizes without a GPU (the scheduler admits GPU requests with them): qevict's
+ * defaults (window 8, sink 5, local 32) on 8 KV heads of 128 over 32 layers. */
+static void check_gpu_bounds(void) {
+  kv_geom_t g = {32, 32, 8, 128, 1};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  size_t floor_b = 0, min_b = 0, full = 0, unit = 2 * 8 * 8 * 128 * 2 + KV_GPU_WIN_META;
+  CHECK_OK(kv_gpu_bounds(&g, &d.cfg, 1000, &floor_b, &min_b, &full));
+  CHECK(floor_b == (1 + 4 + 1) * unit); /* sink: 1 window; local: 4 + 1 in flight */
+  CHECK(min_b == floor_b * 32);
+  CHECK(full == (floor_b + 125 * unit) * 32);
+  d.cfg.omega = 1; /* h2o's token-level default */
+  CHECK(kv_gpu_bounds(&g, &d.cfg, 1000, NULL, &min_b, &full) == QE_EUNSUPPORTED);
+}
+
 int main(void) {
   check_worked_example();
+  check_gpu_bounds();
   rand_model_spec_t llama_gqa = {1, 0 /* F32 */, 8, 2, 0, 2, 21};
   rand_model_spec_t qwen_mha = {2, 8 /* Q8_0 */, 8, 8, 1, 2, 5};
   check_model(&llama_gqa, 1);
