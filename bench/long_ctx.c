@@ -1,30 +1,72 @@
-/* long_ctx: how many long sequences fit on one GPU and how fast they decode, FullKV against a
+/* long_ctx: how many long sequences fit on the GPUs and how fast they decode, FullKV against a
  * tiered policy at a budget (issue 5, "long context"). A random-weight model of a named shape
- * (model_create_random) on the CUDA backend; the cache is sized from the GPU memory left after
- * the weights and a workspace reserve, for as many slots of ctx + new tokens as it can hold
- * (the tiered cache at its budget, FullKV at full size). Each slot is filled with ctx tokens of
- * random K/V through the cache's own store and prefill path (the last n_obs positions as the
- * observation queries, so the tiered cache scores and routes every layer as after a real prompt;
- * the prompt's other hidden states are not computed: this measures memory and decode, not
+ * (model_create_random) on the CUDA backend, optionally tensor-parallel (--tp T: T processes,
+ * rank r on GPU (device + r) mod the visible count, each holding its shard of the model and of
+ * the KV heads; forked from this one and joined by CPU socketpairs plus an NCCL communicator
+ * that carries the activations' all-reduces, timed with CUDA events). Each rank sizes its cache
+ * from the GPU memory left after its weights and a workspace reserve, for as many slots of
+ * ctx + new tokens as it can hold (the tiered cache at its budget, FullKV at full size); the
+ * ranks then agree on the smallest count. Each slot is filled with ctx tokens of random K/V
+ * through the cache's own store and prefill path (the last n_obs positions as the observation
+ * queries, so the tiered cache scores and routes every layer as after a real prompt; the
+ * prompt's other hidden states are not computed: this measures memory and decode, not
  * prefill), then every slot decodes `new` tokens in one batch through the whole model
- * (model_forward_greedy). Prints one JSON line.
+ * (model_forward_greedy on rank 0, model_forward on the others). Rank 0 prints one JSON line;
+ * any rank's failure makes the run exit 1 with one message (never a hang).
  * Usage: long_ctx [--shape llama3-8b] [--ctx 32768] [--new 32] [--policy full|qevict]
- *                 [--budget 0.2] [--device 0] [--reserve-gb 4] [--max-seqs N] */
+ *                 [--budget 0.2] [--device 0] [--reserve-gb 4] [--max-seqs N] [--tp 1] */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda/kern_cuda.h"
 #include "kv_gpu.h"
 #include "model.h"
 #include "qe_status.h"
 
+#define LC_MAX_TP           64
+#define LC_SETUP_TIMEOUT_MS 300000 /* CPU comm I/O timeout before decoding (see set_timeout) */
+
 typedef struct {
   const char *shape, *policy;
-  int ctx, n_new, device, max_seqs;
+  int ctx, n_new, device, max_seqs, tp;
   double budget, reserve_gb;
 } lc_args_t;
+
+/* One rank's state. Owned: destroyed by rank_free (c, which borrows nc as c->dev, first). */
+typedef struct {
+  kern_backend_t *be;
+  model_t *m;
+  kv_cache_t *kv;
+  tp_comm_t *nc;         /* NCCL communicator (T > 1), NULL otherwise */
+  float *k, *v;          /* fill K, V rows: [ctx][n_kv_local][head_dim] */
+  float *q, *o;          /* fill queries, outputs: [32][n_head_local][head_dim] */
+  int n_fit, n;          /* slots fit_slots made here; slots agreed by every rank */
+  double fill_s, step_s; /* fill time; mean decode step, the first excluded */
+  double ar_ms;          /* NCCL all-reduce time over the timed decode steps */
+  long ar_calls;         /* and their count */
+} lc_rank_t;
+
+/* A rank's status at an agreement point (tp_allgather over the CPU comm). */
+typedef struct {
+  int32_t rc, val;
+  char msg[200];
+} lc_vote_t;
+
+/* A rank's numbers at the end, gathered by rank 0. */
+typedef struct {
+  double gpu_used_gb, ar_ms;
+  uint64_t slot_bytes;
+  int64_t ar_calls;
+} lc_report_t;
+
+static pid_t lc_pids[LC_MAX_TP]; /* rank 0: the forked ranks 1..tp-1 (0: none) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -32,31 +74,48 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int parse_flag(lc_args_t *a, const char *f, const char *v) {
+  if (!strcmp(f, "--shape"))
+    a->shape = v;
+  else if (!strcmp(f, "--policy"))
+    a->policy = v;
+  else if (!strcmp(f, "--ctx"))
+    a->ctx = atoi(v);
+  else if (!strcmp(f, "--new"))
+    a->n_new = atoi(v);
+  else if (!strcmp(f, "--device"))
+    a->device = atoi(v);
+  else if (!strcmp(f, "--max-seqs"))
+    a->max_seqs = atoi(v);
+  else if (!strcmp(f, "--tp"))
+    a->tp = atoi(v);
+  else if (!strcmp(f, "--budget"))
+    a->budget = atof(v);
+  else if (!strcmp(f, "--reserve-gb"))
+    a->reserve_gb = atof(v);
+  else
+    return fprintf(stderr, "long_ctx: unknown option %s\n", f), 2;
+  return 0;
+}
+
 static int parse(int argc, char **argv, lc_args_t *a) {
-  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 0.2, 4.0};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *f = argv[i], *v = argv[i + 1];
-    if (!strcmp(f, "--shape"))
-      a->shape = v;
-    else if (!strcmp(f, "--policy"))
-      a->policy = v;
-    else if (!strcmp(f, "--ctx"))
-      a->ctx = atoi(v);
-    else if (!strcmp(f, "--new"))
-      a->n_new = atoi(v);
-    else if (!strcmp(f, "--device"))
-      a->device = atoi(v);
-    else if (!strcmp(f, "--max-seqs"))
-      a->max_seqs = atoi(v);
-    else if (!strcmp(f, "--budget"))
-      a->budget = atof(v);
-    else if (!strcmp(f, "--reserve-gb"))
-      a->reserve_gb = atof(v);
-    else
-      return fprintf(stderr, "long_ctx: unknown option %s\n", f), 2;
+  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 1, 0.2, 4.0};
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) return fprintf(stderr, "long_ctx: %s needs a value\n", argv[i]), 2;
+    if (parse_flag(a, argv[i], argv[i + 1])) return 2;
   }
-  if (a->ctx < 64 || a->n_new < 1 || a->budget <= 0 || a->budget > 1)
-    return fprintf(stderr, "long_ctx: bad --ctx, --new or --budget\n"), 2;
+  if (a->ctx < 64 || a->n_new < 1 || a->budget <= 0 || a->budget > 1 || a->device < 0)
+    return fprintf(stderr, "long_ctx: bad --ctx, --new, --budget or --device\n"), 2;
+  if (a->tp < 1 || a->tp > LC_MAX_TP)
+    return fprintf(stderr, "long_ctx: --tp must be in 1..%d\n", LC_MAX_TP), 2;
+#ifndef QE_HAVE_NCCL
+  if (a->tp > 1)
+    return fprintf(stderr,
+                   "long_ctx: --tp %d needs NCCL, and this build has none (nccl.h and "
+                   "libnccl were not found at configure time)\n",
+                   a->tp),
+           2;
+#endif
   return 0;
 }
 
@@ -126,61 +185,298 @@ static int random_rows(kern_backend_t *be, size_t n, float **out) {
   return rc;
 }
 
-static int decode(model_t *m, kv_cache_t *kv, int n, int ctx, int steps, double *step_s) {
-  tp_comm_t *c = NULL;
-  int32_t *tok = calloc((size_t)n, 4), *pos = calloc((size_t)n, 4), *seq = calloc((size_t)n, 4);
-  int rc = tp_comm_create_single(&c);
-  if (!tok || !pos || !seq) rc = QE_ENOMEM;
-  double t0 = 0;
-  for (int t = 0; !rc && t < steps; t++) {
-    if (t == 1) t0 = now_s(); /* the first step warms the GEMM plans */
-    for (int i = 0; i < n; i++) pos[i] = ctx + t, seq[i] = i;
-    model_batch_t b = {n, tok, pos, seq, NULL};
-    rc = model_forward_greedy(m, kv, c, &b, tok);
+/* The fill rows of this rank's cache geometry (random_rows: the same values on every rank). */
+static int make_rows(const lc_args_t *a, lc_rank_t *r) {
+  const kv_geom_t *g = &r->kv->geom;
+  size_t row = (size_t)g->n_kv_head * g->head_dim, qn = (size_t)32 * g->n_head * g->head_dim;
+  int rc = random_rows(r->be, row * (size_t)a->ctx, &r->k);
+  if (!rc) rc = random_rows(r->be, row * (size_t)a->ctx, &r->v);
+  if (!rc) rc = random_rows(r->be, qn, &r->q);
+  if (!rc && !(r->o = kern_alloc(r->be, sizeof(float) * qn)))
+    rc = qe_errf(QE_ENOMEM, "long_ctx: no device memory for the fill rows");
+  return rc;
+}
+
+/* Rank 0 with T > 1: a forked rank that exits before the final report has failed or crashed
+ * mid-run, and the others may wait on it in NCCL forever: stop them all and exit 1. Async-signal
+ * safe (write, kill, _exit). */
+static void kill_ranks(void) {
+  for (int r = 1; r < LC_MAX_TP; r++)
+    if (lc_pids[r] > 0) kill(lc_pids[r], SIGKILL);
+}
+
+static void on_rank_exit(int sig) {
+  static const char msg[] = "long_ctx: a tensor-parallel rank exited mid-run; stopped the others\n";
+  int saved = errno, st, ours = 0;
+  (void)sig;
+  for (int r = 1; r < LC_MAX_TP; r++) /* a child of a library is not ours: not reaped */
+    if (lc_pids[r] > 0 && waitpid(lc_pids[r], &st, WNOHANG) == lc_pids[r]) ours = 1, lc_pids[r] = 0;
+  errno = saved;
+  if (!ours) return;
+  if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
   }
-  *step_s = steps > 1 ? (now_s() - t0) / (steps - 1) : 0;
-  tp_comm_destroy(c);
+  kill_ranks();
+  _exit(1);
+}
+
+/* Arms (on = 1) or disarms rank 0's watchdog on its forked ranks (SIGCHLD). */
+static void watch_ranks(int on) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on ? on_rank_exit : SIG_DFL;
+  sa.sa_flags = SA_NOCLDSTOP;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGCHLD, &sa, NULL);
+}
+
+/* A failure where the other ranks may be blocked in NCCL and cannot be told (joining it,
+ * decoding). With one rank, returns rc; otherwise prints it and ends this process: rank 0 stops
+ * the forked ranks first, a forked rank leaves that to rank 0's watchdog. */
+static int fatal(const tp_comm_t *c, int rc) {
+  if (c->size == 1) return rc;
+  fprintf(stderr, "long_ctx: rank %d: %s (%s)\n", c->rank, qe_strerror(rc), qe_errmsg());
+  fflush(stderr);
+  if (c->rank == 0) watch_ranks(0), kill_ranks();
+  _exit(1);
+}
+
+/* Collective agreement point: each rank gives its status rc (0 or QE_E*) and a value. Returns 0
+ * on every rank with *min_val the smallest value, or, on every rank, the lowest failing rank's
+ * rc with its detail message ("rank r: ..."), or this rank's QE_ECOMM for a broken link. */
+static int agree(tp_comm_t *c, int rc, int val, int *min_val) {
+  lc_vote_t mine = {rc, val, ""}, all[LC_MAX_TP];
+  if (rc) snprintf(mine.msg, sizeof mine.msg, "%s", qe_errmsg());
+  int grc = tp_allgather(c, &mine, all, sizeof mine);
+  if (grc) return grc;
+  *min_val = val;
+  for (int r = 0; r < c->size; r++) {
+    if (all[r].rc && c->size == 1) return qe_errf(all[r].rc, "%s", all[r].msg);
+    if (all[r].rc) return qe_errf(all[r].rc, "rank %d: %s", r, all[r].msg);
+    if (all[r].val < *min_val) *min_val = all[r].val;
+  }
+  return 0;
+}
+
+/* This rank's backend on GPU (device + rank) mod the visible count (one GPU per rank), and its
+ * shard of the random model. After the fork: no CUDA state crosses one. */
+static int load_rank(const lc_args_t *a, const tp_comm_t *c, lc_rank_t *r) {
+  model_hparams_t hp;
+  int n_dev = kern_cuda_device_count(), rc = model_shape_named(a->shape, &hp);
+  if (!rc && (a->device >= n_dev || c->size > n_dev))
+    rc = qe_errf(QE_EINVAL, "--device %d, --tp %d: %d CUDA device(s) visible, one per rank",
+                 a->device, c->size, n_dev);
+  if (!rc) rc = kern_cuda_create((a->device + c->rank) % n_dev, &r->be);
+  model_load_opts_t mo = {r->be, c->rank, c->size, a->ctx > 4096 ? 4096 : a->ctx};
+  if (!rc) rc = model_create_random(&hp, 1, &mo, &r->m);
+  return rc;
+}
+
+/* T > 1: every rank joins an NCCL communicator of the group (rank 0 makes the id and broadcasts
+ * it over c) ordered on its backend's stream, with all-reduce timing on; c->dev points at it.
+ * Returns 0 or an agreed error; failing to join is fatal (the others wait inside NCCL). */
+static int join_nccl(tp_comm_t *c, lc_rank_t *r) {
+#ifdef QE_HAVE_NCCL
+  unsigned char id[TP_NCCL_ID_BYTES] = {0};
+  int unused, rc = agree(c, c->rank == 0 ? tp_comm_nccl_unique_id(id) : 0, 0, &unused);
+  if (!rc) rc = tp_broadcast(c, id, sizeof id, 0);
+  if (rc) return rc;
+  rc = tp_comm_create_nccl(id, c->rank, c->size, kern_cuda_device(r->be), &r->nc);
+  if (!rc) rc = tp_comm_nccl_set_stream(r->nc, kern_cuda_stream(r->be));
+  if (!rc) rc = tp_comm_nccl_timing(r->nc, 1);
+  if (!rc) c->dev = r->nc;
+  return rc ? fatal(c, rc) : 0;
+#else
+  (void)r;
+  return qe_errf(QE_EUNSUPPORTED, "--tp %d needs NCCL, and this build has none", c->size);
+#endif
+}
+
+/* The cache at exactly n slots (recreated when fit_slots made more here), then every slot
+ * filled; rank 0's fill time in r->fill_s. */
+static int fill_rank(const lc_args_t *a, lc_rank_t *r, int n) {
+  int rc = 0;
+  if (n != r->n_fit) {
+    kv_cache_destroy(r->kv);
+    r->kv = NULL;
+    rc = make_cache(a, r->be, r->m, n, &r->kv);
+  }
+  r->n = rc ? 0 : n;
+  if (!rc) rc = make_rows(a, r);
+  double t0 = now_s();
+  for (int s = 0; !rc && s < n; s++)
+    rc = fill_slot(r->kv, s, a->ctx, a->ctx + a->n_new, r->k, r->v, r->q, r->o);
+  r->fill_s = now_s() - t0;
+  return rc;
+}
+
+/* Total NCCL all-reduce milliseconds and count so far (0 without NCCL). Waits for them. */
+static int ar_time(lc_rank_t *r, double *ms, long *calls) {
+  *ms = 0, *calls = 0;
+#ifdef QE_HAVE_NCCL
+  if (r->nc) return tp_comm_nccl_time(r->nc, ms, calls);
+#endif
+  return 0;
+}
+
+/* Decodes a->n_new tokens in every slot (collective): per step rank 0 broadcasts the batch's ids
+ * over c, then rank 0 runs model_forward_greedy (the next ids) and the others model_forward.
+ * Sets r->step_s (mean step on this rank, the first excluded: it warms the GEMM plans) and
+ * r->ar_ms, r->ar_calls (the NCCL all-reduces of the timed steps only). */
+static int decode(const lc_args_t *a, tp_comm_t *c, lc_rank_t *r) {
+  int n = r->n, rc = 0, steps = a->n_new;
+  int32_t *tok = calloc((size_t)n, 4), *pos = calloc((size_t)n, 4), *seq = calloc((size_t)n, 4);
+  if (!tok || !pos || !seq) rc = qe_errf(QE_ENOMEM, "long_ctx: out of memory");
+  double t0 = 0, ms0 = 0;
+  long calls0 = 0;
+  for (int t = 0; !rc && t < steps; t++) {
+    if (t == 1 && !(rc = ar_time(r, &ms0, &calls0))) t0 = now_s();
+    for (int i = 0; i < n; i++) pos[i] = a->ctx + t, seq[i] = i;
+    model_batch_t b = {n, tok, pos, seq, NULL};
+    if (!rc) rc = tp_broadcast(c, tok, sizeof(int32_t) * (size_t)n, 0);
+    if (!rc)
+      rc = c->rank ? model_forward(r->m, r->kv, c, &b, NULL)
+                   : model_forward_greedy(r->m, r->kv, c, &b, tok);
+  }
+  r->step_s = steps > 1 ? (now_s() - t0) / (steps - 1) : 0;
+  if (!rc && steps > 1 && !(rc = ar_time(r, &r->ar_ms, &r->ar_calls)))
+    r->ar_ms -= ms0, r->ar_calls -= calls0;
   free(tok), free(pos), free(seq);
   return rc;
+}
+
+/* The CPU comm's I/O timeout (T > 1): generous while the ranks load, fit and fill at their own
+ * speeds (a 70B shard takes a while), the default while they decode in lockstep. */
+static void set_timeout(tp_comm_t *c, int ms) {
+  if (c->size > 1) tp_comm_cpu_set_timeout(c, ms);
+}
+
+/* One rank's run, collective over c: load, join NCCL (T > 1), fit a cache, agree on the slots
+ * (the minimum over ranks), fill, decode. Returns 0 or an error every rank agreed on (a QE_ECOMM
+ * may be this rank's alone); failures while others may be inside NCCL end the process. */
+static int run_rank(const lc_args_t *a, tp_comm_t *c, lc_rank_t *r) {
+  set_timeout(c, LC_SETUP_TIMEOUT_MS);
+  int n = 0, rc = agree(c, load_rank(a, c, r), 0, &n);
+  if (!rc && c->size > 1) rc = join_nccl(c, r);
+  if (!rc) {
+    int frc = (r->n_fit = fit_slots(a, r->be, r->m, &r->kv)) < 0 ? r->n_fit : 0;
+    rc = agree(c, frc, frc ? 0 : r->n_fit, &n);
+  }
+  int unused;
+  if (!rc) rc = agree(c, fill_rank(a, r, n), 0, &unused);
+  set_timeout(c, TP_COMM_DEFAULT_TIMEOUT_MS);
+  if (!rc && (rc = decode(a, c, r))) rc = fatal(c, rc);
+  return rc;
+}
+
+/* Gathers every rank's numbers into all[size] (collective; rank 0 prints them). */
+static int gather_reports(tp_comm_t *c, const lc_rank_t *r, lc_report_t *all) {
+  lc_report_t mine = {0, r->ar_ms, 0, r->ar_calls};
+  size_t free_b = 0, total = 0;
+  if (r->be && !kern_cuda_mem_info(r->be, &free_b, &total))
+    mine.gpu_used_gb = (double)(total - free_b) / (1 << 30);
+  if (r->kv && r->n > 0) mine.slot_bytes = r->kv->ops->seq_bytes(r->kv, 0);
+  return tp_allgather(c, &mine, all, sizeof mine);
+}
+
+static void rank_free(lc_rank_t *r, tp_comm_t *c) {
+  tp_comm_destroy(c);
+  tp_comm_destroy(r->nc);
+  if (r->be) kern_free(r->be, r->k), kern_free(r->be, r->v), kern_free(r->be, r->q);
+  if (r->be) kern_free(r->be, r->o);
+  kv_cache_destroy(r->kv);
+  model_destroy(r->m);
+  kern_destroy(r->be);
+}
+
+/* A forked rank > 0: runs with rank 0 over its socket fd, reports, exits 0 or 1 (rank 0 prints
+ * the agreed error; this rank prints only what it cannot report). */
+static int run_follower(const lc_args_t *a, int rank, int fd) {
+  tp_comm_t *c = NULL;
+  lc_rank_t r = {0};
+  lc_report_t all[LC_MAX_TP];
+  int fds[1] = {fd}, rc = tp_comm_create_cpu_fds(fds, rank, a->tp, &c);
+  if (rc)
+    return fprintf(stderr, "long_ctx: rank %d: %s (%s)\n", rank, qe_strerror(rc), qe_errmsg()), 1;
+  rc = run_rank(a, c, &r);
+  int grc = gather_reports(c, &r, all);
+  rank_free(&r, c);
+  return rc || grc ? 1 : 0;
+}
+
+/* Rank 0: forks ranks 1..tp-1 (lc_pids), each linked to it by a socketpair, arms the watchdog
+ * and makes *c; with tp 1, the single-rank communicator. Before any CUDA call. */
+static int spawn_ranks(const lc_args_t *a, tp_comm_t **c) {
+  int fds[LC_MAX_TP] = {-1}, sv[2], rc = 0;
+  if (a->tp == 1) return tp_comm_create_single(c);
+  for (int r = 1; !rc && r < a->tp; r++) {
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) rc = qe_errf(QE_ECOMM, "socketpair failed");
+    fflush(NULL);
+    if (!rc && (lc_pids[r] = fork()) < 0)
+      lc_pids[r] = 0, close(sv[0]), close(sv[1]), rc = qe_errf(QE_ECOMM, "fork failed");
+    if (!rc && lc_pids[r] == 0) {
+      close(sv[0]);
+      for (int j = 1; j < r; j++) close(fds[j]);
+      _exit(run_follower(a, r, sv[1]));
+    }
+    if (!rc) close(sv[1]), fds[r] = sv[0];
+  }
+  for (int r = 1; rc && r < a->tp; r++)
+    if (lc_pids[r] > 0) close(fds[r]); /* the forked ranks see the link close and stop */
+  if (!rc) watch_ranks(1);
+  return rc ? rc : tp_comm_create_cpu_fds(fds, 0, a->tp, c);
+}
+
+/* Reaps the forked ranks, killing any still there after 30 s. QE_ECOMM if one failed. */
+static int wait_ranks(int tp) {
+  int bad = 0;
+  double end = now_s() + 30;
+  for (int r = 1; r < tp; r++) {
+    int st = 0;
+    pid_t w = 0;
+    while (lc_pids[r] > 0 && (w = waitpid(lc_pids[r], &st, WNOHANG)) == 0 && now_s() < end)
+      usleep(10000);
+    if (lc_pids[r] > 0 && w == 0) kill(lc_pids[r], SIGKILL), w = waitpid(lc_pids[r], &st, 0);
+    if (lc_pids[r] > 0 && (w <= 0 || !WIFEXITED(st) || WEXITSTATUS(st))) bad = 1;
+  }
+  return bad ? qe_errf(QE_ECOMM, "a tensor-parallel rank failed") : 0;
+}
+
+/* The JSON line: the top-level slot_bytes and gpu_used_gb are rank 0's (a shard's with T > 1),
+ * the ranks array has every rank's; all-reduce numbers cover the timed decode steps only. */
+static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t *all) {
+  int timed = a->n_new > 1 ? a->n_new - 1 : 1;
+  printf("{\"bench\":\"long_ctx\",\"shape\":\"%s\",\"policy\":\"%s\",\"budget\":%.3f,\"ctx\":%d,"
+         "\"sequences\":%d,\"slot_bytes\":%llu,\"fill_s\":%.2f,\"step_ms\":%.3f,"
+         "\"tokens_per_s\":%.1f,\"gpu_used_gb\":%.2f,\"tp\":%d,\"allreduce_ms_per_step\":%.4f,"
+         "\"allreduce_calls_per_step\":%.1f,\"ranks\":[",
+         a->shape, a->policy, strcmp(a->policy, "full") ? a->budget : 1.0, a->ctx, r->n,
+         (unsigned long long)all[0].slot_bytes, r->fill_s, r->step_s * 1e3,
+         r->step_s > 0 ? r->n / r->step_s : 0.0, all[0].gpu_used_gb, a->tp, r->ar_ms / timed,
+         (double)r->ar_calls / timed);
+  for (int i = 0; i < a->tp; i++)
+    printf("%s{\"rank\":%d,\"gpu_used_gb\":%.2f,\"slot_bytes\":%llu,\"allreduce_ms\":%.3f}",
+           i ? "," : "", i, all[i].gpu_used_gb, (unsigned long long)all[i].slot_bytes,
+           all[i].ar_ms);
+  printf("]}\n");
 }
 
 int main(int argc, char **argv) {
   lc_args_t a;
   if (parse(argc, argv, &a)) return 2;
-  kern_backend_t *be = NULL;
-  model_t *m = NULL;
-  kv_cache_t *kv = NULL;
-  model_hparams_t hp;
-  float *k = NULL, *v = NULL, *q = NULL, *o = NULL;
-  double fill_s = 0, step_s = 0;
-  int rc = model_shape_named(a.shape, &hp), n = 0;
-  if (!rc) rc = kern_cuda_create(a.device, &be);
-  model_load_opts_t mo = {be, 0, 1, a.ctx > 4096 ? 4096 : a.ctx};
-  if (!rc) rc = model_create_random(&hp, 1, &mo, &m);
-  if (!rc) rc = (n = fit_slots(&a, be, m, &kv)) < 0 ? n : 0;
-  size_t row = (size_t)hp.n_head_kv * hp.head_dim;
-  if (!rc) rc = random_rows(be, row * (size_t)a.ctx, &k);
-  if (!rc) rc = random_rows(be, row * (size_t)a.ctx, &v);
-  if (!rc) rc = random_rows(be, (size_t)32 * hp.n_head * hp.head_dim, &q);
-  if (!rc && !(o = kern_alloc(be, sizeof(float) * 32 * hp.n_head * hp.head_dim))) rc = QE_ENOMEM;
-  double t0 = now_s();
-  for (int s = 0; !rc && s < n; s++) rc = fill_slot(kv, s, a.ctx, a.ctx + a.n_new, k, v, q, o);
-  fill_s = now_s() - t0;
-  if (!rc) rc = decode(m, kv, n, a.ctx, a.n_new, &step_s);
-  size_t free_b = 0, total = 0;
-  if (be) kern_cuda_mem_info(be, &free_b, &total);
-  if (!rc)
-    printf("{\"bench\":\"long_ctx\",\"shape\":\"%s\",\"policy\":\"%s\",\"budget\":%.3f,\"ctx\":%d,"
-           "\"sequences\":%d,\"slot_bytes\":%zu,\"fill_s\":%.2f,\"step_ms\":%.3f,"
-           "\"tokens_per_s\":%.1f,\"gpu_used_gb\":%.2f}\n",
-           a.shape, a.policy, strcmp(a.policy, "full") ? a.budget : 1.0, a.ctx, n,
-           kv ? kv->ops->seq_bytes(kv, 0) : 0, fill_s, step_s * 1e3, n / step_s,
-           (double)(total - free_b) / (1 << 30));
-  else
-    fprintf(stderr, "long_ctx: %s (%s)\n", qe_strerror(rc), qe_errmsg());
-  if (be) kern_free(be, k), kern_free(be, v), kern_free(be, q), kern_free(be, o);
-  kv_cache_destroy(kv);
-  model_destroy(m);
-  kern_destroy(be);
+  tp_comm_t *c = NULL;
+  lc_rank_t r = {0};
+  lc_report_t all[LC_MAX_TP];
+  char msg[256] = "";
+  int rc = spawn_ranks(&a, &c);
+  if (!rc) rc = run_rank(&a, c, &r);
+  if (rc) snprintf(msg, sizeof msg, "%s", qe_errmsg());
+  watch_ranks(0); /* the forked ranks exit after the report */
+  int grc = c ? gather_reports(c, &r, all) : QE_ECOMM;
+  if (!rc && grc) rc = grc, snprintf(msg, sizeof msg, "%s", qe_errmsg());
+  if (!rc) print_json(&a, &r, all);
+  rank_free(&r, c);
+  int wrc = wait_ranks(a.tp);
+  if (!rc && wrc) rc = wrc, snprintf(msg, sizeof msg, "%s", qe_errmsg());
+  if (rc) fprintf(stderr, "long_ctx: %s (%s)\n", qe_strerror(rc), msg);
   return rc ? 1 : 0;
 }

@@ -109,6 +109,7 @@ static int gpu_seq_open(kv_cache_t *kv, int seq, int capacity) {
   if (!(s->pages = malloc(sizeof(int32_t) * (size_t)n)))
     return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
   for (int i = 0; i < n; i++) s->pages[i] = g->free_pages[--g->n_free];
+  if (g->n_pages - g->n_free > g->n_peak) g->n_peak = g->n_pages - g->n_free;
   s->open = 1, s->capacity = capacity, s->n_win = n_win, s->len = 0;
   int rc = write_descs(g, seq);
   if (rc) gpu_seq_close(kv, seq);
@@ -357,6 +358,22 @@ static const kv_cache_ops_t kv_gpu_tiered_ops = {
     "gpu-tiered", gpu_seq_open, gpu_seq_close, gpu_store, gpu_attend, gpu_seq_bytes, gpu_destroy};
 
 int kv_gpu_is_tiered(const kv_cache_t *kv) { return kv && kv->ops == &kv_gpu_tiered_ops; }
+
+int kv_gpu_pool_usage(kv_cache_t *kv, kv_gpu_pool_t *out) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  memset(out, 0, sizeof *out);
+  if (!kv || (kv->ops != &kv_gpu_ops && kv->ops != &kv_gpu_tiered_ops))
+    return qe_errf(QE_EINVAL, "kv_gpu: pool usage of a %s cache (not a GPU cache)",
+                   kv ? kv->ops->name : "NULL");
+  int rc = g->t ? kv_gpu__tier_usage(g, out) : 0; /* sets nothing on error */
+  if (rc) return rc;
+  if (!g->t) {
+    out->units_total = g->n_pages;
+    out->units_in_use = g->n_pages - g->n_free, out->units_peak = g->n_peak;
+  }
+  out->unit_bytes = g->page_bytes, out->arena_bytes = g->arena_bytes;
+  return 0;
+}
 
 static int check_args(kern_backend_t *be, const kv_geom_t *ge, int omega, int max_tokens) {
   if (!be || be->ops->host_memory || !kern_cuda_stream(be))

@@ -79,4 +79,20 @@ int kv_gpu_stats(kv_cache_t *kv, int seq, kv_gpu_stats_t *out);
  * per step in which a window aged, all layers). Waits for the device. QE_EINVAL for FullKV. */
 int kv_gpu_routing_time(kv_cache_t *kv, double ms[2], long calls[2]);
 
+/* The device KV pool of one cache (one GPU worker's), in allocation units of unit_bytes:
+ * units_total in the arena (arena_bytes), units_in_use now, units_peak the most in use at once
+ * since the cache was made. FullKV: a unit is one window's K and V page of one layer; a slot holds
+ * its pages from seq_open to seq_close (tracked on the host). Tiered: a unit is a FULL page or a
+ * slab of ledgers; in use now are FULL pages and slabs with a ledger slot in use (a slab whose
+ * slots are all free counts as free); the peak is the low-water mark of the device's free unit
+ * stack, where a slab counts until coalesced back (so it may exceed the in-use count ever seen).
+ * Tiered reads the device (synchronizes). 0, or QE_EINVAL when kv is not a GPU cache; *out
+ * zeroed on error. */
+typedef struct {
+  size_t unit_bytes;
+  long units_total, units_in_use, units_peak;
+  size_t arena_bytes;
+} kv_gpu_pool_t;
+int kv_gpu_pool_usage(kv_cache_t *kv, kv_gpu_pool_t *out); /* synchronizes for the tiered cache */
+
 #endif

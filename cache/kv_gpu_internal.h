@@ -52,6 +52,7 @@ typedef struct {
   size_t arena_bytes;
   int32_t *free_pages;
   int n_pages, n_free;
+  int n_peak;       /* FullKV: most pages held by slots at once (kv_gpu_pool_usage) */
   kern_pwin_t *tab; /* device [n_layer][max_seqs][max_win] */
   kvg_seq_t *seqs;
   void *stream;
@@ -101,6 +102,7 @@ void kv_gpu__dispose(kv_gpu_t *g); /* frees g */
 void kv_gpu__tier_destroy(kv_gpu_t *g);
 int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity);
 void kv_gpu__tier_close(kv_gpu_t *g, int seq);
+int kv_gpu__tier_usage(kv_gpu_t *g, kv_gpu_pool_t *out); /* units in use and peak (synchronizes) */
 size_t kv_gpu__tier_bytes(kv_gpu_t *g, int seq);
 int kv_gpu__tier_alloc(kv_gpu_t *g, int layer, const int32_t *tok_slot, const int32_t *tok_pos,
                        int n);

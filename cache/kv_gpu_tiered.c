@@ -2,8 +2,10 @@
  * ledgers in one device arena, windows routed on the device (kern_cuda_route.h) after every
  * prefilled layer and whenever a window ages during decode, migrated by kern_cuda_quant.h, and
  * attended by the fused paged kernel with the window masses accumulated into the scores. The
- * host knows budgets and lengths; it reads the device's accounting only when asked (stats). */
+ * host knows budgets and lengths; it reads the device's accounting only when asked (stats, pool
+ * usage). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,6 +196,44 @@ size_t kv_gpu__tier_bytes(kv_gpu_t *g, int seq) {
   return kv_gpu_stats(&g->base, seq, &s) ? 0 : s.bytes;
 }
 
+/* *out: the units of slabs whose led_per slots are all among the n free ledger slots (the ledger
+ * stack, read from the device). */
+static int free_slabs(kv_gpu_t *g, int n, long *out) {
+  const kc_route_t *r = &g->t->rt;
+  *out = 0;
+  if (n <= 0) return 0;
+  if (n > r->n_units * r->led_per)
+    return qe_errf(QE_EBACKEND, "kv_gpu: %d free ledger slots in a pool of %d units of %d", n,
+                   r->n_units, r->led_per);
+  size_t bytes = sizeof(int32_t) * (size_t)n;
+  int32_t *ids = malloc(bytes), *cnt = calloc((size_t)r->n_units, sizeof(int32_t));
+  int rc = ids && cnt ? 0 : qe_errf(QE_ENOMEM, "kv_gpu: out of memory for %d ledger ids", n);
+  if (!rc) rc = g->base.be->ops->download(g->base.be, ids, r->ledger_stack, bytes);
+  for (int i = 0; i < n && !rc; i++) {
+    int u = ids[i] / r->led_per;
+    if (u >= 0 && u < r->n_units) *out += ++cnt[u] == r->led_per;
+  }
+  free(ids), free(cnt);
+  return rc;
+}
+
+int kv_gpu__tier_usage(kv_gpu_t *g, kv_gpu_pool_t *out) {
+  const kc_route_t *r = &g->t->rt;
+  int32_t tops[5]; /* free units, free ledger slots, error flag, spares, units' low-water mark */
+  long slabs = 0;
+  int rc = kc_stream_sync(g->stream);
+  if (!rc) rc = g->base.be->ops->download(g->base.be, tops, r->page_top, sizeof tops);
+  if (!rc) rc = free_slabs(g, tops[1], &slabs);
+  if (rc) {
+    char why[256]; /* qe_errf overwrites the message it would format */
+    snprintf(why, sizeof why, "%s", qe_errmsg());
+    return qe_errf(rc, "kv_gpu: reading the tiered pool's free stacks: %s", why);
+  }
+  out->units_total = r->n_units;
+  out->units_in_use = r->n_units - tops[0] - slabs, out->units_peak = r->n_units - tops[4];
+  return 0;
+}
+
 /* ---- create / destroy -------------------------------------------------------------------------
  */
 
@@ -226,20 +266,22 @@ static int alloc_route(kv_gpu_t *g, int n_units) {
   r->unit_cnt = dev_alloc(g, sizeof(int32_t) * (size_t)n_units, &rc);
   r->ledger_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
   r->spare_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
-  r->page_top = dev_alloc(g, 4 * sizeof(int32_t), &rc); /* tops, error flag */
+  r->page_top = dev_alloc(g, 5 * sizeof(int32_t), &rc); /* tops, error flag, units_low */
   r->job_cap = KVG_JOBS;
   r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->n_qjobs = dev_alloc(g, 2 * sizeof(int32_t), &rc);
   if (rc) return rc;
   r->ledger_top = r->page_top + 1, r->err_flag = r->page_top + 2, r->spare_top = r->page_top + 3;
+  r->units_low = r->page_top + 4;
   r->n_djobs = r->n_qjobs + 1;
   return 0;
 }
 
-/* Every unit free (ledger and spare stacks empty), no error. */
+/* Every unit free (ledger and spare stacks empty), no error, the low-water mark at the top. */
 static int init_stacks(kv_gpu_t *g, int n_units) {
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_units ? n_units : 1)), tops[4] = {n_units};
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_units ? n_units : 1));
+  int32_t tops[5] = {n_units, 0, 0, 0, n_units};
   if (!ids) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
   for (int i = 0; i < n_units; i++) ids[i] = i;
   kern_backend_t *be = g->base.be;

@@ -84,7 +84,7 @@ static int run_once(eval_ctx_t *x, const cli_policy_t *p, const eval_sample_t *s
                     kv_mem_stats_t *mem) {
   kv_cache_t *kv = NULL;
   gen_stats_t st;
-  gen_opts_t o = {n_new, {0, 0, 1.0f}, 0, 0, NULL, NULL};
+  gen_opts_t o = {n_new, {0, 0, 1.0f}, 0, 0, NULL, NULL, NULL};
   *seq =
       (gen_seq_t){.prompt = s->ids, .n_prompt = s->n_ids, .forced = forced, .n_forced = n_forced};
   int rc = cli_policy_make_cache(p, x->be, x->m, 1, s->n_ids + n_new, NULL, &kv);
@@ -165,7 +165,7 @@ static int run_group(eval_ctx_t *x, const eval_job_t *j, int v0, int *done) {
   kv_cache_t *shadow = NULL;
   int rc = 0, shadow_agree = -1;
   if (c->diag) {
-    gen_opts_t o = {j->n_new, {0, 0, 1.0f}, 0, 0, NULL, NULL};
+    gen_opts_t o = {j->n_new, {0, 0, 1.0f}, 0, 0, NULL, NULL, NULL};
     gen_seq_t sh = {.prompt = j->s->ids,
                     .n_prompt = j->s->n_ids,
                     .forced = j->full.out,

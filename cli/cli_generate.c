@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "cli_diag.h"
+#include "cli_gen_report.h"
 #include "cli_policy.h"
 #include "kv_diag.h"
 #include "model_gen.h"
@@ -24,6 +25,10 @@ typedef struct {
   const char *shape; /* --shape: random weights of a named shape instead of --model */
   long prompt_len;   /* --prompt-len: random prompt ids (with --shape) */
   int chat, json, tp, threads, batch, ignore_eos, diag;
+  int top2, time_allreduce; /* --top2, --time-allreduce */
+  const char *force_ids;    /* --force-ids FILE */
+  int32_t *forced;          /* its ids, fed back instead of the sampled ones */
+  int n_forced;
   int device; /* CUDA GPU of rank 0 (-1: the CPU backend) */
   long n_predict;
   kern_sampler_t sampler;
@@ -52,7 +57,14 @@ static const char *gen_help =
     "                    the GPU count); policies full, qevict, kivi (h2o, streaming\n"
     "                    with --window 8)\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
-    "  --json            print one JSON object (ids, text, summary, memory) instead of streaming\n"
+    "  --json            print one JSON object (ids, text, summary, memory, ranks) instead of\n"
+    "                    streaming\n"
+    "  --top2            with --json: the two best tokens and logits of sequence 0 at each step\n"
+    "                    (greedy steps then download logits instead of ids)\n"
+    "  --force-ids FILE  teacher forcing: feed back these ids (a JSON array or whitespace-\n"
+    "                    separated) instead of the sampled ones; --json reports the agreement\n"
+    "  --time-allreduce  with --device and --tp > 1: time each NCCL all-reduce (CUDA events);\n"
+    "                    --json reports each rank's total\n"
     "KV cache:\n"
     "  --policy NAME     full (default), streaming, snapkv, pyramidkv, knorm, h2o, kivi, qevict;\n"
     "                    NAME+graphkv re-scores a scorer-based policy with GraphKV\n"
@@ -81,6 +93,8 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
     a->prompt = v;
   else if (!strcmp(f, "--prompt-file"))
     a->prompt_file = v;
+  else if (!strcmp(f, "--force-ids"))
+    a->force_ids = v;
   else if (!strcmp(f, "-n"))
     return cli_parse_int(v, 1, 1 << 24, &a->n_predict) ? 2 : 0;
   else if (!strcmp(f, "--temp")) {
@@ -122,6 +136,10 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       a->ignore_eos = 1;
     else if (!strcmp(f, "--diagnostics"))
       a->diag = 1;
+    else if (!strcmp(f, "--top2"))
+      a->top2 = 1;
+    else if (!strcmp(f, "--time-allreduce"))
+      a->time_allreduce = 1;
     else if (i + 1 >= argc)
       return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {
@@ -139,6 +157,9 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     return cli_usage_error("generate", "--prompt-len goes with --shape");
   if (a->model && !a->prompt == !a->prompt_file)
     return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
+  if ((a->top2 && !a->json) || (a->diag && (a->top2 || a->force_ids)))
+    return cli_usage_error("generate", "--top2 needs --json; --diagnostics takes neither --top2 "
+                                       "nor --force-ids");
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
                            "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
@@ -227,6 +248,7 @@ static int prepare(gen_args_t *a) {
                  hp.n_ctx_train);
   a->capacity =
       a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
+  if (!rc && a->force_ids) rc = gen_read_ids(a->force_ids, &a->forced, &a->n_forced);
   if (!rc && a->pol.trace && !(a->trace = fopen(a->pol.trace, "w")))
     rc = qe_errf(QE_EIO, "cannot write trace file '%s'", a->pol.trace);
   tok_destroy(tok);
@@ -287,6 +309,7 @@ static int join_device_comm(const gen_args_t *a, kern_backend_t *be, tp_comm_t *
   if (!brc) brc = tp_broadcast(c, id, sizeof id, 0);
   if (!brc) brc = tp_comm_create_nccl(id, c->rank, c->size, kern_cuda_device(be), nc);
   if (!brc) brc = tp_comm_nccl_set_stream(*nc, kern_cuda_stream(be));
+  if (!brc && a->time_allreduce) brc = tp_comm_nccl_timing(*nc, 1);
   if (!brc) c->dev = *nc;
   return brc;
 #else
@@ -317,6 +340,9 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   if (!rc) rc = brc = load_barrier(c, lrc);
   if (!rc) rc = join_device_comm(a, be, c, &nc);
   if (!rc) rc = gen_follow(m, kv, c);
+  gen_rank_report_t mine, all[256];
+  if (!rc && a->json) rc = gen_report_fill(be, m, kv, c, nc, &mine);
+  if (!rc && a->json) rc = gen_report_gather(c, &mine, all);
   if (rc && (lrc || !brc)) cli_fail("generate (tp rank)", rc); /* its own failure only */
   tp_comm_destroy(c);
   tp_comm_destroy(nc);
@@ -357,7 +383,14 @@ typedef struct {
   const tok_t *tok;
   tok_stream_t stream;
   int stream_out;
+  gen_top2_t top2;              /* --top2: sequence 0's */
+  gen_rank_report_t ranks[256]; /* --json: every rank's, gathered after the run */
 } gen_out_t;
+
+static void on_logits(void *ud, int seq, const float *logits, int n_vocab) {
+  gen_out_t *o = ud;
+  if (seq == 0) gen_top2_push(&o->top2, logits, n_vocab);
+}
 
 static void on_token(void *ud, int seq, int id) {
   gen_out_t *o = ud;
@@ -382,7 +415,7 @@ static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_sta
 }
 
 static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, const gen_seq_t *s,
-                       const gen_stats_t *st) {
+                       const gen_stats_t *st, const gen_out_t *out) {
   char *text = NULL;
   if (model_tok(m)) tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
   printf("{\"prompt_tokens\":");
@@ -397,20 +430,41 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
          st->decode_s, st->n_steps, model_weight_bytes(m), model_backend(m)->ops->name);
   cli_policy_json(&a->pol, kv, stdout);
+  printf(",\"ranks\":");
+  gen_report_json(out->ranks, a->tp, stdout);
+  if (a->forced) printf(",\"forced\":%d,\"agree\":%d", a->n_forced, s->n_agree);
+  if (a->top2) printf(",\"top2\":"), gen_top2_json(&out->top2, stdout);
   printf("}\n");
   free(text);
 }
 
-static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t *c) {
+/* The run's sequences: the prompt in each, teacher-forced with --force-ids. */
+static void init_seqs(const gen_args_t *a, gen_seq_t *seqs) {
+  for (int i = 0; i < a->batch; i++)
+    seqs[i] = (gen_seq_t){
+        .prompt = a->ids, .n_prompt = a->n_ids, .forced = a->forced, .n_forced = a->n_forced};
+}
+
+static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cache_t *kv,
+                     tp_comm_t *c, tp_comm_t *nc) {
   gen_seq_t seqs[256] = {0};
   gen_stats_t st;
-  int rc = 0;
-  for (int i = 0; i < a->batch; i++) seqs[i] = (gen_seq_t){.prompt = a->ids, .n_prompt = a->n_ids};
-  gen_out_t out = {model_tok(m), {0}, !a->json};
+  gen_out_t out;
+  init_seqs(a, seqs);
+  out = (gen_out_t){model_tok(m), {0}, !a->json, {NULL, 0, 0}, {{0}}};
   tok_stream_init(&out.stream, out.tok, 0, 1);
-  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, on_token, &out};
-  rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
-  if (!rc && a->json) print_json(a, m, kv, &seqs[0], &st);
+  gen_opts_t o = {(int)a->n_predict,         a->sampler, a->seed, a->ignore_eos, on_token, &out,
+                  a->top2 ? on_logits : NULL};
+  out.top2.cap = a->top2 ? (int)a->n_predict : 0;
+  out.top2.v = a->top2 ? malloc(sizeof(float) * 4 * (size_t)a->n_predict) : NULL;
+  int rc = a->top2 && !out.top2.v ? qe_errf(QE_ENOMEM, "out of memory") : 0;
+  if (!rc) rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
+  gen_rank_report_t mine;
+  if (a->json && !gen_report_fill(be, m, kv, c, nc, &mine)) {
+    int grc = gen_report_gather(c, &mine, out.ranks); /* the followers wait for it */
+    if (!rc) rc = grc;
+  }
+  if (!rc && a->json) print_json(a, m, kv, &seqs[0], &st, &out);
   if (!rc && !a->json) {
     char buf[64];
     int k = tok_stream_flush(&out.stream, buf, sizeof buf);
@@ -420,6 +474,7 @@ static int run_rank0(const gen_args_t *a, model_t *m, kv_cache_t *kv, tp_comm_t 
     cli_policy_print(&a->pol, kv, stderr);
   }
   for (int i = 0; i < a->batch; i++) free(seqs[i].out);
+  free(out.top2.v);
   return rc;
 }
 
@@ -451,7 +506,7 @@ static int run_diagnostics(const gen_args_t *a, model_t *m, kern_backend_t *be, 
                            tp_comm_t *c) {
   kv_diag_result_t r;
   gen_seq_t sh = {.prompt = a->ids, .n_prompt = a->n_ids}, pol = {0};
-  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL};
+  gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL, NULL};
   int rc = cli_diag_run(m, be, c, &a->pol, kv, a->capacity, &o, &sh, &pol, &r);
   if (!rc) print_diag(a, &r, &pol);
   if (!rc && a->json) cli_policy_json(&a->pol, kv, stdout), printf("}\n");
@@ -472,6 +527,7 @@ int cli_generate(int argc, char **argv) {
   kv_cache_t *kv = NULL;
   if ((rc = prepare(&a))) {
     free(a.ids);
+    free(a.forced);
     return cli_fail("generate", rc);
   }
   rc = spawn_ranks(&a, pids, &c);
@@ -479,13 +535,14 @@ int cli_generate(int argc, char **argv) {
   int lrc = load_rank(&a, 0, &be, &m, &kv);
   if (!rc) rc = load_barrier(c, lrc);
   if (!rc) rc = join_device_comm(&a, be, c, &nc);
-  if (!rc) rc = a.diag ? run_diagnostics(&a, m, be, kv, c) : run_rank0(&a, m, kv, c);
+  if (!rc) rc = a.diag ? run_diagnostics(&a, m, be, kv, c) : run_rank0(&a, be, m, kv, c, nc);
   tp_comm_destroy(c);
   tp_comm_destroy(nc);
   int wrc = wait_ranks(&a, pids);
   unload_rank(be, m, kv);
   if (a.trace) fclose(a.trace);
   free(a.ids);
+  free(a.forced);
   if (!rc) rc = wrc;
   return rc ? cli_fail("generate", rc) : 0;
 }

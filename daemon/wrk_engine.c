@@ -397,7 +397,7 @@ static int open_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *ar
 static int run_rank0(wrk_t *w) {
   weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0};
   g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
-  gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch};
+  gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch, NULL};
   int rc = g.slots ? gen_engine_create(w->m, wrk_cache_kv(w->cache), w->comm, &o, &g.e)
                    : qe_errf(QE_ENOMEM, "out of memory");
   if (!rc) rc = drive(&g);

@@ -287,7 +287,7 @@ static int plan_prompts(gen_engine_t *e, int cap) {
  * picks the tokens and only their ids cross to the host (the CPU backend samples its logits in
  * place either way). */
 static int step_greedy(const gen_engine_t *e) {
-  if (model_backend(e->m)->ops->host_memory) return 0;
+  if (model_backend(e->m)->ops->host_memory || e->o.on_logits) return 0;
   for (int j = 0; j < e->plan.n; j++)
     if (e->plan.want[j] && e->slots[e->plan.seq[j]].sampler.temp > 0.0f) return 0;
   return 1;
@@ -321,6 +321,7 @@ static int sample_rows(gen_engine_t *e) {
     if (!p->want[j]) continue;
     int i = p->seq[j];
     gen_slot_t *s = &e->slots[i];
+    if (!e->use_ids && e->o.on_logits) e->o.on_logits(e->o.ud, i, e->lg + (size_t)row * V, V);
     int id = e->use_ids ? e->ids[row++]
                         : be->ops->sample(be, e->lg + (size_t)row++ * V, V, &s->sampler, &s->rng,
                                           e->scratch);
@@ -487,6 +488,11 @@ static void run_on_token(void *ud, int slot, int index, int id, int forced) {
   if (x->o->on_token) x->o->on_token(x->o->ud, slot, id);
 }
 
+static void run_on_logits(void *ud, int slot, const float *logits, int n_vocab) {
+  gen_run_ctx_t *x = ud;
+  x->o->on_logits(x->o->ud, slot, logits, n_vocab);
+}
+
 static void run_on_finish(void *ud, int slot, int reason) {
   gen_run_ctx_t *x = ud;
   x->seqs[slot].finish = reason == GEN_FINISH_ERROR ? GEN_FINISH_NONE : reason;
@@ -524,7 +530,8 @@ int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, co
             gen_stats_t *stats) {
   gen_engine_t *e = NULL;
   gen_run_ctx_t x = {seqs, o};
-  gen_engine_opts_t eo = {NULL, run_on_token, run_on_finish, &x, model_max_batch(m)};
+  gen_engine_opts_t eo = {NULL, run_on_token, run_on_finish, &x, model_max_batch(m),
+                          o->on_logits ? run_on_logits : NULL};
   int active = 1, rc = check_run(m, kv, seqs, n, o);
   memset(stats, 0, sizeof *stats);
   if (!rc) rc = alloc_outputs(seqs, n, o);

@@ -65,6 +65,9 @@ typedef struct {
   void *ud;
   int max_prompt_per_step; /* prompt tokens one step may take, over all sequences (0: the
                               model's max batch) */
+  /* Rank 0, for each row sampled, before sampling: the row's logits (host memory, n_vocab).
+   * May be NULL; when set, greedy steps take the logits path (no device argmax). */
+  void (*on_logits)(void *ud, int slot, const float *logits, int n_vocab);
 } gen_engine_opts_t;
 
 /* Rank 0: creates an engine over m, kv (slots [0, kv->geom.max_seqs)) and comm, all borrowed
@@ -150,6 +153,9 @@ typedef struct {
   /* Called on rank 0 for each sampled token (may be NULL). */
   void (*on_token)(void *ud, int seq, int id);
   void *ud;
+  /* Called on rank 0 with each row's logits before it is sampled (may be NULL; see
+   * gen_engine_opts_t.on_logits). */
+  void (*on_logits)(void *ud, int seq, const float *logits, int n_vocab);
 } gen_opts_t;
 
 typedef struct {

@@ -96,6 +96,15 @@ int tp_comm_create_nccl(const void *unique_id, int rank, int size, int device, t
  * when the stream reaches them. NULL restores the synchronous default. QE_EINVAL for another
  * backend. */
 int tp_comm_nccl_set_stream(tp_comm_t *c, void *cuda_stream);
+
+/* Timing of the all-reduces (for benchmarks): with on = 1, each later all-reduce is queued
+ * between two CUDA events on its stream, and tp_comm_nccl_time sums their elapsed times (what
+ * the collective took on the stream, waiting for the slowest rank included). Every 4,096 calls
+ * the events are drained (waits for the device). on = 0 drains and stops. QE_EINVAL for another
+ * backend, QE_EBACKEND for a CUDA failure. */
+int tp_comm_nccl_timing(tp_comm_t *c, int on);
+/* Waits for the timed all-reduces and returns their total milliseconds and count so far. */
+int tp_comm_nccl_time(tp_comm_t *c, double *ms, long *calls);
 #endif
 
 #endif

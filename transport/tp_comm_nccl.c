@@ -20,7 +20,14 @@ typedef struct {
   cudaStream_t stream; /* the caller's stream, or NULL: synchronous on `own` */
   int device;
   int broken; /* an NCCL call failed: every later call returns QE_ECOMM */
+  /* tp_comm_nccl_timing: an event pair around each all-reduce, summed when drained */
+  int timing, n_ev;
+  cudaEvent_t *ev; /* [2 * TP_NCCL_EVENTS]: start, stop of pair i at 2i, 2i + 1 */
+  double ms;
+  long calls;
 } tp_nccl_t;
+
+#define TP_NCCL_EVENTS 4096
 
 static int nccl_cuda_at(cudaError_t e, const char *what, const char *file, int line) {
   if (e == cudaSuccess) return 0;
@@ -52,11 +59,35 @@ static int nccl_end(tp_nccl_t *n, int rc) {
   return NCCL_CUDA(cudaStreamSynchronize(n->own));
 }
 
+/* Waits for the recorded event pairs and adds their times to the totals. */
+static int nccl_drain(tp_nccl_t *n) {
+  int rc = n->n_ev ? NCCL_CUDA(cudaEventSynchronize(n->ev[2 * n->n_ev - 1])) : 0;
+  for (int i = 0; !rc && i < n->n_ev; i++) {
+    float ms = 0;
+    rc = NCCL_CUDA(cudaEventElapsedTime(&ms, n->ev[2 * i], n->ev[2 * i + 1]));
+    n->ms += ms;
+  }
+  n->calls += rc ? 0 : n->n_ev;
+  n->n_ev = 0;
+  return rc;
+}
+
+/* The all-reduce, between a timing event pair when timing is on. */
+static int nccl_allreduce_timed(tp_nccl_t *n, float *buf, size_t count, cudaStream_t s) {
+  int rc = n->n_ev == TP_NCCL_EVENTS ? nccl_drain(n) : 0;
+  if (!rc) rc = NCCL_CUDA(cudaEventRecord(n->ev[2 * n->n_ev], s));
+  if (!rc) rc = NCCL_CALL(n, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, s));
+  if (!rc) rc = NCCL_CUDA(cudaEventRecord(n->ev[2 * n->n_ev + 1], s));
+  n->n_ev += rc ? 0 : 1;
+  return rc;
+}
+
 static int nccl_allreduce(tp_comm_t *c, float *buf, size_t count) {
   tp_nccl_t *n = (tp_nccl_t *)c;
   cudaStream_t s = NULL;
   int rc = nccl_begin(n, &s);
-  if (!rc && count)
+  if (!rc && count && n->timing) rc = nccl_allreduce_timed(n, buf, count, s);
+  if (!rc && count && !n->timing)
     rc = NCCL_CALL(n, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, s));
   return nccl_end(n, rc);
 }
@@ -89,6 +120,9 @@ static void nccl_destroy(tp_comm_t *c) {
       ncclCommDestroy(n->comm);
   }
   if (n->own) cudaStreamDestroy(n->own);
+  for (int i = 0; n->ev && i < 2 * TP_NCCL_EVENTS; i++)
+    if (n->ev[i]) cudaEventDestroy(n->ev[i]);
+  free(n->ev);
   free(n);
 }
 
@@ -134,4 +168,26 @@ int tp_comm_nccl_set_stream(tp_comm_t *c, void *cuda_stream) {
   if (!c || c->ops != &nccl_ops) return qe_errf(QE_EINVAL, "nccl: not an NCCL communicator");
   ((tp_nccl_t *)c)->stream = (cudaStream_t)cuda_stream;
   return 0;
+}
+
+int tp_comm_nccl_timing(tp_comm_t *c, int on) {
+  if (!c || c->ops != &nccl_ops) return qe_errf(QE_EINVAL, "nccl: not an NCCL communicator");
+  tp_nccl_t *n = (tp_nccl_t *)c;
+  int rc = NCCL_CUDA(cudaSetDevice(n->device));
+  if (!rc && on && !n->ev && !(n->ev = calloc(2 * TP_NCCL_EVENTS, sizeof *n->ev)))
+    rc = qe_errf(QE_ENOMEM, "nccl: out of memory");
+  for (int i = 0; !rc && on && i < 2 * TP_NCCL_EVENTS; i++)
+    if (!n->ev[i]) rc = NCCL_CUDA(cudaEventCreate(&n->ev[i]));
+  if (!rc && !on) rc = nccl_drain(n);
+  if (!rc) n->timing = on;
+  return rc;
+}
+
+int tp_comm_nccl_time(tp_comm_t *c, double *ms, long *calls) {
+  if (!c || c->ops != &nccl_ops) return qe_errf(QE_EINVAL, "nccl: not an NCCL communicator");
+  tp_nccl_t *n = (tp_nccl_t *)c;
+  int rc = NCCL_CUDA(cudaSetDevice(n->device));
+  if (!rc) rc = nccl_drain(n);
+  *ms = n->ms, *calls = n->calls;
+  return rc;
 }

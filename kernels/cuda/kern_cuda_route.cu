@@ -27,10 +27,15 @@ __device__ __forceinline__ int64_t kcr_idx(const kc_route_t &r, int layer, int s
   return ((int64_t)layer * r.max_seqs + slot) * r.max_win + w;
 }
 
-/* Pops one id (-1 when the stack is empty; see the header for why this is safe). */
-__device__ int kcr_pop(int32_t *stack, int32_t *top, int32_t *err, int bit) {
+/* Pops one id (-1 when the stack is empty; see the header for why this is safe). low (may be
+ * NULL) takes the stack's new height when that is its lowest yet: pushes never share a launch with
+ * pops, so old - 1 is the true height. */
+__device__ int kcr_pop(int32_t *stack, int32_t *top, int32_t *low, int32_t *err, int bit) {
   int old = atomicSub(top, 1);
-  if (old > 0) return stack[old - 1];
+  if (old > 0) {
+    if (low) atomicMin(low, old - 1);
+    return stack[old - 1];
+  }
   atomicAdd(top, 1);
   atomicOr(err, bit);
   return -1;
@@ -44,7 +49,7 @@ __device__ int kcr_pop_ledger(const kc_route_t &r) {
   int old = atomicSub(r.ledger_top, 1);
   if (old > 0) return r.ledger_stack[old - 1];
   atomicAdd(r.ledger_top, 1);
-  const int u = kcr_pop(r.page_stack, r.page_top, r.err_flag, 1);
+  const int u = kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, 1);
   if (u < 0) return -1;
   for (int k = 1; k < r.led_per; k++) kcr_push(r.spare_stack, r.spare_top, u * r.led_per + k);
   return u * r.led_per;
@@ -109,7 +114,7 @@ __global__ void kcr_alloc_k(const kc_route_t r, int layer, const int32_t *ts, co
   const bool first = p % r.omega == 0 || t == 0 || ts[t - 1] != s || tp[t - 1] != p - 1;
   const int64_t i = kcr_idx(r, layer, s, w);
   if (!first || r.page[i] >= 0 || r.win[i].tier != KERN_PW_EVICTED || r.win[i].n_tok > 0) return;
-  const int pg = kcr_pop(r.page_stack, r.page_top, r.err_flag, 1);
+  const int pg = kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, 1);
   if (pg < 0) return;
   r.page[i] = pg;
   r.win[i] = kcr_full_desc(r, pg, w, 0);
@@ -287,7 +292,8 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int j, int64_t i, int w, c
     atomicAdd(nt == KCR_QUANT ? &st->demotions : &st->evictions, 1);
   } else if (ph == KCR_PH_PAGE && cur == KCR_QUANT && nt == KCR_FULL) {
     const int k = atomicAdd(r.n_djobs, 1);
-    const int pg = k < r.job_cap ? kcr_pop(r.page_stack, r.page_top, r.err_flag, 1) : -1;
+    const int pg =
+        k < r.job_cap ? kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, 1) : -1;
     if (k >= r.job_cap) atomicOr(r.err_flag, 8);
     if (pg < 0) { /* no page: stays INT2 */
       r.plan[i] = KCR_QUANT;

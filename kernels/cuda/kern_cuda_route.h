@@ -26,7 +26,7 @@
  * slots are all free to the unit stack. A pop that finds no unit sets err_flag (bit 1: units)
  * and the window keeps a tier it can hold (a demotion without a ledger becomes an eviction; a
  * promotion stays QUANT; a new window without a page leaves its descriptor EVICTED and its
- * tokens unstored).
+ * tokens unstored). units_low records the fewest free units there have been (pool usage peaks).
  * Every launch function enqueues on the stream and returns 0, QE_EINVAL or QE_EBACKEND. */
 #ifndef QE_KERN_CUDA_ROUTE_H
 #define QE_KERN_CUDA_ROUTE_H
@@ -73,6 +73,9 @@ typedef struct {
   int32_t *aged;
   kc_route_stat_t *st;
   int32_t *page_stack, *page_top;     /* free units [n_units] */
+  int32_t *units_low;                 /* low-water mark of *page_top (the caller sets it to the
+                                         top it starts from); every successful unit pop lowers
+                                         it; NULL: not tracked */
   int32_t *ledger_stack, *ledger_top; /* free ledger slots [n_units * led_per] */
   int32_t *spare_stack, *spare_top;   /* slots of newly cut slabs [n_units * led_per] */
   int32_t *unit_cnt;                  /* scratch [n_units] for coalescing */

@@ -47,6 +47,14 @@ expect_error "bad budget" "$QEVICT" generate --model "$STORIES" --prompt hi --po
 expect_error "graphkv on streaming" "$QEVICT" generate --model "$STORIES" --prompt hi --policy streaming --graphkv
 expect_error "bad graphkv" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --graphkv=1,x
 expect_error "diagnostics with full" "$QEVICT" generate --model "$STORIES" --prompt hi --diagnostics
+expect_error "top2 without json" "$QEVICT" generate --model "$STORIES" --prompt hi --top2
+expect_error "missing ids file" "$QEVICT" generate --model "$STORIES" --prompt hi --force-ids "$TMP/none"
+echo "[3, -1]" >"$TMP/neg.ids"
+expect_error "negative forced id" "$QEVICT" generate --model "$STORIES" --prompt hi --force-ids "$TMP/neg.ids"
+echo "3 99999" >"$TMP/big.ids"
+expect_error "forced id outside the vocabulary" "$QEVICT" generate --model "$STORIES" --prompt hi --force-ids "$TMP/big.ids"
+: >"$TMP/empty.ids"
+expect_error "no forced ids" "$QEVICT" generate --model "$STORIES" --prompt hi --force-ids "$TMP/empty.ids"
 
 "$QEVICT" inspect "$STORIES" >"$TMP/inspect" || bad "inspect stories"
 grep -q "kv heads: 4" "$TMP/inspect" || bad "inspect shows kv heads"
@@ -61,6 +69,34 @@ same_tp() { # MODEL PROMPT N TP...
   done
 }
 same_tp "$STORIES" "Once upon a time" 100 2 4
+
+# --top2 and --force-ids: the top-2 ids are the greedy choice and a different runner-up with a
+# smaller logit; forcing a run's own tokens agrees at every step; forcing other tokens feeds them
+# back (the output is the forced ids) and agrees only where they equal the greedy choice; --tp 2
+# reports one entry per rank.
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 40 --ignore-eos --json --top2 \
+  >"$TMP/t2.json" || bad "--top2 run"
+python3 -c "import json,sys; print(' '.join(map(str, json.load(open(sys.argv[1]))['tokens'])))" \
+  "$TMP/t2.json" >"$TMP/own.ids"
+python3 -c "import json,sys; print(json.dumps([(i * 7 + 3) % 512 for i in range(40)]))" >"$TMP/other.ids"
+for f in own other; do
+  "$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 40 --ignore-eos --json --top2 \
+    --force-ids "$TMP/$f.ids" --tp 2 >"$TMP/f_$f.json" || bad "--force-ids $f run"
+done
+python3 - "$TMP/t2.json" "$TMP/f_own.json" "$TMP/f_other.json" "$TMP/other.ids" <<'PY' || bad "--top2/--force-ids"
+import json, sys
+t, own, other = (json.load(open(p)) for p in sys.argv[1:4])
+ids = json.load(open(sys.argv[4]))
+assert len(t["top2"]) == 40, len(t["top2"])
+for tok, (a, la, b, lb) in zip(t["tokens"], t["top2"]):
+    assert a == tok and b != a and lb <= la, (tok, a, la, b, lb)
+assert own["forced"] == 40 and own["agree"] == 40 and own["tokens"] == t["tokens"], own["agree"]
+assert other["tokens"] == ids, other["tokens"][:5]
+want = sum(1 for i, (a, _, _, _) in zip(ids, other["top2"]) if a == i)
+assert other["agree"] == want, (other["agree"], want)
+assert [r["rank"] for r in own["ranks"]] == [0, 1] and own["ranks"][1]["weight_bytes"] > 0, own["ranks"]
+print("ok --top2, --force-ids (agree %d of 40 on other ids), ranks" % other["agree"], file=sys.stderr)
+PY
 
 # qevict at a budget that holds everything reproduces FullKV (the golden tokens for stories).
 golden=$(python3 -c "import json; print(json.load(open('$(dirname "$STORIES")/stories260K.golden.json'))['cases']['Once upon a time']['tokens'])")

@@ -17,12 +17,14 @@
 # Exit: 0 passed, 1 failed, 77 skipped (no GPU visible, a build without CUDA, or no MODEL given and
 # none at the default path).
 # SERVE_GPU_CPU=1 runs the same script on two CPU worker groups (checks the script itself on a
-# machine without a GPU; the GPU-only refusals are skipped).
+# machine without a GPU; the GPU-only refusals are skipped). SERVE_GPU_TP=T gives each group T
+# tensor-parallel ranks (GPUs, over NCCL; two groups when 2T GPUs are visible).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL=${1:-${QE_SMOLLM2:-$HOME/.cache/qevict/models/SmolLM2-135M-Instruct.Q4_1.gguf}}
 Q=${2:-${QEVICT:-$ROOT/build/cli/qevict}}
 CPU=${SERVE_GPU_CPU:-}
+TP=${SERVE_GPU_TP:-1}
 N_NEW=256
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
@@ -75,7 +77,8 @@ if [[ -n "$CPU" ]]; then
 else
   n_gpu=$(gpu_count)
   ((n_gpu > 0)) || { echo "SKIP: no GPU visible"; exit 77; }
-  WORKERS=$((n_gpu >= 2 ? 2 : 1)) DEV=(--device 0)
+  ((n_gpu >= TP)) || { echo "SKIP: $n_gpu GPU(s) visible, SERVE_GPU_TP=$TP"; exit 77; }
+  WORKERS=$((n_gpu >= 2 * TP ? 2 : 1)) DEV=(--device 0)
 fi
 
 # The model's geometry: whether the GPU tiered cache takes it, and a prompt that fits its context.
@@ -87,7 +90,7 @@ if [[ $HD == 64 || $HD == 128 ]] && ((NH % NKV == 0 && NH / NKV <= 8)); then FIT
 [[ -n "$CPU" ]] && FITS=1
 WORDS=$((CTX / 6 < 600 ? CTX / 6 : 600))
 tr -s ' \n' ' ' <"$ROOT/tests/data/towns_2k.txt" | cut -d' ' -f1-"$WORDS" >"$T/prompt.txt"
-echo "serve_gpu: $MODEL (head_dim $HD, $NH/$NKV heads, context $CTX), $WORKERS group(s)" \
+echo "serve_gpu: $MODEL (head_dim $HD, $NH/$NKV heads, context $CTX), $WORKERS group(s) of TP $TP" \
   "${DEV[*]}, prompt of $WORDS words"
 
 # /metrics through bash's /dev/tcp (HTTP/1.0: the server closes after the body).
@@ -105,7 +108,7 @@ metric() { metrics | sed -n "s/^$1 \([0-9.e+]*\)\r*$/\1/p" | head -1; }
 start_serve() {
   PORT=$((20000 + RANDOM % 20000)) MPORT=$((PORT + 1))
   rm -f "$T/ready"
-  "$Q" serve --model "$MODEL" "${DEV[@]}" --workers "$WORKERS" --listen "127.0.0.1:$PORT" \
+  "$Q" serve --model "$MODEL" "${DEV[@]}" --workers "$WORKERS" --tp "$TP" --listen "127.0.0.1:$PORT" \
     --metrics-listen "127.0.0.1:$MPORT" --state-dir "$T/state" --ready-file "$T/ready" \
     --pool-bytes "${SERVE_GPU_POOL:-512M}" --max-seqs 8 2>"$T/serve.log" &
   SERVE=$!

@@ -7,7 +7,10 @@
  *   bf16, through prefill, chunked prefill, batched decode (consecutive queries: no gather) and
  *   mixed steps (a prefill among decodes: queries gathered), for GQA 8/2 at head_dim 128 and
  *   9/3 at head_dim 64: normalized error < 1e-2 (the decode kernel rounds q and P to bf16), no
- *   NaN; bad calls get errors.
+ *   NaN; bad calls get errors;
+ * - kv_gpu_pool_usage: FullKV counts the pages open slots hold and their peak; tiered counts the
+ *   held FULL pages and slabs with a held ledger (as the device state says after every step), a
+ *   peak that never falls and bounds it, and nothing in use once every slot is closed.
  * Exits 77 when there is no CUDA device. */
 #include <math.h>
 #include <stdio.h>
@@ -237,11 +240,26 @@ static void cache_step(cache_rig_t *c, const int (*segs)[3], int n_segs) {
   free(q), free(k), free(v), free(out), free(got);
 }
 
+/* kv_gpu_pool_usage of a FullKV cache: in_use and peak pages as given, the arena's sizes. */
+static void check_pool_full(kv_cache_t *kv, long in_use, long peak) {
+  const kv_gpu_t *g = (const kv_gpu_t *)kv;
+  kv_gpu_pool_t u;
+  CHECK_OK(kv_gpu_pool_usage(kv, &u));
+  if (u.units_in_use != in_use || u.units_peak != peak)
+    fprintf(stderr, "FAIL pool usage: %ld pages in use (want %ld), peak %ld (want %ld)\n",
+            u.units_in_use, in_use, u.units_peak, peak);
+  CHECK(u.units_in_use == in_use && u.units_peak == peak);
+  CHECK(u.units_total == g->n_pages && u.unit_bytes == g->page_bytes);
+  CHECK(u.arena_bytes == g->arena_bytes);
+}
+
 static void check_cache(int n_head, int n_kv, int hd, int omega) {
   cache_rig_t c = {.g = {2, n_head, n_kv, hd, 4}, .nq = n_head * hd, .row = n_kv * hd};
   int cap[3] = {300, 37, 120}, max_tok = 512;
   size_t pool = 0;
+  long pages = 0; /* the three slots' */
   for (int s = 0; s < 3; s++) pool += kv_gpu_pool_bytes(&c.g, omega, 1, cap[s]);
+  for (int s = 0; s < 3; s++) pages += (long)(cap[s] + omega - 1) / omega * c.g.n_layer;
   CHECK_OK(kv_gpu_create(g_gpu, &c.g, omega, 300, pool, &c.gpu));
   CHECK_OK(kv_full_create(g_cpu, &c.g, &c.ref));
   if (!c.gpu || !c.ref) return;
@@ -249,14 +267,19 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   c.dout = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.nq);
   c.dk = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.row);
   c.dv = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * c.row);
+  kv_gpu_pool_t pu;
+  check_pool_full(c.gpu, 0, 0);
+  CHECK(kv_gpu_pool_usage(c.ref, &pu) == QE_EINVAL && pu.units_total == 0); /* not a GPU cache */
   for (int s = 0; s < 3; s++) {
     CHECK_OK(c.gpu->ops->seq_open(c.gpu, s, cap[s]));
     CHECK_OK(c.ref->ops->seq_open(c.ref, s, cap[s]));
   }
+  check_pool_full(c.gpu, pages, pages);
   CHECK(c.gpu->ops->seq_open(c.gpu, 3, 100000) == QE_EINVAL);            /* over max_tokens */
   CHECK(c.gpu->ops->seq_open(c.gpu, 3, 300) == QE_ENOSPC);               /* the pool is full */
   CHECK(c.gpu->ops->store(c.gpu, 3, 0, 0, 1, c.dk, c.dv) == QE_EINVAL);  /* closed slot */
   CHECK(c.gpu->ops->store(c.gpu, 1, 0, 30, 8, c.dk, c.dv) == QE_EINVAL); /* past capacity */
+  check_pool_full(c.gpu, pages, pages); /* the failed opens took nothing */
   const int pre[3][3] = {{0, 0, 150}, {1, 0, 1}, {2, 0, 40}};
   cache_step(&c, pre, 3);
   const int chunk[1][3] = {{2, 40, 33}}; /* chunked prefill */
@@ -270,7 +293,11 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   const int mixed[3][3] = {{0, 170, 1}, {2, 93, 17}, {1, 21, 1}}; /* a prefill among decodes */
   cache_step(&c, mixed, 3);
   c.gpu->ops->seq_close(c.gpu, 1);
+  check_pool_full(c.gpu, pages - (37 + omega - 1) / omega * c.g.n_layer, pages);
   CHECK_OK(c.gpu->ops->seq_open(c.gpu, 3, 37)); /* its pages came back */
+  check_pool_full(c.gpu, pages, pages);
+  for (int s = 0; s < 4; s++) c.gpu->ops->seq_close(c.gpu, s);
+  check_pool_full(c.gpu, 0, pages); /* all returned, the peak kept */
   double ne = sqrt(c.err2 / (c.ref2 > 0 ? c.ref2 : 1));
   CHECK(c.nan == 0);
   CHECK(ne < 1e-2);
@@ -433,6 +460,33 @@ static double decode_error(kv_gpu_t *g, tstate_t *st, int l, const int *slots, i
   return sqrt(e2 / (r2 > 0 ? r2 : 1));
 }
 
+/* kv_gpu_pool_usage of a tiered cache against its device state st: in use, the held FULL pages
+ * and the slabs holding a ledger; the peak bounds it, stays within the pool and never falls
+ * (*peak: the last one seen). */
+static void check_pool_tiered(kv_gpu_t *g, const tstate_t *st, long *peak) {
+  const kc_route_t *r = &g->t->rt;
+  uint8_t *slab = calloc((size_t)r->n_units, 1);
+  long want = 0;
+  for (size_t i = 0; i < st->nw; i++) {
+    int u = st->ledger[i] >= 0 ? st->ledger[i] / r->led_per : -1;
+    want += st->page[i] >= 0;
+    if (u >= 0 && u < r->n_units && !slab[u]) slab[u] = 1, want++;
+  }
+  kv_gpu_pool_t pu;
+  CHECK_OK(kv_gpu_pool_usage(&g->base, &pu));
+  if (pu.units_in_use != want || pu.units_peak < pu.units_in_use || pu.units_peak < *peak ||
+      pu.units_peak > pu.units_total)
+    fprintf(stderr,
+            "FAIL pool usage: %ld units in use (device state: %ld), peak %ld (was %ld) of %ld\n",
+            pu.units_in_use, want, pu.units_peak, *peak, pu.units_total);
+  CHECK(pu.units_in_use == want && pu.units_in_use > 0);
+  CHECK(pu.units_peak >= pu.units_in_use && pu.units_peak >= *peak);
+  CHECK(pu.units_peak <= pu.units_total && pu.units_total == r->n_units);
+  CHECK(pu.unit_bytes == g->page_bytes && pu.arena_bytes == g->arena_bytes);
+  *peak = pu.units_peak;
+  free(slab);
+}
+
 static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
   kv_geom_t ge = {2, n_head, n_kv, hd, 3};
   kern_rope_t rope = {KERN_ROPE_NORM, hd, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
@@ -453,6 +507,7 @@ static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
   float *got = malloc(sizeof(float) * 3 * nq);
   double worst = 0, mass_err = 0;
   int *aged0 = calloc((size_t)ge.n_layer * 3, sizeof(int));
+  long peak = 0;
   for (int t = -1; t < steps; t++) { /* t = -1: the prompts */
     int n = 0, lens[3];
     for (int s = 0; s < 3; s++) lens[s] = t < 0 ? prompt[s] : 1, n += lens[s];
@@ -486,6 +541,7 @@ static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
     tstate_get(g, &after);
     bad_inv += check_invariants(g, &after, slots, 3);
     bad_dec += check_decisions(g, &before, &after, slots, 3, aged0, t < 0, &events);
+    check_pool_tiered(g, &after, &peak);
     CHECK_OK(g_gpu->ops->download(g_gpu, aged0, g->t->rt.aged, sizeof(int) * 2 * 3));
     tstate_free(&before), tstate_free(&after);
     free(q), free(k), free(v);
@@ -518,10 +574,16 @@ static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
   const kc_route_t *r = &g->t->rt;
   CHECK(tops[3] == 0);
   CHECK((long)tops[0] * r->led_per + tops[1] == (long)r->n_units * r->led_per);
+  kv_gpu_pool_t pu;
+  CHECK_OK(kv_gpu_pool_usage(kv, &pu));
+  if (pu.units_in_use != 0 || pu.units_peak != peak)
+    fprintf(stderr, "FAIL pool usage after close: %ld units in use, peak %ld (was %ld)\n",
+            pu.units_in_use, pu.units_peak, peak);
+  CHECK(pu.units_in_use == 0 && pu.units_peak == peak);
   fprintf(stderr,
           "  pool: %d units (%d ledgers each): %d free units and %d free ledger slots after "
-          "close\n",
-          r->n_units, r->led_per, tops[0], tops[1]);
+          "close; peak %ld units in use\n",
+          r->n_units, r->led_per, tops[0], tops[1], peak);
   kern_free(g_gpu, dq), kern_free(g_gpu, dout), kern_free(g_gpu, dk), kern_free(g_gpu, dv);
   free(got), free(aged0);
   kv_cache_destroy(kv);

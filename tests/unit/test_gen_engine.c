@@ -66,7 +66,7 @@ static void rec_reset(rec_t *r, int slot) {
 
 static gen_engine_t *engine(rig_t *r, rec_t *rec, int max_prompt) {
   gen_engine_t *e = NULL;
-  gen_engine_opts_t o = {NULL, rec_token, rec_finish, rec, max_prompt};
+  gen_engine_opts_t o = {NULL, rec_token, rec_finish, rec, max_prompt, NULL};
   memset(rec, 0, sizeof *rec);
   for (int i = 0; i < 4; i++) rec_reset(rec, i);
   CHECK_OK(gen_engine_create(r->m, r->kv, r->c, &o, &e));
@@ -92,7 +92,7 @@ static int run_steps(gen_engine_t *e, rec_t *rec, int max) {
 static int alone(rig_t *r, const int32_t *p, int np, int n_predict, kern_sampler_t s, uint64_t seed,
                  int32_t *out) {
   gen_seq_t q = {.prompt = p, .n_prompt = np};
-  gen_opts_t o = {n_predict, s, seed, 1, NULL, NULL};
+  gen_opts_t o = {n_predict, s, seed, 1, NULL, NULL, NULL};
   gen_stats_t st;
   CHECK_OK(gen_run(r->m, r->kv, r->c, &q, 1, &o, &st));
   int n = q.n_out;
@@ -157,7 +157,7 @@ static void check_resume(rig_t *r) {
   CHECK(forced_ok && agree == 8);
   /* the same through gen_run's teacher forcing */
   gen_seq_t s = {.prompt = p0, .n_prompt = 12, .forced = ref, .n_forced = 8};
-  gen_opts_t o = {20, warm, 99, 1, NULL, NULL};
+  gen_opts_t o = {20, warm, 99, 1, NULL, NULL, NULL};
   gen_stats_t st;
   CHECK_OK(gen_run(r->m, r->kv, r->c, &s, 1, &o, &st));
   CHECK(same(s.out, s.n_out, ref, 20) && s.n_agree == 8 && s.finish == GEN_FINISH_LENGTH);
@@ -237,7 +237,7 @@ static int refuse_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *
 
 static void check_finish_and_errors(rig_t *r) {
   rec_t rec;
-  gen_engine_opts_t o = {refuse_hook, rec_token, rec_finish, &rec, 0};
+  gen_engine_opts_t o = {refuse_hook, rec_token, rec_finish, &rec, 0, NULL};
   gen_engine_t *e = NULL;
   memset(&rec, 0, sizeof rec);
   CHECK_OK(gen_engine_create(r->m, r->kv, r->c, &o, &e));
@@ -286,7 +286,7 @@ static void check_finish_and_errors(rig_t *r) {
   CHECK(r->kv->ops->seq_bytes(r->kv, 1) == 0 && r->kv->ops->seq_bytes(r->kv, 2) == 0);
   /* gen_run's errors stay what they were */
   gen_seq_t s = {.prompt = p0, .n_prompt = 12};
-  gen_opts_t go = {0, greedy, 0, 1, NULL, NULL};
+  gen_opts_t go = {0, greedy, 0, 1, NULL, NULL, NULL};
   gen_stats_t st;
   CHECK(gen_run(r->m, r->kv, r->c, &s, 1, &go, &st) == QE_EINVAL && s.out == NULL);
   go.n_predict = 4;
@@ -294,7 +294,7 @@ static void check_finish_and_errors(rig_t *r) {
   for (int i = 0; i < 5; i++) five[i] = s;
   CHECK(gen_run(r->m, r->kv, r->c, five, 5, &go, &st) == QE_EINVAL); /* 4 slots */
   CHECK(strstr(qe_errmsg(), "5 sequences") && five[0].out == NULL);
-  gen_engine_opts_t neg = {NULL, NULL, NULL, NULL, -1};
+  gen_engine_opts_t neg = {NULL, NULL, NULL, NULL, -1, NULL};
   CHECK(gen_engine_create(r->m, r->kv, r->c, &neg, &e) == QE_EINVAL && e == NULL);
 }
 
@@ -378,7 +378,7 @@ static void check_tp(rig_t *r1, const char *path) {
   rec_t rec;
   uint8_t arg[128];
   gen_engine_t *e = NULL;
-  gen_engine_opts_t o = {tp_hook, rec_token, rec_finish, &rec, 0};
+  gen_engine_opts_t o = {tp_hook, rec_token, rec_finish, &rec, 0, NULL};
   memset(&rec, 0, sizeof rec);
   tp_hook_t *h = &rec.hook; /* rank 0 */
   int fds[2] = {-1, sv[0]};

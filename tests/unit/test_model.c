@@ -159,7 +159,7 @@ static void check_generation(void) {
   int32_t *longp = calloc(300, sizeof *longp);
   gen_seq_t s = {.prompt = longp, .n_prompt = 300};
   gen_stats_t st;
-  gen_opts_t o = {8, {0.9f, 40, 0.95f}, 5, 1, NULL, NULL};
+  gen_opts_t o = {8, {0.9f, 40, 0.95f}, 5, 1, NULL, NULL, NULL};
   CHECK(gen_run(r.m, r.kv, c, &s, 1, &o, &st) == QE_EINVAL);
   free(s.out);
   int32_t bad[2] = {1, 100000};

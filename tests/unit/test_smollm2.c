@@ -66,7 +66,7 @@ static void check_greedy(rig_t *r, const tj_t *ref) {
           *gold = ids_of(tj_get(ref, "greedy_ids"), &ng);
   gen_seq_t s = {.prompt = prompt, .n_prompt = n};
   gen_stats_t st;
-  gen_opts_t o = {ng, {0, 0, 1}, 0, 1, NULL, NULL};
+  gen_opts_t o = {ng, {0, 0, 1}, 0, 1, NULL, NULL, NULL};
   CHECK_OK(gen_run(r->m, r->kv, r->c, &s, 1, &o, &st));
   int same = s.n_out == ng;
   for (int i = 0; same && i < ng; i++)

@@ -22,7 +22,7 @@ static void check_case(rig_t *r, const char *prompt, const tj_t *c) {
     CHECK(ids[i] == (int)toks->items[i]->num);
   gen_seq_t s = {.prompt = ids, .n_prompt = n};
   gen_stats_t st;
-  gen_opts_t o = {(int)toks->n - n, {0, 0, 1}, 0, 1, NULL, NULL};
+  gen_opts_t o = {(int)toks->n - n, {0, 0, 1}, 0, 1, NULL, NULL, NULL};
   CHECK_OK(gen_run(r->m, r->kv, r->c, &s, 1, &o, &st));
   int same = s.n_out == (int)toks->n - n, first_diff = -1;
   for (int i = 0; same && i < s.n_out; i++)

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# multi_gpu.sh: tensor parallelism over NCCL on every GPU of the device machine (issue 6), in
+# one or two device calls. Binaries from carry/pack (bench/device_pack.sh; unpacked by
+# bench/device_unpack.sh); NCCL_NVLS_ENABLE=0 throughout. Prints one table last.
+#   PHASE=1 (default)
+#     checks   test_kern_cuda, test_kv_gpu, test_kc_quant (GPU against the CPU references)
+#     equal    random Llama-3.1-8B shape, B=1, prompt 64, 256 greedy steps at TP=1, 2, 4, 8 (as
+#              many as there are GPUs) with the top-2 logits of every step; then TP=T
+#              teacher-forced on TP=1's tokens: agreement over all 256 steps and the TP=1 logit
+#              gap wherever they disagree
+#     8b       B=32, prompt 256, 256 new, FullKV and QEvict 20% at each TP: TPOT, tokens/s,
+#              scaling efficiency, NCCL all-reduce time per step (CUDA events), each rank's
+#              GPU memory and KV pool use; TP=max FullKV again untimed (the timers' cost)
+#     70b      Llama-3-70B shape at the largest TP with 4+ GPUs (and half of it for equality
+#              and scaling): B=32 FullKV and QEvict 20%
+#   PHASE=2
+#     32k      long_ctx --tp T (T = 1, 2, max): how many 32K-token sequences fit and decode
+#              tokens/s, FullKV and QEvict 20%
+#     smollm2  (when carry/sm_a + carry/sm_b, or build-stash/sm_a from PHASE=1 + carry/sm_b,
+#              hold its two halves) greedy GPU vs CPU, TP=2 and 3 vs TP=1 on the GPUs, and the
+#              whole daemon: tests/kernels/serve_gpu.sh with two TP=2 groups
+# Usage (repo root, on the device): PHASE=1 bench/multi_gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-bench/out/multi_gpu}
+PHASE=${PHASE:-1}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+# shellcheck source=bench/device_unpack.sh
+source bench/device_unpack.sh || exit 1
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+TPS=(1)
+for t in 2 4 8; do ((t <= NGPU)) && TPS+=("$t"); done
+TMAX=${TPS[-1]}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1
+echo "GPUs: $NGPU, TP sizes: ${TPS[*]}"
+nvidia-smi topo -m > "$OUT/topo.log" 2>&1 && head -8 "$OUT/topo.log"
+
+gen() { # NAME TMO args...: qevict generate --json into $OUT/NAME.json
+  local name=$1 tmo=$2 t0
+  shift 2
+  t0=$(date +%s)
+  timeout "$tmo" qevict generate --json --ignore-eos "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  echo "$name rc $? in $(($(date +%s) - t0)) s"
+  grep -v '^$' "$OUT/$name.err" | tail -2
+}
+ids_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'])" "$1"; }
+
+phase1() {
+  mkdir -p build-stash
+  [[ -f carry/sm_a/part ]] && cp carry/sm_a/part build-stash/sm_a && echo "stashed sm_a"
+  echo "== checks"
+  for t in test_kern_cuda test_kv_gpu test_kc_quant; do
+    QE_SHARED_MODELS=$(pwd)/carry/models timeout 200 "$t" > "$OUT/$t.log" 2>&1
+    echo "$t rc $?" | tee "$OUT/rc_$t"
+    grep -E "^FAIL" "$OUT/$t.log" | head -5
+  done
+  grep -iE "argmax|pool|routing time" "$OUT/test_kern_cuda.log" "$OUT/test_kv_gpu.log" | head -8
+  S8=(--shape llama3-8b --device 0)
+  echo "== equal: llama3-8b, B=1, prompt 64, 256 steps"
+  for t in "${TPS[@]}"; do gen eq_tp$t 240 "${S8[@]}" --tp "$t" --prompt-len 64 -n 256 --top2; done
+  ids_of "$OUT/eq_tp1.json" > "$OUT/eq_tp1.ids"
+  for t in "${TPS[@]:1}"; do
+    gen eqf_tp$t 240 "${S8[@]}" --tp "$t" --prompt-len 64 -n 256 --top2 --force-ids "$OUT/eq_tp1.ids"
+  done
+  echo "== 8b: B=32, prompt 256, 256 new"
+  for t in "${TPS[@]}"; do
+    gen b32_full_tp$t 240 "${S8[@]}" --tp "$t" --batch 32 --prompt-len 256 -n 256 --time-allreduce
+    gen b32_q20_tp$t 240 "${S8[@]}" --tp "$t" --batch 32 --prompt-len 256 -n 256 --time-allreduce \
+      --policy qevict --budget 0.2
+  done
+  gen b32_full_tp${TMAX}_untimed 240 "${S8[@]}" --tp "$TMAX" --batch 32 --prompt-len 256 -n 256
+  if ((TMAX >= 4)); then
+    local h=$((TMAX / 2))
+    echo "== 70b: TP=$h and TP=$TMAX"
+    S70=(--shape llama3-70b --device 0)
+    gen b1_70b_tp$h 300 "${S70[@]}" --tp "$h" --prompt-len 64 -n 64 --top2
+    ids_of "$OUT/b1_70b_tp$h.json" > "$OUT/b1_70b.ids"
+    gen b1f_70b_tp$TMAX 300 "${S70[@]}" --tp "$TMAX" --prompt-len 64 -n 64 --top2 \
+      --force-ids "$OUT/b1_70b.ids"
+    gen b32_70b_full_tp$h 300 "${S70[@]}" --tp "$h" --batch 32 --prompt-len 256 -n 128 --time-allreduce
+    gen b32_70b_full_tp$TMAX 300 "${S70[@]}" --tp "$TMAX" --batch 32 --prompt-len 256 -n 128 --time-allreduce
+    gen b32_70b_q20_tp$TMAX 300 "${S70[@]}" --tp "$TMAX" --batch 32 --prompt-len 256 -n 128 \
+      --time-allreduce --policy qevict --budget 0.2
+  fi
+}
+
+smollm2_model() { # reassembles SmolLM2 from its two halves; prints its path
+  local a=carry/sm_a/part b=carry/sm_b/part
+  [[ -f $a ]] || a=build-stash/sm_a
+  [[ -f $a && -f $b ]] || return 1
+  cat "$a" "$b" > /tmp/smollm2.gguf && echo /tmp/smollm2.gguf
+}
+
+phase2() {
+  echo "== 32k: long_ctx --tp T, 32K-token sequences, FullKV vs QEvict 20%"
+  for t in 1 2 "$TMAX"; do
+    ((t > NGPU)) && continue
+    [[ -f "$OUT/long_full_tp$t.json" ]] && continue
+    for pol in full qevict; do
+      timeout 200 long_ctx --tp "$t" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+        > "$OUT/long_${pol}_tp$t.json" 2> "$OUT/long_${pol}_tp$t.err"
+      echo "long_ctx tp $t $pol rc $?"; tail -1 "$OUT/long_${pol}_tp$t.err"
+    done
+  done
+  local M
+  if ! M=$(smollm2_model); then echo "smollm2: halves missing (skipped)"; return; fi
+  sha256sum "$M" | tee "$OUT/smollm2.sha256"
+  echo "== smollm2: greedy GPU vs CPU, TP 2 and 3 vs 1 on the GPUs"
+  local P="The history of the printing press begins"
+  gen sm_cpu 200 --model "$M" --prompt "$P" -n 256 --top2 --threads 16
+  gen sm_tp1 120 --model "$M" --prompt "$P" -n 256 --top2 --device 0
+  for t in 2 3; do ((t <= NGPU)) && gen sm_tp$t 120 --model "$M" --prompt "$P" -n 256 --top2 --device 0 --tp $t; done
+  ids_of "$OUT/sm_tp1.json" > "$OUT/sm_tp1.ids"
+  for t in 2 3; do
+    ((t <= NGPU)) && gen smf_tp$t 120 --model "$M" --prompt "$P" -n 256 --top2 --device 0 --tp $t \
+      --force-ids "$OUT/sm_tp1.ids"
+  done
+  gen smf_cpu 200 --model "$M" --prompt "$P" -n 256 --top2 --threads 16 --force-ids "$OUT/sm_tp1.ids"
+  echo "== daemon: two TP=2 groups on SmolLM2 (tests/kernels/serve_gpu.sh)"
+  local tp=2
+  ((NGPU >= 4)) || tp=1
+  SERVE_GPU_TP=$tp timeout 400 tests/kernels/serve_gpu.sh "$M" "$(command -v qevict)" \
+    > "$OUT/serve_gpu.log" 2>&1
+  echo "serve_gpu rc $?"
+  grep -E "serve_gpu:|FAIL|worker .*connected|request [0-9]" "$OUT/serve_gpu.log" | head -30
+}
+
+[[ $PHASE == 1 ]] && phase1
+[[ $PHASE == 2 ]] && phase2
+echo "== summary"
+python3 bench/multi_gpu_report.py "$OUT"
