@@ -37,9 +37,14 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 echo "GPUs: $NGPU, TP sizes: ${TPS[*]}"
 nvidia-smi topo -m > "$OUT/topo.log" 2>&1 && head -8 "$OUT/topo.log"
 
+# Runs start only while the call has time left (BUDGET_S seconds since the start, default 480),
+# so the table is always printed.
+BUDGET_S=${BUDGET_S:-480}
+time_left() { ((SECONDS < BUDGET_S)) || { echo "skipped $1 (time)"; return 1; }; }
 gen() { # NAME TMO args...: qevict generate --json into $OUT/NAME.json
   local name=$1 tmo=$2 t0
   shift 2
+  time_left "$name" || return 0
   t0=$(date +%s)
   timeout "$tmo" qevict generate --json --ignore-eos "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   echo "$name rc $? in $(($(date +%s) - t0)) s"
@@ -93,23 +98,12 @@ smollm2_model() { # reassembles SmolLM2 from its two halves; prints its path
   cat "$a" "$b" > /tmp/smollm2.gguf && echo /tmp/smollm2.gguf
 }
 
-phase2() {
-  echo "== 32k: long_ctx --tp T, 32K-token sequences, FullKV vs QEvict 20%"
-  for t in 1 2 "$TMAX"; do
-    ((t > NGPU)) && continue
-    [[ -f "$OUT/long_full_tp$t.json" ]] && continue
-    for pol in full qevict; do
-      timeout 200 long_ctx --tp "$t" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
-        > "$OUT/long_${pol}_tp$t.json" 2> "$OUT/long_${pol}_tp$t.err"
-      echo "long_ctx tp $t $pol rc $?"; tail -1 "$OUT/long_${pol}_tp$t.err"
-    done
-  done
-  local M
-  if ! M=$(smollm2_model); then echo "smollm2: halves missing (skipped)"; return; fi
+smollm2_runs() { # MODEL
+  local M=$1
   sha256sum "$M" | tee "$OUT/smollm2.sha256"
   echo "== smollm2: greedy GPU vs CPU, TP 2 and 3 vs 1 on the GPUs"
   local P="The history of the printing press begins"
-  gen sm_cpu 200 --model "$M" --prompt "$P" -n 256 --top2 --threads 16
+  gen sm_cpu 200 --model "$M" --prompt "$P" -n 256 --top2 --threads 32
   gen sm_tp1 120 --model "$M" --prompt "$P" -n 256 --top2 --device 0
   for t in 2 3; do ((t <= NGPU)) && gen sm_tp$t 120 --model "$M" --prompt "$P" -n 256 --top2 --device 0 --tp $t; done
   ids_of "$OUT/sm_tp1.json" > "$OUT/sm_tp1.ids"
@@ -117,14 +111,31 @@ phase2() {
     ((t <= NGPU)) && gen smf_tp$t 120 --model "$M" --prompt "$P" -n 256 --top2 --device 0 --tp $t \
       --force-ids "$OUT/sm_tp1.ids"
   done
-  gen smf_cpu 200 --model "$M" --prompt "$P" -n 256 --top2 --threads 16 --force-ids "$OUT/sm_tp1.ids"
+  gen smf_cpu 200 --model "$M" --prompt "$P" -n 256 --top2 --threads 32 --force-ids "$OUT/sm_tp1.ids"
   echo "== daemon: two TP=2 groups on SmolLM2 (tests/kernels/serve_gpu.sh)"
   local tp=2
   ((NGPU >= 4)) || tp=1
-  SERVE_GPU_TP=$tp timeout 400 tests/kernels/serve_gpu.sh "$M" "$(command -v qevict)" \
+  time_left serve_gpu || return 0
+  SERVE_GPU_TP=$tp timeout 300 tests/kernels/serve_gpu.sh "$M" "$(command -v qevict)" \
     > "$OUT/serve_gpu.log" 2>&1
   echo "serve_gpu rc $?"
   grep -E "serve_gpu:|FAIL|worker .*connected|request [0-9]" "$OUT/serve_gpu.log" | head -30
+}
+
+phase2() {
+  local M
+  if M=$(smollm2_model); then smollm2_runs "$M"; else echo "smollm2: halves missing (skipped)"; fi
+  echo "== 32k: long_ctx --tp T, 32K-token sequences, FullKV vs QEvict 20%"
+  for t in 1 2 "$TMAX"; do
+    ((t > NGPU)) && continue
+    [[ -f "$OUT/long_full_tp$t.json" ]] && continue
+    for pol in full qevict; do
+      time_left "long_ctx tp $t $pol" || continue
+      timeout 200 long_ctx --tp "$t" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+        > "$OUT/long_${pol}_tp$t.json" 2> "$OUT/long_${pol}_tp$t.err"
+      echo "long_ctx tp $t $pol rc $?"; tail -1 "$OUT/long_${pol}_tp$t.err"
+    done
+  done
 }
 
 [[ $PHASE == 1 ]] && phase1
