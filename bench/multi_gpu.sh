@@ -11,6 +11,7 @@
 #     8b       B=32, prompt 256, 256 new, FullKV and QEvict 20% at each TP: TPOT, tokens/s,
 #              scaling efficiency, NCCL all-reduce time per step (CUDA events), each rank's
 #              GPU memory and KV pool use; TP=max FullKV again untimed (the timers' cost)
+#     ttft     one 32K-token prompt at TP=1 and TP=max: time to first token
 #     70b      Llama-3-70B shape at the largest TP with 4+ GPUs (and half of it for equality
 #              and scaling): B=32 FullKV and QEvict 20%
 #   PHASE=2
@@ -76,6 +77,9 @@ phase1() {
       --policy qevict --budget 0.2
   done
   gen b32_full_tp${TMAX}_untimed 240 "${S8[@]}" --tp "$TMAX" --batch 32 --prompt-len 256 -n 256
+  echo "== ttft: one 32K-token prompt (prefill through the GEMM path), TP=1 and TP=$TMAX"
+  gen ttft32k_tp1 200 "${S8[@]}" --prompt-len 32768 -n 4
+  gen ttft32k_tp$TMAX 200 "${S8[@]}" --tp "$TMAX" --prompt-len 32768 -n 4
   if ((TMAX >= 4)); then
     local h=$((TMAX / 2))
     echo "== 70b: TP=$h and TP=$TMAX"

@@ -103,7 +103,14 @@ def engine_table(prefix, tps, label):
     for t in tps:
         f, q = engine("%s_full_tp%d" % (prefix, t)), engine("%s_q20_tp%d" % (prefix, t))
         if f and q:
-            print("TP=%d: QEvict 20%% / FullKV TPOT %.3f" % (t, q["tpot"] / f["tpot"]))
+            m = q["mem"]
+            share = ""
+            if m.get("routing_passes_decode"):
+                dec_ms = q["tpot"] * (q["steps"] - 1)
+                share = ", routing %.1f ms of %.0f ms decode (%.1f%%, %d passes)" % (
+                    m["routing_gpu_ms_decode"], dec_ms, 100 * m["routing_gpu_ms_decode"] / dec_ms,
+                    m["routing_passes_decode"])
+            print("TP=%d: QEvict 20%% / FullKV TPOT %.3f%s" % (t, q["tpot"] / f["tpot"], share))
 
 
 def main():
@@ -121,6 +128,11 @@ def main():
         a, b = engine("b32_full_tp%d" % t), engine("b32_full_tp%d_untimed" % t)
         if a and b:
             print("TP=%d FullKV TPOT untimed %.3f ms vs timed %.3f ms" % (t, b["tpot"], a["tpot"]))
+    for p in sorted(glob.glob(OUT + "/ttft32k_tp*.json")):
+        e = engine(os.path.basename(p)[:-5])
+        if e:
+            print("one 32K-token prompt, TP=%d: TTFT %.0f ms (prefill %.0f tok/s)" % (
+                e["tp"], e["ttft"], 32768 / e["ttft"] * 1e3))
     t70 = sorted(int(p.rsplit("tp", 1)[1][:-5]) for p in glob.glob(OUT + "/b32_70b_full_tp*.json"))
     if t70:
         equality("b1_70b_tp%d.json" % t70[0], "none", "b1f_70b_tp%d.json" % t70[-1],

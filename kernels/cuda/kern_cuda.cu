@@ -34,11 +34,10 @@ int kcu_cuda_at(kcu_t *c, cudaError_t e, const char *what, const char *file, int
   return kcu_fail(c, "%s:%d: %s: %s", file, line, what, cudaGetErrorString(e));
 }
 
-static int kcu_blas_at(kcu_t *c, cublasStatus_t s, const char *what, const char *file, int line) {
+int kcu_blas_at(kcu_t *c, cublasStatus_t s, const char *what, const char *file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return 0;
   return kcu_fail(c, "%s:%d: %s: %s", file, line, what, cublasGetStatusString(s));
 }
-#define KCU_BLAS(c, call) kcu_blas_at((c), (call), #call, __FILE__, __LINE__)
 
 /* The error an int-returning op gives once a void op has failed. */
 static int kcu_sticky(const kcu_t *c) {
@@ -320,7 +319,8 @@ static void kcu_destroy(kern_backend_t *be) {
   cudaSetDevice(c->device);
   if (c->stream) cudaStreamSynchronize(c->stream);
   for (int i = 0; i < c->n_plans; i++) plan_release(&c->plans[i]);
-  void *dev[] = {c->ws, c->xb, c->wb, c->rope_tab, c->attn_desc, c->attn_stats, c->amax};
+  void *dev[] = {c->ws,         c->xb,   c->wb,    c->rope_tab, c->attn_desc,
+                 c->attn_stats, c->amax, c->attn_s};
   for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
     if (dev[i]) cudaFree(dev[i]);
   if (c->blas) cublasDestroy(c->blas);
@@ -329,6 +329,7 @@ static void kcu_destroy(kern_backend_t *be) {
   (void)cudaGetLastError();
   free(c->rope_host);
   free(c->attn_host);
+  free(c->attn_rest);
   free(c);
 }
 
@@ -383,6 +384,8 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   c->device = device;
   const char *g = getenv("QE_CUDA_GEMM");
   c->gemmex_only = g && !strcmp(g, "gemmex");
+  const char *mb = getenv("QE_CUDA_PREFILL_MB"); /* tests: a small budget forces many chunks */
+  c->attn_s_budget = (size_t)(mb && atol(mb) > 0 ? atol(mb) : 1024) << 20;
   int rc = kcu_init(c);
   if (rc) {
     char msg[256];

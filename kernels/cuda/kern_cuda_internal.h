@@ -61,6 +61,12 @@ typedef struct {
   void *amax;        /* device int32 [rows] of argmax */
   size_t amax_cap;
   size_t attn_stats_cap;
+  /* the GEMM path of prefill attention (kern_cuda_prefill.cu) */
+  float *attn_s;        /* device scores/probabilities of one chunk [n_head][cq][n] */
+  size_t attn_s_cap;    /* bytes */
+  size_t attn_s_budget; /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
+  kern_attn_seq_t *attn_rest; /* host: the sequences left to the reference kernel */
+  size_t attn_rest_cap;       /* bytes */
 } kcu_t;
 
 #define KCU(be) ((kcu_t *)(be))
@@ -77,6 +83,9 @@ int kcu_grow(kcu_t *c, void **p, size_t *cap, size_t need);
 int kcu_grow_host(kcu_t *c, void **p, size_t *cap, size_t need);
 
 #define KCU_CUDA(c, call) kcu_cuda_at((c), (call), #call, __FILE__, __LINE__)
+/* 0 if s is CUBLAS_STATUS_SUCCESS, else kcu_fail with the call's text, file and line. */
+int kcu_blas_at(kcu_t *c, cublasStatus_t s, const char *what, const char *file, int line);
+#define KCU_BLAS(c, call) kcu_blas_at((c), (call), #call, __FILE__, __LINE__)
 /* Launches kern on the backend's stream and checks the launch (an int expression). */
 #define KCU_LAUNCH(c, kern, grid, block, smem, ...)                                                \
   (kern<<<(grid), (block), (smem), (c)->stream>>>(__VA_ARGS__),                                    \
@@ -105,5 +114,14 @@ void kcu_softmax(kern_backend_t *be, float *x, int m, int n);
 int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
 void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                    const kern_attn_shape_t *shape);
+
+/* Prefill attention through tensor-core GEMMs (kern_cuda_prefill.cu), for sequences with at least
+ * KCU_GEMM_MIN_Q queries whose keys sit at positions 0..n_kv-1 (k_pos NULL): scores = scale Q K^T
+ * by cuBLAS (TF32 tensor cores, fp32 accumulation) for chunks of queries, a causal softmax kernel,
+ * out = P V by cuBLAS, key masses summed from P. kcu_attn_gemm_takes says whether a sequence goes
+ * this way; kcu_attn_gemm runs one. 0 or QE_EBACKEND. */
+#define KCU_GEMM_MIN_Q 64
+int kcu_attn_gemm_takes(const kern_attn_seq_t *s);
+int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
 
 #endif

@@ -378,6 +378,22 @@ static void kcu_attn_descs(const kern_attn_seq_t *seqs, int n_seqs, int n_head, 
   *n_stats = off;
 }
 
+/* Runs the sequences that take the GEMM path (kcu_attn_gemm_takes) and copies the others to
+ * c->attn_rest; *n_rest their count. 0 or QE_EBACKEND. */
+static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
+                          const kern_attn_shape_t *sh, int *n_rest) {
+  *n_rest = 0;
+  int rc = kcu_grow_host(c, (void **)&c->attn_rest, &c->attn_rest_cap,
+                         sizeof(kern_attn_seq_t) * (size_t)n_seqs);
+  for (int i = 0; !rc && i < n_seqs; i++) {
+    if (kcu_attn_gemm_takes(&seqs[i]))
+      rc = kcu_attn_gemm(c, &seqs[i], sh);
+    else
+      c->attn_rest[(*n_rest)++] = seqs[i];
+  }
+  return rc;
+}
+
 void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                    const kern_attn_shape_t *sh) {
   kcu_t *c = KCU(be);
@@ -388,6 +404,8 @@ void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
              sh->head_dim, sh->n_head, sh->n_kv_head, n_seqs);
     return;
   }
+  if (kcu_attn_split(c, seqs, n_seqs, sh, &n_seqs) || n_seqs == 0) return;
+  seqs = c->attn_rest;
   size_t bytes = sizeof(kcu_attn_desc_t) * (size_t)n_seqs, n_stats = 0;
   int max_qh = 0, max_kv = 0;
   if (kcu_grow_host(c, &c->attn_host, &c->attn_host_cap, bytes)) return;
