@@ -35,7 +35,7 @@ __device__ float kcu_block_reduce(float v, int is_max, float *sh) {
 /* Row (h, i) = blockIdx.x of a chunk of cq rows per head: softmax over the keys j <= the query's
  * position (pos0 + i), zeros after it, in place over the row's n entries. */
 __global__ __launch_bounds__(KCU_SM_THREADS) void kcu_causal_softmax_k(float *s, int cq, int n,
-                                                                      int pos0) {
+                                                                       int pos0) {
   __shared__ float sh[KCU_SM_THREADS / 32];
   float *row = s + (size_t)blockIdx.x * n;
   int i = (int)(blockIdx.x % (unsigned)cq), last = pos0 + i < n - 1 ? pos0 + i : n - 1;
@@ -64,15 +64,15 @@ static int kcu_gemm_heads(kcu_t *c, cublasOperation_t ta, int m, int n, int k, f
                           const float *a, int lda, long long sa, const float *b, int ldb,
                           long long sb, float *d, int ldd, long long sd, int batch) {
   const float beta = 0.0f;
-  return KCU_BLAS(c, cublasGemmStridedBatchedEx(
-                         c->blas, ta, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_32F, lda, sa, b,
-                         CUDA_R_32F, ldb, sb, &beta, d, CUDA_R_32F, ldd, sd, batch,
-                         CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+  return KCU_BLAS(c, cublasGemmStridedBatchedEx(c->blas, ta, CUBLAS_OP_N, m, n, k, &alpha, a,
+                                                CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb, sb, &beta,
+                                                d, CUDA_R_32F, ldd, sd, batch,
+                                                CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
 }
 
 /* Queries [i0, i0 + cq) of s. */
-static int kcu_gemm_chunk(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh,
-                          int i0, int cq) {
+static int kcu_gemm_chunk(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh, int i0,
+                          int cq) {
   const int H = sh->n_head, KH = sh->n_kv_head, d = sh->head_dim, g = H / KH;
   const int pos0 = s->q_pos0 + i0, n = s->n_kv < pos0 + cq ? s->n_kv : pos0 + cq;
   const float *q = s->q + (size_t)i0 * H * d;
@@ -86,8 +86,8 @@ static int kcu_gemm_chunk(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_sh
                     n, pos0);
   int r0 = s->mass_q0 - i0 > 0 ? s->mass_q0 - i0 : 0;
   if (!rc && s->key_mass && r0 < cq)
-    rc = KCU_LAUNCH(c, kcu_gemm_mass_k, (unsigned)((n + 255) / 256), 256, 0, c->attn_s,
-                    s->key_mass, H, cq, n, r0);
+    rc = KCU_LAUNCH(c, kcu_gemm_mass_k, (unsigned)((n + 255) / 256), 256, 0, c->attn_s, s->key_mass,
+                    H, cq, n, r0);
   float *out = s->out + (size_t)i0 * H * d;
   for (int gi = 0; !rc && gi < g; gi++) /* O^T (d x cq) = V^T (d x n) P^T (n x cq), per head */
     rc = kcu_gemm_heads(c, CUBLAS_OP_N, d, cq, n, 1.0f, s->v, KH * d, d, c->attn_s + gi * sc, n,
