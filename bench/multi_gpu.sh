@@ -62,7 +62,10 @@ phase1() {
     echo "$t rc $?" | tee "$OUT/rc_$t"
     grep -E "^FAIL" "$OUT/$t.log" | head -5
   done
-  grep -iE "argmax|pool|routing time" "$OUT/test_kern_cuda.log" "$OUT/test_kv_gpu.log" | head -8
+  grep -iE "argmax|pool|routing time|gemm|prefill" "$OUT/test_kern_cuda.log" "$OUT/test_kv_gpu.log" | head -12
+  if [[ "$(cat "$OUT/rc_test_kern_cuda")" != "test_kern_cuda rc 0" ]]; then
+    export QE_CUDA_PREFILL=ref && echo "test_kern_cuda failed: the runs use the reference prefill kernel"
+  fi
   S8=(--shape llama3-8b --device 0)
   echo "== equal: llama3-8b, B=1, prompt 64, 256 steps"
   for t in "${TPS[@]}"; do gen eq_tp$t 240 "${S8[@]}" --tp "$t" --prompt-len 64 -n 256 --top2; done

@@ -386,6 +386,8 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   c->gemmex_only = g && !strcmp(g, "gemmex");
   const char *mb = getenv("QE_CUDA_PREFILL_MB"); /* tests: a small budget forces many chunks */
   c->attn_s_budget = (size_t)(mb && atol(mb) > 0 ? atol(mb) : 1024) << 20;
+  const char *pf = getenv("QE_CUDA_PREFILL"); /* "ref": every sequence to the reference kernel */
+  c->attn_ref_only = pf && !strcmp(pf, "ref");
   int rc = kcu_init(c);
   if (rc) {
     char msg[256];

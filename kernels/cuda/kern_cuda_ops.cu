@@ -386,7 +386,7 @@ static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
   int rc = kcu_grow_host(c, (void **)&c->attn_rest, &c->attn_rest_cap,
                          sizeof(kern_attn_seq_t) * (size_t)n_seqs);
   for (int i = 0; !rc && i < n_seqs; i++) {
-    if (kcu_attn_gemm_takes(&seqs[i]))
+    if (!c->attn_ref_only && kcu_attn_gemm_takes(&seqs[i]))
       rc = kcu_attn_gemm(c, &seqs[i], sh);
     else
       c->attn_rest[(*n_rest)++] = seqs[i];
