@@ -83,15 +83,18 @@ phase1() {
   echo "== ttft: one 32K-token prompt (prefill through the GEMM path), TP=1 and TP=$TMAX"
   gen ttft32k_tp1 200 "${S8[@]}" --prompt-len 32768 -n 4
   gen ttft32k_tp$TMAX 200 "${S8[@]}" --tp "$TMAX" --prompt-len 32768 -n 4
+  S70=(--shape llama3-70b --device 0)
   if ((TMAX >= 4)); then
     local h=$((TMAX / 2))
     echo "== 70b: TP=$h and TP=$TMAX"
-    S70=(--shape llama3-70b --device 0)
     gen b1_70b_tp$h 300 "${S70[@]}" --tp "$h" --prompt-len 64 -n 64 --top2
     ids_of "$OUT/b1_70b_tp$h.json" > "$OUT/b1_70b.ids"
     gen b1f_70b_tp$TMAX 300 "${S70[@]}" --tp "$TMAX" --prompt-len 64 -n 64 --top2 \
       --force-ids "$OUT/b1_70b.ids"
     gen b32_70b_full_tp$h 300 "${S70[@]}" --tp "$h" --batch 32 --prompt-len 256 -n 128 --time-allreduce
+  fi
+  if ((TMAX >= 2)); then
+    echo "== 70b: TP=$TMAX (a 70B model does not fit one H200)"
     gen b32_70b_full_tp$TMAX 300 "${S70[@]}" --tp "$TMAX" --batch 32 --prompt-len 256 -n 128 --time-allreduce
     gen b32_70b_q20_tp$TMAX 300 "${S70[@]}" --tp "$TMAX" --batch 32 --prompt-len 256 -n 128 \
       --time-allreduce --policy qevict --budget 0.2
