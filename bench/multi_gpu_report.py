@@ -32,7 +32,7 @@ def first_div(a, b):
 
 def equality(ref_name, run_name, forced_name, label):
     ref, run, forced = load(ref_name), load(run_name), load(forced_name)
-    if not ref:
+    if not ref or not (run or forced):
         return
     line = label + ": "
     if run:
@@ -61,7 +61,7 @@ def engine(name):
     ranks = j.get("ranks", [])
     ar = ranks[0] if ranks else {}
     return {
-        "ttft": s["prefill_s"] * 1e3,
+        "ttft": s["prefill_s"] * 1e3,  # speedup and efficiency: against the table's smallest TP
         "tpot": s["decode_s"] / steps * 1e3 if steps > 0 else float("nan"),
         "tok_s": s["batch"] * steps / s["decode_s"] if s["decode_s"] > 0 else 0,
         "tp": s["tp"], "steps": s["steps"],
@@ -85,7 +85,7 @@ def engine_table(prefix, tps, label):
             e = engine("%s_%s_tp%d" % (prefix, pol, t))
             if not e:
                 continue
-            sp = base["tpot"] / e["tpot"] * tps[0] if base else float("nan")
+            sp = base["tpot"] / e["tpot"] if base else float("nan")  # against the smallest TP
             rows.append((pol, t, e, sp))
     if not rows:
         return
@@ -99,7 +99,7 @@ def engine_table(prefix, tps, label):
         ranks = "; ".join("r%d %.1f, %s" % (r["rank"], (r.get("gpu_used_bytes") or 0) / 2**30, pool(r))
                           for r in e["ranks"])
         print("%-6s %3d %9.1f %8.3f %9.1f %7.2fx %5.0f%% %10s %9s  %s" % (
-            pol, t, e["ttft"], e["tpot"], e["tok_s"], sp, 100 * sp / t * tps[0], ar, arc, ranks))
+            pol, t, e["ttft"], e["tpot"], e["tok_s"], sp, 100 * sp * tps[0] / t, ar, arc, ranks))
     for t in tps:
         f, q = engine("%s_full_tp%d" % (prefix, t)), engine("%s_q20_tp%d" % (prefix, t))
         if f and q:

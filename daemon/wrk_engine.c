@@ -96,6 +96,13 @@ static void push_fatal(wrk_t *w, int rc) {
   push_out(w, o);
 }
 
+static void push_stopped(wrk_t *w) {
+  wout_t *o = calloc(1, sizeof *o);
+  if (!o) return;
+  o->kind = WOUT_STOPPED;
+  push_out(w, o);
+}
+
 /* ---- rank 0 callbacks ---- */
 
 static void flush_slot(weng_t *g, int slot) {
@@ -521,12 +528,14 @@ void *wrk_engine_main(void *arg) {
   wrk_t *w = arg;
   bind_device(w);
   int rc = w->cfg.rank == 0 ? run_rank0(w) : run_follower(w);
-  if (w->cfg.rank > 0 && !rc) rc = qe_errf(QE_ECOMM, "rank 0 stopped the group");
   w->rc = rc;
   pthread_mutex_lock(&w->mu);
   int quitting = w->quit;
   pthread_mutex_unlock(&w->mu);
-  if (!quitting) push_fatal(w, rc ? rc : QE_ECOMM);
+  if (w->cfg.rank > 0 && !rc) /* rank 0 sent STOP: the group ended in order */
+    push_stopped(w);
+  else if (!quitting)
+    push_fatal(w, rc ? rc : QE_ECOMM);
   pthread_mutex_lock(&w->mu);
   w->thread_done = 1;
   pthread_mutex_unlock(&w->mu);

@@ -16,7 +16,9 @@
 #include "wrk_cache.h"
 
 enum { WCMD_START, WCMD_CANCEL, WCMD_CANCEL_ALL, WCMD_DRAIN };
-enum { WOUT_TOKENS, WOUT_FINISHED, WOUT_REPORT, WOUT_FATAL };
+/* WOUT_STOPPED: a follower's rank 0 ended the group in order (its shutdown, or its own failure,
+ * which it reports): the follower exits without an error of its own. */
+enum { WOUT_TOKENS, WOUT_FINISHED, WOUT_REPORT, WOUT_FATAL, WOUT_STOPPED };
 
 typedef struct wcmd {
   int kind;

@@ -216,6 +216,9 @@ static void on_wake(uv_async_t *a) {
       qe_log(QE_LOG_ERROR, "wrk: engine stopped: %s", o->error);
       w->fatal = o->reason ? o->reason : QE_ECOMM;
       stop(w);
+    } else if (o->kind == WOUT_STOPPED) {
+      qe_log(QE_LOG_INFO, "wrk: rank 0 stopped the group; this rank exits");
+      stop(w);
     } else if (open && o->kind == WOUT_TOKENS)
       send_tokens(w, o);
     else if (open && o->kind == WOUT_FINISHED)

@@ -108,7 +108,7 @@ metric() { metrics | sed -n "s/^$1 \([0-9.e+]*\)\r*$/\1/p" | head -1; }
 start_serve() {
   PORT=$((20000 + RANDOM % 20000)) MPORT=$((PORT + 1))
   rm -f "$T/ready"
-  "$Q" serve --model "$MODEL" "${DEV[@]}" --workers "$WORKERS" --tp "$TP" --listen "127.0.0.1:$PORT" \
+  QEVICT_LOG=info "$Q" serve --model "$MODEL" "${DEV[@]}" --workers "$WORKERS" --tp "$TP" --listen "127.0.0.1:$PORT" \
     --metrics-listen "127.0.0.1:$MPORT" --state-dir "$T/state" --ready-file "$T/ready" \
     --pool-bytes "${SERVE_GPU_POOL:-512M}" --max-seqs 8 2>"$T/serve.log" &
   SERVE=$!
