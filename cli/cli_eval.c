@@ -10,6 +10,9 @@
 #include "cli.h"
 #include "cli_eval.h"
 #include "qe_status.h"
+#ifdef QE_HAVE_CUDA
+#include "cuda/kern_cuda.h"
+#endif
 
 #define EVAL_DEFAULT_PPL_TEXT "/usr/share/common-licenses/GPL-3"
 
@@ -19,9 +22,9 @@ static const char *eval_help =
     "                    (default: every generation task; ppl = teacher-forced perplexity)\n"
     "  --lengths L,...   prompt lengths in tokens (default 1024,2048; at most the context)\n"
     "  --samples N       samples per task and length (default 2)\n"
-    "  --policies P,...  qevict, h2o, snapkv, pyramidkv, streaming, kivi, knorm, NAME+graphkv;\n"
-    "                    full is always run first (default qevict,h2o,snapkv,pyramidkv,\n"
-    "                    streaming,kivi)\n"
+    "  --policies P,...  qevict, h2o, snapkv, pyramidkv, streaming, kivi, knorm, NAME+graphkv,\n"
+    "                    each optionally NAME:window=W (tokens per window); full is always\n"
+    "                    run first (default qevict,h2o,snapkv,pyramidkv,streaming,kivi)\n"
     "  --budgets B,...   persistent KV bytes as fractions of FullKV (default 0.05,0.1,0.2,0.4)\n"
     "  --new N           max new tokens (default: each task's own; ppl: 64 scored tokens)\n"
     "  --seed S          generator seed (default 0)\n"
@@ -33,6 +36,9 @@ static const char *eval_help =
     "  --json FILE       write the results as one JSON object ('-': stdout)\n"
     "  --markdown FILE   write the tables (default: stdout unless --json -)\n"
     "  --threads N       CPU threads (default: all cores)\n"
+    "  --device N        run on CUDA GPU N (CUDA builds): FullKV and the policies the GPU cache\n"
+    "                    runs (qevict, kivi; h2o and streaming with :window=8); the others'\n"
+    "                    rows report the refusal; no diagnostics (accuracy, memory, ppl, KL)\n"
     "  --quiet           no progress lines on stderr\n";
 
 /* Splits a comma list in place into items (at most EVAL_MAX_LIST). -1 if too many or empty. */
@@ -80,19 +86,33 @@ static int add_ablations(eval_cfg_t *c) {
   return rc;
 }
 
+/* One --policies item: NAME or NAME:window=W. 0, -1 (too many) or -2 (usage error printed). */
+static int parse_policy(eval_cfg_t *c, char *item) {
+  char label[64], *colon = strchr(item, ':');
+  long w = 0;
+  kv_policy_desc_t d;
+  cli_policy_t *p;
+  snprintf(label, sizeof label, "%s", item);
+  if (colon) {
+    *colon = '\0';
+    if (strncmp(colon + 1, "window=", 7) || cli_parse_int(colon + 8, 1, 1 << 16, &w))
+      return cli_usage_error("eval", "bad policy option '%s' (NAME:window=W)", label), -2;
+  }
+  if (kv_policy_find(item, &d))
+    return cli_usage_error("eval", "bad policy '%s': %s", item, qe_errmsg()), -2;
+  if (d.full) return 0;
+  if (add_variant(c, label, item, 0, &p)) return -1;
+  if (p && w) p->omega = (int)w;
+  return 0;
+}
+
 static int parse_policies(eval_cfg_t *c, char *v) {
   char *items[EVAL_MAX_LIST];
-  int n;
-  cli_policy_t *p;
-  kv_policy_desc_t d;
+  int n, rc = 0;
   if (split(v, items, &n)) return -1;
   c->n_variants = 0;
-  for (int i = 0; i < n; i++) {
-    if (kv_policy_find(items[i], &d))
-      return cli_usage_error("eval", "bad policy '%s': %s", items[i], qe_errmsg()), -2;
-    if (!d.full && add_variant(c, items[i], items[i], 0, &p)) return -1;
-  }
-  return 0;
+  for (int i = 0; !rc && i < n; i++) rc = parse_policy(c, items[i]);
+  return rc;
 }
 
 static int parse_tasks(eval_cfg_t *c, char *v) {
@@ -144,6 +164,10 @@ static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
     for (int i = 0; i < c->n_lengths; i++) c->lengths[i] = (int)tmp[i];
     return 0;
   }
+  if (!strcmp(f, "--device")) {
+    if (cli_parse_int(v, 0, 255, &l)) return -1;
+    return c->device = (int)l, 0;
+  }
   int *dst = !strcmp(f, "--samples")   ? &c->samples
              : !strcmp(f, "--new")     ? &c->n_new
              : !strcmp(f, "--threads") ? &c->threads
@@ -158,7 +182,7 @@ static void cfg_defaults(eval_cfg_t *c) {
   static const char *pols[] = {"qevict", "h2o", "snapkv", "pyramidkv", "streaming", "kivi"};
   static const double budgets[] = {0.05, 0.1, 0.2, 0.4};
   cli_policy_t *p;
-  *c = (eval_cfg_t){.samples = 2, .diag = 1, .ppl_text = EVAL_DEFAULT_PPL_TEXT};
+  *c = (eval_cfg_t){.samples = 2, .diag = 1, .ppl_text = EVAL_DEFAULT_PPL_TEXT, .device = -1};
   c->lengths[0] = 1024, c->lengths[1] = 2048, c->n_lengths = 2;
   for (int i = 0; i < 6; i++) add_variant(c, pols[i], pols[i], 0, &p);
   for (int i = 0; i < 4; i++) c->budgets[c->n_budgets++] = budgets[i];
@@ -194,6 +218,12 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
   if (!c->model) return cli_usage_error("eval", "--model is required");
   if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
   if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
+#ifndef QE_HAVE_CUDA
+  if (c->device >= 0)
+    return cli_usage_error("eval", "--device needs a CUDA build of qevict (this build has the "
+                                   "CPU backend only)");
+#endif
+  if (c->device >= 0) c->diag = 0; /* the GPU cache has no diagnostics observers */
   return 0;
 }
 
@@ -277,6 +307,19 @@ static int write_reports(const eval_cfg_t *c, const eval_results_t *r) {
   return rc;
 }
 
+/* The CPU backend, or with --device the CUDA GPU. */
+static int make_backend(const eval_cfg_t *c, kern_backend_t **be) {
+#ifdef QE_HAVE_CUDA
+  if (c->device >= 0) {
+    int n = kern_cuda_device_count();
+    if (c->device >= n)
+      return qe_errf(QE_EINVAL, "--device %d: %d CUDA device(s) visible", c->device, n);
+    return kern_cuda_create(c->device, be);
+  }
+#endif
+  return kern_cpu_create(c->threads, be);
+}
+
 /* Loads the model for prompts of up to the longest length in one forward pass and runs. */
 static int run_loaded(eval_cfg_t *c, eval_results_t *res) {
   eval_ctx_t x = {.cfg = c, .res = res};
@@ -284,7 +327,7 @@ static int run_loaded(eval_cfg_t *c, eval_results_t *res) {
   for (int i = 0; i < c->n_lengths; i++)
     max_len = c->lengths[i] > max_len ? c->lengths[i] : max_len;
   double t0 = now_s();
-  int rc = kern_cpu_create(c->threads, &x.be);
+  int rc = make_backend(c, &x.be);
   model_load_opts_t o = {x.be, 0, 1, max_len + 64};
   if (!rc) rc = model_load(c->model, &o, &x.m);
   if (!rc) rc = tp_comm_create_single(&x.comm);

@@ -40,6 +40,7 @@ typedef struct {
   uint64_t seed;
   const char *json, *markdown, *ppl_text;
   int ablations, diag, all_samples, threads, quiet;
+  int device; /* --device: CUDA GPU (-1: the CPU backend) */
 } eval_cfg_t;
 
 /* One run: FullKV (variant -1) or a variant at a budget, on one sample. */

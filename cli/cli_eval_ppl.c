@@ -48,7 +48,7 @@ static int forced_logp(eval_ctx_t *x, const cli_policy_t *p, const int32_t *seq,
     rc = model_forward(x->m, kv, x->comm, &b, lp + (size_t)(i + 1) * V);
   }
   for (int i = 0; !rc && i < N; i++) log_softmax(lp + (size_t)i * V, V);
-  if (!rc && mem && !strcmp(kv->ops->name, "tiered")) kv_tiered_stats(kv, 0, mem);
+  if (!rc && mem) cli_policy_mem_stats(kv, mem);
   if (opened) kv->ops->seq_close(kv, 0);
   kv_cache_destroy(kv);
   free(pos), free(sid);

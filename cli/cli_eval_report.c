@@ -148,9 +148,9 @@ static void json_config(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
   }
   fprintf(f,
           "],\"new_tokens\":%d,\"seed\":%llu,\"diagnostics\":%s,\"all_samples\":%s,"
-          "\"threads\":%d,\"ppl_text\":",
+          "\"threads\":%d,\"device\":%d,\"ppl_text\":",
           c->n_new, (unsigned long long)c->seed, c->diag ? "true" : "false",
-          c->all_samples ? "true" : "false", c->threads);
+          c->all_samples ? "true" : "false", c->threads, c->device);
   jstr(f, c->ppl_text);
   fprintf(f, "}");
 }

@@ -74,8 +74,6 @@ static void progress(const eval_ctx_t *x, const eval_row_t *r) {
     fprintf(stderr, "score %.2f (%.1f s)\n", r->score, r->wall_s);
 }
 
-static int is_tiered(const kv_cache_t *kv) { return !strcmp(kv->ops->name, "tiered"); }
-
 /* One run of a sample's prompt over a fresh cache of policy p: greedy, or teacher-forced on
  * forced[0..n_forced) when forced is given; observed by fn(ud) when fn is given (tiered
  * caches only). seq->out is malloc'd (caller frees). mem: the cache's final figures. */
@@ -91,7 +89,7 @@ static int run_once(eval_ctx_t *x, const cli_policy_t *p, const eval_sample_t *s
   if (rc) return rc;
   rc = fn ? cli_diag_observed_run(x->m, kv, x->comm, &o, fn, ud, seq)
           : gen_run(x->m, kv, x->comm, seq, 1, &o, &st);
-  if (!rc && mem && is_tiered(kv)) kv_tiered_stats(kv, 0, mem);
+  if (!rc && mem) cli_policy_mem_stats(kv, mem);
   kv_cache_destroy(kv);
   return rc;
 }

@@ -210,6 +210,21 @@ static void gpu_routing_json(kv_cache_t *kv, FILE *f) {
           ms[0], n[0], ms[1], n[1]);
 }
 
+int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out) {
+  kv_gpu_stats_t gs;
+  if (gpu_stats(kv, &gs)) {
+    *out = (kv_mem_stats_t){.budget = gs.budget, .bytes = gs.bytes, .peak_bytes = gs.bytes};
+    memcpy(out->windows, gs.windows, sizeof out->windows);
+    out->promotions = gs.promotions, out->demotions = gs.demotions;
+    out->evictions = gs.evictions, out->quantizations = gs.quantizations;
+    out->routing_events = gs.routings;
+    return 1;
+  }
+  if (!is_tiered(kv)) return 0;
+  kv_tiered_stats(kv, 0, out);
+  return 1;
+}
+
 void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
   kv_gpu_stats_t gs;
   if (gpu_stats(kv, &gs)) {

@@ -35,5 +35,9 @@ int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model
 /* Memory summary of slot 0 after the run (nothing for FullKV). */
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
 void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
+/* Slot 0's memory figures of a tiered cache, CPU (kv_tiered_stats) or GPU (kv_gpu_stats: the
+ * figures as of its last routing; peak_bytes is those bytes, the transient and workspace fields
+ * are 0). 1 when filled, 0 for a cache without them (FullKV). */
+int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out);
 
 #endif

@@ -41,6 +41,13 @@ expect_exit 2 "graphkv on streaming" "${E[@]}" --policies streaming+graphkv
 expect_exit 2 "unknown option" "${E[@]}" --bogus 1
 expect_exit 2 "missing value" "${E[@]}" --lengths
 expect_exit 1 "missing model file" "$QEVICT" eval --model "$TMP/nope.gguf" --quiet
+expect_exit 2 "bad policy option" "${E[@]}" --policies h2o:win=8
+expect_exit 2 "bad window value" "${E[@]}" --policies h2o:window=x
+expect_exit 2 "bad device" "${E[@]}" --device -1
+# --device without a GPU: one error line (exit 1 in a CUDA build, 2 in a CPU-only build)
+"${E[@]}" --device 200 --tasks qa --lengths 300 >/dev/null 2>"$TMP/dev.err"
+rc=$?
+[[ ($rc -eq 1 || $rc -eq 2) && $(wc -l <"$TMP/dev.err") -eq 1 ]] || bad "eval --device 200: rc $rc"
 "$QEVICT" eval --help | grep -q -- "--ablations" || bad "eval --help"
 
 # The slice: two generation tasks and perplexity; 5% is below stories' protected regions.
@@ -48,8 +55,9 @@ RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
      --policies qevict,h2o,kivi --budgets 0.05,0.3,0.6 --seed 11 --all-samples)
 "${RUN[@]}" --json "$TMP/a.json" --markdown "$TMP/a.md" || bad "run a"
 "${RUN[@]}" --json "$TMP/b.json" --markdown "$TMP/b.md" || bad "run b"
-"${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 --policies streaming \
+"${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 --policies streaming,h2o:window=8 \
   --budgets 0.3 --json "$TMP/c.json" --markdown "$TMP/c.md" || bad "run c (no --all-samples)"
+grep -q '"label":"h2o:window=8","policy":"h2o","window":8' "$TMP/c.json" || bad "h2o:window=8 variant"
 "${E[@]}" --tasks qa --lengths 400 --samples 1 --new 8 --policies qevict --budgets 0.3 \
   --ablations --no-diagnostics --all-samples --json "$TMP/d.json" --markdown "$TMP/d.md" || bad "run d (ablations)"
 grep -q "Excluded (FullKV solves no sample)" "$TMP/a.md" || bad "markdown lacks the exclusions"

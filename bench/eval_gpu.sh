@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# eval_gpu.sh: issue 7's grid on the device's GPU (`qevict eval --device 0`), SmolLM2-135M-
+# Instruct, in three device calls (the model is above one call's 64 MiB: it travels in two
+# halves, carry/sm_a then carry/sm_b, kept in build-stash/ while the machine stays warm).
+#   PHASE=stash      (carry carry/pack carry/sm_a) keeps the first half
+#   PHASE=grid       (carry carry/pack carry/sm_b) joins the halves; every task at 1K, 2K, 4K
+#                    and 7.5K tokens, 2 samples, FullKV and qevict, kivi, h2o and streaming (at
+#                    windows of 8 tokens: the GPU cache routes windows), at 5/10/20/40% of
+#                    FullKV's bytes; one JSON and one markdown per length into $DEST
+#   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
+# Binaries from carry/pack (bench/device_pack.sh). Usage (repo root, device): PHASE=grid
+# DEST=$OUT bench/eval_gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+# shellcheck source=bench/device_unpack.sh
+source bench/device_unpack.sh || exit 1
+DEST=${DEST:-bench/out/eval_gpu}
+mkdir -p "$DEST" build-stash
+M=build-stash/smollm2.gguf
+ev() { # NAME TMO args...
+  local name=$1 tmo=$2 t0=$SECONDS
+  shift 2
+  timeout "$tmo" qevict eval --model "$M" --device 0 --quiet --json "$DEST/$name.json" \
+    --markdown "$DEST/$name.md" "$@" 2> "/tmp/$name.err"
+  echo "$name rc $? in $((SECONDS - t0)) s"
+  tail -2 "/tmp/$name.err"
+}
+case "${PHASE:-}" in
+  stash) cp carry/sm_a/part build-stash/sm_a && echo "stashed" ;;
+  grid)
+    cat build-stash/sm_a carry/sm_b/part > "$M" || exit 1
+    sha256sum "$M"
+    for L in 1024 2048 4096 7500; do
+      ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+      ev "grid_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
+        --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1,0.2,0.4
+    done ;;
+  ablations)
+    [[ -f $M ]] || { echo "no $M (the machine was not kept)"; exit 1; }
+    for L in 2048 4096; do
+      ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
+        --policies qevict --ablations --budgets 0.05,0.1
+    done ;;
+  *) echo "PHASE=stash|grid|ablations" >&2; exit 2 ;;
+esac
