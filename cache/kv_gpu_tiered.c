@@ -350,7 +350,8 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
                     .q = cfg->q,
                     .use_int2 = cfg->q > 0,
                     .use_full = cfg->q < 1,
-                    .promote = cfg->promote};
+                    .promote = cfg->promote,
+                    .recency = cfg->scorer == KV_SCORE_RECENCY};
   r->sink_win = (cfg->n_sink + g->omega - 1) / g->omega;
   r->pg =
       (kern_paged_geom_t){ge->n_kv_head, ge->head_dim, g->omega, cfg->quant.bits, cfg->quant.group};

@@ -378,8 +378,9 @@ static int check_decisions(kv_gpu_t *g, const tstate_t *before, const tstate_t *
         if (force) live = after->win[i].n_tok > 0, quant = 0; /* a prompt: all FULL, no ledger */
         if (!live) continue;
         size_t led = !force && before->ledger[i] >= 0 ? r->lay.total : 0;
-        c[m] = (kv_cand_t){after->score[i], quant ? KV_TIER_INT2 : KV_TIER_FULL,
-                           g->page_bytes + KVG_META + led, r->lay.total + KVG_META};
+        float sc = r->recency ? (float)w : after->score[i]; /* recency: newest first */
+        c[m] = (kv_cand_t){sc, quant ? KV_TIER_INT2 : KV_TIER_FULL, g->page_bytes + KVG_META + led,
+                           r->lay.total + KVG_META};
         idx[m++] = (int)i;
       }
       kv_route_params_t p = {(size_t)g->t->h_bhist[s], r->q, r->use_int2, r->use_full, r->promote};
@@ -487,11 +488,29 @@ static void check_pool_tiered(kv_gpu_t *g, const tstate_t *st, long *peak) {
   free(slab);
 }
 
-static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
+/* A recency policy's tiers follow position: at the end, no FULL or INT2 window of a routed
+ * layer is older than an EVICTED one past the sink (kivi, streaming). */
+static int check_recency_order(kv_gpu_t *g, const tstate_t *st, int n_slots) {
+  const kc_route_t *r = &g->t->rt;
+  int bad = 0;
+  for (int l = 0; l < g->base.geom.n_layer; l++)
+    for (int s = 0; s < n_slots; s++) {
+      int lim = g->seqs[s].len - r->n_local, A = lim > 0 ? lim / g->omega : 0, evicted = -1;
+      for (int w = r->sink_win; w < A; w++) {
+        const kern_pwin_t *d = &st->win[kv_gpu__tab_index(g, l, s, w)];
+        if (d->n_tok > 0 && d->tier == KERN_PW_EVICTED) evicted = w;
+      }
+      for (int w = r->sink_win; w < evicted; w++)
+        bad += st->win[kv_gpu__tab_index(g, l, s, w)].tier != KERN_PW_EVICTED;
+    }
+  return bad;
+}
+
+static void check_tiered(const char *policy, int n_head, int n_kv, int hd, double frac, int steps) {
   kv_geom_t ge = {2, n_head, n_kv, hd, 3};
   kern_rope_t rope = {KERN_ROPE_NORM, hd, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
   kv_policy_desc_t d;
-  CHECK_OK(kv_policy_find("qevict", &d));
+  CHECK_OK(kv_policy_find(policy, &d));
   kv_cache_t *kv = NULL;
   int cap = 64 + 160 + steps, prompt[3] = {160, 97, 64}, slots[3] = {0, 1, 2};
   CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, cap, 3, frac, 0, &kv));
@@ -560,13 +579,22 @@ static void check_tiered(int n_head, int n_kv, int hd, double frac, int steps) {
   CHECK(worst < 1e-2);
   CHECK(mass_err < 1e-3);
   CHECK(st.windows[1] > 0); /* the budget made it quantize */
+  if (g->t->rt.recency) {
+    tstate_t fin;
+    tstate_get(g, &fin);
+    int bad_order = check_recency_order(g, &fin, 3);
+    CHECK(bad_order == 0);
+    CHECK(st.windows[2] > 0); /* the budget made it evict the oldest */
+    tstate_free(&fin);
+  }
   fprintf(stderr,
-          "kv_gpu tiered (qevict, budget %.2f): GQA %d/%d, head_dim %d, %d steps: decode error "
+          "kv_gpu tiered (%s, budget %.2f): GQA %d/%d, head_dim %d, %d steps: decode error "
           "%.2e, mass error %.2e, %d routing events checked against kv_route_decide (%d "
           "mismatches), %d invariant violations; slot 0 Full/INT2/Evicted %ld/%ld/%ld, "
           "promotions %ld, demotions %ld, bytes %zu of %zu\n",
-          frac, n_head, n_kv, hd, steps, worst, mass_err, events, bad_dec, bad_inv, st.windows[0],
-          st.windows[1], st.windows[2], st.promotions, st.demotions, st.bytes, st.budget);
+          policy, frac, n_head, n_kv, hd, steps, worst, mass_err, events, bad_dec, bad_inv,
+          st.windows[0], st.windows[1], st.windows[2], st.promotions, st.demotions, st.bytes,
+          st.budget);
   /* every unit comes back: free, or a slab whose slots are all free; no spare left */
   for (int s = 0; s < 3; s++) kv->ops->seq_close(kv, s);
   int32_t tops[4];
@@ -600,8 +628,9 @@ int main(int argc, char **argv) {
   check_rows(300, 77, small ? 256 : 4096);
   check_cache(8, 2, 128, 16);
   if (!small) check_cache(9, 3, 64, 8), check_cache(32, 8, 128, 64);
-  check_tiered(8, 2, 128, 0.3, small ? 12 : 80);
-  if (!small) check_tiered(9, 3, 64, 0.15, 60);
+  check_tiered("qevict", 8, 2, 128, 0.3, small ? 12 : 80);
+  if (!small) check_tiered("qevict", 9, 3, 64, 0.15, 60);
+  if (!small) check_tiered("kivi", 8, 2, 128, 0.1, 80);
   kv_geom_t bad = {2, 8, 2, 32, 1};
   kv_cache_t *kv = NULL;
   CHECK(kv_gpu_create(g_gpu, &bad, 16, 100, 1 << 20, &kv) == QE_EUNSUPPORTED);
