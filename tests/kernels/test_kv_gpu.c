@@ -630,7 +630,7 @@ int main(int argc, char **argv) {
   if (!small) check_cache(9, 3, 64, 8), check_cache(32, 8, 128, 64);
   check_tiered("qevict", 8, 2, 128, 0.3, small ? 12 : 80);
   if (!small) check_tiered("qevict", 9, 3, 64, 0.15, 60);
-  if (!small) check_tiered("kivi", 8, 2, 128, 0.1, 80);
+  if (!small) check_tiered("kivi", 8, 2, 128, 0.25, 80);
   kv_geom_t bad = {2, 8, 2, 32, 1};
   kv_cache_t *kv = NULL;
   CHECK(kv_gpu_create(g_gpu, &bad, 16, 100, 1 << 20, &kv) == QE_EUNSUPPORTED);
