@@ -61,6 +61,14 @@ int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget);
 int kv_gpu_bounds(const kv_geom_t *g, const kv_policy_cfg_t *cfg, long n_tokens, size_t *floor,
                   size_t *min_budget, size_t *fullkv);
 
+/* Whether the tiered GPU cache runs policy c (called `name` in messages) on a rank of head_dim
+ * with n_head / n_kv heads (head_dim 0: the geometry is not checked): 0, or QE_EUNSUPPORTED with
+ * a detail that starts with the request field to change: policy.name (geometry), policy.graphkv,
+ * policy.scorer (policy.name when !scorer_named: the scorer came with the policy), policy.window.
+ * Pure; the scheduler, the workers and kv_gpu_create_tiered share it. */
+int kv_gpu_policy_check(const kv_policy_cfg_t *c, const char *name, int scorer_named, int head_dim,
+                        int n_head, int n_kv);
+
 /* The smallest budget (sink and protected local windows, all layers); bytes holding n_tokens
  * all at FULL (with bookkeeping) in a tiered cache, or FullKV page bytes otherwise. */
 size_t kv_gpu_min_budget(const kv_cache_t *kv);

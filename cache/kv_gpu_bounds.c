@@ -1,8 +1,35 @@
-/* kv_gpu_bounds: the GPU cache's byte sizes as pure arithmetic (kv_gpu.h), so that code without
- * a GPU (the scheduler's admission, the worker sizing its arenas) sizes budgets exactly as the
- * cache charges them. Built in every configuration. */
+/* kv_gpu_bounds: the GPU cache's byte sizes as pure arithmetic, and the policies it runs
+ * (kv_gpu.h), so that code without a GPU (the scheduler's admission and validation, the worker
+ * sizing its arenas) sizes budgets exactly as the cache charges them and refuses what it cannot
+ * run. Built in every configuration. */
 #include "kv_gpu.h"
 #include "qe_status.h"
+
+int kv_gpu_policy_check(const kv_policy_cfg_t *c, const char *name, int scorer_named, int head_dim,
+                        int n_head, int n_kv) {
+  if (head_dim &&
+      ((head_dim != 64 && head_dim != 128) || n_kv <= 0 || n_head % n_kv || n_head / n_kv > 8))
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.name: '%s' needs the GPU tiered cache, which takes head_dim 64 or 128 "
+                   "and at most 8 query heads per KV head (this model: %d, %d/%d); use policy full",
+                   name, head_dim, n_head, n_kv);
+  if (c->graphkv)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.graphkv: '%s': GraphKV re-scoring does not run on the GPU cache", name);
+  if (c->pyramid || c->pool_kernel > 1 ||
+      (c->scorer != KV_SCORE_CUMULATIVE && c->scorer != KV_SCORE_RECENCY))
+    return qe_errf(QE_EUNSUPPORTED,
+                   "%s: '%s' does not run on the GPU cache, which routes by cumulative attention "
+                   "or recency without pooled or pyramid budgets (qevict, kivi; h2o and streaming "
+                   "with policy.window 8)",
+                   scorer_named ? "policy.scorer" : "policy.name", name);
+  if (c->omega != 8 && (c->omega < 16 || c->omega % 16 || c->omega > 1024))
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.window: '%s' has windows of %d token(s); the GPU cache takes 8 or a "
+                   "multiple of 16 up to 1024 (set policy.window)",
+                   name, c->omega);
+  return 0;
+}
 
 size_t kv_gpu_page_bytes(const kv_geom_t *g, int omega) {
   return (size_t)2 * omega * g->n_kv_head * g->head_dim * 2;

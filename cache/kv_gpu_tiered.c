@@ -303,14 +303,7 @@ static int init_rope(kv_gpu_t *g, const kern_rope_t *rope) {
 }
 
 static int check_cfg(const kv_policy_cfg_t *c) {
-  int sc = c->scorer;
-  if ((sc != KV_SCORE_CUMULATIVE && sc != KV_SCORE_RECENCY) || c->graphkv || c->pyramid ||
-      c->pool_kernel > 1)
-    return qe_errf(QE_EUNSUPPORTED, "kv_gpu: the GPU tiered cache routes by cumulative attention "
-                                    "or recency (qevict, h2o, kivi, streaming), without graphkv or "
-                                    "pyramid "
-                                    "budgets");
-  return 0;
+  return kv_gpu_policy_check(c, "policy", 1, 0, 0, 0);
 }
 
 /* Units (pages) for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot;

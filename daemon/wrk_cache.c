@@ -86,28 +86,8 @@ static int gpu_geom_fits(const kv_geom_t *g) {
  * naming the request's field; the scheduler refuses the same requests up front
  * (sched_validate.c). */
 static int gpu_policy_check(const wrk_cache_t *c, const wrk_open_arg_t *a) {
-  const kv_policy_cfg_t *p = &a->cfg;
-  const char *n = a->policy;
-  if (!gpu_geom_fits(&c->geom))
-    return qe_errf(QE_EUNSUPPORTED,
-                   "policy.name: '%s' needs the GPU tiered cache, which takes head_dim 64 or 128 "
-                   "and at most 8 query heads per KV head (this model: %d, %d/%d); use policy full",
-                   n, c->geom.head_dim, c->geom.n_head, c->geom.n_kv_head);
-  if (p->graphkv)
-    return qe_errf(QE_EUNSUPPORTED, "policy.graphkv: '%s': no GraphKV on the GPU cache", n);
-  if (p->pyramid || (p->scorer != KV_SCORE_CUMULATIVE && p->scorer != KV_SCORE_RECENCY) ||
-      p->pool_kernel > 1)
-    return qe_errf(QE_EUNSUPPORTED,
-                   "policy.scorer: '%s' does not run on the GPU cache, which routes by cumulative "
-                   "attention or recency without pooled or pyramid budgets (qevict, kivi; h2o "
-                   "and streaming with policy.window 8)",
-                   n);
-  if (p->omega != 8 && (p->omega < 16 || p->omega % 16 || p->omega > 1024))
-    return qe_errf(QE_EUNSUPPORTED,
-                   "policy.window: '%s' has windows of %d tokens; the GPU cache takes 8 or a "
-                   "multiple of 16 (up to 1024)",
-                   n, p->omega);
-  return 0;
+  return kv_gpu_policy_check(&a->cfg, a->policy, 1, c->geom.head_dim, c->geom.n_head,
+                             c->geom.n_kv_head);
 }
 
 #ifdef QE_HAVE_KV_GPU

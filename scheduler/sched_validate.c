@@ -200,34 +200,13 @@ static int gpu_groups(const sched_t *s) {
  * checks the same, daemon/wrk_cache.c) for policy d on every shard of the TP split. */
 static int check_gpu_policy(const sched_t *s, const sreq_t *r, const kv_policy_desc_t *d, int tp,
                             sval_err_t *e) {
-  const kv_policy_cfg_t *p = &d->cfg;
-  int hd = s->hp.head_dim;
   for (int rank = 0; rank < tp; rank++) {
     model_shard_t sh;
     if (model_shard_of(&s->hp, rank, tp, &sh)) return bad(e, SVAL_INTERNAL, "bad TP split");
-    if ((hd != 64 && hd != 128) || sh.n_head % sh.n_kv || sh.n_head / sh.n_kv > 8)
-      return bad(e, SVAL_INVALID,
-                 "policy.name: '%s' needs the GPU workers' tiered cache, which takes head_dim 64 "
-                 "or 128 and at most 8 query heads per KV head (this model: %d, %d/%d); use "
-                 "policy full",
-                 d->name, hd, sh.n_head, sh.n_kv);
+    if (kv_gpu_policy_check(&d->cfg, d->name, *r->scorer != '\0', s->hp.head_dim, sh.n_head,
+                            sh.n_kv))
+      return bad(e, SVAL_INVALID, "%s", qe_errmsg());
   }
-  if (p->graphkv)
-    return bad(e, SVAL_INVALID,
-               "policy.graphkv: GraphKV re-scoring does not run on the GPU "
-               "workers' cache");
-  if (p->pyramid || p->pool_kernel > 1 ||
-      (p->scorer != KV_SCORE_CUMULATIVE && p->scorer != KV_SCORE_RECENCY))
-    return bad(e, SVAL_INVALID,
-               "%s: '%s' does not run on the GPU workers' cache, which routes by cumulative "
-               "attention or recency without pooled or pyramid budgets (qevict, kivi; h2o "
-               "and streaming with policy.window 8)",
-               *r->scorer ? "policy.scorer" : "policy.name", d->name);
-  if (p->omega != 8 && (p->omega < 16 || p->omega % 16 || p->omega > 1024))
-    return bad(e, SVAL_INVALID,
-               "policy.window: '%s' has windows of %d token(s); the GPU workers' cache takes 8 or "
-               "a multiple of 16 up to 1024 (set policy.window)",
-               d->name, p->omega);
   return 0;
 }
 

@@ -346,9 +346,42 @@ static void check_gpu_bounds(void) {
   CHECK(kv_gpu_bounds(&g, &d.cfg, 1000, NULL, &min_b, &full) == QE_EUNSUPPORTED);
 }
 
+/* Which policies the GPU cache runs, and the request field each refusal names. */
+static void expect_gpu_policy(const char *name, int omega, int scorer_named, int hd, int nh,
+                              int nkv, const char *field) {
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find(name, &d));
+  if (omega) d.cfg.omega = omega;
+  int rc = kv_gpu_policy_check(&d.cfg, name, scorer_named, hd, nh, nkv);
+  if (!field) {
+    CHECK(rc == 0);
+    return;
+  }
+  CHECK(rc == QE_EUNSUPPORTED && !strncmp(qe_errmsg(), field, strlen(field)));
+  if (rc != QE_EUNSUPPORTED || strncmp(qe_errmsg(), field, strlen(field)))
+    fprintf(stderr, "  %s: rc %d, '%s' (want %s)\n", name, rc, qe_errmsg(), field);
+}
+
+static void check_gpu_policies(void) {
+  expect_gpu_policy("qevict", 0, 0, 128, 32, 8, NULL);
+  expect_gpu_policy("kivi", 0, 0, 64, 9, 3, NULL);
+  expect_gpu_policy("h2o", 8, 0, 128, 32, 8, NULL);
+  expect_gpu_policy("streaming", 16, 0, 128, 32, 8, NULL);
+  expect_gpu_policy("h2o", 0, 0, 128, 32, 8, "policy.window"); /* token-level by default */
+  expect_gpu_policy("qevict", 24, 0, 128, 32, 8, "policy.window");
+  expect_gpu_policy("snapkv", 0, 0, 128, 32, 8, "policy.name");
+  expect_gpu_policy("knorm", 8, 1, 128, 32, 8, "policy.scorer");
+  expect_gpu_policy("pyramidkv", 8, 0, 128, 32, 8, "policy.name");
+  expect_gpu_policy("qevict+graphkv", 0, 0, 128, 32, 8, "policy.graphkv");
+  expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");   /* head_dim 8 */
+  expect_gpu_policy("qevict", 0, 0, 128, 32, 2, "policy.name"); /* 16 query heads per KV head */
+  expect_gpu_policy("qevict", 0, 0, 0, 0, 0, NULL);             /* geometry not checked */
+}
+
 int main(void) {
   check_worked_example();
   check_gpu_bounds();
+  check_gpu_policies();
   rand_model_spec_t llama_gqa = {1, 0 /* F32 */, 8, 2, 0, 2, 21};
   rand_model_spec_t qwen_mha = {2, 8 /* Q8_0 */, 8, 8, 1, 2, 5};
   check_model(&llama_gqa, 1);
