@@ -148,7 +148,22 @@ phase2() {
   done
 }
 
+# PHASE=tp4: the short run for a four-GPU machine when little device time is left: equality
+# at TP=4 (forced on TP=1), B=32 at TP=4 (FullKV, QEvict 20%), the 70B shape at TP=4.
+phase_tp4() {
+  local S8=(--shape llama3-8b --device 0)
+  gen eq_tp1 120 "${S8[@]}" --prompt-len 64 -n 256 --top2
+  ids_of "$OUT/eq_tp1.json" > "$OUT/eq_tp1.ids"
+  gen eqf_tp4 120 "${S8[@]}" --tp 4 --prompt-len 64 -n 256 --top2 --force-ids "$OUT/eq_tp1.ids"
+  gen b32_full_tp4 120 "${S8[@]}" --tp 4 --batch 32 --prompt-len 256 -n 256 --time-allreduce
+  gen b32_q20_tp4 120 "${S8[@]}" --tp 4 --batch 32 --prompt-len 256 -n 256 --time-allreduce \
+    --policy qevict --budget 0.2
+  gen b32_70b_full_tp4 200 --shape llama3-70b --device 0 --tp 4 --batch 32 --prompt-len 256 \
+    -n 128 --time-allreduce
+}
+
 [[ $PHASE == 1 ]] && phase1
+[[ $PHASE == tp4 ]] && phase_tp4
 [[ $PHASE == 2 ]] && phase2
 echo "== summary"
 python3 bench/multi_gpu_report.py "$OUT"

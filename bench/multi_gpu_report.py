@@ -116,7 +116,8 @@ def engine_table(prefix, tps, label):
 def main():
     print("checks: " + " | ".join("%s rc %s" % (t, rc(t)) for t in
                                   ("test_kern_cuda", "test_kv_gpu", "test_kc_quant")))
-    tps = sorted(int(os.path.basename(p)[len("eq_tp"):-5]) for p in glob.glob(OUT + "/eq_tp*.json"))
+    tps = sorted({int(os.path.basename(p).split("_tp")[1][:-5])
+                  for p in glob.glob(OUT + "/eq_tp*.json") + glob.glob(OUT + "/eqf_tp*.json")})
     for t in tps[1:]:
         equality("eq_tp1.json", "eq_tp%d.json" % t, "eqf_tp%d.json" % t,
                  "llama3-8b greedy TP=%d vs TP=1 (256 steps)" % t)
