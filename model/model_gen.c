@@ -530,8 +530,8 @@ int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, co
             gen_stats_t *stats) {
   gen_engine_t *e = NULL;
   gen_run_ctx_t x = {seqs, o};
-  gen_engine_opts_t eo = {NULL, run_on_token, run_on_finish, &x, model_max_batch(m),
-                          o->on_logits ? run_on_logits : NULL};
+  gen_engine_opts_t eo = {NULL, run_on_token,       run_on_finish,
+                          &x,   model_max_batch(m), o->on_logits ? run_on_logits : NULL};
   int active = 1, rc = check_run(m, kv, seqs, n, o);
   memset(stats, 0, sizeof *stats);
   if (!rc) rc = alloc_outputs(seqs, n, o);

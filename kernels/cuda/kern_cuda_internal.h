@@ -62,10 +62,10 @@ typedef struct {
   size_t amax_cap;
   size_t attn_stats_cap;
   /* the GEMM path of prefill attention (kern_cuda_prefill.cu) */
-  float *attn_s;        /* device scores/probabilities of one chunk [n_head][cq][n] */
-  size_t attn_s_cap;    /* bytes */
-  size_t attn_s_budget; /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
-  int attn_ref_only;    /* QE_CUDA_PREFILL=ref: no GEMM path */
+  float *attn_s;              /* device scores/probabilities of one chunk [n_head][cq][n] */
+  size_t attn_s_cap;          /* bytes */
+  size_t attn_s_budget;       /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
+  int attn_ref_only;          /* QE_CUDA_PREFILL=ref: no GEMM path */
   kern_attn_seq_t *attn_rest; /* host: the sequences left to the reference kernel */
   size_t attn_rest_cap;       /* bytes */
 } kcu_t;

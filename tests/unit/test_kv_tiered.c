@@ -373,7 +373,7 @@ static void check_gpu_policies(void) {
   expect_gpu_policy("knorm", 8, 1, 128, 32, 8, "policy.scorer");
   expect_gpu_policy("pyramidkv", 8, 0, 128, 32, 8, "policy.name");
   expect_gpu_policy("qevict+graphkv", 0, 0, 128, 32, 8, "policy.graphkv");
-  expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");   /* head_dim 8 */
+  expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");    /* head_dim 8 */
   expect_gpu_policy("qevict", 0, 0, 128, 32, 2, "policy.name"); /* 16 query heads per KV head */
   expect_gpu_policy("qevict", 0, 0, 0, 0, 0, NULL);             /* geometry not checked */
 }
