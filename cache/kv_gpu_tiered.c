@@ -303,7 +303,7 @@ static int init_rope(kv_gpu_t *g, const kern_rope_t *rope) {
 }
 
 static int check_cfg(const kv_policy_cfg_t *c) {
-  return kv_gpu_policy_check(c, "policy", 1, 0, 0, 0);
+  return kv_gpu_policy_check(c, "this policy", 1, 0, 0, 0);
 }
 
 /* Units (pages) for n_seqs slots of capacity tokens under a budget of `budget` bytes per slot;
