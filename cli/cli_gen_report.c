@@ -51,10 +51,6 @@ int gen_report_fill(kern_backend_t *be, const model_t *m, kv_cache_t *kv, tp_com
   return 0;
 }
 
-int gen_report_gather(tp_comm_t *c, const gen_rank_report_t *mine, gen_rank_report_t *all) {
-  return tp_allgather(c, mine, all, sizeof *mine);
-}
-
 static void json_i64(FILE *f, const char *key, int64_t v, int comma) {
   if (v < 0)
     fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
@@ -118,18 +114,15 @@ static int push_id(int32_t **ids, int *n, int *cap, long v) {
 int gen_read_ids(const char *path, int32_t **ids, int *n) {
   FILE *f = fopen(path, "r");
   if (!f) return qe_errf(QE_EIO, "cannot open the ids file '%s'", path);
-  int cap = 0, rc = 0, c, prev = ' ';
+  int cap = 0, rc = 0, c;
   *ids = NULL, *n = 0;
-  while (!rc && (c = fgetc(f)) != EOF) {
-    if (c == '-' && !isdigit(prev)) rc = qe_errf(QE_EINVAL, "'%s': a negative id", path);
-    if (!rc && isdigit(c) && !isdigit(prev)) {
-      ungetc(c, f);
-      long v = 0;
-      rc = fscanf(f, "%ld", &v) == 1 && v <= INT32_MAX ? push_id(ids, n, &cap, v)
-                                                       : qe_errf(QE_EINVAL, "'%s': a bad id", path);
-      c = '0';
-    }
-    prev = c;
+  while (!rc && (c = fgetc(f)) != EOF) { /* a number is read whole: any '-' is a sign */
+    long v = 0;
+    if (c == '-') rc = qe_errf(QE_EINVAL, "'%s': a negative id", path);
+    if (!rc && isdigit(c))
+      rc = ungetc(c, f) != EOF && fscanf(f, "%ld", &v) == 1 && v <= INT32_MAX
+               ? push_id(ids, n, &cap, v)
+               : qe_errf(QE_EINVAL, "'%s': a bad id", path);
   }
   fclose(f);
   if (!rc && !*n) rc = qe_errf(QE_EINVAL, "'%s' holds no ids", path);

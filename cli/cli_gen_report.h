@@ -26,8 +26,6 @@ typedef struct {
 /* This rank's figures (nc: its NCCL communicator or NULL; timed when timing was turned on). */
 int gen_report_fill(kern_backend_t *be, const model_t *m, kv_cache_t *kv, tp_comm_t *c,
                     tp_comm_t *nc, gen_rank_report_t *r);
-/* Collective over c: every rank's report, in rank order, into all[c->size]. */
-int gen_report_gather(tp_comm_t *c, const gen_rank_report_t *mine, gen_rank_report_t *all);
 /* A JSON array of n reports. */
 void gen_report_json(const gen_rank_report_t *all, int n, FILE *f);
 

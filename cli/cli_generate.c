@@ -342,7 +342,7 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   if (!rc) rc = gen_follow(m, kv, c);
   gen_rank_report_t mine, all[256];
   if (!rc && a->json) rc = gen_report_fill(be, m, kv, c, nc, &mine);
-  if (!rc && a->json) rc = gen_report_gather(c, &mine, all);
+  if (!rc && a->json) rc = tp_allgather(c, &mine, all, sizeof mine);
   if (rc && (lrc || !brc)) cli_fail("generate (tp rank)", rc); /* its own failure only */
   tp_comm_destroy(c);
   tp_comm_destroy(nc);
@@ -461,7 +461,7 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
   if (!rc) rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
   gen_rank_report_t mine;
   if (a->json && !gen_report_fill(be, m, kv, c, nc, &mine)) {
-    int grc = gen_report_gather(c, &mine, out.ranks); /* the followers wait for it */
+    int grc = tp_allgather(c, &mine, out.ranks, sizeof mine); /* the followers wait */
     if (!rc) rc = grc;
   }
   if (!rc && a->json) print_json(a, m, kv, &seqs[0], &st, &out);

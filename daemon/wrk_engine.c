@@ -87,19 +87,14 @@ static void push_out(wrk_t *w, wout_t *o) {
   uv_async_send(&w->wake);
 }
 
-static void push_fatal(wrk_t *w, int rc) {
+/* The engine's end: WOUT_FATAL with rc and its detail, or WOUT_STOPPED (rc 0). */
+static void push_end(wrk_t *w, int kind, int rc) {
   wout_t *o = calloc(1, sizeof *o);
   if (!o) return;
-  o->kind = WOUT_FATAL;
+  o->kind = kind;
   o->reason = rc;
-  snprintf(o->error, sizeof o->error, "%s: %s", qe_strerror(rc), qe_errmsg());
-  push_out(w, o);
-}
-
-static void push_stopped(wrk_t *w) {
-  wout_t *o = calloc(1, sizeof *o);
-  if (!o) return;
-  o->kind = WOUT_STOPPED;
+  if (kind == WOUT_FATAL)
+    snprintf(o->error, sizeof o->error, "%s: %s", qe_strerror(rc), qe_errmsg());
   push_out(w, o);
 }
 
@@ -533,9 +528,9 @@ void *wrk_engine_main(void *arg) {
   int quitting = w->quit;
   pthread_mutex_unlock(&w->mu);
   if (w->cfg.rank > 0 && !rc) /* rank 0 sent STOP: the group ended in order */
-    push_stopped(w);
+    push_end(w, WOUT_STOPPED, 0);
   else if (!quitting)
-    push_fatal(w, rc ? rc : QE_ECOMM);
+    push_end(w, WOUT_FATAL, rc ? rc : QE_ECOMM);
   pthread_mutex_lock(&w->mu);
   w->thread_done = 1;
   pthread_mutex_unlock(&w->mu);

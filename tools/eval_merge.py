@@ -39,8 +39,6 @@ def cell(j, length, pol, budget, key):
 
 
 def ppl_kl(j, length, pol, budget):
-    for r in j["runs"]:
-        pass
     v = [r for r in rows(j, task="ppl", length=length, policy=pol) if abs(r["budget"] - budget) < 1e-9]
     return v[0].get("kl") if v else None
 
