@@ -751,7 +751,23 @@ static void check_nccl(void) {
   o = bget(g_gpu, d, n);
   for (size_t i = 0; i < n; i++) h[i] += h[i];
   CHECK(bits_equal(o, h, n));
-  fprintf(stderr, "nccl 1 rank: all-reduce, broadcast, all-gather checked\n");
+  /* timing (generate --time-allreduce): every timed all-reduce counted, results unchanged */
+  double ms = -1;
+  long calls = -1;
+  CHECK(tp_comm_nccl_timing(NULL, 1) == QE_EINVAL);
+  CHECK_OK(tp_comm_nccl_timing(c, 1));
+  for (int i = 0; i < 5; i++) CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
+  CHECK_OK(tp_comm_nccl_time(c, &ms, &calls));
+  CHECK(calls == 5 && ms >= 0);
+  CHECK_OK(tp_comm_nccl_timing(c, 0));
+  CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
+  CHECK_OK(tp_comm_nccl_time(c, &ms, &calls));
+  CHECK(calls == 5);
+  free(o);
+  o = bget(g_gpu, d, n);
+  CHECK(bits_equal(o, h, n));
+  fprintf(stderr, "nccl 1 rank: all-reduce, broadcast, all-gather, timing (%ld calls) checked\n",
+          calls);
   free(o), free(h);
   kern_free(g_gpu, d), kern_free(g_gpu, r);
   tp_comm_destroy(c);
