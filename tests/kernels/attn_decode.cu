@@ -1,7 +1,7 @@
 /* attn_decode: checks the GPU decode attention over tiered paged KV (kc_attn_decode) against
  * the fp64 CPU reference (attn_ref.c), and with --bench times it.
  *
- *   attn_decode [--small] [--bench] [--only NAME]
+ *   attn_decode [--small] [--bench [--shapes SUBSTR]] [--only NAME]
  * Check (default): fresh random problems of several shapes (GQA, MHA, head_dim 64 and 128,
  * omega 8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE), each
  * run with the automatic chunking and with small chunks, outputs poisoned (NaN) before every
@@ -9,7 +9,8 @@
  * nothing is NaN/Inf and a repeated run is bitwise identical. --small: a few small cases (for
  * compute-sanitizer). Exit 0 on success, 1 on any failure, 77 without a CUDA device.
  * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
- * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, window 16): CUDA events
+ * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
+ * QEvict's default; --shapes: only the shapes whose name contains SUBSTR): CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
  * JSON line per measurement and a table at the end. */
 #include <cuda_runtime.h>
@@ -491,12 +492,12 @@ static double bench_copy(void) {
 }
 
 /* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
-static Result bench_shape(const char *name, int n_seq, int seq, int n_full, int n_quant,
+static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
                           double copy_gbps, double full_ms, int hot) {
   std::vector<int> lens(n_seq, seq);
   attn_spec_t s;
   memset(&s, 0, sizeof s);
-  s.geom = {8, 128, 16, 2, 32};
+  s.geom = {8, 128, omega, 2, 32};
   s.n_seq = n_seq, s.n_head = 32, s.rope_mode = KERN_ROPE_NORM, s.n_rot = 128;
   s.rope_theta = 500000.0f, s.seq_len = lens.data(), s.sink = 0, s.n_local = 2;
   s.p_full = 1.0, s.p_quant = 0.0, s.n_full = n_full, s.n_quant = n_quant, s.realistic = 0;
@@ -556,28 +557,54 @@ static Result bench_shape(const char *name, int n_seq, int seq, int n_full, int 
   return best;
 }
 
-static int bench_all(void) {
+/* Full and INT2 windows of a sequence of n_win windows of omega tokens at a 20% budget: 30% of
+ * the budget as Full windows, the rest as INT2 windows (GQA 32/8, d 128, value group 32). */
+static void tiered20(int omega, int n_win, int *nf, int *nq) {
+  const double win_full = omega * 8.0 * 128 * 2 * 2; /* bytes of one FULL window (K + V) */
+  const double win_int2 = 2.0 * omega * 8 * 128 / 4 + 2.0 * 8 * 128 * 2 + 2.0 * omega * 8 * 4 * 2;
+  const double budget = 0.2 * n_win * win_full;
+  *nf = (int)(0.3 * budget / win_full), *nq = (int)((budget - *nf * win_full) / win_int2);
+}
+
+/* filter: run only the shapes whose name contains it (NULL: all). */
+static int bench_all(const char *filter) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("{\"device\": \"%s\", \"sms\": %d, \"l2_MB\": %.1f, \"cc\": \"%d.%d\"}\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, prop.major, prop.minor);
   const double copy = bench_copy();
-  /* tiered 20%: Full share 30% of the budget as Full windows, the rest as INT2 windows */
-  const double win_full = 16.0 * 8 * 128 * 2 * 2; /* bytes of one FULL window (K + V) */
-  const double win_int2 = 2.0 * 16 * 8 * 128 / 4 + 2.0 * 8 * 128 * 2 + 2.0 * 16 * 8 * 4 * 2;
-  const double budget = 0.2 * 2048 * win_full;
-  const int nf = (int)(0.3 * budget / win_full), nq = (int)((budget - nf * win_full) / win_int2);
-  Result r[4];
-  r[0] = bench_shape("full_b32_s1280", 32, 1280, -1, -1, copy, 0, 0);
-  r[1] = bench_shape("full_b32_s1280_hot", 32, 1280, -1, -1, copy, 0, 1);
-  r[2] = bench_shape("full_b8_s32768", 8, 32768, -1, -1, copy, 0, 0);
-  r[3] = bench_shape("tiered20_b8_s32768", 8, 32768, nf, nq, copy, r[2].ms, 0);
-  printf("\n%-24s %10s %12s %9s %9s\n", "shape", "best ms", "bytes", "GB/s", "of copy");
-  for (int i = 0; i < 4; i++)
-    printf("%-24s %10.4f %12.0f %9.1f %9.3f\n", r[i].name, r[i].ms, r[i].bytes,
-           r[i].bytes / r[i].ms / 1e6, r[i].bytes / r[i].ms / 1e6 / copy);
-  printf("tiered / full (B=8 S=32768): %.3f   (windows per sequence: %d Full, %d INT2 of 2048)\n",
-         r[3].ms / r[2].ms, nf, nq);
+  int nf16, nq16, nf8, nq8;
+  tiered20(16, 2048, &nf16, &nq16);
+  tiered20(8, 4096, &nf8, &nq8);
+  struct {
+    const char *name;
+    int n_seq, seq, omega, nf, nq, hot, full_ref; /* full_ref: index of the FullKV shape */
+  } sh[] = {{"full_b32_s1280", 32, 1280, 16, -1, -1, 0, -1},
+            {"full_b32_s1280_hot", 32, 1280, 16, -1, -1, 1, -1},
+            {"full_b8_s32768", 8, 32768, 16, -1, -1, 0, -1},
+            {"tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2},
+            {"tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2}};
+  const int n = (int)(sizeof sh / sizeof sh[0]);
+  Result r[n];
+  for (int i = 0; i < n; i++) {
+    r[i] = {sh[i].name, 0, 0};
+    if (filter && !strstr(sh[i].name, filter)) continue;
+    const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
+    r[i] = bench_shape(sh[i].name, sh[i].n_seq, sh[i].seq, sh[i].omega, sh[i].nf, sh[i].nq, copy,
+                       ref, sh[i].hot);
+  }
+  printf("\n%-24s %10s %12s %9s %9s %9s\n", "shape", "best ms", "bytes", "GB/s", "of copy",
+         "/ full");
+  for (int i = 0; i < n; i++) {
+    if (r[i].ms <= 0) continue;
+    const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
+    printf("%-24s %10.4f %12.0f %9.1f %9.3f %9.3f\n", r[i].name, r[i].ms, r[i].bytes,
+           r[i].bytes / r[i].ms / 1e6, r[i].bytes / r[i].ms / 1e6 / copy,
+           ref > 0 ? r[i].ms / ref : 0.0);
+  }
+  printf("windows per sequence at 20%%: omega 16: %d Full, %d INT2 of 2048; omega 8: %d Full, "
+         "%d INT2 of 4096\n",
+         nf16, nq16, nf8, nq8);
   printf("copy bandwidth (read + write): %.1f GB/s\n", copy);
   return 0;
 }
@@ -616,7 +643,7 @@ static int api_checks(void) {
 
 int main(int argc, char **argv) {
   int small = 0, bench = 0;
-  const char *only = nullptr;
+  const char *only = nullptr, *filter = nullptr;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--small"))
       small = 1;
@@ -624,8 +651,10 @@ int main(int argc, char **argv) {
       bench = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
+    else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
+      filter = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--small] [--bench] [--only NAME]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small] [--bench [--shapes SUBSTR]] [--only NAME]\n", argv[0]);
       return 2;
     }
   }
@@ -636,5 +665,5 @@ int main(int argc, char **argv) {
     return 77;
   }
   CK(cudaSetDevice(0));
-  return bench ? bench_all() : check_all(small, only);
+  return bench ? bench_all(filter) : check_all(small, only);
 }
