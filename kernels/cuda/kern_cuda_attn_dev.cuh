@@ -61,7 +61,8 @@ typedef struct {
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
-  float qscale;                                       /* scale * log2(e) */
+  uint32_t magic; /* KCA_MAGIC, read from the parameters so that it stays in a register */
+  float qscale;   /* scale * log2(e) */
   float freq_scale, mscale;
 } kca_params_t;
 
@@ -192,6 +193,12 @@ KCA_FN uint32_t kca_pack_bf(float lo, float hi) {
   return d;
 }
 KCA_FN uint32_t kca_prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
+/* (x & M) | c in one LOP3 (c in a register: ptxas would split two immediates into two). */
+template <uint32_t M> KCA_FN uint32_t kca_andor(uint32_t x, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(x), "n"(M), "r"(c));
+  return d;
+}
 KCA_FN uint32_t kca_bf2h(uint32_t a) { /* bf16 pair -> fp16 pair */
   return kca_pack_h(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u));
 }
@@ -322,6 +329,7 @@ KCA_FN uint32_t kca_prmt(uint32_t a, uint32_t b, uint32_t sel) {
     r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
   return r;
 }
+template <uint32_t M> KCA_FN uint32_t kca_andor(uint32_t x, uint32_t c) { return (x & M) | c; }
 KCA_FN uint32_t kca_bf2h(uint32_t a) {
   uint32_t lo = a << 16, hi = a & 0xffff0000u;
   float flo, fhi;
@@ -501,11 +509,12 @@ typedef struct {
 
 /* ---------------------------------------------------------------- code unpacking */
 
-/* K chunk (8 channels of one row; codes 2r, 2r + 1 -> fp16 pair 1024 + c). */
-template <int BITS> KCA_FN uint32_t kca_kpair(uint32_t w0, uint32_t w1, uint32_t w0s, int r) {
-  if (BITS == 2) return ((w0s >> (4 * r)) & 0x00030003u) | KCA_MAGIC; /* w0s = w | w << 14 */
+/* K chunk (8 channels of one row; codes 2r, 2r + 1 -> fp16 pair 1024 + c); mg = KCA_MAGIC. */
+template <int BITS>
+KCA_FN uint32_t kca_kpair(uint32_t w0, uint32_t w1, uint32_t w0s, int r, uint32_t mg) {
+  if (BITS == 2) return kca_andor<0x00030003u>(w0s >> (4 * r), mg); /* w0s = w | w << 14 */
   if (BITS == 4) /* w0s = w >> 4: byte r of w (code 2r) and of w >> 4 (code 2r + 1) */
-    return (kca_prmt(w0, w0s, (uint32_t)(r | (4 + r) << 8)) & 0x000f000fu) | KCA_MAGIC;
+    return kca_andor<0x000f000fu>(kca_prmt(w0, w0s, (uint32_t)(r | (4 + r) << 8)), mg);
   const uint32_t w = r < 2 ? w0 : w1, b = (uint32_t)(2 * (r & 1));
   return kca_prmt(w, 0x64646464u, b | 4u << 4 | (b + 1) << 8 | 4u << 12);
 }
@@ -513,11 +522,11 @@ template <int BITS> KCA_FN uint32_t kca_kpair(uint32_t w0, uint32_t w1, uint32_t
 /* V chunks of tokens x and y: code k of both -> fp16 pair (1024 + c_x, 1024 + c_y). */
 template <int BITS>
 KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, uint32_t zlo,
-                          uint32_t zhi, int k) {
-  if (BITS == 2) return ((zlo >> (2 * k)) & 0x00030003u) | KCA_MAGIC; /* zlo: x | y << 16 */
-  if (BITS == 4) return (((k < 4 ? zlo : zhi) >> (4 * (k & 3))) & 0x000f000fu) | KCA_MAGIC;
+                          uint32_t zhi, int k, uint32_t mg) {
+  if (BITS == 2) return kca_andor<0x00030003u>(zlo >> (2 * k), mg); /* zlo: x | y << 16 */
+  if (BITS == 4) return kca_andor<0x000f000fu>((k < 4 ? zlo : zhi) >> (4 * (k & 3)), mg);
   const uint32_t xw = k < 4 ? x0 : x1, yw = k < 4 ? y0 : y1, b = (uint32_t)(k & 3);
-  return (kca_prmt(xw, yw, b | (4 + b) << 8) & 0x00ff00ffu) | KCA_MAGIC;
+  return kca_andor<0x00ff00ffu>(kca_prmt(xw, yw, b | (4 + b) << 8), mg);
 }
 
 /* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
@@ -768,7 +777,7 @@ KCA_FN void kca_qk_full(const kca_st_t<HD, BITS> &st, const uint8_t *hs, int g, 
  * by the base rotation (kca_rot_q). fp16 products. */
 template <int HD, int BITS, bool NEOX>
 KCA_FN void kca_qk_quant(const uint32_t (&qr)[HD / 32][4], const uint8_t *hs, const uint8_t *meta,
-                         const uint32_t *off, int h, int g, int c, float *s) {
+                         const uint32_t *off, int h, int g, int c, uint32_t mg, float *s) {
   using L = kca_lay<HD, BITS>;
   uint32_t kq[HD / 32][4];
   KCA_UNROLL
@@ -780,7 +789,8 @@ KCA_FN void kca_qk_quant(const uint32_t (&qr)[HD / 32][4], const uint8_t *hs, co
     const kca_u4 kz = kca_sld128(meta + L::km + 2 * HD + (c + 4 * i) * 16);
     KCA_UNROLL
     for (int r = 0; r < 4; r++)
-      kq[i][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r), KCA_MAGIC), ks.v[r], kz.v[r]);
+      kq[i][r] =
+          kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, mg), KCA_MAGIC), ks.v[r], kz.v[r]);
   }
   const uint32_t *orow = off + (8 * h + g) * (HD + 4);
   KCA_UNROLL
@@ -848,9 +858,10 @@ KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
                         (uint32_t) * (const uint16_t *)(vm + 9 * mb + 2 * gi) << 16;
     KCA_UNROLL
     for (int r = 0; r < 4; r++) {
-      const uint32_t lo = kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r), KCA_MAGIC);
+      const uint32_t lo =
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.magic), KCA_MAGIC);
       const uint32_t hi =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1), KCA_MAGIC);
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.magic), KCA_MAGIC);
       kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
     }
   }
@@ -865,24 +876,20 @@ KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t 
   float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
   uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
   const uint32_t *off = (const uint32_t *)(smem + L::off);
-  uint32_t qr[HD / 32][4]; /* Q turned by the QUANT window's base rotation */
-  if constexpr (BITS != 0) {
-    if (!PAIR && kca_tq(t, 0)) {
-      kca_base_init<HD, NEOX>(p, base, t.base[0], lane);
-      kca_rot_q<HD, NEOX>(st.q, base, c, qr);
-    }
-  }
+  uint32_t qr[HD / 32][4];     /* Q turned by the QUANT window's base rotation */
+  int qbase = -0x7fffffff - 1; /* the base qr holds (bases are >= -8): none yet */
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
     if (kca_tn(t, h) == 0) continue;
     const uint8_t *hs = stage + h * L::half;
     if constexpr (BITS != 0) {
       if (kca_tq(t, h)) {
-        if (PAIR) {
+        if (qbase != t.base[h]) { /* a pair of consecutive windows shares one base */
           kca_base_init<HD, NEOX>(p, base, t.base[h], lane);
           kca_rot_q<HD, NEOX>(st.q, base, c, qr);
+          qbase = t.base[h];
         }
-        kca_qk_quant<HD, BITS, NEOX>(qr, hs, PAIR ? hs : stage, off, h, g, c, s[h]);
+        kca_qk_quant<HD, BITS, NEOX>(qr, hs, PAIR ? hs : stage, off, h, g, c, p.magic, s[h]);
         continue;
       }
     }
@@ -1151,6 +1158,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.n_rot = a->rope.n_rot;
   p.yarn = a->rope.yarn;
   p.qscale = a->scale * 1.4426950408889634f;
+  p.magic = KCA_MAGIC;
   p.freq_scale = a->rope.freq_scale;
   p.mscale = a->rope.mscale;
   return p;

@@ -573,9 +573,10 @@ static int bench_all(const char *filter) {
   printf("{\"device\": \"%s\", \"sms\": %d, \"l2_MB\": %.1f, \"cc\": \"%d.%d\"}\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, prop.major, prop.minor);
   const double copy = bench_copy();
-  int nf16, nq16, nf8, nq8;
+  int nf16, nq16, nf8, nq8, nfs, nqs;
   tiered20(16, 2048, &nf16, &nq16);
   tiered20(8, 4096, &nf8, &nq8);
+  tiered20(8, 160, &nfs, &nqs);
   struct {
     const char *name;
     int n_seq, seq, omega, nf, nq, hot, full_ref; /* full_ref: index of the FullKV shape */
@@ -583,7 +584,8 @@ static int bench_all(const char *filter) {
             {"full_b32_s1280_hot", 32, 1280, 16, -1, -1, 1, -1},
             {"full_b8_s32768", 8, 32768, 16, -1, -1, 0, -1},
             {"tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2},
-            {"tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2}};
+            {"tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2},
+            {"tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0}};
   const int n = (int)(sizeof sh / sizeof sh[0]);
   Result r[n];
   for (int i = 0; i < n; i++) {
@@ -603,8 +605,8 @@ static int bench_all(const char *filter) {
            ref > 0 ? r[i].ms / ref : 0.0);
   }
   printf("windows per sequence at 20%%: omega 16: %d Full, %d INT2 of 2048; omega 8: %d Full, "
-         "%d INT2 of 4096\n",
-         nf16, nq16, nf8, nq8);
+         "%d INT2 of 4096 (S=32768), %d Full, %d INT2 of 160 (S=1280)\n",
+         nf16, nq16, nf8, nq8, nfs, nqs);
   printf("copy bandwidth (read + write): %.1f GB/s\n", copy);
   return 0;
 }
