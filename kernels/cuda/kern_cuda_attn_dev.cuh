@@ -876,18 +876,22 @@ KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t 
   float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
   uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
   const uint32_t *off = (const uint32_t *)(smem + L::off);
-  uint32_t qr[HD / 32][4];     /* Q turned by the QUANT window's base rotation */
-  int qbase = -0x7fffffff - 1; /* the base qr holds (bases are >= -8): none yet */
+  uint32_t qr[HD / 32][4]; /* Q turned by the QUANT window's base rotation */
+  if constexpr (BITS != 0) {
+    if (!PAIR && kca_tq(t, 0)) {
+      kca_base_init<HD, NEOX>(p, base, t.base[0], lane);
+      kca_rot_q<HD, NEOX>(st.q, base, c, qr);
+    }
+  }
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
     if (kca_tn(t, h) == 0) continue;
     const uint8_t *hs = stage + h * L::half;
     if constexpr (BITS != 0) {
       if (kca_tq(t, h)) {
-        if (qbase != t.base[h]) { /* a pair of consecutive windows shares one base */
+        if (PAIR) { /* one rotation per window: sharing it costs registers (spills) */
           kca_base_init<HD, NEOX>(p, base, t.base[h], lane);
           kca_rot_q<HD, NEOX>(st.q, base, c, qr);
-          qbase = t.base[h];
         }
         kca_qk_quant<HD, BITS, NEOX>(qr, hs, PAIR ? hs : stage, off, h, g, c, p.magic, s[h]);
         continue;
