@@ -122,6 +122,14 @@ KCA_FN float kca_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src
 KCA_FN int kca_any(int pred) { return __any_sync(0xffffffffu, pred); }
 KCA_FN void kca_syncwarp(void) { __syncwarp(); }
 KCA_FN void kca_syncthreads(void) { __syncthreads(); }
+/* The transpose of an 8x8 matrix of 16-bit elements in mma fragment layout (lane (g, c) holds
+ * row g, columns 2c and 2c + 1): lane (g, c) gets row g of the transpose. */
+KCA_FN uint32_t kca_movt(uint32_t x, int lane) {
+  uint32_t d;
+  (void)lane;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(x));
+  return d;
+}
 
 /* d += A B: m16n8k16 (a0..a3, b0 b1) and m16n8k8 (a0 a1, b0), bf16 or fp16 operands. */
 KCA_FN void kca_mma16_bf(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -234,6 +242,7 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
 #include "qe_half.h"
 
 float kca_emu_shfl(float v, int lane_or_mask, int is_xor);
+uint32_t kca_emu_shfl_u(uint32_t v, int lane);
 int kca_emu_any(int pred);
 uint32_t kca_emu_ballot(int pred);
 void kca_emu_syncwarp(void);
@@ -279,6 +288,12 @@ KCA_FN float kca_shfl(float v, int src) { return kca_emu_shfl(v, src, 0); }
 KCA_FN int kca_any(int pred) { return kca_emu_any(pred); }
 KCA_FN void kca_syncwarp(void) { kca_emu_syncwarp(); }
 KCA_FN void kca_syncthreads(void) { kca_emu_syncthreads(); }
+KCA_FN uint32_t kca_prmt(uint32_t a, uint32_t b, uint32_t sel);
+KCA_FN uint32_t kca_movt(uint32_t x, int lane) { /* element (2c + e, g) from lane 8c + 4e + g / 2 */
+  const int g = lane >> 2, c = lane & 3;
+  const uint32_t a = kca_emu_shfl_u(x, 8 * c + g / 2), b = kca_emu_shfl_u(x, 8 * c + 4 + g / 2);
+  return kca_prmt(a, b, g & 1 ? 0x7632u : 0x5410u);
+}
 KCA_FN void kca_mma16_bf(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                          uint32_t b1) {
   uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
@@ -474,8 +489,8 @@ template <int HD, int BITS> struct kca_lay {
 template <int HD, int BITS> struct kca_st_t {
   float acc[HD / 16][4];  /* O^T accumulators (see the file comment) */
   uint32_t q[HD / 32][4]; /* Q pairs of head g, chunks c + 4i: bf16 (BITS 0) or fp16 */
-  float m;                /* running max of head g (log2 units) */
-  float l;                /* this lane's part of head g's denominator */
+  float m[2];             /* running max of heads 2c, 2c + 1 (log2 units) */
+  float l[2];             /* this lane's part of their denominators */
 };
 
 /* One tile: two halves of 8 rows (tokens t0 .. t0 + 7 of a window, n of them valid), packed to
@@ -489,11 +504,11 @@ typedef struct {
 KCA_FN int kca_tn(const kca_tile_t &t, int h) { return (t.bits >> (4 * h)) & 15; }
 KCA_FN int kca_tq(const kca_tile_t &t, int h) { return (t.bits >> (8 + h)) & 1; }
 
-/* Probabilities of a tile for the masses: p[half][token 2c / 2c + 1] of head g, and the factor
- * the running sums were rescaled by. */
+/* Probabilities of a tile: p[2 half + e] of token g of the half, head 2c + e, and the factors
+ * the running sums of heads 2c, 2c + 1 were rescaled by. */
 typedef struct {
-  float p[2][2];
-  float alpha;
+  float p[4];
+  float alpha[2];
 } kca_tp_t;
 
 /* The warp's position in its units (u = warp + k * KCA_NW) and the units' liveness. */
@@ -722,66 +737,62 @@ KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu,
 
 /* ---------------------------------------------------------------- computing a tile */
 
-/* The online-softmax step: masks, max, exponentials, rescale of the running sums. */
+/* The online-softmax step over S (see kca_qk): masks, exponentials, running sums. The running
+ * max of a head moves only when a score exceeds it by more than KCA_SLACK (log2 units; a vote,
+ * not a reduction, on most tiles), so probabilities stay below 2^KCA_SLACK. */
+#define KCA_SLACK 8.0f
 template <int HD, int BITS>
-KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[2][4], const kca_tile_t &t, int c) {
+KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[4], const kca_tile_t &t, int g) {
   kca_tp_t r;
-  float mt = KCA_NEGINF;
+  float mt[2];
   KCA_UNROLL
-  for (int h = 0; h < 2; h++) {
-    s[h][0] = 2 * c < kca_tn(t, h) ? s[h][0] : KCA_NEGINF;
-    s[h][1] = 2 * c + 1 < kca_tn(t, h) ? s[h][1] : KCA_NEGINF;
-    mt = kca_maxf(mt, kca_maxf(s[h][0], s[h][1]));
+  for (int e = 0; e < 2; e++) {
+    s[e] = g < kca_tn(t, 0) ? s[e] : KCA_NEGINF;
+    s[2 + e] = g < kca_tn(t, 1) ? s[2 + e] : KCA_NEGINF;
+    mt[e] = kca_maxf(s[e], s[2 + e]);
   }
-  mt = kca_maxf(mt, kca_shfl_xor(mt, 1));
-  mt = kca_maxf(mt, kca_shfl_xor(mt, 2));
-  const float mn = kca_maxf(st.m, mt); /* finite: the tile has a valid row */
-  r.alpha = kca_ex2(st.m - mn);        /* 0 on the first tile (m = -inf) */
-  const int changed = mn != st.m;
-  st.m = mn;
-  float sum = 0.0f;
-  KCA_UNROLL
-  for (int h = 0; h < 2; h++) KCA_UNROLL
-  for (int e = 0; e < 2; e++) r.p[h][e] = kca_ex2(s[h][e] - mn), sum += r.p[h][e];
-  st.l = st.l * r.alpha + sum;
-  if (kca_any(changed)) { /* alphas of heads 2c, 2c + 1 live in lanes 8c, 8c + 4 */
-    const float a0 = kca_shfl(r.alpha, 8 * c), a1 = kca_shfl(r.alpha, 8 * c + 4);
+  r.alpha[0] = r.alpha[1] = 1.0f;
+  if (kca_any(mt[0] > st.m[0] + KCA_SLACK || mt[1] > st.m[1] + KCA_SLACK)) {
     KCA_UNROLL
-    for (int j = 0; j < HD / 16; j++)
-      st.acc[j][0] *= a0, st.acc[j][1] *= a1, st.acc[j][2] *= a0, st.acc[j][3] *= a1;
+    for (int e = 0; e < 2; e++) {
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 4));
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 8));
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 16));
+      const float mn = kca_maxf(st.m[e], mt[e]); /* finite: the tile has a valid row */
+      r.alpha[e] = kca_ex2(st.m[e] - mn);        /* 0 on the first tile (m = -inf) */
+      st.m[e] = mn;
+    }
+    KCA_UNROLL
+    for (int j = 0; j < HD / 16; j++) {
+      st.acc[j][0] *= r.alpha[0], st.acc[j][1] *= r.alpha[1];
+      st.acc[j][2] *= r.alpha[0], st.acc[j][3] *= r.alpha[1];
+    }
+  }
+  KCA_UNROLL
+  for (int e = 0; e < 2; e++) {
+    r.p[e] = kca_ex2(s[e] - st.m[e]), r.p[2 + e] = kca_ex2(s[2 + e] - st.m[e]);
+    st.l[e] = st.l[e] * r.alpha[e] + (r.p[e] + r.p[2 + e]);
   }
   return r;
 }
 
-/* S += Q K^T for a FULL half (bf16 rows in shared memory). Two accumulation chains. */
-template <int HD, int BITS>
-KCA_FN void kca_qk_full(const kca_st_t<HD, BITS> &st, const uint8_t *hs, int g, int c, float *s) {
-  float s2[4] = {0, 0, 0, 0};
-  KCA_UNROLL
-  for (int i = 0; i < HD / 32; i++) {
-    const kca_u4 k = *(const kca_u4 *)(hs + g * HD * 2 + (((c + 4 * i) ^ ((g & 1) << 2)) << 4));
-    float *d = i & 1 ? s2 : s;
-    KCA_UNROLL
-    for (int hh = 0; hh < 2; hh++) {
-      if constexpr (BITS == 0)
-        kca_mma16_bf(d, st.q[i][2 * hh], 0u, st.q[i][2 * hh + 1], 0u, k.v[2 * hh], k.v[2 * hh + 1]);
-      else
-        kca_mma16_h(d, st.q[i][2 * hh], 0u, st.q[i][2 * hh + 1], 0u, kca_bf2h(k.v[2 * hh]),
-                    kca_bf2h(k.v[2 * hh + 1]));
-    }
-  }
-  s[0] += s2[0], s[1] += s2[1];
-}
-
-/* S += Q' K^T for a QUANT half: dequantize, rotate by the row offset R(8h + g); qr is Q turned
- * by the base rotation (kca_rot_q). fp16 products. */
-template <int HD, int BITS, bool NEOX>
-KCA_FN void kca_qk_quant(const uint32_t (&qr)[HD / 32][4], const uint8_t *hs, const uint8_t *meta,
-                         const uint32_t *off, int h, int g, int c, uint32_t mg, float *s) {
+/* The lane's key words of half h (its token g) for chunks c + 4i, i in the group ig (NORM:
+ * {ig}; NEOX: {ig, ig + HD / 64}, the rotation's two halves): FULL rows (fp16 in QUANT-capable
+ * kernels, else bf16), or QUANT codes dequantized and turned by the row offset R(8h + g). */
+template <int HD, int BITS, bool NEOX, bool QUANT>
+KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *meta,
+                       const uint32_t *off, int h, int g, int c, int ig, uint32_t (&k)[2][4]) {
   using L = kca_lay<HD, BITS>;
-  uint32_t kq[HD / 32][4];
+  constexpr int NI = NEOX ? 2 : 1;
   KCA_UNROLL
-  for (int i = 0; i < HD / 32; i++) {
+  for (int x = 0; x < NI; x++) {
+    const int i = ig + x * (HD / 64);
+    if (BITS == 0 || !QUANT) {
+      const kca_u4 w = *(const kca_u4 *)(hs + g * HD * 2 + (((c + 4 * i) ^ ((g & 1) << 2)) << 4));
+      KCA_UNROLL
+      for (int r = 0; r < 4; r++) k[x][r] = BITS ? kca_bf2h(w.v[r]) : w.v[r];
+      continue;
+    }
     uint32_t w0, w1;
     kca_codes<BITS>(hs + g * L::rb + (c + 4 * i) * BITS, &w0, &w1);
     const uint32_t ws = BITS == 2 ? (w0 | w0 << 14) : BITS == 4 ? w0 >> 4 : 0u;
@@ -789,38 +800,71 @@ KCA_FN void kca_qk_quant(const uint32_t (&qr)[HD / 32][4], const uint8_t *hs, co
     const kca_u4 kz = kca_sld128(meta + L::km + 2 * HD + (c + 4 * i) * 16);
     KCA_UNROLL
     for (int r = 0; r < 4; r++)
-      kq[i][r] =
-          kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, mg), KCA_MAGIC), ks.v[r], kz.v[r]);
+      k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.magic), KCA_MAGIC), ks.v[r],
+                          kz.v[r]);
   }
+  if (BITS == 0 || !QUANT) return;
   const uint32_t *orow = off + (8 * h + g) * (HD + 4);
+  const int j0 = 4 * (c + 4 * ig); /* first slot of chunk c + 4 ig */
+  const kca_u4 o0 = *(const kca_u4 *)&orow[2 * j0], o1 = *(const kca_u4 *)&orow[2 * j0 + 4];
+  const uint32_t oa[4] = {o0.v[0], o0.v[2], o1.v[0], o1.v[2]};
+  const uint32_t ob[4] = {o0.v[1], o0.v[3], o1.v[1], o1.v[3]};
   KCA_UNROLL
-  for (int i = 0; i < (NEOX ? HD / 64 : HD / 32); i++) {
-    const int j0 = 4 * (c + 4 * i); /* first slot of chunk c + 4i */
-    const kca_u4 o0 = *(const kca_u4 *)&orow[2 * j0], o1 = *(const kca_u4 *)&orow[2 * j0 + 4];
-    const uint32_t oa[4] = {o0.v[0], o0.v[2], o1.v[0], o1.v[2]};
-    const uint32_t ob[4] = {o0.v[1], o0.v[3], o1.v[1], o1.v[3]};
-    KCA_UNROLL
-    for (int r = 0; r < 4; r++) {
-      if (!NEOX)
-        kq[i][r] = kca_rot_norm(kq[i][r], oa[r], ob[r]);
-      else
-        kca_rot_neox(&kq[i][r], &kq[i + HD / 64][r], oa[r], ob[r]);
-    }
+  for (int r = 0; r < 4; r++) {
+    if (!NEOX)
+      k[0][r] = kca_rot_norm(k[0][r], oa[r], ob[r]);
+    else
+      kca_rot_neox(&k[0][r], &k[NI - 1][r], oa[r], ob[r]);
   }
-  float s2[4] = {0, 0, 0, 0};
-  KCA_UNROLL
-  for (int i = 0; i < HD / 32; i++) KCA_UNROLL
-  for (int hh = 0; hh < 2; hh++)
-    kca_mma16_h(i & 1 ? s2 : s, qr[i][2 * hh], 0u, qr[i][2 * hh + 1], 0u, kq[i][2 * hh],
-                kq[i][2 * hh + 1]);
-  s[0] += s2[0], s[1] += s2[1];
 }
 
-/* O^T += V^T P^T for a FULL half: rows 2c, 2c + 1 paired by byte permutes. */
+/* S = K B^T, keys of one kind (FULL or QUANT): A = the keys (row g: token g of half 0 and row
+ * g + 8: of half 1 when BOTH, else row g: token g of half h and rows g + 8 zero), B = the query
+ * heads (Q, or Q turned by the QUANT windows' base rotation). s[2 h' + e] = S[token g of the
+ * h'-th half computed][head 2c + e]. */
+template <int HD, int BITS, bool NEOX, bool PAIR, bool QUANT, bool BOTH>
+KCA_FN void kca_qk(const kca_params_t &p, const uint32_t (&B)[HD / 32][4], const uint8_t *stage,
+                   const uint32_t *off, int h, int g, int c, float *s) {
+  using L = kca_lay<HD, BITS>;
+  constexpr int NI = NEOX ? 2 : 1;
+  float s2[4] = {0, 0, 0, 0};
+  s[0] = s[1] = s[2] = s[3] = 0.0f;
+  KCA_UNROLL
+  for (int ig = 0; ig < HD / 32 / NI; ig++) {
+    uint32_t k[2][2][4]; /* [row half][chunk of the group][word] */
+    KCA_UNROLL
+    for (int y = 0; y < (BOTH ? 2 : 1); y++) {
+      const int hy = BOTH ? y : h;
+      const uint8_t *hs = stage + hy * L::half;
+      kca_kwords<HD, BITS, NEOX, QUANT>(p, hs, PAIR ? hs : stage, off, hy, g, c, ig, k[y]);
+    }
+    if (!BOTH) {
+      KCA_UNROLL
+      for (int x = 0; x < 2; x++) k[1][x][0] = k[1][x][1] = k[1][x][2] = k[1][x][3] = 0u;
+    }
+    KCA_UNROLL
+    for (int x = 0; x < NI; x++) {
+      const int i = ig + x * (HD / 64);
+      float *d = i & 1 ? s2 : s;
+      KCA_UNROLL
+      for (int hh = 0; hh < 2; hh++) {
+        if constexpr (BITS == 0)
+          kca_mma16_bf(d, k[0][x][2 * hh], k[1][x][2 * hh], k[0][x][2 * hh + 1],
+                       k[1][x][2 * hh + 1], B[i][2 * hh], B[i][2 * hh + 1]);
+        else
+          kca_mma16_h(d, k[0][x][2 * hh], k[1][x][2 * hh], k[0][x][2 * hh + 1], k[1][x][2 * hh + 1],
+                      B[i][2 * hh], B[i][2 * hh + 1]);
+      }
+    }
+  }
+  s[0] += s2[0], s[1] += s2[1], s[2] += s2[2], s[3] += s2[3];
+}
+
+/* O^T += V^T P^T for a FULL half: rows 2c, 2c + 1 paired by byte permutes; pb = P^T's fragment
+ * (tokens 2c, 2c + 1 of head g). */
 template <int HD, int BITS>
-KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, const float *pr, int g, int c) {
+KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, uint32_t pb, int g, int c) {
   const uint8_t *v0 = hs + 16 * HD + 2 * c * HD * 2;
-  const uint32_t pb = BITS ? kca_pack_h(pr[0], pr[1]) : kca_pack_bf(pr[0], pr[1]);
   KCA_UNROLL
   for (int u = 0; u < HD / 64; u++) {
     const int sw = ((g + 8 * u) ^ (2 * c & 6)) << 4;
@@ -839,10 +883,9 @@ KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, const float *
 /* O^T += V^T P^T for a QUANT half: codes of rows 2c, 2c + 1 dequantized as token pairs. */
 template <int HD, int BITS>
 KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
-                         const float *pr, int g, int c) {
+                         uint32_t ph, int g, int c) {
   using L = kca_lay<HD, BITS>;
   const int mb = (2 * HD) >> p.gshift;
-  const uint32_t ph = kca_pack_h(pr[0], pr[1]);
   const uint8_t *vm = hs + L::vm + 2 * c * mb;
   KCA_UNROLL
   for (int u = 0; u < HD / 64; u++) {
@@ -867,89 +910,138 @@ KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
   }
 }
 
-/* One tile whose bytes are in stage: scores, online softmax, P.V. */
+/* The query operand for FULL keys (Q) or for a QUANT window at base pos (Q turned by R(pos)^T). */
+template <int HD, bool NEOX>
+KCA_FN void kca_query(const kca_params_t &p, const uint32_t (&q)[HD / 32][4], uint32_t *base,
+                      int quant, int pos, int lane, uint32_t (&qr)[HD / 32][4]) {
+  if (quant) {
+    kca_base_init<HD, NEOX>(p, base, pos, lane);
+    kca_rot_q<HD, NEOX>(q, base, lane & 3, qr);
+    return;
+  }
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++)
+    qr[i][0] = q[i][0], qr[i][1] = q[i][1], qr[i][2] = q[i][2], qr[i][3] = q[i][3];
+}
+
+/* s[2 h], s[2 h + 1] <- sp[0], sp[1] (selects: a dynamic index would put s in local memory). */
+KCA_FN void kca_put_half(float *s, const float *sp, int h) {
+  s[0] = h ? s[0] : sp[0], s[1] = h ? s[1] : sp[1];
+  s[2] = h ? sp[0] : s[2], s[3] = h ? sp[1] : s[3];
+}
+
+/* One tile whose bytes are in stage: scores, online softmax, P.V. Both halves go through one
+ * set of mma when they share the query operand (FULL: Q; QUANT: Q turned by one base), else
+ * (a pair of windows of different tiers or bases) one set per half. */
 template <int HD, int BITS, bool NEOX, bool PAIR>
 KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
                             kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
   using L = kca_lay<HD, BITS>;
   const int g = lane >> 2, c = lane & 3;
-  float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
-  const uint32_t *off = (const uint32_t *)(smem + L::off);
-  uint32_t qr[HD / 32][4]; /* Q turned by the QUANT window's base rotation */
-  if constexpr (BITS != 0) {
-    if (!PAIR && kca_tq(t, 0)) {
-      kca_base_init<HD, NEOX>(p, base, t.base[0], lane);
-      kca_rot_q<HD, NEOX>(st.q, base, c, qr);
+  float s[4] = {0, 0, 0, 0};
+  const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
+  if constexpr (BITS == 0) {
+    if (live == 3) {
+      kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, st.q, stage, nullptr, 0, g, c, s);
+    } else {
+      const int h = live >> 1;
+      float sp[4];
+      kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, st.q, stage, nullptr, h, g, c, sp);
+      kca_put_half(s, sp, h);
+    }
+  } else {
+    uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
+    const uint32_t *off = (const uint32_t *)(smem + L::off);
+    uint32_t qr[HD / 32][4]; /* the query operand: Q, or Q turned by a QUANT window's base */
+    const int k0 = kca_tq(t, 0), k1 = kca_tq(t, 1);
+    if (live == 3 && k0 == k1 && (!k0 || t.base[0] == t.base[1])) {
+      kca_query<HD, NEOX>(p, st.q, base, k0, t.base[0], lane, qr);
+      if (k0)
+        kca_qk<HD, BITS, NEOX, PAIR, true, true>(p, qr, stage, off, 0, g, c, s);
+      else
+        kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, qr, stage, off, 0, g, c, s);
+    } else { /* one half, or (PAIR) two windows of different tiers or bases: one per pass */
+#pragma unroll 1
+      for (int h = 0; h < 2; h++) { /* (one array filled per pass: choosing between two arrays
+                                       would put both in local memory) */
+        if (!(live >> h & 1)) continue;
+        const int kind = h ? k1 : k0;
+        float sp[4];
+        kca_query<HD, NEOX>(p, st.q, base, kind, h ? t.base[1] : t.base[0], lane, qr);
+        if (kind)
+          kca_qk<HD, BITS, NEOX, PAIR, true, false>(p, qr, stage, off, h, g, c, sp);
+        else
+          kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, qr, stage, off, h, g, c, sp);
+        kca_put_half(s, sp, h);
+      }
     }
   }
+  const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, g);
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
-    if (kca_tn(t, h) == 0) continue;
+    if (!(live >> h & 1)) continue;
     const uint8_t *hs = stage + h * L::half;
+    const uint32_t pt =
+        BITS ? kca_pack_h(r.p[2 * h], r.p[2 * h + 1]) : kca_pack_bf(r.p[2 * h], r.p[2 * h + 1]);
+    const uint32_t pb = kca_movt(pt, lane); /* P^T: tokens 2c, 2c + 1 of head g */
     if constexpr (BITS != 0) {
       if (kca_tq(t, h)) {
-        if (PAIR) { /* one rotation per window: sharing it costs registers (spills) */
-          kca_base_init<HD, NEOX>(p, base, t.base[h], lane);
-          kca_rot_q<HD, NEOX>(st.q, base, c, qr);
-        }
-        kca_qk_quant<HD, BITS, NEOX>(qr, hs, PAIR ? hs : stage, off, h, g, c, p.magic, s[h]);
+        kca_pv_quant<HD, BITS>(p, st, hs, pb, g, c);
         continue;
       }
     }
-    kca_qk_full<HD, BITS>(st, hs, g, c, s[h]);
-  }
-  const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, c);
-  KCA_UNROLL
-  for (int h = 0; h < 2; h++) {
-    if (kca_tn(t, h) == 0) continue;
-    const uint8_t *hs = stage + h * L::half;
-    if constexpr (BITS != 0) {
-      if (kca_tq(t, h)) {
-        kca_pv_quant<HD, BITS>(p, st, hs, r.p[h], g, c);
-        continue;
-      }
-    }
-    kca_pv_full<HD, BITS>(st, hs, r.p[h], g, c);
+    kca_pv_full<HD, BITS>(st, hs, pb, g, c);
   }
   return r;
 }
 
 /* ---------------------------------------------------------------- masses */
 
-/* Window sum of head g over the tile's tokens of half set `mask` (1: half 0, 2: half 1, 3:
- * both), reduced over the 4 lanes of the head. */
-KCA_FN float kca_wsum(const kca_tp_t &t, int mask) {
-  float s = 0.0f;
-  if (mask & 1) s += t.p[0][0] + t.p[0][1];
-  if (mask & 2) s += t.p[1][0] + t.p[1][1];
-  s += kca_shfl_xor(s, 1);
-  return s + kca_shfl_xor(s, 2);
+/* Sums of v[0..3] over the 8 lanes of each c (g = 0..7) with 4 shuffles; returns the total of
+ * v[2 b2 + b1], (b2, b1) = bits 2 and 1 of g (both lanes of g and g ^ 1 hold it). */
+KCA_FN float kca_sum4(const float (&v)[4], int g) {
+  const int b2 = g >> 2 & 1, b1 = g >> 1 & 1;
+  const float x0 = kca_shfl_xor(b2 ? v[0] : v[2], 16), x1 = kca_shfl_xor(b2 ? v[1] : v[3], 16);
+  const float u0 = (b2 ? v[2] : v[0]) + x0, u1 = (b2 ? v[3] : v[1]) + x1;
+  float w = (b1 ? u1 : u0) + kca_shfl_xor(b1 ? u0 : u1, 8);
+  return w + kca_shfl_xor(w, 4);
 }
 
-/* Writes window w's log-sum-exp for head g (lane c == 0 of valid heads). */
-template <int HD, int BITS>
-KCA_FN void kca_put_wlse(const kca_params_t &p, const kca_st_t<HD, BITS> &st, int w, int kvh, int g,
-                         int c, float sum) {
-  if (p.wlse && c == 0 && g < p.grp_q)
-    p.wlse[(size_t)w * p.n_head + kvh * p.grp_q + g] = st.m + kca_lg2(sum);
+/* Sums of v[0..1] over the 8 lanes of each c with 3 shuffles; returns the total of v[bit 2 of g].
+ */
+KCA_FN float kca_sum2(const float (&v)[2], int g) {
+  const int b2 = g >> 2 & 1;
+  float u = (b2 ? v[1] : v[0]) + kca_shfl_xor(b2 ? v[0] : v[1], 16);
+  u += kca_shfl_xor(u, 8);
+  return u + kca_shfl_xor(u, 4);
 }
 
-/* After a tile: a pair's two windows are done; a wide window accumulates until its last tile. */
+/* Writes window w's log-sum-exp for head 2c + e (sum: its probability sum this tile scale). */
+KCA_FN void kca_put_wlse(const kca_params_t &p, float m, int w, int kvh, int head, float sum) {
+  if (p.wlse && head < p.grp_q)
+    p.wlse[(size_t)w * p.n_head + kvh * p.grp_q + head] = m + kca_lg2(sum);
+}
+
+/* After a tile: a pair's two windows are done; a wide window accumulates its lane partials
+ * (heads 2c, 2c + 1) until its last tile. */
 template <int HD, int BITS, bool PAIR>
 KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
-                       const kca_tp_t &r, float *wsum, int kvh, int lane) {
+                       const kca_tp_t &r, float (&wsum)[2], int kvh, int lane) {
   const int g = lane >> 2, c = lane & 3;
-  if (PAIR) {
-    const float sa = kca_wsum(r, 1), sb = kca_wsum(r, 2);
-    if (kca_tn(t, 0)) kca_put_wlse<HD, BITS>(p, st, t.w[0], kvh, g, c, sa);
-    if (kca_tn(t, 1)) kca_put_wlse<HD, BITS>(p, st, t.w[1], kvh, g, c, sb);
-    return;
-  }
-  *wsum = *wsum * r.alpha + kca_wsum(r, 3);
-  if (t.bits >> 10 & 1) {
-    kca_put_wlse<HD, BITS>(p, st, t.w[0], kvh, g, c, *wsum);
-    *wsum = 0.0f;
+  if constexpr (PAIR) {
+    const float tot = kca_sum4(r.p, g); /* v[2 h + e]: window of half h, head 2c + e */
+    const int h = g >> 2 & 1, e = g >> 1 & 1;
+    const float m = e ? st.m[1] : st.m[0]; /* selects: a dynamic index would demote st */
+    if (!(g & 1) && kca_tn(t, h)) kca_put_wlse(p, m, h ? t.w[1] : t.w[0], kvh, 2 * c + e, tot);
+  } else {
+    KCA_UNROLL
+    for (int e = 0; e < 2; e++) wsum[e] = wsum[e] * r.alpha[e] + (r.p[e] + r.p[2 + e]);
+    if (t.bits >> 10 & 1) {
+      const float tot = kca_sum2(wsum, g);
+      const int e = g >> 2 & 1;
+      if (!(g & 3)) kca_put_wlse(p, e ? st.m[1] : st.m[0], t.w[0], kvh, 2 * c + e, tot);
+      wsum[0] = wsum[1] = 0.0f;
+    }
   }
 }
 
@@ -986,10 +1078,18 @@ KCA_FN void kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   float(*o)[KCA_GMAX][HD] = (float(*)[KCA_GMAX][HD])smem; /* reuses the stages */
   float(*ml)[KCA_GMAX][2] = (float(*)[KCA_GMAX][2])(smem + L::ml);
-  float l = st.l + kca_shfl_xor(st.l, 1);
-  l += kca_shfl_xor(l, 2);
+  float l[2] = {st.l[0], st.l[1]};
+  KCA_UNROLL
+  for (int e = 0; e < 2; e++) {
+    l[e] += kca_shfl_xor(l[e], 4);
+    l[e] += kca_shfl_xor(l[e], 8);
+    l[e] += kca_shfl_xor(l[e], 16);
+  }
   kca_syncthreads(); /* every warp is done with its stages */
-  if (c == 0) ml[warp][g][0] = st.m, ml[warp][g][1] = l;
+  if (g == 0) {
+    ml[warp][2 * c][0] = st.m[0], ml[warp][2 * c][1] = l[0];
+    ml[warp][2 * c + 1][0] = st.m[1], ml[warp][2 * c + 1][1] = l[1];
+  }
   KCA_UNROLL
   for (int u = 0; u < HD / 64; u++) KCA_UNROLL
   for (int r = 0; r < 4; r++) {
@@ -1034,7 +1134,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
   KCA_UNROLL
   for (int j = 0; j < HD / 16; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0;
-  st.m = KCA_NEGINF, st.l = 0.0f;
+  st.m[0] = st.m[1] = KCA_NEGINF, st.l[0] = st.l[1] = 0.0f;
   if constexpr (BITS != 0) {
     kca_off_init<HD, NEOX>(p, (uint32_t *)(smem + Ly::off), tid);
     kca_syncthreads();
@@ -1048,7 +1148,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   kca_cur_t cur = {kca_next_live<PAIR>(p, L, -1, lane), 0}, nxt;
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
-  float wsum = 0.0f;
+  float wsum[2] = {0.0f, 0.0f};
   if (cur.k >= 0) {
     tc = kca_issue<HD, BITS, PAIR>(p, stages, L, cur, kvh, lane, &nt);
     kca_cp_commit();
@@ -1063,7 +1163,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_syncwarp();
     const kca_tp_t r =
         kca_compute<HD, BITS, NEOX, PAIR>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
-    kca_masses<HD, BITS, PAIR>(p, st, tc, r, &wsum, kvh, lane);
+    kca_masses<HD, BITS, PAIR>(p, st, tc, r, wsum, kvh, lane);
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
   }

@@ -122,6 +122,15 @@ float kca_emu_shfl(float v, int x, int is_xor) {
   return r;
 }
 
+uint32_t kca_emu_shfl_u(uint32_t v, int src) {
+  int w = E->cur / 32, l = E->cur % 32;
+  E->xi[w][l] = (int)v;
+  emu_bar_warp();
+  uint32_t r = (uint32_t)E->xi[w][src & 31];
+  emu_bar_warp();
+  return r;
+}
+
 int kca_emu_any(int pred) {
   int w = E->cur / 32, l = E->cur % 32, r = 0;
   E->xi[w][l] = pred != 0;
