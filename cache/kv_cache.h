@@ -12,6 +12,21 @@
 
 typedef struct kv_cache kv_cache_t;
 
+/* What an observer (the diagnostics) sees: after each layer's attention (KV_OBS_STEP: the
+ * attention mass each window received in this call, masses summed over the call's queries
+ * and averaged over heads) and after each routing event (KV_OBS_ROUTE: the new tiers). Windows
+ * are indexed in position order; the first n_aged are aged (routable). Arrays are valid only
+ * during the call. Caches with tiers report them (kv_tiered; the GPU's tiered mode, kv_gpu.h). */
+enum { KV_OBS_STEP = 0, KV_OBS_ROUTE = 1 };
+typedef struct {
+  int kind, seq, layer, len, n_q;
+  int n_wins, n_aged;
+  const float *mass; /* [n_wins] (KV_OBS_STEP) */
+  float sink_mass;   /* mass on the sink tokens (KV_OBS_STEP) */
+  const int *tier;   /* [n_wins] KV_TIER_* (kv_route.h) during the step / after the routing */
+} kv_obs_t;
+typedef void (*kv_obs_fn)(void *ud, const kv_obs_t *o);
+
 /* One sequence's attention request at a layer: n_q queries at positions pos0.. */
 typedef struct {
   int seq;
@@ -34,6 +49,9 @@ typedef struct kv_cache_ops {
   /* Persistent bytes held by seq (all layers), for memory reports. */
   size_t (*seq_bytes)(const kv_cache_t *kv, int seq);
   void (*destroy)(kv_cache_t *kv);
+  /* Optional (NULL: the cache has no observations): fn(ud, ...) sees every later observation
+   * (fn NULL: none). Use kv_cache_set_observer. */
+  int (*set_observer)(kv_cache_t *kv, kv_obs_fn fn, void *ud);
 } kv_cache_ops_t;
 
 /* Geometry shared by every implementation. */
@@ -56,5 +74,11 @@ struct kv_cache {
 int kv_full_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out);
 
 void kv_cache_destroy(kv_cache_t *kv); /* NULL-safe */
+
+/* Sets (fn non-NULL) or clears (fn NULL) the observer of any cache: 0; QE_EUNSUPPORTED naming
+ * the cache when it has no observations (kv_full, kv_mux, the GPU's FullKV mode); clearing one
+ * is a no-op (0); QE_ENOMEM when the cache cannot hold the observer's state. The observer runs
+ * on the thread that drives the cache, inside attend(). */
+int kv_cache_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud);
 
 #endif

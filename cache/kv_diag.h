@@ -26,7 +26,7 @@ typedef struct {
 
 int kv_diag_create(int n_layer, int horizon, int lir_m, kv_diag_t **out);
 void kv_diag_destroy(kv_diag_t *d);
-/* Observers to register with kv_tiered_set_observer on the shadow and the policy cache. */
+/* Observers to register with kv_cache_set_observer on the shadow and the policy cache. */
 void kv_diag_observe_shadow(void *d, const kv_obs_t *o);
 void kv_diag_observe_policy(void *d, const kv_obs_t *o);
 /* Computes every diagnostic (NaN where undefined, e.g. QSA without INT2 windows). */

@@ -110,7 +110,7 @@ static void full_destroy(kv_cache_t *kv) {
 }
 
 static const kv_cache_ops_t full_ops = {"full",      full_seq_open,  full_seq_close, full_store,
-                                        full_attend, full_seq_bytes, full_destroy};
+                                        full_attend, full_seq_bytes, full_destroy,   NULL};
 
 int kv_full_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out) {
   if (geom->n_layer <= 0 || geom->n_kv_head <= 0 || geom->head_dim <= 0 || geom->max_seqs <= 0 ||
@@ -133,4 +133,11 @@ int kv_full_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out) 
 
 void kv_cache_destroy(kv_cache_t *kv) {
   if (kv) kv->ops->destroy(kv);
+}
+
+int kv_cache_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud) {
+  if (kv->ops->set_observer) return kv->ops->set_observer(kv, fn, ud);
+  return fn ? qe_errf(QE_EUNSUPPORTED, "kv_cache: a %s cache has no observations (diagnostics)",
+                      kv->ops->name)
+            : 0;
 }

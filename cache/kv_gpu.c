@@ -204,6 +204,13 @@ static int flush_stores(kv_gpu_t *g, int layer) {
 
 /* ---- attention ------------------------------------------------------------------------------- */
 
+/* The decode kernel of a; with an observer, its step masses then join the layer's scores. */
+static int run_decode(kv_gpu_t *g, int layer, const kc_attn_args_t *a) {
+  int rc = kc_attn_decode(a, g->stream);
+  if (!rc && g->obs) kv_gpu__obs_fold(g, layer);
+  return rc;
+}
+
 /* The fused decode kernel over the single-token requests idx[0..nd) of reqs. Their queries are
  * gathered into one buffer unless they already are consecutive rows. */
 static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
@@ -237,12 +244,13 @@ static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
                       .n_win = ge->max_seqs * g->max_win,
                       .max_win = max_win};
   if (g->t) kv_gpu__tier_attn_args(g, layer, &a);
+  if (g->obs && (rc = kv_gpu__obs_args(g, &a))) return rc;
   size_t ws = 0;
   if ((rc = kc_attn_ws_bytes(&a, &ws)) || (rc = kv_gpu__buf_need(g, &g->d_ws, ws))) return rc;
   a.ws = g->d_ws.p, a.ws_bytes = g->d_ws.cap;
   if (direct) {
     a.q = reqs[sel[0]].q, a.out = reqs[sel[0]].out;
-    return kc_attn_decode(&a, g->stream);
+    return run_decode(g, layer, &a);
   }
   size_t qb = sizeof(float) * (size_t)nd * nq;
   if ((rc = kv_gpu__buf_need(g, &g->d_q, qb)) || (rc = kv_gpu__buf_need(g, &g->d_out, qb)) ||
@@ -251,12 +259,13 @@ static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
   if ((rc = kv_gpu__stage(g, g->d_idx.p, g->h_idx, sizeof(int32_t) * (size_t)nd))) return rc;
   if ((rc = kc_kv_rows(g->d_q.p, base, g->d_idx.p, nd, nq, 0, g->stream))) return rc;
   a.q = g->d_q.p, a.out = g->d_out.p;
-  if ((rc = kc_attn_decode(&a, g->stream))) return rc;
+  if ((rc = run_decode(g, layer, &a))) return rc;
   float *obase = reqs[sel[0]].out - (reqs[sel[0]].q - base); /* out rows mirror q rows */
   return kc_kv_rows(obase, g->d_out.p, g->d_idx.p, nd, nq, 1, g->stream);
 }
 
-/* The backend's attention over the gathered pages of the multi-token requests sel[0..np). */
+/* The backend's attention over the gathered pages of the multi-token requests sel[0..np) (tiered:
+ * with their observation queries' key masses in g->work[i].key_mass). */
 static int prefill_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
                           int np) {
   const kv_geom_t *ge = &g->base.geom;
@@ -267,7 +276,6 @@ static int prefill_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, con
   if ((rc = kv_gpu__buf_need(g, &g->d_gk, bytes)) || (rc = kv_gpu__buf_need(g, &g->d_gv, bytes)))
     return rc;
   float *mass = NULL;
-  int slots[1024];
   if (g->t && (rc = kv_gpu__tier_masses(g, total, &mass))) return rc;
   size_t at = 0;
   for (int i = 0; i < np && !rc; i++) {
@@ -287,14 +295,13 @@ static int prefill_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, con
       int obs = kv_gpu__tier_obs(g);
       g->work[i].key_mass = mass + at, g->work[i].mass_q0 = r->n_q > obs ? r->n_q - obs : 0;
     }
-    slots[i] = r->seq;
     at += (size_t)n_kv;
   }
   if (rc) return rc;
   kern_attn_shape_t sh = {ge->n_head, ge->n_kv_head, ge->head_dim,
                           1.0f / sqrtf((float)ge->head_dim)};
   g->base.be->ops->attention(g->base.be, g->work, np, &sh);
-  return g->t ? kv_gpu__tier_prefilled(g, layer, g->work, slots, np) : 0;
+  return 0;
 }
 
 /* With QEVICT_KV_GPU_SYNC=1 in the environment at creation: waits for the device after each
@@ -327,9 +334,12 @@ static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
   if (nd && !rc) rc = decode_attend(g, layer, reqs, dec, nd);
   if (!rc) rc = debug_sync(g, "decode attention", layer);
   if (!rc && np) rc = prefill_attend(g, layer, reqs, pre, np);
+  if (!rc && g->obs) rc = kv_gpu__obs_capture(g, layer, reqs, n_reqs);
+  if (!rc && np && g->t) rc = kv_gpu__tier_prefilled(g, layer, reqs, pre, np);
   if (!rc) rc = debug_sync(g, "prefill attention and routing", layer);
   if (!rc && g->t) rc = kv_gpu__tier_decoded(g, layer, reqs, dec, nd);
   if (!rc) rc = debug_sync(g, "decode routing", layer);
+  if (!rc && g->obs) rc = kv_gpu__obs_emit(g, layer, nd);
   return rc;
 }
 
@@ -339,6 +349,7 @@ void kv_gpu__dispose(kv_gpu_t *g) {
   kv_cache_t *kv = &g->base;
   for (int i = 0; g->seqs && i < kv->geom.max_seqs; i++) gpu_seq_close(kv, i);
   if (g->stream) kc_stream_sync(g->stream);
+  kv_gpu__obs_free(g);
   kv_gpu__tier_destroy(g);
   kvg_buf_t *bufs[] = {&g->d_tok, &g->d_upd, &g->d_seqwin, &g->d_idx, &g->d_q,
                        &g->d_out, &g->d_ws,  &g->d_gk,     &g->d_gv};
@@ -353,9 +364,10 @@ void kv_gpu__dispose(kv_gpu_t *g) {
 static void gpu_destroy(kv_cache_t *kv) { kv_gpu__dispose((kv_gpu_t *)kv); }
 
 static const kv_cache_ops_t kv_gpu_ops = {"gpu-full", gpu_seq_open,  gpu_seq_close, gpu_store,
-                                          gpu_attend, gpu_seq_bytes, gpu_destroy};
-static const kv_cache_ops_t kv_gpu_tiered_ops = {
-    "gpu-tiered", gpu_seq_open, gpu_seq_close, gpu_store, gpu_attend, gpu_seq_bytes, gpu_destroy};
+                                          gpu_attend, gpu_seq_bytes, gpu_destroy,   NULL};
+static const kv_cache_ops_t kv_gpu_tiered_ops = {"gpu-tiered", gpu_seq_open,   gpu_seq_close,
+                                                 gpu_store,    gpu_attend,     gpu_seq_bytes,
+                                                 gpu_destroy,  kv_gpu__obs_set};
 
 int kv_gpu_is_tiered(const kv_cache_t *kv) { return kv && kv->ops == &kv_gpu_tiered_ops; }
 

@@ -43,6 +43,7 @@ typedef struct {
 } kvg_buf_t;
 
 typedef struct kv_gpu_tier kv_gpu_tier_t;
+typedef struct kvg_obs kvg_obs_t;
 
 typedef struct {
   kv_cache_t base;
@@ -67,6 +68,8 @@ typedef struct {
   int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
   kern_attn_seq_t *work;     /* [max_seqs] */
   kv_gpu_tier_t *t;          /* the tiered mode's state; NULL in FullKV mode */
+  kvg_obs_t *obs;            /* the tiered mode's observer (kv_gpu_obs.c); NULL: none, and
+                                nothing of it runs */
   int debug;                 /* QEVICT_KV_GPU_SYNC=1: synchronize after each phase */
 } kv_gpu_t;
 
@@ -109,8 +112,24 @@ int kv_gpu__tier_alloc(kv_gpu_t *g, int layer, const int32_t *tok_slot, const in
 void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a);
 int kv_gpu__tier_masses(kv_gpu_t *g, size_t total, float **mass);
 int kv_gpu__tier_obs(const kv_gpu_t *g);
-int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kern_attn_seq_t *work, const int *slots,
+/* After the prefill attention of reqs[sel[0..np)] (g->work[i] holds the i-th one's key masses):
+ * their window scores, then that layer of those slots is routed. */
+int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
                            int np);
 int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel, int nd);
+/* Windows aged at length len, the sink windows included (kern_cuda_route.h's rule): a decoding
+ * slot routes when its new token moved this count. */
+int kv_gpu__tier_aged(const kv_gpu_t *g, int len);
+/* kv_gpu_obs.c: the tiered mode's observer (kv_cache_set_observer). The hooks run only while
+ * g->obs is set: the decode kernel's step masses go to the observer's buffer (obs_args) and are
+ * then added to the scores (obs_fold, bit-identical to accumulating them); obs_capture records
+ * a layer's observations after its attention and before its routing; obs_emit hands them to the
+ * observer once the step's routing has run (nd: decoding requests in the call). */
+int kv_gpu__obs_set(kv_cache_t *kv, kv_obs_fn fn, void *ud);
+void kv_gpu__obs_free(kv_gpu_t *g);
+int kv_gpu__obs_args(kv_gpu_t *g, kc_attn_args_t *a);
+void kv_gpu__obs_fold(kv_gpu_t *g, int layer);
+int kv_gpu__obs_capture(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, int n_reqs);
+int kv_gpu__obs_emit(kv_gpu_t *g, int layer, int nd);
 
 #endif

@@ -114,8 +114,7 @@ int kv_gpu_routing_time(kv_cache_t *kv, double ms[2], long calls[2]) {
   return rc ? rc : kc_timer_ms(g->t->timer[1], &ms[1], &calls[1]);
 }
 
-/* Windows aged at length len (kern_cuda_route.h's rule, the sink never counted). */
-static int aged_of(const kv_gpu_t *g, int len) {
+int kv_gpu__tier_aged(const kv_gpu_t *g, int len) {
   int lim = len - g->t->rt.n_local, a = lim > 0 ? lim / g->omega : 0;
   return a < g->t->rt.sink_win ? g->t->rt.sink_win : a;
 }
@@ -128,7 +127,7 @@ int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
   int slots[1024], n = 0;
   for (int i = 0; i < nd; i++) { /* one new token: a window aged only if the aged count moved */
     int s = reqs[sel[i]].seq, len = g->seqs[s].len;
-    if (aged_of(g, len) > aged_of(g, len - 1)) slots[n++] = s;
+    if (kv_gpu__tier_aged(g, len) > kv_gpu__tier_aged(g, len - 1)) slots[n++] = s;
   }
   return n ? route(g, slots, n, 0, g->base.geom.n_layer, 0) : 0;
 }
@@ -144,13 +143,15 @@ int kv_gpu__tier_masses(kv_gpu_t *g, size_t total, float **mass) {
 int kv_gpu__tier_obs(const kv_gpu_t *g) { return g->t->cfg.n_obs; }
 
 /* After a layer's prefill attention: window scores from the observation queries' key masses
- * (work[i].key_mass), then that layer of those slots is routed at once. */
-int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kern_attn_seq_t *work, const int *slots,
+ * (g->work[i].key_mass), then that layer of those slots is routed at once. */
+int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
                            int np) {
-  int rc = 0;
+  int rc = 0, slots[1024];
   for (int i = 0; i < np && !rc; i++) {
+    slots[i] = reqs[sel[i]].seq;
     if (layer == g->base.geom.n_layer - 1) g->seqs[slots[i]].routed = 1;
-    rc = kc_route_add_masses(&g->t->rt, layer, slots[i], work[i].key_mass, work[i].n_kv, g->stream);
+    rc = kc_route_add_masses(&g->t->rt, layer, slots[i], g->work[i].key_mass, g->work[i].n_kv,
+                             g->stream);
   }
   return rc ? rc : route(g, slots, np, layer, 1, 1);
 }

@@ -143,7 +143,7 @@ static void mux_destroy(kv_cache_t *kv) {
 }
 
 static const kv_cache_ops_t mux_ops = {"mux",      mux_seq_open,  mux_seq_close, mux_store,
-                                       mux_attend, mux_seq_bytes, mux_destroy};
+                                       mux_attend, mux_seq_bytes, mux_destroy,   NULL};
 
 /* ---- public -------------------------------------------------------------------------------- */
 

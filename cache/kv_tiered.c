@@ -141,10 +141,12 @@ int kv_tiered_set_pool(kv_cache_t *kv, size_t bytes) {
   return 0;
 }
 
-void kv_tiered_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud) {
+/* kv_cache_set_observer of the tiered cache. */
+static int tiered_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   t->obs = fn;
   t->obs_ud = ud;
+  return 0;
 }
 
 void kv_tiered_observe(kv_tiered_t *t, int kind, int seq, int layer, int n_q, const float *mass,
@@ -420,6 +422,6 @@ static void tiered_destroy(kv_cache_t *kv) {
   free(t);
 }
 
-static const kv_cache_ops_t tiered_ops = {"tiered",      tiered_seq_open,  tiered_seq_close,
-                                          tiered_store,  kv_tiered_attend, tiered_seq_bytes,
-                                          tiered_destroy};
+static const kv_cache_ops_t tiered_ops = {"tiered",       tiered_seq_open,    tiered_seq_close,
+                                          tiered_store,   kv_tiered_attend,   tiered_seq_bytes,
+                                          tiered_destroy, tiered_set_observer};

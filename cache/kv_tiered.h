@@ -37,22 +37,6 @@ typedef struct {
 
 typedef void (*kv_trace_fn)(void *ud, const kv_route_event_t *ev);
 
-/* What an observer (the diagnostics) sees: after each layer's attention (KV_OBS_STEP: the
- * attention mass each window received in this call, masses summed over the call's queries
- * and averaged over heads) and after each routing event (KV_OBS_ROUTE: the new tiers). Windows
- * are indexed in position order; the first n_aged are aged (routable). Arrays are valid only
- * during the call. */
-enum { KV_OBS_STEP = 0, KV_OBS_ROUTE = 1 };
-typedef struct {
-  int kind, seq, layer, len, n_q;
-  int n_wins, n_aged;
-  const float *mass; /* [n_wins] (KV_OBS_STEP) */
-  float sink_mass;   /* mass on the sink tokens (KV_OBS_STEP) */
-  const int *tier;   /* [n_wins] tiers during the step / after the routing */
-} kv_obs_t;
-typedef void (*kv_obs_fn)(void *ud, const kv_obs_t *o);
-void kv_tiered_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud);
-
 /* Creates the cache. rope: the model's RoPE (re-applied to INT2 keys, inverted at
  * demotion). pool_bytes: the page arena. cfg is copied; check it with kv_policy_check. */
 int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,

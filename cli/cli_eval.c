@@ -37,8 +37,9 @@ static const char *eval_help =
     "  --markdown FILE   write the tables (default: stdout unless --json -)\n"
     "  --threads N       CPU threads (default: all cores)\n"
     "  --device N        run on CUDA GPU N (CUDA builds): FullKV and the policies the GPU cache\n"
-    "                    runs (qevict, kivi; h2o and streaming with :window=8); the others'\n"
-    "                    rows report the refusal; no diagnostics (accuracy, memory, ppl, KL)\n"
+    "                    runs (qevict, kivi; h2o and streaming with :window=8), diagnostics\n"
+    "                    included (the shadow is the GPU cache); the others' rows report the\n"
+    "                    refusal\n"
     "  --quiet           no progress lines on stderr\n";
 
 /* Splits a comma list in place into items (at most EVAL_MAX_LIST). -1 if too many or empty. */
@@ -223,7 +224,6 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
     return cli_usage_error("eval", "--device needs a CUDA build of qevict (this build has the "
                                    "CPU backend only)");
 #endif
-  if (c->device >= 0) c->diag = 0; /* the GPU cache has no diagnostics observers */
   return 0;
 }
 

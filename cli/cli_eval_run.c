@@ -156,30 +156,35 @@ static int run_policy(eval_ctx_t *x, const eval_job_t *j, int v, int b, kv_diag_
   return rc;
 }
 
+/* The shadow run of variant v0's windows into a new *d (caller destroys), teacher-forced on
+ * FullKV's tokens; *agree: its agreement with them. Windows the GPU cache does not take leave *d
+ * NULL (no diagnostics: the variants' own runs report the refusal). */
+static int run_shadow(eval_ctx_t *x, const eval_job_t *j, int v0, kv_diag_t **d, int *agree) {
+  gen_opts_t o = {j->n_new, {0, 0, 1.0f}, 0, 0, NULL, NULL, NULL};
+  gen_seq_t sh = {.prompt = j->s->ids,
+                  .n_prompt = j->s->n_ids,
+                  .forced = j->full.out,
+                  .n_forced = j->full.n_out};
+  kv_cache_t *shadow = NULL;
+  const cli_policy_t *p = &x->cfg->variants[v0].pol;
+  int rc = cli_diag_shadow_cache(p, x->be, x->m, j->s->n_ids + j->n_new, &shadow);
+  if (rc == QE_EUNSUPPORTED && !x->be->ops->host_memory) return 0;
+  if (!rc) rc = kv_diag_create(model_hparams(x->m)->n_layer, 32, 3, d);
+  if (!rc) rc = cli_diag_observed_run(x->m, shadow, x->comm, &o, kv_diag_observe_shadow, *d, &sh);
+  *agree = rc ? -1 : sh.n_agree;
+  free(sh.out);
+  kv_cache_destroy(shadow);
+  return rc; /* the shadow is FullKV itself: its failure is the engine's */
+}
+
 /* The variants [v0, n) whose windows match v0's share one shadow; done[] marks them. */
 static int run_group(eval_ctx_t *x, const eval_job_t *j, int v0, int *done) {
   const eval_cfg_t *c = x->cfg;
   kv_diag_t *d = NULL;
-  kv_cache_t *shadow = NULL;
   int rc = 0, shadow_agree = -1;
-  if (c->diag) {
-    gen_opts_t o = {j->n_new, {0, 0, 1.0f}, 0, 0, NULL, NULL, NULL};
-    gen_seq_t sh = {.prompt = j->s->ids,
-                    .n_prompt = j->s->n_ids,
-                    .forced = j->full.out,
-                    .n_forced = j->full.n_out};
-    rc = kv_diag_create(model_hparams(x->m)->n_layer, 32, 3, &d);
-    if (!rc)
-      rc =
-          cli_diag_shadow_cache(&c->variants[v0].pol, x->be, x->m, j->s->n_ids + j->n_new, &shadow);
-    if (!rc) rc = cli_diag_observed_run(x->m, shadow, x->comm, &o, kv_diag_observe_shadow, d, &sh);
-    shadow_agree = rc ? -1 : sh.n_agree;
-    free(sh.out);
-    kv_cache_destroy(shadow);
-    if (rc) { /* the shadow is FullKV itself: its failure is the engine's */
-      kv_diag_destroy(d);
-      return rc;
-    }
+  if (c->diag && (rc = run_shadow(x, j, v0, &d, &shadow_agree))) {
+    kv_diag_destroy(d);
+    return rc;
   }
   for (int v = v0; !rc && v < c->n_variants; v++) {
     const eval_variant_t *a = &c->variants[v0], *b = &c->variants[v];

@@ -6,7 +6,8 @@
 # scale with the fraction, a budget below the protected regions is a reported row error (not
 # a crash), a sample FullKV fails is not compared and a task it always fails is listed as
 # excluded, the aggregated accuracy is the mean over the compared runs; the teacher-forced
-# shadow agrees with FullKV on every token; the markdown is written.
+# shadow agrees with FullKV on every token, also for pyramidkv and snapkv (their shadow is all
+# Full); the help says --device keeps the diagnostics; the markdown is written.
 set -uo pipefail
 QEVICT="$1"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -49,6 +50,8 @@ expect_exit 2 "bad device" "${E[@]}" --device -1
 rc=$?
 [[ ($rc -eq 1 || $rc -eq 2) && $(wc -l <"$TMP/dev.err") -eq 1 ]] || bad "eval --device 200: rc $rc"
 "$QEVICT" eval --help | grep -q -- "--ablations" || bad "eval --help"
+# diagnostics stay on with --device (the GPU cache has the observers): the help says so
+"$QEVICT" eval --help | grep -A3 -- "--device N" | grep -q "diagnostics" || bad "eval --help: --device"
 
 # The slice: two generation tasks and perplexity; 5% is below stories' protected regions.
 RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
@@ -60,6 +63,9 @@ RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
 grep -q '"label":"h2o:window=8","policy":"h2o","window":8' "$TMP/c.json" || bad "h2o:window=8 variant"
 "${E[@]}" --tasks qa --lengths 400 --samples 1 --new 8 --policies qevict --budgets 0.3 \
   --ablations --no-diagnostics --all-samples --json "$TMP/d.json" --markdown "$TMP/d.md" || bad "run d (ablations)"
+# the pyramid and pooled policies' shadow is all Full too (qevict's routing on their windows)
+"${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 --policies pyramidkv,snapkv \
+  --budgets 0.5 --all-samples --json "$TMP/e.json" --markdown "$TMP/e.md" || bad "run e (pyramidkv)"
 grep -q "Excluded (FullKV solves no sample)" "$TMP/a.md" || bad "markdown lacks the exclusions"
 grep -q "Perplexity" "$TMP/a.md" || bad "markdown lacks the perplexity table"
 
@@ -71,10 +77,10 @@ if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   SMOL="$TMP/s.json"
 fi
 
-python3 - "$TMP/a.json" "$TMP/b.json" "$TMP/c.json" "$TMP/d.json" $SMOL <<'PY' || fail=1
+python3 - "$TMP/a.json" "$TMP/b.json" "$TMP/c.json" "$TMP/d.json" "$TMP/e.json" $SMOL <<'PY' || fail=1
 import json, math, sys
-a, b, c, d = (json.load(open(p)) for p in sys.argv[1:5])
-extra = [json.load(open(p)) for p in sys.argv[5:]]
+a, b, c, d, e5 = (json.load(open(p)) for p in sys.argv[1:6])
+extra = [json.load(open(p)) for p in sys.argv[6:]]
 errs = []
 def check(ok, what):
     if not ok: errs.append(what)
@@ -139,6 +145,9 @@ rc_ = consistent(c, "c")
 failed = [r for r in rc_ if r["policy"] == "full" and not r["pass"]]
 check(all(not any(x["policy"] != "full" and x["sample"] == f["sample"] for x in rc_) for f in failed),
       "without --all-samples, samples FullKV fails run no policy")
+
+re_ = consistent(e5, "e")
+check(len([r for r in re_ if "diagnostics" in r]) == 2, "pyramidkv and snapkv have diagnostics")
 
 labels = {p["label"] for p in d["config"]["policies"]}
 check({"qevict q=0.3", "qevict bits=4", "qevict window=32", "qevict promote=off", "qevict+graphkv"} <= labels,

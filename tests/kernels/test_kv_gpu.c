@@ -8,6 +8,11 @@
  *   mixed steps (a prefill among decodes: queries gathered), for GQA 8/2 at head_dim 128 and
  *   9/3 at head_dim 64: normalized error < 1e-2 (the decode kernel rounds q and P to bf16), no
  *   NaN; bad calls get errors;
+ * - the observers (kv_cache_set_observer): the tiered GPU cache's stream equals the CPU tiered
+ *   cache's on the same inputs (qevict, kivi, streaming at budgets that keep the same window
+ *   counts on both): every event, slot, layer, length, aged count and tier exactly, masses within
+ *   2e-4 per query + 2% (check_observers says why); observing changes no output or score bit;
+ *   the GPU's FullKV mode refuses an observer;
  * - kv_gpu_pool_usage: FullKV counts the pages open slots hold and their peak; tiered counts the
  *   held FULL pages and slabs with a held ledger (as the device state says after every step), a
  *   peak that never falls and bounds it, and nothing in use once every slot is closed.
@@ -24,6 +29,7 @@
 #include "kv_gpu.h"
 #include "kv_gpu_internal.h"
 #include "kv_route.h"
+#include "kv_tiered_internal.h"
 #include "qe_half.h"
 #include "qe_status.h"
 #include "test_util.h"
@@ -240,6 +246,8 @@ static void cache_step(cache_rig_t *c, const int (*segs)[3], int n_segs) {
   free(q), free(k), free(v), free(out), free(got);
 }
 
+static void obs_none(void *ud, const kv_obs_t *o) { (void)ud, (void)o; }
+
 /* kv_gpu_pool_usage of a FullKV cache: in_use and peak pages as given, the arena's sizes. */
 static void check_pool_full(kv_cache_t *kv, long in_use, long peak) {
   const kv_gpu_t *g = (const kv_gpu_t *)kv;
@@ -270,6 +278,8 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   kv_gpu_pool_t pu;
   check_pool_full(c.gpu, 0, 0);
   CHECK(kv_gpu_pool_usage(c.ref, &pu) == QE_EINVAL && pu.units_total == 0); /* not a GPU cache */
+  CHECK(kv_cache_set_observer(c.gpu, obs_none, NULL) == QE_EUNSUPPORTED);   /* FullKV: no tiers */
+  CHECK_OK(kv_cache_set_observer(c.gpu, NULL, NULL));
   for (int s = 0; s < 3; s++) {
     CHECK_OK(c.gpu->ops->seq_open(c.gpu, s, cap[s]));
     CHECK_OK(c.ref->ops->seq_open(c.ref, s, cap[s]));
@@ -617,6 +627,291 @@ static void check_tiered(const char *policy, int n_head, int n_kv, int hd, doubl
   kv_cache_destroy(kv);
 }
 
+/* ---- the observers: the GPU tiered cache's stream against the CPU tiered cache's ----------- */
+
+/* One observation, copied. */
+typedef struct {
+  kv_obs_t o; /* o.mass, o.tier: unset (the copies below) */
+  int has_mass;
+  float *mass;
+  int *tier;
+} obs_rec_t;
+
+typedef struct {
+  obs_rec_t *r;
+  int n, cap;
+} obs_log_t;
+
+static void obs_log(void *ud, const kv_obs_t *o) {
+  obs_log_t *l = ud;
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 256;
+    l->r = realloc(l->r, sizeof *l->r * (size_t)l->cap);
+  }
+  obs_rec_t *r = &l->r[l->n++];
+  size_t n = (size_t)o->n_wins + 1;
+  *r = (obs_rec_t){*o, o->mass != NULL, calloc(n, sizeof(float)), calloc(n, sizeof(int))};
+  if (o->mass) memcpy(r->mass, o->mass, sizeof(float) * (size_t)o->n_wins);
+  memcpy(r->tier, o->tier, sizeof(int) * (size_t)o->n_wins);
+  r->o.mass = NULL, r->o.tier = NULL;
+}
+
+static void obs_log_free(obs_log_t *l) {
+  for (int i = 0; i < l->n; i++) free(l->r[i].mass), free(l->r[i].tier);
+  free(l->r);
+  memset(l, 0, sizeof *l);
+}
+
+/* The inputs of one comparison: slots 0 and 1 prefill prompt[s] tokens in one call per layer, then
+ * decode `steps` tokens each, both in every call. Keys (post-RoPE) are s_w * u[kv head], where
+ * s_w = 3/8 (W - w) falls with the token's window w and u has +-1/4 in every channel but the two
+ * RoPE rotates (n_rot 2): windows are exact in bf16 and quantize exactly (per channel their
+ * pre-RoPE keys are equal), so INT2 windows are attended as Full ones. Queries are 2 u: every
+ * window's logit is 0.97 s_w, 0.36 above the next newer window's, so at every step an older
+ * window gets at least 1.4 times the mass of a newer one (or any share when evicted), and
+ * cumulative scores rank windows by age on both caches, far from ties that a 1% difference
+ * between the CPU's fp32 and the GPU's fp16/bf16 arithmetic could flip. Values are random. */
+typedef struct {
+  kv_geom_t ge;
+  kern_rope_t rope;
+  kv_policy_cfg_t cfg;
+  int prompt[2], steps, cap, W;
+  float *u; /* [n_kv][head_dim] */
+} obs_case_t;
+
+/* Host q, k, v of n tokens of one slot from position pos0 ([n][n_head * hd], [n][row] twice). */
+static void obs_tokens(const obs_case_t *c, int pos0, int n, float *q, float *k, float *v) {
+  int hd = c->ge.head_dim, nkv = c->ge.n_kv_head, grp = c->ge.n_head / nkv;
+  for (int t = 0; t < n; t++) {
+    float sw = 3.0f / 8.0f * (float)(c->W - (pos0 + t) / c->cfg.omega);
+    for (int h = 0; h < c->ge.n_head; h++)
+      for (int d = 0; d < hd; d++)
+        q[((size_t)t * c->ge.n_head + h) * hd + d] = 2.0f * c->u[(size_t)(h / grp) * hd + d];
+    for (int j = 0; j < nkv * hd; j++) {
+      k[(size_t)t * nkv * hd + j] = sw * c->u[j];
+      v[(size_t)t * nkv * hd + j] = qe_bf16_to_f32(qe_f32_to_bf16(tu_randf(&rs, -2.0f, 2.0f)));
+    }
+  }
+}
+
+/* Routing costs of one cache: a Full and an INT2 window (with their bookkeeping), and the
+ * per-layer floor (sink and protected windows). */
+typedef struct {
+  double full, quant, floor;
+} obs_cost_t;
+
+static obs_cost_t cpu_cost(const kv_cache_t *kv) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  return (obs_cost_t){(double)(t->page_bytes + t->meta_bytes),
+                      (double)(t->ledger_bytes + t->meta_bytes),
+                      (double)(t->sink_bytes + t->local_reserve)};
+}
+
+static obs_cost_t gpu_cost(const kv_cache_t *kv) {
+  const kv_gpu_t *g = (const kv_gpu_t *)kv;
+  return (obs_cost_t){(double)(g->page_bytes + KVG_META), (double)(g->t->rt.lay.total + KVG_META),
+                      (double)g->t->floor};
+}
+
+/* The history budget per layer (B_hist) under which routing keeps nf windows Full and nq INT2
+ * whenever there are more candidates, and keeps everything Full only with fewer than nf + nq + 1
+ * (B = nf F + (nq + 1/2) Q: Full fills (1 - q) B, at least nf F and 2% of F short of (nf + 1)
+ * F; INT2 takes what Full leaves). 0 when no such budget exists for this cache. */
+static double obs_bhist(const obs_cost_t *c, float q, int nf, int nq) {
+  double b = nf * c->full + (nq + 0.5) * c->quant, fcap = (1.0 - q) * b;
+  if ((q == 1.0f && nf) || (q == 0.0f && nq)) return 0;
+  if (q < 1.0f && (fcap < nf * c->full + 0.02 * c->full || fcap > (nf + 1 - 0.02) * c->full))
+    return 0;
+  return b;
+}
+
+/* Slot budgets (all layers) that make both caches keep the same counts: the fewest kept windows,
+ * from 3 to max_kept, with at least one Full (q < 1) and one INT2 (q > 0). 0, or -1 when none
+ * works. */
+static int obs_budgets(const obs_case_t *c, const obs_cost_t *cc, const obs_cost_t *gc,
+                       int max_kept, size_t *bc, size_t *bg, int *nf_out, int *nq_out) {
+  float q = c->cfg.q;
+  for (int kept = 3; kept <= max_kept; kept++)
+    for (int nf = q < 1.0f; nf <= kept - (q > 0.0f); nf++) {
+      double hc = obs_bhist(cc, q, nf, kept - nf), hg = obs_bhist(gc, q, nf, kept - nf);
+      if (hc <= 0 || hg <= 0) continue;
+      *bc = (size_t)ceil(cc->floor + hc) * (size_t)c->ge.n_layer;
+      *bg = (size_t)ceil(gc->floor + hg) * (size_t)c->ge.n_layer;
+      *nf_out = nf, *nq_out = kept - nf;
+      return 0;
+    }
+  return -1;
+}
+
+/* Runs the case on kv (gpu: device buffers, else host), observed into log when log is given;
+ * out_all [(steps + 1) * n_layer][2][n_head * hd] gets every decode output (GPU runs). */
+static void obs_run(const obs_case_t *c, kv_cache_t *kv, int gpu, size_t budget, obs_log_t *log,
+                    float *out_all) {
+  int nq = c->ge.n_head * c->ge.head_dim, row = c->ge.n_kv_head * c->ge.head_dim;
+  int max_tok = c->prompt[0] + c->prompt[1];
+  float *q = malloc(sizeof(float) * (size_t)max_tok * nq),
+        *k = malloc(sizeof(float) * max_tok * row);
+  float *v = malloc(sizeof(float) * (size_t)max_tok * row),
+        *out = malloc(sizeof(float) * max_tok * nq);
+  float *dq = gpu ? kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * nq) : q;
+  float *dk = gpu ? kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * row) : k;
+  float *dv = gpu ? kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * row) : v;
+  float *dout = gpu ? kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * nq) : out;
+  for (int s = 0; s < 2; s++) {
+    CHECK_OK(gpu ? kv_gpu_set_budget(kv, s, budget) : kv_tiered_set_budget(kv, s, budget));
+    CHECK_OK(kv->ops->seq_open(kv, s, c->cap));
+  }
+  CHECK_OK(kv_cache_set_observer(kv, log ? obs_log : NULL, log));
+  rs = 0x6f6273ULL; /* the same values on every run */
+  for (int t = -1; t < c->steps; t++) {
+    int n[2], pos0[2], off[2] = {0, 0};
+    for (int s = 0; s < 2; s++) {
+      n[s] = t < 0 ? c->prompt[s] : 1, pos0[s] = t < 0 ? 0 : c->prompt[s] + t;
+      off[s] = s ? n[0] : 0;
+      obs_tokens(c, pos0[s], n[s], q + (size_t)off[s] * nq, k + (size_t)off[s] * row,
+                 v + (size_t)off[s] * row);
+    }
+    int total = n[0] + n[1];
+    if (gpu) {
+      CHECK_OK(g_gpu->ops->upload(g_gpu, dq, q, sizeof(float) * (size_t)total * nq));
+      CHECK_OK(g_gpu->ops->upload(g_gpu, dk, k, sizeof(float) * (size_t)total * row));
+      CHECK_OK(g_gpu->ops->upload(g_gpu, dv, v, sizeof(float) * (size_t)total * row));
+    }
+    for (int l = 0; l < c->ge.n_layer; l++) {
+      kv_attn_req_t rq[2];
+      for (int s = 0; s < 2; s++) {
+        CHECK_OK(kv->ops->store(kv, s, l, pos0[s], n[s], dk + (size_t)off[s] * row,
+                                dv + (size_t)off[s] * row));
+        rq[s] =
+            (kv_attn_req_t){s, pos0[s], n[s], dq + (size_t)off[s] * nq, dout + (size_t)off[s] * nq};
+      }
+      CHECK_OK(kv->ops->attend(kv, l, rq, 2));
+      if (out_all && t >= 0)
+        dget(out_all + ((size_t)t * c->ge.n_layer + l) * 2 * nq, dout, sizeof(float) * 2 * nq);
+    }
+  }
+  CHECK_OK(kv_cache_set_observer(kv, NULL, NULL));
+  if (gpu) kern_free(g_gpu, dq), kern_free(g_gpu, dk), kern_free(g_gpu, dv), kern_free(g_gpu, dout);
+  free(q), free(k), free(v), free(out);
+}
+
+/* Mass tolerance for nm queries' summed mass m (the CPU's): 2e-4 per query plus 2% of m. The
+ * GPU's decode rounds the scaled query to fp16 (relative 2^-11: at most 4e-3 of a logit of 7.3,
+ * under 1% of a window's share) and its prefill rounds probabilities to bf16 (2^-9); a window
+ * off by one, a score in place of a step's mass or the sink counted as a window is off by 40% or
+ * more. */
+static int mass_ok(float got, float want, int nm) {
+  return fabs((double)got - want) <= 2e-4 * nm + 2e-2 * fabs((double)want);
+}
+
+/* Compares two observation streams record by record: kinds, slots, layers, lengths, query
+ * counts, windows, aged counts and tiers exactly, masses and sink masses within mass_ok; the
+ * GPU's step masses sum with the sink to the queries observed (nm). Returns the mismatches. */
+static int obs_compare(const obs_log_t *cpu, const obs_log_t *gpu, int n_obs) {
+  int bad = cpu->n != gpu->n;
+  for (int i = 0; i < cpu->n && i < gpu->n; i++) {
+    const obs_rec_t *a = &cpu->r[i], *b = &gpu->r[i];
+    const kv_obs_t *x = &a->o, *y = &b->o;
+    int nm = x->n_q < n_obs ? x->n_q : n_obs, hdr = 0, tiers = 0, mass = 0;
+    hdr = x->kind != y->kind || x->seq != y->seq || x->layer != y->layer || x->len != y->len ||
+          x->n_q != y->n_q || x->n_wins != y->n_wins || x->n_aged != y->n_aged ||
+          a->has_mass != b->has_mass || a->has_mass != (x->kind == KV_OBS_STEP);
+    double sum = y->sink_mass;
+    for (int w = 0; !hdr && w < x->n_wins; w++) {
+      tiers += a->tier[w] != b->tier[w];
+      mass += a->has_mass && !mass_ok(b->mass[w], a->mass[w], nm);
+      sum += b->mass[w];
+    }
+    if (!hdr && a->has_mass)
+      mass += !mass_ok(y->sink_mass, x->sink_mass, nm) || fabs(sum - nm) > 1e-2 * nm;
+    if ((hdr || tiers || mass) && bad < 5)
+      fprintf(stderr,
+              "FAIL observation %d: cpu kind %d seq %d layer %d len %d n_q %d wins %d aged %d "
+              "sink %.5f / gpu kind %d seq %d layer %d len %d n_q %d wins %d aged %d sink %.5f: "
+              "%d tiers, %d masses differ\n",
+              i, x->kind, x->seq, x->layer, x->len, x->n_q, x->n_wins, x->n_aged, x->sink_mass,
+              y->kind, y->seq, y->layer, y->len, y->n_q, y->n_wins, y->n_aged, y->sink_mass, tiers,
+              mass);
+    bad += hdr || tiers || mass;
+  }
+  return bad;
+}
+
+/* What the CPU stream exercised: routing events, and the tiers of routed windows seen (tiers[3]:
+ * Full, INT2, Evicted); decode steps that attended an INT2 window with some mass. */
+static void obs_coverage(const obs_log_t *l, long *routes, long tiers[3], long *int2_steps) {
+  *routes = *int2_steps = 0, tiers[0] = tiers[1] = tiers[2] = 0;
+  for (int i = 0; i < l->n; i++) {
+    const obs_rec_t *r = &l->r[i];
+    *routes += r->o.kind == KV_OBS_ROUTE;
+    int int2 = 0;
+    for (int w = 0; w < r->o.n_aged; w++) {
+      if (r->o.kind == KV_OBS_ROUTE) tiers[r->tier[w]]++;
+      int2 |=
+          r->o.kind == KV_OBS_STEP && r->o.n_q == 1 && r->tier[w] == KV_TIER_INT2 && r->mass[w] > 0;
+    }
+    *int2_steps += int2;
+  }
+}
+
+/* The same policy on the CPU tiered cache and the GPU's, at budgets that keep the same numbers
+ * of Full and INT2 windows: their observation streams agree (obs_compare); observing the GPU
+ * cache changes nothing it computes (every decode output and every window score bit-identical
+ * to an unobserved run); the runs routed, and with an INT2 tier attended INT2 windows. */
+static void check_observers(const char *policy, float q) {
+  obs_case_t c = {.ge = {2, 8, 2, 64, 2}, .prompt = {230, 201}, .steps = 88};
+  c.rope = (kern_rope_t){KERN_ROPE_NORM, 2, 10000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find(policy, &d));
+  c.cfg = d.cfg, c.cfg.omega = 16, c.cfg.n_sink = 16, c.cfg.n_local = 32;
+  if (q >= 0) c.cfg.q = q;
+  c.cap = c.prompt[0] + c.steps, c.W = (c.cap + 15) / 16 + 1;
+  int hd = c.ge.head_dim, nkv = c.ge.n_kv_head, L = c.ge.n_layer, nq = c.ge.n_head * hd;
+  c.u = malloc(sizeof(float) * (size_t)nkv * hd);
+  for (int j = 0; j < nkv * hd; j++) c.u[j] = j % hd < 2 ? 0.0f : (rnd() & 1 ? 0.25f : -0.25f);
+  kv_cache_t *cpu = NULL, *gpu = NULL, *gpu2 = NULL;
+  CHECK_OK(kv_tiered_create(g_cpu, &c.ge, &c.rope, &c.cfg, 0, &cpu));
+  if (cpu) CHECK_OK(kv_tiered_reserve(cpu, 2, c.cap));
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &c.ge, &c.rope, &c.cfg, c.cap, 2, 1.0, 0, &gpu));
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &c.ge, &c.rope, &c.cfg, c.cap, 2, 1.0, 0, &gpu2));
+  if (!cpu || !gpu || !gpu2) return;
+  obs_cost_t cc = cpu_cost(cpu), gc = gpu_cost(gpu);
+  size_t bc = 0, bg = 0;
+  int nf = 0, nqw = 0, aged = (c.prompt[1] - c.cfg.n_local) / 16 - 1; /* slot 1's after prefill */
+  CHECK(obs_budgets(&c, &cc, &gc, aged - 1, &bc, &bg, &nf, &nqw) == 0);
+  obs_log_t lc = {0}, lg = {0};
+  size_t n_out = (size_t)c.steps * L * 2 * nq;
+  float *out1 = malloc(sizeof(float) * n_out), *out2 = malloc(sizeof(float) * n_out);
+  obs_run(&c, cpu, 0, bc, &lc, NULL);
+  obs_run(&c, gpu, 1, bg, &lg, out1);
+  obs_run(&c, gpu2, 1, bg, NULL, out2);
+  kv_gpu_t *g1 = (kv_gpu_t *)gpu, *g2 = (kv_gpu_t *)gpu2;
+  size_t nw = (size_t)L * c.ge.max_seqs * g1->max_win;
+  float *sc1 = malloc(sizeof(float) * nw), *sc2 = malloc(sizeof(float) * nw);
+  dget(sc1, g1->t->rt.score, sizeof(float) * nw), dget(sc2, g2->t->rt.score, sizeof(float) * nw);
+  int bad = obs_compare(&lc, &lg, c.cfg.n_obs);
+  long routes, tiers[3], int2_steps;
+  obs_coverage(&lc, &routes, tiers, &int2_steps);
+  kv_gpu_stats_t st;
+  CHECK_OK(kv_gpu_stats(gpu, 0, &st));
+  fprintf(stderr,
+          "observers (%s, q %.2f: %d Full + %d INT2 kept): %d CPU / %d GPU observations, %d "
+          "mismatches; %ld routing events (routed windows F/Q/E %ld/%ld/%ld), %ld decode steps "
+          "attending INT2; observed GPU run bit-identical: outputs %s, scores %s\n",
+          policy, c.cfg.q, nf, nqw, lc.n, lg.n, bad, routes, tiers[0], tiers[1], tiers[2],
+          int2_steps, memcmp(out1, out2, sizeof(float) * n_out) ? "NO" : "yes",
+          memcmp(sc1, sc2, sizeof(float) * nw) ? "NO" : "yes");
+  CHECK(bad == 0 && lc.n > 0);
+  CHECK(memcmp(out1, out2, sizeof(float) * n_out) == 0);
+  CHECK(memcmp(sc1, sc2, sizeof(float) * nw) == 0);
+  CHECK(st.err_flags == 0);
+  CHECK(routes > 2 * L && tiers[2] > 0 && (nf == 0 || tiers[0] > 0));
+  CHECK(c.cfg.q == 0.0f || (tiers[1] > 0 && int2_steps > 0));
+  obs_log_free(&lc), obs_log_free(&lg);
+  free(out1), free(out2), free(sc1), free(sc2), free(c.u);
+  kv_cache_destroy(cpu), kv_cache_destroy(gpu), kv_cache_destroy(gpu2);
+}
+
 int main(int argc, char **argv) {
   int small = argc > 1 && !strcmp(argv[1], "--small"); /* compute-sanitizer runs */
   if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
@@ -631,6 +926,8 @@ int main(int argc, char **argv) {
   check_tiered("qevict", 8, 2, 128, 0.3, small ? 12 : 80);
   if (!small) check_tiered("qevict", 9, 3, 64, 0.15, 60);
   if (!small) check_tiered("kivi", 8, 2, 128, 0.25, 80);
+  check_observers("qevict", 0.3f);
+  if (!small) check_observers("kivi", -1), check_observers("streaming", -1);
   kv_geom_t bad = {2, 8, 2, 32, 1};
   kv_cache_t *kv = NULL;
   CHECK(kv_gpu_create(g_gpu, &bad, 16, 100, 1 << 20, &kv) == QE_EUNSUPPORTED);

@@ -2,7 +2,8 @@
  * Evicted sets after each event (promotion included); every policy at budgets from the minimum
  * to 100% on a random model with invariants checked after every step (bytes <= budget,
  * accounting consistent, evicted windows never return, ledgers never change once written);
- * qevict at 100% bit-identical to FullKV; RoPE un-rotation; bad configurations refused. */
+ * qevict at 100% bit-identical to FullKV; RoPE un-rotation; bad configurations refused;
+ * kv_cache_set_observer on every kind of CPU cache. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "kv_gpu.h"
+#include "kv_mux.h"
 #include "kv_tiered.h"
 #include "model_gen.h"
 #include "qe_status.h"
@@ -173,7 +175,7 @@ static void check_policies(world_t *wd) {
       double full = (double)(NP + ND) * 2 * model_kv_geom(wd->m, 1).n_kv_head * 32 * 4 * 2;
       double fr = fracs[f] == 0.0 ? (double)minb / full + 1e-9 : fracs[f];
       kv_tiered_set_budget_spec(kv, fr, 0);
-      kv_tiered_set_observer(kv, mass_observer, NULL);
+      CHECK_OK(kv_cache_set_observer(kv, mass_observer, NULL));
       int rc = run_policy(wd, kv, NULL, &st, 1);
       if (rc == QE_EINVAL && fracs[f] > 0 && fr * full < minb) rc = 0; /* below the minimum */
       CHECK_OK(rc);
@@ -188,6 +190,55 @@ static void check_policies(world_t *wd) {
   fprintf(stderr, "per-window masses + sink vs 1 per decode query: max error %.3g\n",
           worst_mass_err);
   CHECK(worst_mass_err < 1e-5);
+}
+
+/* Observations counted by kind; bad: any that breaks kv_obs_t's shape. */
+typedef struct {
+  long steps, routes, prefill_steps;
+  int bad;
+} obs_count_t;
+
+static void count_observer(void *ud, const kv_obs_t *o) {
+  obs_count_t *c = ud;
+  c->steps += o->kind == KV_OBS_STEP, c->routes += o->kind == KV_OBS_ROUTE;
+  c->prefill_steps += o->kind == KV_OBS_STEP && o->n_q == NP;
+  c->bad += o->seq != 0 || o->n_aged > o->n_wins || (o->kind == KV_OBS_ROUTE) != !o->mass ||
+            (o->kind == KV_OBS_ROUTE && o->n_q != 0);
+}
+
+/* kv_cache_set_observer: the tiered cache reports one step per layer and call (the prompt's
+ * and every decode step's) and one routing per routing event; a second observer replaces the
+ * first; clearing stops the reports. FullKV and the mux have no observations: setting one is
+ * QE_EUNSUPPORTED naming the cache (and leaves it working), clearing is a no-op. */
+static void check_observer_setter(world_t *wd) {
+  long L = model_hparams(wd->m)->n_layer;
+  kv_geom_t g = model_kv_geom(wd->m, 1);
+  kv_cache_t *kv = NULL, *full = NULL, *mux = NULL;
+  obs_count_t a = {0}, b = {0};
+  kv_mem_stats_t st;
+  CHECK_OK(make_tiered(wd, "qevict", 0.4, &kv));
+  CHECK_OK(kv_full_create(wd->be, &g, &full));
+  CHECK_OK(kv_mux_create(wd->be, &g, &mux));
+  CHECK(kv_cache_set_observer(full, count_observer, &a) == QE_EUNSUPPORTED);
+  CHECK(strstr(qe_errmsg(), "full cache") != NULL);
+  CHECK(kv_cache_set_observer(mux, count_observer, &a) == QE_EUNSUPPORTED);
+  CHECK_OK(kv_cache_set_observer(full, NULL, NULL));
+  CHECK_OK(kv_cache_set_observer(mux, NULL, NULL));
+  CHECK_OK(run_policy(wd, full, NULL, &st, 0));
+  CHECK_OK(kv_cache_set_observer(kv, count_observer, &a));
+  CHECK_OK(kv_cache_set_observer(kv, count_observer, &b));
+  CHECK_OK(run_policy(wd, kv, NULL, &st, 1));
+  fprintf(stderr, "observer: %ld steps (%ld of the prompt), %ld routings of %ld events\n", b.steps,
+          b.prefill_steps, b.routes, st.routing_events);
+  CHECK(a.steps == 0 && a.routes == 0 && b.bad == 0);
+  CHECK(b.steps == L * (ND + 1) && b.prefill_steps == L);
+  CHECK(b.routes == st.routing_events && b.routes > L);
+  CHECK(st.windows[1] + st.windows[2] > 0); /* the budget routed windows away from Full */
+  CHECK_OK(kv_cache_set_observer(kv, NULL, NULL));
+  long steps = b.steps;
+  CHECK_OK(run_policy(wd, kv, NULL, &st, 1));
+  CHECK(b.steps == steps);
+  kv_cache_destroy(kv), kv_cache_destroy(full), kv_cache_destroy(mux);
 }
 
 /* qevict at 100% (and h2o, kivi at 100%) gives bit-identical logits to FullKV. */
@@ -320,6 +371,7 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   if (wd.m && full_checks) {
     check_rope_roundtrip(&wd);
     check_bad_config(&wd);
+    check_observer_setter(&wd);
   }
   if (wd.m) {
     check_identical(&wd);
