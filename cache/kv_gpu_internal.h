@@ -19,9 +19,10 @@
 
 typedef struct {
   int open, capacity, len;
-  int routed;     /* tiered: a prefill routed the slot (later multi-token steps are refused) */
-  int n_win;      /* windows per layer */
-  int32_t *pages; /* [n_layer][n_win] arena page ids */
+  int routed;       /* tiered: a prefill routed the slot (later multi-token steps are refused) */
+  unsigned fx_step; /* the last fixed step that took the slot (one row per slot and step) */
+  int n_win;        /* windows per layer */
+  int32_t *pages;   /* [n_layer][n_win] arena page ids */
 } kvg_seq_t;
 
 typedef struct {
@@ -67,7 +68,14 @@ typedef struct {
   int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
   kern_attn_seq_t *work;     /* [max_seqs] */
   kv_gpu_tier_t *t;          /* the tiered mode's state; NULL in FullKV mode */
-  int debug;                 /* QEVICT_KV_GPU_SYNC=1: synchronize after each phase */
+  int fixed;                 /* in fixed mode (fx) */
+  kv_fixed_t fx;
+  kvg_buf_t d_fws;        /* fixed mode's attention workspace (grown only by fixed_mode) */
+  unsigned long fx_epoch; /* bumped when d_fws moves */
+  unsigned fx_step;       /* fixed steps filled */
+  int fx_chunks[3][32];   /* bucket, n_min, max chunks of its attention launch (cached) */
+  int n_fx_chunks;
+  int debug; /* QEVICT_KV_GPU_SYNC=1: synchronize after each phase */
 } kv_gpu_t;
 
 /* The tiered mode's state (kv_gpu_tiered.c; tests read it). */
@@ -112,5 +120,7 @@ int kv_gpu__tier_obs(const kv_gpu_t *g);
 int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kern_attn_seq_t *work, const int *slots,
                            int np);
 int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel, int nd);
+/* After a decode step of the slots seq[0..n) (lengths updated): routes where a window aged. */
+int kv_gpu__tier_step_done(kv_gpu_t *g, const int32_t *seq, int n);
 
 #endif
