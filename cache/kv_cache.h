@@ -36,6 +36,18 @@ typedef struct {
   float *out;     /* [n_q][n_head_local][head_dim] */
 } kv_attn_req_t;
 
+/* A fixed-shape decode step (kv_cache_ops_t.fixed_*): `bucket` rows, the first n (>= n_min) of
+ * them active, one new token each; the launches read everything that changes from step to step
+ * from dev, KV_FIXED_WORDS(stride) int32 words of backend memory at a fixed address that the
+ * host fills (fixed_fill) and copies before each step. */
+#define KV_FIXED_WORDS(stride) (4 * (size_t)(stride) + 4)
+typedef struct {
+  const int32_t *dev; /* backend memory [KV_FIXED_WORDS(stride)] */
+  int stride;         /* >= bucket */
+  int bucket;
+  int n_min; /* 1 .. bucket */
+} kv_fixed_t;
+
 typedef struct kv_cache_ops {
   const char *name;
   /* Opens slot `seq` for up to `capacity` tokens. QE_ENOSPC if the pool cannot hold it. */
@@ -52,6 +64,25 @@ typedef struct kv_cache_ops {
   /* Optional (NULL: the cache has no observations): fn(ud, ...) sees every later observation
    * (fn NULL: none). Use kv_cache_set_observer. */
   int (*set_observer)(kv_cache_t *kv, kv_obs_fn fn, void *ud);
+  /* Optional (NULL: the cache runs every step as it comes): fixed-shape decode steps, whose
+   * backend launches are the same at every step of a bucket (recorded once, replayed: CUDA
+   * graphs). fixed_fill writes host `in` [KV_FIXED_WORDS(f->stride)] for the step of n rows:
+   * slot seq[i] (open, distinct) gets its token at pos[i]; the cache takes the new lengths as
+   * store() would. QE_EINVAL for a bad row; QE_ERANGE when the step does not fit f's launches
+   * (then run it with store / attend outside fixed mode). */
+  int (*fixed_fill)(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, const int32_t *seq,
+                    const int32_t *pos, int n);
+  /* Enters fixed mode for f (copied; NULL leaves it). Meanwhile store() keeps only the first
+   * call's k / v (row 0 of the step's rows, consecutive) and attend(layer, reqs, n) launches the
+   * layer's work for all f->bucket rows, q and out rows 0.. at reqs[0]; nothing waits for the
+   * device or copies from the host. Sizes the workspace first (may allocate). */
+  int (*fixed_mode)(kv_cache_t *kv, const kv_fixed_t *f);
+  /* After a fixed step has been queued: the work its launches leave out (the tiered cache's
+   * routing when a window aged), for the rows of its fixed_fill. */
+  int (*fixed_done)(kv_cache_t *kv, const int32_t *seq, int n);
+  /* Changes whenever a buffer that fixed-mode launches read moved (launches recorded before
+   * are stale). */
+  unsigned long (*fixed_epoch)(const kv_cache_t *kv);
 } kv_cache_ops_t;
 
 /* Geometry shared by every implementation. */

@@ -109,8 +109,13 @@ static void full_destroy(kv_cache_t *kv) {
   free(f);
 }
 
-static const kv_cache_ops_t full_ops = {"full",      full_seq_open,  full_seq_close, full_store,
-                                        full_attend, full_seq_bytes, full_destroy,   NULL};
+static const kv_cache_ops_t full_ops = {.name = "full",
+                                        .seq_open = full_seq_open,
+                                        .seq_close = full_seq_close,
+                                        .store = full_store,
+                                        .attend = full_attend,
+                                        .seq_bytes = full_seq_bytes,
+                                        .destroy = full_destroy};
 
 int kv_full_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out) {
   if (geom->n_layer <= 0 || geom->n_kv_head <= 0 || geom->head_dim <= 0 || geom->max_seqs <= 0 ||

@@ -129,6 +129,7 @@ static size_t gpu_seq_bytes(const kv_cache_t *kv_c, int seq) {
 static int gpu_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k,
                      const float *v) {
   kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (g->fixed && g->n_segs) return 0; /* fixed mode: row 0's k and v locate every row */
   if (seq < 0 || seq >= kv->geom.max_seqs || !g->seqs[seq].open)
     return qe_errf(QE_EINVAL, "kv_gpu: store into closed slot %d", seq);
   if (layer < 0 || layer >= kv->geom.n_layer || pos0 < 0 || n <= 0 ||
@@ -211,6 +212,22 @@ static int run_decode(kv_gpu_t *g, int layer, const kc_attn_args_t *a) {
   return rc;
 }
 
+/* The decode kernel's arguments for n_seq sequences of at most max_win windows at `layer`
+ * (tables and buffers still to set). */
+static kc_attn_args_t attn_args(const kv_gpu_t *g, int layer, int n_seq, int max_win) {
+  const kv_geom_t *ge = &g->base.geom;
+  kc_attn_args_t a = {.geom = {ge->n_kv_head, ge->head_dim, g->omega, 2, 32},
+                      .n_seq = n_seq,
+                      .n_head = ge->n_head,
+                      .scale = 1.0f / sqrtf((float)ge->head_dim),
+                      .arena = g->arena,
+                      .win = g->tab + kv_gpu__tab_index(g, layer, 0, 0),
+                      .n_win = ge->max_seqs * g->max_win,
+                      .max_win = max_win};
+  if (g->t) kv_gpu__tier_attn_args(g, layer, &a);
+  return a;
+}
+
 /* The fused decode kernel over the single-token requests idx[0..nd) of reqs. Their queries are
  * gathered into one buffer unless they already are consecutive rows. */
 static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
@@ -233,17 +250,8 @@ static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
   if ((rc = stage_once(g, &g->sw_last, dsw, g->h_seqwin,
                        sizeof(int32_t) * 2 * (size_t)ge->max_seqs)))
     return rc;
-  kc_attn_args_t a = {.geom = {ge->n_kv_head, ge->head_dim, g->omega, 2, 32},
-                      .n_seq = nd,
-                      .n_head = ge->n_head,
-                      .scale = 1.0f / sqrtf((float)ge->head_dim),
-                      .arena = g->arena,
-                      .win = g->tab + kv_gpu__tab_index(g, layer, 0, 0),
-                      .seq_win = dsw,
-                      .seq_nwin = dsw + ge->max_seqs,
-                      .n_win = ge->max_seqs * g->max_win,
-                      .max_win = max_win};
-  if (g->t) kv_gpu__tier_attn_args(g, layer, &a);
+  kc_attn_args_t a = attn_args(g, layer, nd, max_win);
+  a.seq_win = dsw, a.seq_nwin = dsw + ge->max_seqs;
   if (g->obs && (rc = kv_gpu__obs_args(g, &a))) return rc;
   size_t ws = 0;
   if ((rc = kc_attn_ws_bytes(&a, &ws)) || (rc = kv_gpu__buf_need(g, &g->d_ws, ws))) return rc;
@@ -312,8 +320,116 @@ static int debug_sync(kv_gpu_t *g, const char *what, int layer) {
   return rc ? qe_errf(rc, "kv_gpu: %s of layer %d: %s", what, layer, qe_errmsg()) : 0;
 }
 
+/* ---- fixed-shape decode steps (kv_cache_ops_t.fixed_*) ------------------------------------- */
+
+/* The most chunks per sequence of f's attention launch (cached per bucket and n_min). */
+static int fixed_chunks(kv_gpu_t *g, const kv_fixed_t *f) {
+  for (int i = 0; i < g->n_fx_chunks; i++)
+    if (g->fx_chunks[0][i] == f->bucket && g->fx_chunks[1][i] == f->n_min)
+      return g->fx_chunks[2][i];
+  kc_attn_args_t a = attn_args(g, 0, f->bucket, g->max_win);
+  int mc = kc_attn_max_chunks(&a, f->n_min), i = g->n_fx_chunks < 32 ? g->n_fx_chunks++ : 31;
+  if (mc > 0) g->fx_chunks[0][i] = f->bucket, g->fx_chunks[1][i] = f->n_min;
+  if (mc > 0) g->fx_chunks[2][i] = mc;
+  return mc;
+}
+
+/* f's attention arguments for `layer` with its per-step tables and chunking from f->dev. */
+static kc_attn_args_t fixed_args(kv_gpu_t *g, const kv_fixed_t *f, int layer, int max_chunk) {
+  kc_attn_args_t a = attn_args(g, layer, f->bucket, g->max_win);
+  a.seq_win = f->dev + 2 * f->stride, a.seq_nwin = f->dev + 3 * f->stride;
+  a.chunk_dev = f->dev + 4 * f->stride, a.max_chunk = max_chunk;
+  a.ws = g->d_fws.p, a.ws_bytes = g->d_fws.cap;
+  return a;
+}
+
+/* Checks row i (slot s, position p) of a fixed step; its window count after the step. */
+static int fixed_row(kv_gpu_t *g, int s, int p, int *n_win) {
+  if (s < 0 || s >= g->base.geom.max_seqs || !g->seqs[s].open || p < 0 ||
+      p >= g->seqs[s].capacity || p > g->seqs[s].len || g->seqs[s].fx_step == g->fx_step)
+    return qe_errf(QE_EINVAL,
+                   "kv_gpu: decode of slot %d at %d (closed, past its capacity, or twice)", s, p);
+  g->seqs[s].fx_step = g->fx_step;
+  int len = p + 1 > g->seqs[s].len ? p + 1 : g->seqs[s].len;
+  *n_win = (len + g->omega - 1) / g->omega;
+  return 0;
+}
+
+static int gpu_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, const int32_t *seq,
+                          const int32_t *pos, int n) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  int S = f->stride, max_win = 1, rc = 0;
+  if (g->obs) /* the observer's hooks run between launches: the eager path */
+    return qe_errf(QE_ERANGE, "kv_gpu: fixed steps do not run with an observer");
+  if (n < 1 || n > f->bucket || f->bucket > S || n > 1024)
+    return qe_errf(QE_EINVAL, "kv_gpu: fixed step of %d rows in a bucket of %d", n, f->bucket);
+  if (!++g->fx_step) ++g->fx_step; /* 0 marks a slot never taken */
+  for (int i = 0; i < f->bucket && !rc; i++) {
+    int nw = 0;
+    if (i < n && !(rc = fixed_row(g, seq[i], pos[i], &nw))) max_win = nw > max_win ? nw : max_win;
+    in[i] = i < n ? seq[i] : -1, in[S + i] = i < n ? pos[i] : 0;
+    in[2 * S + i] = i < n ? seq[i] * g->max_win : 0, in[3 * S + i] = nw;
+  }
+  kc_attn_args_t a = attn_args(g, 0, n, max_win); /* the chunking of the eager path */
+  int cw = rc ? 0 : kc_attn_chunk_win(&a), mc = rc || cw < 0 ? 0 : fixed_chunks(g, f);
+  if (rc || cw < 0 || mc < 0) return rc ? rc : cw < 0 ? cw : mc;
+  if ((max_win + cw - 1) / cw > mc)
+    return qe_errf(QE_ERANGE, "kv_gpu: %d chunks exceed the fixed launch's %d",
+                   (max_win + cw - 1) / cw, mc);
+  in[4 * S] = cw;
+  for (int i = 0; i < n; i++)
+    if (pos[i] + 1 > g->seqs[seq[i]].len) g->seqs[seq[i]].len = pos[i] + 1;
+  return 0;
+}
+
+static int gpu_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  g->fixed = 0, g->n_segs = 0;
+  if (!f) return 0;
+  if (f->bucket < 1 || f->bucket > f->stride || f->n_min < 1 || f->n_min > f->bucket || !f->dev)
+    return qe_errf(QE_EINVAL, "kv_gpu: fixed mode for a bucket of %d rows", f->bucket);
+  int mc = fixed_chunks(g, f), rc = mc < 0 ? mc : 0;
+  kc_attn_args_t a = fixed_args(g, f, 0, mc > 0 ? mc : 1);
+  size_t ws = 0;
+  if (!rc) rc = kc_attn_ws_bytes(&a, &ws);
+  if (!rc && ws > g->d_fws.cap) g->fx_epoch++;
+  if (!rc) rc = kv_gpu__buf_need(g, &g->d_fws, ws);
+  if (!rc) g->fx = *f, g->fixed = 1;
+  return rc;
+}
+
+/* fixed mode's attend: the rows' new K/V into their pages (tiered: pages for new windows
+ * first), then the decode kernel over every row (inactive rows have no windows). */
+static int fixed_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *r) {
+  const kv_fixed_t *f = &g->fx;
+  const int32_t *ts = f->dev, *tp = f->dev + f->stride;
+  if (!g->n_segs)
+    return qe_errf(QE_EINVAL, "kv_gpu: fixed attend of layer %d before a store", layer);
+  kc_kv_store_t st = {g->arena,     g->tab + kv_gpu__tab_index(g, layer, 0, 0),
+                      g->max_win,   g->omega,
+                      g->row,       f->bucket,
+                      g->segs[0].k, g->segs[0].v,
+                      ts,           tp};
+  g->n_segs = 0;
+  int rc = g->t ? kv_gpu__tier_alloc(g, layer, ts, tp, f->bucket) : 0;
+  if (!rc) rc = kc_kv_store(&st, g->stream);
+  kc_attn_args_t a = fixed_args(g, f, layer, fixed_chunks(g, f));
+  a.q = r->q, a.out = r->out;
+  return rc ? rc : kc_attn_decode(&a, g->stream);
+}
+
+static int gpu_fixed_done(kv_cache_t *kv, const int32_t *seq, int n) {
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  return g->t && n > 0 ? kv_gpu__tier_step_done(g, seq, n) : 0;
+}
+
+static unsigned long gpu_fixed_epoch(const kv_cache_t *kv) {
+  return ((const kv_gpu_t *)kv)->fx_epoch;
+}
+
 static int gpu_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
   kv_gpu_t *g = (kv_gpu_t *)kv;
+  if (g->fixed) return n_reqs > 0 ? fixed_attend(g, layer, reqs) : 0;
   int dec[1024], pre[1024], nd = 0, np = 0, rc = flush_stores(g, layer);
   if (rc) return rc;
   if (n_reqs > kv->geom.max_seqs || n_reqs > 1024)
@@ -352,7 +468,7 @@ void kv_gpu__dispose(kv_gpu_t *g) {
   kv_gpu__obs_free(g);
   kv_gpu__tier_destroy(g);
   kvg_buf_t *bufs[] = {&g->d_tok, &g->d_upd, &g->d_seqwin, &g->d_idx, &g->d_q,
-                       &g->d_out, &g->d_ws,  &g->d_gk,     &g->d_gv};
+                       &g->d_out, &g->d_ws,  &g->d_gk,     &g->d_gv,  &g->d_fws};
   for (size_t i = 0; kv->be && i < sizeof bufs / sizeof *bufs; i++) kern_free(kv->be, bufs[i]->p);
   if (kv->be) kern_free(kv->be, g->arena), kern_free(kv->be, g->tab);
   kc_host_free(g->pin);
@@ -363,11 +479,29 @@ void kv_gpu__dispose(kv_gpu_t *g) {
 
 static void gpu_destroy(kv_cache_t *kv) { kv_gpu__dispose((kv_gpu_t *)kv); }
 
-static const kv_cache_ops_t kv_gpu_ops = {"gpu-full", gpu_seq_open,  gpu_seq_close, gpu_store,
-                                          gpu_attend, gpu_seq_bytes, gpu_destroy,   NULL};
-static const kv_cache_ops_t kv_gpu_tiered_ops = {"gpu-tiered", gpu_seq_open,   gpu_seq_close,
-                                                 gpu_store,    gpu_attend,     gpu_seq_bytes,
-                                                 gpu_destroy,  kv_gpu__obs_set};
+static const kv_cache_ops_t kv_gpu_ops = {.name = "gpu-full",
+                                          .seq_open = gpu_seq_open,
+                                          .seq_close = gpu_seq_close,
+                                          .store = gpu_store,
+                                          .attend = gpu_attend,
+                                          .seq_bytes = gpu_seq_bytes,
+                                          .destroy = gpu_destroy,
+                                          .fixed_fill = gpu_fixed_fill,
+                                          .fixed_mode = gpu_fixed_mode,
+                                          .fixed_done = gpu_fixed_done,
+                                          .fixed_epoch = gpu_fixed_epoch};
+static const kv_cache_ops_t kv_gpu_tiered_ops = {.name = "gpu-tiered",
+                                                 .seq_open = gpu_seq_open,
+                                                 .seq_close = gpu_seq_close,
+                                                 .store = gpu_store,
+                                                 .attend = gpu_attend,
+                                                 .seq_bytes = gpu_seq_bytes,
+                                                 .destroy = gpu_destroy,
+                                                 .set_observer = kv_gpu__obs_set,
+                                                 .fixed_fill = gpu_fixed_fill,
+                                                 .fixed_mode = gpu_fixed_mode,
+                                                 .fixed_done = gpu_fixed_done,
+                                                 .fixed_epoch = gpu_fixed_epoch};
 
 int kv_gpu_is_tiered(const kv_cache_t *kv) { return kv && kv->ops == &kv_gpu_tiered_ops; }
 
@@ -445,6 +579,8 @@ int kv_gpu__init(kv_gpu_t *g, kern_backend_t *be, const kv_geom_t *geom, int ome
   g->page_bytes = kv_gpu_page_bytes(geom, omega);
   g->n_pages = tiered ? 0 : (int)(pool_bytes / g->page_bytes);
   g->stream = kern_cuda_stream(be);
+  static unsigned long caches; /* epochs of different caches never meet */
+  g->fx_epoch = __atomic_add_fetch(&caches, 1, __ATOMIC_RELAXED) << 24;
   const char *dbg = getenv("QEVICT_KV_GPU_SYNC");
   g->debug = dbg && *dbg == '1';
   if (!(rc = alloc_host(g))) rc = alloc_device(g, pool_bytes);

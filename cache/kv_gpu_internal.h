@@ -19,9 +19,10 @@
 
 typedef struct {
   int open, capacity, len;
-  int routed;     /* tiered: a prefill routed the slot (later multi-token steps are refused) */
-  int n_win;      /* windows per layer */
-  int32_t *pages; /* [n_layer][n_win] arena page ids */
+  int routed;       /* tiered: a prefill routed the slot (later multi-token steps are refused) */
+  unsigned fx_step; /* the last fixed step that took the slot (one row per slot and step) */
+  int n_win;        /* windows per layer */
+  int32_t *pages;   /* [n_layer][n_win] arena page ids */
 } kvg_seq_t;
 
 typedef struct {
@@ -71,6 +72,13 @@ typedef struct {
   kvg_obs_t *obs;            /* the tiered mode's observer (kv_gpu_obs.c); NULL: none, and
                                 nothing of it runs */
   int debug;                 /* QEVICT_KV_GPU_SYNC=1: synchronize after each phase */
+  int fixed;                 /* in fixed mode (fx) */
+  kv_fixed_t fx;
+  kvg_buf_t d_fws;        /* fixed mode's attention workspace (grown only by fixed_mode) */
+  unsigned long fx_epoch; /* bumped when d_fws moves */
+  unsigned fx_step;       /* fixed steps filled */
+  int fx_chunks[3][32];   /* bucket, n_min, max chunks of its attention launch (cached) */
+  int n_fx_chunks;
 } kv_gpu_t;
 
 /* The tiered mode's state (kv_gpu_tiered.c; tests read it). */
@@ -131,5 +139,7 @@ int kv_gpu__obs_args(kv_gpu_t *g, kc_attn_args_t *a);
 void kv_gpu__obs_fold(kv_gpu_t *g, int layer);
 int kv_gpu__obs_capture(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, int n_reqs);
 int kv_gpu__obs_emit(kv_gpu_t *g, int layer, int nd);
+/* After a decode step of the slots seq[0..n) (lengths updated): routes where a window aged. */
+int kv_gpu__tier_step_done(kv_gpu_t *g, const int32_t *seq, int n);
 
 #endif

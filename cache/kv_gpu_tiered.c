@@ -121,15 +121,21 @@ int kv_gpu__tier_aged(const kv_gpu_t *g, int len) {
 
 /* After the last layer's decode attention: every layer of the decoding slots is routed where a
  * window aged (the device decides; nothing is read back). */
+int kv_gpu__tier_step_done(kv_gpu_t *g, const int32_t *seq, int nd) {
+  int slots[1024], n = 0;
+  for (int i = 0; i < nd && i < 1024; i++) { /* one new token: aged only if the count moved */
+    int len = g->seqs[seq[i]].len;
+    if (kv_gpu__tier_aged(g, len) > kv_gpu__tier_aged(g, len - 1)) slots[n++] = seq[i];
+  }
+  return n ? route(g, slots, n, 0, g->base.geom.n_layer, 0) : 0;
+}
+
 int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, const int *sel,
                          int nd) {
   if (layer != g->base.geom.n_layer - 1 || !nd) return 0;
-  int slots[1024], n = 0;
-  for (int i = 0; i < nd; i++) { /* one new token: a window aged only if the aged count moved */
-    int s = reqs[sel[i]].seq, len = g->seqs[s].len;
-    if (kv_gpu__tier_aged(g, len) > kv_gpu__tier_aged(g, len - 1)) slots[n++] = s;
-  }
-  return n ? route(g, slots, n, 0, g->base.geom.n_layer, 0) : 0;
+  int32_t seq[1024];
+  for (int i = 0; i < nd && i < 1024; i++) seq[i] = reqs[sel[i]].seq;
+  return kv_gpu__tier_step_done(g, seq, nd);
 }
 
 /* The key-mass buffer of a prefill attention over `total` gathered keys, zeroed. */

@@ -142,8 +142,13 @@ static void mux_destroy(kv_cache_t *kv) {
   free(x);
 }
 
-static const kv_cache_ops_t mux_ops = {"mux",      mux_seq_open,  mux_seq_close, mux_store,
-                                       mux_attend, mux_seq_bytes, mux_destroy,   NULL};
+static const kv_cache_ops_t mux_ops = {.name = "mux",
+                                       .seq_open = mux_seq_open,
+                                       .seq_close = mux_seq_close,
+                                       .store = mux_store,
+                                       .attend = mux_attend,
+                                       .seq_bytes = mux_seq_bytes,
+                                       .destroy = mux_destroy};
 
 /* ---- public -------------------------------------------------------------------------------- */
 

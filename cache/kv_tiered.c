@@ -422,6 +422,11 @@ static void tiered_destroy(kv_cache_t *kv) {
   free(t);
 }
 
-static const kv_cache_ops_t tiered_ops = {"tiered",       tiered_seq_open,    tiered_seq_close,
-                                          tiered_store,   kv_tiered_attend,   tiered_seq_bytes,
-                                          tiered_destroy, tiered_set_observer};
+static const kv_cache_ops_t tiered_ops = {.name = "tiered",
+                                          .seq_open = tiered_seq_open,
+                                          .seq_close = tiered_seq_close,
+                                          .store = tiered_store,
+                                          .attend = kv_tiered_attend,
+                                          .seq_bytes = tiered_seq_bytes,
+                                          .destroy = tiered_destroy,
+                                          .set_observer = tiered_set_observer};

@@ -26,6 +26,7 @@ typedef struct {
   long prompt_len;   /* --prompt-len: random prompt ids (with --shape) */
   int chat, json, tp, threads, batch, ignore_eos, diag;
   int top2, time_allreduce; /* --top2, --time-allreduce */
+  int no_graphs;            /* --no-graphs, or QE_CUDA_GRAPHS=0 */
   const char *force_ids;    /* --force-ids FILE */
   int32_t *forced;          /* its ids, fed back instead of the sampled ones */
   int n_forced;
@@ -65,6 +66,8 @@ static const char *gen_help =
     "                    separated) instead of the sampled ones; --json reports the agreement\n"
     "  --time-allreduce  with --device and --tp > 1: time each NCCL all-reduce (CUDA events);\n"
     "                    --json reports each rank's total\n"
+    "  --no-graphs       with --device: run every decode step eagerly instead of replaying\n"
+    "                    CUDA graphs (also QE_CUDA_GRAPHS=0; 1, the default, uses them)\n"
     "KV cache:\n"
     "  --policy NAME     full (default), streaming, snapkv, pyramidkv, knorm, h2o, kivi, qevict;\n"
     "                    NAME+graphkv re-scores a scorer-based policy with GraphKV\n"
@@ -140,6 +143,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       a->top2 = 1;
     else if (!strcmp(f, "--time-allreduce"))
       a->time_allreduce = 1;
+    else if (!strcmp(f, "--no-graphs"))
+      a->no_graphs = 1;
     else if (i + 1 >= argc)
       return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {
@@ -163,6 +168,10 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
                            "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
+  const char *gv = getenv("QE_CUDA_GRAPHS");
+  if (gv && strcmp(gv, "0") && strcmp(gv, "1"))
+    return cli_usage_error("generate", "QE_CUDA_GRAPHS must be 0 or 1 (got '%s')", gv);
+  a->no_graphs |= gv && !strcmp(gv, "0");
 #ifndef QE_HAVE_CUDA
   if (a->device >= 0)
     return cli_usage_error("generate", "--device needs a CUDA build of qevict (this build has "
@@ -284,6 +293,7 @@ static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t
   model_hparams_t hp;
   if (!rc && a->shape) rc = model_shape_named(a->shape, &hp);
   if (!rc) rc = a->shape ? model_create_random(&hp, a->seed, &o, m) : model_load(a->model, &o, m);
+  if (!rc) model_set_graphs(*m, !a->no_graphs);
   if (!rc)
     rc = cli_policy_make_cache(&a->pol, *be, *m, a->batch, a->capacity, rank ? NULL : a->trace, kv);
   return rc;
@@ -430,6 +440,12 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
          st->decode_s, st->n_steps, model_weight_bytes(m), model_backend(m)->ops->name);
   cli_policy_json(&a->pol, kv, stdout);
+  model_graph_stats_t gs;
+  model_graph_stats(m, &gs);
+  printf(",\"graphs\":{\"enabled\":%s,\"used\":%s,\"captures\":%ld,\"replays\":%ld,"
+         "\"warmups\":%ld,\"eager_steps\":%ld}",
+         model_graphs_on(m) ? "true" : "false", gs.replays > 0 ? "true" : "false", gs.captures,
+         gs.replays, gs.warmups, gs.eager_steps);
   printf(",\"ranks\":");
   gen_report_json(out->ranks, a->tp, stdout);
   if (a->forced) printf(",\"forced\":%d,\"agree\":%d", a->n_forced, s->n_agree);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 typedef struct kern_backend kern_backend_t;
+/* A recorded sequence of a backend's ops, replayed as a whole (a CUDA graph). */
+typedef struct kern_graph kern_graph_t;
 
 /* How a weight's data is stored (kern_weight_t.dtype). */
 typedef enum { KERN_WEIGHT_F32 = 0, KERN_WEIGHT_BF16 = 1 } kern_weight_dtype_t;
@@ -130,6 +132,32 @@ typedef struct kern_ops {
    * NaN (then 0, as a sequential scan gives). ids: host [m]; complete on return. 0 or a negative
    * QE_E* (QE_EBACKEND on a device fault). */
   int (*argmax)(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
+
+  /* Optional, NULL where the backend has none (cpu): steps recorded once and replayed
+   * (model_graph.c). All of them return 0 or a negative QE_E*. */
+  /* argmax into ids, backend memory [m], without waiting (queued like any op). */
+  int (*argmax_dev)(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
+  /* Host memory that upload_async reads (pinned); NULL on failure. host_free is NULL-safe. */
+  void *(*host_alloc)(kern_backend_t *be, size_t bytes);
+  void (*host_free)(kern_backend_t *be, void *p);
+  /* Queues a copy of host memory from host_alloc to backend memory without waiting; src must
+   * stay unchanged until the copy ran (e.g. until a later download returned). */
+  int (*upload_async)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+  /* Starts recording: the ops called until graph_end are recorded, not run (work outside the
+   * backend that the caller enqueues on the backend's stream, e.g. a KV cache's kernels, is
+   * recorded too). Nothing may wait for the device meanwhile. */
+  int (*graph_begin)(kern_backend_t *be);
+  /* Ends the recording and makes *out, owned by the caller (graph_free). When an op could not be
+   * recorded (its scratch had to grow): QE_EUNSUPPORTED and *out = NULL; none of the recorded
+   * ops has run, and the backend stays usable. */
+  int (*graph_end)(kern_backend_t *be, kern_graph_t **out);
+  /* Queues one replay of g (asynchronous, like any op). */
+  int (*graph_launch)(kern_backend_t *be, kern_graph_t *g);
+  void (*graph_free)(kern_backend_t *be, kern_graph_t *g); /* NULL-safe */
+  /* A number that changes whenever scratch memory the backend's ops use internally moved (was
+   * regrown): graphs recorded under another number may read freed memory and must be recorded
+   * again. */
+  unsigned long (*scratch_epoch)(kern_backend_t *be);
 } kern_ops_t;
 
 struct kern_backend {

@@ -104,4 +104,26 @@ int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch
 int model_forward_greedy(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                          int32_t *ids);
 
+/* Decode steps as recorded graphs (CUDA graphs; model_graph.c). A step that is decode only (one
+ * token of each of n distinct sequences, every row wanting output) on a backend that records
+ * graphs (kern_ops_t.graph_begin), a cache with fixed-shape steps (kv_cache_ops_t.fixed_fill)
+ * and one rank is padded to its bucket (the next power of two, capped at the cache's slots and
+ * the model's batch) and replays that bucket's graph: every layer, the logits and, for
+ * model_forward_greedy, the argmax; model_forward's logits only for buckets of at most 64 rows.
+ * Each bucket's first step runs the same launches without recording (warm-up), its second
+ * records them; a graph is recorded again when the backend's or the cache's scratch moved or
+ * the cache changed. Other steps (prefill, mixed, tensor parallel, larger logits buckets) run
+ * eagerly. On by default; QE_CUDA_GRAPHS=0 in the environment at load, or
+ * model_set_graphs(m, 0), runs everything eagerly. */
+void model_set_graphs(model_t *m, int on);
+/* 1 when decode steps may replay graphs: switched on, on a backend that records them. */
+int model_graphs_on(const model_t *m);
+typedef struct {
+  long captures;    /* graphs recorded */
+  long replays;     /* steps run by launching a graph */
+  long warmups;     /* fixed-shape steps run without a graph (first of a bucket, failed records) */
+  long eager_steps; /* decode-only steps that could not take a graph (QE_ERANGE from the cache) */
+} model_graph_stats_t;
+void model_graph_stats(const model_t *m, model_graph_stats_t *out);
+
 #endif

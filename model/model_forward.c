@@ -7,13 +7,6 @@
 #include "model_internal.h"
 #include "qe_status.h"
 
-#define MODEL_MAX_SEGS 1024
-
-/* A run of one sequence's tokens in the batch. */
-typedef struct {
-  int seq, pos0, off, n;
-} model_seg_t;
-
 static int check_batch(const model_t *m, const model_batch_t *b) {
   if (b->n <= 0 || b->n > m->max_batch)
     return qe_errf(QE_EINVAL, "model: batch of %d tokens (max %d)", b->n, m->max_batch);
@@ -98,12 +91,6 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   return 0;
 }
 
-/* Where output rows go: logits [n_out][n_vocab] (host), or their greedy ids [n_out] (host). */
-typedef struct {
-  float *logits;
-  int32_t *ids;
-} model_out_t;
-
 /* Gathers the rows that want logits into tmp, normalizes them, and projects them onto the
  * vocabulary MODEL_OUT_CHUNK rows at a time (the logits scratch holds one chunk), copying each
  * chunk's logits (or their argmax) to the host. */
@@ -122,42 +109,50 @@ static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *
   for (int r0 = 0; r0 < n_out && !rc; r0 += MODEL_OUT_CHUNK) {
     int nr = n_out - r0 < MODEL_OUT_CHUNK ? n_out - r0 : MODEL_OUT_CHUNK;
     be->ops->matmul(be, m->s.logits, m->s.xn + (size_t)r0 * E, &m->out, NULL, nr, 0);
-    if (o->ids)
+    if (o->ids_dev)
+      rc = be->ops->argmax_dev(be, m->s.logits, nr, (int)V, o->ids_dev + r0);
+    else if (o->ids)
       rc = be->ops->argmax(be, m->s.logits, nr, (int)V, o->ids + r0);
-    else
+    else if (o->logits)
       rc = be->ops->download(be, o->logits + (size_t)r0 * V, m->s.logits,
                              (size_t)nr * V * sizeof(float));
   }
   return rc;
 }
 
+int model__forward_dev(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                       const model_seg_t *segs, int n_segs, const model_out_t *o) {
+  static _Thread_local kv_attn_req_t reqs[MODEL_MAX_SEGS];
+  int rc = 0;
+  m->be->ops->embed(m->be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
+  for (int l = 0; l < m->hp.n_layer && !rc; l++)
+    rc = layer_forward(m, kv, comm, l, segs, n_segs, b->n, reqs);
+  if (rc || m->sh.rank != 0 || (!o->logits && !o->ids && !o->ids_dev && !o->keep)) return rc;
+  return output_logits(m, b, segs, n_segs, o);
+}
+
 static int forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                    const model_out_t *o) {
   static _Thread_local model_seg_t segs[MODEL_MAX_SEGS];
-  static _Thread_local kv_attn_req_t reqs[MODEL_MAX_SEGS];
   int n_segs = 0, rc = check_batch(m, b);
   if (!rc) rc = split_segments(b, segs, &n_segs);
-  if (rc) return rc;
+  if (!rc) rc = model__graph_forward(m, kv, comm, b, n_segs, o);
+  if (rc <= 0) return rc; /* 1: not a step for a graph */
   kern_backend_t *be = m->be;
   size_t nb = (size_t)b->n * sizeof(int32_t);
   rc = be->ops->upload(be, m->s.ids, b->tokens, nb);
   if (!rc) rc = be->ops->upload(be, m->s.pos, b->pos, nb);
-  if (rc) return rc;
-  be->ops->embed(be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
-  for (int l = 0; l < m->hp.n_layer && !rc; l++)
-    rc = layer_forward(m, kv, comm, l, segs, n_segs, b->n, reqs);
-  if (rc || m->sh.rank != 0 || (!o->logits && !o->ids)) return rc;
-  return output_logits(m, b, segs, n_segs, o);
+  return rc ? rc : model__forward_dev(m, kv, comm, b, segs, n_segs, o);
 }
 
 int model_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                   float *logits) {
-  model_out_t o = {logits, NULL};
+  model_out_t o = {logits, NULL, NULL, 0};
   return forward(m, kv, comm, b, &o);
 }
 
 int model_forward_greedy(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                          int32_t *ids) {
-  model_out_t o = {NULL, ids};
+  model_out_t o = {NULL, ids, NULL, 0};
   return forward(m, kv, comm, b, &o);
 }

@@ -7,6 +7,24 @@
 
 /* Rows of logits computed per output-layer call (the logits scratch size). */
 #define MODEL_OUT_CHUNK 64
+#define MODEL_MAX_SEGS  1024
+
+/* A run of one sequence's tokens in the batch, rows [off, off + n). */
+typedef struct {
+  int seq, pos0, off, n;
+} model_seg_t;
+
+/* Where output rows go: logits [n_out][n_vocab] (host), their greedy ids [n_out] (host), or
+ * ids_dev (backend memory, not waited for); keep: the logits of at most MODEL_OUT_CHUNK rows
+ * stay in the logits scratch. */
+typedef struct {
+  float *logits;
+  int32_t *ids;
+  int32_t *ids_dev;
+  int keep;
+} model_out_t;
+
+typedef struct model_graphs model_graphs_t; /* model_graph.c */
 
 typedef struct {
   float *attn_norm, *ffn_norm;  /* [n_embd] */
@@ -22,7 +40,7 @@ typedef struct {
   float *k, *v;        /* [B][n_kv_local * hd] */
   float *gate, *up;    /* [B][n_ff_local] */
   float *logits;       /* [MODEL_OUT_CHUNK][n_vocab] (rank 0) */
-  int32_t *ids, *pos;  /* [B] */
+  int32_t *ids, *pos;  /* [B] (a recorded step points them at its own buffer meanwhile) */
   float *host_tmp;     /* host [B][n_embd] for all-reduce on non-host backends */
 } model_scratch_t;
 
@@ -40,6 +58,8 @@ struct model {
   model_scratch_t s;
   int max_batch;
   size_t weight_bytes; /* backend bytes of every weight and vector above */
+  int graphs_on;       /* decode steps as recorded graphs where the backend has them */
+  model_graphs_t *gr;  /* their state (NULL until the first one) */
 };
 
 /* An empty model for opts (backend, batch size); NULL when out of memory. */
@@ -57,5 +77,17 @@ int model__embd(model_t *m, const float *host);
 void model__own_rope_factors(model_t *m);
 /* Allocates the forward scratch for m->max_batch tokens. */
 int model__alloc_scratch(model_t *m);
+
+/* model_forward.c: embedding, layers and the output of batch b (runs segs; ids and positions
+ * already in m->s), everything queued on the backend without waiting unless o asks for host
+ * output. */
+int model__forward_dev(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                       const model_seg_t *segs, int n_segs, const model_out_t *o);
+/* model_graph.c: runs b (n_segs runs, checked) as a recorded decode step when it is one that a
+ * graph can express (1 otherwise: run it eagerly); 0 or a negative QE_E*. */
+int model__graph_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                         int n_segs, const model_out_t *o);
+/* Frees m's graphs (NULL-safe state). */
+void model__graph_free(model_t *m);
 
 #endif

@@ -174,6 +174,8 @@ model_t *model__new(const model_load_opts_t *o) {
   if (!m) return NULL;
   m->be = o->be;
   m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
+  const char *gv = getenv("QE_CUDA_GRAPHS"); /* "0": every step eager */
+  m->graphs_on = !(gv && !strcmp(gv, "0"));
   return m;
 }
 
@@ -385,6 +387,7 @@ void model_destroy(model_t *m) {
   m->be->ops->weight_free(m->be, &m->out);
   if (emb && emb != out) kern_free(m->be, emb);
   if (m->out_norm) kern_free(m->be, m->out_norm);
+  model__graph_free(m);
   free_scratch(m);
   tok_destroy(m->tok);
   gguf_close(m->g);

@@ -50,8 +50,17 @@ int kcu_enter(kcu_t *c) {
   return KCU_CUDA(c, cudaSetDevice(c->device));
 }
 
+int kcu_capture_refuse(kcu_t *c, const char *what) {
+  if (!c->capturing) return 0;
+  c->capture_bad = 1;
+  return qe_errf(QE_EUNSUPPORTED, "cuda: %s cannot move while a graph is recorded", what);
+}
+
 int kcu_grow(kcu_t *c, void **p, size_t *cap, size_t need) {
   if (need <= *cap && *p) return 0;
+  int rc = kcu_capture_refuse(c, "scratch");
+  if (rc) return rc;
+  c->epoch++;
   size_t n = need + need / 2 > 4096 ? need + need / 2 : 4096;
   if (*p && KCU_CUDA(c, cudaFree(*p))) return QE_EBACKEND;
   *p = NULL;
@@ -353,6 +362,15 @@ static const kern_ops_t kcu_ops = {
     .attention = kcu_attention,
     .sample = kcu_sample,
     .argmax = kcu_argmax,
+    .argmax_dev = kcu_argmax_dev,
+    .host_alloc = kcu_host_alloc,
+    .host_free = kcu_host_free,
+    .upload_async = kcu_upload_async,
+    .graph_begin = kcu_graph_begin,
+    .graph_end = kcu_graph_end,
+    .graph_launch = kcu_graph_launch,
+    .graph_free = kcu_graph_free,
+    .scratch_epoch = kcu_scratch_epoch,
 };
 
 extern "C" int kern_cuda_device_count(void) {

@@ -169,6 +169,22 @@ int kc_attn_chunk_win(const kc_attn_args_t *a) {
   return cw % unit ? cw + 1 : cw;
 }
 
+int kc_attn_max_chunks(const kc_attn_args_t *a, int n_seq_min) {
+  if (!a || n_seq_min < 1 || n_seq_min > a->n_seq)
+    return qe_errf(QE_EINVAL, "kc_attn_max_chunks: n_seq_min must be in 1..n_seq");
+  /* fewer sequences get more chunks each: the smallest count bounds the others */
+  kc_attn_args_t b = *a;
+  b.n_seq = n_seq_min, b.chunk_win = 0;
+  int most = 1;
+  for (int mw = 1; mw <= (a->max_win > 0 ? a->max_win : 1); mw++) {
+    b.max_win = mw;
+    const int cw = kc_attn_chunk_win(&b);
+    if (cw < 0) return cw;
+    most = (mw + cw - 1) / cw > most ? (mw + cw - 1) / cw : most;
+  }
+  return most;
+}
+
 int kc_attn_ws_bytes(const kc_attn_args_t *a, size_t *bytes) {
   const int cw = kc_attn_chunk_win(a);
   if (cw < 0) return cw;
@@ -230,6 +246,8 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   const int cw = kc_attn_chunk_win(a);
   if (cw < 0) return cw;
   const kca_ws_t w = kca_ws_layout(a, cw);
+  if (a->chunk_dev && a->max_chunk < 1)
+    return qe_errf(QE_EINVAL, "kc_attn: max_chunk must be >= 1 with chunk_dev");
   if (a->ws_bytes < w.total)
     return qe_errf(QE_EINVAL, "kc_attn: workspace of %zu bytes, %zu needed", a->ws_bytes, w.total);
   if (w.n_chunk > 65535)

@@ -74,6 +74,13 @@ typedef struct {
   size_t ws_bytes;
   int chunk_win; /* windows per chunk; 0 picks one from the device's size (kc_attn_chunk_win) */
   int flags;     /* KC_ATTN_* */
+  /* Launches that stay the same from call to call (CUDA graphs): when chunk_dev is set, the
+   * kernels read the windows per chunk from device chunk_dev [1] when they run (chunk_win is
+   * then ignored), the grid holds max_chunk chunks per sequence (surplus blocks exit) and the
+   * workspace is laid out for max_chunk. The caller keeps ceil(windows of any sequence /
+   * *chunk_dev) <= max_chunk (kc_attn_max_chunks gives a bound). */
+  const int32_t *chunk_dev;
+  int max_chunk;
 } kc_attn_args_t;
 
 /* Fills r from a model's RoPE with the CPU backend's formula (kern_cpu_rope): freq(i) =
@@ -87,6 +94,11 @@ int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *o
  * device, cached). Checks the geometry, not the buffers. Returns >= 1, or a negative QE_E*
  * code. */
 int kc_attn_chunk_win(const kc_attn_args_t *a);
+
+/* The most chunks per sequence kc_attn_chunk_win's choice gives for any call of a's geometry
+ * with n_seq in [n_seq_min, a->n_seq] and max_win in [1, a->max_win] (chunk_win 0): the
+ * max_chunk of a fixed launch. Returns >= 1, or a negative QE_E* code. */
+int kc_attn_max_chunks(const kc_attn_args_t *a, int n_seq_min);
 
 /* Workspace bytes the call needs (partial outputs and log-sum-exps per chunk, per-window
  * log-sum-exps when mass is set); the buffers need not be set yet. Returns 0 and sets *bytes,

@@ -58,6 +58,7 @@ typedef struct {
   float *part_lse;         /* [n_seq][n_chunk][n_head], log2 domain */
   float *wlse;             /* [n_win][n_head] log2 domain, or NULL */
   const float *rope_tab;   /* [n_rot / 2][2]: freq, YaRN mix */
+  const int32_t *cw_dev;   /* [1]: windows per chunk read at run time, or NULL (chunk_win) */
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
@@ -65,6 +66,10 @@ typedef struct {
   float qscale;   /* scale * log2(e) */
   float freq_scale, mscale;
 } kca_params_t;
+
+/* Windows per chunk of this launch: chunk_win, or the device value (CUDA graphs: the grid is
+ * fixed for the bucket, the chunking follows the step). */
+#define KCA_CHUNK_WIN(p) ((p).cw_dev ? *(p).cw_dev : (p).chunk_win)
 
 /* ---------------------------------------------------------------- the layer: GPU or host */
 
@@ -1126,9 +1131,9 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
-  const int c_beg = w_beg + chunk * p.chunk_win;
+  const int cw = KCA_CHUNK_WIN(p), c_beg = w_beg + chunk * cw;
   if (c_beg >= w_end) return; /* past this sequence's chunks: the combine does not read it */
-  const int c_end = kca_mini(c_beg + p.chunk_win, w_end);
+  const int c_end = kca_mini(c_beg + cw, w_end);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   kca_st_t<HD, BITS> st;
   kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
@@ -1177,7 +1182,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
-  const int nc = (w_end - w_beg + p.chunk_win - 1) / p.chunk_win;
+  const int cw = KCA_CHUNK_WIN(p), nc = (w_end - w_beg + cw - 1) / cw;
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
   for (int h = tid; h < p.n_head; h += KCA_CT) {
     float mx = KCA_NEGINF, L = 0.0f;
@@ -1225,7 +1230,7 @@ static inline size_t kca_align256(size_t x) { return (x + 255) & ~(size_t)255; }
 static inline kca_ws_t kca_ws_layout(const kc_attn_args_t *a, int chunk_win) {
   kca_ws_t w;
   const int mw = a->max_win > 0 ? a->max_win : 1;
-  w.n_chunk = (mw + chunk_win - 1) / chunk_win;
+  w.n_chunk = a->chunk_dev ? a->max_chunk : (mw + chunk_win - 1) / chunk_win;
   const size_t rows = (size_t)a->n_seq * (size_t)w.n_chunk * (size_t)a->n_head;
   w.o = 0;
   w.lse = kca_align256(rows * (size_t)a->geom.head_dim * sizeof(float));
@@ -1250,6 +1255,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.part_lse = (float *)((uint8_t *)a->ws + w.lse);
   p.wlse = a->mass ? (float *)((uint8_t *)a->ws + w.wlse) : (float *)0;
   p.rope_tab = a->rope.table;
+  p.cw_dev = a->chunk_dev;
   p.n_kv = a->geom.n_kv;
   p.n_head = a->n_head;
   p.grp_q = a->n_head / a->geom.n_kv;

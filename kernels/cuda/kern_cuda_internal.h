@@ -68,6 +68,10 @@ typedef struct {
   int attn_ref_only;          /* QE_CUDA_PREFILL=ref: no GEMM path */
   kern_attn_seq_t *attn_rest; /* host: the sequences left to the reference kernel */
   size_t attn_rest_cap;       /* bytes */
+  /* graphs (kern_cuda_graph.cu) */
+  int capturing;       /* between graph_begin and graph_end */
+  int capture_bad;     /* an op could not be recorded (scratch had to move) */
+  unsigned long epoch; /* bumped whenever device scratch is reallocated (kcu_grow, rope table) */
 } kcu_t;
 
 #define KCU(be) ((kcu_t *)(be))
@@ -78,7 +82,11 @@ int kcu_fail(kcu_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 int kcu_cuda_at(kcu_t *c, cudaError_t e, const char *what, const char *file, int line);
 /* 0 if the backend has no sticky error and its device is selected; else QE_EBACKEND. */
 int kcu_enter(kcu_t *c);
-/* Grows device buffer *p to at least `need` bytes (contents lost). 0 or QE_EBACKEND. */
+/* While capturing, scratch cannot move: marks the capture bad and returns QE_EUNSUPPORTED
+ * (not sticky); else 0. */
+int kcu_capture_refuse(kcu_t *c, const char *what);
+/* Grows device buffer *p to at least `need` bytes (contents lost; bumps c->epoch). 0 or
+ * QE_EBACKEND (QE_EUNSUPPORTED while capturing: kcu_capture_refuse). */
 int kcu_grow(kcu_t *c, void **p, size_t *cap, size_t need);
 /* Grows host buffer *p to at least `need` bytes (contents lost). 0 or QE_EBACKEND. */
 int kcu_grow_host(kcu_t *c, void **p, size_t *cap, size_t need);
@@ -103,6 +111,16 @@ static inline unsigned kcu_blocks(size_t n) {
 int kcu_to_bf16(kcu_t *c, void *dst, const float *src, size_t n);
 int kcu_add_bias(kcu_t *c, float *y, const float *bias, int m, int n);
 
+/* Graph ops (kern_cuda_graph.cu; signatures as in kern.h). */
+int kcu_graph_begin(kern_backend_t *be);
+int kcu_graph_end(kern_backend_t *be, kern_graph_t **out);
+int kcu_graph_launch(kern_backend_t *be, kern_graph_t *g);
+void kcu_graph_free(kern_backend_t *be, kern_graph_t *g);
+unsigned long kcu_scratch_epoch(kern_backend_t *be);
+void *kcu_host_alloc(kern_backend_t *be, size_t bytes);
+void kcu_host_free(kern_backend_t *be, void *p);
+int kcu_upload_async(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+
 /* The table's ops implemented in kern_cuda_ops.cu (signatures as in kern.h). */
 void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
                  float eps);
@@ -113,6 +131,7 @@ void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n);
 void kcu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
 void kcu_softmax(kern_backend_t *be, float *x, int m, int n);
 int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
+int kcu_argmax_dev(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
 void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                    const kern_attn_shape_t *shape);
 

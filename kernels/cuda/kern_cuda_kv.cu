@@ -24,6 +24,7 @@ __global__ void kck_scatter_k(kern_pwin_t *table, const kc_kv_upd_t *upd, int n)
 /* One block per token: threads over the row's K and V values. */
 __global__ void kck_store_k(const kc_kv_store_t a) {
   const int i = blockIdx.x, pos = a.tok_pos[i], r = pos % a.omega;
+  if (a.tok_slot[i] < 0) return; /* an inactive row (a padded fixed-shape step) */
   kern_pwin_t *w = a.table + a.tok_slot[i] * a.slot_stride + pos / a.omega;
   if (w->tier != KERN_PW_FULL) return; /* no page (a tiered pool ran dry): not stored */
   __nv_bfloat16 *kp = (__nv_bfloat16 *)(a.arena + w->k) + (size_t)r * a.row;

@@ -30,7 +30,7 @@ int kc_kv_scatter(kern_pwin_t *table, const kc_kv_upd_t *upd, int n, void *strea
  * bf16, into row pos % omega of window pos / omega of its slot, where pos = tok_pos[i] and the
  * slot's windows start at table[tok_slot[i] * slot_stride]; the window's n_tok becomes at least
  * pos % omega + 1. The windows must be FULL with their pages set (offsets from arena); a token
- * whose window is not FULL is skipped. */
+ * whose window is not FULL, or whose tok_slot is negative (an inactive row), is skipped. */
 typedef struct {
   uint8_t *arena;
   kern_pwin_t *table;

@@ -198,6 +198,8 @@ static float kcu_rope_fill(const kern_rope_t *r, float *h) {
 /* Uploads r's table when r differs from the last call's parameters. */
 static int kcu_rope_table(kcu_t *c, const kern_rope_t *r) {
   if (c->rope_valid && !memcmp(&c->rope_key, r, sizeof *r)) return 0;
+  if (kcu_capture_refuse(c, "the rope table")) return QE_EUNSUPPORTED;
+  c->epoch++;
   size_t bytes = sizeof(float) * (size_t)r->n_rot; /* [n_rot/2][2] */
   float *h = (float *)realloc(c->rope_host, bytes);
   if (!h) return kcu_fail(c, "out of host memory (rope table)");
@@ -461,15 +463,21 @@ __global__ void kcu_argmax_k(const float *x, int n, int32_t *ids) {
   if (lane == 0) ids[blockIdx.x] = (r[0] != r[0] || idx == 0x7fffffff) ? 0 : idx;
 }
 
-int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {
+int kcu_argmax_dev(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {
   kcu_t *c = KCU(be);
   int rc = kcu_enter(c);
   if (rc) return rc;
   if (m <= 0 || n <= 0 || m > 65535) return qe_errf(QE_EINVAL, "argmax: %d rows of %d", m, n);
-  size_t bytes = sizeof(int32_t) * (size_t)m;
-  if ((rc = kcu_grow(c, &c->amax, &c->amax_cap, bytes))) return rc;
-  if ((rc = KCU_LAUNCH(c, kcu_argmax_k, m, 1024, 0, x, n, (int32_t *)c->amax))) return rc;
-  if ((rc = KCU_CUDA(c, cudaMemcpyAsync(ids, c->amax, bytes, cudaMemcpyDeviceToHost, c->stream))))
-    return rc;
-  return KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+  return KCU_LAUNCH(c, kcu_argmax_k, m, 1024, 0, x, n, ids);
+}
+
+int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {
+  kcu_t *c = KCU(be);
+  size_t bytes = sizeof(int32_t) * (size_t)(m > 0 ? m : 0);
+  int rc = kcu_enter(c);
+  if (!rc) rc = kcu_grow(c, &c->amax, &c->amax_cap, bytes);
+  if (!rc) rc = kcu_argmax_dev(be, x, m, n, (int32_t *)c->amax);
+  if (!rc)
+    rc = KCU_CUDA(c, cudaMemcpyAsync(ids, c->amax, bytes, cudaMemcpyDeviceToHost, c->stream));
+  return rc ? rc : KCU_CUDA(c, cudaStreamSynchronize(c->stream));
 }

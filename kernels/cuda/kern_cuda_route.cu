@@ -111,6 +111,7 @@ __global__ void kcr_alloc_k(const kc_route_t r, int layer, const int32_t *ts, co
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n) return;
   const int s = ts[t], p = tp[t], w = p / r.omega;
+  if (s < 0) return; /* an inactive row (a padded fixed-shape step) */
   const bool first = p % r.omega == 0 || t == 0 || ts[t - 1] != s || tp[t - 1] != p - 1;
   const int64_t i = kcr_idx(r, layer, s, w);
   if (!first || r.page[i] >= 0 || r.win[i].tier != KERN_PW_EVICTED || r.win[i].n_tok > 0) return;

@@ -38,6 +38,21 @@ expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --t
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
 expect_error "unknown command" "$QEVICT" frobnicate
+# CUDA graphs switch: --no-graphs takes no value; QE_CUDA_GRAPHS must be 0 or 1
+expect_error "--no-graphs with a value" "$QEVICT" generate --model "$STORIES" --prompt hi --no-graphs=1
+expect_error "QE_CUDA_GRAPHS=yes" env QE_CUDA_GRAPHS=yes "$QEVICT" generate --model "$STORIES" --prompt hi
+expect_error "QE_CUDA_GRAPHS empty" env QE_CUDA_GRAPHS= "$QEVICT" generate --model "$STORIES" --prompt hi
+grep -q "QE_CUDA_GRAPHS must be 0 or 1" "$TMP/err" || bad "QE_CUDA_GRAPHS message: $(cat "$TMP/err")"
+# on the CPU backend nothing is recorded, whatever the switch says; --json says so
+for sw in "" "--no-graphs" "QE_CUDA_GRAPHS=0" "QE_CUDA_GRAPHS=1"; do
+  envs=(); flags=()
+  [[ $sw == QE_* ]] && envs=("$sw") || { [[ -n $sw ]] && flags=("$sw"); }
+  env "${envs[@]}" "$QEVICT" generate --model "$STORIES" --prompt hi -n 3 --json "${flags[@]}" \
+    >"$TMP/g.json" || bad "graphs switch '$sw' run"
+  python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['graphs']; \
+assert g == {'enabled': False, 'used': False, 'captures': 0, 'replays': 0, 'warmups': 0, \
+'eager_steps': 0}, g" "$TMP/g.json" || bad "graphs report with '$sw'"
+done
 expect_error "unknown policy" "$QEVICT" generate --model "$STORIES" --prompt hi --policy lru
 expect_error "window 0" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --window 0
 expect_error "bits 3" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --bits 3

@@ -1,0 +1,173 @@
+/* model_graph: decode steps recorded once per batch-size bucket and replayed (CUDA graphs; see
+ * model.h). A step of n rows is padded to its bucket; every input that changes from step to
+ * step (token ids, positions, and the cache's slots, windows and chunking) sits in one backend
+ * buffer at a fixed address (model_graphs_t.dev) that one asynchronous copy from pinned host
+ * staging fills before the replay, so that every launch of the bucket (grids, pointers,
+ * scalars) stays the same; the forward pass reads ids and positions from m->s, which point
+ * into that buffer while a fixed step is queued or recorded. Inactive rows embed token 0 at
+ * position 0, own no KV window (the cache skips their stores) and their outputs are not read. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+#include "qe_status.h"
+
+#define MG_BUCKETS  11   /* powers of two up to MG_MAX_ROWS */
+#define MG_MAX_ROWS 1024 /* the GPU cache's most decode rows per call */
+
+/* One bucket and output kind's graph. */
+typedef struct {
+  kern_graph_t *g;
+  const kv_cache_t *kv;             /* the cache it was recorded with */
+  unsigned long be_epoch, kv_epoch; /* the scratch it reads, as of the recording */
+  int warm;                         /* a step of this bucket ran its launches unrecorded */
+} mg_slot_t;
+
+struct model_graphs {
+  mg_slot_t slot[2][MG_BUCKETS]; /* [greedy ids, logits][log2 of the bucket's power of two] */
+  int S;                         /* rows of the buffers: min(max_batch, MG_MAX_ROWS) */
+  int32_t *dev;                  /* backend: ids [S], pos [S], cache input, out ids [S] */
+  int32_t *host;                 /* pinned staging of ids, pos and the cache input */
+  model_graph_stats_t st;
+};
+
+void model_set_graphs(model_t *m, int on) { m->graphs_on = on != 0; }
+int model_graphs_on(const model_t *m) { return m->graphs_on && m->be->ops->graph_begin; }
+
+void model_graph_stats(const model_t *m, model_graph_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (m->gr) *out = m->gr->st;
+}
+
+static void slot_drop(model_t *m, mg_slot_t *s) {
+  if (s->g) m->be->ops->graph_free(m->be, s->g);
+  s->g = NULL;
+}
+
+void model__graph_free(model_t *m) {
+  model_graphs_t *gr = m->gr;
+  if (!gr) return;
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < MG_BUCKETS; i++) slot_drop(m, &gr->slot[k][i]);
+  if (gr->dev) kern_free(m->be, gr->dev);
+  m->be->ops->host_free(m->be, gr->host);
+  free(gr);
+  m->gr = NULL;
+}
+
+/* Words staged per step: ids [S], pos [S], the cache's input [KV_FIXED_WORDS(S)]. */
+static size_t staged_words(int S) { return 2 * (size_t)S + KV_FIXED_WORDS(S); }
+
+static int graphs_get(model_t *m, model_graphs_t **out) {
+  model_graphs_t *gr = m->gr;
+  if (!gr && !(gr = m->gr = calloc(1, sizeof *m->gr)))
+    return qe_errf(QE_ENOMEM, "model: out of memory for graphs");
+  int S = gr->S = m->max_batch < MG_MAX_ROWS ? m->max_batch : MG_MAX_ROWS;
+  size_t bytes = sizeof(int32_t) * (staged_words(S) + (size_t)S);
+  if (!gr->dev && !(gr->dev = kern_alloc(m->be, bytes)))
+    return qe_errf(QE_ENOMEM, "model: no backend memory for graph inputs");
+  if (!gr->host && !(gr->host = m->be->ops->host_alloc(m->be, bytes)))
+    return qe_errf(QE_ENOMEM, "model: no pinned host memory for graph inputs");
+  *out = gr;
+  return 0;
+}
+
+/* Whether b (n_segs runs) is a step a graph expresses: one rank, a backend and a cache with
+ * recorded / fixed steps, every row its own sequence's single token and an output row. */
+static int takes(const model_t *m, const kv_cache_t *kv, const tp_comm_t *comm,
+                 const model_batch_t *b, int n_segs, const model_out_t *o) {
+  if (!m->graphs_on || comm->size != 1 || !m->be->ops->graph_begin || !kv->ops->fixed_fill)
+    return 0;
+  int cap = m->max_batch < MG_MAX_ROWS ? m->max_batch : MG_MAX_ROWS;
+  if (n_segs != b->n || b->n > kv->geom.max_seqs || b->n > cap || (!o->ids && !o->logits)) return 0;
+  for (int i = 0; b->logits && i < b->n; i++)
+    if (!b->logits[i]) return 0;
+  return 1;
+}
+
+/* The fixed step of n rows: the bucket (the power of two p >= n, capped at the cache's slots
+ * and the buffers' rows), n_min = p / 2 + 1; returns log2 p. */
+static int bucket_of(const model_t *m, const kv_cache_t *kv, int n, kv_fixed_t *f) {
+  int lg = 0, p = 1, cap = m->gr->S < kv->geom.max_seqs ? m->gr->S : kv->geom.max_seqs;
+  for (; p < n; p *= 2) lg++;
+  int32_t *d = m->gr->dev;
+  *f = (kv_fixed_t){d + 2 * m->gr->S, m->gr->S, p < cap ? p : cap, p / 2 + 1};
+  if (f->n_min > f->bucket) f->n_min = f->bucket;
+  return lg;
+}
+
+/* Stages ids and positions (inactive rows: token 0 at 0) and the cache's input, and queues
+ * their copy. QE_ERANGE from the cache: run the step eagerly. */
+static int stage(model_t *m, kv_cache_t *kv, const kv_fixed_t *f, const model_batch_t *b) {
+  int32_t *h = m->gr->host, S = m->gr->S;
+  for (int i = 0; i < f->bucket; i++) {
+    h[i] = i < b->n ? b->tokens[i] : 0;
+    h[S + i] = i < b->n ? b->pos[i] : 0;
+  }
+  int rc = kv->ops->fixed_fill(kv, f, h + 2 * S, b->seq, b->pos, b->n);
+  size_t bytes = sizeof(int32_t) * staged_words(S);
+  return rc ? rc : m->be->ops->upload_async(m->be, m->gr->dev, h, bytes);
+}
+
+/* The padded step's launches in the cache's fixed mode, with the forward pass reading ids and
+ * positions from the graph buffer; recorded into *rec (not run) when rec is set. */
+static int run_fixed(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const kv_fixed_t *f,
+                     const model_batch_t *b, const model_out_t *o, kern_graph_t **rec) {
+  static _Thread_local model_seg_t segs[MODEL_MAX_SEGS];
+  kern_backend_t *be = m->be;
+  model_batch_t pb = {f->bucket, NULL, NULL, NULL, NULL};
+  for (int i = 0; i < f->bucket; i++) /* the cache reads only row 0's run in fixed mode */
+    segs[i] = (model_seg_t){b->seq[0], b->pos[0], i, 1};
+  int32_t *ids = m->s.ids, *pos = m->s.pos;
+  m->s.ids = m->gr->dev, m->s.pos = m->gr->dev + m->gr->S;
+  int rc = kv->ops->fixed_mode(kv, f), began = 0;
+  if (!rc && rec) began = !(rc = be->ops->graph_begin(be));
+  if (!rc) rc = model__forward_dev(m, kv, comm, &pb, segs, f->bucket, o);
+  int erc = began ? be->ops->graph_end(be, rec) : 0;
+  int lrc = kv->ops->fixed_mode(kv, NULL);
+  m->s.ids = ids, m->s.pos = pos;
+  return rc ? rc : erc ? erc : lrc;
+}
+
+/* Whether s was recorded against scratch that has moved since (or another cache). */
+static int stale(model_t *m, const kv_cache_t *kv, const mg_slot_t *s) {
+  return s->kv != kv || s->be_epoch != m->be->ops->scratch_epoch(m->be) ||
+         s->kv_epoch != kv->ops->fixed_epoch(kv);
+}
+
+/* Runs the staged step through s: its graph, else a recording (then its launch), else (first
+ * step of the bucket, or a recording refused) the launches unrecorded. */
+static int run_step(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const kv_fixed_t *f,
+                    const model_batch_t *b, const model_out_t *o, mg_slot_t *s) {
+  model_graph_stats_t *st = &m->gr->st;
+  if (s->g && stale(m, kv, s)) slot_drop(m, s);
+  if (!s->g && s->warm) {
+    int rc = run_fixed(m, kv, comm, f, b, o, &s->g);
+    if (rc && rc != QE_EUNSUPPORTED) return rc;
+    st->captures += !rc;
+    s->kv = kv, s->be_epoch = m->be->ops->scratch_epoch(m->be);
+    s->kv_epoch = kv->ops->fixed_epoch(kv);
+  }
+  if (s->g) return st->replays++, m->be->ops->graph_launch(m->be, s->g);
+  st->warmups++, s->warm = 1;
+  return run_fixed(m, kv, comm, f, b, o, NULL);
+}
+
+int model__graph_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
+                         int n_segs, const model_out_t *o) {
+  if (!takes(m, kv, comm, b, n_segs, o)) return 1;
+  model_graphs_t *gr = NULL;
+  kv_fixed_t f;
+  int rc = graphs_get(m, &gr), logits = !o->ids, lg = rc ? 0 : bucket_of(m, kv, b->n, &f);
+  if (rc) return rc;
+  if (logits && f.bucket > MODEL_OUT_CHUNK) return 1; /* the logits scratch holds one chunk */
+  if ((rc = stage(m, kv, &f, b)) == QE_ERANGE) return gr->st.eager_steps++, 1;
+  int32_t *out_ids = gr->dev + staged_words(gr->S);
+  model_out_t go = {NULL, NULL, logits ? NULL : out_ids, logits};
+  if (!rc) rc = run_step(m, kv, comm, &f, b, &go, &gr->slot[logits][lg]);
+  if (!rc) rc = kv->ops->fixed_done(kv, b->seq, b->n);
+  if (rc) return rc;
+  size_t V = (size_t)m->hp.n_vocab, n = (size_t)b->n;
+  return logits ? m->be->ops->download(m->be, o->logits, m->s.logits, n * V * sizeof(float))
+                : m->be->ops->download(m->be, o->ids, out_ids, n * sizeof(int32_t));
+}
