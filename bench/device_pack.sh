@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device_pack.sh: packs what a device call needs and the device lacks into carry/pack (ignored;
 # name it in `carry`): the CUDA + serving build's binaries (qevict, which is also qevictd and
-# qevict-sched by its name, long_ctx, test_kv_gpu, test_kern_cuda, test_kc_quant), xz-compressed,
+# qevict-sched by its name, long_ctx, test_kv_gpu, test_kern_cuda, test_kc_quant,
+# test_model_graph, attn_decode), xz-compressed,
 # and the shared libraries of gRPC, libuv, protobuf-c and SQLite they link (the device has none
 # of them), from this Debian 12 machine. bench/device_unpack.sh undoes it there.
 # Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled
@@ -13,10 +14,11 @@ PACK=carry/pack
 [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
   -Dblas=disabled -Dnative=false >/dev/null
 ninja -C "$BUILD" cli/qevict bench/long_ctx tests/kernels/test_kv_gpu \
-  tests/kernels/test_kern_cuda tests/kernels/test_kc_quant >/dev/null
+  tests/kernels/test_kern_cuda tests/kernels/test_kc_quant tests/kernels/test_model_graph \
+  tests/kernels/attn_decode >/dev/null
 rm -rf "$PACK" && mkdir -p "$PACK"
 for b in cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda \
-  tests/kernels/test_kc_quant; do
+  tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode; do
   strip -o "$PACK/$(basename "$b")" "$BUILD/$b"
   xz -T0 -6 "$PACK/$(basename "$b")"
 done

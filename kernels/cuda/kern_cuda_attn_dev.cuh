@@ -78,8 +78,9 @@ typedef struct {
 } kca_u4;
 
 #ifndef KCA_EMU
-#define KCA_FN     __device__ __forceinline__
-#define KCA_UNROLL _Pragma("unroll")
+#define KCA_FN      __device__ __forceinline__
+#define KCA_UNROLL  _Pragma("unroll")
+#define KCA_UNROLL1 _Pragma("unroll 1")
 
 /* A cached 16-byte global load (descriptors). */
 KCA_FN kca_u4 kca_ld128(const void *p) {
@@ -241,6 +242,7 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
 #else /* KCA_EMU: host implementations; the warp operations live in the test's emulator */
 #define KCA_FN static inline
 #define KCA_UNROLL
+#define KCA_UNROLL1
 #include <math.h>
 #include <string.h>
 
@@ -966,7 +968,7 @@ KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t 
       else
         kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, qr, stage, off, 0, g, c, s);
     } else { /* one half, or (PAIR) two windows of different tiers or bases: one per pass */
-#pragma unroll 1
+      KCA_UNROLL1
       for (int h = 0; h < 2; h++) { /* (one array filled per pass: choosing between two arrays
                                        would put both in local memory) */
         if (!(live >> h & 1)) continue;

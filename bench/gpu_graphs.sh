@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# gpu_graphs.sh: in one device call, with the binaries of carry/pack (bench/device_pack.sh): the
+# GPU checks (test_model_graph: CUDA-graph decode against the eager path; test_kv_gpu: the GPU
+# cache, its observers against the CPU's; test_kern_cuda; attn_decode against the fp64
+# reference), then the engine on a random Llama-3.1-8B shape (B=32 x prompt 256 x 256 new, and
+# B=1 x prompt 64 x 256 new), FullKV and QEvict 20%, decode steps as CUDA graphs against
+# --no-graphs in the same call; prints a table (TTFT, TPOT, tokens/s, graphs/eager, same
+# tokens). Logs and JSON under $OUT. Usage (repo root, device): bench/gpu_graphs.sh
+cd "$(dirname "$0")/.." || exit 2
+# shellcheck source=bench/device_unpack.sh
+source bench/device_unpack.sh || exit 1
+OUT=${OUT:-$(pwd)/bench/out/gpu_graphs}
+mkdir -p "$OUT"
+export QE_SHARED_MODELS=$(pwd)/carry/models
+echo "== checks"
+for t in test_model_graph test_kv_gpu test_kern_cuda attn_decode; do
+  timeout 240 "$t" > "$OUT/$t.log" 2>&1
+  echo "$t rc $?"
+  grep -E "^FAIL|fail|graph" "$OUT/$t.log" | grep -v " 0 fail" | head -6
+done
+gen() { # NAME args...
+  local name=$1
+  shift
+  timeout 200 qevict generate --json --ignore-eos --shape llama3-8b --device 0 "$@" \
+    > "$OUT/$name.json" 2> "$OUT/$name.err"
+  echo "$name rc $?"
+  grep -v '^$' "$OUT/$name.err" | tail -1
+}
+echo "== engine"
+for pol in full q20; do
+  P=()
+  [[ $pol == q20 ]] && P=(--policy qevict --budget 0.2)
+  for g in graphs eager; do
+    G=()
+    [[ $g == eager ]] && G=(--no-graphs)
+    gen "b32_${pol}_$g" --batch 32 --prompt-len 256 -n 256 "${P[@]}" "${G[@]}"
+  done
+done
+for g in graphs eager; do
+  G=()
+  [[ $g == eager ]] && G=(--no-graphs)
+  gen "b1_full_$g" --prompt-len 64 -n 256 "${G[@]}"
+done
+python3 - "$OUT" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+def load(n):
+    try: return json.load(open(os.path.join(out, n + ".json")))
+    except Exception: return None
+print("%-16s %9s %9s %9s %10s %s" % ("run", "TTFT ms", "TPOT ms", "tok/s", "graphs", "tokens = eager"))
+for base in ["b32_full", "b32_q20", "b1_full"]:
+    e = load(base + "_eager")
+    for g in ["graphs", "eager"]:
+        j = load(base + "_" + g)
+        if not j: print("%-16s missing" % (base + "_" + g)); continue
+        s = j["summary"]; st = s["steps"] - 1
+        tpot = s["decode_s"] / st * 1e3 if st > 0 else float("nan")
+        gr = j.get("graphs", {})
+        same = "" if g == "eager" or not e else str(j.get("tokens") == e.get("tokens"))
+        print("%-16s %9.1f %9.3f %9.0f %10s %s" % (base + "_" + g, s["prefill_s"] * 1e3, tpot,
+              s["batch"] * st / s["decode_s"] if s["decode_s"] > 0 else 0,
+              "%s/%s" % (gr.get("replays", "-"), gr.get("eager_steps", "-")), same))
+PY
