@@ -8,12 +8,17 @@
 #                    windows of 8 tokens: the GPU cache routes windows), at 5/10/20/40% of
 #                    FullKV's bytes; one JSON and one markdown per length into $DEST
 #   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
+#   PHASE=diag       (carry carry/pack carry/sm_b) joins the halves; the grid's policies at 2K
+#                    and 4K, 5% and 10%, 2 samples, with the mechanism diagnostics (FMM, churn,
+#                    LIR, QSA, INT2 mass ratio) from the GPU cache's observers
 # Binaries from carry/pack (bench/device_pack.sh). Usage (repo root, device): PHASE=grid
 # DEST=$OUT bench/eval_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-# shellcheck source=bench/device_unpack.sh
-source bench/device_unpack.sh || exit 1
+if [[ ${PHASE:-} != stash ]]; then # (stash carries no pack: the pack and a half exceed a call)
+  # shellcheck source=bench/device_unpack.sh
+  source bench/device_unpack.sh || exit 1
+fi
 DEST=${DEST:-bench/out/eval_gpu}
 mkdir -p "$DEST" build-stash
 M=build-stash/smollm2.gguf
@@ -35,11 +40,19 @@ case "${PHASE:-}" in
       ev "grid_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1,0.2,0.4
     done ;;
+  diag)
+    cat build-stash/sm_a carry/sm_b/part > "$M" || exit 1
+    sha256sum "$M"
+    for L in 2048 4096; do
+      ((SECONDS < 400)) || { echo "skipped $L (time)"; continue; }
+      ev "diag_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
+        --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
+    done ;;
   ablations)
     [[ -f $M ]] || { echo "no $M (the machine was not kept)"; exit 1; }
     for L in 2048 4096; do
       ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict --ablations --budgets 0.05,0.1
     done ;;
-  *) echo "PHASE=stash|grid|ablations" >&2; exit 2 ;;
+  *) echo "PHASE=stash|grid|diag|ablations" >&2; exit 2 ;;
 esac
