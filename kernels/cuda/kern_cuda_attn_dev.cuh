@@ -520,7 +520,8 @@ typedef struct {
 
 /* The warp's position in its units (u = warp + k * KCA_NW) and the units' liveness. */
 typedef struct {
-  int k, j; /* unit index (-1: done) and tile within it */
+  int k, j; /* wide windows: unit index (-1: done) and tile within it; PAIR: the positions of
+               the tile's two windows in the warp's sequence (j -1: none) */
 } kca_cur_t;
 
 typedef struct {
@@ -618,6 +619,13 @@ KCA_FN void kca_rot_q(const uint32_t (&q)[HD / 32][4], const uint32_t *base, int
   }
 }
 
+/* Window of the warp's k-th walk position: wide windows, unit k; PAIR (omega 8), position k
+ * of the sequence 2u, 2u + 1 over its units u (both windows of a unit, then the next unit). */
+template <bool PAIR> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
+  return PAIR ? L.c_beg + 2 * (L.warp + (k >> 1) * KCA_NW) + (k & 1)
+              : L.c_beg + L.warp + k * KCA_NW;
+}
+
 /* ---------------------------------------------------------------- issuing a tile */
 
 /* Copies one half tile's bytes (rows t0 .. t0 + n - 1 of window w, KV head kvh) into dst with
@@ -677,9 +685,8 @@ template <int HD, int BITS, bool PAIR>
 KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_live_t &L,
                             kca_cur_t cu, int kvh, int lane, int *ntile) {
   kca_tile_t t;
-  const int u = L.warp + cu.k * KCA_NW;
   if (PAIR) {
-    const int wa = L.c_beg + 2 * u, wb = wa + 1 < L.c_end ? wa + 1 : -1;
+    const int wa = kca_pos_win<PAIR>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PAIR>(L, cu.j) : -1;
     const kca_win_t A = kca_win(p, wa);
     kca_win_t B = A;
     B.n = 0;
@@ -690,7 +697,7 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_liv
     kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, B, 0, B.n, kvh, lane, true);
     *ntile = 1;
   } else {
-    const int w = L.c_beg + u, t0 = 16 * cu.j;
+    const int w = kca_pos_win<PAIR>(L, cu.k), t0 = 16 * cu.j;
     const kca_win_t W = kca_win(p, w);
     const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
     t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
@@ -704,16 +711,14 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_liv
 
 /* ---------------------------------------------------------------- walking the units */
 
-/* 1 when the unit's window (or either window of a pair) is attended. */
+/* 1 when the window at walk position k is attended. */
 template <bool PAIR> KCA_FN int kca_unit_live(const kca_params_t &p, const kca_live_t &L, int k) {
   if (k >= L.nk) return 0;
-  const int u = L.warp + k * KCA_NW, w = L.c_beg + (PAIR ? 2 * u : u);
-  int live = kca_win(p, w).n > 0;
-  if (PAIR && w + 1 < L.c_end) live |= kca_win(p, w + 1).n > 0;
-  return live;
+  const int w = kca_pos_win<PAIR>(L, k);
+  return w < L.c_end && kca_win(p, w).n > 0;
 }
 
-/* The next live unit after k (-1 if none), refreshing the mask 32 units at a time. */
+/* The next live position after k (-1 if none), refreshing the mask 32 positions at a time. */
 template <bool PAIR>
 KCA_FN int kca_next_live(const kca_params_t &p, kca_live_t &L, int k, int lane) {
   for (k++; k < L.nk;) {
@@ -728,18 +733,23 @@ KCA_FN int kca_next_live(const kca_params_t &p, kca_live_t &L, int k, int lane) 
   return -1;
 }
 
+/* The first tile at or after live position k: PAIR, k and the next live window after it (the
+ * fixed work of a tile is shared by two live windows, adjacent or not). */
+template <bool PAIR>
+KCA_FN kca_cur_t kca_tile_at(const kca_params_t &p, kca_live_t &L, int k, int lane) {
+  kca_cur_t n = {k, 0};
+  if (PAIR) n.j = k >= 0 ? kca_next_live<PAIR>(p, L, k, lane) : -1;
+  if (k >= 0) kca_prefetch(p.win + kca_pos_win<PAIR>(L, k));
+  return n;
+}
+
 /* The tile after cu (ntile tiles in its unit), and an L1 prefetch of its descriptors. */
 template <bool PAIR>
 KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
                              int lane) {
-  kca_cur_t n = {cu.k, cu.j + 1};
-  if (n.j < ntile) return n;
-  n.k = kca_next_live<PAIR>(p, L, cu.k, lane), n.j = 0;
-  if (n.k >= 0) {
-    const int w = L.c_beg + (PAIR ? 2 : 1) * (L.warp + n.k * KCA_NW);
-    kca_prefetch(p.win + w);
-  }
-  return n;
+  if (!PAIR && cu.j + 1 < ntile) return (kca_cur_t){cu.k, cu.j + 1};
+  const int last = PAIR && cu.j >= 0 ? cu.j : cu.k;
+  return kca_tile_at<PAIR>(p, L, kca_next_live<PAIR>(p, L, last, lane), lane);
 }
 
 /* ---------------------------------------------------------------- computing a tile */
@@ -1147,12 +1157,12 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_syncthreads();
   }
   constexpr int per = PAIR ? 2 : 1;
-  const int n_units = (c_end - c_beg + per - 1) / per;
+  const int n_units = (c_end - c_beg + per - 1) / per; /* PAIR: two walk positions each */
   kca_live_t L;
-  L.nk = n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0;
+  L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * per;
   L.kbase = -64, L.mask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = {kca_next_live<PAIR>(p, L, -1, lane), 0}, nxt;
+  kca_cur_t cur = kca_tile_at<PAIR>(p, L, kca_next_live<PAIR>(p, L, -1, lane), lane), nxt;
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
