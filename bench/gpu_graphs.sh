@@ -5,7 +5,9 @@
 # reference), then the engine on a random Llama-3.1-8B shape (B=32 x prompt 256 x 256 new, and
 # B=1 x prompt 64 x 256 new), FullKV and QEvict 20%, decode steps as CUDA graphs against
 # --no-graphs in the same call; prints a table (TTFT, TPOT, tokens/s, graphs/eager, same
-# tokens). Logs and JSON under $OUT. Usage (repo root, device): bench/gpu_graphs.sh
+# tokens). CHECKS=0 leaves the checks out; LONG=1 adds long_ctx at 32K (FullKV and QEvict 20%:
+# how many 32K-token sequences fit on the GPU and their decode tokens/s). Logs and JSON under
+# $OUT. Usage (repo root, device): bench/gpu_graphs.sh
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=bench/device_unpack.sh
 source bench/device_unpack.sh || exit 1
@@ -13,7 +15,7 @@ OUT=${OUT:-$(pwd)/bench/out/gpu_graphs}
 mkdir -p "$OUT"
 export QE_SHARED_MODELS=$(pwd)/carry/models
 echo "== checks"
-for t in test_model_graph test_kv_gpu test_kern_cuda attn_decode; do
+[[ ${CHECKS:-1} == 0 ]] || for t in test_model_graph test_kv_gpu test_kern_cuda attn_decode; do
   timeout 240 "$t" > "$OUT/$t.log" 2>&1
   echo "$t rc $?"
   grep -E "^FAIL|fail|graph" "$OUT/$t.log" | grep -v " 0 fail" | head -6
@@ -41,6 +43,14 @@ for g in graphs eager; do
   [[ $g == eager ]] && G=(--no-graphs)
   gen "b1_full_$g" --prompt-len 64 -n 256 "${G[@]}"
 done
+if [[ ${LONG:-0} == 1 ]]; then
+  echo "== 32K: long_ctx, FullKV vs QEvict 20%"
+  for pol in full qevict; do
+    timeout 200 long_ctx --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+      > "$OUT/long_$pol.json" 2> "$OUT/long_$pol.err"
+    echo "long_ctx $pol rc $?: $(tail -1 "$OUT/long_$pol.err")"
+  done
+fi
 python3 - "$OUT" <<'PY'
 import json, sys, os
 out = sys.argv[1]
@@ -60,4 +70,14 @@ for base in ["b32_full", "b32_q20", "b1_full"]:
         print("%-16s %9.1f %9.3f %9.0f %10s %s" % (base + "_" + g, s["prefill_s"] * 1e3, tpot,
               s["batch"] * st / s["decode_s"] if s["decode_s"] > 0 else 0,
               "%s/%s" % (gr.get("replays", "-"), gr.get("eager_steps", "-")), same))
+lc = {}
+for pol in ["full", "qevict"]:
+    try: lc[pol] = json.loads(open(os.path.join(out, "long_%s.json" % pol)).read().strip().splitlines()[-1])
+    except Exception: pass
+for pol, j in lc.items():
+    print("long_ctx 32K %-7s %4d sequences, step %8.1f ms, %7.0f tokens/s" % (pol, j["sequences"],
+          j["step_ms"], j["tokens_per_s"]))
+if len(lc) == 2:
+    print("QEvict / FullKV: %.2fx sequences, %.2fx tokens/s" % (lc["qevict"]["sequences"] /
+          lc["full"]["sequences"], lc["qevict"]["tokens_per_s"] / lc["full"]["tokens_per_s"]))
 PY
