@@ -947,16 +947,15 @@ KCA_FN void kca_put_half(float *s, const float *sp, int h) {
   s[2] = h ? sp[0] : s[2], s[3] = h ? sp[1] : s[3];
 }
 
-/* One tile whose bytes are in stage: scores, online softmax, P.V. Both halves go through one
- * set of mma when they share the query operand (FULL: Q; QUANT: Q turned by one base), else
- * (a pair of windows of different tiers or bases) one set per half. */
+/* S of a tile (see kca_qk): both halves through one set of mma when they share the query
+ * operand (FULL: Q; QUANT: Q turned by one base), else (one live half, or a pair of windows of
+ * different tiers or bases) one set per half. */
 template <int HD, int BITS, bool NEOX, bool PAIR>
-KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
-                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
+KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
+                       const kca_st_t<HD, BITS> &st, const kca_tile_t &t, int live, int warp,
+                       int lane, float (&s)[4]) {
   using L = kca_lay<HD, BITS>;
   const int g = lane >> 2, c = lane & 3;
-  float s[4] = {0, 0, 0, 0};
-  const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
   if constexpr (BITS == 0) {
     if (live == 3) {
       kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, st.q, stage, nullptr, 0, g, c, s);
@@ -966,33 +965,44 @@ KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t 
       kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, st.q, stage, nullptr, h, g, c, sp);
       kca_put_half(s, sp, h);
     }
-  } else {
-    uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
-    const uint32_t *off = (const uint32_t *)(smem + L::off);
-    uint32_t qr[HD / 32][4]; /* the query operand: Q, or Q turned by a QUANT window's base */
-    const int k0 = kca_tq(t, 0), k1 = kca_tq(t, 1);
-    if (live == 3 && k0 == k1 && (!k0 || t.base[0] == t.base[1])) {
-      kca_query<HD, NEOX>(p, st.q, base, k0, t.base[0], lane, qr);
-      if (k0)
-        kca_qk<HD, BITS, NEOX, PAIR, true, true>(p, qr, stage, off, 0, g, c, s);
-      else
-        kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, qr, stage, off, 0, g, c, s);
-    } else { /* one half, or (PAIR) two windows of different tiers or bases: one per pass */
-      KCA_UNROLL1
-      for (int h = 0; h < 2; h++) { /* (one array filled per pass: choosing between two arrays
-                                       would put both in local memory) */
-        if (!(live >> h & 1)) continue;
-        const int kind = h ? k1 : k0;
-        float sp[4];
-        kca_query<HD, NEOX>(p, st.q, base, kind, h ? t.base[1] : t.base[0], lane, qr);
-        if (kind)
-          kca_qk<HD, BITS, NEOX, PAIR, true, false>(p, qr, stage, off, h, g, c, sp);
-        else
-          kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, qr, stage, off, h, g, c, sp);
-        kca_put_half(s, sp, h);
-      }
-    }
+    return;
   }
+  uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
+  const uint32_t *off = (const uint32_t *)(smem + L::off);
+  uint32_t qr[HD / 32][4]; /* the query operand: Q, or Q turned by a QUANT window's base */
+  const int k0 = kca_tq(t, 0), k1 = kca_tq(t, 1);
+  if (live == 3 && k0 == k1 && (!k0 || t.base[0] == t.base[1])) {
+    kca_query<HD, NEOX>(p, st.q, base, k0, t.base[0], lane, qr);
+    if (k0)
+      kca_qk<HD, BITS, NEOX, PAIR, true, true>(p, qr, stage, off, 0, g, c, s);
+    else
+      kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, qr, stage, off, 0, g, c, s);
+    return;
+  }
+  KCA_UNROLL1
+  for (int h = 0; h < 2; h++) { /* (one array filled per pass: choosing between two arrays would
+                                   put both in local memory) */
+    if (!(live >> h & 1)) continue;
+    const int kind = h ? k1 : k0;
+    float sp[4];
+    kca_query<HD, NEOX>(p, st.q, base, kind, h ? t.base[1] : t.base[0], lane, qr);
+    if (kind)
+      kca_qk<HD, BITS, NEOX, PAIR, true, false>(p, qr, stage, off, h, g, c, sp);
+    else
+      kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, qr, stage, off, h, g, c, sp);
+    kca_put_half(s, sp, h);
+  }
+}
+
+/* One tile whose bytes are in stage: scores, online softmax, P.V. */
+template <int HD, int BITS, bool NEOX, bool PAIR>
+KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
+                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
+  using L = kca_lay<HD, BITS>;
+  const int g = lane >> 2, c = lane & 3;
+  float s[4] = {0, 0, 0, 0};
+  const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
+  kca_scores<HD, BITS, NEOX, PAIR>(p, smem, stage, st, t, live, warp, lane, s);
   const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, g);
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
