@@ -7,7 +7,8 @@
 # --no-graphs in the same call; prints a table (TTFT, TPOT, tokens/s, graphs/eager, same
 # tokens). CHECKS=0 leaves the checks out; LONG=1 adds long_ctx at 32K (FullKV and QEvict 20%:
 # how many 32K-token sequences fit on the GPU and their decode tokens/s). Logs and JSON under
-# $OUT. Usage (repo root, device): bench/gpu_graphs.sh
+# $OUT. NEW=N: new tokens of the B=32 runs (default 256); EAGER=0: graphs only; B1=0: no B=1 runs.
+# Usage (repo root, device): bench/gpu_graphs.sh
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=bench/device_unpack.sh
 source bench/device_unpack.sh || exit 1
@@ -29,16 +30,18 @@ gen() { # NAME args...
   grep -v '^$' "$OUT/$name.err" | tail -1
 }
 echo "== engine"
+MODES="graphs eager"
+[[ ${EAGER:-1} == 0 ]] && MODES=graphs
 for pol in full q20; do
   P=()
   [[ $pol == q20 ]] && P=(--policy qevict --budget 0.2)
-  for g in graphs eager; do
+  for g in $MODES; do
     G=()
     [[ $g == eager ]] && G=(--no-graphs)
-    gen "b32_${pol}_$g" --batch 32 --prompt-len 256 -n 256 "${P[@]}" "${G[@]}"
+    gen "b32_${pol}_$g" --batch 32 --prompt-len 256 -n "${NEW:-256}" "${P[@]}" "${G[@]}"
   done
 done
-for g in graphs eager; do
+[[ ${B1:-1} == 0 ]] || for g in $MODES; do
   G=()
   [[ $g == eager ]] && G=(--no-graphs)
   gen "b1_full_$g" --prompt-len 64 -n 256 "${G[@]}"

@@ -190,7 +190,7 @@ static int flush_stores(kv_gpu_t *g, int layer) {
     int n = contiguous ? total : s->n;
     kc_kv_store_t a = {g->arena, tab,  g->max_win, g->omega, g->row,
                        n,        s->k, s->v,       dt + t,   dt + g->tok_cap + t};
-    if (g->t) rc = kv_gpu__tier_alloc(g, layer, a.tok_slot, a.tok_pos, n);
+    if (g->t) rc = kv_gpu__tier_alloc(g, layer, 1, a.tok_slot, a.tok_pos, n);
     if (!rc) rc = kc_kv_store(&a, g->stream);
     for (int j = i; j < (contiguous ? g->n_segs : i + 1); j++) {
       kvg_seq_t *q = &g->seqs[g->segs[j].seq];
@@ -398,8 +398,9 @@ static int gpu_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
   return rc;
 }
 
-/* fixed mode's attend: the rows' new K/V into their pages (tiered: pages for new windows
- * first), then the decode kernel over every row (inactive rows have no windows). */
+/* fixed mode's attend: the rows' new K/V into their pages (tiered: pages for the windows the
+ * rows start, every layer's in one launch at layer 0: a step stores the same tokens on every
+ * layer), then the decode kernel over every row (inactive rows have no windows). */
 static int fixed_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *r) {
   const kv_fixed_t *f = &g->fx;
   const int32_t *ts = f->dev, *tp = f->dev + f->stride;
@@ -411,7 +412,8 @@ static int fixed_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *r) {
                       g->segs[0].k, g->segs[0].v,
                       ts,           tp};
   g->n_segs = 0;
-  int rc = g->t ? kv_gpu__tier_alloc(g, layer, ts, tp, f->bucket) : 0;
+  int rc =
+      g->t && layer == 0 ? kv_gpu__tier_alloc(g, 0, g->base.geom.n_layer, ts, tp, f->bucket) : 0;
   if (!rc) rc = kc_kv_store(&st, g->stream);
   kc_attn_args_t a = fixed_args(g, f, layer, fixed_chunks(g, f));
   a.q = r->q, a.out = r->out;

@@ -115,8 +115,9 @@ int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity);
 void kv_gpu__tier_close(kv_gpu_t *g, int seq);
 int kv_gpu__tier_usage(kv_gpu_t *g, kv_gpu_pool_t *out); /* units in use and peak (synchronizes) */
 size_t kv_gpu__tier_bytes(kv_gpu_t *g, int seq);
-int kv_gpu__tier_alloc(kv_gpu_t *g, int layer, const int32_t *tok_slot, const int32_t *tok_pos,
-                       int n);
+/* Pages for the windows that the n tokens start, on layers layer0 .. layer0 + n_layers - 1. */
+int kv_gpu__tier_alloc(kv_gpu_t *g, int layer0, int n_layers, const int32_t *tok_slot,
+                       const int32_t *tok_pos, int n);
 void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a);
 int kv_gpu__tier_masses(kv_gpu_t *g, size_t total, float **mass);
 int kv_gpu__tier_obs(const kv_gpu_t *g);

@@ -79,8 +79,9 @@ void kv_gpu__tier_close(kv_gpu_t *g, int seq) {
 /* ---- per-step work ----------------------------------------------------------------------------
  */
 
-int kv_gpu__tier_alloc(kv_gpu_t *g, int layer, const int32_t *ts, const int32_t *tp, int n) {
-  return kc_route_alloc_windows(&g->t->rt, layer, ts, tp, n, g->stream);
+int kv_gpu__tier_alloc(kv_gpu_t *g, int layer0, int n_layers, const int32_t *ts, const int32_t *tp,
+                       int n) {
+  return kc_route_alloc_windows(&g->t->rt, layer0, n_layers, ts, tp, n, g->stream);
 }
 
 /* Uploads the lengths and the slot list of one routing call. */

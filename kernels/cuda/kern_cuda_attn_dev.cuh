@@ -1200,7 +1200,8 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 /* ---------------------------------------------------------------- the combine block */
 
 /* Block (b, part) of n_part: the heads' final log-sum-exps (all parts compute them, into
- * lse_s [n_head]), then the part's share of out[b] and of b's window masses. */
+ * lse_s [n_head]), then the part's share of out[b] and of b's window masses (a warp per window,
+ * its lanes summing the heads). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
@@ -1230,12 +1231,14 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   if (!p.mass) return;
   const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
   const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
-  for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) {
+  const int lane = tid & 31; /* a warp per window, its lanes over the heads */
+  for (int w = w_beg + part * wper + (tid >> 5); w < m_end; w += KCA_CT / 32) {
     const kca_win_t W = kca_win(p, w);
     float s = 0.0f;
-    for (int h = 0; W.n > 0 && h < p.n_head; h++)
+    for (int h = lane; W.n > 0 && h < p.n_head; h += 32)
       if (lse_s[h] != KCA_NEGINF) s += kca_ex2(p.wlse[(size_t)w * p.n_head + h] - lse_s[h]);
-    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
+    for (int o = 16; o; o >>= 1) s += kca_shfl_xor(s, o);
+    if (lane == 0) p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
   }
 }
 

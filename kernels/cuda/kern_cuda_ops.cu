@@ -81,6 +81,37 @@ __global__ void kcu_rmsnorm_k(float *y, const float *x, const float *g, int n, f
   for (int j = threadIdx.x; j < n; j += blockDim.x) yr[j] = xr[j] * inv * g[j];
 }
 
+#define KCU_RMS_T 512 /* threads of the vector form */
+#define KCU_RMS_V 4   /* float4 per thread, held in registers: rows of up to 8192 floats */
+
+/* The same for rows of a multiple of 4 floats up to 4 KCU_RMS_T KCU_RMS_V, 16-byte aligned:
+ * each thread loads its float4s once, keeps them in registers over the reduction, and writes
+ * them scaled (one pass over x instead of two; a decode step's rows are few and short). */
+__global__ void __launch_bounds__(KCU_RMS_T)
+    kcu_rmsnorm4_k(float *y, const float *x, const float *g, int n, float eps) {
+  __shared__ float sh[32];
+  const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n), *g4 = (const float4 *)g;
+  float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n), v[KCU_RMS_V];
+  const int n4 = n / 4;
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KCU_RMS_V; i++) {
+    const int j = threadIdx.x + i * KCU_RMS_T;
+    v[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  }
+  ss = kcu_block_reduce(ss, sh, 0);
+  const float inv = 1.0f / sqrtf(ss / n + eps);
+#pragma unroll
+  for (int i = 0; i < KCU_RMS_V; i++) {
+    const int j = threadIdx.x + i * KCU_RMS_T;
+    if (j >= n4) break;
+    const float4 w = g4[j];
+    yr[j] =
+        make_float4(v[i].x * inv * w.x, v[i].y * inv * w.y, v[i].z * inv * w.z, v[i].w * inv * w.w);
+  }
+}
+
 /* One block per row, in place. */
 __global__ void kcu_softmax_k(float *x, int n) {
   __shared__ float sh[32];
@@ -136,7 +167,12 @@ void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, i
                  float eps) {
   kcu_t *c = KCU(be);
   if (kcu_enter(c) || m <= 0 || n <= 0) return;
-  KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, x, g, n, eps);
+  const int vec = n % 4 == 0 && n <= 4 * KCU_RMS_T * KCU_RMS_V &&
+                  (((uintptr_t)y | (uintptr_t)x | (uintptr_t)g) & 15) == 0;
+  if (vec)
+    KCU_LAUNCH(c, kcu_rmsnorm4_k, m, KCU_RMS_T, 0, y, x, g, n, eps);
+  else
+    KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, x, g, n, eps);
 }
 
 void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n) {

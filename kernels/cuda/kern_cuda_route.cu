@@ -106,9 +106,9 @@ __global__ void kcr_release_k(const kc_route_t r, int slot) {
 }
 
 /* One thread per token: the first token of a window (or of a run) gives the window its page. */
-__global__ void kcr_alloc_k(const kc_route_t r, int layer, const int32_t *ts, const int32_t *tp,
+__global__ void kcr_alloc_k(const kc_route_t r, int layer0, const int32_t *ts, const int32_t *tp,
                             int n) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x, layer = layer0 + (int)blockIdx.y;
   if (t >= n) return;
   const int s = ts[t], p = tp[t], w = p / r.omega;
   if (s < 0) return; /* an inactive row (a padded fixed-shape step) */
@@ -414,12 +414,14 @@ extern "C" int kc_route_release_slot(const kc_route_t *r, int slot, void *stream
   return KCR_LAUNCHED();
 }
 
-extern "C" int kc_route_alloc_windows(const kc_route_t *r, int layer, const int32_t *ts,
-                                      const int32_t *tp, int n, void *stream) {
-  if (!r || layer < 0 || layer >= r->n_layer || n < 0)
+extern "C" int kc_route_alloc_windows(const kc_route_t *r, int layer0, int n_layers,
+                                      const int32_t *ts, const int32_t *tp, int n, void *stream) {
+  if (!r || layer0 < 0 || n_layers < 1 || n_layers > 65535 || layer0 + n_layers > r->n_layer ||
+      n < 0)
     return qe_errf(QE_EINVAL, "kc_route_alloc_windows: bad arguments");
   if (!n) return 0;
-  kcr_alloc_k<<<(n + KCR_NT - 1) / KCR_NT, KCR_NT, 0, (cudaStream_t)stream>>>(*r, layer, ts, tp, n);
+  const dim3 grid((unsigned)((n + KCR_NT - 1) / KCR_NT), (unsigned)n_layers);
+  kcr_alloc_k<<<grid, KCR_NT, 0, (cudaStream_t)stream>>>(*r, layer0, ts, tp, n);
   return KCR_LAUNCHED();
 }
 

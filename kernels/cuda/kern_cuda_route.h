@@ -104,9 +104,10 @@ int kc_route_reset_slot(const kc_route_t *r, int slot, void *stream);
 /* Pushes every page and ledger of `slot` (all layers) back to the free stacks. */
 int kc_route_release_slot(const kc_route_t *r, int slot, void *stream);
 /* Gives a FULL page to every window that the n tokens (tok_slot, tok_pos) will write into and
- * that has none (the first token of a window, or of a batch run), one layer. Tokens with a
- * negative tok_slot (inactive rows, after the active ones) are skipped. */
-int kc_route_alloc_windows(const kc_route_t *r, int layer, const int32_t *tok_slot,
+ * that has none (the first token of a window, or of a batch run), on layers layer0 ..
+ * layer0 + n_layers - 1 (one launch). Tokens with a negative tok_slot (inactive rows, after the
+ * active ones) are skipped. */
+int kc_route_alloc_windows(const kc_route_t *r, int layer0, int n_layers, const int32_t *tok_slot,
                            const int32_t *tok_pos, int n, void *stream);
 /* score[w] += sum of key_mass[t] over the window's tokens t (positions 0 .. n_tok - 1 of one
  * slot, key_mass [n_tok] in position order), one layer. */

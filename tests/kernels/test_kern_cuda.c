@@ -848,6 +848,8 @@ int main(int argc, char **argv) {
   kern_destroy(gemmex);
   check_weight_upload(37, 70, 3), check_weight_upload(4100, 4099, 5);
   check_rmsnorm(1, 64, 0), check_rmsnorm(5, 4096, 0), check_rmsnorm(33, 1000, 1);
+  /* the vector form at its largest row, and the loop form (odd or long rows) */
+  check_rmsnorm(4, 8192, 1), check_rmsnorm(3, 1001, 0), check_rmsnorm(2, 16384, 0);
   check_ropes();
   check_swiglu_add_embed_softmax(1, 7), check_swiglu_add_embed_softmax(4, 512);
   check_swiglu_add_embed_softmax(3, 32000), check_swiglu_add_embed_softmax(64, 11008);
