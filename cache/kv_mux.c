@@ -26,6 +26,9 @@ typedef struct {
   kv_attn_req_t *work; /* [work_cap]: one child's requests of an attend call */
   uint8_t *handled;    /* [work_cap] */
   int work_cap;
+  int32_t *cseq;        /* [max_seqs]: a fixed step's rows as child slots */
+  int fx_child;         /* the child of the last fixed_fill (-1: none) */
+  unsigned long fx_gen; /* moves when fx_child or the set of children changes */
 } kv_mux_t;
 
 static const kv_cache_ops_t mux_ops;
@@ -122,6 +125,61 @@ static int mux_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
   return rc;
 }
 
+/* ---- fixed-shape steps: forwarded to the one child that every row of the step is bound to */
+
+/* The child of every row (seq[0..n)), with the rows as its slots in x->cseq; -1 when the rows
+ * are not all open in one child whose cache has fixed steps. */
+static int fixed_child(kv_mux_t *x, const int32_t *seq, int n) {
+  int id = -1;
+  for (int i = 0; i < n; i++) {
+    const mux_slot_t *s = open_slot(x, seq[i]);
+    if (!s || (i > 0 && s->child != id)) return -1;
+    id = s->child;
+    x->cseq[i] = s->child_slot;
+  }
+  kv_cache_t *c = child_of(x, id);
+  return c && c->ops->fixed_fill && c->ops->fixed_mode && c->ops->fixed_done ? id : -1;
+}
+
+static int mux_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, const int32_t *seq,
+                          const int32_t *pos, int n) {
+  kv_mux_t *x = (kv_mux_t *)kv;
+  if (n < 1 || n > kv->geom.max_seqs)
+    return qe_errf(QE_EINVAL, "kv_mux: fixed step of %d rows (%d slots)", n, kv->geom.max_seqs);
+  int id = fixed_child(x, seq, n);
+  if (id < 0)
+    return qe_errf(QE_ERANGE, "kv_mux: a fixed step's rows must all be open in one child cache "
+                              "with fixed steps");
+  if (id != x->fx_child) x->fx_child = id, x->fx_gen++;
+  kv_cache_t *c = x->ch[id].kv;
+  return c->ops->fixed_fill(c, f, in, x->cseq, pos, n);
+}
+
+static int mux_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
+  kv_mux_t *x = (kv_mux_t *)kv;
+  kv_cache_t *c = child_of(x, x->fx_child);
+  if (!c) return f ? qe_errf(QE_EINVAL, "kv_mux: fixed mode before a fixed_fill") : 0;
+  return c->ops->fixed_mode(c, f);
+}
+
+static int mux_fixed_done(kv_cache_t *kv, const int32_t *seq, int n) {
+  kv_mux_t *x = (kv_mux_t *)kv;
+  int id = n > 0 ? fixed_child(x, seq, n) : x->fx_child;
+  if (id < 0 || id != x->fx_child)
+    return qe_errf(QE_EINVAL, "kv_mux: fixed_done for rows of another step");
+  kv_cache_t *c = x->ch[id].kv;
+  return c->ops->fixed_done(c, x->cseq, n);
+}
+
+/* The child's epoch, moved on whenever the step's child (or the set of children) changed: a
+ * step recorded against one child's buffers is never replayed for another. */
+static unsigned long mux_fixed_epoch(const kv_cache_t *kv) {
+  const kv_mux_t *x = (const kv_mux_t *)kv;
+  const kv_cache_t *c = child_of(x, x->fx_child);
+  unsigned long e = c && c->ops->fixed_epoch ? c->ops->fixed_epoch(c) : 0;
+  return (x->fx_gen << 32) ^ e;
+}
+
 static size_t mux_seq_bytes(const kv_cache_t *kv, int seq) {
   const mux_slot_t *s = open_slot((const kv_mux_t *)kv, seq);
   if (!s) return 0;
@@ -139,6 +197,7 @@ static void mux_destroy(kv_cache_t *kv) {
   free(x->slots);
   free(x->work);
   free(x->handled);
+  free(x->cseq);
   free(x);
 }
 
@@ -148,7 +207,11 @@ static const kv_cache_ops_t mux_ops = {.name = "mux",
                                        .store = mux_store,
                                        .attend = mux_attend,
                                        .seq_bytes = mux_seq_bytes,
-                                       .destroy = mux_destroy};
+                                       .destroy = mux_destroy,
+                                       .fixed_fill = mux_fixed_fill,
+                                       .fixed_mode = mux_fixed_mode,
+                                       .fixed_done = mux_fixed_done,
+                                       .fixed_epoch = mux_fixed_epoch};
 
 /* ---- public -------------------------------------------------------------------------------- */
 
@@ -159,14 +222,16 @@ int kv_mux_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out) {
     return qe_errf(QE_EINVAL, "kv_mux: bad geometry");
   kv_mux_t *x = calloc(1, sizeof *x);
   mux_slot_t *slots = calloc((size_t)geom->max_seqs, sizeof *slots);
-  if (!x || !slots) {
+  int32_t *cseq = calloc((size_t)geom->max_seqs, sizeof *cseq);
+  if (!x || !slots || !cseq) {
     free(x);
     free(slots);
+    free(cseq);
     return qe_errf(QE_ENOMEM, "kv_mux: out of memory");
   }
   for (int i = 0; i < geom->max_seqs; i++) slots[i] = (mux_slot_t){-1, 0, 0};
   x->base = (kv_cache_t){&mux_ops, *geom, be};
-  x->slots = slots;
+  x->slots = slots, x->cseq = cseq, x->fx_child = -1;
   *out = &x->base;
   return 0;
 }
@@ -202,6 +267,7 @@ int kv_mux_add_child(kv_cache_t *kv, kv_cache_t *child, int *child_id) {
   if (!owner) return qe_errf(QE_ENOMEM, "kv_mux: out of memory");
   for (int i = 0; i < child->geom.max_seqs; i++) owner[i] = -1;
   x->ch[id] = (mux_child_t){child, owner};
+  x->fx_gen++; /* an id may now name another cache */
   *child_id = id;
   return 0;
 }
@@ -254,6 +320,8 @@ int kv_mux_remove_child(kv_cache_t *kv, int child_id) {
   kv_cache_destroy(c->kv);
   free(c->owner);
   *c = (mux_child_t){NULL, NULL};
+  if (x->fx_child == child_id) x->fx_child = -1;
+  x->fx_gen++;
   return 0;
 }
 

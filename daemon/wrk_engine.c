@@ -396,6 +396,18 @@ static int open_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *ar
   return wrk_cache_open(((weng_t *)ud)->w->cache, kv, slot, cap, arg, len);
 }
 
+/* How the decode steps ran (CUDA graphs: one per batch bucket; eager: prefill, mixed and
+ * tensor-parallel steps, and decode steps whose rows use caches of different kinds). */
+static void log_graphs(const wrk_t *w) {
+  model_graph_stats_t s;
+  model_graph_stats(w->m, &s);
+  if (model_graphs_on(w->m))
+    qe_log(QE_LOG_INFO,
+           "wrk: decode graphs: %ld recorded, %ld steps replayed, %ld warm-up and %ld "
+           "eager decode steps",
+           s.captures, s.replays, s.warmups, s.eager_steps);
+}
+
 static int run_rank0(wrk_t *w) {
   weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0};
   g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
@@ -411,6 +423,7 @@ static int run_rank0(wrk_t *w) {
   gen_engine_destroy(g.e);
   for (int i = 0; g.slots && i < g.n_slots; i++) free(g.slots[i].pend);
   free(g.slots);
+  log_graphs(w);
   return rc;
 }
 

@@ -171,6 +171,7 @@ echo "serve_gpu: FullKV request reserves $R_FULL bytes; quota $QUOTA"
 
 POLICIES=(full full full full)
 ((FITS)) && POLICIES+=(qevict qevict qevict qevict)
+t_sub=$(date +%s%N)
 pids=()
 for i in "${!POLICIES[@]}"; do
   p=${POLICIES[$i]}
@@ -199,6 +200,8 @@ while running; do
   samples=$((samples + 1))
   sleep 0.1
 done
+echo "serve_gpu: ${#POLICIES[@]} requests of $N_NEW tokens done in" \
+  "$((($(date +%s%N) - t_sub) / 1000000)) ms (QE_CUDA_GRAPHS=${QE_CUDA_GRAPHS:-1})"
 echo "serve_gpu: $samples samples: reserved at most $max_res (metrics), $max_sum (requests)" \
   "of $QUOTA; queued seen: $queued"
 ((max_res > 0 && max_sum > 0)) || bad "no sample saw reserved bytes"
@@ -227,6 +230,18 @@ kill "$SERVE"
 wait "$SERVE" || bad "qevict serve exited $? on SIGTERM"
 SERVE=0
 grep -qiE 'engine stopped|fatal' "$T/serve.log" && bad "a worker failed: $(grep -iE 'engine stopped|fatal' "$T/serve.log" | head -3)"
+# decode steps as CUDA graphs (unless QE_CUDA_GRAPHS=0; TP groups decode eagerly): the workers'
+# statistics at shutdown; the FullKV requests decode in steps of their own cache alone
+if [[ -z $CPU ]]; then
+  grep 'decode graphs' "$T/serve.log" | sed 's/^/  /'
+  if [[ ${QE_CUDA_GRAPHS:-1} == 0 || $TP -gt 1 ]]; then
+    grep -qE ' [1-9][0-9]* steps replayed' "$T/serve.log" &&
+      bad "graphs ran with QE_CUDA_GRAPHS=0 or TP > 1"
+  else
+    grep -qE 'graphs: [1-9][0-9]* recorded, [1-9][0-9]* steps replayed' "$T/serve.log" ||
+      bad "no worker replayed a decode graph"
+  fi
+fi
 ((fail)) && { echo "--- serve.log (tail)"; tail -40 "$T/serve.log"; }
 echo "serve_gpu: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 exit $fail

@@ -13,7 +13,10 @@
  *   so only cuBLASLt may pick another GEMM kernel for a padded row count (m = bucket instead of
  *   n); rows of unpadded steps are usually bitwise equal (counted and printed);
  * - graphs were recorded and replayed (captures > 0, replays > captures) for each new cache
- *   (graphs of another cache are never replayed), and none with graphs off.
+ *   (graphs of another cache are never replayed), and none with graphs off;
+ * - the same through a kv_mux (the daemon's cache) over a FullKV and a tiered child: every row
+ *   in one child, and rows split between them (steps with both: eager; of one: graphs,
+ *   recorded again for the other child).
  * Exits 77 when there is no CUDA device. */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 
 #include "cuda/kern_cuda.h"
 #include "kv_gpu.h"
+#include "kv_mux.h"
 #include "kv_policy.h"
 #include "model.h"
 #include "model_gen.h"
@@ -82,7 +86,11 @@ static int run(model_t *m, kv_cache_t *kv, tp_comm_t *c, run_out_t *o, int want_
   return rc;
 }
 
-static kv_cache_t *make_cache(model_t *m, int tiered) {
+enum { FULLKV, TIERED, MUX_ONE, MUX_TWO, N_KINDS };
+static const char *kind_name[N_KINDS] = {"FullKV", "tiered qevict", "mux, every row in its FullKV",
+                                         "mux, FullKV + tiered rows"};
+
+static kv_cache_t *make_child(model_t *m, int tiered) {
   kv_geom_t g = model_kv_geom(m, N_SEQ);
   int cap = 256 + MAX_GEN;
   kv_cache_t *kv = NULL;
@@ -99,6 +107,23 @@ static kv_cache_t *make_cache(model_t *m, int tiered) {
   CHECK_OK(kv_gpu_create_tiered(model_backend(m), &g, &model_hparams(m)->rope, &d.cfg, cap, N_SEQ,
                                 1.0, min_budget + min_budget / 2, &kv));
   return kv;
+}
+
+/* The cache of a kind: a GPU cache, or the daemon's kind of cache, a kv_mux over a FullKV and a
+ * tiered child with every slot bound to the FullKV child (MUX_ONE: every fixed step forwarded to
+ * it) or the first sequences' slots to the tiered one (MUX_TWO: steps with rows of both run
+ * eagerly, steps of one child's rows as graphs, recorded again when the child changes). */
+static kv_cache_t *make_cache(model_t *m, int kind) {
+  if (kind == FULLKV || kind == TIERED) return make_child(m, kind == TIERED);
+  kv_geom_t g = model_kv_geom(m, N_SEQ);
+  kv_cache_t *mux = NULL, *ch[2] = {make_child(m, 0), make_child(m, 1)};
+  int id[2] = {-1, -1};
+  CHECK_OK(kv_mux_create(model_backend(m), &g, &mux));
+  for (int k = 0; k < 2; k++)
+    if (mux && ch[k] && kv_mux_add_child(mux, ch[k], &id[k])) kv_cache_destroy(ch[k]);
+  for (int i = 0; mux && id[0] >= 0 && id[1] >= 0 && i < N_SEQ; i++)
+    CHECK_OK(kv_mux_bind(mux, i, id[kind == MUX_TWO && i < N_SEQ - N_LATE], i));
+  return mux;
 }
 
 /* Largest |a - b| over a row, relative to the row's largest |b|. */
@@ -133,16 +158,15 @@ static void compare(const char *what, const run_out_t *g, const run_out_t *e, in
 }
 
 /* One cache kind and output path: graphs on (twice the captures check) against graphs off. */
-static void check_case(model_t *m, tp_comm_t *c, int tiered, int logits) {
-  char what[64];
-  snprintf(what, sizeof what, "%s, %s", tiered ? "tiered qevict" : "FullKV",
-           logits ? "logits" : "greedy ids");
+static void check_case(model_t *m, tp_comm_t *c, int kind, int logits) {
+  char what[96];
+  snprintf(what, sizeof what, "%s, %s", kind_name[kind], logits ? "logits" : "greedy ids");
   run_out_t *o[2] = {calloc(1, sizeof(run_out_t)), calloc(1, sizeof(run_out_t))};
   for (int k = 0; k < 2 && logits; k++)
     o[k]->logits = calloc((size_t)N_SEQ * MAX_GEN * VOCAB, sizeof(float));
   for (int on = 1; on >= 0; on--) {
     model_graph_stats_t before, after;
-    kv_cache_t *kv = make_cache(m, tiered);
+    kv_cache_t *kv = make_cache(m, kind);
     model_set_graphs(m, on);
     model_graph_stats(m, &before);
     if (kv) CHECK_OK(run(m, kv, c, o[on], logits));
@@ -152,6 +176,7 @@ static void check_case(model_t *m, tp_comm_t *c, int tiered, int logits) {
            on ? "on" : "off", cap, rep, after.warmups - before.warmups,
            after.eager_steps - before.eager_steps);
     CHECK(on ? cap > 0 && rep > cap : cap == 0 && rep == 0);
+    if (on && kind == MUX_TWO) CHECK(cap >= 2 && after.eager_steps > before.eager_steps);
     kv_cache_destroy(kv);
   }
   compare(what, o[1], o[0], logits);
@@ -177,8 +202,8 @@ int main(void) {
                                              takes a prompt in one piece */
   if (be) CHECK_OK(model_create_random(&hp, 7, &o, &m));
   CHECK_OK(tp_comm_create_single(&c));
-  for (int t = 0; m && c && t < 2; t++)
-    for (int l = 0; l < 2; l++) check_case(m, c, t, l);
+  for (int k = 0; m && c && k < N_KINDS; k++)
+    for (int l = 0; l < 2; l++) check_case(m, c, k, l);
   tp_comm_destroy(c);
   model_destroy(m);
   kern_destroy(be);

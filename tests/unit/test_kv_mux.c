@@ -162,6 +162,20 @@ static void check_errors(world_t *w, kv_cache_t *mux) {
   /* slot 3 is open on child 0 slot 1; slot 1 on child 1 slot 2 */
   CHECK(kv_mux_is_open(mux, 3) && kv_mux_is_open(mux, 1) && !kv_mux_is_open(mux, 0));
   CHECK(!kv_mux_is_open(mux, -1) && !kv_mux_is_open(mux, 4) && !kv_mux_is_open(NULL, 0));
+  /* fixed steps go to the one child of every row, when it has them (the CPU caches do not) */
+  {
+    int32_t in[KV_FIXED_WORDS(4)], rows[2] = {3, 1}, at[2] = {0, 0};
+    kv_fixed_t f = {NULL, 4, 2, 1};
+    CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 1) == QE_ERANGE); /* kv_full: none */
+    CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 2) == QE_ERANGE &&
+          strstr(qe_errmsg(), "one child"));
+    rows[0] = 0; /* not open */
+    CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 1) == QE_ERANGE);
+    CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 0) == QE_EINVAL);
+    CHECK(mux->ops->fixed_mode(mux, &f) == QE_EINVAL && mux->ops->fixed_mode(mux, NULL) == 0);
+    unsigned long e0 = mux->ops->fixed_epoch(mux);
+    CHECK(mux->ops->fixed_epoch(mux) == e0);
+  }
   CHECK(kv_mux_bind(mux, 3, 0, 0) == QE_EINVAL && strstr(qe_errmsg(), "is open"));
   CHECK(kv_mux_bind(mux, 0, 0, 1) == QE_EINVAL && strstr(qe_errmsg(), "in use"));
   CHECK(kv_mux_bind(mux, 0, 7, 0) == QE_EINVAL && strstr(qe_errmsg(), "no child"));
