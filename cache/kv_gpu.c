@@ -182,15 +182,24 @@ static int flush_stores(kv_gpu_t *g, int layer) {
       g->h_tok[g->tok_cap + t] = g->segs[i].pos0 + j;
     }
   int32_t *dt = g->d_tok.p;
-  if ((rc = stage_once(g, &g->tok_last, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap)))
-    return rc;
+  const size_t tb = sizeof(int32_t) * 2 * (size_t)g->tok_cap;
+  const int same =
+      g->tok_last.dst == dt && g->tok_last.bytes == tb && !memcmp(g->tok_last.copy, g->h_tok, tb);
+  if ((rc = stage_once(g, &g->tok_last, dt, g->h_tok, tb))) return rc;
+  /* tiered: pages for the windows the tokens start; in a decode-only step (one token per
+   * sequence: at most one new window each) every layer's at layer 0, since a forward pass stores
+   * the same tokens on every layer; else (a prompt's windows are routed layer by layer, which
+   * bounds the pool's peak) this layer's */
+  const int L = g->base.geom.n_layer, decode = total == g->n_segs;
+  g->alloc_all &= same;
+  const int n_alloc = !g->t ? 0 : layer == 0 && decode ? L : g->alloc_all ? 0 : 1;
   kern_pwin_t *tab = g->tab + kv_gpu__tab_index(g, layer, 0, 0);
   for (int i = 0, t = 0; i < g->n_segs && !rc; i++) {
     const kvg_seg_t *s = &g->segs[i];
     int n = contiguous ? total : s->n;
     kc_kv_store_t a = {g->arena, tab,  g->max_win, g->omega, g->row,
                        n,        s->k, s->v,       dt + t,   dt + g->tok_cap + t};
-    if (g->t) rc = kv_gpu__tier_alloc(g, layer, 1, a.tok_slot, a.tok_pos, n);
+    if (n_alloc) rc = kv_gpu__tier_alloc(g, layer, n_alloc, a.tok_slot, a.tok_pos, n);
     if (!rc) rc = kc_kv_store(&a, g->stream);
     for (int j = i; j < (contiguous ? g->n_segs : i + 1); j++) {
       kvg_seq_t *q = &g->seqs[g->segs[j].seq];
@@ -200,6 +209,8 @@ static int flush_stores(kv_gpu_t *g, int layer) {
     t += s->n;
   }
   g->n_segs = 0;
+  if (layer == 0) g->alloc_all = !rc && n_alloc == L && L > 1; /* valid within this pass */
+  if (layer == L - 1) g->alloc_all = 0;
   return rc;
 }
 

@@ -65,6 +65,8 @@ typedef struct {
   int32_t *h_tok; /* host [2][tok_cap]: slot then position of each pending token */
   int tok_cap;
   kvg_last_t tok_last, sw_last; /* skip re-staging identical tables layer after layer */
+  int alloc_all; /* tiered: layer 0's stores gave every layer's windows of the staged tokens
+                    their pages (one launch); cleared when the tokens change or at the last layer */
   kvg_buf_t d_tok, d_upd, d_seqwin, d_idx, d_q, d_out, d_ws, d_gk, d_gv;
   int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
   kern_attn_seq_t *work;     /* [max_seqs] */
