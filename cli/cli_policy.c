@@ -182,6 +182,10 @@ void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
             "routing events %ld; pool faults %d\n",
             p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
             gs.promotions, gs.demotions, gs.evictions, gs.routings, gs.err_flags);
+  if (gpu_stats(kv, &gs) && (gs.err_flags & 1))
+    fprintf(f, "qevict: warning: the GPU cache's pool ran out of units during the run: windows "
+               "were kept at a lower tier or (a new window) left unstored, so routing was not "
+               "exact; QEVICT_KV_GPU_POOL_SLACK=30 gives the pool 30%% more units (README)\n");
   if (!is_tiered(kv)) return;
   kv_mem_stats_t s;
   kv_tiered_stats(kv, 0, &s);
