@@ -278,11 +278,11 @@ static int alloc_route(kv_gpu_t *g, int n_units) {
   r->job_cap = KVG_JOBS;
   r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
-  r->n_qjobs = dev_alloc(g, 2 * sizeof(int32_t), &rc);
+  r->n_qjobs = dev_alloc(g, 3 * sizeof(int32_t), &rc); /* n_qjobs, n_djobs, led_need */
   if (rc) return rc;
   r->ledger_top = r->page_top + 1, r->err_flag = r->page_top + 2, r->spare_top = r->page_top + 3;
   r->units_low = r->page_top + 4;
-  r->n_djobs = r->n_qjobs + 1;
+  r->n_djobs = r->n_qjobs + 1, r->led_need = r->n_qjobs + 2;
   return 0;
 }
 

@@ -271,6 +271,8 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int j, int64_t i, int w, c
     r.page[i] = -1, r.ledger[i] = -1;
     kcr_set_tier(r, i, d, KERN_PW_EVICTED);
     atomicAdd(&st->evictions, 1);
+  } else if (ph == KCR_PH_EVICT && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
+    atomicAdd(r.led_need, 1); /* kcr_cut_k cuts whole slabs for these before the ledger phase */
   } else if (ph == KCR_PH_LEDGER && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
     const int k = atomicAdd(r.n_qjobs, 1);
     const int led = k < r.job_cap ? kcr_pop_ledger(r) : -1;
@@ -339,6 +341,31 @@ __global__ void kcr_merge_k(const kc_route_t r) {
     kcr_push(r.ledger_stack, r.ledger_top, r.spare_stack[i]);
   __syncthreads();
   if (threadIdx.x == 0) *r.spare_top = 0;
+}
+
+/* Between the evict and the ledger phases (one block; alone on the stacks): cuts just enough
+ * units into slabs that the ledger phase's led_need pops all find a slot on the ledger stack.
+ * Without it every pop past the free slots cuts a unit of its own (its other led_per - 1 slots
+ * reach the ledger stack only after the launch), so a pass with many demotions (the lockstep
+ * onset of pressure: every (slot, layer) demotes ~q of its history at once) takes led_per times
+ * the units its ledgers need while the demoted pages are still held. Units that are not there
+ * are not cut: those pops fault as before. */
+__global__ void kcr_cut_k(const kc_route_t r) {
+  __shared__ int n_cut, u0, l0;
+  if (threadIdx.x == 0) {
+    const int lack = *r.led_need - *r.ledger_top;
+    int k = lack > 0 ? (lack + r.led_per - 1) / r.led_per : 0;
+    k = k < *r.page_top ? k : *r.page_top;
+    *r.page_top -= k;
+    u0 = *r.page_top, l0 = *r.ledger_top, n_cut = k;
+    if (k > 0 && r.units_low && u0 < *r.units_low) *r.units_low = u0;
+    *r.led_need = 0;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_cut * r.led_per; i += blockDim.x)
+    r.ledger_stack[l0 + i] = r.page_stack[u0 + i / r.led_per] * r.led_per + i % r.led_per;
+  __syncthreads();
+  if (threadIdx.x == 0) *r.ledger_top = l0 + n_cut * r.led_per;
 }
 
 /* When fewer than `low` units are free: every slab whose led_per slots are all in the ledger
@@ -457,7 +484,8 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   if (KCR_LAUNCHED()) return QE_EBACKEND;
   kcr_decide_k<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
   if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_qjobs, 0, sizeof(int32_t), st)) ||
-      KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)))
+      KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)) ||
+      KCR_CUDA(cudaMemsetAsync(r->led_need, 0, sizeof(int32_t), st)))
     return QE_EBACKEND;
   kc_quant_args_t q = *qa;
   q.n_jobs = r->job_cap;
@@ -465,6 +493,10 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   for (int ph = KCR_PH_EVICT; !rc && ph <= KCR_PH_COMMIT; ph++) {
     kcr_phase_k<<<grid, KCR_NT, 0, st>>>(*r, *c, ph);
     if ((rc = KCR_LAUNCHED())) break;
+    if (ph == KCR_PH_EVICT) { /* whole slabs for the demotions' new ledgers */
+      kcr_cut_k<<<1, KCR_NT, 0, st>>>(*r);
+      if ((rc = KCR_LAUNCHED())) break;
+    }
     if (ph == KCR_PH_LEDGER) { /* demotions: FULL pages -> new ledgers; cut slabs' spares */
       q.jobs = r->qjobs, q.n_jobs_dev = r->n_qjobs, rc = kc_quant_windows(&q, stream);
       kcr_merge_k<<<1, KCR_NT, 0, st>>>(*r);

@@ -78,6 +78,9 @@ typedef struct {
                                          it; NULL: not tracked */
   int32_t *ledger_stack, *ledger_top; /* free ledger slots [n_units * led_per] */
   int32_t *spare_stack, *spare_top;   /* slots of newly cut slabs [n_units * led_per] */
+  int32_t *led_need;                  /* scratch: new ledgers a pass's demotions need (counted
+                                         in the evict phase; whole slabs are cut for them before
+                                         the ledger phase pops) */
   int32_t *unit_cnt;                  /* scratch [n_units] for coalescing */
   int32_t *err_flag;
   /* migration job lists (capacity job_cap each) and their device counts */
