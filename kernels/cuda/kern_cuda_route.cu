@@ -12,6 +12,7 @@ extern "C" {
 #define KCR_NT      256
 #define KCR_MAX_P   16384 /* candidates one decide block sorts (pow2) */
 #define KCR_NEWLED  0x10  /* plan flag: the window took a new ledger (first quantization) */
+#define KCR_ROUNDS  3     /* rounds of the ledger and demote phases per routing pass */
 #define KCR_TIER(p) ((p)&0x0f)
 
 enum { KCR_FULL = 0, KCR_QUANT = 1, KCR_EVICTED = 2 }; /* kv_route.h's KV_TIER_* */
@@ -45,11 +46,11 @@ __device__ void kcr_push(int32_t *stack, int32_t *top, int id) { stack[atomicAdd
 
 /* A free ledger slot: from the ledger stack, else a unit cut into a slab (slot 0 taken, the
  * others to the spare stack). -1 (err_flag bit 1) when no unit is left either. */
-__device__ int kcr_pop_ledger(const kc_route_t &r) {
+__device__ int kcr_pop_ledger(const kc_route_t &r, int bit) {
   int old = atomicSub(r.ledger_top, 1);
   if (old > 0) return r.ledger_stack[old - 1];
   atomicAdd(r.ledger_top, 1);
-  const int u = kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, 1);
+  const int u = kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, bit);
   if (u < 0) return -1;
   for (int k = 1; k < r.led_per; k++) kcr_push(r.spare_stack, r.spare_top, u * r.led_per + k);
   return u * r.led_per;
@@ -261,9 +262,11 @@ __device__ void kcr_set_tier(const kc_route_t &r, int64_t i, const kern_pwin_t &
   r.win[i] = e;
 }
 
-/* Window i (w) in phase ph; cur and nt its tier now and planned. */
-__device__ void kcr_step(const kc_route_t &r, int ph, int j, int64_t i, int w, const kern_pwin_t &d,
-                         int cur, int nt) {
+/* Window i (w) in phase ph; cur and nt its tier now and planned; last: the last round of the
+ * ledger and demote phases (before it, a demotion that finds no ledger waits for the next round,
+ * after the round's demotions have freed their pages). */
+__device__ void kcr_step(const kc_route_t &r, int ph, int last, int j, int64_t i, int w,
+                         const kern_pwin_t &d, int cur, int nt) {
   kc_route_stat_t *st = &r.st[j];
   if (ph == KCR_PH_EVICT && nt == KCR_EVICTED) {
     if (r.page[i] >= 0) kcr_push(r.page_stack, r.page_top, r.page[i]);
@@ -275,16 +278,18 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int j, int64_t i, int w, c
     atomicAdd(r.led_need, 1); /* kcr_cut_k cuts whole slabs for these before the ledger phase */
   } else if (ph == KCR_PH_LEDGER && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
     const int k = atomicAdd(r.n_qjobs, 1);
-    const int led = k < r.job_cap ? kcr_pop_ledger(r) : -1;
+    const int led = k < r.job_cap ? kcr_pop_ledger(r, last) : -1;
     if (k >= r.job_cap) atomicOr(r.err_flag, 8);
-    if (led < 0) { /* no ledger: the demotion becomes an eviction (in the demote phase) */
-      r.plan[i] = KCR_EVICTED;
+    if (led < 0) { /* no ledger: the next round, or (last) the demotion becomes an eviction */
+      if (last) r.plan[i] = KCR_EVICTED;
       if (k < r.job_cap) r.qjobs[k] = kc_quant_job_t{};
       return;
     }
     r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_NEWLED;
     r.qjobs[k] = kcr_job(r, r.page[i], led, w, d.n_tok);
     atomicAdd(&st->quantizations, 1);
+  } else if (ph == KCR_PH_DEMOTE && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
+    atomicAdd(r.led_need, 1); /* waits for a ledger: the next round's cut counts it */
   } else if (ph == KCR_PH_DEMOTE && cur == KCR_FULL && nt != KCR_FULL) {
     kcr_push(r.page_stack, r.page_top, r.page[i]);
     r.page[i] = -1;
@@ -393,7 +398,7 @@ __global__ void kcr_coalesce_k(const kc_route_t r, int low) {
   if (threadIdx.x == 0) *r.ledger_top = m;
 }
 
-__global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph) {
+__global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph, int last) {
   const int s = c.slots[blockIdx.x], l = c.layer0 + blockIdx.y, j = l * r.max_seqs + s;
   if (!r.routed[j]) return;
   for (int w = r.sink_win + threadIdx.x; w < r.aged[j]; w += blockDim.x) {
@@ -401,7 +406,7 @@ __global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph)
     const kern_pwin_t d = r.win[i];
     if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
     const int cur = d.tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT, nt = KCR_TIER(r.plan[i]);
-    if (nt != cur) kcr_step(r, ph, j, i, w, d, cur, nt);
+    if (nt != cur) kcr_step(r, ph, last, j, i, w, d, cur, nt);
     if (ph == KCR_PH_COMMIT) r.plan[i] = 0;
   }
   if (ph == KCR_PH_COMMIT) {
@@ -463,6 +468,32 @@ extern "C" int kc_route_add_masses(const kc_route_t *r, int layer, int slot, con
   return KCR_LAUNCHED();
 }
 
+/* One phase launch over c's (slot, layer)s; after the evict phase, and after a demote round that
+ * left demotions waiting, whole slabs are cut for the ledgers still needed (kcr_cut_k). */
+static int kcr_phase(const kc_route_t *r, const kc_route_call_t *c, int ph, int last,
+                     cudaStream_t st) {
+  const dim3 grid((unsigned)c->n_slots, (unsigned)c->n_layers);
+  kcr_phase_k<<<grid, KCR_NT, 0, st>>>(*r, *c, ph, last);
+  if (KCR_LAUNCHED()) return QE_EBACKEND;
+  if (ph == KCR_PH_EVICT || (ph == KCR_PH_DEMOTE && !last)) kcr_cut_k<<<1, KCR_NT, 0, st>>>(*r);
+  return KCR_LAUNCHED();
+}
+
+/* Round `round` of the demotions: FULL pages -> new ledgers (quantized), then the pages freed.
+ * A demotion that finds no ledger waits for the next round, whose ledgers come from the pages
+ * this round freed (the pool's peak stays near the pass's end state); in the last round it
+ * becomes an eviction. */
+static int kcr_demote_round(const kc_route_t *r, const kc_route_call_t *c, kc_quant_args_t *q,
+                            int round, cudaStream_t st) {
+  const int last = round == KCR_ROUNDS - 1;
+  int rc = KCR_CUDA(cudaMemsetAsync(r->n_qjobs, 0, sizeof(int32_t), st)) ? QE_EBACKEND : 0;
+  if (!rc) rc = kcr_phase(r, c, KCR_PH_LEDGER, last, st);
+  if (!rc) q->jobs = r->qjobs, q->n_jobs_dev = r->n_qjobs, rc = kc_quant_windows(q, st);
+  if (!rc) kcr_merge_k<<<1, KCR_NT, 0, st>>>(*r); /* cut slabs' spares to the ledger stack */
+  if (!rc) rc = KCR_LAUNCHED();
+  return rc ? rc : kcr_phase(r, c, KCR_PH_DEMOTE, last, st);
+}
+
 extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
                             const kc_quant_args_t *qa, void *stream) {
   if (!r || !c || !qa || c->n_slots < 0 || c->layer0 < 0 || c->n_layers < 1 ||
@@ -483,27 +514,16 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   kcr_coalesce_k<<<1, 1024, 0, st>>>(*r, low);
   if (KCR_LAUNCHED()) return QE_EBACKEND;
   kcr_decide_k<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
-  if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_qjobs, 0, sizeof(int32_t), st)) ||
-      KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)) ||
+  if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)) ||
       KCR_CUDA(cudaMemsetAsync(r->led_need, 0, sizeof(int32_t), st)))
     return QE_EBACKEND;
   kc_quant_args_t q = *qa;
   q.n_jobs = r->job_cap;
-  int rc = 0;
-  for (int ph = KCR_PH_EVICT; !rc && ph <= KCR_PH_COMMIT; ph++) {
-    kcr_phase_k<<<grid, KCR_NT, 0, st>>>(*r, *c, ph);
-    if ((rc = KCR_LAUNCHED())) break;
-    if (ph == KCR_PH_EVICT) { /* whole slabs for the demotions' new ledgers */
-      kcr_cut_k<<<1, KCR_NT, 0, st>>>(*r);
-      if ((rc = KCR_LAUNCHED())) break;
-    }
-    if (ph == KCR_PH_LEDGER) { /* demotions: FULL pages -> new ledgers; cut slabs' spares */
-      q.jobs = r->qjobs, q.n_jobs_dev = r->n_qjobs, rc = kc_quant_windows(&q, stream);
-      kcr_merge_k<<<1, KCR_NT, 0, st>>>(*r);
-      if (!rc) rc = KCR_LAUNCHED();
-    }
-    if (ph == KCR_PH_PAGE) /* promotions: ledgers -> new pages */
-      q.jobs = r->djobs, q.n_jobs_dev = r->n_djobs, rc = kc_dequant_windows(&q, stream);
-  }
-  return rc;
+  int rc = kcr_phase(r, c, KCR_PH_EVICT, 1, st);
+  for (int round = 0; !rc && round < KCR_ROUNDS; round++)
+    rc = kcr_demote_round(r, c, &q, round, st);
+  if (!rc) rc = kcr_phase(r, c, KCR_PH_PAGE, 1, st);
+  if (!rc) /* promotions: ledgers -> new pages */
+    q.jobs = r->djobs, q.n_jobs_dev = r->n_djobs, rc = kc_dequant_windows(&q, stream);
+  return rc ? rc : kcr_phase(r, c, KCR_PH_COMMIT, 1, st);
 }
