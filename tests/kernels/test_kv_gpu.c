@@ -912,6 +912,60 @@ static void check_observers(const char *policy, float q) {
   kv_cache_destroy(cpu), kv_cache_destroy(gpu), kv_cache_destroy(gpu2);
 }
 
+/* A lockstep batch whose budget holds its prompts: pressure begins for every (slot, layer) in
+ * one routing pass, which demotes many windows at once (the new ledgers must not each take a
+ * unit of their own, and the pass's demoted pages and new ledgers must fit the pool): 32 slots,
+ * prompts of 256, capacity 1,280, QEvict at frac, decoded past the onset; no pool fault, every
+ * slot within its budget, INT2 windows made. */
+static void check_onset(double frac, int steps) {
+  enum { S = 32, P = 256, CAP = 1280 };
+  kv_geom_t ge = {4, 8, 2, 128, S};
+  kern_rope_t rope = {KERN_ROPE_NORM, 128, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, CAP, S, frac, 0, &kv));
+  if (!kv) return;
+  const int nq = ge.n_head * ge.head_dim, row = ge.n_kv_head * ge.head_dim;
+  for (int s = 0; s < S; s++) CHECK_OK(kv->ops->seq_open(kv, s, CAP));
+  float *q = randv((size_t)S * P * nq), *k = randv((size_t)S * P * row);
+  float *dq = dput(q, sizeof(float) * (size_t)S * P * nq),
+        *dk = dput(k, sizeof(float) * S * P * row);
+  float *dout = kern_alloc(g_gpu, sizeof(float) * (size_t)S * P * nq);
+  for (int t = -1; t < steps; t++) { /* t = -1: the prompts */
+    const int n = t < 0 ? P : 1;
+    for (int l = 0; l < ge.n_layer; l++) {
+      kv_attn_req_t rq[S];
+      for (int s = 0; s < S; s++) {
+        const int pos0 = t < 0 ? 0 : P + t;
+        const size_t off = (size_t)s * n;
+        CHECK_OK(kv->ops->store(kv, s, l, pos0, n, dk + off * row, dk + off * row));
+        rq[s] = (kv_attn_req_t){s, pos0, n, dq + off * nq, dout + off * nq};
+      }
+      CHECK_OK(kv->ops->attend(kv, l, rq, S));
+    }
+  }
+  int over = 0, faults = 0;
+  long int2 = 0;
+  for (int s = 0; s < S; s++) {
+    kv_gpu_stats_t st;
+    CHECK_OK(kv_gpu_stats(kv, s, &st));
+    over += st.bytes > st.budget, faults |= st.err_flags, int2 += st.windows[1];
+  }
+  kv_gpu_pool_t pu;
+  CHECK_OK(kv_gpu_pool_usage(kv, &pu));
+  fprintf(stderr,
+          "kv_gpu lockstep onset (qevict %.2f, %d slots x %d layers, %d steps): pool %ld units, "
+          "peak %ld; err flags %d, slots over budget %d, INT2 windows %ld\n",
+          frac, S, ge.n_layer, steps, pu.units_total, pu.units_peak, faults, over, int2);
+  CHECK(faults == 0);
+  CHECK(over == 0);
+  CHECK(int2 > 0);
+  kern_free(g_gpu, dq), kern_free(g_gpu, dk), kern_free(g_gpu, dout);
+  free(q), free(k);
+  kv_cache_destroy(kv);
+}
+
 int main(int argc, char **argv) {
   int small = argc > 1 && !strcmp(argv[1], "--small"); /* compute-sanitizer runs */
   if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
@@ -926,6 +980,8 @@ int main(int argc, char **argv) {
   check_tiered("qevict", 8, 2, 128, 0.3, small ? 12 : 80);
   if (!small) check_tiered("qevict", 9, 3, 64, 0.15, 60);
   if (!small) check_tiered("kivi", 8, 2, 128, 0.25, 80);
+  check_onset(0.2, small ? 16 : 64);
+  if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);
   if (!small) check_observers("kivi", -1), check_observers("streaming", -1);
   kv_geom_t bad = {2, 8, 2, 32, 1};
