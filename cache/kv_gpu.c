@@ -142,9 +142,13 @@ static int gpu_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, const 
 }
 
 /* Stages src unless the device buffer already holds exactly these bytes (the layers of one step
- * write the same token and window tables): last keeps what was staged there last. */
-static int stage_once(kv_gpu_t *g, kvg_last_t *last, void *dst, const void *src, size_t bytes) {
-  if (last->dst == dst && last->bytes == bytes && !memcmp(last->copy, src, bytes)) return 0;
+ * write the same token and window tables): last keeps what was staged there last; *same (may be
+ * NULL) says whether it did. */
+static int stage_once(kv_gpu_t *g, kvg_last_t *last, void *dst, const void *src, size_t bytes,
+                      int *same) {
+  const int held = last->dst == dst && last->bytes == bytes && !memcmp(last->copy, src, bytes);
+  if (same) *same = held;
+  if (held) return 0;
   if (bytes > last->cap) {
     void *c = realloc(last->copy, bytes);
     if (!c) return qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
@@ -182,10 +186,10 @@ static int flush_stores(kv_gpu_t *g, int layer) {
       g->h_tok[g->tok_cap + t] = g->segs[i].pos0 + j;
     }
   int32_t *dt = g->d_tok.p;
-  const size_t tb = sizeof(int32_t) * 2 * (size_t)g->tok_cap;
-  const int same =
-      g->tok_last.dst == dt && g->tok_last.bytes == tb && !memcmp(g->tok_last.copy, g->h_tok, tb);
-  if ((rc = stage_once(g, &g->tok_last, dt, g->h_tok, tb))) return rc;
+  int same = 0;
+  if ((rc = stage_once(g, &g->tok_last, dt, g->h_tok, sizeof(int32_t) * 2 * (size_t)g->tok_cap,
+                       &same)))
+    return rc;
   /* tiered: pages for the windows the tokens start; in a decode-only step (one token per
    * sequence: at most one new window each) every layer's at layer 0, since a forward pass stores
    * the same tokens on every layer; else (a prompt's windows are routed layer by layer, which
@@ -258,8 +262,8 @@ static int decode_attend(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
   }
   for (int i = 0; i < nd; i++) g->h_idx[i] = (int)((reqs[sel[i]].q - base) / nq);
   int32_t *dsw = g->d_seqwin.p;
-  if ((rc = stage_once(g, &g->sw_last, dsw, g->h_seqwin,
-                       sizeof(int32_t) * 2 * (size_t)ge->max_seqs)))
+  if ((rc = stage_once(g, &g->sw_last, dsw, g->h_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs,
+                       NULL)))
     return rc;
   kc_attn_args_t a = attn_args(g, layer, nd, max_win);
   a.seq_win = dsw, a.seq_nwin = dsw + ge->max_seqs;

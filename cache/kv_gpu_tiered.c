@@ -405,9 +405,9 @@ int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_r
   if (!rc) {
     kv_gpu_set_budget_spec(&g->base, fraction, bytes);
     n_units = pool_units(g, budget_for(g, 0, max_tokens), n_seqs, max_tokens);
-    const char *slack = getenv("QEVICT_KV_GPU_POOL_SLACK"); /* diagnostics: percent more units */
-    if (slack && atoi(slack) > 0 && atoi(slack) <= 1000)
-      n_units += (int)((long)n_units * atoi(slack) / 100);
+    const char *sv = getenv("QEVICT_KV_GPU_POOL_SLACK"); /* workaround: percent more units */
+    const int slack = sv ? atoi(sv) : 0;
+    if (slack > 0 && slack <= 1000) n_units += (int)((long)n_units * slack / 100);
     size_t arena = (size_t)n_units * g->page_bytes;
     g->arena = kern_alloc(be, arena), g->arena_bytes = arena;
     if (!g->arena) rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool", arena);

@@ -175,14 +175,15 @@ static int gpu_stats(kv_cache_t *kv, kv_gpu_stats_t *s) {
 
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
   kv_gpu_stats_t gs;
-  if (gpu_stats(kv, &gs))
+  const int gpu = gpu_stats(kv, &gs);
+  if (gpu)
     fprintf(f,
             "qevict: memory (policy %s, GPU, rank 0): budget %zu bytes, persistent %zu; windows "
             "Full/INT2/Evicted %ld/%ld/%ld; promotions %ld, demotions %ld, evictions %ld, "
             "routing events %ld; pool faults %d\n",
             p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
             gs.promotions, gs.demotions, gs.evictions, gs.routings, gs.err_flags);
-  if (gpu_stats(kv, &gs) && (gs.err_flags & 1))
+  if (gpu && (gs.err_flags & 1))
     fprintf(f, "qevict: warning: the GPU cache's pool ran out of units during the run: windows "
                "were kept at a lower tier or (a new window) left unstored, so routing was not "
                "exact; QEVICT_KV_GPU_POOL_SLACK=30 gives the pool 30%% more units (README)\n");
