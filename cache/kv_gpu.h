@@ -33,13 +33,16 @@ int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_
  * local region, bits, group and promotion after each prefilled layer and whenever a window ages.
  * The sink is rounded up to whole windows. Budgets are persistent bytes per slot (all layers,
  * split evenly over them): FULL pages with kept ledgers, ledgers, and a fixed bookkeeping charge
- * per live window, as kv_tiered charges them. Limits: scorer cumulative or recency, no graphkv, no
- * pyramid budgets (QE_EUNSUPPORTED otherwise); a prompt arrives in one piece (a multi-token
- * attention of a slot that already holds tokens is QE_EUNSUPPORTED). The arena holds n_seqs slots
- * of max_tokens under the budget spec (fraction of kv_gpu_fullkv_bytes, or bytes when non-zero):
- * their steady FULL and ledger shares plus one layer of prompt at FULL each. A pool that runs dry
- * on the device does not fail a call: the affected window is evicted (a demotion, a new window)
- * or stays INT2 (a promotion), and kv_gpu_stats reports it in err_flags. */
+ * per live window, as kv_tiered charges them. GraphKV re-scoring (cfg->graphkv) runs on the
+ * device before each decision, as kv_tiered does it (kern_cuda_route.h's kc_route_gkv_t).
+ * Limits: scorer cumulative or recency, graphkv with a cumulative scorer and at most
+ * KV_GPU_GRAPHKV_MAX_M neighbours, no pyramid budgets (QE_EUNSUPPORTED otherwise); a prompt arrives
+ * in one piece (a multi-token attention of a slot that already holds tokens is QE_EUNSUPPORTED).
+ * The arena holds n_seqs slots of max_tokens under the budget spec (fraction of
+ * kv_gpu_fullkv_bytes, or bytes when non-zero): their steady FULL and ledger shares plus one layer
+ * of prompt at FULL each. A pool that runs dry on the device does not fail a call: the affected
+ * window is evicted (a demotion, a new window) or stays INT2 (a promotion), and kv_gpu_stats
+ * reports it in err_flags. */
 int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
                          const kv_policy_cfg_t *cfg, int max_tokens, int n_seqs, double fraction,
                          size_t bytes, kv_cache_t **out);
@@ -51,6 +54,8 @@ int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget);
 /* Bookkeeping bytes a tiered GPU slot is charged per live window (descriptor, score, page and
  * ledger ids, plan), as kv_tiered charges its window metadata. */
 #define KV_GPU_WIN_META 77
+/* Neighbours per GraphKV source the GPU cache takes (kern_cuda_graphkv.h's KC_GRAPHKV_MAX_M). */
+#define KV_GPU_GRAPHKV_MAX_M 32
 
 /* The tiered GPU cache's sizes for geometry g and policy cfg, without a cache (pure; the
  * scheduler and the worker size budgets with it): *floor, the bytes per layer every slot holds

@@ -13,9 +13,11 @@ int kv_gpu_policy_check(const kv_policy_cfg_t *c, const char *name, int scorer_n
                    "policy.name: '%s' needs the GPU tiered cache, which takes head_dim 64 or 128 "
                    "and at most 8 query heads per KV head (this model: %d, %d/%d); use policy full",
                    name, head_dim, n_head, n_kv);
-  if (c->graphkv)
+  if (c->graphkv && (c->gkv.m > KV_GPU_GRAPHKV_MAX_M || c->scorer == KV_SCORE_RECENCY))
     return qe_errf(QE_EUNSUPPORTED,
-                   "policy.graphkv: '%s': GraphKV re-scoring does not run on the GPU cache", name);
+                   "policy.graphkv: '%s': the GPU cache re-scores with at most %d neighbours per "
+                   "source and a cumulative scorer (got m = %d)",
+                   name, KV_GPU_GRAPHKV_MAX_M, c->gkv.m);
   if (c->pyramid || c->pool_kernel > 1 ||
       (c->scorer != KV_SCORE_CUMULATIVE && c->scorer != KV_SCORE_RECENCY))
     return qe_errf(QE_EUNSUPPORTED,

@@ -99,7 +99,7 @@ struct kv_gpu_tier {
   int32_t *h_len, *h_slots; /* [max_seqs] */
   kvg_buf_t d_bhist, d_len, d_slots, d_mass;
   kc_timer_t *timer[2]; /* GPU time of the routing passes: after prefills [0], in decode [1] */
-  void *dev[16];        /* device allocations of rt, freed at destroy */
+  void *dev[32];        /* device allocations of rt, freed at destroy */
   int n_dev;
 };
 

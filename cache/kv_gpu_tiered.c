@@ -10,10 +10,13 @@
 #include <string.h>
 
 #include "kern_cuda.h"
+#include "kern_cuda_graphkv.h"
 #include "kv_gpu_internal.h"
 #include "qe_status.h"
 
 #define KVG_JOBS (1 << 18)
+
+_Static_assert(KV_GPU_GRAPHKV_MAX_M == KC_GRAPHKV_MAX_M, "GraphKV neighbour limits differ");
 
 /* ---- sizes and budgets ------------------------------------------------------------------------
  */
@@ -253,6 +256,36 @@ static void *dev_alloc(kv_gpu_t *g, size_t bytes, int *rc) {
   return p;
 }
 
+/* GraphKV's scratch (kc_route_gkv_t): as many layers per pass as fit in 256 MiB (at least one). */
+static int alloc_gkv(kv_gpu_t *g) {
+  kc_route_gkv_t *G = &g->t->rt.gkv;
+  const kv_geom_t *ge = &g->base.geom;
+  const graphkv_params_t *p = &g->t->cfg.gkv;
+  size_t S = (size_t)ge->max_seqs, W = (size_t)g->max_win, nw = (size_t)ge->n_layer * S * W;
+  size_t per = kc_route_gkv_bytes(ge->max_seqs, g->max_win, g->row, 1);
+  size_t chunk = per ? ((size_t)256 << 20) / per : 1;
+  chunk = chunk < 1 ? 1 : chunk > (size_t)ge->n_layer ? (size_t)ge->n_layer : chunk;
+  *G = (kc_route_gkv_t){.on = 1,
+                        .source_frac = p->source_frac,
+                        .m = p->m,
+                        .rounds = p->rounds,
+                        .chunk = (int)chunk,
+                        .row = g->row};
+  size_t e = chunk * S * W;
+  int rc = 0;
+  G->gscore = dev_alloc(g, sizeof(float) * nw, &rc);
+  G->cwin = dev_alloc(g, sizeof(kern_pwin_t) * e, &rc);
+  G->cw = dev_alloc(g, sizeof(int32_t) * e, &rc);
+  G->cscore = dev_alloc(g, sizeof(float) * e, &rc);
+  G->keys = dev_alloc(g, sizeof(float) * e * (size_t)g->row, &rc);
+  G->norm = dev_alloc(g, sizeof(double) * e, &rc);
+  G->decay = dev_alloc(g, sizeof(float) * e, &rc);
+  G->sim = dev_alloc(g, sizeof(float) * 8 * e, &rc);
+  G->n_cand = dev_alloc(g, sizeof(int32_t) * 2 * chunk * S, &rc);
+  if (!rc) G->n_slots = G->n_cand + chunk * S;
+  return rc;
+}
+
 /* The device state of kc_route_t: per-window arrays beside the descriptor table g->tab, the
  * free stacks of n_units units and their ledger slots. */
 static int alloc_route(kv_gpu_t *g, int n_units) {
@@ -279,6 +312,7 @@ static int alloc_route(kv_gpu_t *g, int n_units) {
   r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
   r->n_qjobs = dev_alloc(g, 3 * sizeof(int32_t), &rc); /* n_qjobs, n_djobs, led_need */
+  if (!rc && g->t->cfg.graphkv) rc = alloc_gkv(g);
   if (rc) return rc;
   r->ledger_top = r->page_top + 1, r->err_flag = r->page_top + 2, r->spare_top = r->page_top + 3;
   r->units_low = r->page_top + 4;

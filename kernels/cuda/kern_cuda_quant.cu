@@ -432,6 +432,41 @@ __global__ void kq_dequant_k(const kq_params_t p) {
   for (int ji = blockIdx.x; ji < kq_njobs(p); ji += gridDim.x) kq_dequant_job(p, p.jobs[ji]);
 }
 
+/* Element e (channel j) of a window's mean pre-RoPE key (cache/kv_tiered_route.c's mean_key):
+ * FULL keys un-rotated (RoPE at -position), QUANT keys dequantized, summed in token order in
+ * fp32, divided by n_tok; 0 for an evicted or empty window. */
+KQ_FN float kq_mean_key(const kq_params_t &p, const kern_pwin_t &d, int e, int j) {
+  const int row = p.n_kv * p.hd;
+  float s = 0.0f;
+  if (d.n_tok <= 0 || (d.tier != KERN_PW_FULL && d.tier != KERN_PW_QUANT)) return 0.0f;
+  if (d.tier == KERN_PW_FULL) {
+    const __nv_bfloat16 *kp = kq_ptr<const __nv_bfloat16>(p, d.k) + (e - j);
+    for (int t = 0; t < d.n_tok; t++)
+      s = __fadd_rn(s, kq_rope_bf16(p, kp + (size_t)t * row, j, -(d.pos0 + t)));
+  } else {
+    const uint8_t *codes = kq_ptr<const uint8_t>(p, d.k);
+    const float z = kq_h2f(kq_ptr<const uint16_t>(p, d.k_zero)[e]);
+    const float sc = kq_h2f(kq_ptr<const uint16_t>(p, d.k_scale)[e]);
+    for (int t = 0; t < d.n_tok; t++)
+      s = __fadd_rn(s, kq_recon(kq_code_at(codes, t * row + e, p.bits), z, sc));
+  }
+  return __fdiv_rn(s, (float)d.n_tok);
+}
+
+/* Grid (x: strides over group g's n[g] * row elements, y: g). */
+__global__ void kq_mean_keys_k(const kq_params_t p, const kern_pwin_t *win, const int32_t *n,
+                               int stride, float *out) {
+  const int g = blockIdx.y, row = p.n_kv * p.hd;
+  const int64_t total = (int64_t)n[g] * row;
+  for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total;
+       x += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t k = x / row;
+    const int e = (int)(x % row);
+    out[((int64_t)g * stride + k) * row + e] =
+        kq_mean_key(p, win[(int64_t)g * stride + k], e, e % p.hd);
+  }
+}
+
 /* ---- host side ---- */
 
 static int kq_check_geom(const kern_paged_geom_t *g) {
@@ -556,5 +591,22 @@ extern "C" int kc_dequant_windows(const kc_quant_args_t *a, void *stream) {
   const kq_params_t p = kq_params(a);
   const int64_t n = (int64_t)a->geom.omega * a->geom.n_kv * a->geom.head_dim;
   kq_dequant_k<<<dim3(kq_grid_x(a), kq_blocks_y(n, KQ_DT)), KQ_DT, 0, (cudaStream_t)stream>>>(p);
+  return KQ_LAUNCHED();
+}
+
+extern "C" int kc_mean_keys(const kc_quant_args_t *a, const kern_pwin_t *win, const int32_t *n,
+                            int n_groups, int stride, float *out, void *stream) {
+  int rc = kc_quant_check(a);
+  if (rc) return rc;
+  if (n_groups < 0 || n_groups > 65535 || stride < 1 || (n_groups && (!win || !n || !out)))
+    return qe_errf(QE_EINVAL, "kc_mean_keys: bad arguments (%d groups, stride %d)", n_groups,
+                   stride);
+  if (!n_groups) return 0;
+  const kq_params_t p = kq_params(a);
+  const int64_t per = (int64_t)stride * a->geom.n_kv * a->geom.head_dim;
+  const unsigned gx =
+      (unsigned)((per + KQ_DT - 1) / KQ_DT > 1024 ? 1024 : (per + KQ_DT - 1) / KQ_DT);
+  kq_mean_keys_k<<<dim3(gx, (unsigned)n_groups), KQ_DT, 0, (cudaStream_t)stream>>>(p, win, n,
+                                                                                   stride, out);
   return KQ_LAUNCHED();
 }

@@ -97,6 +97,16 @@ int kc_quant_windows(const kc_quant_args_t *a, void *stream);
  * its FULL K and V pages (other rows untouched). Same returns as kc_quant_windows. */
 int kc_dequant_windows(const kc_quant_args_t *a, void *stream);
 
+/* GraphKV's window vectors: the mean pre-RoPE key of windows, n_groups lists of them. Group g's
+ * windows are win[g * stride + k] for k < n[g] (device [n_groups]); the result is out[(g * stride
+ * + k) * n_kv * head_dim + e] (fp32). A FULL window's bf16 keys are un-rotated (RoPE at
+ * -position, with a's RoPE when a->rotate) in fp32, a QUANT window's ledger is dequantized (c * s
+ * + z); both summed in token order and divided by n_tok, as cache/kv_tiered_route.c does on the
+ * CPU; an EVICTED or empty window gives zeros. a's jobs are not used. Same returns as
+ * kc_quant_windows. */
+int kc_mean_keys(const kc_quant_args_t *a, const kern_pwin_t *win, const int32_t *n, int n_groups,
+                 int stride, float *out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,9 @@
 extern "C" {
 #include "qe_status.h"
 }
+#include "kern_cuda_graphkv.h"
 #include "kern_cuda_route.h"
+#include "kern_cuda_sort.cuh"
 
 #define KCR_NT      256
 #define KCR_MAX_P   16384 /* candidates one decide block sorts (pow2) */
@@ -133,6 +135,23 @@ __global__ void kcr_masses_k(const kc_route_t r, int layer, int slot, const floa
 
 /* ---- decide ---------------------------------------------------------------------------------- */
 
+/* Windows of slot s aged (routing candidates, sink included) at its current length. */
+__device__ __forceinline__ int kcr_aged_now(const kc_route_t &r, const kc_route_call_t &c, int s) {
+  const int lim = c.len[s] - r.n_local, A = lim > 0 ? lim / r.omega : 0;
+  return A < r.sink_win ? r.sink_win : A;
+}
+
+/* Bytes window i costs while FULL (its kept ledger included). */
+__device__ __forceinline__ int64_t kcr_full_cost(const kc_route_t &r, int64_t i) {
+  return (int64_t)(r.page_bytes + r.meta_bytes) + (r.ledger[i] >= 0 ? (int64_t)r.lay.total : 0);
+}
+
+/* No pressure: every candidate may stay FULL (the decision's shortcut). */
+__device__ __forceinline__ bool kcr_relaxed(const kc_route_t &r, int64_t full, int anyq,
+                                            int64_t b_hist) {
+  return r.use_full && (r.promote || !anyq) && full <= b_hist;
+}
+
 __device__ int64_t kcr_block_sum(int64_t v, int64_t *sh) {
   for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
@@ -141,30 +160,6 @@ __device__ int64_t kcr_block_sum(int64_t v, int64_t *sh) {
   int64_t t = 0;
   for (int k = 0; k < (int)(blockDim.x >> 5); k++) t += sh[k];
   return t;
-}
-
-/* (score desc, window asc): true when a sorts before b. */
-__device__ __forceinline__ bool kcr_before(float ka, int ia, float kb, int ib) {
-  return ka > kb || (ka == kb && ia < ib);
-}
-
-__device__ void kcr_sort(float *key, int *idx, int P) {
-  for (int k = 2; k <= P; k <<= 1)
-    for (int jj = k >> 1; jj > 0; jj >>= 1) {
-      for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int l = i ^ jj;
-        if (l <= i) continue;
-        const bool up = (i & k) == 0; /* this pair's run sorts "before" first */
-        const bool sw = up ? kcr_before(key[l], idx[l], key[i], idx[i])
-                           : kcr_before(key[i], idx[i], key[l], idx[l]);
-        if (sw) {
-          float tk = key[i];
-          int ti = idx[i];
-          key[i] = key[l], idx[i] = idx[l], key[l] = tk, idx[l] = ti;
-        }
-      }
-      __syncthreads();
-    }
 }
 
 /* Thread 0: kv_route_decide's greedy fill over the sorted candidates; tiers into tier[]. */
@@ -194,9 +189,7 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
   __shared__ int n_c;
   __shared__ int64_t red[32];
   const int s = c.slots[blockIdx.x], l = c.layer0 + blockIdx.y, j = l * r.max_seqs + s;
-  const int len = c.len[s], lim = len - r.n_local;
-  int A = lim > 0 ? lim / r.omega : 0;
-  A = A < r.sink_win ? r.sink_win : A;
+  const int A = kcr_aged_now(r, c, s);
   __shared__ int go;
   if (threadIdx.x == 0) { /* one thread reads and writes aged: every thread sees one answer */
     go = c.force || A > r.aged[j];
@@ -212,9 +205,9 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
     const kern_pwin_t d = r.win[i];
     if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
     const int k = atomicAdd(&n_c, 1);
-    const float sc = r.recency ? (float)w : r.score[i];
+    const float sc = r.recency ? (float)w : r.gkv.on ? r.gkv.gscore[i] : r.score[i];
     if (k < P) key[k] = sc == sc ? sc : -__int_as_float(0x7f800000), idx[k] = w; /* NaN: last */
-    full += (int64_t)(r.page_bytes + r.meta_bytes) + (r.ledger[i] >= 0 ? (int64_t)r.lay.total : 0);
+    full += kcr_full_cost(r, i);
     quant |= d.tier == KERN_PW_QUANT;
   }
   full = kcr_block_sum(full, red);
@@ -224,17 +217,93 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
     return;
   }
   const int64_t b_hist = c.b_hist[s];
-  if (r.use_full && (r.promote || !anyq) && full <= b_hist) { /* no pressure: all FULL */
+  if (kcr_relaxed(r, full, anyq, b_hist)) { /* no pressure: all FULL */
     for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = KCR_FULL;
     return;
   }
   for (int k = n + threadIdx.x; k < P; k += blockDim.x)
     key[k] = -__int_as_float(0x7f800000), idx[k] = 0x7fffffff;
   __syncthreads();
-  kcr_sort(key, idx, P);
+  kc_sort_pairs(key, idx, P);
   if (threadIdx.x == 0) kcr_fill(r, l, s, idx, n, b_hist, tier);
   __syncthreads();
   for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = tier[k];
+}
+
+/* ---- GraphKV re-scoring ------------------------------------------------------------------------
+ */
+
+/* Block-wide ordered compaction: the rank of this thread's flag among the block's set flags
+ * (thread order) and, in *total, how many are set. Every thread calls it. */
+__device__ int kcr_block_rank(bool f, int *warp_cnt, int *total) {
+  const unsigned b = __ballot_sync(0xffffffffu, f);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if (lane == 0) warp_cnt[wid] = __popc(b);
+  __syncthreads();
+  int before = 0, tot = 0;
+  for (int k = 0; k < (int)(blockDim.x >> 5); k++)
+    before += k < wid ? warp_cnt[k] : 0, tot += warp_cnt[k];
+  __syncthreads();
+  *total = tot;
+  return before + __popc(b & ((1u << lane) - 1u));
+}
+
+/* GraphKV's "slots being filled": the windows B_hist holds at (1 - q) FULL and q QUANT (at most n;
+ * cache/kv_tiered_route.c's budget_slots). */
+__device__ int kcr_budget_slots(const kc_route_t &r, int64_t b_hist, int n) {
+  const double q = (double)r.q, b = (double)b_hist;
+  const double full = (double)(r.page_bytes + r.meta_bytes),
+               quant = (double)(r.lay.total + r.meta_bytes);
+  const double slots = __dadd_rn(__ddiv_rn(__dmul_rn(__dsub_rn(1.0, q), b), full),
+                                 q > 0 ? __ddiv_rn(__dmul_rn(q, b), quant) : 0.0);
+  return slots < (double)n ? (int)slots : n;
+}
+
+/* One (slot, layer) of a pass (group g = blockIdx.y * n_slots + blockIdx.x, layer l0 + y): when
+ * the decision will rank it (routed and under pressure), its candidates in window order into
+ * the group's scratch (scores clamped to [0, FLT_MAX]); gscore takes the cumulative scores. */
+__global__ void kcr_gkv_cand_k(const kc_route_t r, const kc_route_call_t c, int l0) {
+  __shared__ int64_t red[32];
+  __shared__ int wc[32];
+  const int s = c.slots[blockIdx.x], l = l0 + blockIdx.y, j = l * r.max_seqs + s;
+  const int g = blockIdx.y * c.n_slots + blockIdx.x, A = kcr_aged_now(r, c, s);
+  const int64_t base = (int64_t)g * r.max_win;
+  const kc_route_gkv_t &G = r.gkv;
+  if (!(c.force || A > r.aged[j])) { /* not routed in this pass */
+    if (threadIdx.x == 0) G.n_cand[g] = 0;
+    return;
+  }
+  int64_t full = 0;
+  int quant = 0, n = 0;
+  for (int w0 = r.sink_win; w0 < A; w0 += blockDim.x) {
+    const int w = w0 + threadIdx.x;
+    const int64_t i = w < A ? kcr_idx(r, l, s, w) : 0;
+    const kern_pwin_t d = w < A ? r.win[i] : kern_pwin_t{};
+    const bool live = w < A && d.n_tok > 0 && d.tier != KERN_PW_EVICTED;
+    int cnt;
+    const int k = n + kcr_block_rank(live, wc, &cnt);
+    n += cnt;
+    if (!live) continue;
+    const float sc = r.score[i];
+    G.cwin[base + k] = d, G.cw[base + k] = w, G.gscore[i] = sc;
+    G.cscore[base + k] = sc > 0.0f ? fminf(sc, 3.402823466e38f) : 0.0f;
+    full += kcr_full_cost(r, i), quant |= d.tier == KERN_PW_QUANT;
+  }
+  full = kcr_block_sum(full, red);
+  const int anyq = __syncthreads_or(quant);
+  if (threadIdx.x) return;
+  const int64_t b_hist = c.b_hist[s];
+  const bool rank = n > 1 && !kcr_relaxed(r, full, anyq, b_hist);
+  G.n_cand[g] = rank ? n : 0;
+  G.n_slots[g] = kcr_budget_slots(r, b_hist, n);
+}
+
+/* The re-scored scores of the group's candidates into gscore. */
+__global__ void kcr_gkv_scatter_k(const kc_route_t r, const kc_route_call_t c, int l0) {
+  const int s = c.slots[blockIdx.x], l = l0 + blockIdx.y, g = blockIdx.y * c.n_slots + blockIdx.x;
+  const int64_t base = (int64_t)g * r.max_win;
+  for (int k = threadIdx.x; k < r.gkv.n_cand[g]; k += blockDim.x)
+    r.gkv.gscore[kcr_idx(r, l, s, r.gkv.cw[base + k])] = r.gkv.cscore[base + k];
 }
 
 /* ---- migrations --------------------------------------------------------------------------------
@@ -423,6 +492,13 @@ static int kcr_pow2(int n) {
   return p;
 }
 
+extern "C" size_t kc_route_gkv_bytes(int max_seqs, int max_win, int row, int chunk) {
+  const size_t groups = (size_t)chunk * (size_t)max_seqs, e = groups * (size_t)max_win;
+  const size_t per = sizeof(kern_pwin_t) + sizeof(int32_t) + sizeof(float) * (2 + 8 + (size_t)row) +
+                     sizeof(double);
+  return e * per + groups * 2 * sizeof(int32_t);
+}
+
 extern "C" size_t kc_route_smem(int max_win) {
   const int P = kcr_pow2(max_win > 1 ? max_win : 1);
   return (size_t)P * (sizeof(float) + sizeof(int) + 1);
@@ -479,6 +555,29 @@ static int kcr_phase(const kc_route_t *r, const kc_route_call_t *c, int ph, int 
   return KCR_LAUNCHED();
 }
 
+/* GraphKV over c's (slot, layer)s, gkv.chunk layers at a time: candidates, their mean keys, the
+ * re-scoring, the results into gscore. */
+static int kcr_gkv(const kc_route_t *r, const kc_route_call_t *c, const kc_quant_args_t *qa,
+                   cudaStream_t st) {
+  const kc_route_gkv_t *G = &r->gkv;
+  const int end = c->layer0 + c->n_layers;
+  for (int l0 = c->layer0; l0 < end; l0 += G->chunk) {
+    const int nl = end - l0 < G->chunk ? end - l0 : G->chunk, ng = nl * c->n_slots;
+    const dim3 grid((unsigned)c->n_slots, (unsigned)nl);
+    kcr_gkv_cand_k<<<grid, KCR_NT, 0, st>>>(*r, *c, l0);
+    int rc = KCR_LAUNCHED();
+    if (!rc) rc = kc_mean_keys(qa, G->cwin, G->n_cand, ng, r->max_win, G->keys, st);
+    const kc_graphkv_args_t a = {G->source_frac, G->m,      G->rounds,  ng,        r->max_win,
+                                 G->row,         G->n_cand, G->n_slots, G->cscore, G->keys,
+                                 G->norm,        G->decay,  G->sim};
+    if (!rc) rc = kc_graphkv_rescore(&a, st);
+    if (rc) return rc;
+    kcr_gkv_scatter_k<<<grid, KCR_NT, 0, st>>>(*r, *c, l0);
+    if ((rc = KCR_LAUNCHED())) return rc;
+  }
+  return 0;
+}
+
 /* Round `round` of the demotions: FULL pages -> new ledgers (quantized), then the pages freed.
  * A demotion that finds no ledger waits for the next round, whose ledgers come from the pages
  * this round freed (the pool's peak stays near the pass's end state); in the last round it
@@ -513,6 +612,12 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   const int low = r->n_units / 32 > 64 ? r->n_units / 32 : 64;
   kcr_coalesce_k<<<1, 1024, 0, st>>>(*r, low);
   if (KCR_LAUNCHED()) return QE_EBACKEND;
+  if (r->gkv.on && !r->recency) {
+    if (r->gkv.chunk < 1 || !r->gkv.gscore)
+      return qe_errf(QE_EINVAL, "kc_route_run: GraphKV on without its scratch");
+    const int rc = kcr_gkv(r, c, qa, st);
+    if (rc) return rc;
+  }
   kcr_decide_k<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
   if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)) ||
       KCR_CUDA(cudaMemsetAsync(r->led_need, 0, sizeof(int32_t), st)))

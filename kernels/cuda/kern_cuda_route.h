@@ -49,6 +49,28 @@ typedef struct {
   int32_t promotions, demotions, evictions, quantizations, routings;
 } kc_route_stat_t;
 
+/* GraphKV re-scoring before the decision (cache/graphkv.h, kern_cuda_graphkv.h), as the CPU
+ * tiered cache does it: for every routed (slot, layer) under pressure with more than one
+ * candidate, the candidates' scores (clamped to [0, FLT_MAX]) are re-scored over their mean
+ * pre-RoPE keys (kc_mean_keys), with "the slots being filled" = the windows B_hist holds at
+ * (1 - q) FULL and q QUANT; the decision ranks by the result (gscore), the cumulative scores stay.
+ * Scratch for `chunk` layers of max_seqs groups of max_win candidates: kc_route_gkv_bytes. */
+typedef struct {
+  int on;            /* re-score (scorer-based policies only: not with recency) */
+  float source_frac; /* graphkv_params_t's */
+  int m, rounds;
+  int chunk;                 /* layers re-scored per pass over the scratch (>= 1) */
+  int row;                   /* key length: n_kv * head_dim */
+  float *gscore;             /* [as score] the scores the decision ranks by */
+  kern_pwin_t *cwin;         /* [chunk * max_seqs * max_win]: candidates' descriptors, */
+  int32_t *cw;               /*   their windows, */
+  float *cscore;             /*   their scores, re-scored in place, */
+  float *keys;               /*   their mean keys [.][row], */
+  double *norm;              /*   and kc_graphkv_args_t's scratch */
+  float *decay, *sim;        /* sim: 8 times as long */
+  int32_t *n_cand, *n_slots; /* [chunk * max_seqs] */
+} kc_route_gkv_t;
+
 typedef struct {
   /* geometry */
   int max_seqs, max_win, n_layer, omega, sink_win, n_local;
@@ -88,6 +110,7 @@ typedef struct {
   int32_t *n_qjobs, *n_djobs;
   int job_cap;
   int32_t *routed; /* [max_seqs * n_layer]: 1 when the last decide changed something there */
+  kc_route_gkv_t gkv;
 } kc_route_t;
 
 /* Per-call inputs: the slots to look at and, per slot (indexed by slot), its length and its
@@ -120,6 +143,10 @@ int kc_route_add_masses(const kc_route_t *r, int layer, int slot, const float *k
  * kern_cuda_quant with qa's geometry and RoPE), commit (descriptors, frees, stats). */
 int kc_route_run(const kc_route_t *r, const kc_route_call_t *c, const kc_quant_args_t *qa,
                  void *stream);
+
+/* Device bytes of gkv's scratch for `chunk` layers (gscore excluded: n_layer * max_seqs *
+ * max_win floats). */
+size_t kc_route_gkv_bytes(int max_seqs, int max_win, int row, int chunk);
 
 /* Dynamic shared memory the decide kernel needs for up to max_cand candidates (pow2 padded). */
 size_t kc_route_smem(int max_win);

@@ -17,12 +17,15 @@
  *   held FULL pages and slabs with a held ledger (as the device state says after every step), a
  *   peak that never falls and bounds it, and nothing in use once every slot is closed.
  * Exits 77 when there is no CUDA device. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/kern_cuda.h"
+#include "graphkv.h"
+#include "kern_cuda_graphkv.h"
 #include "kern_cuda_kv.h"
 #include "attn_ref.h"
 #include "kv_cache.h"
@@ -51,7 +54,7 @@ static float *randv(size_t n) {
 static void *dput(const void *h, size_t bytes) {
   void *d = kern_alloc(g_gpu, bytes ? bytes : 4);
   CHECK(d != NULL);
-  if (d && bytes) CHECK_OK(g_gpu->ops->upload(g_gpu, d, h, bytes));
+  if (d && h && bytes) CHECK_OK(g_gpu->ops->upload(g_gpu, d, h, bytes));
   return d;
 }
 
@@ -319,6 +322,197 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   kv_cache_destroy(c.gpu), kv_cache_destroy(c.ref);
 }
 
+/* ---- GraphKV on the GPU --------------------------------------------------------------------- */
+
+/* The CPU's mean pre-RoPE key (cache/kv_tiered_route.c's mean_key) of window d whose bytes are at
+ * arena + d's offsets: FULL bf16 keys to fp32 and the CPU backend's RoPE at -position, QUANT
+ * keys by kv_dequant_keys; summed in token order, divided by n_tok; zeros when evicted. */
+static void ref_mean_key(const uint8_t *arena, const kern_pwin_t *d, int n_kv, int hd,
+                         const kv_qparams_t *qp, const kern_rope_t *rope, float *out) {
+  int row = n_kv * hd, n = d->n_tok;
+  for (int e = 0; e < row; e++) out[e] = 0.0f;
+  if (n <= 0 || d->tier == KERN_PW_EVICTED) return;
+  float *x = malloc(sizeof(float) * (size_t)row * (size_t)n);
+  if (d->tier == KERN_PW_FULL) {
+    const uint16_t *kp = (const uint16_t *)(arena + d->k);
+    int32_t pos[1024];
+    for (size_t i = 0; i < (size_t)n * row; i++) x[i] = qe_bf16_to_f32(kp[i]);
+    for (int t = 0; t < n; t++) pos[t] = -(d->pos0 + t);
+    g_cpu->ops->rope(g_cpu, x, pos, n, n_kv, hd, rope);
+  } else {
+    kv_dequant_keys(qp, arena + d->k, (const uint16_t *)(arena + d->k_scale),
+                    (const uint16_t *)(arena + d->k_zero), n, n_kv, hd, x);
+  }
+  for (int t = 0; t < n; t++)
+    for (int e = 0; e < row; e++) out[e] += x[(size_t)t * row + e];
+  for (int e = 0; e < row; e++) out[e] /= (float)n;
+  free(x);
+}
+
+/* kc_mean_keys against ref_mean_key: windows of every tier and length in one arena, two groups;
+ * QUANT exactly, FULL within 1e-5 of the row's largest value (device sincosf), EVICTED zeros. */
+static void check_mean_keys(int mode) {
+  const int n_kv = 3, hd = 64, omega = 8, row = n_kv * hd, G = 2, stride = 40;
+  kern_rope_t rope = {mode, hd, 10000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kern_paged_geom_t pg = {n_kv, hd, omega, 2, 32};
+  kc_quant_layout_t lay;
+  CHECK_OK(kc_quant_ledger_layout(&pg, omega, &lay));
+  size_t page = (size_t)omega * row * 2, slot = page > lay.total ? page : lay.total;
+  size_t ne = (size_t)G * stride, bytes = ne * slot;
+  uint8_t *arena = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++) arena[i] = (uint8_t)rnd();
+  kern_pwin_t *win = calloc(ne, sizeof *win);
+  int32_t n[2] = {stride, 29};
+  for (size_t i = 0; i < ne; i++) {
+    kern_pwin_t *d = &win[i];
+    uint64_t b = i * slot;
+    d->tier = i % 3 == 0 ? KERN_PW_FULL : i % 3 == 1 ? KERN_PW_QUANT : KERN_PW_EVICTED;
+    d->n_tok = 1 + (int)(rnd() % omega), d->pos0 = (int)(rnd() % 5000);
+    if (i % 7 == 6) d->tier = KERN_PW_FULL; /* more FULL windows */
+    if (d->tier == KERN_PW_FULL) {
+      d->k = b;
+      for (int e = 0; e < d->n_tok * row; e++) /* finite bf16 keys */
+        ((uint16_t *)(arena + b))[e] = qe_f32_to_bf16(tu_randf(&rs, -3.0f, 3.0f));
+    } else if (d->tier == KERN_PW_QUANT) {
+      d->k = b + lay.k_codes, d->k_scale = b + lay.k_scale, d->k_zero = b + lay.k_zero;
+      for (int e = 0; e < row; e++) {
+        ((uint16_t *)(arena + d->k_scale))[e] = qe_f32_to_half(tu_randf(&rs, 0.01f, 0.5f));
+        ((uint16_t *)(arena + d->k_zero))[e] = qe_f32_to_half(tu_randf(&rs, -2.0f, 2.0f));
+      }
+    }
+  }
+  float tab[2 * 64];
+  kc_attn_rope_t ar;
+  CHECK_OK(kc_attn_rope_init(&rope, tab, &ar));
+  ar.table = dput(tab, sizeof(float) * hd);
+  kc_quant_args_t qa = {.geom = pg, .rotate = 1, .rope = ar, .arena = dput(arena, bytes)};
+  kern_pwin_t *dwin = dput(win, sizeof *win * ne);
+  int32_t *dn = dput(n, sizeof n);
+  float *dout = dput(NULL, sizeof(float) * ne * row), *got = malloc(sizeof(float) * ne * row);
+  float *want = malloc(sizeof(float) * row);
+  CHECK_OK(kc_mean_keys(&qa, dwin, dn, G, stride, dout, NULL));
+  CHECK_OK(kc_stream_sync(NULL));
+  dget(got, dout, sizeof(float) * ne * row);
+  kv_qparams_t qp = {2, 32};
+  double worst_full = 0;
+  int bad_quant = 0, bad_zero = 0;
+  for (int g = 0; g < G; g++)
+    for (int k = 0; k < n[g]; k++) {
+      const kern_pwin_t *d = &win[(size_t)g * stride + k];
+      const float *y = got + ((size_t)g * stride + k) * row;
+      ref_mean_key(arena, d, n_kv, hd, &qp, &rope, want);
+      double mx = 0, err = 0;
+      for (int e = 0; e < row; e++)
+        mx = fmax(mx, fabs(want[e])), err = fmax(err, fabs((double)y[e] - want[e]));
+      if (d->tier == KERN_PW_FULL) worst_full = fmax(worst_full, err / (mx > 0 ? mx : 1));
+      if (d->tier == KERN_PW_QUANT) bad_quant += memcmp(y, want, sizeof(float) * row) != 0;
+      if (d->tier == KERN_PW_EVICTED) bad_zero += err != 0 || mx != 0;
+    }
+  CHECK(worst_full < 1e-5);
+  CHECK(bad_quant == 0);
+  CHECK(bad_zero == 0);
+  qa.rotate = 2;
+  CHECK(kc_mean_keys(&qa, dwin, dn, G, stride, dout, NULL) == QE_EINVAL);
+  qa.rotate = 1;
+  CHECK(kc_mean_keys(&qa, dwin, dn, G, 0, dout, NULL) == QE_EINVAL);
+  fprintf(stderr,
+          "kc_mean_keys (%s): %d windows vs the CPU: FULL worst %.2e of the row's max, QUANT %d "
+          "inexact, EVICTED %d non-zero\n",
+          mode == KERN_ROPE_NEOX ? "NEOX" : "NORM", n[0] + n[1], worst_full, bad_quant, bad_zero);
+  kern_free(g_gpu, (void *)ar.table), kern_free(g_gpu, (void *)qa.arena), kern_free(g_gpu, dwin);
+  kern_free(g_gpu, dn), kern_free(g_gpu, dout);
+  free(arena), free(win), free(got), free(want);
+}
+
+/* Group g's random problem: scores with ties and zeros, keys with duplicates and zero rows. */
+static void gkv_problem(int n, int dim, float *sc, float *keys) {
+  for (int j = 0; j < n; j++) {
+    uint64_t r = rnd() % 10;
+    sc[j] = r == 0 ? 0.0f : r < 4 ? (float)(rnd() % 6) * 0.5f : tu_randf(&rs, 0.0f, 4.0f);
+    float *x = keys + (size_t)j * dim;
+    uint64_t kind = rnd() % 12;
+    for (int d = 0; d < dim; d++) x[d] = tu_randf(&rs, -1.0f, 1.0f);
+    if (kind == 0) memset(x, 0, sizeof(float) * dim); /* zero key */
+    if (kind == 1 && j > 0) memcpy(x, keys + (size_t)(rnd() % j) * dim, sizeof(float) * dim);
+    if (kind == 2 && j > 0) /* a scaled copy: similarity exactly tied with the original */
+      for (int d = 0; d < dim; d++) x[d] = 2.0f * keys[(size_t)(j - 1) * dim + d];
+  }
+}
+
+/* kc_graphkv_rescore against graphkv_rescore: G groups of n[] candidates in one launch, bit for
+ * bit. */
+static int gkv_case(int dim, float frac, int m, int rounds) {
+  enum { G = 7, STRIDE = 1536 };
+  const int n[G] = {0, 1, 2, 9, 150, 700, 1536};
+  int32_t nn[G], ns[G];
+  size_t ne = (size_t)G * STRIDE;
+  float *sc = calloc(ne, sizeof(float)), *keys = calloc(ne * dim, sizeof(float));
+  float *want = malloc(sizeof(float) * ne), *got = malloc(sizeof(float) * ne);
+  for (int g = 0; g < G; g++) {
+    nn[g] = n[g], ns[g] = (int)(rnd() % (uint64_t)(2 * n[g] + 1));
+    gkv_problem(n[g], dim, sc + (size_t)g * STRIDE, keys + (size_t)g * STRIDE * dim);
+  }
+  memcpy(want, sc, sizeof(float) * ne);
+  graphkv_params_t p = {frac, m, rounds};
+  void *ws = malloc(graphkv_workspace(STRIDE, dim));
+  for (int g = 0; g < G; g++)
+    CHECK_OK(graphkv_rescore(want + (size_t)g * STRIDE, keys + (size_t)g * STRIDE * dim, n[g], dim,
+                             ns[g], &p, ws));
+  kc_graphkv_args_t a = {frac,
+                         m,
+                         rounds,
+                         G,
+                         STRIDE,
+                         dim,
+                         dput(nn, sizeof nn),
+                         dput(ns, sizeof ns),
+                         dput(sc, sizeof(float) * ne),
+                         dput(keys, sizeof(float) * ne * dim),
+                         dput(NULL, sizeof(double) * ne),
+                         dput(NULL, sizeof(float) * ne),
+                         dput(NULL, sizeof(float) * 8 * ne)};
+  CHECK_OK(kc_graphkv_rescore(&a, NULL));
+  CHECK_OK(kc_stream_sync(NULL));
+  dget(got, a.scores, sizeof(float) * ne);
+  int bad = 0, moved = 0;
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < n[g]; j++) {
+      size_t i = (size_t)g * STRIDE + j;
+      bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      moved += want[i] != sc[i];
+    }
+  if (bad)
+    fprintf(stderr, "FAIL kc_graphkv_rescore dim %d frac %g m %d rounds %d: %d of %zu differ\n",
+            dim, (double)frac, m, rounds, bad, ne);
+  CHECK(bad == 0);
+  CHECK(moved > 0); /* the discounts did something */
+  kern_free(g_gpu, (void *)a.n), kern_free(g_gpu, (void *)a.n_slots), kern_free(g_gpu, a.scores);
+  kern_free(g_gpu, (void *)a.keys), kern_free(g_gpu, a.norm), kern_free(g_gpu, a.decay);
+  kern_free(g_gpu, a.sim);
+  free(sc), free(keys), free(want), free(got), free(ws);
+  return moved;
+}
+
+static void check_graphkv_kernel(int small) {
+  const int dims[] = {1, 7, 192}, ms[] = {1, 8, 32};
+  const float fracs[] = {0.3f, 1.0f, 0.05f};
+  int cases = 0, moved = 0;
+  for (int i = 0; i < (small ? 1 : 3); i++)
+    for (int k = 0; k < 3; k++, cases++)
+      moved += gkv_case(dims[i], fracs[(i + k) % 3], ms[k], 1 + (i + k) % 3);
+  kc_graphkv_args_t bad = {0.3f, 33, 1, 1, 10, 4, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  CHECK(kc_graphkv_rescore(&bad, NULL) == QE_EINVAL); /* m past the GPU's limit */
+  bad.m = 8;
+  CHECK(kc_graphkv_rescore(&bad, NULL) == QE_EINVAL); /* NULL buffers */
+  bad.n_groups = 0, bad.source_frac = 0.0f;
+  CHECK(kc_graphkv_rescore(&bad, NULL) == QE_EINVAL);
+  fprintf(stderr,
+          "kc_graphkv_rescore: %d launches of 7 groups (n 0..1536, dim 1/7/192, m 1/8/32, 1-3 "
+          "rounds, tied scores, duplicate and zero keys) bit-identical to graphkv_rescore (%d "
+          "scores moved)\n",
+          cases, moved);
+}
+
 /* ---- the tiered mode ------------------------------------------------------------------------ */
 
 /* A host copy of the tiered cache's device state. */
@@ -368,10 +562,49 @@ static int check_invariants(kv_gpu_t *g, const tstate_t *st, const int *slots, i
   return bad;
 }
 
+/* The prompt's keys (k_prompt [.][row], slot s's from row off[s]) as the FULL page of window w. */
+static kern_pwin_t prompt_page(kv_gpu_t *g, const float *k_prompt, int off, int w, int n_tok,
+                               uint16_t *page) {
+  for (size_t e = 0; e < (size_t)n_tok * g->row; e++)
+    page[e] = qe_f32_to_bf16(k_prompt[((size_t)off + (size_t)w * g->omega) * g->row + e]);
+  return (kern_pwin_t){.k = 0, .pos0 = w * g->omega, .n_tok = n_tok, .tier = KERN_PW_FULL};
+}
+
+/* GraphKV as the CPU tiered cache applies it before kv_route_decide: the m candidates' scores
+ * (clamped) re-scored over their mean keys (ref_mean_key), "the slots being filled" as
+ * kv_tiered_route.c's budget_slots with the GPU cache's costs. Windows win[] (tab indices idx[]):
+ * st's state, or (force, a prompt) the prompt's keys. */
+static void ref_graphkv(kv_gpu_t *g, const tstate_t *st, const int *idx, kv_cand_t *c, int m,
+                        size_t b_hist, const float *k_prompt, int off) {
+  const kc_route_t *r = &g->t->rt;
+  const kv_geom_t *ge = &g->base.geom;
+  float *keys = malloc(sizeof(float) * (size_t)m * g->row), *s = malloc(sizeof(float) * m);
+  uint16_t *page = malloc((size_t)g->page_bytes);
+  void *ws = malloc(graphkv_workspace(m, g->row));
+  for (int j = 0; j < m; j++) {
+    kern_pwin_t d = st->win[idx[j]];
+    const uint8_t *arena = st->arena;
+    if (k_prompt) {
+      int w = (idx[j] - kv_gpu__tab_index(g, 0, 0, 0)) % g->max_win;
+      d = prompt_page(g, k_prompt, off, w, g->omega, page), arena = (const uint8_t *)page;
+    }
+    ref_mean_key(arena, &d, ge->n_kv_head, ge->head_dim, &g->t->cfg.quant, &g->t->rope,
+                 keys + (size_t)j * g->row);
+    s[j] = c[j].score > 0 ? fminf(c[j].score, FLT_MAX) : 0.0f;
+  }
+  double q = r->q, b = (double)b_hist, full = (double)(g->page_bytes + KVG_META);
+  double slots = (1.0 - q) * b / full + (q > 0 ? q * b / (double)(r->lay.total + KVG_META) : 0);
+  CHECK_OK(graphkv_rescore(s, keys, m, g->row, slots < m ? (int)slots : m, &g->t->cfg.gkv, ws));
+  for (int j = 0; j < m; j++) c[j].score = s[j];
+  free(keys), free(s), free(page), free(ws);
+}
+
 /* Layer l of the slots that routed between before and after: the new tiers equal
- * kv_route_decide's on the candidates as they were, with the scores of the routing. */
+ * kv_route_decide's on the candidates as they were, with the scores of the routing (re-scored
+ * by GraphKV first when the policy has it; k_prompt, off: the prompt's keys for force). */
 static int check_decisions(kv_gpu_t *g, const tstate_t *before, const tstate_t *after,
-                           const int *slots, int n, const int *aged0, int force, int *events) {
+                           const int *slots, int n, const int *aged0, int force, int *events,
+                           const float *k_prompt, const int *off) {
   const kc_route_t *r = &g->t->rt;
   int bad = 0, cap = g->max_win;
   kv_cand_t *c = malloc(sizeof *c * (size_t)cap);
@@ -394,6 +627,8 @@ static int check_decisions(kv_gpu_t *g, const tstate_t *before, const tstate_t *
         idx[m++] = (int)i;
       }
       kv_route_params_t p = {(size_t)g->t->h_bhist[s], r->q, r->use_int2, r->use_full, r->promote};
+      if (r->gkv.on && m > 1)
+        ref_graphkv(g, before, idx, c, m, p.b_hist, force ? k_prompt : NULL, force ? off[k] : 0);
       kv_route_decide(c, m, &p, out, ord);
       for (int j = 0; j < m; j++) {
         int t = after->win[idx[j]].tier;
@@ -569,7 +804,8 @@ static void check_tiered(const char *policy, int n_head, int n_kv, int hd, doubl
     }
     tstate_get(g, &after);
     bad_inv += check_invariants(g, &after, slots, 3);
-    bad_dec += check_decisions(g, &before, &after, slots, 3, aged0, t < 0, &events);
+    const int off[3] = {0, lens[0], lens[0] + lens[1]};
+    bad_dec += check_decisions(g, &before, &after, slots, 3, aged0, t < 0, &events, k, off);
     check_pool_tiered(g, &after, &peak);
     CHECK_OK(g_gpu->ops->download(g_gpu, aged0, g->t->rt.aged, sizeof(int) * 2 * 3));
     tstate_free(&before), tstate_free(&after);
@@ -980,6 +1216,11 @@ int main(int argc, char **argv) {
   check_tiered("qevict", 8, 2, 128, 0.3, small ? 12 : 80);
   if (!small) check_tiered("qevict", 9, 3, 64, 0.15, 60);
   if (!small) check_tiered("kivi", 8, 2, 128, 0.25, 80);
+  check_graphkv_kernel(small);
+  check_mean_keys(KERN_ROPE_NORM);
+  if (!small) check_mean_keys(KERN_ROPE_NEOX);
+  check_tiered("qevict+graphkv", 8, 2, 128, 0.3, small ? 12 : 80);
+  if (!small) check_tiered("qevict+graphkv", 9, 3, 64, 0.15, 60);
   check_onset(0.2, small ? 16 : 64);
   if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);

@@ -424,7 +424,14 @@ static void check_gpu_policies(void) {
   expect_gpu_policy("snapkv", 0, 0, 128, 32, 8, "policy.name");
   expect_gpu_policy("knorm", 8, 1, 128, 32, 8, "policy.scorer");
   expect_gpu_policy("pyramidkv", 8, 0, 128, 32, 8, "policy.name");
-  expect_gpu_policy("qevict+graphkv", 0, 0, 128, 32, 8, "policy.graphkv");
+  expect_gpu_policy("qevict+graphkv", 0, 0, 128, 32, 8, NULL);
+  kv_policy_desc_t d; /* more neighbours per source than the GPU re-scoring takes */
+  CHECK_OK(kv_policy_find("qevict+graphkv", &d));
+  d.cfg.gkv.m = KV_GPU_GRAPHKV_MAX_M + 1;
+  CHECK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8) == QE_EUNSUPPORTED &&
+        !strncmp(qe_errmsg(), "policy.graphkv", 14));
+  d.cfg.gkv.m = KV_GPU_GRAPHKV_MAX_M;
+  CHECK_OK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8));
   expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");    /* head_dim 8 */
   expect_gpu_policy("qevict", 0, 0, 128, 32, 2, "policy.name"); /* 16 query heads per KV head */
   expect_gpu_policy("qevict", 0, 0, 0, 0, 0, NULL);             /* geometry not checked */
