@@ -8,6 +8,10 @@
 #                    windows of 8 tokens: the GPU cache routes windows), at 5/10/20/40% of
 #                    FullKV's bytes; one JSON and one markdown per length into $DEST
 #   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
+#   PHASE=graphkv    (carry carry/pack_g carry/sm_b) joins the halves; qevict+graphkv and
+#                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
+#                    budgets, samples (6) and seed (1), so that GraphKV's effect is read off
+#                    one run
 #   PHASE=diag       (carry carry/pack carry/sm_b) joins the halves; the grid's policies at 2K
 #                    and 4K, 5% and 10%, 2 samples, with the mechanism diagnostics (FMM, churn,
 #                    LIR, QSA, INT2 mass ratio) from the GPU cache's observers
@@ -48,11 +52,20 @@ case "${PHASE:-}" in
       ev "diag_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
     done ;;
+  graphkv)
+    cat build-stash/sm_a carry/sm_b/part > "$M" || exit 1
+    sha256sum "$M"
+    for L in 1024 2048 4096 7500; do
+      ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+      ev "graphkv_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 6 --seed 1 \
+        --no-diagnostics --budgets 0.05,0.1,0.2,0.4 \
+        --policies qevict,qevict+graphkv,h2o:window=8,h2o+graphkv:window=8
+    done ;;
   ablations)
     [[ -f $M ]] || { echo "no $M (the machine was not kept)"; exit 1; }
     for L in 2048 4096; do
       ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict --ablations --budgets 0.05,0.1
     done ;;
-  *) echo "PHASE=stash|grid|diag|ablations" >&2; exit 2 ;;
+  *) echo "PHASE=stash|grid|diag|ablations|graphkv" >&2; exit 2 ;;
 esac

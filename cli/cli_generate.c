@@ -56,7 +56,7 @@ static const char *gen_help =
     "  --threads N       CPU threads per rank (default: cores / tp)\n"
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
     "                    the GPU count); policies full, qevict, kivi (h2o, streaming\n"
-    "                    with --window 8)\n"
+    "                    with --window 8), and +graphkv on qevict and h2o\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
     "  --json            print one JSON object (ids, text, summary, memory, ranks) instead of\n"
     "                    streaming\n"
