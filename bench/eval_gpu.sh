@@ -8,6 +8,13 @@
 #                    windows of 8 tokens: the GPU cache routes windows), at 5/10/20/40% of
 #                    FullKV's bytes; one JSON and one markdown per length into $DEST
 #   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
+#   PHASE=qwen_stash (carry carry/qNN, QW_PART=NN) keeps part NN of Qwen2.5-Coder-1.5B-Instruct
+#                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB, in 55 MiB parts q00..q19 of
+#                    `split -b 57671680 -d -a 2`, each in a call of its own while the machine
+#                    stays warm)
+#   PHASE=qwen       (carry carry/pack_g carry/q19) joins the parts, checks the pinned sha256,
+#                    then the grid's policies and budgets at 1K, 2K, 4K and 7.5K, $SAMPLES
+#                    samples (default 2), seed 1
 #   PHASE=graphkv    (carry carry/pack_g carry/sm_b) joins the halves; qevict+graphkv and
 #                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
 #                    budgets, samples (6) and seed (1), so that GraphKV's effect is read off
@@ -19,7 +26,7 @@
 # DEST=$OUT bench/eval_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-if [[ ${PHASE:-} != stash ]]; then # (stash carries no pack: the pack and a half exceed a call)
+if [[ ${PHASE:-} != stash && ${PHASE:-} != qwen_stash ]]; then # (stash carries no pack: the pack and a half exceed a call)
   # shellcheck source=bench/device_unpack.sh
   source bench/device_unpack.sh || exit 1
 fi
@@ -52,6 +59,19 @@ case "${PHASE:-}" in
       ev "diag_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
     done ;;
+  qwen_stash) cp "carry/q$QW_PART/part" "build-stash/qw_$QW_PART" && echo "stashed $QW_PART" ;;
+  qwen)
+    M=build-stash/qwen.gguf
+    cp carry/q19/part build-stash/qw_19 && cat build-stash/qw_?? > "$M" || exit 1
+    sum=$(sha256sum "$M" | awk '{print $1}')
+    [[ $sum == cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ]] ||
+      { echo "qwen: sha256 $sum (parts: $(ls build-stash))"; exit 1; }
+    for L in 1024 2048 4096 7500; do
+      ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+      ev "qwen_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-2}" \
+        --seed 1 --no-diagnostics --budgets 0.05,0.1,0.2,0.4 \
+        --policies qevict,kivi,h2o:window=8,streaming:window=8
+    done ;;
   graphkv)
     cat build-stash/sm_a carry/sm_b/part > "$M" || exit 1
     sha256sum "$M"
@@ -67,5 +87,5 @@ case "${PHASE:-}" in
       ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict --ablations --budgets 0.05,0.1
     done ;;
-  *) echo "PHASE=stash|grid|diag|ablations|graphkv" >&2; exit 2 ;;
+  *) echo "PHASE=stash|grid|diag|ablations|graphkv|qwen_stash|qwen" >&2; exit 2 ;;
 esac
