@@ -15,6 +15,8 @@
 #   PHASE=qwen       (carry carry/pack_g carry/q19) joins the parts, checks the pinned sha256,
 #                    then the grid's policies and budgets at 1K, 2K, 4K and 7.5K, $SAMPLES
 #                    samples (default 2), seed 1
+#   PHASE=qwen_ablations (carry carry/pack_g carry/q19) the same join, then qevict's
+#                    ablations at 4K, 2K and 7.5K (5% and 10%, $SAMPLES samples, seed 1)
 #   PHASE=graphkv    (carry carry/pack_g carry/sm_b) joins the halves; qevict+graphkv and
 #                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
 #                    budgets, samples (6) and seed (1), so that GraphKV's effect is read off
@@ -60,12 +62,20 @@ case "${PHASE:-}" in
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
     done ;;
   qwen_stash) cp "carry/q$QW_PART/part" "build-stash/qw_$QW_PART" && echo "stashed $QW_PART" ;;
-  qwen)
+  qwen | qwen_ablations)
     M=build-stash/qwen.gguf
     cp carry/q19/part build-stash/qw_19 && cat build-stash/qw_?? > "$M" || exit 1
     sum=$(sha256sum "$M" | awk '{print $1}')
     [[ $sum == cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ]] ||
       { echo "qwen: sha256 $sum (parts: $(ls build-stash))"; exit 1; }
+    if [[ $PHASE == qwen_ablations ]]; then
+      for L in 4096 2048 7500; do
+        ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+        ev "qwen_abl_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-2}" \
+          --seed 1 --no-diagnostics --budgets 0.05,0.1 --policies qevict --ablations
+      done
+      exit 0
+    fi
     for L in 1024 2048 4096 7500; do
       ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
       ev "qwen_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-2}" \
@@ -87,5 +97,5 @@ case "${PHASE:-}" in
       ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict --ablations --budgets 0.05,0.1
     done ;;
-  *) echo "PHASE=stash|grid|diag|ablations|graphkv|qwen_stash|qwen" >&2; exit 2 ;;
+  *) echo "PHASE=stash|grid|diag|ablations|graphkv|qwen_stash|qwen|qwen_ablations" >&2; exit 2 ;;
 esac
