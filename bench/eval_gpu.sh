@@ -11,11 +11,11 @@
 #   PHASE=qwen_stash (carry carry/qNN, QW_PART=NN) keeps part NN of Qwen2.5-Coder-1.5B-Instruct
 #                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB, in 55 MiB parts q00..q19 of
 #                    `split -b 57671680 -d -a 2`, each in a call of its own while the machine
-#                    stays warm)
-#   PHASE=qwen       (carry carry/pack_g carry/q19) joins the parts, checks the pinned sha256,
+#                    stays warm; 52 MiB parts when the tree is larger)
+#   PHASE=qwen       (carry carry/pack_g and the last part) joins the parts, checks the pinned sha256,
 #                    then the grid's policies and budgets at 1K, 2K, 4K and 7.5K, $SAMPLES
 #                    samples (default 2), seed 1
-#   PHASE=qwen_ablations (carry carry/pack_g carry/q19) the same join, then qevict's
+#   PHASE=qwen_ablations (carry carry/pack_g and the last part) the same join, then qevict's
 #                    ablations at 4K, 2K and 7.5K (5% and 10%, $SAMPLES samples, seed 1)
 #   PHASE=graphkv    (carry carry/pack_g carry/sm_b) joins the halves; qevict+graphkv and
 #                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
@@ -64,7 +64,8 @@ case "${PHASE:-}" in
   qwen_stash) cp "carry/q$QW_PART/part" "build-stash/qw_$QW_PART" && echo "stashed $QW_PART" ;;
   qwen | qwen_ablations)
     M=build-stash/qwen.gguf
-    cp carry/q19/part build-stash/qw_19 && cat build-stash/qw_?? > "$M" || exit 1
+    for d in carry/q[0-9][0-9]; do cp "$d/part" "build-stash/qw_${d##*/q}" || exit 1; done
+    cat build-stash/qw_?? > "$M" || exit 1
     sum=$(sha256sum "$M" | awk '{print $1}')
     [[ $sum == cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ]] ||
       { echo "qwen: sha256 $sum (parts: $(ls build-stash))"; exit 1; }
