@@ -9,7 +9,7 @@
 #                    FullKV's bytes; one JSON and one markdown per length into $DEST
 #   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
 #   PHASE=qwen_stash (carry carry/qNN, QW_PART=NN) keeps part NN of Qwen2.5-Coder-1.5B-Instruct
-#                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB, in 55 MiB parts q00..q19 of
+#                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB, in 55 MiB parts q00..q19 (52 MiB: q00..q20) of
 #                    `split -b 57671680 -d -a 2`, each in a call of its own while the machine
 #                    stays warm; 52 MiB parts when the tree is larger)
 #   PHASE=qwen       (carry carry/pack_g and the last part) joins the parts, checks the pinned sha256,
