@@ -64,6 +64,8 @@ typedef struct {
   double gpu_used_gb, ar_ms;
   uint64_t slot_bytes;
   int64_t ar_calls;
+  int64_t units_total, units_peak; /* the KV pool (kv_gpu_pool_usage) */
+  int32_t err_flags;               /* tiered: kv_gpu_stats' err_flags (a pool ran dry, ...) */
 } lc_report_t;
 
 static pid_t lc_pids[LC_MAX_TP]; /* rank 0: the forked ranks 1..tp-1 (0: none) */
@@ -370,11 +372,17 @@ static int run_rank(const lc_args_t *a, tp_comm_t *c, lc_rank_t *r) {
 
 /* Gathers every rank's numbers into all[size] (collective; rank 0 prints them). */
 static int gather_reports(tp_comm_t *c, const lc_rank_t *r, lc_report_t *all) {
-  lc_report_t mine = {0, r->ar_ms, 0, r->ar_calls};
+  lc_report_t mine = {0, r->ar_ms, 0, r->ar_calls, 0, 0, 0};
   size_t free_b = 0, total = 0;
   if (r->be && !kern_cuda_mem_info(r->be, &free_b, &total))
     mine.gpu_used_gb = (double)(total - free_b) / (1 << 30);
   if (r->kv && r->n > 0) mine.slot_bytes = r->kv->ops->seq_bytes(r->kv, 0);
+  kv_gpu_pool_t pu;
+  kv_gpu_stats_t st;
+  if (r->kv && !kv_gpu_pool_usage(r->kv, &pu))
+    mine.units_total = pu.units_total, mine.units_peak = pu.units_peak;
+  if (r->kv && r->n > 0 && kv_gpu_is_tiered(r->kv) && !kv_gpu_stats(r->kv, 0, &st))
+    mine.err_flags = st.err_flags;
   return tp_allgather(c, &mine, all, sizeof mine);
 }
 
@@ -442,7 +450,8 @@ static int wait_ranks(int tp) {
 }
 
 /* The JSON line: the top-level slot_bytes and gpu_used_gb are rank 0's (a shard's with T > 1),
- * the ranks array has every rank's; all-reduce numbers cover the timed decode steps only. */
+ * the ranks array has every rank's (with its KV pool's units, peak and, tiered, err_flags:
+ * non-zero when a pool ran dry); all-reduce numbers cover the timed decode steps only. */
 static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t *all) {
   int timed = a->n_new > 1 ? a->n_new - 1 : 1;
   printf("{\"bench\":\"long_ctx\",\"shape\":\"%s\",\"policy\":\"%s\",\"budget\":%.3f,\"ctx\":%d,"
@@ -454,9 +463,10 @@ static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t
          r->step_s > 0 ? r->n / r->step_s : 0.0, all[0].gpu_used_gb, a->tp, r->ar_ms / timed,
          (double)r->ar_calls / timed);
   for (int i = 0; i < a->tp; i++)
-    printf("%s{\"rank\":%d,\"gpu_used_gb\":%.2f,\"slot_bytes\":%llu,\"allreduce_ms\":%.3f}",
-           i ? "," : "", i, all[i].gpu_used_gb, (unsigned long long)all[i].slot_bytes,
-           all[i].ar_ms);
+    printf("%s{\"rank\":%d,\"gpu_used_gb\":%.2f,\"slot_bytes\":%llu,\"allreduce_ms\":%.3f,"
+           "\"pool_units\":%lld,\"pool_units_peak\":%lld,\"pool_err_flags\":%d}",
+           i ? "," : "", i, all[i].gpu_used_gb, (unsigned long long)all[i].slot_bytes, all[i].ar_ms,
+           (long long)all[i].units_total, (long long)all[i].units_peak, all[i].err_flags);
   printf("]}\n");
 }
 

@@ -12,6 +12,7 @@
 #include "kern_cuda.h"
 #include "kern_cuda_graphkv.h"
 #include "kv_gpu_internal.h"
+#include "qe_log.h"
 #include "qe_status.h"
 
 #define KVG_JOBS (1 << 18)
@@ -424,6 +425,21 @@ void kv_gpu__tier_destroy(kv_gpu_t *g) {
   g->t = NULL;
 }
 
+/* QEVICT_KV_GPU_POOL_SLACK=P (a workaround): P percent more units, 1..1000; anything else is
+ * ignored with a warning. */
+static int pool_slack(void) {
+  const char *sv = getenv("QEVICT_KV_GPU_POOL_SLACK");
+  char *end = NULL;
+  long p = sv ? strtol(sv, &end, 10) : 0;
+  if (!sv || !*sv) return 0;
+  if (*end || p < 1 || p > 1000) {
+    qe_log(QE_LOG_WARN,
+           "QEVICT_KV_GPU_POOL_SLACK='%s' ignored: a percentage of 1..1000 is expected", sv);
+    return 0;
+  }
+  return (int)p;
+}
+
 int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
                          const kv_policy_cfg_t *cfg_in, int max_tokens, int n_seqs, double fraction,
                          size_t bytes, kv_cache_t **out) {
@@ -439,9 +455,7 @@ int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_r
   if (!rc) {
     kv_gpu_set_budget_spec(&g->base, fraction, bytes);
     n_units = pool_units(g, budget_for(g, 0, max_tokens), n_seqs, max_tokens);
-    const char *sv = getenv("QEVICT_KV_GPU_POOL_SLACK"); /* workaround: percent more units */
-    const int slack = sv ? atoi(sv) : 0;
-    if (slack > 0 && slack <= 1000) n_units += (int)((long)n_units * slack / 100);
+    n_units += (int)((long)n_units * pool_slack() / 100);
     size_t arena = (size_t)n_units * g->page_bytes;
     g->arena = kern_alloc(be, arena), g->arena_bytes = arena;
     if (!g->arena) rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool", arena);
