@@ -97,18 +97,6 @@ static void attn_axpy(float *y, float a, const float *x, int n) {
   for (int d = 0; d < n; d++) y[d] += a * x[d];
 }
 
-/* One query head against keys [0, n_keys): out[head_dim]; p gets the probabilities. */
-static void attn_one(const float *q, const kern_attn_seq_t *sq, int kvh, int n_keys,
-                     const kern_attn_shape_t *sh, float *out, float *p) {
-  int hd = sh->head_dim, stride = sh->n_kv_head * hd;
-  for (int j = 0; j < n_keys; j++)
-    p[j] = attn_dot(q, sq->k + (size_t)j * stride + (size_t)kvh * hd, hd) * sh->scale;
-  kern_cpu_softmax_row(p, n_keys);
-  for (int d = 0; d < hd; d++) out[d] = 0;
-  for (int j = 0; j < n_keys; j++)
-    attn_axpy(out, p[j], sq->v + (size_t)j * stride + (size_t)kvh * hd, hd);
-}
-
 /* Keys visible to the query at position qp: a prefix, since key positions ascend. */
 static int visible_keys(const kern_attn_seq_t *sq, int qp) {
   if (!sq->k_pos) return qp + 1 < sq->n_kv ? qp + 1 : sq->n_kv;
@@ -133,21 +121,57 @@ typedef struct {
   float *mass;
 } attn_job_t;
 
+/* Queries of one head attended together: each key and value row is read once per block
+ * instead of once per query (prefill was bound by streaming K and V from memory). */
+enum { ATTN_QB = 16 };
+
+/* One head's queries [i0, i0 + nb) (nb <= ATTN_QB): every query's scores, softmax and output
+ * are computed with exactly the operations, in exactly the order, of a query on its own (the
+ * dot of attn_dot, then the softmax, then the values summed in key order), so blocking changes
+ * no bit. p: [ATTN_QB][n_kv + 1]; mrow (or NULL) takes the probabilities in query order. */
+static void attn_block(const attn_job_t *J, const kern_attn_seq_t *sq, int h, int i0, int nb,
+                       float *p, float *mrow) {
+  const kern_attn_shape_t *sh = J->sh;
+  int hd = sh->head_dim, stride = sh->n_kv_head * hd, kvh = h / (sh->n_head / sh->n_kv_head);
+  size_t prow = (size_t)sq->n_kv + 1;
+  int nk[ATTN_QB], nmax = 0;
+  const float *q[ATTN_QB];
+  float *out[ATTN_QB];
+  for (int b = 0; b < nb; b++) {
+    size_t off = ((size_t)(i0 + b) * sh->n_head + h) * hd;
+    nk[b] = visible_keys(sq, sq->q_pos0 + i0 + b), q[b] = sq->q + off, out[b] = sq->out + off;
+    nmax = nk[b] > nmax ? nk[b] : nmax;
+  }
+  for (int j = 0; j < nmax; j++) {
+    const float *k = sq->k + (size_t)j * stride + (size_t)kvh * hd;
+    for (int b = 0; b < nb; b++)
+      if (j < nk[b]) p[b * prow + j] = attn_dot(q[b], k, hd) * sh->scale;
+  }
+  for (int b = 0; b < nb; b++) {
+    if (nk[b] <= 0) continue; /* no visible key: the output is left as it is */
+    kern_cpu_softmax_row(p + b * prow, nk[b]);
+    for (int d = 0; d < hd; d++) out[b][d] = 0;
+  }
+  for (int j = 0; j < nmax; j++) {
+    const float *v = sq->v + (size_t)j * stride + (size_t)kvh * hd;
+    for (int b = 0; b < nb; b++)
+      if (j < nk[b]) attn_axpy(out[b], p[b * prow + j], v, hd);
+  }
+  for (int b = 0; mrow && b < nb; b++)
+    for (int j = 0; i0 + b >= sq->mass_q0 && j < nk[b]; j++) mrow[j] += p[b * prow + j];
+}
+
 static void attn_task(void *ctx, int task) {
   const attn_job_t *J = ctx;
   const kern_attn_shape_t *sh = J->sh;
-  int si = task / sh->n_head, h = task % sh->n_head, hd = sh->head_dim;
+  int si = task / sh->n_head, h = task % sh->n_head;
   const kern_attn_seq_t *sq = &J->seqs[si];
-  float *p = malloc(sizeof(float) * (size_t)(sq->n_kv + 1));
-  if (!p) abort(); /* one row of probabilities: fails only on an exhausted host */
+  int rows = sq->n_q < ATTN_QB ? sq->n_q : ATTN_QB;
+  float *p = malloc(sizeof(float) * (size_t)(sq->n_kv + 1) * (size_t)(rows > 0 ? rows : 1));
+  if (!p) abort(); /* the block's probabilities: fails only on an exhausted host */
   float *mrow = sq->key_mass ? J->mass + J->mass_off[si] + (size_t)h * sq->n_kv : NULL;
-  for (int i = 0; i < sq->n_q; i++) {
-    int n_keys = visible_keys(sq, sq->q_pos0 + i);
-    size_t off = ((size_t)i * sh->n_head + h) * hd;
-    if (n_keys <= 0) continue;
-    attn_one(sq->q + off, sq, h / (sh->n_head / sh->n_kv_head), n_keys, sh, sq->out + off, p);
-    for (int j = 0; mrow && i >= sq->mass_q0 && j < n_keys; j++) mrow[j] += p[j];
-  }
+  for (int i0 = 0; i0 < sq->n_q; i0 += ATTN_QB)
+    attn_block(J, sq, h, i0, sq->n_q - i0 < ATTN_QB ? sq->n_q - i0 : ATTN_QB, p, mrow);
   free(p);
 }
 

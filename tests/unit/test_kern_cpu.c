@@ -193,6 +193,44 @@ static void check_attention_positions(kern_backend_t *be) {
   free(q), free(k), free(v);
 }
 
+/* Queries attended in blocks (the backend reads each key row once per block of queries) give
+ * bit for bit the outputs of each query attended alone: 37 queries (blocks of 16, 16, 5), keys
+ * at positions with gaps so that the queries of a block see different numbers of keys, the
+ * first query none (its output stays untouched); masses of the queries from mass_q0 on equal
+ * the single-query sums (to rounding: the per-call division by n_head reassociates them). */
+static void check_attention_blocks(kern_backend_t *be) {
+  kern_attn_shape_t sh = {6, 2, 24, 0.2f};
+  enum { NK = 80, NQ = 37, QW = 6 * 24, KW = 2 * 24 };
+  int32_t kpos[NK];
+  for (int j = 0, p = 3; j < NK; j++) kpos[j] = p, p += 1 + j % 3; /* 3, 4, 6, 9, 10, ... */
+  float *q = randv(NQ * QW, 4), *k = randv(NK * KW, 5), *v = randv(NK * KW, 6);
+  float *out = malloc(sizeof(float) * NQ * QW), *ref = malloc(sizeof(float) * NQ * QW);
+  float mass[NK] = {0}, mref[NK] = {0};
+  for (int i = 0; i < NQ * QW; i++) out[i] = ref[i] = 7.0f; /* untouched where nothing is seen */
+  kern_attn_seq_t s = {.q = q,
+                       .k = k,
+                       .v = v,
+                       .out = out,
+                       .key_mass = mass,
+                       .k_pos = kpos,
+                       .n_q = NQ,
+                       .n_kv = NK,
+                       .q_pos0 = 2,
+                       .mass_q0 = 10};
+  be->ops->attention(be, &s, 1, &sh);
+  for (int i = 0; i < NQ; i++) {
+    kern_attn_seq_t one = s;
+    one.q = q + i * QW, one.out = ref + i * QW, one.n_q = 1, one.q_pos0 = 2 + i;
+    one.key_mass = i >= 10 ? mref : NULL, one.mass_q0 = 0;
+    be->ops->attention(be, &one, 1, &sh);
+  }
+  CHECK(!memcmp(out, ref, sizeof(float) * NQ * QW));
+  CHECK(out[0] == 7.0f && out[QW - 1] == 7.0f); /* query 0 at position 2 sees no key */
+  CHECK(out[QW] != 7.0f);
+  CHECK(tu_rel_err(mass, mref, NK) < 1e-6);
+  free(q), free(k), free(v), free(out), free(ref);
+}
+
 static void check_sampling(kern_backend_t *be) {
   enum { V = 50, N = 40000 };
   float *lg = randv(V, 3), scratch[2 * V];
@@ -266,6 +304,7 @@ int main(void) {
   check_rope(be);
   check_attention(be);
   check_attention_positions(be);
+  check_attention_blocks(be);
   check_sampling(be);
   check_argmax(be);
   kern_destroy(be);
