@@ -81,7 +81,10 @@ void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int 
 
 typedef float attn_v8 __attribute__((vector_size(32), aligned(4)));
 
-static float attn_dot(const float *a, const float *b, int n) {
+/* The dot product of attn_dot for a given n: inlined where n is a constant, so the common head
+ * sizes get unrolled loops (the same operations in the same order: the same bits). */
+static inline __attribute__((always_inline)) float attn_dot_n(const float *a, const float *b,
+                                                              int n) {
   int d = 0;
   float s = 0;
   if (n % 8 == 0) {
@@ -93,8 +96,25 @@ static float attn_dot(const float *a, const float *b, int n) {
   return s;
 }
 
-static void attn_axpy(float *y, float a, const float *x, int n) {
+static float attn_dot(const float *a, const float *b, int n) {
+  if (n == 64) return attn_dot_n(a, b, 64);
+  if (n == 128) return attn_dot_n(a, b, 128);
+  return attn_dot_n(a, b, n);
+}
+
+static inline __attribute__((always_inline)) void attn_axpy_n(float *y, float a, const float *x,
+                                                              int n) {
   for (int d = 0; d < n; d++) y[d] += a * x[d];
+}
+
+/* y += a x, unrolled for the common head sizes as attn_dot. */
+static void attn_axpy(float *y, float a, const float *x, int n) {
+  if (n == 64)
+    attn_axpy_n(y, a, x, 64);
+  else if (n == 128)
+    attn_axpy_n(y, a, x, 128);
+  else
+    attn_axpy_n(y, a, x, n);
 }
 
 /* Keys visible to the query at position qp: a prefix, since key positions ascend. */
