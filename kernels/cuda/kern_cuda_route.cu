@@ -2,6 +2,7 @@
  * the GPU (see kern_cuda_route.h). The CPU reference of the decision is cache/kv_route.c's
  * kv_route_decide (tests/kernels/test_kv_gpu.c compares them on random candidates). */
 #include <cuda_runtime.h>
+#include <float.h>
 #include <stdint.h>
 
 extern "C" {
@@ -286,7 +287,7 @@ __global__ void kcr_gkv_cand_k(const kc_route_t r, const kc_route_call_t c, int 
     if (!live) continue;
     const float sc = r.score[i];
     G.cwin[base + k] = d, G.cw[base + k] = w, G.gscore[i] = sc;
-    G.cscore[base + k] = sc > 0.0f ? fminf(sc, 3.402823466e38f) : 0.0f;
+    G.cscore[base + k] = sc > 0.0f ? fminf(sc, FLT_MAX) : 0.0f;
     full += kcr_full_cost(r, i), quant |= d.tier == KERN_PW_QUANT;
   }
   full = kcr_block_sum(full, red);
