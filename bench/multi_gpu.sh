@@ -20,6 +20,12 @@
 #     smollm2  (when carry/sm_a + carry/sm_b, or build-stash/sm_a from PHASE=1 + carry/sm_b,
 #              hold its two halves) greedy GPU vs CPU, TP=2 and 3 vs TP=1 on the GPUs, and the
 #              whole daemon: tests/kernels/serve_gpu.sh with two TP=2 groups
+#   PHASE=graphs
+#     checks   test_kern_cuda (NCCL all-reduce recorded in a graph)
+#     equal    random 8B shape, B=1, prompt 64, 256 greedy steps at TP=2, FullKV and QEvict 20%,
+#              graphs against --no-graphs: the same tokens and top-2 logits at every step
+#     tpot     B=32, prompt 256, 256 new, FullKV and QEvict 20%: TP=2 with graphs and eager,
+#              TP=1 with graphs (graphs under tensor parallelism, all-reduces recorded)
 # Usage (repo root, on the device): PHASE=1 bench/multi_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -162,6 +168,26 @@ phase_tp4() {
     -n 128 --time-allreduce
 }
 
+# PHASE=graphs: CUDA graphs under tensor parallelism (NCCL all-reduces inside the recording).
+phase_graphs() {
+  QE_SHARED_MODELS=$(pwd)/carry/models timeout 200 test_kern_cuda > "$OUT/test_kern_cuda.log" 2>&1
+  echo "test_kern_cuda rc $?"
+  grep -E "^FAIL|nccl" "$OUT/test_kern_cuda.log" | head -5
+  local S8=(--shape llama3-8b --device 0) t=$TMAX q=(--policy qevict --budget 0.2)
+  for g in g e; do
+    local ng=()
+    [[ $g == e ]] && ng=(--no-graphs)
+    gen ${g}eq_full_tp$t 240 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${ng[@]}"
+    gen ${g}eq_q20_tp$t 240 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${q[@]}" "${ng[@]}"
+    gen ${g}b32_full_tp$t 240 "${S8[@]}" --tp $t --batch 32 --prompt-len 256 -n 256 "${ng[@]}"
+    gen ${g}b32_q20_tp$t 240 "${S8[@]}" --tp $t --batch 32 --prompt-len 256 -n 256 "${q[@]}" "${ng[@]}"
+  done
+  gen gb32_full_tp1 240 "${S8[@]}" --batch 32 --prompt-len 256 -n 256
+  gen gb32_q20_tp1 240 "${S8[@]}" --batch 32 --prompt-len 256 -n 256 "${q[@]}"
+  python3 bench/multi_gpu_graphs.py "$OUT" "$t"
+}
+
+[[ $PHASE == graphs ]] && { phase_graphs; exit 0; }
 [[ $PHASE == 1 ]] && phase1
 [[ $PHASE == tp4 ]] && phase_tp4
 [[ $PHASE == 2 ]] && phase2

@@ -22,6 +22,8 @@ static const char *eval_help =
     "                    (default: every generation task; ppl = teacher-forced perplexity)\n"
     "  --lengths L,...   prompt lengths in tokens (default 1024,2048; at most the context)\n"
     "  --samples N       samples per task and length (default 2)\n"
+    "  --first-sample K  start at sample K (default 0): a grid split over processes gives\n"
+    "                    the same samples as one run\n"
     "  --policies P,...  qevict, h2o, snapkv, pyramidkv, streaming, kivi, knorm, NAME+graphkv,\n"
     "                    each optionally NAME:window=W (tokens per window); full is always\n"
     "                    run first (default qevict,h2o,snapkv,pyramidkv,streaming,kivi)\n"
@@ -170,6 +172,10 @@ static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
     if (cli_parse_int(v, 0, 255, &l)) return -1;
     return c->device = (int)l, 0;
   }
+  if (!strcmp(f, "--first-sample")) {
+    if (cli_parse_int(v, 0, 1 << 20, &l)) return -1;
+    return c->first_sample = (int)l, 0;
+  }
   int *dst = !strcmp(f, "--samples")   ? &c->samples
              : !strcmp(f, "--new")     ? &c->n_new
              : !strcmp(f, "--threads") ? &c->threads
@@ -285,7 +291,7 @@ static int run_grid(eval_ctx_t *x) {
   int rc = has_ppl(c) ? load_ppl_text(x) : 0;
   for (int t = 0; !rc && t < c->n_tasks; t++)
     for (int l = 0; !rc && l < c->n_lengths; l++)
-      for (int s = 0; !rc && s < c->samples; s++)
+      for (int s = c->first_sample; !rc && s < c->first_sample + c->samples; s++)
         rc = strcmp(c->tasks[t], EVAL_TASK_PPL) ? eval_run_sample(x, t, l, s)
                                                 : eval_run_ppl(x, t, l, s);
   return rc;

@@ -31,7 +31,7 @@ typedef struct {
   const char *tasks[EVAL_MAX_LIST]; /* task names, EVAL_TASK_PPL included */
   int n_tasks;
   int lengths[EVAL_MAX_LIST], n_lengths;
-  int samples;
+  int samples, first_sample; /* samples first_sample .. first_sample + samples - 1 */
   eval_variant_t variants[EVAL_MAX_LIST];
   int n_variants;
   double budgets[EVAL_MAX_LIST]; /* fractions of FullKV bytes */

@@ -134,7 +134,8 @@ static void json_config(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
   }
   fprintf(f, "],\"lengths\":[");
   for (int i = 0; i < c->n_lengths; i++) fprintf(f, "%s%d", i ? "," : "", c->lengths[i]);
-  fprintf(f, "],\"samples\":%d,\"budgets\":[", c->samples);
+  fprintf(f, "],\"samples\":%d,\"first_sample\":%d,\"budgets\":[", c->samples,
+          c->first_sample);
   for (int i = 0; i < c->n_budgets; i++) fprintf(f, "%s%g", i ? "," : "", c->budgets[i]);
   fprintf(f, "],\"policies\":[");
   for (int v = 0; v < c->n_variants; v++) {
@@ -393,9 +394,9 @@ static void md_ppl(const eval_cfg_t *c, const eval_results_t *r, int t, FILE *f)
 
 void eval_report_markdown(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
   fprintf(f,
-          "qevict eval on %s: seed %llu, %d sample(s) per task and length, budgets as "
-          "fractions of FullKV bytes.\n\n",
-          r->model_name, (unsigned long long)c->seed, c->samples);
+          "qevict eval on %s: seed %llu, %d sample(s) per task and length (from sample %d), "
+          "budgets as fractions of FullKV bytes.\n\n",
+          r->model_name, (unsigned long long)c->seed, c->samples, c->first_sample);
   int gen = 0, ppl = -1;
   for (int t = 0; t < c->n_tasks; t++) is_ppl(c, t) ? (void)(ppl = t) : (void)gen++;
   if (gen) md_fullkv(c, r, f), md_accuracy(c, r, f);

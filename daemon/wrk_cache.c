@@ -3,13 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv_gpu.h" /* its sizes and policy check are in every build; the cache itself is not */
 #include "kv_mux.h"
 #include "qe_log.h"
 #include "qe_status.h"
 #include "wrk_cache.h"
-#ifdef QE_HAVE_KV_GPU
-#include "kv_gpu.h"
-#endif
 
 #define WC_MAX_CHILDREN 16
 
@@ -75,13 +73,6 @@ static size_t child_pool(const wrk_cache_t *c, const kv_cache_t *kv, const kv_po
   return c->pool_bytes + c->pool_bytes / 8 + (size_t)c->geom.max_seqs * per_slot;
 }
 
-/* 1 when the paged GPU kernels take the geometry (kv_gpu.h: head_dim 64 or 128, 1..8 query
- * heads per KV head). */
-static int gpu_geom_fits(const kv_geom_t *g) {
-  return (g->head_dim == 64 || g->head_dim == 128) && g->n_head % g->n_kv_head == 0 &&
-         g->n_head / g->n_kv_head <= 8;
-}
-
 /* Whether the GPU tiered cache runs cfg (kv_gpu_create_tiered's limits), as QE_EUNSUPPORTED
  * naming the request's field; the scheduler refuses the same requests up front
  * (sched_validate.c). */
@@ -91,6 +82,13 @@ static int gpu_policy_check(const wrk_cache_t *c, const wrk_open_arg_t *a) {
 }
 
 #ifdef QE_HAVE_KV_GPU
+/* 1 when the paged GPU kernels take the geometry (kv_gpu.h: head_dim 64 or 128, 1..8 query
+ * heads per KV head). */
+static int gpu_geom_fits(const kv_geom_t *g) {
+  return (g->head_dim == 64 || g->head_dim == 128) && g->n_head % g->n_kv_head == 0 &&
+         g->n_head / g->n_kv_head <= 8;
+}
+
 /* kv_gpu's FullKV arena: every byte this rank can reserve, plus each slot's last partly filled
  * window in every layer (reservations count tokens, pages hold KV_GPU_OMEGA of them). */
 static size_t gpu_full_arena(const wrk_cache_t *c) {

@@ -72,11 +72,19 @@ static int graphs_get(model_t *m, model_graphs_t **out) {
   return 0;
 }
 
-/* Whether b (n_segs runs) is a step a graph expresses: one rank, a backend and a cache with
- * recorded / fixed steps, every row its own sequence's single token and an output row. */
+/* Whether the group's all-reduces can be recorded: one rank, or a device communicator that
+ * only queues them on the backend's stream (NCCL; every rank records the same step, so the
+ * replays issue the same collectives in the same order as eager steps would). */
+static int comm_takes(const tp_comm_t *comm) {
+  return comm->size == 1 || (comm->dev && tp_capturable(comm->dev));
+}
+
+/* Whether b (n_segs runs) is a step a graph expresses: recordable collectives, a backend and a
+ * cache with recorded / fixed steps, every row its own sequence's single token and an output
+ * row. */
 static int takes(const model_t *m, const kv_cache_t *kv, const tp_comm_t *comm,
                  const model_batch_t *b, int n_segs, const model_out_t *o) {
-  if (!m->graphs_on || comm->size != 1 || !m->be->ops->graph_begin || !kv->ops->fixed_fill)
+  if (!m->graphs_on || !comm_takes(comm) || !m->be->ops->graph_begin || !kv->ops->fixed_fill)
     return 0;
   int cap = m->max_batch < MG_MAX_ROWS ? m->max_batch : MG_MAX_ROWS;
   if (n_segs != b->n || b->n > kv->geom.max_seqs || b->n > cap || (!o->ids && !o->logits)) return 0;

@@ -20,6 +20,9 @@ typedef struct tp_comm_ops {
   /* Each rank contributes `bytes` at send; recv gets [size][bytes] in rank order. */
   int (*allgather)(tp_comm_t *c, const void *send, void *recv, size_t bytes);
   void (*destroy)(tp_comm_t *c);
+  /* Optional: whether the collectives are only queued on a device stream, so that a stream
+   * capture (CUDA graph) may record them; NULL means never. */
+  int (*capturable)(const tp_comm_t *c);
 } tp_comm_ops_t;
 
 struct tp_comm {
@@ -41,6 +44,11 @@ static inline int tp_broadcast(tp_comm_t *c, void *buf, size_t bytes, int root) 
 /* For size 1 the caller's recv must equal a copy of send; the backend does it. */
 static inline int tp_allgather(tp_comm_t *c, const void *send, void *recv, size_t bytes) {
   return c->ops->allgather(c, send, recv, bytes);
+}
+/* Whether a recorded step (CUDA graph) may contain this group's collectives: always for one
+ * rank, else when the backend says so (NCCL queued on a stream, not timed). */
+static inline int tp_capturable(const tp_comm_t *c) {
+  return c->size == 1 || (c->ops->capturable && c->ops->capturable(c));
 }
 void tp_comm_destroy(tp_comm_t *c); /* NULL-safe */
 

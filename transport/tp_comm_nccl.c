@@ -126,12 +126,19 @@ static void nccl_destroy(tp_comm_t *c) {
   free(n);
 }
 
+/* Queued on the caller's stream and not between timing events (whose draining waits). */
+static int nccl_capturable(const tp_comm_t *c) {
+  const tp_nccl_t *n = (const tp_nccl_t *)c;
+  return n->stream && !n->timing && !n->broken;
+}
+
 static const tp_comm_ops_t nccl_ops = {
     .name = "nccl",
     .allreduce_sum_f32 = nccl_allreduce,
     .broadcast = nccl_broadcast,
     .allgather = nccl_allgather,
     .destroy = nccl_destroy,
+    .capturable = nccl_capturable,
 };
 
 int tp_comm_nccl_unique_id(void *out128) {

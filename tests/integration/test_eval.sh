@@ -58,6 +58,11 @@ RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
      --policies qevict,h2o,kivi --budgets 0.05,0.3,0.6 --seed 11 --all-samples)
 "${RUN[@]}" --json "$TMP/a.json" --markdown "$TMP/a.md" || bad "run a"
 "${RUN[@]}" --json "$TMP/b.json" --markdown "$TMP/b.md" || bad "run b"
+# a shard of the same grid (sample 1 of the first length alone) gives that sample's runs of a
+"${E[@]}" --tasks niah_single,qa,ppl --lengths 350 --samples 1 --first-sample 1 --new 12 \
+  --policies qevict,h2o,kivi --budgets 0.05,0.3,0.6 --seed 11 --all-samples \
+  --json "$TMP/f.json" --markdown "$TMP/f.md" || bad "run f (--first-sample 1)"
+expect_exit 2 "first sample -1" "${E[@]}" --first-sample -1
 "${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 --policies streaming,h2o:window=8 \
   --budgets 0.3 --json "$TMP/c.json" --markdown "$TMP/c.md" || bad "run c (no --all-samples)"
 grep -q '"label":"h2o:window=8","policy":"h2o","window":8' "$TMP/c.json" || bad "h2o:window=8 variant"
@@ -77,10 +82,10 @@ if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   SMOL="$TMP/s.json"
 fi
 
-python3 - "$TMP/a.json" "$TMP/b.json" "$TMP/c.json" "$TMP/d.json" "$TMP/e.json" $SMOL <<'PY' || fail=1
+python3 - "$TMP/a.json" "$TMP/b.json" "$TMP/c.json" "$TMP/d.json" "$TMP/e.json" "$TMP/f.json" $SMOL <<'PY' || fail=1
 import json, math, sys
-a, b, c, d, e5 = (json.load(open(p)) for p in sys.argv[1:6])
-extra = [json.load(open(p)) for p in sys.argv[6:]]
+a, b, c, d, e5, f6 = (json.load(open(p)) for p in sys.argv[1:7])
+extra = [json.load(open(p)) for p in sys.argv[7:]]
 errs = []
 def check(ok, what):
     if not ok: errs.append(what)
@@ -88,6 +93,9 @@ def check(ok, what):
 ta, tb = a.pop("timings"), b.pop("timings")
 check(a == b, "two runs with the same seed differ (apart from timings)")
 check(len(ta["runs_s"]) == len(a["runs"]), "one timing per run")
+shard = [r for r in a["runs"] if r["length"] == 350 and r["sample"] == 1]
+check(f6["config"]["first_sample"] == 1 and f6["runs"] == shard,
+      "--first-sample 1 gives sample 1's runs of the whole grid")
 
 def consistent(d, name):
     runs = d["runs"]

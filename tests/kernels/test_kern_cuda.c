@@ -726,6 +726,22 @@ static int random_tool(const char *shape) {
  */
 
 #ifdef QE_HAVE_NCCL
+/* An add and an all-reduce recorded in a graph (as a tensor-parallel decode step records its
+ * all-reduces), launched twice: d doubles each time, h follows; returns d's download. */
+static float *check_nccl_graph(tp_comm_t *c, float *d, float *h, size_t n) {
+  kern_graph_t *g = NULL;
+  CHECK_OK(g_gpu->ops->graph_begin(g_gpu));
+  g_gpu->ops->add(g_gpu, d, d, n);
+  CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
+  CHECK_OK(g_gpu->ops->graph_end(g_gpu, &g));
+  for (int k = 0; g && k < 2; k++) CHECK_OK(g_gpu->ops->graph_launch(g_gpu, g));
+  for (size_t i = 0; g && i < n; i++) h[i] *= 4;
+  float *o = bget(g_gpu, d, n);
+  CHECK(g && bits_equal(o, h, n));
+  if (g) g_gpu->ops->graph_free(g_gpu, g);
+  return o;
+}
+
 static void check_nccl(void) {
   unsigned char id[TP_NCCL_ID_BYTES];
   tp_comm_t *c = NULL;
@@ -745,17 +761,22 @@ static void check_nccl(void) {
   CHECK(bits_equal(o, h, n));
   free(o);
   /* queued on the backend's stream: ordered with its ops, complete at its next download */
+  CHECK(!c->ops->capturable(c)); /* synchronous collectives wait: not recordable */
   CHECK_OK(tp_comm_nccl_set_stream(c, kern_cuda_stream(g_gpu)));
+  CHECK(c->ops->capturable(c));
   g_gpu->ops->add(g_gpu, d, d, n);
   CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
   o = bget(g_gpu, d, n);
   for (size_t i = 0; i < n; i++) h[i] += h[i];
   CHECK(bits_equal(o, h, n));
+  free(o);
+  o = check_nccl_graph(c, d, h, n);
   /* timing (generate --time-allreduce): every timed all-reduce counted, results unchanged */
   double ms = -1;
   long calls = -1;
   CHECK(tp_comm_nccl_timing(NULL, 1) == QE_EINVAL);
   CHECK_OK(tp_comm_nccl_timing(c, 1));
+  CHECK(!c->ops->capturable(c)); /* its events are drained by waiting */
   for (int i = 0; i < 5; i++) CHECK_OK(c->ops->allreduce_sum_f32(c, d, n));
   CHECK_OK(tp_comm_nccl_time(c, &ms, &calls));
   CHECK(calls == 5 && ms >= 0);
