@@ -7,33 +7,56 @@
 # of them), from this Debian 12 machine. bench/device_unpack.sh undoes it there.
 # Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled
 #   -Dserving=enabled -Dblas=disabled -Dnative=false, built first)
+#   bench/device_pack.sh --cpu   (the CPU build with OpenBLAS into carry/pack_cpu; see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Copies the shared libraries BIN links, outside glibc, the compiler's runtime, zlib and CUDA
+# (the device has those), into OUT/libs.tar.xz; OpenSSL separately (used there only when the
+# device has no libssl.so.3).
+pack_libs() { # BIN OUT
+  local T l
+  T=$(mktemp -d)
+  mkdir -p "$T/lib" "$T/libssl"
+  ldd "$1" | awk '/=> \// {print $3}' | sort -u | while read -r l; do
+    case "$(basename "$l")" in
+      libc.so* | libm.so* | libpthread.so* | librt.so* | libdl.so* | libstdc++* | libgcc_s* | libz.so*) ;;
+      libcuda* | libcudart* | libcublas* | libnccl*) ;;
+      libssl.so* | libcrypto.so*) cp -L "$l" "$T/libssl/" ;;
+      *) cp -L "$l" "$T/lib/" ;;
+    esac
+  done
+  tar -C "$T" -cJf "$2/libs.tar.xz" lib libssl
+  rm -rf "$T"
+}
+
+pack_bin() { # BUILD TARGET PACK: stripped and xz-compressed
+  strip -o "$3/$(basename "$2")" "$1/$2"
+  xz -T0 -6 "$3/$(basename "$2")"
+}
+
+# --cpu: the CPU build with OpenBLAS (for CPU-only evaluations on the device's cores):
+# build-cpu-dev (-Dcuda=disabled -Dserving=disabled -Dblas=enabled, x86-64-v3), carry/pack_cpu.
+if [[ ${1:-} == --cpu ]]; then
+  BUILD=build-cpu-dev PACK=carry/pack_cpu
+  [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=disabled -Dserving=disabled \
+    -Dblas=enabled -Dnative=false -Dc_args=-march=x86-64-v3 >/dev/null
+  ninja -C "$BUILD" cli/qevict >/dev/null
+  rm -rf "$PACK" && mkdir -p "$PACK"
+  pack_bin "$BUILD" cli/qevict "$PACK"
+  pack_libs "$BUILD/cli/qevict" "$PACK"
+  du -sh "$PACK"
+  exit 0
+fi
+
 BUILD=${1:-build-srv-dev}
 PACK=carry/pack
 [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
   -Dblas=disabled -Dnative=false >/dev/null
-ninja -C "$BUILD" cli/qevict bench/long_ctx tests/kernels/test_kv_gpu \
-  tests/kernels/test_kern_cuda tests/kernels/test_kc_quant tests/kernels/test_model_graph \
-  tests/kernels/attn_decode >/dev/null
+BINS=(cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda
+  tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode)
+ninja -C "$BUILD" "${BINS[@]}" >/dev/null
 rm -rf "$PACK" && mkdir -p "$PACK"
-for b in cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda \
-  tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode; do
-  strip -o "$PACK/$(basename "$b")" "$BUILD/$b"
-  xz -T0 -6 "$PACK/$(basename "$b")"
-done
-# Libraries outside glibc, the compiler's runtime, zlib and CUDA (the device has those); OpenSSL
-# separately (used there only when the device has no libssl.so.3).
-T=$(mktemp -d)
-mkdir -p "$T/lib" "$T/libssl"
-ldd "$BUILD/cli/qevict" | awk '/=> \// {print $3}' | sort -u | while read -r l; do
-  case "$(basename "$l")" in
-    libc.so* | libm.so* | libpthread.so* | librt.so* | libdl.so* | libstdc++* | libgcc_s* | libz.so*) ;;
-    libcuda* | libcudart* | libcublas* | libnccl*) ;;
-    libssl.so* | libcrypto.so*) cp -L "$l" "$T/libssl/" ;;
-    *) cp -L "$l" "$T/lib/" ;;
-  esac
-done
-tar -C "$T" -cJf "$PACK/libs.tar.xz" lib libssl
-rm -rf "$T"
+for b in "${BINS[@]}"; do pack_bin "$BUILD" "$b" "$PACK"; done
+pack_libs "$BUILD/cli/qevict" "$PACK"
 du -sh "$PACK"
