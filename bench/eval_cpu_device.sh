@@ -8,10 +8,10 @@
 #   PHASE=stash  (carry carry/sm_a carry/pack_cpu) keeps the first half and unpacks the CPU
 #                build (bench/device_pack.sh --cpu: OpenBLAS, x86-64-v3) into build-stash/
 #   PHASE=run    (carry carry/sm_b, and carry/pack_g for GPU_PHASE) joins the halves; shards:
-#                niah_single at 7,500 tokens, samples $SAMPLES (default "1 2 3") of seed 1
-#                (the GPU grid's seed: the same prompts) x each token-level policy, and the
-#                perplexity text x $PPL_POLICIES; every shard runs FullKV first, then its policy
-#                at 5% and 10% (no diagnostics). GPU_PHASE=graphs also runs
+#                $SHARDS (TASK:SAMPLE:POLICY ...; default niah_single samples 1-3 x each
+#                token-level policy, and ppl x snapkv and pyramidkv) at 7,500 tokens, seed 1
+#                (the GPU grid's seed: the same prompts); every shard runs FullKV first, then
+#                its policy at 5% and 10% (no diagnostics). GPU_PHASE=graphs also runs
 #                `PHASE=graphs bench/multi_gpu.sh` on cores 0-3 meanwhile. Shards still running
 #                at DEADLINE_S (default 560) seconds are stopped and reported missing.
 # Results: $DEST/shard_*.json, joined by tools/eval_join.py into $DEST/joined.{json,md}.
@@ -45,17 +45,16 @@ shard() { # NAME CORE0 args...
     --markdown "$DEST/shard_$name.md" "$@" 2> "$DEST/shard_$name.err"
    echo "shard $name rc $? at $SECONDS s") &
 }
+# The shards: TASK:SAMPLE:POLICY (SHARDS overrides; default: niah_single samples 1-3 x the
+# token-level policies, and the perplexity text x snapkv and pyramidkv).
+DEFAULT=""
+for s in 1 2 3; do for p in snapkv pyramidkv h2o streaming; do DEFAULT+=" niah_single:$s:$p"; done; done
+DEFAULT+=" ppl:0:snapkv ppl:0:pyramidkv"
 core=$FIRST
-for s in ${SAMPLES:-1 2 3}; do
-  for p in snapkv pyramidkv h2o streaming; do
-    ((core + 2 <= NCPU)) || { echo "no core left for niah_single s$s $p"; continue; }
-    shard "niah_s${s}_$p" $core --tasks niah_single --samples 1 --first-sample "$s" --policies $p
-    core=$((core + 2))
-  done
-done
-for p in ${PPL_POLICIES:-snapkv pyramidkv}; do
-  ((core + 2 <= NCPU)) || { echo "no core left for ppl $p"; continue; }
-  shard "ppl_$p" $core --tasks ppl --samples 1 --policies $p
+for sh in ${SHARDS:-$DEFAULT}; do
+  IFS=: read -r task s p <<< "$sh"
+  ((core + 2 <= NCPU)) || { echo "no core left for $sh"; continue; }
+  shard "${task}_s${s}_$p" $core --tasks "$task" --samples 1 --first-sample "$s" --policies "$p"
   core=$((core + 2))
 done
 if [[ -n ${GPU_PHASE:-} ]]; then
@@ -65,3 +64,6 @@ if [[ -n ${GPU_PHASE:-} ]]; then
 fi
 wait
 python3 tools/eval_join.py "$DEST/joined" "$DEST"/shard_*.json
+# one archive of the shards' files (a call returns a limited number of files)
+tar -C "$DEST" -czf "$DEST/shards.tar.gz" $(cd "$DEST" && ls shard_* gpu 2>/dev/null) &&
+  rm -rf "$DEST"/shard_* "$DEST/gpu"

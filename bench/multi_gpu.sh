@@ -177,8 +177,8 @@ phase_graphs() {
   for g in g e; do
     local ng=()
     [[ $g == e ]] && ng=(--no-graphs)
-    gen ${g}eq_full_tp$t 240 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${ng[@]}"
-    gen ${g}eq_q20_tp$t 240 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${q[@]}" "${ng[@]}"
+    gen ${g}eq_full_tp$t 100 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${ng[@]}"
+    gen ${g}eq_q20_tp$t 100 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${q[@]}" "${ng[@]}"
     gen ${g}b32_full_tp$t 240 "${S8[@]}" --tp $t --batch 32 --prompt-len 256 -n 256 "${ng[@]}"
     gen ${g}b32_q20_tp$t 240 "${S8[@]}" --tp $t --batch 32 --prompt-len 256 -n 256 "${q[@]}" "${ng[@]}"
   done

@@ -73,25 +73,32 @@ static int graphs_get(model_t *m, model_graphs_t **out) {
 }
 
 /* Whether the group's all-reduces can be recorded: one rank, or a device communicator that
- * only queues them on the backend's stream (NCCL; every rank records the same step, so the
- * replays issue the same collectives in the same order as eager steps would). */
+ * only queues them on the backend's stream (NCCL). */
 static int comm_takes(const tp_comm_t *comm) {
   return comm->size == 1 || (comm->dev && tp_capturable(comm->dev));
 }
 
-/* Whether b (n_segs runs) is a step a graph expresses: recordable collectives, a backend and a
- * cache with recorded / fixed steps, every row its own sequence's single token and an output
- * row. */
+/* Whether b (n_segs runs) is a step a graph expresses on this rank: recordable collectives, a
+ * backend and a cache with recorded / fixed steps, every row its own sequence's single token
+ * and (rank 0, which alone computes outputs) an output row. */
 static int takes(const model_t *m, const kv_cache_t *kv, const tp_comm_t *comm,
                  const model_batch_t *b, int n_segs, const model_out_t *o) {
   if (!m->graphs_on || !comm_takes(comm) || !m->be->ops->graph_begin || !kv->ops->fixed_fill)
     return 0;
   int cap = m->max_batch < MG_MAX_ROWS ? m->max_batch : MG_MAX_ROWS;
-  if (n_segs != b->n || b->n > kv->geom.max_seqs || b->n > cap || (!o->ids && !o->logits)) return 0;
+  if (n_segs != b->n || b->n > kv->geom.max_seqs || b->n > cap) return 0;
+  if (comm->rank == 0 && !o->ids && !o->logits) return 0;
   for (int i = 0; b->logits && i < b->n; i++)
     if (!b->logits[i]) return 0;
   return 1;
 }
+
+/* Sums v [n] over the group (itself for one rank): under tensor parallelism, recording an NCCL
+ * collective, and launching the graph that holds it, are collective (NCCL's rule: every rank
+ * records the same step and replays the graph of that recording), so the ranks agree over the
+ * CPU link on each step's choices; a rank whose scratch moved or whose recording failed makes
+ * every rank record again or run eagerly. */
+static int agree(tp_comm_t *comm, float *v, int n) { return tp_allreduce_sum(comm, v, (size_t)n); }
 
 /* The fixed step of n rows: the bucket (the power of two p >= n, capped at the cache's slots
  * and the buffers' rows), n_min = p / 2 + 1; returns log2 p. */
@@ -143,16 +150,21 @@ static int stale(model_t *m, const kv_cache_t *kv, const mg_slot_t *s) {
          s->kv_epoch != kv->ops->fixed_epoch(kv);
 }
 
-/* Runs the staged step through s: its graph, else a recording (then its launch), else (first
- * step of the bucket, or a recording refused) the launches unrecorded. */
+/* Runs the staged step through s, whose need for a new recording (any rank's graph missing or
+ * stale) and warmth (every rank ran the bucket once) the ranks agreed on: its graph, else a
+ * recording (then, if every rank's succeeded, its launch), else the launches unrecorded. */
 static int run_step(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const kv_fixed_t *f,
-                    const model_batch_t *b, const model_out_t *o, mg_slot_t *s) {
+                    const model_batch_t *b, const model_out_t *o, mg_slot_t *s, int need,
+                    int warm) {
   model_graph_stats_t *st = &m->gr->st;
-  if (s->g && stale(m, kv, s)) slot_drop(m, s);
-  if (!s->g && s->warm) {
+  if (need) slot_drop(m, s);
+  if (need && warm) {
     int rc = run_fixed(m, kv, comm, f, b, o, &s->g);
     if (rc && rc != QE_EUNSUPPORTED) return rc;
-    st->captures += !rc;
+    float ok = s->g != NULL;
+    if ((rc = agree(comm, &ok, 1))) return rc;
+    if (ok < (float)comm->size) slot_drop(m, s);
+    st->captures += s->g != NULL;
     s->kv = kv, s->be_epoch = m->be->ops->scratch_epoch(m->be);
     s->kv_epoch = kv->ops->fixed_epoch(kv);
   }
@@ -161,21 +173,53 @@ static int run_step(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const kv_fixed_
   return run_fixed(m, kv, comm, f, b, o, NULL);
 }
 
+/* This rank's view of the step [take, rank 0's output kind, need and warmth of both kinds'
+ * slots], summed over the group. */
+enum { AG_TAKE, AG_LOGITS, AG_NEED, AG_WARM = AG_NEED + 2, AG_N = AG_WARM + 2 };
+
+static int step_view(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int take, int logits, int lg,
+                     float *v) {
+  model_graphs_t *gr = m->gr;
+  v[AG_TAKE] = (float)take, v[AG_LOGITS] = (float)logits;
+  for (int k = 0; k < 2; k++) {
+    const mg_slot_t *s = gr ? &gr->slot[k][lg] : NULL;
+    v[AG_NEED + k] = (float)(!s || !s->g || stale(m, kv, s));
+    v[AG_WARM + k] = (float)(s && s->warm);
+  }
+  return agree(comm, v, AG_N);
+}
+
+/* Prepares this rank's side of a graphed step: buffers, bucket, staging; 0 in *take when the
+ * step must run eagerly here. */
+static int prepare(model_t *m, kv_cache_t *kv, const model_batch_t *b, int logits, kv_fixed_t *f,
+                   int *lg, int *take) {
+  model_graphs_t *gr = NULL;
+  int rc = graphs_get(m, &gr);
+  if (rc) return rc;
+  *lg = bucket_of(m, kv, b->n, f);
+  if (logits && f->bucket > MODEL_OUT_CHUNK) return *take = 0, 0; /* one logits chunk */
+  if ((rc = stage(m, kv, f, b)) == QE_ERANGE) return gr->st.eager_steps++, *take = 0, 0;
+  return rc;
+}
+
 int model__graph_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                          int n_segs, const model_out_t *o) {
-  if (!takes(m, kv, comm, b, n_segs, o)) return 1;
-  model_graphs_t *gr = NULL;
+  int take = takes(m, kv, comm, b, n_segs, o), lg = 0, rc = 0;
+  int logits = comm->rank == 0 && !o->ids; /* rank 0's output kind; the others have none */
+  if (!take && (comm->size == 1 || !comm_takes(comm))) return 1;
   kv_fixed_t f;
-  int rc = graphs_get(m, &gr), logits = !o->ids, lg = rc ? 0 : bucket_of(m, kv, b->n, &f);
-  if (rc) return rc;
-  if (logits && f.bucket > MODEL_OUT_CHUNK) return 1; /* the logits scratch holds one chunk */
-  if ((rc = stage(m, kv, &f, b)) == QE_ERANGE) return gr->st.eager_steps++, 1;
-  int32_t *out_ids = gr->dev + staged_words(gr->S);
-  model_out_t go = {NULL, NULL, logits ? NULL : out_ids, logits};
-  if (!rc) rc = run_step(m, kv, comm, &f, b, &go, &gr->slot[logits][lg]);
+  if (take && (rc = prepare(m, kv, b, logits, &f, &lg, &take))) return rc;
+  float v[AG_N];
+  if ((rc = step_view(m, kv, comm, take, logits, lg, v))) return rc;
+  if (v[AG_TAKE] < (float)comm->size) return 1;
+  int kind = v[AG_LOGITS] > 0.5f, n = comm->size;
+  int32_t *out_ids = m->gr->dev + staged_words(m->gr->S);
+  model_out_t go = {NULL, NULL, kind ? NULL : out_ids, kind};
+  rc = run_step(m, kv, comm, &f, b, &go, &m->gr->slot[kind][lg], v[AG_NEED + kind] > 0.5f,
+                v[AG_WARM + kind] > (float)n - 0.5f);
   if (!rc) rc = kv->ops->fixed_done(kv, b->seq, b->n);
-  if (rc) return rc;
-  size_t V = (size_t)m->hp.n_vocab, n = (size_t)b->n;
-  return logits ? m->be->ops->download(m->be, o->logits, m->s.logits, n * V * sizeof(float))
-                : m->be->ops->download(m->be, o->ids, out_ids, n * sizeof(int32_t));
+  if (rc || comm->rank != 0) return rc;
+  size_t V = (size_t)m->hp.n_vocab, nr = (size_t)b->n;
+  return kind ? m->be->ops->download(m->be, o->logits, m->s.logits, nr * V * sizeof(float))
+              : m->be->ops->download(m->be, o->ids, out_ids, nr * sizeof(int32_t));
 }
