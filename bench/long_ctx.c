@@ -387,6 +387,7 @@ static int gather_reports(tp_comm_t *c, const lc_rank_t *r, lc_report_t *all) {
 }
 
 static void rank_free(lc_rank_t *r, tp_comm_t *c) {
+  if (r->m) model_set_graphs(r->m, 0); /* graphs that recorded NCCL calls go before r->nc */
   tp_comm_destroy(c);
   tp_comm_destroy(r->nc);
   if (r->be) kern_free(r->be, r->k), kern_free(r->be, r->v), kern_free(r->be, r->q);

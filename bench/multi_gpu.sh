@@ -173,17 +173,22 @@ phase_graphs() {
   QE_SHARED_MODELS=$(pwd)/carry/models timeout 200 test_kern_cuda > "$OUT/test_kern_cuda.log" 2>&1
   echo "test_kern_cuda rc $?"
   grep -E "^FAIL|nccl" "$OUT/test_kern_cuda.log" | head -5
-  local S8=(--shape llama3-8b --device 0) t=$TMAX q=(--policy qevict --budget 0.2)
+  local S8=(--shape llama3-8b --device 0) t=$TMAX q=(--policy qevict --budget 0.2) g
+  local E=(--prompt-len 64 -n 256 --top2) B=(--batch 32 --prompt-len 256 -n 256)
+  for g in g e; do # graphs, then eager (--no-graphs); in order of importance (BUDGET_S)
+    local ng=()
+    [[ $g == e ]] && ng=(--no-graphs)
+    gen ${g}eq_full_tp$t 90 "${S8[@]}" --tp $t "${E[@]}" "${ng[@]}"
+    gen ${g}b32_full_tp$t 90 "${S8[@]}" --tp $t "${B[@]}" "${ng[@]}"
+    gen ${g}b32_q20_tp$t 90 "${S8[@]}" --tp $t "${B[@]}" "${q[@]}" "${ng[@]}"
+  done
   for g in g e; do
     local ng=()
     [[ $g == e ]] && ng=(--no-graphs)
-    gen ${g}eq_full_tp$t 100 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${ng[@]}"
-    gen ${g}eq_q20_tp$t 100 "${S8[@]}" --tp $t --prompt-len 64 -n 256 --top2 "${q[@]}" "${ng[@]}"
-    gen ${g}b32_full_tp$t 240 "${S8[@]}" --tp $t --batch 32 --prompt-len 256 -n 256 "${ng[@]}"
-    gen ${g}b32_q20_tp$t 240 "${S8[@]}" --tp $t --batch 32 --prompt-len 256 -n 256 "${q[@]}" "${ng[@]}"
+    gen ${g}eq_q20_tp$t 90 "${S8[@]}" --tp $t "${E[@]}" "${q[@]}" "${ng[@]}"
   done
-  gen gb32_full_tp1 240 "${S8[@]}" --batch 32 --prompt-len 256 -n 256
-  gen gb32_q20_tp1 240 "${S8[@]}" --batch 32 --prompt-len 256 -n 256 "${q[@]}"
+  gen gb32_full_tp1 90 "${S8[@]}" "${B[@]}"
+  gen gb32_q20_tp1 90 "${S8[@]}" "${B[@]}" "${q[@]}"
   python3 bench/multi_gpu_graphs.py "$OUT" "$t"
 }
 

@@ -354,6 +354,7 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   if (!rc && a->json) rc = gen_report_fill(be, m, kv, c, nc, &mine);
   if (!rc && a->json) rc = tp_allgather(c, &mine, all, sizeof mine);
   if (rc && (lrc || !brc)) cli_fail("generate (tp rank)", rc); /* its own failure only */
+  if (m) model_set_graphs(m, 0); /* graphs that recorded NCCL calls go before nc */
   tp_comm_destroy(c);
   tp_comm_destroy(nc);
   unload_rank(be, m, kv);
@@ -552,6 +553,7 @@ int cli_generate(int argc, char **argv) {
   if (!rc) rc = load_barrier(c, lrc);
   if (!rc) rc = join_device_comm(&a, be, c, &nc);
   if (!rc) rc = a.diag ? run_diagnostics(&a, m, be, kv, c) : run_rank0(&a, be, m, kv, c, nc);
+  if (m) model_set_graphs(m, 0); /* graphs that recorded NCCL calls go before nc */
   tp_comm_destroy(c);
   tp_comm_destroy(nc);
   int wrc = wait_ranks(&a, pids);

@@ -112,9 +112,13 @@ int model_forward_greedy(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const mode
  * model_forward_greedy, the argmax; model_forward's logits only for buckets of at most 64 rows.
  * Each bucket's first step runs the same launches without recording (warm-up), its second
  * records them; a graph is recorded again when the backend's or the cache's scratch moved or
- * the cache changed. Other steps (prefill, mixed, tensor parallel, larger logits buckets) run
- * eagerly. On by default; QE_CUDA_GRAPHS=0 in the environment at load, or
- * model_set_graphs(m, 0), runs everything eagerly. */
+ * the cache changed. Other steps (prefill, mixed, larger logits buckets, all-reduces that are
+ * synchronous or timed) run eagerly. On by default; QE_CUDA_GRAPHS=0 in the environment at load, or
+ * model_set_graphs(m, 0), runs everything eagerly. Under tensor parallelism (NCCL on the
+ * backend's stream, not timed) the ranks agree on every such step over the CPU link (recording
+ * and launching captured collectives is collective), and record and replay together.
+ * model_set_graphs(m, 0) also frees the graphs: call it before destroying the NCCL
+ * communicator whose collectives they recorded (its destruction waits for them). */
 void model_set_graphs(model_t *m, int on);
 /* 1 when decode steps may replay graphs: switched on, on a backend that records them. */
 int model_graphs_on(const model_t *m);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "qe_log.h"
 #include "qe_status.h"
 
 #define MG_BUCKETS  11   /* powers of two up to MG_MAX_ROWS */
@@ -31,7 +32,12 @@ struct model_graphs {
   model_graph_stats_t st;
 };
 
-void model_set_graphs(model_t *m, int on) { m->graphs_on = on != 0; }
+/* Off also frees the recorded graphs: an NCCL communicator cannot be destroyed while a graph
+ * that recorded its collectives lives (ncclCommDestroy waits for them). */
+void model_set_graphs(model_t *m, int on) {
+  m->graphs_on = on != 0;
+  if (!on) model__graph_free(m);
+}
 int model_graphs_on(const model_t *m) { return m->graphs_on && m->be->ops->graph_begin; }
 
 void model_graph_stats(const model_t *m, model_graph_stats_t *out) {
@@ -159,15 +165,20 @@ static int run_step(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const kv_fixed_
   model_graph_stats_t *st = &m->gr->st;
   if (need) slot_drop(m, s);
   if (need && warm) {
+    qe_log(QE_LOG_DEBUG, "graph: rank %d records a bucket of %d rows", comm->rank, f->bucket);
     int rc = run_fixed(m, kv, comm, f, b, o, &s->g);
     if (rc && rc != QE_EUNSUPPORTED) return rc;
     float ok = s->g != NULL;
     if ((rc = agree(comm, &ok, 1))) return rc;
+    qe_log(QE_LOG_DEBUG, "graph: rank %d recorded a bucket of %d rows: %s (%g of %d ranks)",
+           comm->rank, f->bucket, s->g ? "ok" : "refused", (double)ok, comm->size);
     if (ok < (float)comm->size) slot_drop(m, s);
     st->captures += s->g != NULL;
     s->kv = kv, s->be_epoch = m->be->ops->scratch_epoch(m->be);
     s->kv_epoch = kv->ops->fixed_epoch(kv);
   }
+  if (s->g && st->replays < 2)
+    qe_log(QE_LOG_DEBUG, "graph: rank %d replays (replay %ld)", comm->rank, st->replays);
   if (s->g) return st->replays++, m->be->ops->graph_launch(m->be, s->g);
   st->warmups++, s->warm = 1;
   return run_fixed(m, kv, comm, f, b, o, NULL);
