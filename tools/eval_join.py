@@ -2,7 +2,7 @@
 """eval_join: joins shards of one grid (`qevict eval --first-sample K --json`, run as separate
 processes, e.g. by bench/eval_cpu_device.sh) into one list of runs, and tabulates it.
 
-    tools/eval_join.py OUT SHARD.json...
+    tools/eval_join.py OUT SHARD.json...   (a SHARD may be an earlier OUT.json)
 
 Writes OUT.json ({"shards": [their configs], "runs": [every run]}) and OUT.md, and prints the
 markdown: per task, policy and budget, the samples FullKV solved (each shard runs FullKV on its
@@ -23,8 +23,10 @@ def load(paths):
         except (OSError, ValueError):
             missing.append(p)
             continue
+        if "shards" in j:  # an earlier join: its runs carry their seeds
+            j["config"] = j["shards"][0] if j["shards"] else {}
         for r in j["runs"]:
-            r["seed"] = j["config"]["seed"]
+            r.setdefault("seed", j["config"].get("seed"))
         shards.append(j)
     return shards, missing
 
@@ -85,7 +87,8 @@ def main():
         md.append("\nMissing shards (no results): " + ", ".join(missing))
     fulls = {(r["task"], r["length"], r["seed"], r["sample"]): r
              for j in shards for r in j["runs"] if r["policy"] == "full"}
-    json.dump({"shards": [j["config"] for j in shards], "missing": missing,
+    configs = [c for j in shards for c in (j["shards"] if "shards" in j else [j["config"]])]
+    json.dump({"shards": configs, "missing": missing,
                "runs": list(fulls.values()) + runs}, open(out + ".json", "w"), indent=1)
     open(out + ".md", "w").write("\n".join(md) + "\n")
     print("\n".join(md))
