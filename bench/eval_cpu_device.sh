@@ -58,7 +58,8 @@ for sh in ${SHARDS:-$DEFAULT}; do
   core=$((core + 2))
 done
 if [[ -n ${GPU_PHASE:-} ]]; then
-  PACK=carry/pack_g PHASE=$GPU_PHASE BUDGET_S=$((DEADLINE_S - 60)) OUT=$DEST/gpu \
+  PACK=carry/pack_g PHASE=$GPU_PHASE BUDGET_S=$((DEADLINE_S - 60 - SECONDS)) \
+    END_S=$((DEADLINE_S - SECONDS)) OUT=$DEST/gpu \
     taskset -c 0-3 bench/multi_gpu.sh > "$DEST/gpu.log" 2>&1
   echo "gpu phase rc $? at $SECONDS s"
 fi

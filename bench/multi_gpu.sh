@@ -48,10 +48,12 @@ nvidia-smi topo -m > "$OUT/topo.log" 2>&1 && head -8 "$OUT/topo.log"
 # so the table is always printed.
 BUDGET_S=${BUDGET_S:-480}
 time_left() { ((SECONDS < BUDGET_S)) || { echo "skipped $1 (time)"; return 1; }; }
+# END_S (optional): no run outlives this many seconds since the start (its timeout is cut).
 gen() { # NAME TMO args...: qevict generate --json into $OUT/NAME.json
   local name=$1 tmo=$2 t0
   shift 2
   time_left "$name" || return 0
+  [[ -n ${END_S:-} ]] && ((tmo > END_S - SECONDS)) && tmo=$((END_S - SECONDS))
   t0=$(date +%s)
   timeout "$tmo" qevict generate --json --ignore-eos "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   echo "$name rc $? in $(($(date +%s) - t0)) s"

@@ -134,8 +134,7 @@ static void json_config(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
   }
   fprintf(f, "],\"lengths\":[");
   for (int i = 0; i < c->n_lengths; i++) fprintf(f, "%s%d", i ? "," : "", c->lengths[i]);
-  fprintf(f, "],\"samples\":%d,\"first_sample\":%d,\"budgets\":[", c->samples,
-          c->first_sample);
+  fprintf(f, "],\"samples\":%d,\"first_sample\":%d,\"budgets\":[", c->samples, c->first_sample);
   for (int i = 0; i < c->n_budgets; i++) fprintf(f, "%s%g", i ? "," : "", c->budgets[i]);
   fprintf(f, "],\"policies\":[");
   for (int v = 0; v < c->n_variants; v++) {

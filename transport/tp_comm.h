@@ -96,8 +96,8 @@ int tp_comm_nccl_unique_id(void *out128);
 
 /* Joins the group named by unique_id as rank of size on GPU `device` (collective: blocks until
  * every rank has joined). Destroy it only after every CUDA graph that recorded its collectives
- * (NCCL's destruction waits for them). Sets NCCL_NVLS_ENABLE=0 in the environment unless already set.
- * *out owned by caller: tp_comm_destroy(). Returns 0, QE_EINVAL, QE_ECOMM or QE_EBACKEND. */
+ * (NCCL's destruction waits for them). Sets NCCL_NVLS_ENABLE=0 in the environment unless already
+ * set. *out owned by caller: tp_comm_destroy(). Returns 0, QE_EINVAL, QE_ECOMM or QE_EBACKEND. */
 int tp_comm_create_nccl(const void *unique_id, int rank, int size, int device, tp_comm_t **out);
 
 /* Queues later collectives on cuda_stream (a cudaStream_t of the same device, e.g.
