@@ -84,13 +84,16 @@ static int comm_takes(const tp_comm_t *comm) {
   return comm->size == 1 || (comm->dev && tp_capturable(comm->dev));
 }
 
-/* Whether b (n_segs runs) is a step a graph expresses on this rank: recordable collectives, a
- * backend and a cache with recorded / fixed steps, every row its own sequence's single token
- * and (rank 0, which alone computes outputs) an output row. */
+/* Whether graphs may run at all: switched on, recordable collectives, a backend and a cache
+ * with recorded / fixed steps (the same on every rank of a group). */
+static int graphs_possible(const model_t *m, const kv_cache_t *kv, const tp_comm_t *comm) {
+  return m->graphs_on && comm_takes(comm) && m->be->ops->graph_begin && kv->ops->fixed_fill;
+}
+
+/* Whether b (n_segs runs) is a step a graph expresses on this rank (graphs_possible): every row
+ * its own sequence's single token and (rank 0, which alone computes outputs) an output row. */
 static int takes(const model_t *m, const kv_cache_t *kv, const tp_comm_t *comm,
                  const model_batch_t *b, int n_segs, const model_out_t *o) {
-  if (!m->graphs_on || !comm_takes(comm) || !m->be->ops->graph_begin || !kv->ops->fixed_fill)
-    return 0;
   int cap = m->max_batch < MG_MAX_ROWS ? m->max_batch : MG_MAX_ROWS;
   if (n_segs != b->n || b->n > kv->geom.max_seqs || b->n > cap) return 0;
   if (comm->rank == 0 && !o->ids && !o->logits) return 0;
@@ -215,9 +218,10 @@ static int prepare(model_t *m, kv_cache_t *kv, const model_batch_t *b, int logit
 
 int model__graph_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_batch_t *b,
                          int n_segs, const model_out_t *o) {
+  if (!graphs_possible(m, kv, comm)) return 1;
   int take = takes(m, kv, comm, b, n_segs, o), lg = 0, rc = 0;
   int logits = comm->rank == 0 && !o->ids; /* rank 0's output kind; the others have none */
-  if (!take && (comm->size == 1 || !comm_takes(comm))) return 1;
+  if (!take && comm->size == 1) return 1;
   kv_fixed_t f;
   if (take && (rc = prepare(m, kv, b, logits, &f, &lg, &take))) return rc;
   float v[AG_N];
