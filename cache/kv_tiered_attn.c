@@ -21,6 +21,18 @@ void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign) {
   }
 }
 
+void kv_tiered_key_frame(kv_tiered_t *t, float *x, int start, int n, int sign) {
+  if (t->cfg.quant.key_frame != KV_KEY_FRAME_WINDOW) return kv_tiered_rotate(t, x, start, n, sign);
+  int32_t pos[256];
+  kern_backend_t *be = t->base.be;
+  for (int i = 0; i < n; i += 256) { /* every token by the window's start */
+    int m = n - i < 256 ? n - i : 256;
+    for (int j = 0; j < m; j++) pos[j] = sign * start;
+    be->ops->rope(be, x + (size_t)i * t->row, pos, m, t->base.geom.n_kv_head, t->base.geom.head_dim,
+                  &t->rope);
+  }
+}
+
 /* Ledger layout: k codes, k scale, k zero, v codes, v scale, v zero. */
 void kv_tiered_dequant(const kv_tiered_t *t, const uint8_t *led, float *k, float *v) {
   const kv_geom_t *g = &t->base.geom;
@@ -65,7 +77,7 @@ static void gather_window(kv_tiered_t *t, const kv_win_t *w, int at) {
     memcpy(v, w->page + om * row, sizeof(float) * row * (size_t)w->n);
   } else {
     kv_tiered_dequant(t, w->ledger, t->tmp, v);
-    kv_tiered_rotate(t, t->tmp, w->start, w->n, 1);
+    kv_tiered_key_frame(t, t->tmp, w->start, w->n, 1);
     memcpy(k, t->tmp, sizeof(float) * row * (size_t)w->n);
   }
   for (int j = 0; j < w->n; j++) t->gpos[at + j] = w->start + j;

@@ -81,5 +81,8 @@ void kv_tiered_observe(kv_tiered_t *t, int kind, int seq, int layer, int n_q, co
 int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs);
 /* Rotates x [n][n_kv][hd] to positions start.. (sign = +1) or back (sign = -1). */
 void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign);
+/* Rotates the keys x [n][row] of a window starting at `start` between post-RoPE and the frame
+ * the ledger keeps them in (cfg.quant.key_frame): sign -1 from post-RoPE to the frame, +1 back. */
+void kv_tiered_key_frame(kv_tiered_t *t, float *x, int start, int n, int sign);
 
 #endif

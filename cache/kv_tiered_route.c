@@ -11,14 +11,14 @@
 
 void kv_tiered_dequant(const kv_tiered_t *t, const uint8_t *led, float *k, float *v);
 
-/* Quantizes a Full window into a new ledger (keys un-rotated to pre-RoPE first). */
+/* Quantizes a Full window into a new ledger (keys rotated to the ledger's frame first). */
 static int quantize_window(kv_tiered_t *t, kv_win_t *w) {
   const kv_geom_t *g = &t->base.geom;
   const kv_qsizes_t *q = &t->qs;
   uint8_t *led = kv_pool_alloc_q(t->pool);
   if (!led) return qe_errf(QE_ENOSPC, "kv_tiered: the page pool is exhausted (INT2 ledger)");
   memcpy(t->tmp, w->page, sizeof(float) * t->row * (size_t)w->n);
-  kv_tiered_rotate(t, t->tmp, w->start, w->n, -1);
+  kv_tiered_key_frame(t, t->tmp, w->start, w->n, -1);
   uint16_t *ks = (uint16_t *)(led + q->k_codes), *kz = ks + q->k_meta / 4;
   uint8_t *vc = led + q->k_codes + q->k_meta;
   uint16_t *vs = (uint16_t *)(vc + q->v_codes), *vz = vs + q->v_meta / 4;
@@ -46,7 +46,7 @@ int kv_tiered_promote(kv_tiered_t *t, kv_win_t *w) {
   float *page = kv_pool_alloc_full(t->pool);
   if (!page) return qe_errf(QE_ENOSPC, "kv_tiered: the page pool is exhausted (promotion)");
   kv_tiered_dequant(t, w->ledger, page, page + (size_t)t->cfg.omega * t->row);
-  kv_tiered_rotate(t, page, w->start, w->n, 1);
+  kv_tiered_key_frame(t, page, w->start, w->n, 1);
   w->page = page;
   w->tier = KV_TIER_FULL;
   return 0;
@@ -79,8 +79,9 @@ static void mean_key(kv_tiered_t *t, const kv_win_t *w, float *out) {
   if (w->tier == KV_TIER_FULL) {
     memcpy(t->tmp, w->page, sizeof(float) * t->row * (size_t)w->n);
     kv_tiered_rotate(t, t->tmp, w->start, w->n, -1);
-  } else {
+  } else { /* the ledger's frame to pre-RoPE: a window-relative key is rotated by its offset */
     kv_tiered_dequant(t, w->ledger, t->tmp, t->tmp2);
+    if (t->cfg.quant.key_frame == KV_KEY_FRAME_WINDOW) kv_tiered_rotate(t, t->tmp, 0, w->n, -1);
   }
   for (size_t d = 0; d < t->row; d++) out[d] = 0;
   for (int j = 0; j < w->n; j++)

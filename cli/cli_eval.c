@@ -25,7 +25,9 @@ static const char *eval_help =
     "  --first-sample K  start at sample K (default 0): a grid split over processes gives\n"
     "                    the same samples as one run\n"
     "  --policies P,...  qevict, h2o, snapkv, pyramidkv, streaming, kivi, knorm, NAME+graphkv,\n"
-    "                    each optionally NAME:window=W (tokens per window); full is always\n"
+    "                    each optionally NAME:window=W (tokens per window) and/or\n"
+    "                    NAME:keyframe=window (keys quantized window-relative, CPU only);\n"
+    "                    full is always\n"
     "                    run first (default qevict,h2o,snapkv,pyramidkv,streaming,kivi)\n"
     "  --budgets B,...   persistent KV bytes as fractions of FullKV (default 0.05,0.1,0.2,0.4)\n"
     "  --new N           max new tokens (default: each task's own; ppl: 64 scored tokens)\n"
@@ -90,23 +92,41 @@ static int add_ablations(eval_cfg_t *c) {
   return rc;
 }
 
-/* One --policies item: NAME or NAME:window=W. 0, -1 (too many) or -2 (usage error printed). */
+/* The options of a --policies item after NAME (":window=W", ":keyframe=window", in any order):
+ * 0, or -2 (usage error printed). */
+static int parse_policy_opts(const char *label, char *opt, long *w, int *key_frame) {
+  while (opt) {
+    char *next = strchr(opt, ':');
+    if (next) *next++ = '\0';
+    if (!strncmp(opt, "window=", 7) && !cli_parse_int(opt + 7, 1, 1 << 16, w))
+      ;
+    else if (!strcmp(opt, "keyframe=window"))
+      *key_frame = KV_KEY_FRAME_WINDOW;
+    else
+      return cli_usage_error("eval", "bad policy option '%s' (NAME[:window=W][:keyframe=window])",
+                             label),
+             -2;
+    opt = next;
+  }
+  return 0;
+}
+
+/* One --policies item: NAME with options. 0, -1 (too many) or -2 (usage error printed). */
 static int parse_policy(eval_cfg_t *c, char *item) {
   char label[64], *colon = strchr(item, ':');
   long w = 0;
+  int key_frame = -1;
   kv_policy_desc_t d;
   cli_policy_t *p;
   snprintf(label, sizeof label, "%s", item);
-  if (colon) {
-    *colon = '\0';
-    if (strncmp(colon + 1, "window=", 7) || cli_parse_int(colon + 8, 1, 1 << 16, &w))
-      return cli_usage_error("eval", "bad policy option '%s' (NAME:window=W)", label), -2;
-  }
+  if (colon) *colon = '\0';
+  if (colon && parse_policy_opts(label, colon + 1, &w, &key_frame)) return -2;
   if (kv_policy_find(item, &d))
     return cli_usage_error("eval", "bad policy '%s': %s", item, qe_errmsg()), -2;
   if (d.full) return 0;
   if (add_variant(c, label, item, 0, &p)) return -1;
   if (p && w) p->omega = (int)w;
+  if (p) p->key_frame = key_frame;
   return 0;
 }
 

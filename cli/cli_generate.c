@@ -75,6 +75,8 @@ static const char *gen_help =
     "  --q Q             INT2 share of the history budget in [0, 1] (qevict default 0.7)\n"
     "  --window W        tokens per window (qevict default 8)\n"
     "  --bits B          INT2/INT4/INT8 ledger: 2, 4 or 8\n"
+    "  --key-frame F     pos (default: keys quantized pre-RoPE) or window (rotated by their\n"
+    "                    offset inside the window; CPU only, an experiment)\n"
     "  --sink N --local N  always-Full first and most recent tokens (default 5, 32)\n"
     "  --scorer S        cumulative, decayed (0.95), pnorm (p = 2), knorm, recency, prefill\n"
     "  --graphkv[=k,m,T] GraphKV re-scoring: source fraction, neighbours, rounds (0.3,8,1)\n"

@@ -27,7 +27,8 @@ void cli_policy_init(cli_policy_t *p) {
                       .sink = -1,
                       .local = -1,
                       .scorer = -1,
-                      .promote = -1};
+                      .promote = -1,
+                      .key_frame = -1};
   p->gkv = graphkv_defaults();
 }
 
@@ -69,7 +70,10 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
   if (!v) return 1;
   if (!strcmp(f, "--policy"))
     p->name = v;
-  else if (!strcmp(f, "--scorer"))
+  else if (!strcmp(f, "--key-frame")) {
+    if (strcmp(v, "pos") && strcmp(v, "window")) return 2;
+    p->key_frame = strcmp(v, "pos") ? KV_KEY_FRAME_WINDOW : KV_KEY_FRAME_POS;
+  } else if (!strcmp(f, "--scorer"))
     return parse_scorer(p, v);
   else if (!strcmp(f, "--budget"))
     return parse_budget(p, v);
@@ -107,6 +111,7 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d)
   if (p->local != -1) c->n_local = p->local;
   if (p->scorer != -1) c->scorer = p->scorer;
   if (p->promote != -1) c->promote = p->promote;
+  if (p->key_frame != -1) c->quant.key_frame = p->key_frame;
 
   *c = kv_policy_fit(c, head_dim);
   return kv_policy_check(c, head_dim);

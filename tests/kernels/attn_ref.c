@@ -154,7 +154,7 @@ static void ref_fill_window(attn_prob_t *p, const kern_pwin_t *d, const float *b
     }
     return;
   }
-  kv_qparams_t qp = {g->bits, g->group};
+  kv_qparams_t qp = {g->bits, g->group, 0};
   kv_quant_keys(&qp, k, d->n_tok, g->n_kv, g->head_dim, p->arena + d->k,
                 (uint16_t *)(p->arena + d->k_scale), (uint16_t *)(p->arena + d->k_zero));
   kv_quant_values(&qp, v, d->n_tok, g->n_kv, g->head_dim, p->arena + d->v,
@@ -253,7 +253,7 @@ static void ref_window_kv(const attn_prob_t *p, kern_backend_t *be, const kern_p
     for (size_t e = 0; e < n; e++) k[e] = ref_bf16_f(kp[e]), v[e] = ref_bf16_f(vp[e]);
     return;
   }
-  kv_qparams_t qp = {g->bits, g->group};
+  kv_qparams_t qp = {g->bits, g->group, 0};
   kv_dequant_keys(&qp, p->arena + d->k, (const uint16_t *)(p->arena + d->k_scale),
                   (const uint16_t *)(p->arena + d->k_zero), d->n_tok, g->n_kv, g->head_dim, k);
   kv_dequant_values(&qp, p->arena + d->v, (const uint16_t *)(p->arena + d->v_scale),

@@ -92,7 +92,7 @@ static void check_layout_one(const kern_paged_geom_t *g, int n_tok) {
   kc_quant_layout_t l, slot;
   CHECK_OK(kc_quant_ledger_layout(g, n_tok, &l));
   CHECK_OK(kc_quant_ledger_layout(g, g->omega, &slot));
-  kv_qparams_t qp = {g->bits, g->group};
+  kv_qparams_t qp = {g->bits, g->group, 0};
   kv_qsizes_t q = kv_qsizes(&qp, n_tok, g->n_kv, g->head_dim);
   CHECK(l.codes_bytes == q.k_codes && l.codes_bytes == q.v_codes);
   CHECK(2 * l.kmeta_bytes == q.k_meta && 2 * l.vmeta_bytes == q.v_meta);
@@ -309,7 +309,7 @@ static int rig_init(rig_t *r, const tcase_t *c) {
   memset(r, 0, sizeof *r);
   r->c = c;
   r->g = (kern_paged_geom_t){c->n_kv, c->hd, c->omega, c->bits, c->group};
-  r->qp = (kv_qparams_t){c->bits, c->group};
+  r->qp = (kv_qparams_t){c->bits, c->group, 0};
   CHECK_OK(kv_qparams_check(&r->qp, c->hd));
   if (kc_quant_ledger_layout(&r->g, c->omega, &r->lay)) return -1;
   r->row = (size_t)c->n_kv * c->hd;

@@ -398,7 +398,7 @@ static void check_mean_keys(int mode) {
   CHECK_OK(kc_mean_keys(&qa, dwin, dn, G, stride, dout, NULL));
   CHECK_OK(kc_stream_sync(NULL));
   dget(got, dout, sizeof(float) * ne * row);
-  kv_qparams_t qp = {2, 32};
+  kv_qparams_t qp = {2, 32, 0};
   double worst_full = 0;
   int bad_quant = 0, bad_zero = 0;
   for (int g = 0; g < G; g++)

@@ -83,26 +83,29 @@ static void test_half_random(void) {
 /* ---- parameters and sizes ---- */
 
 static void test_params(void) {
-  kv_qparams_t ok = {2, 32};
+  kv_qparams_t ok = {2, 32, 0};
   CHECK_OK(kv_qparams_check(&ok, 128));
-  kv_qparams_t b3 = {3, 32}, b0 = {0, 32}, b16 = {16, 32};
+  kv_qparams_t b3 = {3, 32, 0}, b0 = {0, 32, 0}, b16 = {16, 32, 0};
   CHECK(kv_qparams_check(&b3, 128) == QE_EINVAL && strstr(qe_errmsg(), "bits"));
   CHECK(kv_qparams_check(&b0, 128) == QE_EINVAL && strstr(qe_errmsg(), "bits"));
   CHECK(kv_qparams_check(&b16, 128) == QE_EINVAL && strstr(qe_errmsg(), "bits"));
-  kv_qparams_t g0 = {4, 0}, g3 = {4, 3}, g256 = {8, 256}, gneg = {8, -8};
+  kv_qparams_t g0 = {4, 0, 0}, g3 = {4, 3, 0}, g256 = {8, 256, 0}, gneg = {8, -8, 0};
   CHECK(kv_qparams_check(&g0, 128) == QE_EINVAL && strstr(qe_errmsg(), "group"));
   CHECK(kv_qparams_check(&g3, 128) == QE_EINVAL && strstr(qe_errmsg(), "group"));
   CHECK(kv_qparams_check(&g256, 128) == QE_EINVAL && strstr(qe_errmsg(), "group"));
   CHECK(kv_qparams_check(&gneg, 64) == QE_EINVAL && strstr(qe_errmsg(), "group"));
   CHECK(kv_qparams_check(&ok, 0) == QE_EINVAL);
   CHECK(kv_qparams_check(NULL, 128) == QE_EINVAL);
-  kv_qparams_t g1 = {8, 1}, ghd = {4, 96};
+  kv_qparams_t f2 = {2, 32, 2}, fw = {2, 32, KV_KEY_FRAME_WINDOW};
+  CHECK(kv_qparams_check(&f2, 128) == QE_EINVAL && strstr(qe_errmsg(), "key_frame"));
+  CHECK_OK(kv_qparams_check(&fw, 128));
+  kv_qparams_t g1 = {8, 1, 0}, ghd = {4, 96, 0};
   CHECK_OK(kv_qparams_check(&g1, 7));
   CHECK_OK(kv_qparams_check(&ghd, 96));
 }
 
 static void test_sizes(void) {
-  kv_qparams_t p2 = {2, 32}, p4 = {4, 8}, p8 = {8, 64}, odd = {2, 5};
+  kv_qparams_t p2 = {2, 32, 0}, p4 = {4, 8, 0}, p8 = {8, 64, 0}, odd = {2, 5, 0};
   kv_qsizes_t a = kv_qsizes(&p2, 8, 4, 128);
   CHECK(a.k_codes == 8 * 4 * 128 / 4 && a.v_codes == a.k_codes);
   CHECK(a.k_meta == 4 * 4 * 128 && a.v_meta == 4 * 8 * 4 * 4);
@@ -112,7 +115,7 @@ static void test_sizes(void) {
   CHECK(c.k_codes == 8 * 64 && c.v_codes == 8 * 64 && c.v_meta == 4 * 8);
   kv_qsizes_t d = kv_qsizes(&odd, 3, 1, 5); /* 15 elements * 2 bits = 30 bits -> 4 bytes */
   CHECK(d.k_codes == 4 && d.v_codes == 4 && d.k_meta == 20 && d.v_meta == 12);
-  kv_qparams_t p4g1 = {4, 1};
+  kv_qparams_t p4g1 = {4, 1, 0};
   kv_qsizes_t e = kv_qsizes(&p4g1, 1, 1, 7); /* 7 * 4 bits = 28 bits -> 4 bytes */
   CHECK(e.k_codes == 4 && e.k_meta == 28 && e.v_meta == 28);
 }
@@ -130,7 +133,7 @@ typedef struct {
 
 static void win_init(win_t *w, int bits, int group, int omega, int n_kv, int hd, int keys) {
   memset(w, 0, sizeof *w);
-  w->p = (kv_qparams_t){bits, group};
+  w->p = (kv_qparams_t){bits, group, 0};
   w->omega = omega, w->n_kv = n_kv, w->hd = hd, w->keys = keys;
   w->n = (size_t)omega * n_kv * hd;
   w->n_groups = keys ? (size_t)n_kv * hd : w->n / group;

@@ -356,6 +356,79 @@ static void check_ledger_cycles(kern_backend_t *be) {
   kv_cache_destroy(kv);
 }
 
+/* The max abs difference between window x's ledger keys, dequantized, and the frame's keys:
+ * pre-RoPE (k itself) or rotated by each token's offset in the window. */
+static double ledger_frame_error(kern_backend_t *be, const kv_cache_t *kv, const kern_rope_t *r,
+                                 const kv_qparams_t *qp, const float *k, int x) {
+  size_t lb;
+  const uint8_t *led = kv_tiered_window_ledger(kv, 0, 0, x, &lb);
+  if (!led) return -1;
+  kv_qsizes_t q = kv_qsizes(qp, 4, 1, 8);
+  const uint16_t *ks = (const uint16_t *)(led + q.k_codes), *kz = ks + q.k_meta / 4;
+  float got[4 * 8], want[4 * 8];
+  int32_t off[4] = {0, 1, 2, 3};
+  kv_dequant_keys(qp, led, ks, kz, 4, 1, 8, got);
+  memcpy(want, k + x * 4 * 8, sizeof want);
+  if (qp->key_frame == KV_KEY_FRAME_WINDOW) be->ops->rope(be, want, off, 4, 1, 8, r);
+  double e = 0;
+  for (int i = 0; i < 4 * 8; i++) e = fmax(e, fabs(got[i] - want[i]));
+  return e;
+}
+
+/* Both key frames (pre-RoPE, window-relative) at INT8 through demotions and promotions: each
+ * ledger holds the keys in its frame, and each promoted page's post-RoPE keys equal the stored
+ * ones, within the quantization step (a key rotated by a wrong angle is off by about its own
+ * size). Returns the max abs error; *n counts the ledgers and promoted pages compared. */
+static double key_frame_error(kern_backend_t *be, int frame, int *n) {
+  kv_geom_t g = {1, 2, 1, 8, 1};
+  kern_rope_t r = {KERN_ROPE_NORM, 8, 10000, 1, NULL, 0, 1, 32, 1, 512};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  d.cfg.omega = 4, d.cfg.n_sink = 0, d.cfg.n_local = 4, d.cfg.q = 0.5f, d.cfg.quant.group = 8;
+  d.cfg.quant.bits = 8, d.cfg.quant.key_frame = frame;
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  /* page 256 + meta 12, INT8 ledger 112: protected 2 x 268; history 1,000: one Full window and
+   * its ledger (cap 500), four ledgers */
+  CHECK_OK(kv_tiered_set_budget(kv, 0, 536 + 1000));
+  CHECK_OK(kv->ops->seq_open(kv, 0, 24));
+  uint64_t s = 91;
+  float k[24 * 8], v[24 * 8], rk[24 * 8];
+  int32_t pos[24];
+  for (int i = 0; i < 24 * 8; i++) k[i] = tu_randf(&s, -2, 2), v[i] = tu_randf(&s, -2, 2);
+  for (int i = 0; i < 24; i++) pos[i] = i;
+  memcpy(rk, k, sizeof k);
+  be->ops->rope(be, rk, pos, 24, 1, 8, &r); /* the cache stores post-RoPE keys */
+  CHECK_OK(kv->ops->store(kv, 0, 0, 0, 24, rk, v));
+  double e = 0;
+  size_t pb = 0;
+  for (int w = 0; w < 5; w++) { /* each window in turn the only one worth keeping Full */
+    for (int x = 0; x < 5; x++) kv_tiered_test_set_score(kv, 0, 0, x, x == w ? 10.0f : 1.0f);
+    CHECK_OK(kv_tiered_test_route(kv, 0, 0));
+    for (int x = 0; x < 5; x++) {
+      double le = ledger_frame_error(be, kv, &r, &d.cfg.quant, k, x);
+      const float *page = kv_tiered_test_page(kv, 0, 0, x, &pb);
+      if (le < 0) continue;
+      e = fmax(e, le), ++*n;
+      for (int i = 0; page && i < 4 * 8; i++) e = fmax(e, fabs(page[i] - rk[x * 4 * 8 + i]));
+      *n += page != NULL; /* promoted: Full with its ledger */
+    }
+  }
+  kv_cache_destroy(kv);
+  return e;
+}
+
+static void check_key_frames(kern_backend_t *be) {
+  int np = 0, nw = 0;
+  double pos = key_frame_error(be, KV_KEY_FRAME_POS, &np);
+  double win = key_frame_error(be, KV_KEY_FRAME_WINDOW, &nw);
+  fprintf(stderr,
+          "key frames at INT8: %d and %d ledgers and promoted pages, within %.3g (pre-RoPE), %.3g "
+          "(window)\n",
+          np, nw, pos, win);
+  CHECK(np >= 20 && nw >= 20 && pos > 0 && pos < 0.03 && win > 0 && win < 0.03);
+}
+
 /* Every check that needs a model, on one random model. */
 static void check_model(const rand_model_spec_t *sp, int full_checks) {
   const char *path = "/tmp/qe_test_tiered.gguf";
@@ -368,6 +441,7 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   uint64_t s = 9 + sp->seed;
   for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);
   if (full_checks) check_ledger_cycles(wd.be);
+  if (full_checks) check_key_frames(wd.be);
   if (wd.m && full_checks) {
     check_rope_roundtrip(&wd);
     check_bad_config(&wd);
@@ -432,6 +506,9 @@ static void check_gpu_policies(void) {
         !strncmp(qe_errmsg(), "policy.graphkv", 14));
   d.cfg.gkv.m = KV_GPU_GRAPHKV_MAX_M;
   CHECK_OK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8));
+  d.cfg.quant.key_frame = KV_KEY_FRAME_WINDOW; /* window-relative keys: the CPU cache only */
+  CHECK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8) == QE_EUNSUPPORTED &&
+        !strncmp(qe_errmsg(), "policy.key_frame", 16));
   expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");    /* head_dim 8 */
   expect_gpu_policy("qevict", 0, 0, 128, 32, 2, "policy.name"); /* 16 query heads per KV head */
   expect_gpu_policy("qevict", 0, 0, 0, 0, 0, NULL);             /* geometry not checked */
