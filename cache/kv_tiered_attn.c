@@ -10,27 +10,25 @@
 #include "kv_tiered_internal.h"
 #include "qe_status.h"
 
-void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign) {
+/* Rotates token j of x [n][n_kv][hd] by sign * (start + step * j). */
+static void rotate_by(kv_tiered_t *t, float *x, int start, int step, int n, int sign) {
   int32_t pos[256];
   kern_backend_t *be = t->base.be;
   for (int i = 0; i < n; i += 256) {
     int m = n - i < 256 ? n - i : 256;
-    for (int j = 0; j < m; j++) pos[j] = sign * (start + i + j);
+    for (int j = 0; j < m; j++) pos[j] = sign * (start + step * (i + j));
     be->ops->rope(be, x + (size_t)i * t->row, pos, m, t->base.geom.n_kv_head, t->base.geom.head_dim,
                   &t->rope);
   }
 }
 
+void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign) {
+  rotate_by(t, x, start, 1, n, sign);
+}
+
+/* Window-relative keys: every token by the window's start (step 0). */
 void kv_tiered_key_frame(kv_tiered_t *t, float *x, int start, int n, int sign) {
-  if (t->cfg.quant.key_frame != KV_KEY_FRAME_WINDOW) return kv_tiered_rotate(t, x, start, n, sign);
-  int32_t pos[256];
-  kern_backend_t *be = t->base.be;
-  for (int i = 0; i < n; i += 256) { /* every token by the window's start */
-    int m = n - i < 256 ? n - i : 256;
-    for (int j = 0; j < m; j++) pos[j] = sign * start;
-    be->ops->rope(be, x + (size_t)i * t->row, pos, m, t->base.geom.n_kv_head, t->base.geom.head_dim,
-                  &t->rope);
-  }
+  rotate_by(t, x, start, t->cfg.quant.key_frame == KV_KEY_FRAME_WINDOW ? 0 : 1, n, sign);
 }
 
 /* Ledger layout: k codes, k scale, k zero, v codes, v scale, v zero. */

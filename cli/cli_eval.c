@@ -98,14 +98,13 @@ static int parse_policy_opts(const char *label, char *opt, long *w, int *key_fra
   while (opt) {
     char *next = strchr(opt, ':');
     if (next) *next++ = '\0';
-    if (!strncmp(opt, "window=", 7) && !cli_parse_int(opt + 7, 1, 1 << 16, w))
-      ;
-    else if (!strcmp(opt, "keyframe=window"))
-      *key_frame = KV_KEY_FRAME_WINDOW;
-    else
+    int ok = !strncmp(opt, "window=", 7) ? !cli_parse_int(opt + 7, 1, 1 << 16, w)
+                                         : !strcmp(opt, "keyframe=window");
+    if (!ok)
       return cli_usage_error("eval", "bad policy option '%s' (NAME[:window=W][:keyframe=window])",
                              label),
              -2;
+    if (!strcmp(opt, "keyframe=window")) *key_frame = KV_KEY_FRAME_WINDOW;
     opt = next;
   }
   return 0;

@@ -180,8 +180,6 @@ static int run_step(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const kv_fixed_
     s->kv = kv, s->be_epoch = m->be->ops->scratch_epoch(m->be);
     s->kv_epoch = kv->ops->fixed_epoch(kv);
   }
-  if (s->g && st->replays < 2)
-    qe_log(QE_LOG_DEBUG, "graph: rank %d replays (replay %ld)", comm->rank, st->replays);
   if (s->g) return st->replays++, m->be->ops->graph_launch(m->be, s->g);
   st->warmups++, s->warm = 1;
   return run_fixed(m, kv, comm, f, b, o, NULL);
