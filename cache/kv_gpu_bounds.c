@@ -25,9 +25,11 @@ int kv_gpu_policy_check(const kv_policy_cfg_t *c, const char *name, int scorer_n
                    "or recency without pooled or pyramid budgets (qevict, kivi; h2o and streaming "
                    "with policy.window 8)",
                    scorer_named ? "policy.scorer" : "policy.name", name);
-  if (c->quant.key_frame != KV_KEY_FRAME_POS)
+  if (c->quant.key_frame == KV_KEY_FRAME_WINDOW)
     return qe_errf(QE_EUNSUPPORTED,
-                   "policy.key_frame: '%s': the GPU cache keeps quantized keys pre-RoPE", name);
+                   "policy.key_frame: '%s': the GPU cache keeps quantized keys pre-RoPE or "
+                   "post-RoPE (pos or abs), not window-relative",
+                   name);
   if (c->omega != 8 && (c->omega < 16 || c->omega % 16 || c->omega > 1024))
     return qe_errf(QE_EUNSUPPORTED,
                    "policy.window: '%s' has windows of %d token(s); the GPU cache takes 8 or a "

@@ -171,6 +171,7 @@ void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a) {
   a->has_quant = 1;
   a->geom.bits = g->t->cfg.quant.bits, a->geom.group = g->t->cfg.quant.group;
   a->rope = g->t->arope;
+  a->abs_keys = g->t->cfg.quant.key_frame == KV_KEY_FRAME_ABS;
   a->mass = g->t->rt.score + kv_gpu__tab_index(g, layer, 0, 0);
   a->flags |= KC_ATTN_MASS_ACCUMULATE;
 }
@@ -409,7 +410,11 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
   if (!rc) rc = init_rope(g, rope);
   if (!rc) rc = kc_timer_create(&t->timer[0]);
   if (!rc) rc = kc_timer_create(&t->timer[1]);
-  t->qa = (kc_quant_args_t){.geom = r->pg, .rotate = 1, .rope = t->arope, .arena = NULL};
+  t->qa = (kc_quant_args_t){.geom = r->pg,
+                            .rotate = 1,
+                            .post_rope = cfg->quant.key_frame == KV_KEY_FRAME_ABS,
+                            .rope = t->arope,
+                            .arena = NULL};
   return rc;
 }
 

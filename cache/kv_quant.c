@@ -46,8 +46,9 @@ int kv_qparams_check(const kv_qparams_t *p, int head_dim) {
   if (p->bits != 2 && p->bits != 4 && p->bits != 8)
     return qe_errf(QE_EINVAL, "kv_quant: bits must be 2, 4 or 8 (got %d)", p->bits);
   if (head_dim < 1) return qe_errf(QE_EINVAL, "kv_quant: head_dim must be >= 1 (got %d)", head_dim);
-  if (p->key_frame != KV_KEY_FRAME_POS && p->key_frame != KV_KEY_FRAME_WINDOW)
-    return qe_errf(QE_EINVAL, "kv_quant: key_frame must be 0 (pre-RoPE) or 1 (window) (got %d)",
+  if (p->key_frame < KV_KEY_FRAME_POS || p->key_frame > KV_KEY_FRAME_ABS)
+    return qe_errf(QE_EINVAL,
+                   "kv_quant: key_frame must be 0 (pre-RoPE), 1 (window) or 2 (post-RoPE) (got %d)",
                    p->key_frame);
   if (p->group < 1 || head_dim % p->group != 0)
     return qe_errf(QE_EINVAL, "kv_quant: group must be >= 1 and divide head_dim %d (got %d)",

@@ -26,8 +26,9 @@ void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign) {
   rotate_by(t, x, start, 1, n, sign);
 }
 
-/* Window-relative keys: every token by the window's start (step 0). */
+/* Window-relative keys: every token by the window's start (step 0); post-RoPE keys: none. */
 void kv_tiered_key_frame(kv_tiered_t *t, float *x, int start, int n, int sign) {
+  if (t->cfg.quant.key_frame == KV_KEY_FRAME_ABS) return;
   rotate_by(t, x, start, t->cfg.quant.key_frame == KV_KEY_FRAME_WINDOW ? 0 : 1, n, sign);
 }
 

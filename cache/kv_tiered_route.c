@@ -79,9 +79,12 @@ static void mean_key(kv_tiered_t *t, const kv_win_t *w, float *out) {
   if (w->tier == KV_TIER_FULL) {
     memcpy(t->tmp, w->page, sizeof(float) * t->row * (size_t)w->n);
     kv_tiered_rotate(t, t->tmp, w->start, w->n, -1);
-  } else { /* the ledger's frame to pre-RoPE: a window-relative key is rotated by its offset */
+  } else { /* the ledger's frame to pre-RoPE: a window-relative key is rotated by its offset,
+              a post-RoPE one by its position */
+    const int frame = t->cfg.quant.key_frame;
     kv_tiered_dequant(t, w->ledger, t->tmp, t->tmp2);
-    if (t->cfg.quant.key_frame == KV_KEY_FRAME_WINDOW) kv_tiered_rotate(t, t->tmp, 0, w->n, -1);
+    if (frame != KV_KEY_FRAME_POS)
+      kv_tiered_rotate(t, t->tmp, frame == KV_KEY_FRAME_ABS ? w->start : 0, w->n, -1);
   }
   for (size_t d = 0; d < t->row; d++) out[d] = 0;
   for (int j = 0; j < w->n; j++)

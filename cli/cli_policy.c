@@ -71,8 +71,10 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
   if (!strcmp(f, "--policy"))
     p->name = v;
   else if (!strcmp(f, "--key-frame")) {
-    if (strcmp(v, "pos") && strcmp(v, "window")) return 2;
-    p->key_frame = strcmp(v, "pos") ? KV_KEY_FRAME_WINDOW : KV_KEY_FRAME_POS;
+    if (strcmp(v, "pos") && strcmp(v, "window") && strcmp(v, "abs")) return 2;
+    p->key_frame = !strcmp(v, "pos")      ? KV_KEY_FRAME_POS
+                   : !strcmp(v, "window") ? KV_KEY_FRAME_WINDOW
+                                          : KV_KEY_FRAME_ABS;
   } else if (!strcmp(f, "--scorer"))
     return parse_scorer(p, v);
   else if (!strcmp(f, "--budget"))

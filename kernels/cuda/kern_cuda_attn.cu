@@ -21,12 +21,12 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 
 /* ---------------------------------------------------------------- kernels */
 
-template <int HD, int BITS, bool NEOX, bool PAIR>
+template <int HD, int BITS, int ROT, bool PAIR>
 __global__ void __launch_bounds__(KCA_NT, 3)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
-  kca_chunk_body<HD, BITS, NEOX, PAIR>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
-                                       threadIdx.x);
+  kca_chunk_body<HD, BITS, ROT, PAIR>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
+                                      threadIdx.x);
 }
 
 __global__ void __launch_bounds__(KCA_CT)
@@ -46,28 +46,31 @@ typedef struct {
   int smem;
 } kca_kern_t;
 
-/* The chunk kernel for (head_dim, bits or 0, NEOX, omega == 8). */
-template <int HD> static kca_kern_t kca_pick_hd(int bits, int neox, int pair) {
-#define KCA_PICK(B, N)                                                                             \
+/* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, omega == 8). */
+template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pair) {
+#define KCA_PICK(R)                                                                                \
   return {                                                                                         \
-    pair ? kca_chunk_kernel<HD, B, N, true> : kca_chunk_kernel<HD, B, N, false>,                   \
-        kca_lay<HD, B>::total                                                                      \
+    pair ? kca_chunk_kernel<HD, BITS, R, true> : kca_chunk_kernel<HD, BITS, R, false>,             \
+        kca_lay<HD, BITS>::total                                                                   \
   }
-  if (bits == 0) KCA_PICK(0, false);
-  if (bits == 2 && !neox) KCA_PICK(2, false);
-  if (bits == 2) KCA_PICK(2, true);
-  if (bits == 4 && !neox) KCA_PICK(4, false);
-  if (bits == 4) KCA_PICK(4, true);
-  if (!neox) KCA_PICK(8, false);
-  KCA_PICK(8, true);
+  if (BITS == 0 || rot == KCA_ROT_NORM) KCA_PICK(KCA_ROT_NORM);
+  if (rot == KCA_ROT_NEOX) KCA_PICK(KCA_ROT_NEOX);
+  KCA_PICK(KCA_ROT_ABS);
 #undef KCA_PICK
 }
 
+template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pair) {
+  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pair);
+  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pair);
+  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pair);
+  return kca_pick_rot<HD, 8>(rot, pair);
+}
+
 static kca_kern_t kca_pick(const kc_attn_args_t *a) {
-  const int bits = a->has_quant ? a->geom.bits : 0, neox = a->rope.mode == KERN_ROPE_NEOX;
-  const int pair = a->geom.omega == 8;
-  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, neox, pair)
-                                : kca_pick_hd<128>(bits, neox, pair);
+  const int bits = a->has_quant ? a->geom.bits : 0, pair = a->geom.omega == 8;
+  const int rot = kca_rot_kind(a);
+  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pair)
+                                : kca_pick_hd<128>(bits, rot, pair);
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -115,6 +118,8 @@ static int kca_check_geom(const kc_attn_args_t *a) {
     return qe_errf(QE_EINVAL, "kc_attn: n_win, max_win and chunk_win must be >= 0");
   if (!(a->scale == a->scale) || isinf(a->scale))
     return qe_errf(QE_EINVAL, "kc_attn: scale must be finite");
+  if (a->abs_keys != 0 && a->abs_keys != 1)
+    return qe_errf(QE_EINVAL, "kc_attn: abs_keys must be 0 or 1 (got %d)", a->abs_keys);
   return a->has_quant ? kca_check_rope(a) : 0;
 }
 
@@ -131,11 +136,11 @@ int kc_attn_check(const kc_attn_args_t *a) {
 /* Multiprocessors of the current device and resident chunk blocks per multiprocessor of the
  * call's kernel (both cached; benign races write the same values). */
 static int kca_slots(const kc_attn_args_t *a, int *slots) {
-  static int sms[64], occ[64][2][8][2][2];
+  static int sms[64], occ[64][2][8][3][2];
   int dev = 0;
   if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
   const int d = dev & 63, h = a->geom.head_dim == 128, b = a->has_quant ? a->geom.bits : 0;
-  const int n = a->rope.mode == KERN_ROPE_NEOX && b, pr = a->geom.omega == 8;
+  const int n = b ? kca_rot_kind(a) : 0, pr = a->geom.omega == 8;
   if (!__atomic_load_n(&sms[d], __ATOMIC_RELAXED)) {
     int v = 0;
     if (KCA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev)))

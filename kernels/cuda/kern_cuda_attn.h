@@ -67,6 +67,8 @@ typedef struct {
   int max_win;             /* >= the most windows of one sequence (sizes the chunking) */
   int has_quant;           /* 1 when any window may be QUANT (0 picks the bf16 FULL-only kernel,
                               which would misread a QUANT window) */
+  int abs_keys;            /* 1: QUANT keys are post-RoPE (KV_KEY_FRAME_ABS): dequantized and
+                              used as they are, no rotation (rope unused); 0: pre-RoPE */
   const float *q;          /* device [n_seq][n_head][head_dim] fp32 */
   float *out;              /* device [n_seq][n_head][head_dim] fp32 */
   float *mass;             /* device [n_win] fp32, or NULL */

@@ -45,6 +45,10 @@
 #define KCA_MAGIC  0x64006400u /* fp16 pair (1024, 1024): code c reads as 1024 + c */
 #define KCA_NEGINF (-__builtin_inff())
 
+/* How QUANT keys are turned (the kernels' ROT parameter): pre-RoPE keys re-rotated with NORM or
+ * NEOX RoPE, or post-RoPE keys (kc_attn_args_t.abs_keys) used as they are. */
+enum { KCA_ROT_NORM = 0, KCA_ROT_NEOX = 1, KCA_ROT_ABS = 2 };
+
 /* Kernel parameters (by value). Shapes: see kern_cuda_attn.h; partials are per chunk. */
 typedef struct {
   const uint8_t *arena;
@@ -796,10 +800,11 @@ KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[4], const kca_til
 /* The lane's key words of half h (its token g) for chunks c + 4i, i in the group ig (NORM:
  * {ig}; NEOX: {ig, ig + HD / 64}, the rotation's two halves): FULL rows (fp16 in QUANT-capable
  * kernels, else bf16), or QUANT codes dequantized and turned by the row offset R(8h + g). */
-template <int HD, int BITS, bool NEOX, bool QUANT>
+template <int HD, int BITS, int ROT, bool QUANT>
 KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *meta,
                        const uint32_t *off, int h, int g, int c, int ig, uint32_t (&k)[2][4]) {
   using L = kca_lay<HD, BITS>;
+  constexpr bool NEOX = ROT == KCA_ROT_NEOX;
   constexpr int NI = NEOX ? 2 : 1;
   KCA_UNROLL
   for (int x = 0; x < NI; x++) {
@@ -820,7 +825,7 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
       k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.magic), KCA_MAGIC), ks.v[r],
                           kz.v[r]);
   }
-  if (BITS == 0 || !QUANT) return;
+  if (BITS == 0 || !QUANT || ROT == KCA_ROT_ABS) return; /* post-RoPE keys: no turn */
   const uint32_t *orow = off + (8 * h + g) * (HD + 4);
   const int j0 = 4 * (c + 4 * ig); /* first slot of chunk c + 4 ig */
   const kca_u4 o0 = *(const kca_u4 *)&orow[2 * j0], o1 = *(const kca_u4 *)&orow[2 * j0 + 4];
@@ -835,26 +840,26 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
   }
 }
 
-/* S = K B^T, keys of one kind (FULL or QUANT): A = the keys (row g: token g of half 0 and row
- * g + 8: of half 1 when BOTH, else row g: token g of half h and rows g + 8 zero), B = the query
- * heads (Q, or Q turned by the QUANT windows' base rotation). s[2 h' + e] = S[token g of the
- * h'-th half computed][head 2c + e]. */
-template <int HD, int BITS, bool NEOX, bool PAIR, bool QUANT, bool BOTH>
+/* S = K B^T: A = the keys (row g: token g of half 0 and row g + 8: of half 1 when BOTH, else row
+ * g: token g of half h and rows g + 8 zero), B = the query heads (Q, or Q turned by the QUANT
+ * windows' base rotation). KQ: bit y set when the y-th half computed is QUANT (pre-RoPE frames:
+ * both halves of one kind; post-RoPE keys share Q whatever their tiers). s[2 h' + e] = S[token
+ * g of the h'-th half computed][head 2c + e]. */
+template <int HD, int BITS, int ROT, bool PAIR, int KQ, bool BOTH>
 KCA_FN void kca_qk(const kca_params_t &p, const uint32_t (&B)[HD / 32][4], const uint8_t *stage,
                    const uint32_t *off, int h, int g, int c, float *s) {
   using L = kca_lay<HD, BITS>;
-  constexpr int NI = NEOX ? 2 : 1;
+  constexpr int NI = ROT == KCA_ROT_NEOX ? 2 : 1;
   float s2[4] = {0, 0, 0, 0};
   s[0] = s[1] = s[2] = s[3] = 0.0f;
   KCA_UNROLL
   for (int ig = 0; ig < HD / 32 / NI; ig++) {
     uint32_t k[2][2][4]; /* [row half][chunk of the group][word] */
-    KCA_UNROLL
-    for (int y = 0; y < (BOTH ? 2 : 1); y++) {
-      const int hy = BOTH ? y : h;
-      const uint8_t *hs = stage + hy * L::half;
-      kca_kwords<HD, BITS, NEOX, QUANT>(p, hs, PAIR ? hs : stage, off, hy, g, c, ig, k[y]);
-    }
+    const int h0 = BOTH ? 0 : h;
+    const uint8_t *hs0 = stage + h0 * L::half, *hs1 = stage + L::half;
+    kca_kwords<HD, BITS, ROT, (KQ & 1) != 0>(p, hs0, PAIR ? hs0 : stage, off, h0, g, c, ig, k[0]);
+    if constexpr (BOTH)
+      kca_kwords<HD, BITS, ROT, (KQ & 2) != 0>(p, hs1, PAIR ? hs1 : stage, off, 1, g, c, ig, k[1]);
     if (!BOTH) {
       KCA_UNROLL
       for (int x = 0; x < 2; x++) k[1][x][0] = k[1][x][1] = k[1][x][2] = k[1][x][3] = 0u;
@@ -950,21 +955,40 @@ KCA_FN void kca_put_half(float *s, const float *sp, int h) {
 /* S of a tile (see kca_qk): both halves through one set of mma when they share the query
  * operand (FULL: Q; QUANT: Q turned by one base), else (one live half, or a pair of windows of
  * different tiers or bases) one set per half. */
-template <int HD, int BITS, bool NEOX, bool PAIR>
+template <int HD, int BITS, int ROT, bool PAIR>
 KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
                        const kca_st_t<HD, BITS> &st, const kca_tile_t &t, int live, int warp,
                        int lane, float (&s)[4]) {
   using L = kca_lay<HD, BITS>;
+  constexpr bool NEOX = ROT == KCA_ROT_NEOX;
   const int g = lane >> 2, c = lane & 3;
   if constexpr (BITS == 0) {
     if (live == 3) {
-      kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      kca_qk<HD, BITS, ROT, PAIR, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
     } else {
       const int h = live >> 1;
       float sp[4];
-      kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, st.q, stage, nullptr, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PAIR, 0, false>(p, st.q, stage, nullptr, h, g, c, sp);
       kca_put_half(s, sp, h);
     }
+    return;
+  }
+  if constexpr (ROT == KCA_ROT_ABS) { /* one query operand for every tier: one set of mma */
+    const int kq = kca_tq(t, 0) | kca_tq(t, 1) << 1;
+    if (live == 3) {
+      if (kq == 0) kca_qk<HD, BITS, ROT, PAIR, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 1) kca_qk<HD, BITS, ROT, PAIR, 1, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 2) kca_qk<HD, BITS, ROT, PAIR, 2, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 3) kca_qk<HD, BITS, ROT, PAIR, 3, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      return;
+    }
+    const int h = live >> 1;
+    float sp[4];
+    if (kq >> h & 1)
+      kca_qk<HD, BITS, ROT, PAIR, 1, false>(p, st.q, stage, nullptr, h, g, c, sp);
+    else
+      kca_qk<HD, BITS, ROT, PAIR, 0, false>(p, st.q, stage, nullptr, h, g, c, sp);
+    kca_put_half(s, sp, h);
     return;
   }
   uint32_t *base = (uint32_t *)(smem + L::base) + warp * HD;
@@ -974,9 +998,9 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
   if (live == 3 && k0 == k1 && (!k0 || t.base[0] == t.base[1])) {
     kca_query<HD, NEOX>(p, st.q, base, k0, t.base[0], lane, qr);
     if (k0)
-      kca_qk<HD, BITS, NEOX, PAIR, true, true>(p, qr, stage, off, 0, g, c, s);
+      kca_qk<HD, BITS, ROT, PAIR, 3, true>(p, qr, stage, off, 0, g, c, s);
     else
-      kca_qk<HD, BITS, NEOX, PAIR, false, true>(p, qr, stage, off, 0, g, c, s);
+      kca_qk<HD, BITS, ROT, PAIR, 0, true>(p, qr, stage, off, 0, g, c, s);
     return;
   }
   KCA_UNROLL1
@@ -987,22 +1011,22 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
     float sp[4];
     kca_query<HD, NEOX>(p, st.q, base, kind, h ? t.base[1] : t.base[0], lane, qr);
     if (kind)
-      kca_qk<HD, BITS, NEOX, PAIR, true, false>(p, qr, stage, off, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PAIR, 1, false>(p, qr, stage, off, h, g, c, sp);
     else
-      kca_qk<HD, BITS, NEOX, PAIR, false, false>(p, qr, stage, off, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PAIR, 0, false>(p, qr, stage, off, h, g, c, sp);
     kca_put_half(s, sp, h);
   }
 }
 
 /* One tile whose bytes are in stage: scores, online softmax, P.V. */
-template <int HD, int BITS, bool NEOX, bool PAIR>
+template <int HD, int BITS, int ROT, bool PAIR>
 KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
                             kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
   using L = kca_lay<HD, BITS>;
   const int g = lane >> 2, c = lane & 3;
   float s[4] = {0, 0, 0, 0};
   const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
-  kca_scores<HD, BITS, NEOX, PAIR>(p, smem, stage, st, t, live, warp, lane, s);
+  kca_scores<HD, BITS, ROT, PAIR>(p, smem, stage, st, t, live, warp, lane, s);
   const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, g);
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
@@ -1148,7 +1172,7 @@ KCA_FN void kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS
  * kca_lay<HD, BITS>::total bytes. PAIR: omega is 8 (units of two windows), else a multiple of
  * 16. Each warp runs a two-stage cp.async pipeline over its tiles: tile i + 1 is in flight
  * while tile i is computed. */
-template <int HD, int BITS, bool NEOX, bool PAIR>
+template <int HD, int BITS, int ROT, bool PAIR>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
@@ -1162,8 +1186,8 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   KCA_UNROLL
   for (int j = 0; j < HD / 16; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0;
   st.m[0] = st.m[1] = KCA_NEGINF, st.l[0] = st.l[1] = 0.0f;
-  if constexpr (BITS != 0) {
-    kca_off_init<HD, NEOX>(p, (uint32_t *)(smem + Ly::off), tid);
+  if constexpr (BITS != 0 && ROT != KCA_ROT_ABS) {
+    kca_off_init<HD, ROT == KCA_ROT_NEOX>(p, (uint32_t *)(smem + Ly::off), tid);
     kca_syncthreads();
   }
   constexpr int per = PAIR ? 2 : 1;
@@ -1189,7 +1213,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_cp_wait1();
     kca_syncwarp();
     const kca_tp_t r =
-        kca_compute<HD, BITS, NEOX, PAIR>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
+        kca_compute<HD, BITS, ROT, PAIR>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
     kca_masses<HD, BITS, PAIR>(p, st, tc, r, wsum, kvh, lane);
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
@@ -1331,6 +1355,11 @@ static inline int kca_rope_fill(const kern_rope_t *r, float *tab, kc_attn_rope_t
   out->yarn = yarn;
   out->mscale = r->attn_factor * (yarn ? 1.0f + 0.1f * logf(1.0f / r->freq_scale) : 1.0f);
   return 0;
+}
+
+/* The call's KCA_ROT_* (how its QUANT keys are turned). */
+static inline int kca_rot_kind(const kc_attn_args_t *a) {
+  return a->abs_keys ? KCA_ROT_ABS : a->rope.mode == KERN_ROPE_NEOX ? KCA_ROT_NEOX : KCA_ROT_NORM;
 }
 
 /* Blocks of the combine kernel per sequence. */

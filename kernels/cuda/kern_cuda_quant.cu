@@ -46,7 +46,7 @@ typedef struct {
   const int32_t *n_dev; /* jobs to do, read on the device (capped at n_jobs); NULL: n_jobs */
   int n_jobs;
   const float *rope_tab; /* [n_rot / 2][2]: freq, YaRN mix */
-  int n_kv, hd, bits, group, rotate;
+  int n_kv, hd, bits, group, rotate, post_rope; /* rotate: the migrations' (off for post_rope) */
   int mode, n_rot, yarn;
   float freq_scale, mscale;
 } kq_params_t;
@@ -443,12 +443,13 @@ KQ_FN float kq_mean_key(const kq_params_t &p, const kern_pwin_t &d, int e, int j
     const __nv_bfloat16 *kp = kq_ptr<const __nv_bfloat16>(p, d.k) + (e - j);
     for (int t = 0; t < d.n_tok; t++)
       s = __fadd_rn(s, kq_rope_bf16(p, kp + (size_t)t * row, j, -(d.pos0 + t)));
-  } else {
-    const uint8_t *codes = kq_ptr<const uint8_t>(p, d.k);
-    const float z = kq_h2f(kq_ptr<const uint16_t>(p, d.k_zero)[e]);
-    const float sc = kq_h2f(kq_ptr<const uint16_t>(p, d.k_scale)[e]);
+  } else { /* post-RoPE ledger keys are un-rotated as kq_dequant_key re-rotates pre-RoPE ones */
+    kc_quant_job_t jb;
+    jb.k_codes = d.k, jb.k_scale = d.k_scale, jb.k_zero = d.k_zero;
+    kq_params_t q = p;
+    q.rotate = p.rotate && p.post_rope;
     for (int t = 0; t < d.n_tok; t++)
-      s = __fadd_rn(s, kq_recon(kq_code_at(codes, t * row + e, p.bits), z, sc));
+      s = __fadd_rn(s, kq_dequant_key(q, jb, t * row + e, j, -(d.pos0 + t)));
   }
   return __fdiv_rn(s, (float)d.n_tok);
 }
@@ -506,6 +507,8 @@ extern "C" int kc_quant_check(const kc_quant_args_t *a) {
                    a->jobs ? "set" : "NULL");
   if (a->rotate != 0 && a->rotate != 1)
     return qe_errf(QE_EINVAL, "kc_quant: rotate must be 0 or 1 (got %d)", a->rotate);
+  if (a->post_rope != 0 && a->post_rope != 1)
+    return qe_errf(QE_EINVAL, "kc_quant: post_rope must be 0 or 1 (got %d)", a->post_rope);
   return a->rotate ? kq_check_rope(&a->rope, a->geom.head_dim) : 0;
 }
 
@@ -545,7 +548,8 @@ static kq_params_t kq_params(const kc_quant_args_t *a) {
   p.hd = a->geom.head_dim;
   p.bits = a->geom.bits;
   p.group = a->geom.group;
-  p.rotate = a->rotate;
+  p.rotate = a->rotate && !a->post_rope; /* kc_mean_keys sets its own */
+  p.post_rope = a->post_rope;
   p.mode = a->rope.mode;
   p.n_rot = a->rotate ? a->rope.n_rot : 0;
   p.yarn = a->rope.yarn;
@@ -602,7 +606,8 @@ extern "C" int kc_mean_keys(const kc_quant_args_t *a, const kern_pwin_t *win, co
     return qe_errf(QE_EINVAL, "kc_mean_keys: bad arguments (%d groups, stride %d)", n_groups,
                    stride);
   if (!n_groups) return 0;
-  const kq_params_t p = kq_params(a);
+  kq_params_t p = kq_params(a);
+  p.rotate = a->rotate; /* FULL keys un-rotated (and post-RoPE ledger keys) */
   const int64_t per = (int64_t)stride * a->geom.n_kv * a->geom.head_dim;
   const unsigned gx =
       (unsigned)((per + KQ_DT - 1) / KQ_DT > 1024 ? 1024 : (per + KQ_DT - 1) / KQ_DT);

@@ -58,11 +58,13 @@ expect_error "window 0" "$QEVICT" generate --model "$STORIES" --prompt hi --poli
 expect_error "bits 3" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --bits 3
 expect_error "q 1.5" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --q 1.5
 expect_error "key frame" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --key-frame diagonal
-# window-relative INT2 keys (an experiment of the CPU cache): runs within its budget
-"$QEVICT" generate --model "$STORIES" --prompt "Once upon a time there was a little girl" -n 150 \
-  --ignore-eos --policy qevict --budget 0.4 --key-frame window --json >"$TMP/kf.json" 2>"$TMP/err" ||
-  bad "--key-frame window"
-grep -q '"demotions":[1-9]' "$TMP/kf.json" || bad "--key-frame window: no window was quantized"
+# window-relative (an experiment of the CPU cache) and post-RoPE INT2 keys: run within budget
+for kf in window abs; do
+  "$QEVICT" generate --model "$STORIES" --prompt "Once upon a time there was a little girl" -n 150 \
+    --ignore-eos --policy qevict --budget 0.4 --key-frame $kf --json >"$TMP/kf.json" 2>"$TMP/err" ||
+    bad "--key-frame $kf"
+  grep -q '"demotions":[1-9]' "$TMP/kf.json" || bad "--key-frame $kf: no window was quantized"
+done
 expect_error "budget below protected regions" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --budget 0.01
 expect_error "bad budget" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --budget -2
 expect_error "graphkv on streaming" "$QEVICT" generate --model "$STORIES" --prompt hi --policy streaming --graphkv

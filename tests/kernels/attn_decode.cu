@@ -3,14 +3,16 @@
  *
  *   attn_decode [--small] [--bench [--shapes SUBSTR]] [--only NAME]
  * Check (default): fresh random problems of several shapes (GQA, MHA, head_dim 64 and 128,
- * omega 8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE), each
+ * omega 8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE, keys
+ * pre-RoPE and post-RoPE (abs_keys)), each
  * run with the automatic chunking and with small chunks, outputs poisoned (NaN) before every
  * run; passes when ||out - ref|| / ||ref|| < 1e-2, every mass is within 1e-3 of the reference,
  * nothing is NaN/Inf and a repeated run is bitwise identical. --small: a few small cases (for
  * compute-sanitizer). Exit 0 on success, 1 on any failure, 77 without a CUDA device.
  * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
  * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
- * QEvict's default; --shapes: only the shapes whose name contains SUBSTR): CUDA events
+ * QEvict's default; abs_*: the same with post-RoPE INT2 keys; --shapes: only the shapes whose
+ * name contains SUBSTR): CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
  * JSON line per measurement and a table at the end. */
 #include <cuda_runtime.h>
@@ -83,7 +85,7 @@ static kc_attn_args_t dev_args(const attn_prob_t *pr, Dev *d, int chunk_win) {
   a.geom = pr->geom, a.n_seq = pr->n_seq, a.n_head = pr->n_head, a.scale = pr->scale;
   a.arena = d->arena, a.win = d->win, a.seq_win = d->seq_win, a.n_win = pr->n_win;
   a.max_win = pr->max_win, a.has_quant = pr->has_quant, a.q = d->q, a.out = d->out;
-  a.mass = d->mass, a.chunk_win = chunk_win;
+  a.mass = d->mass, a.chunk_win = chunk_win, a.abs_keys = pr->abs_keys;
   size_t need = 0;
   CKQ(kc_attn_ws_bytes(&a, &need));
   if (need > d->ws_bytes) {
@@ -115,6 +117,7 @@ struct Case {
   std::vector<int> lens;
   int small;
   int yarn = 0;
+  int abs_keys = 0; /* QUANT keys post-RoPE (kc_attn_args_t.abs_keys) */
 };
 
 /* One run: poisons, launches, downloads, compares. Returns 1 on failure. */
@@ -159,7 +162,7 @@ static int check_case(const Case &cs, uint64_t seed) {
   s.geom = {cs.n_kv, cs.hd, cs.omega, cs.bits, cs.group};
   s.n_seq = (int)cs.lens.size(), s.n_head = cs.n_head;
   s.rope_mode = cs.mode, s.n_rot = cs.n_rot, s.rope_theta = cs.theta;
-  s.rope_yarn = cs.yarn;
+  s.rope_yarn = cs.yarn, s.abs_keys = cs.abs_keys;
   s.seq_len = cs.lens.data(), s.sink = cs.sink, s.n_local = cs.n_local;
   s.p_full = cs.p_full, s.p_quant = cs.p_quant, s.n_full = -1, s.n_quant = -1;
   s.realistic = 1, s.seed = seed;
@@ -397,6 +400,17 @@ static int check_all(int small, const char *only) {
        {32768},
        0,
        1},
+      /* post-RoPE QUANT keys (KV_KEY_FRAME_ABS): no rotation, every tier in one mma pass */
+      {"abs gqa4 d128 w8 int2 pairs", 32, 8, 128, 8, 2, 32, NORM, 128, 500000.f, 5, 2, 0.3, 0.5,
+       {3000, 130, 9}, 1, 0, 1},
+      {"abs gqa4 d128 w16 int2 mix", 32, 8, 128, 16, 2, 32, NEOX, 128, 10000.f, 3, 1, 0.2, 0.6,
+       {2500, 77}, 1, 0, 1},
+      {"abs gqa8 d64 w8 int4 yarn", 16, 2, 64, 8, 4, 16, NORM, 64, 10000.f, 0, 1, 0.3, 0.5,
+       {1500, 40}, 0, 1, 1},
+      {"abs gqa4 d128 w32 int8", 8, 2, 128, 32, 8, 32, NORM, 128, 500000.f, 0, 1, 0.25, 0.5,
+       {2000, 31}, 0, 0, 1},
+      {"abs gqa4 d128 w8 int2 32k", 8, 2, 128, 8, 2, 32, NORM, 128, 500000.f, 5, 4, 0.06, 0.5,
+       {32768}, 0, 0, 1},
   };
   int fails = 0, n = 0;
   const uint64_t seed = (uint64_t)time(NULL); /* fresh data on every run; printed to replay */
@@ -493,7 +507,7 @@ static double bench_copy(void) {
 
 /* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
 static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
-                          double copy_gbps, double full_ms, int hot) {
+                          double copy_gbps, double full_ms, int hot, int abs_keys) {
   std::vector<int> lens(n_seq, seq);
   attn_spec_t s;
   memset(&s, 0, sizeof s);
@@ -507,6 +521,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     fprintf(stderr, "bench %s: cannot build the problem\n", name);
     exit(1);
   }
+  pr.abs_keys = abs_keys;
   int l2 = 0, dev = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -580,12 +595,16 @@ static int bench_all(const char *filter) {
   struct {
     const char *name;
     int n_seq, seq, omega, nf, nq, hot, full_ref; /* full_ref: index of the FullKV shape */
-  } sh[] = {{"full_b32_s1280", 32, 1280, 16, -1, -1, 0, -1},
-            {"full_b32_s1280_hot", 32, 1280, 16, -1, -1, 1, -1},
-            {"full_b8_s32768", 8, 32768, 16, -1, -1, 0, -1},
-            {"tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2},
-            {"tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2},
-            {"tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0}};
+    int abs_keys;                                 /* post-RoPE INT2 keys (no rotation) */
+  } sh[] = {{"full_b32_s1280", 32, 1280, 16, -1, -1, 0, -1, 0},
+            {"full_b32_s1280_hot", 32, 1280, 16, -1, -1, 1, -1, 0},
+            {"full_b8_s32768", 8, 32768, 16, -1, -1, 0, -1, 0},
+            {"tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2, 0},
+            {"tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2, 0},
+            {"tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0, 0},
+            {"abs_tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2, 1},
+            {"abs_tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2, 1},
+            {"abs_tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0, 1}};
   const int n = (int)(sizeof sh / sizeof sh[0]);
   Result r[n];
   for (int i = 0; i < n; i++) {
@@ -593,14 +612,14 @@ static int bench_all(const char *filter) {
     if (filter && !strstr(sh[i].name, filter)) continue;
     const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
     r[i] = bench_shape(sh[i].name, sh[i].n_seq, sh[i].seq, sh[i].omega, sh[i].nf, sh[i].nq, copy,
-                       ref, sh[i].hot);
+                       ref, sh[i].hot, sh[i].abs_keys);
   }
-  printf("\n%-24s %10s %12s %9s %9s %9s\n", "shape", "best ms", "bytes", "GB/s", "of copy",
+  printf("\n%-26s %10s %12s %9s %9s %9s\n", "shape", "best ms", "bytes", "GB/s", "of copy",
          "/ full");
   for (int i = 0; i < n; i++) {
     if (r[i].ms <= 0) continue;
     const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
-    printf("%-24s %10.4f %12.0f %9.1f %9.3f %9.3f\n", r[i].name, r[i].ms, r[i].bytes,
+    printf("%-26s %10.4f %12.0f %9.1f %9.3f %9.3f\n", r[i].name, r[i].ms, r[i].bytes,
            r[i].bytes / r[i].ms / 1e6, r[i].bytes / r[i].ms / 1e6 / copy,
            ref > 0 ? r[i].ms / ref : 0.0);
   }
@@ -638,6 +657,8 @@ static int api_checks(void) {
   EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EUNSUPPORTED, "group == head_dim");
   b.geom.group = 32, b.geom.bits = 3;
   EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EINVAL, "bits 3");
+  b = a, b.abs_keys = 2;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EINVAL, "abs_keys 2");
 #undef EXPECT
   printf("attn_decode api checks: %d failure(s)\n", fails);
   return fails;

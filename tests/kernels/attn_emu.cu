@@ -174,7 +174,7 @@ void kca_emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k, int f16)
 
 /* ---------------------------------------------------------------- running the kernels */
 
-template <int HD, int BITS, bool NEOX, bool PAIR>
+template <int HD, int BITS, int ROT, bool PAIR>
 static int emu_chunks(const kca_params_t &p, int n_seq) {
   std::vector<uint64_t> smem(kca_lay<HD, BITS>::total / 8 + 2);
   uint8_t *sm = (uint8_t *)smem.data();
@@ -184,32 +184,36 @@ static int emu_chunks(const kca_params_t &p, int n_seq) {
       for (int x = 0; x < p.n_chunk && !rc; x++) {
         memset(sm, 0xa5, kca_lay<HD, BITS>::total); /* garbage, as on the GPU */
         rc = emu_block(KCA_NT,
-                       [&](int tid) { kca_chunk_body<HD, BITS, NEOX, PAIR>(p, sm, x, y, z, tid); });
+                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PAIR>(p, sm, x, y, z, tid); });
       }
   return rc;
 }
 
-template <int HD>
-static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int neox, int pair) {
-#define EMU_PICK(B, N)                                                                             \
-  return pair ? emu_chunks<HD, B, N, true>(p, n_seq) : emu_chunks<HD, B, N, false>(p, n_seq)
-  if (bits == 0) EMU_PICK(0, false);
-  if (bits == 2 && !neox) EMU_PICK(2, false);
-  if (bits == 2) EMU_PICK(2, true);
-  if (bits == 4 && !neox) EMU_PICK(4, false);
-  if (bits == 4) EMU_PICK(4, true);
-  if (!neox) EMU_PICK(8, false);
-  EMU_PICK(8, true);
+template <int HD, int BITS>
+static int emu_pick_rot(const kca_params_t &p, int n_seq, int rot, int pair) {
+#define EMU_PICK(R)                                                                                \
+  return pair ? emu_chunks<HD, BITS, R, true>(p, n_seq) : emu_chunks<HD, BITS, R, false>(p, n_seq)
+  if (BITS == 0 || rot == KCA_ROT_NORM) EMU_PICK(KCA_ROT_NORM);
+  if (rot == KCA_ROT_NEOX) EMU_PICK(KCA_ROT_NEOX);
+  EMU_PICK(KCA_ROT_ABS);
 #undef EMU_PICK
+}
+
+template <int HD>
+static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int pair) {
+  if (bits == 0) return emu_pick_rot<HD, 0>(p, n_seq, rot, pair);
+  if (bits == 2) return emu_pick_rot<HD, 2>(p, n_seq, rot, pair);
+  if (bits == 4) return emu_pick_rot<HD, 4>(p, n_seq, rot, pair);
+  return emu_pick_rot<HD, 8>(p, n_seq, rot, pair);
 }
 
 /* The whole call (both kernels) on host memory. */
 static int emu_decode(const kc_attn_args_t *a) {
   const kca_params_t p = kca_params(a, a->chunk_win);
-  const int bits = a->has_quant ? a->geom.bits : 0, neox = a->rope.mode == KERN_ROPE_NEOX;
+  const int bits = a->has_quant ? a->geom.bits : 0, rot = kca_rot_kind(a);
   const int pair = a->geom.omega == 8;
-  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, neox, pair)
-                                  : emu_pick_hd<128>(p, a->n_seq, bits, neox, pair);
+  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pair)
+                                  : emu_pick_hd<128>(p, a->n_seq, bits, rot, pair);
   const int parts = kca_combine_parts(a);
   std::vector<float> lse_s(a->n_head);
   for (int b = 0; b < a->n_seq && !rc; b++)
@@ -230,6 +234,7 @@ struct Case {
   std::vector<int> lens;
   int chunk_win;
   int yarn = 0;
+  int abs_keys = 0; /* QUANT keys post-RoPE (no rotation in the kernel or the reference) */
 };
 
 static int emu_case(const Case &cs, uint64_t seed) {
@@ -238,7 +243,7 @@ static int emu_case(const Case &cs, uint64_t seed) {
   s.geom = {cs.n_kv, cs.hd, cs.omega, cs.bits, cs.group};
   s.n_seq = (int)cs.lens.size(), s.n_head = cs.n_head;
   s.rope_mode = cs.mode, s.n_rot = cs.n_rot, s.rope_theta = 10000.0f;
-  s.rope_yarn = cs.yarn;
+  s.rope_yarn = cs.yarn, s.abs_keys = cs.abs_keys;
   s.seq_len = cs.lens.data(), s.sink = cs.sink, s.n_local = cs.n_local;
   s.p_full = cs.p_full, s.p_quant = cs.p_quant, s.n_full = -1, s.n_quant = -1;
   s.realistic = 1, s.seed = seed;
@@ -257,6 +262,7 @@ static int emu_case(const Case &cs, uint64_t seed) {
   a.geom = pr.geom, a.n_seq = pr.n_seq, a.n_head = pr.n_head, a.scale = pr.scale;
   a.arena = pr.arena, a.win = pr.win, a.seq_win = pr.seq_win, a.n_win = pr.n_win;
   a.max_win = pr.max_win, a.has_quant = pr.has_quant, a.q = pr.q, a.out = out.data();
+  a.abs_keys = pr.abs_keys;
   a.mass = mass.data(), a.chunk_win = cs.chunk_win;
   const kca_ws_t wl = kca_ws_layout(&a, a.chunk_win);
   std::vector<float> ws(wl.total / 4 + 64);
@@ -344,6 +350,14 @@ int main(int argc, char **argv) {
       {"gqa8 d128 w64 int4 neox", 16, 2, 128, 64, 4, 32, NEOX, 128, 0, 1, 0.2, 0.6, {700, 130}, 3},
       {"gqa4 d128 w16 int2 chunk1", 8, 2, 128, 16, 2, 16, NORM, 128, 5, 1, 0.3, 0.5, {170}, 1},
       {"gqa1 d64 w8 int8 norm yarn odd", 2, 2, 64, 8, 8, 32, NORM, 64, 0, 0, 0.3, 0.5, {133}, 5, 1},
+      /* post-RoPE QUANT keys: one query operand for every tier, mixed tiers in one pass */
+      {"abs gqa4 d128 w8 int2 pairs", 8, 2, 128, 8, 2, 32, NORM, 128, 5, 1, 0.3, 0.5, {203, 77}, 7,
+       0, 1},
+      {"abs gqa4 d128 w16 int2 mix", 8, 2, 128, 16, 2, 32, NEOX, 128, 3, 1, 0.2, 0.6, {250, 40}, 5,
+       0, 1},
+      {"abs gqa8 d64 w8 int4 pairs yarn", 16, 2, 64, 8, 4, 16, NORM, 64, 0, 0, 0.3, 0.5, {157, 9}, 4,
+       1, 1},
+      {"abs gqa2 d128 w32 int8", 4, 2, 128, 32, 8, 32, NORM, 96, 0, 1, 0.25, 0.5, {300, 31}, 3, 0, 1},
   };
   const char *only = argc > 1 ? argv[1] : NULL;
   int fails = 0;

@@ -205,7 +205,7 @@ int attn_prob_make(const attn_spec_t *s, attn_prob_t *p) {
   const kern_paged_geom_t *g = &s->geom;
   if (g->omega < 1 || g->n_kv < 1 || s->n_seq < 1 || s->n_head % g->n_kv) return -1;
   uint64_t rng = s->seed * 0x9e3779b97f4a7c15ull + 1;
-  p->geom = *g, p->n_seq = s->n_seq, p->n_head = s->n_head;
+  p->geom = *g, p->n_seq = s->n_seq, p->n_head = s->n_head, p->abs_keys = s->abs_keys;
   p->scale = 1.0f / sqrtf((float)g->head_dim);
   p->rope =
       (kern_rope_t){s->rope_mode, s->n_rot, s->rope_theta, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
@@ -258,6 +258,7 @@ static void ref_window_kv(const attn_prob_t *p, kern_backend_t *be, const kern_p
                   (const uint16_t *)(p->arena + d->k_zero), d->n_tok, g->n_kv, g->head_dim, k);
   kv_dequant_values(&qp, p->arena + d->v, (const uint16_t *)(p->arena + d->v_scale),
                     (const uint16_t *)(p->arena + d->v_zero), d->n_tok, g->n_kv, g->head_dim, v);
+  if (p->abs_keys) return; /* post-RoPE ledger keys */
   for (int t = 0; t < d->n_tok; t++) pos[t] = d->pos0 + t;
   be->ops->rope(be, k, pos, d->n_tok, g->n_kv, g->head_dim, &p->rope);
 }

@@ -12,8 +12,8 @@
  * attn_ref_run is the reference: fp64 softmax attention of each query head over the live
  * tokens of its sequence, FULL pages read as bf16, QUANT windows dequantized with
  * kv_dequant_keys / kv_dequant_values and the keys rotated by the CPU backend's RoPE at
- * positions pos0 .. pos0 + n_tok - 1; masses (1/n_head) sum_h sum_{t in w} p_h(t).
- * Single-threaded, not reentrant over one problem. */
+ * positions pos0 .. pos0 + n_tok - 1 (not with abs_keys: post-RoPE ledger keys); masses (1/n_head)
+ * sum_h sum_{t in w} p_h(t). Single-threaded, not reentrant over one problem. */
 #ifndef QE_ATTN_REF_H
 #define QE_ATTN_REF_H
 
@@ -33,6 +33,8 @@ typedef struct {
   int rope_mode, n_rot; /* RoPE of QUANT keys (theta 10000 or 500000, no scaling) */
   float rope_theta;
   int rope_yarn;      /* 1: YaRN (freq_scale 1/4, ext_factor 1, original context 4096) */
+  int abs_keys;       /* 1: QUANT keys are post-RoPE (KV_KEY_FRAME_ABS): the reference does not
+                         rotate them (kc_attn_args_t.abs_keys) */
   const int *seq_len; /* [n_seq] tokens per sequence (>= 0) */
   int sink;           /* tokens of a partial FULL first window (0: none) */
   int n_local;        /* trailing windows kept FULL */
@@ -51,7 +53,7 @@ typedef struct {
   uint8_t *arena; /* [arena_bytes], 256-aligned */
   size_t arena_bytes;
   kern_pwin_t *win; /* [n_win] */
-  int n_win, max_win, has_quant;
+  int n_win, max_win, has_quant, abs_keys;
   int32_t *seq_win;  /* [n_seq + 1] */
   float *q;          /* [n_seq][n_head][head_dim] */
   size_t kv_bytes;   /* bytes the attention must read: FULL pages' rows + QUANT ledgers */

@@ -14,6 +14,8 @@
  *     within scale/2 (plus a few fp32 ulps of the rotated pair) of the CPU's un-rotated input,
  *     >= 99.9% of key codes equal to the CPU's; promoted K pages within one bf16 ulp (plus the
  *     pair's fp32 rounding) of the CPU's and 1e-2 normalized error, no NaN/Inf; V pages exact;
+ *   - post_rope = 1 (with rotate = 1 and real RoPE): keys moved as they are, byte-identical to
+ *     the rotate = 0 path (post-RoPE ledgers, KV_KEY_FRAME_ABS);
  *   - every byte the call may not write (pages during demotion, ledgers and rows >= n_tok during
  *     promotion, gaps between ledger parts, other jobs) is unchanged;
  *   - kc_quant_ledger_layout agrees with kv_qsizes and kern_paged.h, 16-byte aligned; bad
@@ -34,9 +36,15 @@
 #include "test_util.h"
 
 enum { D_NORMAL, D_SPECIAL, D_NARROW }; /* data kinds */
-enum { R_NONE, R_EXACT, R_ROPE };       /* rotate 0; rotate 1 at angle 0; real RoPE */
-enum { RK_PLAIN, RK_LLAMA3, RK_YARN };  /* RoPE kinds for R_ROPE */
-#define CASE_MAX_ROT 256                /* n_rot / 2 entries of factors and table, at most */
+enum {
+  R_NONE,
+  R_EXACT,
+  R_ROPE,
+  R_POST
+};                                     /* rotate 0; rotate 1 at angle 0; real RoPE; real RoPE
+                                         with post_rope (keys moved as they are) */
+enum { RK_PLAIN, RK_LLAMA3, RK_YARN }; /* RoPE kinds for R_ROPE */
+#define CASE_MAX_ROT 256               /* n_rot / 2 entries of factors and table, at most */
 
 typedef struct {
   int hd, n_kv, omega, bits, group;
@@ -59,7 +67,8 @@ typedef struct {
   kern_rope_t rope;
   float factors[CASE_MAX_ROT];
   kc_attn_rope_t kr;
-  int rotate;
+  int rotate; /* the CPU path's (0 for R_POST) */
+  int post;   /* R_POST: the GPU gets rotate 1 and post_rope 1 */
 } rig_t;
 
 static kern_backend_t *g_cpu;
@@ -231,7 +240,8 @@ static void rig_rope(rig_t *r) {
   CHECK(cuda_ok(cudaMalloc((void **)&r->dtab, tb), "malloc table"));
   CHECK(cuda_ok(cudaMemcpy(r->dtab, tab, tb, cudaMemcpyHostToDevice), "upload table"));
   r->kr.table = r->dtab;
-  r->rotate = c->rot != R_NONE;
+  r->rotate = c->rot != R_NONE && c->rot != R_POST;
+  r->post = c->rot == R_POST;
 }
 
 /* Token counts: a full window, a partial one, a single token, then random. */
@@ -345,8 +355,9 @@ static int rig_run(rig_t *r, int dequant, uint8_t *out) {
            cuda_ok(cudaMemcpy(r->djobs, dj, sizeof *dj * (size_t)c->n_jobs, cudaMemcpyHostToDevice),
                    "upload jobs");
   free(dj);
-  kc_quant_args_t a = {r->g,     r->rotate, r->kr, c->use_arena ? r->dev : NULL,
-                       r->djobs, c->n_jobs, NULL};
+  kc_quant_args_t a = {
+      r->g,   r->rotate || r->post, r->kr, c->use_arena ? r->dev : NULL, r->djobs, c->n_jobs, NULL,
+      r->post};
   /* address mode also takes the job count from the device, set past n_jobs: capped at n_jobs */
   int32_t *dcount = NULL, count = c->n_jobs + 5;
   if (!c->use_arena)
@@ -604,6 +615,8 @@ static const tcase_t g_cases[] = {
     {128, 3, 16, 8, 32, R_ROPE, KERN_ROPE_NEOX, 128, RK_YARN, 1, D_NORMAL, 4, 1},
     {64, 3, 16, 2, 16, R_ROPE, KERN_ROPE_NEOX, 48, RK_PLAIN, 1, D_NORMAL, 4, 0},
     {128, 8, 16, 4, 32, R_ROPE, KERN_ROPE_NORM, 128, RK_LLAMA3, 1, D_NARROW, 4, 1},
+    {128, 8, 8, 2, 32, R_POST, KERN_ROPE_NORM, 128, RK_PLAIN, 1, D_NORMAL, 6, 1},
+    {64, 3, 16, 4, 16, R_POST, KERN_ROPE_NEOX, 64, RK_PLAIN, 1, D_SPECIAL, 5, 0},
 };
 
 int main(int argc, char **argv) {

@@ -344,9 +344,12 @@ static void ref_mean_key(const uint8_t *arena, const kern_pwin_t *d, int n_kv, i
     for (size_t i = 0; i < (size_t)n * row; i++) x[i] = qe_bf16_to_f32(kp[i]);
     for (int t = 0; t < n; t++) pos[t] = -(d->pos0 + t);
     g_cpu->ops->rope(g_cpu, x, pos, n, n_kv, hd, rope);
-  } else {
+  } else { /* post-RoPE ledger keys (KV_KEY_FRAME_ABS) are un-rotated as FULL ones */
+    int32_t pos[1024];
     kv_dequant_keys(qp, arena + d->k, (const uint16_t *)(arena + d->k_scale),
                     (const uint16_t *)(arena + d->k_zero), n, n_kv, hd, x);
+    for (int t = 0; t < n; t++) pos[t] = -(d->pos0 + t);
+    if (qp->key_frame == KV_KEY_FRAME_ABS) g_cpu->ops->rope(g_cpu, x, pos, n, n_kv, hd, rope);
   }
   for (int t = 0; t < n; t++)
     for (int e = 0; e < row; e++) out[e] += x[(size_t)t * row + e];
@@ -355,8 +358,9 @@ static void ref_mean_key(const uint8_t *arena, const kern_pwin_t *d, int n_kv, i
 }
 
 /* kc_mean_keys against ref_mean_key: windows of every tier and length in one arena, two groups;
- * QUANT exactly, FULL within 1e-5 of the row's largest value (device sincosf), EVICTED zeros. */
-static void check_mean_keys(int mode) {
+ * QUANT exactly (post: post-RoPE ledgers, un-rotated, within 1e-5 as FULL), FULL within 1e-5 of
+ * the row's largest value (device sincosf), EVICTED zeros. */
+static void check_mean_keys(int mode, int post) {
   const int n_kv = 3, hd = 64, omega = 8, row = n_kv * hd, G = 2, stride = 40;
   kern_rope_t rope = {mode, hd, 10000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
   kern_paged_geom_t pg = {n_kv, hd, omega, 2, 32};
@@ -390,7 +394,8 @@ static void check_mean_keys(int mode) {
   kc_attn_rope_t ar;
   CHECK_OK(kc_attn_rope_init(&rope, tab, &ar));
   ar.table = dput(tab, sizeof(float) * hd);
-  kc_quant_args_t qa = {.geom = pg, .rotate = 1, .rope = ar, .arena = dput(arena, bytes)};
+  kc_quant_args_t qa = {
+      .geom = pg, .rotate = 1, .rope = ar, .arena = dput(arena, bytes), .post_rope = post};
   kern_pwin_t *dwin = dput(win, sizeof *win * ne);
   int32_t *dn = dput(n, sizeof n);
   float *dout = dput(NULL, sizeof(float) * ne * row), *got = malloc(sizeof(float) * ne * row);
@@ -398,8 +403,8 @@ static void check_mean_keys(int mode) {
   CHECK_OK(kc_mean_keys(&qa, dwin, dn, G, stride, dout, NULL));
   CHECK_OK(kc_stream_sync(NULL));
   dget(got, dout, sizeof(float) * ne * row);
-  kv_qparams_t qp = {2, 32, 0};
-  double worst_full = 0;
+  kv_qparams_t qp = {2, 32, post ? KV_KEY_FRAME_ABS : KV_KEY_FRAME_POS};
+  double worst_full = 0, worst_quant = 0;
   int bad_quant = 0, bad_zero = 0;
   for (int g = 0; g < G; g++)
     for (int k = 0; k < n[g]; k++) {
@@ -410,20 +415,22 @@ static void check_mean_keys(int mode) {
       for (int e = 0; e < row; e++)
         mx = fmax(mx, fabs(want[e])), err = fmax(err, fabs((double)y[e] - want[e]));
       if (d->tier == KERN_PW_FULL) worst_full = fmax(worst_full, err / (mx > 0 ? mx : 1));
-      if (d->tier == KERN_PW_QUANT) bad_quant += memcmp(y, want, sizeof(float) * row) != 0;
+      if (d->tier == KERN_PW_QUANT && !post) bad_quant += memcmp(y, want, sizeof(float) * row) != 0;
+      if (d->tier == KERN_PW_QUANT) worst_quant = fmax(worst_quant, err / (mx > 0 ? mx : 1));
       if (d->tier == KERN_PW_EVICTED) bad_zero += err != 0 || mx != 0;
     }
   CHECK(worst_full < 1e-5);
-  CHECK(bad_quant == 0);
+  CHECK(bad_quant == 0 && worst_quant < 1e-5);
   CHECK(bad_zero == 0);
   qa.rotate = 2;
   CHECK(kc_mean_keys(&qa, dwin, dn, G, stride, dout, NULL) == QE_EINVAL);
   qa.rotate = 1;
   CHECK(kc_mean_keys(&qa, dwin, dn, G, 0, dout, NULL) == QE_EINVAL);
   fprintf(stderr,
-          "kc_mean_keys (%s): %d windows vs the CPU: FULL worst %.2e of the row's max, QUANT %d "
-          "inexact, EVICTED %d non-zero\n",
-          mode == KERN_ROPE_NEOX ? "NEOX" : "NORM", n[0] + n[1], worst_full, bad_quant, bad_zero);
+          "kc_mean_keys (%s%s): %d windows vs the CPU: FULL worst %.2e of the row's max, QUANT "
+          "%d inexact (worst %.2e), EVICTED %d non-zero\n",
+          mode == KERN_ROPE_NEOX ? "NEOX" : "NORM", post ? ", post-RoPE ledgers" : "", n[0] + n[1],
+          worst_full, bad_quant, worst_quant, bad_zero);
   kern_free(g_gpu, (void *)ar.table), kern_free(g_gpu, (void *)qa.arena), kern_free(g_gpu, dwin);
   kern_free(g_gpu, dn), kern_free(g_gpu, dout);
   free(arena), free(win), free(got), free(want);
@@ -662,7 +669,8 @@ static double decode_error(kv_gpu_t *g, tstate_t *st, int l, const int *slots, i
       .scale = 1.0f / sqrtf((float)ge->head_dim),
       .rope = g->t->rope,
       .arena = st->arena,
-      .has_quant = 1};
+      .has_quant = 1,
+      .abs_keys = g->t->cfg.quant.key_frame == KV_KEY_FRAME_ABS};
   p.win = malloc(sizeof *p.win * (size_t)n * g->max_win);
   p.seq_win = malloc(sizeof(int32_t) * (size_t)(n + 1));
   p.q = (float *)q;
@@ -757,11 +765,13 @@ static int check_recency_order(kv_gpu_t *g, const tstate_t *st, int n_slots) {
   return bad;
 }
 
-static void check_tiered(const char *policy, int n_head, int n_kv, int hd, double frac, int steps) {
+static void check_tiered(const char *policy, int frame, int n_head, int n_kv, int hd, double frac,
+                         int steps) {
   kv_geom_t ge = {2, n_head, n_kv, hd, 3};
   kern_rope_t rope = {KERN_ROPE_NORM, hd, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
   kv_policy_desc_t d;
   CHECK_OK(kv_policy_find(policy, &d));
+  d.cfg.quant.key_frame = frame;
   kv_cache_t *kv = NULL;
   int cap = 64 + 160 + steps, prompt[3] = {160, 97, 64}, slots[3] = {0, 1, 2};
   CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, cap, 3, frac, 0, &kv));
@@ -840,13 +850,13 @@ static void check_tiered(const char *policy, int n_head, int n_kv, int hd, doubl
     tstate_free(&fin);
   }
   fprintf(stderr,
-          "kv_gpu tiered (%s, budget %.2f): GQA %d/%d, head_dim %d, %d steps: decode error "
-          "%.2e, mass error %.2e, %d routing events checked against kv_route_decide (%d "
+          "kv_gpu tiered (%s, %s keys, budget %.2f): GQA %d/%d, head_dim %d, %d steps: decode "
+          "error %.2e, mass error %.2e, %d routing events checked against kv_route_decide (%d "
           "mismatches), %d invariant violations; slot 0 Full/INT2/Evicted %ld/%ld/%ld, "
           "promotions %ld, demotions %ld, bytes %zu of %zu\n",
-          policy, frac, n_head, n_kv, hd, steps, worst, mass_err, events, bad_dec, bad_inv,
-          st.windows[0], st.windows[1], st.windows[2], st.promotions, st.demotions, st.bytes,
-          st.budget);
+          policy, frame == KV_KEY_FRAME_ABS ? "post-RoPE" : "pre-RoPE", frac, n_head, n_kv, hd,
+          steps, worst, mass_err, events, bad_dec, bad_inv, st.windows[0], st.windows[1],
+          st.windows[2], st.promotions, st.demotions, st.bytes, st.budget);
   /* every unit comes back: free, or a slab whose slots are all free; no spare left */
   for (int s = 0; s < 3; s++) kv->ops->seq_close(kv, s);
   int32_t tops[4];
@@ -1219,14 +1229,19 @@ int main(int argc, char **argv) {
   check_rows(300, 77, small ? 256 : 4096);
   check_cache(8, 2, 128, 16);
   if (!small) check_cache(9, 3, 64, 8), check_cache(32, 8, 128, 64);
-  check_tiered("qevict", 8, 2, 128, 0.3, small ? 12 : 80);
-  if (!small) check_tiered("qevict", 9, 3, 64, 0.15, 60);
-  if (!small) check_tiered("kivi", 8, 2, 128, 0.25, 80);
+  const int POS = KV_KEY_FRAME_POS, ABS = KV_KEY_FRAME_ABS;
+  check_tiered("qevict", POS, 8, 2, 128, 0.3, small ? 12 : 80);
+  check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80);
+  if (!small) check_tiered("qevict", POS, 9, 3, 64, 0.15, 60);
+  if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60);
+  if (!small) check_tiered("kivi", POS, 8, 2, 128, 0.25, 80);
   check_graphkv_kernel(small);
-  check_mean_keys(KERN_ROPE_NORM);
-  if (!small) check_mean_keys(KERN_ROPE_NEOX);
-  check_tiered("qevict+graphkv", 8, 2, 128, 0.3, small ? 12 : 80);
-  if (!small) check_tiered("qevict+graphkv", 9, 3, 64, 0.15, 60);
+  check_mean_keys(KERN_ROPE_NORM, 0);
+  check_mean_keys(KERN_ROPE_NORM, 1);
+  if (!small) check_mean_keys(KERN_ROPE_NEOX, 0), check_mean_keys(KERN_ROPE_NEOX, 1);
+  check_tiered("qevict+graphkv", POS, 8, 2, 128, 0.3, small ? 12 : 80);
+  if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.15, 60);
+  if (!small) check_tiered("qevict+graphkv", ABS, 8, 2, 128, 0.3, 80);
   check_onset(0.2, small ? 16 : 64);
   if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);

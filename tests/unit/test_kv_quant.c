@@ -96,9 +96,12 @@ static void test_params(void) {
   CHECK(kv_qparams_check(&gneg, 64) == QE_EINVAL && strstr(qe_errmsg(), "group"));
   CHECK(kv_qparams_check(&ok, 0) == QE_EINVAL);
   CHECK(kv_qparams_check(NULL, 128) == QE_EINVAL);
-  kv_qparams_t f2 = {2, 32, 2}, fw = {2, 32, KV_KEY_FRAME_WINDOW};
-  CHECK(kv_qparams_check(&f2, 128) == QE_EINVAL && strstr(qe_errmsg(), "key_frame"));
+  kv_qparams_t f3 = {2, 32, 3}, fn = {2, 32, -1}, fw = {2, 32, KV_KEY_FRAME_WINDOW};
+  kv_qparams_t fa = {2, 32, KV_KEY_FRAME_ABS};
+  CHECK(kv_qparams_check(&f3, 128) == QE_EINVAL && strstr(qe_errmsg(), "key_frame"));
+  CHECK(kv_qparams_check(&fn, 128) == QE_EINVAL && strstr(qe_errmsg(), "key_frame"));
   CHECK_OK(kv_qparams_check(&fw, 128));
+  CHECK_OK(kv_qparams_check(&fa, 128));
   kv_qparams_t g1 = {8, 1, 0}, ghd = {4, 96, 0};
   CHECK_OK(kv_qparams_check(&g1, 7));
   CHECK_OK(kv_qparams_check(&ghd, 96));

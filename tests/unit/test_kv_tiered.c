@@ -357,7 +357,8 @@ static void check_ledger_cycles(kern_backend_t *be) {
 }
 
 /* The max abs difference between window x's ledger keys, dequantized, and the frame's keys:
- * pre-RoPE (k itself) or rotated by each token's offset in the window. */
+ * pre-RoPE (k itself), rotated by each token's offset in the window, or post-RoPE (by its
+ * position). */
 static double ledger_frame_error(kern_backend_t *be, const kv_cache_t *kv, const kern_rope_t *r,
                                  const kv_qparams_t *qp, const float *k, int x) {
   size_t lb;
@@ -366,10 +367,11 @@ static double ledger_frame_error(kern_backend_t *be, const kv_cache_t *kv, const
   kv_qsizes_t q = kv_qsizes(qp, 4, 1, 8);
   const uint16_t *ks = (const uint16_t *)(led + q.k_codes), *kz = ks + q.k_meta / 4;
   float got[4 * 8], want[4 * 8];
-  int32_t off[4] = {0, 1, 2, 3};
+  int32_t off[4] = {0, 1, 2, 3}, pos[4] = {4 * x, 4 * x + 1, 4 * x + 2, 4 * x + 3};
   kv_dequant_keys(qp, led, ks, kz, 4, 1, 8, got);
   memcpy(want, k + x * 4 * 8, sizeof want);
   if (qp->key_frame == KV_KEY_FRAME_WINDOW) be->ops->rope(be, want, off, 4, 1, 8, r);
+  if (qp->key_frame == KV_KEY_FRAME_ABS) be->ops->rope(be, want, pos, 4, 1, 8, r);
   double e = 0;
   for (int i = 0; i < 4 * 8; i++) e = fmax(e, fabs(got[i] - want[i]));
   return e;
@@ -419,14 +421,16 @@ static double key_frame_error(kern_backend_t *be, int frame, int *n) {
 }
 
 static void check_key_frames(kern_backend_t *be) {
-  int np = 0, nw = 0;
+  int np = 0, nw = 0, na = 0;
   double pos = key_frame_error(be, KV_KEY_FRAME_POS, &np);
   double win = key_frame_error(be, KV_KEY_FRAME_WINDOW, &nw);
+  double abs = key_frame_error(be, KV_KEY_FRAME_ABS, &na);
   fprintf(stderr,
-          "key frames at INT8: %d and %d ledgers and promoted pages, within %.3g (pre-RoPE), %.3g "
-          "(window)\n",
-          np, nw, pos, win);
+          "key frames at INT8: %d, %d and %d ledgers and promoted pages, within %.3g (pre-RoPE), "
+          "%.3g (window), %.3g (post-RoPE)\n",
+          np, nw, na, pos, win, abs);
   CHECK(np >= 20 && nw >= 20 && pos > 0 && pos < 0.03 && win > 0 && win < 0.03);
+  CHECK(na >= 20 && abs > 0 && abs < 0.03);
 }
 
 /* Every check that needs a model, on one random model. */
@@ -509,6 +513,8 @@ static void check_gpu_policies(void) {
   d.cfg.quant.key_frame = KV_KEY_FRAME_WINDOW; /* window-relative keys: the CPU cache only */
   CHECK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8) == QE_EUNSUPPORTED &&
         !strncmp(qe_errmsg(), "policy.key_frame", 16));
+  d.cfg.quant.key_frame = KV_KEY_FRAME_ABS; /* post-RoPE keys: both caches */
+  CHECK_OK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8));
   expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");    /* head_dim 8 */
   expect_gpu_policy("qevict", 0, 0, 128, 32, 2, "policy.name"); /* 16 query heads per KV head */
   expect_gpu_policy("qevict", 0, 0, 0, 0, 0, NULL);             /* geometry not checked */
