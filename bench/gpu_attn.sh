@@ -101,23 +101,30 @@ peer = {}
 for p in lines("peer.log"):
     if "ms" in p: peer[(p["peer"], p["batch"], p["seq"])] = p["ms"]
 print(f"copy bandwidth (read + write): {copy} GB/s" if copy else "copy bandwidth: n/a")
-print(f"{'shape':<22} {'auto ms':>9} {'best ms':>9} {'chunk':>6} {'GB/s':>8} {'of copy':>8} "
+print(f"{'shape':<26} {'auto ms':>9} {'best ms':>9} {'chunk':>6} {'GB/s':>8} {'of copy':>8} "
       f"{'cuDNN ms':>9} {'flash ms':>9} {'vs cuDNN':>9} {'vs flash':>9}")
 shapes = [("full_b32_s1280", (32, 1280)), ("full_b32_s1280_hot", (32, 1280)),
           ("full_b8_s32768", (8, 32768)), ("tiered20_b8_s32768", (8, 32768)),
-          ("tiered20_w8_b8_s32768", (8, 32768)), ("tiered20_w8_b32_s1280", (32, 1280))]
+          ("tiered20_w8_b8_s32768", (8, 32768)), ("tiered20_w8_b32_s1280", (32, 1280)),
+          ("abs_tiered20_b8_s32768", (8, 32768)), ("abs_tiered20_w8_b8_s32768", (8, 32768)),
+          ("abs_tiered20_w8_b32_s1280", (32, 1280))]
 for n, shape in shapes:
     if n not in best: continue
     b, a = best[n], auto.get(n, best[n])
     cd = peer.get(("torch-sdpa-cudnn",) + shape); fl = peer.get(("torch-sdpa-flash",) + shape)
     r = lambda x: f"{b['ms'] / x:9.3f}" if x else f"{'n/a':>9}"
     f = lambda x: f"{x:9.4f}" if x else f"{'n/a':>9}"
-    print(f"{n:<22} {a['ms']:9.4f} {b['ms']:9.4f} {b['chunk_win']:6d} {b['GBps']:8.1f} "
+    print(f"{n:<26} {a['ms']:9.4f} {b['ms']:9.4f} {b['chunk_win']:6d} {b['GBps']:8.1f} "
           f"{b['frac_copy_bw']:8.3f} {f(cd)} {f(fl)} {r(cd)} {r(fl)}")
-for t, fn in [("tiered20_b8_s32768", "full_b8_s32768"), ("tiered20_w8_b8_s32768", "full_b8_s32768"),
-              ("tiered20_w8_b32_s1280", "full_b32_s1280")]:
+for t, fn in [(p + t, f) for p in ("", "abs_") for t, f in
+              [("tiered20_b8_s32768", "full_b8_s32768"), ("tiered20_w8_b8_s32768", "full_b8_s32768"),
+               ("tiered20_w8_b32_s1280", "full_b32_s1280")]]:
     if t in best and fn in best:
         print(f"{t} / {fn}: {best[t]['ms'] / best[fn]['ms']:.3f}"
               + (" (target <= 0.35)" if "32768" in t else ""))
+for t in ("tiered20_b8_s32768", "tiered20_w8_b8_s32768", "tiered20_w8_b32_s1280"):
+    if t in best and "abs_" + t in best:
+        print(f"abs_{t} / {t} (post-RoPE against pre-RoPE INT2 keys): "
+              f"{best['abs_' + t]['ms'] / best[t]['ms']:.3f}")
 print(f"check rc {check_rc}, bench rc {bench_rc}, memcheck rc {mem_rc}, racecheck rc {race_rc}")
 EOF

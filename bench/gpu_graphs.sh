@@ -8,6 +8,8 @@
 # tokens). CHECKS=0 leaves the checks out; LONG=1 adds long_ctx at 32K (FullKV and QEvict 20%:
 # how many 32K-token sequences fit on the GPU and their decode tokens/s). Logs and JSON under
 # $OUT. NEW=N: new tokens of the B=32 runs (default 256); EAGER=0: graphs only; B1=0: no B=1 runs.
+# RUNS: the B=32 caches (default "full q20"; q20abs: QEvict 20% with post-RoPE INT2 keys,
+# --key-frame abs); LONG_RUNS: long_ctx's (default "full qevict"; qevict_abs likewise).
 # Usage (repo root, device): bench/gpu_graphs.sh
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=bench/device_unpack.sh
@@ -32,9 +34,14 @@ gen() { # NAME args...
 echo "== engine"
 MODES="graphs eager"
 [[ ${EAGER:-1} == 0 ]] && MODES=graphs
-for pol in full q20; do
-  P=()
-  [[ $pol == q20 ]] && P=(--policy qevict --budget 0.2)
+pol_args() { # RUN: the generate options of a B=32 cache name
+  case $1 in
+    q20) echo --policy qevict --budget 0.2 ;;
+    q20abs) echo --policy qevict --budget 0.2 --key-frame abs ;;
+  esac
+}
+for pol in ${RUNS:-full q20}; do
+  read -r -a P <<< "$(pol_args "$pol")"
   for g in $MODES; do
     G=()
     [[ $g == eager ]] && G=(--no-graphs)
@@ -48,20 +55,22 @@ done
 done
 if [[ ${LONG:-0} == 1 ]]; then
   echo "== 32K: long_ctx, FullKV vs QEvict 20%"
-  for pol in full qevict; do
-    timeout 200 long_ctx --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+  for pol in ${LONG_RUNS:-full qevict}; do
+    KF=()
+    [[ $pol == *_abs ]] && KF=(--key-frame abs)
+    timeout 200 long_ctx --policy "${pol%_abs}" --budget 0.2 --ctx 32768 --new 16 "${KF[@]}" \
       > "$OUT/long_$pol.json" 2> "$OUT/long_$pol.err"
     echo "long_ctx $pol rc $?: $(tail -1 "$OUT/long_$pol.err")"
   done
 fi
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "${RUNS:-full q20}" "${LONG_RUNS:-full qevict}" <<'PY'
 import json, sys, os
-out = sys.argv[1]
+out, runs, long_runs = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 def load(n):
     try: return json.load(open(os.path.join(out, n + ".json")))
     except Exception: return None
 print("%-16s %9s %9s %9s %10s %s" % ("run", "TTFT ms", "TPOT ms", "tok/s", "graphs", "tokens = eager"))
-for base in ["b32_full", "b32_q20", "b1_full"]:
+for base in ["b32_" + r for r in runs] + ["b1_full"]:
     e = load(base + "_eager")
     for g in ["graphs", "eager"]:
         j = load(base + "_" + g)
@@ -74,13 +83,19 @@ for base in ["b32_full", "b32_q20", "b1_full"]:
               s["batch"] * st / s["decode_s"] if s["decode_s"] > 0 else 0,
               "%s/%s" % (gr.get("replays", "-"), gr.get("eager_steps", "-")), same))
 lc = {}
-for pol in ["full", "qevict"]:
+for pol in long_runs:
     try: lc[pol] = json.loads(open(os.path.join(out, "long_%s.json" % pol)).read().strip().splitlines()[-1])
     except Exception: pass
 for pol, j in lc.items():
     print("long_ctx 32K %-7s %4d sequences, step %8.1f ms, %7.0f tokens/s" % (pol, j["sequences"],
           j["step_ms"], j["tokens_per_s"]))
-if len(lc) == 2:
-    print("QEvict / FullKV: %.2fx sequences, %.2fx tokens/s" % (lc["qevict"]["sequences"] /
-          lc["full"]["sequences"], lc["qevict"]["tokens_per_s"] / lc["full"]["tokens_per_s"]))
+for pol in [p for p in lc if p != "full" and "full" in lc]:
+    print("%s / FullKV: %.2fx sequences, %.2fx tokens/s" % (pol, lc[pol]["sequences"] /
+          lc["full"]["sequences"], lc[pol]["tokens_per_s"] / lc["full"]["tokens_per_s"]))
+full = load("b32_full_graphs")
+for r in [r for r in runs if r != "full"]:
+    j = load("b32_%s_graphs" % r)
+    if full and j:
+        t = lambda x: x["summary"]["decode_s"] / (x["summary"]["steps"] - 1)
+        print("TPOT %s / FullKV (graphs): %.3f" % (r, t(j) / t(full)))
 PY

@@ -14,7 +14,8 @@
  * (model_forward_greedy on rank 0, model_forward on the others). Rank 0 prints one JSON line;
  * any rank's failure makes the run exit 1 with one message (never a hang).
  * Usage: long_ctx [--shape llama3-8b] [--ctx 32768] [--new 32] [--policy full|qevict]
- *                 [--budget 0.2] [--device 0] [--reserve-gb 4] [--max-seqs N] [--tp 1] */
+ *                 [--budget 0.2] [--device 0] [--reserve-gb 4] [--max-seqs N] [--tp 1]
+ *                 [--key-frame pos|abs] (INT2 keys pre-RoPE, the default, or post-RoPE) */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ typedef struct {
   const char *shape, *policy;
   int ctx, n_new, device, max_seqs, tp;
   double budget, reserve_gb;
+  int key_frame; /* KV_KEY_FRAME_POS or KV_KEY_FRAME_ABS */
 } lc_args_t;
 
 /* One rank's state. Owned: destroyed by rank_free (c, which borrows nc as c->dev, first). */
@@ -95,13 +97,15 @@ static int parse_flag(lc_args_t *a, const char *f, const char *v) {
     a->budget = atof(v);
   else if (!strcmp(f, "--reserve-gb"))
     a->reserve_gb = atof(v);
+  else if (!strcmp(f, "--key-frame") && (!strcmp(v, "pos") || !strcmp(v, "abs")))
+    a->key_frame = strcmp(v, "pos") ? KV_KEY_FRAME_ABS : KV_KEY_FRAME_POS;
   else
     return fprintf(stderr, "long_ctx: unknown option %s\n", f), 2;
   return 0;
 }
 
 static int parse(int argc, char **argv, lc_args_t *a) {
-  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 1, 0.2, 4.0};
+  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 1, 0.2, 4.0, KV_KEY_FRAME_POS};
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) return fprintf(stderr, "long_ctx: %s needs a value\n", argv[i]), 2;
     if (parse_flag(a, argv[i], argv[i + 1])) return 2;
@@ -131,6 +135,7 @@ static int make_cache(const lc_args_t *a, kern_backend_t *be, const model_t *m, 
                          kv);
   kv_policy_desc_t d;
   int rc = kv_policy_find(a->policy, &d);
+  d.cfg.quant.key_frame = a->key_frame;
   return rc ? rc
             : kv_gpu_create_tiered(be, &g, &model_hparams(m)->rope, &d.cfg, cap, n, a->budget, 0,
                                    kv);
@@ -455,11 +460,13 @@ static int wait_ranks(int tp) {
  * non-zero when a pool ran dry); all-reduce numbers cover the timed decode steps only. */
 static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t *all) {
   int timed = a->n_new > 1 ? a->n_new - 1 : 1;
-  printf("{\"bench\":\"long_ctx\",\"shape\":\"%s\",\"policy\":\"%s\",\"budget\":%.3f,\"ctx\":%d,"
+  printf("{\"bench\":\"long_ctx\",\"shape\":\"%s\",\"policy\":\"%s\",\"key_frame\":\"%s\","
+         "\"budget\":%.3f,\"ctx\":%d,"
          "\"sequences\":%d,\"slot_bytes\":%llu,\"fill_s\":%.2f,\"step_ms\":%.3f,"
          "\"tokens_per_s\":%.1f,\"gpu_used_gb\":%.2f,\"tp\":%d,\"allreduce_ms_per_step\":%.4f,"
          "\"allreduce_calls_per_step\":%.1f,\"ranks\":[",
-         a->shape, a->policy, strcmp(a->policy, "full") ? a->budget : 1.0, a->ctx, r->n,
+         a->shape, a->policy, a->key_frame == KV_KEY_FRAME_ABS ? "abs" : "pos",
+         strcmp(a->policy, "full") ? a->budget : 1.0, a->ctx, r->n,
          (unsigned long long)all[0].slot_bytes, r->fill_s, r->step_s * 1e3,
          r->step_s > 0 ? r->n / r->step_s : 0.0, all[0].gpu_used_gb, a->tp, r->ar_ms / timed,
          (double)r->ar_calls / timed);
