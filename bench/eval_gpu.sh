@@ -21,6 +21,11 @@
 #                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
 #                    budgets, samples (6) and seed (1), so that GraphKV's effect is read off
 #                    one run
+#   PHASE=keyframe   (the model in three parts carry/sm_a, sm_b, sm_c of `split -n 3`, each
+#                    stashed by PHASE=stash in a call of its own, or carried in this one; the
+#                    pack unpacked by an earlier call or carried) qevict with pre-RoPE INT2 keys
+#                    against qevict:keyframe=abs (post-RoPE), every task at 1K-7.5K, 5/10/20/40%,
+#                    $SAMPLES samples (default 4), seed 1
 #   PHASE=diag       (carry carry/pack carry/sm_b) joins the halves; the grid's policies at 2K
 #                    and 4K, 5% and 10%, 2 samples, with the mechanism diagnostics (FMM, churn,
 #                    LIR, QSA, INT2 mass ratio) from the GPU cache's observers
@@ -29,8 +34,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 if [[ ${PHASE:-} != stash && ${PHASE:-} != qwen_stash ]]; then # (stash carries no pack: the pack and a half exceed a call)
-  # shellcheck source=bench/device_unpack.sh
-  source bench/device_unpack.sh || exit 1
+  if [[ -f ${PACK:-carry/pack}/qevict.xz ]]; then
+    # shellcheck source=bench/device_unpack.sh
+    source bench/device_unpack.sh || exit 1
+  else # unpacked by an earlier call on this machine
+    export PATH="${QE_DEV:-/tmp/qe}/bin:/usr/local/cuda/bin:$PATH"
+    export LD_LIBRARY_PATH="${QE_DEV:-/tmp/qe}/lib:${QE_DEV:-/tmp/qe}/libssl:/usr/local/cuda/lib64"
+    command -v qevict > /dev/null || { echo "no pack carried or unpacked" >&2; exit 1; }
+  fi
 fi
 DEST=${DEST:-bench/out/eval_gpu}
 mkdir -p "$DEST" build-stash
@@ -44,7 +55,20 @@ ev() { # NAME TMO args...
   tail -2 "/tmp/$name.err"
 }
 case "${PHASE:-}" in
-  stash) cp carry/sm_a/part build-stash/sm_a && echo "stashed" ;;
+  stash) for x in a b c; do
+      [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x && echo "stashed sm_$x"
+    done ;;
+  keyframe)
+    for x in a b c; do
+      [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x
+      cat build-stash/sm_$x || exit 1
+    done > "$M"
+    sha256sum "$M"
+    for L in 1024 2048 4096 7500; do
+      ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+      ev "keyframe_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-4}" \
+        --seed 1 --no-diagnostics --budgets 0.05,0.1,0.2,0.4 --policies qevict,qevict:keyframe=abs
+    done ;;
   grid)
     cat build-stash/sm_a carry/sm_b/part > "$M" || exit 1
     sha256sum "$M"
