@@ -17,6 +17,8 @@
 #                    samples (default 2), seed 1
 #   PHASE=qwen_ablations (carry carry/pack_g and the last part) the same join, then qevict's
 #                    ablations at 4K, 2K and 7.5K (5% and 10%, $SAMPLES samples, seed 1)
+#   PHASE=qwen_keyframe (carry carry/pack_g and the last part) the same join, then qevict with
+#                    pre-RoPE against post-RoPE INT2 keys at 1K-7.5K, 5-40%, $SAMPLES samples
 #   PHASE=graphkv    (carry carry/pack_g carry/sm_b) joins the halves; qevict+graphkv and
 #                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
 #                    budgets, samples (6) and seed (1), so that GraphKV's effect is read off
@@ -86,13 +88,22 @@ case "${PHASE:-}" in
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
     done ;;
   qwen_stash) cp "carry/q$QW_PART/part" "build-stash/qw_$QW_PART" && echo "stashed $QW_PART" ;;
-  qwen | qwen_ablations)
+  qwen | qwen_ablations | qwen_keyframe)
     M=build-stash/qwen.gguf
     for d in carry/q[0-9][0-9]; do cp "$d/part" "build-stash/qw_${d##*/q}" || exit 1; done
     cat build-stash/qw_?? > "$M" || exit 1
     sum=$(sha256sum "$M" | awk '{print $1}')
     [[ $sum == cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ]] ||
       { echo "qwen: sha256 $sum (parts: $(ls build-stash))"; exit 1; }
+    if [[ $PHASE == qwen_keyframe ]]; then
+      for L in 1024 2048 4096 7500; do
+        ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+        ev "qwen_kf_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-2}" \
+          --seed 1 --no-diagnostics --budgets 0.05,0.1,0.2,0.4 \
+          --policies "${KF_POLICIES:-qevict:keyframe=pos,qevict:keyframe=abs}" ${KF_EXTRA:-}
+      done
+      exit 0
+    fi
     if [[ $PHASE == qwen_ablations ]]; then
       for L in 4096 2048 7500; do
         ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }

@@ -33,14 +33,15 @@ typedef struct {
   int bits;  /* 2, 4 or 8 */
   int group; /* value channel group g (divides head_dim); default 32 */
   /* The frame the cache quantizes keys in (the functions below quantize what they are given):
-   * KV_KEY_FRAME_POS, pre-RoPE (the default, as DESIGN.md stores them);
+   * KV_KEY_FRAME_POS, pre-RoPE (as DESIGN.md stores them; the default until 2026-12-01);
    * KV_KEY_FRAME_WINDOW, rotated by each token's offset inside its window (RoPE at
    * pos - window start), so that attention applies one rotation per window (the CPU tiered
    * cache only: an experiment); or
    * KV_KEY_FRAME_ABS, post-RoPE, as the Full pages hold them (KIVI quantizes the keys of its
    * cache so), so that attention over a quantized window needs no rotation at all: the GPU's
-   * fast INT2 path (kern_cuda_attn.h). Per-channel statistics then cover RoPE-mixed channel
-   * pairs, as the window frame's do within a window. */
+   * fast INT2 path (kern_cuda_attn.h), and the default of the quantizing policies (qevict,
+   * kivi) since it measured no worse (README, "Key frames"). Per-channel statistics then
+   * cover RoPE-mixed channel pairs, as the window frame's do within a window. */
   int key_frame;
 } kv_qparams_t;
 enum { KV_KEY_FRAME_POS = 0, KV_KEY_FRAME_WINDOW = 1, KV_KEY_FRAME_ABS = 2 };

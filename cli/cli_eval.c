@@ -26,8 +26,8 @@ static const char *eval_help =
     "                    the same samples as one run\n"
     "  --policies P,...  qevict, h2o, snapkv, pyramidkv, streaming, kivi, knorm, NAME+graphkv,\n"
     "                    each optionally NAME:window=W (tokens per window) and/or\n"
-    "                    NAME:keyframe=window|abs (keys quantized window-relative, CPU\n"
-    "                    only, or post-RoPE);\n"
+    "                    NAME:keyframe=pos|window|abs (keys quantized pre-RoPE,\n"
+    "                    window-relative (CPU only) or post-RoPE, the default);\n"
     "                    full is always\n"
     "                    run first (default qevict,h2o,snapkv,pyramidkv,streaming,kivi)\n"
     "  --budgets B,...   persistent KV bytes as fractions of FullKV (default 0.05,0.1,0.2,0.4)\n"
@@ -93,21 +93,23 @@ static int add_ablations(eval_cfg_t *c) {
   return rc;
 }
 
-/* The options of a --policies item after NAME (":window=W", ":keyframe=window|abs", any order):
+/* The options of a --policies item after NAME (":window=W", ":keyframe=F", in any order):
  * 0, or -2 (usage error printed). */
 static int parse_policy_opts(const char *label, char *opt, long *w, int *key_frame) {
+  static const char *frames[] = {"keyframe=pos", "keyframe=window", "keyframe=abs"};
   while (opt) {
     char *next = strchr(opt, ':');
     if (next) *next++ = '\0';
-    int ok = !strncmp(opt, "window=", 7)
-                 ? !cli_parse_int(opt + 7, 1, 1 << 16, w)
-                 : !strcmp(opt, "keyframe=window") || !strcmp(opt, "keyframe=abs");
+    int frame = -1; /* index = KV_KEY_FRAME_POS, _WINDOW, _ABS */
+    for (int i = 0; i < 3; i++)
+      if (!strcmp(opt, frames[i])) frame = i;
+    int ok = !strncmp(opt, "window=", 7) ? !cli_parse_int(opt + 7, 1, 1 << 16, w) : frame >= 0;
     if (!ok)
-      return cli_usage_error(
-                 "eval", "bad policy option '%s' (NAME[:window=W][:keyframe=window|abs])", label),
+      return cli_usage_error("eval",
+                             "bad policy option '%s' (NAME[:window=W][:keyframe=pos|window|abs])",
+                             label),
              -2;
-    if (!strcmp(opt, "keyframe=window")) *key_frame = KV_KEY_FRAME_WINDOW;
-    if (!strcmp(opt, "keyframe=abs")) *key_frame = KV_KEY_FRAME_ABS;
+    if (frame >= 0) *key_frame = frame;
     opt = next;
   }
   return 0;

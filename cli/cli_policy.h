@@ -20,7 +20,7 @@ typedef struct {
   graphkv_params_t gkv;
   const char *trace; /* --trace FILE */
   int promote;       /* INT2 windows may return to Full: -1 = the policy's, 0 or 1 (eval) */
-  int key_frame;     /* --key-frame: -1 = the policy's (pre-RoPE), else KV_KEY_FRAME_* */
+  int key_frame;     /* --key-frame: -1 = the policy's (post-RoPE), else KV_KEY_FRAME_* */
 } cli_policy_t;
 
 void cli_policy_init(cli_policy_t *p);

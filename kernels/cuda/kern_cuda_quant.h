@@ -64,10 +64,10 @@ typedef struct {
   const int32_t *n_jobs_dev; /* optional device int: the jobs to do are the first
                                 min(*n_jobs_dev, n_jobs), a count known only on the device
                                 (the launch strides over them); NULL: all n_jobs */
-  int post_rope;              /* 1: the ledgers hold post-RoPE keys (KV_KEY_FRAME_ABS): the
-                                 migrations move keys as they are whatever rotate says, and
-                                 kc_mean_keys un-rotates (with rotate) the dequantized keys of
-                                 QUANT windows as it does FULL ones */
+  int post_rope;             /* 1: the ledgers hold post-RoPE keys (KV_KEY_FRAME_ABS): the
+                                migrations move keys as they are whatever rotate says, and
+                                kc_mean_keys un-rotates (with rotate) the dequantized keys of
+                                QUANT windows as it does FULL ones */
 } kc_quant_args_t;
 
 /* One ledger's parts: byte offsets from the ledger's start (each 16-byte aligned, in the order
@@ -105,9 +105,9 @@ int kc_dequant_windows(const kc_quant_args_t *a, void *stream);
  * windows are win[g * stride + k] for k < n[g] (device [n_groups]); the result is out[(g * stride
  * + k) * n_kv * head_dim + e] (fp32). A FULL window's bf16 keys are un-rotated (RoPE at
  * -position, with a's RoPE when a->rotate) in fp32, a QUANT window's ledger is dequantized (c * s
- * + z; un-rotated too when a->post_rope and a->rotate); both summed in token order and divided by n_tok, as cache/kv_tiered_route.c does on the
- * CPU; an EVICTED or empty window gives zeros. a's jobs are not used. Same returns as
- * kc_quant_windows. */
+ * + z; un-rotated too when a->post_rope and a->rotate); both summed in token order and divided by
+ * n_tok, as cache/kv_tiered_route.c does on the CPU; an EVICTED or empty window gives zeros. a's
+ * jobs are not used. Same returns as kc_quant_windows. */
 int kc_mean_keys(const kc_quant_args_t *a, const kern_pwin_t *win, const int32_t *n, int n_groups,
                  int stride, float *out, void *stream);
 

@@ -64,13 +64,13 @@ RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
   --json "$TMP/f.json" --markdown "$TMP/f.md" || bad "run f (--first-sample 1)"
 expect_exit 2 "first sample -1" "${E[@]}" --first-sample -1
 "${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 \
-  --policies streaming,h2o:window=8,qevict:window=16:keyframe=window,qevict:keyframe=abs \
+  --policies streaming,h2o:window=8,qevict:window=16:keyframe=window,qevict:keyframe=pos \
   --budgets 0.3 \
   --json "$TMP/c.json" --markdown "$TMP/c.md" || bad "run c (no --all-samples)"
 grep -q '"label":"h2o:window=8","policy":"h2o","window":8' "$TMP/c.json" || bad "h2o:window=8 variant"
 grep -q '"label":"qevict:window=16:keyframe=window","policy":"qevict","window":16' "$TMP/c.json" ||
   bad "qevict:window=16:keyframe=window variant"
-grep -q '"label":"qevict:keyframe=abs","policy":"qevict"' "$TMP/c.json" || bad "qevict:keyframe=abs"
+grep -q '"label":"qevict:keyframe=pos","policy":"qevict"' "$TMP/c.json" || bad "qevict:keyframe=pos"
 expect_exit 2 "bad policy option" "${E[@]}" --policies qevict:keyframe=diagonal
 "${E[@]}" --tasks qa --lengths 400 --samples 1 --new 8 --policies qevict --budgets 0.3 \
   --ablations --no-diagnostics --all-samples --json "$TMP/d.json" --markdown "$TMP/d.md" || bad "run d (ablations)"
