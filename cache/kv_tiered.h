@@ -2,8 +2,9 @@
  * a kv_policy_cfg_t. Per sequence and layer: the sink (first n_sink tokens, always Full), then
  * windows of omega tokens; windows still overlapping the most recent n_local tokens are
  * protected (Full); older ("aged") windows are routed by the policy whenever one ages and
- * after each layer's prefill. Keys in Full pages are post-RoPE; INT2 ledgers hold pre-RoPE
- * keys (re-rotated at attention time). Persistent bytes of a sequence never exceed its
+ * after each layer's prefill. Keys in Full pages are post-RoPE; INT2 ledgers hold keys in the
+ * policy's frame (cfg.quant.key_frame: post-RoPE by default, or pre-RoPE / window-relative,
+ * re-rotated at attention time). Persistent bytes of a sequence never exceed its
  * budget; the prompt's transient Full KV is held one layer at a time.
  * Not thread-safe: one engine thread drives a cache. */
 #ifndef QE_KV_TIERED_H

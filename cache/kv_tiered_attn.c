@@ -1,6 +1,6 @@
 /* kv_tiered_attn: attention over a sequence's accessible tokens — the sink, Full windows and
- * INT2 windows (dequantized, RoPE re-applied at their original positions) — gathered into one
- * buffer with explicit positions, one backend attention call for all requests, then the
+ * INT2 windows (dequantized; unless post-RoPE, RoPE re-applied at their positions) — gathered into
+ * one buffer with explicit positions, one backend attention call for all requests, then the
  * per-window attention masses update the policy scores and aged windows are routed. This is
  * the CPU reference of the fused tiered kernel. */
 #include <math.h>

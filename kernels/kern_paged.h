@@ -12,13 +12,14 @@
  *            `group`), quantized over the window's n_tok tokens (kv_quant_keys/values with
  *            omega = n_tok):
  *              key codes    packed [n_tok][n_kv][head_dim], little end first
- *              key scales   fp16 [n_kv][head_dim]     (one per (head, channel); pre-RoPE keys)
+ *              key scales   fp16 [n_kv][head_dim]     (one per (head, channel))
  *              key zeros    fp16 [n_kv][head_dim]
  *              value codes  packed [n_tok][n_kv][head_dim]
  *              value scales fp16 [n_tok][n_kv][head_dim / group]
  *              value zeros  fp16 [n_tok][n_kv][head_dim / group]
- *            The kernel dequantizes (c * s + z) and re-applies RoPE to the keys with the
- *            positions pos0 .. pos0 + n_tok - 1.
+ *            Keys are post-RoPE (kc_attn_args_t.abs_keys: the kernel dequantizes, c * s + z)
+ *            or pre-RoPE (it dequantizes and re-applies RoPE with the positions pos0 ..
+ *            pos0 + n_tok - 1): one frame per call, the cache's (cache/kv_quant.h).
  *   EVICTED  no bytes; skipped (its attention mass is 0).
  *
  * A batch of sequences (one layer) is described by device arrays:

@@ -11,11 +11,12 @@
  * Precision: q is fp32 in, out and mass fp32 out. q is scaled by scale * log2(e) and rounded to
  * bf16 (tensor-core products, fp32 accumulation) when no window is QUANT (has_quant = 0); with
  * QUANT windows every operand is fp16 instead (q saturating at +-65504; FULL bf16 pages converted
- * in registers). QUANT keys and values are dequantized (c * s + z) in fp16 registers; keys are
- * re-rotated by R(row) for their row within a 16-row tile and the window's base rotation is
- * applied to q instead (q . R(b) R(r) k = (R(b)^T q) . R(r) k). Angles use the CPU formula of
- * kern_cpu_rope for the base position and for the row offset (composed, so they differ from the
- * CPU's angle of the sum by the fp32 rounding of pos * freq); cos/sin are rounded to fp16.
+ * in registers). QUANT keys and values are dequantized (c * s + z) in fp16 registers. Post-RoPE
+ * keys (abs_keys) are then used as they are, every tier of a tile against the same q; pre-RoPE
+ * keys are re-rotated by R(row) for their row within a 16-row tile and the window's base
+ * rotation is applied to q instead (q . R(b) R(r) k = (R(b)^T q) . R(r) k). Angles use the CPU
+ * formula of kern_cpu_rope for the base position and for the row offset (composed, so they differ
+ * from the CPU's angle of the sum by the fp32 rounding of pos * freq); cos/sin are rounded to fp16.
  * Probabilities are rounded to bf16 / fp16 before the P.V product. Expect |out - ref| / |ref|
  * of a few 1e-4 (QUANT) to 2e-3 (bf16 FULL) against an fp64 reference.
  * Threading: functions are reentrant; one call works on one stream. Errors are returned as

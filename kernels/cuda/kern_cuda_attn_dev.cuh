@@ -25,7 +25,8 @@
  *     O[head 2c, 2c + 1][d], O[head 2c, 2c + 1][d + 1], d = 8 (g + 8u) + 2r.
  * FULL-only kernels use bf16 operands; kernels that may meet QUANT windows use fp16 throughout
  * (FULL pages converted in registers): codes -> c * s + z with the scales and zeros as fp16
- * pairs, keys turned by R(row offset), Q by R(window base)^T.
+ * pairs; pre-RoPE keys turned by R(row offset), Q by R(window base)^T; post-RoPE keys
+ * (ROT = KCA_ROT_ABS) not turned, so both halves of a tile share Q whatever their tiers.
  * Masses: per window and head, log2 sum 2^(s - m) + m (a window log-sum-exp) goes to wlse; the
  * combine kernel turns it into probability mass with the final log-sum-exp of each head. */
 #ifndef QE_KERN_CUDA_ATTN_DEV_CUH
@@ -799,7 +800,8 @@ KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[4], const kca_til
 
 /* The lane's key words of half h (its token g) for chunks c + 4i, i in the group ig (NORM:
  * {ig}; NEOX: {ig, ig + HD / 64}, the rotation's two halves): FULL rows (fp16 in QUANT-capable
- * kernels, else bf16), or QUANT codes dequantized and turned by the row offset R(8h + g). */
+ * kernels, else bf16), or QUANT codes dequantized and (pre-RoPE keys) turned by the row offset
+ * R(8h + g). */
 template <int HD, int BITS, int ROT, bool QUANT>
 KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *meta,
                        const uint32_t *off, int h, int g, int c, int ig, uint32_t (&k)[2][4]) {
