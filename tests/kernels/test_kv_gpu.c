@@ -338,19 +338,18 @@ static void ref_mean_key(const uint8_t *arena, const kern_pwin_t *d, int n_kv, i
   for (int e = 0; e < row; e++) out[e] = 0.0f;
   if (n <= 0 || d->tier == KERN_PW_EVICTED) return;
   float *x = malloc(sizeof(float) * (size_t)row * (size_t)n);
+  int32_t pos[1024];
   if (d->tier == KERN_PW_FULL) {
     const uint16_t *kp = (const uint16_t *)(arena + d->k);
-    int32_t pos[1024];
     for (size_t i = 0; i < (size_t)n * row; i++) x[i] = qe_bf16_to_f32(kp[i]);
-    for (int t = 0; t < n; t++) pos[t] = -(d->pos0 + t);
-    g_cpu->ops->rope(g_cpu, x, pos, n, n_kv, hd, rope);
-  } else { /* post-RoPE ledger keys (KV_KEY_FRAME_ABS) are un-rotated as FULL ones */
-    int32_t pos[1024];
+  } else {
     kv_dequant_keys(qp, arena + d->k, (const uint16_t *)(arena + d->k_scale),
                     (const uint16_t *)(arena + d->k_zero), n, n_kv, hd, x);
-    for (int t = 0; t < n; t++) pos[t] = -(d->pos0 + t);
-    if (qp->key_frame == KV_KEY_FRAME_ABS) g_cpu->ops->rope(g_cpu, x, pos, n, n_kv, hd, rope);
   }
+  for (int t = 0; t < n; t++) pos[t] = -(d->pos0 + t);
+  /* FULL keys and post-RoPE ledger keys (KV_KEY_FRAME_ABS) are un-rotated */
+  if (d->tier == KERN_PW_FULL || qp->key_frame == KV_KEY_FRAME_ABS)
+    g_cpu->ops->rope(g_cpu, x, pos, n, n_kv, hd, rope);
   for (int t = 0; t < n; t++)
     for (int e = 0; e < row; e++) out[e] += x[(size_t)t * row + e];
   for (int e = 0; e < row; e++) out[e] /= (float)n;
