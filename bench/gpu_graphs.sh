@@ -8,8 +8,9 @@
 # tokens). CHECKS=0 leaves the checks out; LONG=1 adds long_ctx at 32K (FullKV and QEvict 20%:
 # how many 32K-token sequences fit on the GPU and their decode tokens/s). Logs and JSON under
 # $OUT. NEW=N: new tokens of the B=32 runs (default 256); EAGER=0: graphs only; B1=0: no B=1 runs.
-# RUNS: the B=32 caches (default "full q20"; q20abs: QEvict 20% with post-RoPE INT2 keys,
-# --key-frame abs); LONG_RUNS: long_ctx's (default "full qevict"; qevict_abs likewise).
+# RUNS: the B=32 caches (default "full q20"; q20abs / q20pos: QEvict 20% with post-RoPE (the
+# default) / pre-RoPE INT2 keys, --key-frame); LONG_RUNS: long_ctx's (default "full qevict";
+# qevict_abs / qevict_pos likewise).
 # Usage (repo root, device): bench/gpu_graphs.sh
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=bench/device_unpack.sh
@@ -38,6 +39,7 @@ pol_args() { # RUN: the generate options of a B=32 cache name
   case $1 in
     q20) echo --policy qevict --budget 0.2 ;;
     q20abs) echo --policy qevict --budget 0.2 --key-frame abs ;;
+    q20pos) echo --policy qevict --budget 0.2 --key-frame pos ;;
   esac
 }
 for pol in ${RUNS:-full q20}; do
@@ -57,8 +59,8 @@ if [[ ${LONG:-0} == 1 ]]; then
   echo "== 32K: long_ctx, FullKV vs QEvict 20%"
   for pol in ${LONG_RUNS:-full qevict}; do
     KF=()
-    [[ $pol == *_abs ]] && KF=(--key-frame abs)
-    timeout 200 long_ctx --policy "${pol%_abs}" --budget 0.2 --ctx 32768 --new 16 "${KF[@]}" \
+    [[ $pol == *_abs || $pol == *_pos ]] && KF=(--key-frame "${pol##*_}")
+    timeout 200 long_ctx --policy "${pol%_*}" --budget 0.2 --ctx 32768 --new 16 "${KF[@]}" \
       > "$OUT/long_$pol.json" 2> "$OUT/long_$pol.err"
     echo "long_ctx $pol rc $?: $(tail -1 "$OUT/long_$pol.err")"
   done

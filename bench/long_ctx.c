@@ -15,7 +15,8 @@
  * any rank's failure makes the run exit 1 with one message (never a hang).
  * Usage: long_ctx [--shape llama3-8b] [--ctx 32768] [--new 32] [--policy full|qevict]
  *                 [--budget 0.2] [--device 0] [--reserve-gb 4] [--max-seqs N] [--tp 1]
- *                 [--key-frame pos|abs] (INT2 keys pre-RoPE, the default, or post-RoPE) */
+ *                 [--key-frame pos|abs] (INT2 keys pre-RoPE or post-RoPE; default: the
+ *                 policy's, post-RoPE) */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,7 +39,7 @@ typedef struct {
   const char *shape, *policy;
   int ctx, n_new, device, max_seqs, tp;
   double budget, reserve_gb;
-  int key_frame; /* KV_KEY_FRAME_POS or KV_KEY_FRAME_ABS */
+  int key_frame; /* KV_KEY_FRAME_POS or KV_KEY_FRAME_ABS; -1: the policy's */
 } lc_args_t;
 
 /* One rank's state. Owned: destroyed by rank_free (c, which borrows nc as c->dev, first). */
@@ -105,7 +106,7 @@ static int parse_flag(lc_args_t *a, const char *f, const char *v) {
 }
 
 static int parse(int argc, char **argv, lc_args_t *a) {
-  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 1, 0.2, 4.0, KV_KEY_FRAME_POS};
+  *a = (lc_args_t){"llama3-8b", "full", 32768, 32, 0, 0, 1, 0.2, 4.0, -1};
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) return fprintf(stderr, "long_ctx: %s needs a value\n", argv[i]), 2;
     if (parse_flag(a, argv[i], argv[i + 1])) return 2;
@@ -135,7 +136,7 @@ static int make_cache(const lc_args_t *a, kern_backend_t *be, const model_t *m, 
                          kv);
   kv_policy_desc_t d;
   int rc = kv_policy_find(a->policy, &d);
-  d.cfg.quant.key_frame = a->key_frame;
+  if (a->key_frame >= 0) d.cfg.quant.key_frame = a->key_frame;
   return rc ? rc
             : kv_gpu_create_tiered(be, &g, &model_hparams(m)->rope, &d.cfg, cap, n, a->budget, 0,
                                    kv);
@@ -465,7 +466,7 @@ static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t
          "\"sequences\":%d,\"slot_bytes\":%llu,\"fill_s\":%.2f,\"step_ms\":%.3f,"
          "\"tokens_per_s\":%.1f,\"gpu_used_gb\":%.2f,\"tp\":%d,\"allreduce_ms_per_step\":%.4f,"
          "\"allreduce_calls_per_step\":%.1f,\"ranks\":[",
-         a->shape, a->policy, a->key_frame == KV_KEY_FRAME_ABS ? "abs" : "pos",
+         a->shape, a->policy, a->key_frame == KV_KEY_FRAME_POS ? "pos" : "policy's",
          strcmp(a->policy, "full") ? a->budget : 1.0, a->ctx, r->n,
          (unsigned long long)all[0].slot_bytes, r->fill_s, r->step_s * 1e3,
          r->step_s > 0 ? r->n / r->step_s : 0.0, all[0].gpu_used_gb, a->tp, r->ar_ms / timed,
