@@ -6,7 +6,8 @@
 # (kern_cuda_attn.cu, kern_cuda_attn_dev.cuh), from a copy of the tree with those swapped in;
 # checks every variant against the fp64 CPU reference; times all of them on the shapes whose
 # name contains SHAPES (attn_decode --bench), two rounds alternating; with PROF=1 profiles the
-# first variant's tiered kernels with Nsight Compute (ncu, clocks left alone).
+# first variant's chunk kernel on the shapes of PROF_SHAPES (default: the two tiered ones at 32K)
+# with Nsight Compute (ncu, clocks left alone).
 # Logs under $OUT: check_NAME.log, bench_NAME_N.log, ncu_*.txt/csv.
 # Usage (repo root, device): VARIANTS="a=-DX=1 b=-DX=2" sh bench/gpu_attn_ab.sh
 set -u
@@ -51,7 +52,7 @@ done
 FIRST=$(echo $NAMES | cut -d' ' -f1)
 if [ "${PROF:-0}" = 1 ] && command -v ncu > /dev/null 2>&1; then
   echo "== ncu ($FIRST)"
-  for sh in tiered20_b8 tiered20_w8_b8; do
+  for sh in ${PROF_SHAPES:-tiered20_b8 tiered20_w8_b8}; do
     ncu --clock-control none --set full -k regex:kca_chunk_kernel --launch-skip 12 \
       --launch-count 1 --page source --print-source sass --csv "$(bin "$FIRST")" --bench \
       --shapes "$sh" > "$OUT/ncu_src_$sh.csv" 2>&1

@@ -238,7 +238,8 @@ static kc_attn_args_t attn_args(const kv_gpu_t *g, int layer, int n_seq, int max
                       .arena = g->arena,
                       .win = g->tab + kv_gpu__tab_index(g, layer, 0, 0),
                       .n_win = ge->max_seqs * g->max_win,
-                      .max_win = max_win};
+                      .max_win = max_win,
+                      .tickets = g->d_tk.p};
   if (g->t) kv_gpu__tier_attn_args(g, layer, &a);
   return a;
 }
@@ -401,7 +402,8 @@ static int gpu_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
   kv_gpu_t *g = (kv_gpu_t *)kv;
   g->fixed = 0, g->n_segs = 0;
   if (!f) return 0;
-  if (f->bucket < 1 || f->bucket > f->stride || f->n_min < 1 || f->n_min > f->bucket || !f->dev)
+  if (f->bucket < 1 || f->bucket > f->stride || f->n_min < 1 || f->n_min > f->bucket || !f->dev ||
+      (size_t)f->bucket > g->d_tk.cap / sizeof(uint32_t))
     return qe_errf(QE_EINVAL, "kv_gpu: fixed mode for a bucket of %d rows", f->bucket);
   int mc = fixed_chunks(g, f), rc = mc < 0 ? mc : 0;
   kc_attn_args_t a = fixed_args(g, f, 0, mc > 0 ? mc : 1);
@@ -484,8 +486,8 @@ void kv_gpu__dispose(kv_gpu_t *g) {
   if (g->stream) kc_stream_sync(g->stream);
   kv_gpu__obs_free(g);
   kv_gpu__tier_destroy(g);
-  kvg_buf_t *bufs[] = {&g->d_tok, &g->d_upd, &g->d_seqwin, &g->d_idx, &g->d_q,
-                       &g->d_out, &g->d_ws,  &g->d_gk,     &g->d_gv,  &g->d_fws};
+  kvg_buf_t *bufs[] = {&g->d_tok, &g->d_upd, &g->d_seqwin, &g->d_idx, &g->d_q, &g->d_out,
+                       &g->d_ws,  &g->d_gk,  &g->d_gv,     &g->d_fws, &g->d_tk};
   for (size_t i = 0; kv->be && i < sizeof bufs / sizeof *bufs; i++) kern_free(kv->be, bufs[i]->p);
   if (kv->be) kern_free(kv->be, g->arena), kern_free(kv->be, g->tab);
   kc_host_free(g->pin);
@@ -570,7 +572,10 @@ static int alloc_device(kv_gpu_t *g, size_t pool_bytes) {
   if ((pool_bytes && !g->arena) || !g->tab)
     return qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool and %zu-byte table",
                    pool_bytes, tab);
-  return kv_gpu__buf_need(g, &g->d_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
+  const int n_tk = ge->max_seqs > 1024 ? ge->max_seqs : 1024; /* eager rows, or a fixed bucket */
+  int rc = kv_gpu__buf_need(g, &g->d_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
+  if (!rc) rc = kv_gpu__buf_need(g, &g->d_tk, sizeof(uint32_t) * (size_t)n_tk);
+  return rc ? rc : kc_memset_async(g->d_tk.p, 0, g->d_tk.cap, g->stream);
 }
 
 int kv_gpu__init(kv_gpu_t *g, kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,

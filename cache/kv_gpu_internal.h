@@ -68,6 +68,7 @@ typedef struct {
   int alloc_all; /* tiered: layer 0's stores gave every layer's windows of the staged tokens
                     their pages (one launch); cleared when the tokens change or at the last layer */
   kvg_buf_t d_tok, d_upd, d_seqwin, d_idx, d_q, d_out, d_ws, d_gk, d_gv;
+  kvg_buf_t d_tk; /* the attention's ticket counters (kc_attn_args_t.tickets), zeroed once */
   int32_t *h_seqwin, *h_idx; /* host [2 * max_seqs], [max_seqs] */
   kern_attn_seq_t *work;     /* [max_seqs] */
   kv_gpu_tier_t *t;          /* the tiered mode's state; NULL in FullKV mode */

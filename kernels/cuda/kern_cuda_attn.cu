@@ -1,7 +1,8 @@
 /* kern_cuda_attn: decode attention over tiered paged KV on the GPU (see kern_cuda_attn.h for the
  * contract and kern_cuda_attn_dev.cuh for the kernels' design). This file holds the launchers:
  * argument checks, the chunking plan, the RoPE table of the CPU formula, and the two launches
- * (chunk kernel, then the combine kernel as a programmatic dependent launch on sm_90). */
+ * (chunk kernel, then, unless every sequence is one chunk, the combine kernel as a programmatic
+ * dependent launch on sm_90). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 /* ---------------------------------------------------------------- kernels */
 
 template <int HD, int BITS, int ROT, bool PAIR>
-__global__ void __launch_bounds__(KCA_NT, 3)
+__global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
   kca_chunk_body<HD, BITS, ROT, PAIR>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
@@ -51,7 +52,7 @@ template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pair) {
 #define KCA_PICK(R)                                                                                \
   return {                                                                                         \
     pair ? kca_chunk_kernel<HD, BITS, R, true> : kca_chunk_kernel<HD, BITS, R, false>,             \
-        kca_lay<HD, BITS>::total                                                                   \
+        R == KCA_ROT_ABS ? kca_lay<HD, BITS>::rotless : kca_lay<HD, BITS>::total                   \
   }
   if (BITS == 0 || rot == KCA_ROT_NORM) KCA_PICK(KCA_ROT_NORM);
   if (rot == KCA_ROT_NEOX) KCA_PICK(KCA_ROT_NEOX);
@@ -265,6 +266,6 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   if (kca_slots(a, &slots)) return QE_EBACKEND;
   k.fn<<<grid, KCA_NT, (size_t)k.smem, s>>>(p);
   if (KCA_CUDA(cudaGetLastError())) return QE_EBACKEND;
-  if (a->flags & KC_ATTN_SKIP_COMBINE) return 0;
+  if ((a->flags & KC_ATTN_SKIP_COMBINE) || (w.n_chunk == 1 && (!a->mass || a->tickets))) return 0;
   return kca_launch_combine(a, &p, s);
 }

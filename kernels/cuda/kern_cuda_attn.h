@@ -47,7 +47,8 @@ typedef struct {
 
 /* Flags (kc_attn_args_t.flags). */
 enum {
-  KC_ATTN_SKIP_COMBINE = 1,   /* run the chunk kernel only (benchmarks: out and mass not written) */
+  KC_ATTN_SKIP_COMBINE = 1,   /* run the chunk kernel only (benchmarks: out and mass are written
+                                 only for the sequences that need no combine, see tickets) */
   KC_ATTN_MASS_ACCUMULATE = 2 /* mass[w] += the step's mass (a running score) instead of = */
 };
 
@@ -73,6 +74,12 @@ typedef struct {
   const float *q;          /* device [n_seq][n_head][head_dim] fp32 */
   float *out;              /* device [n_seq][n_head][head_dim] fp32 */
   float *mass;             /* device [n_win] fp32, or NULL */
+  uint32_t *tickets;       /* device [n_seq] counters, zero before the first call (each call
+                              leaves them zero), or NULL. A sequence whose windows form one
+                              chunk needs no combine pass: the chunk kernel writes its outputs,
+                              and with tickets its masses too (the last of its n_kv blocks
+                              sums them); a call in which every sequence is such launches no
+                              combine kernel. The masses are the same bits either way. */
   void *ws;                /* device workspace of kc_attn_ws_bytes(this) bytes (256-aligned) */
   size_t ws_bytes;
   int chunk_win; /* windows per chunk; 0 picks one from the device's size (kc_attn_chunk_win) */

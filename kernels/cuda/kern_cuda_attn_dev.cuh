@@ -5,7 +5,7 @@
  * machines without a GPU). Included by kern_cuda_attn.cu and by that test only.
  *
  * Work split. The chunk kernel's block (chunk x, KV head y, sequence z) owns the windows
- * [seq_win[z] + x * chunk_win, ...) of that KV head; its 4 warps take UNITS round-robin: one
+ * [seq_win[z] + x * chunk_win, ...) of that KV head; its KCA_NW warps take UNITS round-robin: one
  * window (omega a multiple of 16) or two consecutive windows (omega == 8), skipping dead units
  * with a ballot over 32 descriptors at a time. A warp walks its units in TILES of 16 token rows,
  * two HALVES of 8 rows each (tokens t0 .. t0 + 7 of one window), and keeps an online softmax for
@@ -28,7 +28,11 @@
  * pairs; pre-RoPE keys turned by R(row offset), Q by R(window base)^T; post-RoPE keys
  * (ROT = KCA_ROT_ABS) not turned, so both halves of a tile share Q whatever their tiers.
  * Masses: per window and head, log2 sum 2^(s - m) + m (a window log-sum-exp) goes to wlse; the
- * combine kernel turns it into probability mass with the final log-sum-exp of each head. */
+ * combine kernel turns it into probability mass with the final log-sum-exp of each head.
+ * A sequence whose windows form one chunk needs no combine: its blocks write their heads' outputs
+ * and, with tickets, their KV head's share of each window's mass (kvmass); the last of its
+ * n_kv blocks (an atomic ticket) sums the shares. kca_kv_mass fixes the order of every sum, so
+ * both paths give the same bits. */
 #ifndef QE_KERN_CUDA_ATTN_DEV_CUH
 #define QE_KERN_CUDA_ATTN_DEV_CUH
 
@@ -39,7 +43,12 @@
 #include "kern_cuda_attn.h"
 #include "kern_paged.h"
 
-#define KCA_NW     4 /* warps per chunk block */
+#ifndef KCA_NW
+#define KCA_NW 6 /* warps per chunk block: 2 blocks of 6 beat 3 of 4 (H200, 2026-12-01) */
+#endif
+#ifndef KCA_MINB
+#define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
+#endif
 #define KCA_NT     (KCA_NW * 32)
 #define KCA_GMAX   8           /* query heads per KV head */
 #define KCA_CT     256         /* combine threads per block */
@@ -62,6 +71,8 @@ typedef struct {
   float *part_o;           /* [n_seq][n_chunk][n_head][hd], normalized per chunk */
   float *part_lse;         /* [n_seq][n_chunk][n_head], log2 domain */
   float *wlse;             /* [n_win][n_head] log2 domain, or NULL */
+  float *kvmass;           /* [n_win][n_kv]: masses per KV head (single-chunk sequences) */
+  uint32_t *tickets;       /* [n_seq]: KV-head blocks of a single-chunk sequence done, or NULL */
   const float *rope_tab;   /* [n_rot / 2][2]: freq, YaRN mix */
   const int32_t *cw_dev;   /* [1]: windows per chunk read at run time, or NULL (chunk_win) */
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
@@ -125,6 +136,14 @@ KCA_FN kca_u4 kca_sld128(const void *p) {
   return r;
 }
 KCA_FN void kca_cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+/* The ticket of a block that is done (its earlier global writes made visible device-wide
+ * first), a fence, and an L2 load (data other blocks wrote). */
+KCA_FN uint32_t kca_ticket(uint32_t *t) {
+  __threadfence();
+  return atomicAdd(t, 1u);
+}
+KCA_FN void kca_fence(void) { __threadfence(); }
+KCA_FN float kca_ldcg(const float *p) { return __ldcg(p); }
 KCA_FN uint32_t kca_ballot(int pred) { return __ballot_sync(0xffffffffu, pred); }
 KCA_FN int kca_ctz(uint32_t m) { return __ffs((int)m) - 1; }
 
@@ -293,6 +312,9 @@ KCA_FN kca_u4 kca_sld128(const void *p) {
   return r;
 }
 KCA_FN void kca_cp_wait1(void) {}
+KCA_FN uint32_t kca_ticket(uint32_t *t) { return (*t)++; } /* blocks run one after another */
+KCA_FN void kca_fence(void) {}
+KCA_FN float kca_ldcg(const float *p) { return *p; }
 KCA_FN uint32_t kca_ballot(int pred) { return kca_emu_ballot(pred); }
 KCA_FN int kca_ctz(uint32_t m) { return __builtin_ctz(m); }
 KCA_FN float kca_shfl_xor(float v, int m) { return kca_emu_shfl(v, m, 1); }
@@ -424,6 +446,34 @@ KCA_FN kca_win_t kca_win(const kca_params_t &p, int w) {
   return r;
 }
 
+/* 1 when window w is attended (kca_win's n > 0, from its last 16 bytes only). */
+KCA_FN int kca_win_live(const kca_params_t &p, int w) {
+  const kca_u4 e = kca_ld128((const uint8_t *)(p.win + w) + 48);
+  const int tier = (int)e.v[2];
+  return (int)e.v[1] > 0 && (tier == KERN_PW_FULL || tier == KERN_PW_QUANT);
+}
+
+/* Window w's probability mass summed over the heads of KV head kvh (lse: their final
+ * log-sum-exps, -inf for a head without any): the one order of these sums for both paths. */
+KCA_FN float kca_kv_mass(const kca_params_t &p, int w, int kvh, const float (&lse)[KCA_GMAX]) {
+  const float *wl = p.wlse + (size_t)w * p.n_head + kvh * p.grp_q;
+  float s = 0.0f;
+  KCA_UNROLL
+  for (int hh = 0; hh < KCA_GMAX; hh++)
+    if (hh < p.grp_q && lse[hh] != KCA_NEGINF) s += kca_ex2(wl[hh] - lse[hh]);
+  return s;
+}
+
+/* Chunks of sequence b at the launch's chunk size, and whether it is done without the combine
+ * (at most one chunk, and its masses, if any, summed through the tickets). */
+KCA_FN int kca_seq_chunks(const kca_params_t &p, int b) {
+  const int cw = KCA_CHUNK_WIN(p);
+  return (kca_seq_end(p, b) - p.seq_win[b] + cw - 1) / cw;
+}
+KCA_FN bool kca_seq_alone(const kca_params_t &p, int b) {
+  return kca_seq_chunks(p, b) <= 1 && (!p.mass || p.tickets);
+}
+
 /* RoPE angle of pair i at position pos: the CPU formula (kern_cpu_attn.c, rope_cs). */
 KCA_FN float kca_theta(const kca_params_t &p, int pos, int i) {
   const float freq = p.rope_tab[2 * i], extrap = kca_fmul((float)pos, freq);
@@ -478,22 +528,26 @@ KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int t
  *                 swizzles make the fragment reads conflict-free;
  *          QUANT: key codes [8][HD BITS / 8] at 0, value codes at vc, key scales then zeros
  *                 ([HD] fp16 each) at km, value scales [8][ng] then zeros at vm.
+ *   ml     [KCA_NW][KCA_GMAX][2] floats, the warps' max and sum (epilogue)
+ *   flag   one int: the block is its sequence's last (kca_alone_masses)
+ *   (rotless: the end for kernels that turn no key, FULL-only and post-RoPE)
  *   off    QUANT: [16][HD + 4] words, the rotation by row offsets 0..15 (kca_off_init)
  *   base   QUANT: [KCA_NW][HD] words, each warp's rotation by its tile's base position
- *   ml     [KCA_NW][KCA_GMAX][2] floats, the warps' max and sum (epilogue)
  * The epilogue's per-warp outputs [KCA_NW][KCA_GMAX][HD] floats reuse the stage area. */
 template <int HD, int BITS> struct kca_lay {
   static constexpr int half = 32 * HD;
   static constexpr int stage = 2 * half;
   static constexpr int warp = 2 * stage;
-  static constexpr int off = KCA_NW * warp;
+  static constexpr int ml = KCA_NW * warp;
+  static constexpr int flag = ml + KCA_NW * KCA_GMAX * 2 * 4;
+  static constexpr int rotless = flag + 16;
+  static constexpr int off = rotless;
   static constexpr int base = off + (BITS ? 16 * (HD + 4) * 4 : 0);
-  static constexpr int ml = base + (BITS ? KCA_NW * HD * 4 : 0);
-  static constexpr int total = ml + KCA_NW * KCA_GMAX * 2 * 4;
+  static constexpr int total = base + (BITS ? KCA_NW * HD * 4 : 0);
   static constexpr int rb = HD * (BITS ? BITS : 2) / 8; /* code bytes per row */
   static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
   static_assert(vm + 16 * 16 * 2 <= half, "a QUANT half tile fits its stage");
-  static_assert(KCA_NW * KCA_GMAX * HD * 4 <= off, "the epilogue fits the stage area");
+  static_assert(KCA_NW * KCA_GMAX * HD * 4 <= ml, "the epilogue fits the stage area");
 };
 
 /* ---------------------------------------------------------------- per-warp state */
@@ -1123,14 +1177,27 @@ KCA_FN void kca_load_q(const kca_params_t &p, kca_st_t<HD, BITS> &st, int b, int
   }
 }
 
-/* Block epilogue: merges the warps' softmax states and writes the chunk's partial. */
+/* Head hh's final log-sum-exp over the block's warps (ml: their max and sum); the sum's order is
+ * the epilogue's. */
+typedef float kca_ml_t[KCA_GMAX][2]; /* one warp's max and sum per head (epilogue) */
+
+KCA_FN float kca_head_lse(const kca_ml_t *ml, int hh) {
+  float mx = KCA_NEGINF, sum = 0.0f;
+  for (int w = 0; w < KCA_NW; w++) mx = kca_maxf(mx, ml[w][hh][0]);
+  if (mx == KCA_NEGINF) return mx;
+  for (int w = 0; w < KCA_NW; w++) sum += ml[w][hh][1] * kca_ex2(ml[w][hh][0] - mx);
+  return mx + kca_lg2(sum);
+}
+
+/* Block epilogue: merges the warps' softmax states and writes the chunk's partial, or (alone:
+ * the sequence's only chunk) the heads' outputs. Returns the warps' max and sum (shared). */
 template <int HD, int BITS>
-KCA_FN void kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st, int b,
-                         int chunk, int kvh, int tid) {
+KCA_FN const kca_ml_t *kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st,
+                                    int b, int chunk, int kvh, int tid, bool alone) {
   using L = kca_lay<HD, BITS>;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   float(*o)[KCA_GMAX][HD] = (float(*)[KCA_GMAX][HD])smem; /* reuses the stages */
-  float(*ml)[KCA_GMAX][2] = (float(*)[KCA_GMAX][2])(smem + L::ml);
+  kca_ml_t *ml = (kca_ml_t *)(smem + L::ml);
   float l[2] = {st.l[0], st.l[1]};
   KCA_UNROLL
   for (int e = 0; e < 2; e++) {
@@ -1152,6 +1219,7 @@ KCA_FN void kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS
   }
   kca_syncthreads();
   const size_t row0 = ((size_t)b * p.n_chunk + chunk) * p.n_head + (size_t)kvh * p.grp_q;
+  const size_t orow0 = (size_t)b * p.n_head + (size_t)kvh * p.grp_q;
   for (int e = tid; e < p.grp_q * HD; e += KCA_NT) {
     const int hh = e / HD, d = e % HD;
     float mx = KCA_NEGINF;
@@ -1165,9 +1233,38 @@ KCA_FN void kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS
       }
       acc /= sum, lse = mx + kca_lg2(sum);
     }
+    if (alone) {
+      p.out[(orow0 + hh) * HD + d] = acc;
+      continue;
+    }
     p.part_o[(row0 + hh) * HD + d] = acc;
     if (d == 0) p.part_lse[row0 + hh] = lse;
   }
+  return ml;
+}
+
+/* A sequence alone in its chunk, with masses: this block's KV head's share of each window's mass
+ * (kvmass), then, in the last of the sequence's n_kv blocks, the masses (the combine's sums). */
+KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, int kvh, int tid,
+                             int *last) {
+  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
+  float lse[KCA_GMAX];
+  KCA_UNROLL
+  for (int hh = 0; hh < KCA_GMAX; hh++) lse[hh] = hh < p.grp_q ? kca_head_lse(ml, hh) : KCA_NEGINF;
+  for (int w = w_beg + tid; w < w_end; w += KCA_NT)
+    p.kvmass[(size_t)w * p.n_kv + kvh] = kca_win_live(p, w) ? kca_kv_mass(p, w, kvh, lse) : 0.0f;
+  kca_fence();
+  kca_syncthreads();
+  if (tid == 0) *last = kca_ticket(p.tickets + b) == (uint32_t)(p.n_kv - 1);
+  kca_syncthreads();
+  if (!*last) return;
+  kca_fence();
+  for (int w = w_beg + tid; w < w_end; w += KCA_NT) {
+    float s = 0.0f;
+    for (int k = 0; k < p.n_kv; k++) s += kca_ldcg(p.kvmass + (size_t)w * p.n_kv + k);
+    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
+  }
+  if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
 /* The chunk kernel's body: block (chunk, kvh, b), thread tid, dynamic shared memory smem of
@@ -1180,7 +1277,8 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   using Ly = kca_lay<HD, BITS>;
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   const int cw = KCA_CHUNK_WIN(p), c_beg = w_beg + chunk * cw;
-  if (c_beg >= w_end) return; /* past this sequence's chunks: the combine does not read it */
+  const bool alone = kca_seq_alone(p, b); /* (an empty sequence too: its outputs are zero) */
+  if (c_beg >= w_end && (chunk > 0 || !alone)) return; /* past the sequence's chunks */
   const int c_end = kca_mini(c_beg + cw, w_end);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   kca_st_t<HD, BITS> st;
@@ -1220,18 +1318,20 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
   }
-  kca_epilogue<HD, BITS>(p, smem, st, b, chunk, kvh, tid);
+  const kca_ml_t *ml = kca_epilogue<HD, BITS>(p, smem, st, b, chunk, kvh, tid, alone);
+  if (alone && p.mass) kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
 }
 
 /* ---------------------------------------------------------------- the combine block */
 
-/* Block (b, part) of n_part: the heads' final log-sum-exps (all parts compute them, into
- * lse_s [n_head]), then the part's share of out[b] and of b's window masses (a warp per window,
- * its lanes summing the heads). */
+/* Block (b, part) of n_part, for a sequence of several chunks: the heads' final log-sum-exps (all
+ * parts compute them, into lse_s [n_head]), then the part's share of out[b] and of b's window
+ * masses (a thread per window). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
-  const int cw = KCA_CHUNK_WIN(p), nc = (w_end - w_beg + cw - 1) / cw;
+  if (kca_seq_alone(p, b)) return; /* the chunk kernel finished it */
+  const int nc = kca_seq_chunks(p, b);
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
   for (int h = tid; h < p.n_head; h += KCA_CT) {
     float mx = KCA_NEGINF, L = 0.0f;
@@ -1257,22 +1357,26 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   if (!p.mass) return;
   const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
   const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
-  const int lane = tid & 31; /* a warp per window, its lanes over the heads */
-  for (int w = w_beg + part * wper + (tid >> 5); w < m_end; w += KCA_CT / 32) {
-    const kca_win_t W = kca_win(p, w);
+  for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) { /* a thread per window */
     float s = 0.0f;
-    for (int h = lane; W.n > 0 && h < p.n_head; h += 32)
-      if (lse_s[h] != KCA_NEGINF) s += kca_ex2(p.wlse[(size_t)w * p.n_head + h] - lse_s[h]);
-    for (int o = 16; o; o >>= 1) s += kca_shfl_xor(s, o);
-    if (lane == 0) p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
+    const int live = kca_win_live(p, w);
+    for (int k = 0; k < p.n_kv && live; k++) {
+      float lse[KCA_GMAX];
+      KCA_UNROLL
+      for (int hh = 0; hh < KCA_GMAX; hh++)
+        lse[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
+      s += kca_kv_mass(p, w, k, lse);
+    }
+    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
   }
 }
 
 /* ---------------------------------------------------------------- host-side helpers */
 
-/* Workspace layout of a call: partial outputs, partial log-sum-exps, window log-sum-exps. */
+/* Workspace layout of a call: partial outputs, partial log-sum-exps, window log-sum-exps, window
+ * masses per KV head (with tickets). */
 typedef struct {
-  size_t o, lse, wlse, total; /* byte offsets and size */
+  size_t o, lse, wlse, kvm, total; /* byte offsets and size */
   int n_chunk;
 } kca_ws_t;
 
@@ -1286,7 +1390,10 @@ static inline kca_ws_t kca_ws_layout(const kc_attn_args_t *a, int chunk_win) {
   w.o = 0;
   w.lse = kca_align256(rows * (size_t)a->geom.head_dim * sizeof(float));
   w.wlse = w.lse + kca_align256(rows * sizeof(float));
-  w.total = w.wlse + (a->mass ? kca_align256((size_t)a->n_win * a->n_head * sizeof(float)) : 0);
+  w.kvm = w.wlse + (a->mass ? kca_align256((size_t)a->n_win * a->n_head * sizeof(float)) : 0);
+  w.total = w.kvm + (a->mass && a->tickets
+                         ? kca_align256((size_t)a->n_win * a->geom.n_kv * sizeof(float))
+                         : 0);
   return w;
 }
 
@@ -1305,6 +1412,8 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.part_o = (float *)((uint8_t *)a->ws + w.o);
   p.part_lse = (float *)((uint8_t *)a->ws + w.lse);
   p.wlse = a->mass ? (float *)((uint8_t *)a->ws + w.wlse) : (float *)0;
+  p.kvmass = a->mass && a->tickets ? (float *)((uint8_t *)a->ws + w.kvm) : (float *)0;
+  p.tickets = a->mass ? a->tickets : (uint32_t *)0;
   p.rope_tab = a->rope.table;
   p.cw_dev = a->chunk_dev;
   p.n_kv = a->geom.n_kv;
@@ -1364,9 +1473,9 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
   return a->abs_keys ? KCA_ROT_ABS : a->rope.mode == KERN_ROPE_NEOX ? KCA_ROT_NEOX : KCA_ROT_NORM;
 }
 
-/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses about 4
- * windows per warp (a warp's windows are a chain of dependent loads: with 4 parts of 8 warps, a
- * sequence of 4,096 windows took ~110 us on the H200, longer than its chunk kernel's 0.2 ms
+/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses 32
+ * windows per block (a thread per window; a window's loads are a chain: with 4 parts of 8 warps
+ * a sequence of 4,096 windows took ~110 us on the H200, longer than its chunk kernel's 0.2 ms
  * would suggest). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);

@@ -57,13 +57,14 @@ struct Dev {
   kern_pwin_t *win = nullptr;
   int32_t *seq_win = nullptr;
   float *q = nullptr, *out = nullptr, *mass = nullptr, *rope = nullptr;
+  uint32_t *tickets = nullptr; /* [n_seq], zeroed (kc_attn_args_t.tickets) */
   void *ws = nullptr;
   size_t ws_bytes = 0;
 };
 
 static void dev_free(Dev *d) {
   cudaFree(d->arena), cudaFree(d->win), cudaFree(d->seq_win), cudaFree(d->q), cudaFree(d->out);
-  cudaFree(d->mass), cudaFree(d->rope), cudaFree(d->ws);
+  cudaFree(d->mass), cudaFree(d->rope), cudaFree(d->ws), cudaFree(d->tickets);
   *d = Dev();
 }
 
@@ -74,8 +75,17 @@ template <class T> static T *dev_upload(const T *h, size_t n) {
   return d;
 }
 
-/* Arguments for prob on device copies d (workspace sized for the largest chunking used). */
-static kc_attn_args_t dev_args(const attn_prob_t *pr, Dev *d, int chunk_win) {
+/* Zeroed ticket counters for n sequences. */
+static uint32_t *dev_tickets(int n) {
+  uint32_t *t = nullptr;
+  CK(cudaMalloc((void **)&t, sizeof(uint32_t) * n));
+  CK(cudaMemset(t, 0, sizeof(uint32_t) * n));
+  return t;
+}
+
+/* Arguments for prob on device copies d (workspace sized for the largest chunking used);
+ * tickets 0: none (every sequence's masses through the combine kernel). */
+static kc_attn_args_t dev_args(const attn_prob_t *pr, Dev *d, int chunk_win, int tickets = 1) {
   kc_attn_args_t a;
   memset(&a, 0, sizeof a);
   std::vector<float> tab(pr->geom.head_dim + 2);
@@ -86,6 +96,7 @@ static kc_attn_args_t dev_args(const attn_prob_t *pr, Dev *d, int chunk_win) {
   a.arena = d->arena, a.win = d->win, a.seq_win = d->seq_win, a.n_win = pr->n_win;
   a.max_win = pr->max_win, a.has_quant = pr->has_quant, a.q = d->q, a.out = d->out;
   a.mass = d->mass, a.chunk_win = chunk_win, a.abs_keys = pr->abs_keys;
+  a.tickets = tickets ? d->tickets : nullptr;
   size_t need = 0;
   CKQ(kc_attn_ws_bytes(&a, &need));
   if (need > d->ws_bytes) {
@@ -104,6 +115,7 @@ static void dev_load(const attn_prob_t *pr, Dev *d) {
   d->q = dev_upload(pr->q, (size_t)pr->n_seq * pr->n_head * pr->geom.head_dim);
   CK(cudaMalloc((void **)&d->out, sizeof(float) * pr->n_seq * pr->n_head * pr->geom.head_dim));
   CK(cudaMalloc((void **)&d->mass, sizeof(float) * (pr->n_win + 1)));
+  d->tickets = dev_tickets(pr->n_seq);
 }
 
 /* ---------------------------------------------------------------- check */
@@ -120,22 +132,34 @@ struct Case {
   int abs_keys = 0; /* QUANT keys post-RoPE (kc_attn_args_t.abs_keys) */
 };
 
-/* One run: poisons, launches, downloads, compares. Returns 1 on failure. */
+/* One run: poisons, launches, downloads, compares (with keep's earlier run, bitwise, when set);
+ * tickets 0: without ticket counters; acc: masses accumulated onto 0.25 (taken off again).
+ * Returns 1 on failure. */
 static int check_run(const Case &cs, const attn_prob_t *pr, Dev *d, int chunk_win,
                      const std::vector<double> &ref, const std::vector<double> &rmass,
-                     std::vector<float> *keep) {
+                     std::vector<float> *keep, int tickets = 1, int acc = 0) {
   const size_t n_out = (size_t)pr->n_seq * pr->n_head * pr->geom.head_dim;
-  kc_attn_args_t a = dev_args(pr, d, chunk_win);
+  kc_attn_args_t a = dev_args(pr, d, chunk_win, tickets);
+  a.flags = acc ? KC_ATTN_MASS_ACCUMULATE : 0;
   CK(cudaMemset(d->out, 0xff, sizeof(float) * n_out)); /* NaN */
   CK(cudaMemset(d->mass, 0xff, sizeof(float) * (pr->n_win + 1)));
+  if (acc) {
+    const std::vector<float> quarter(pr->n_win + 1, 0.25f);
+    CK(cudaMemcpy(d->mass, quarter.data(), sizeof(float) * quarter.size(),
+                  cudaMemcpyHostToDevice));
+  }
   CKQ(kc_attn_decode(&a, nullptr));
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::vector<float> out(n_out + pr->n_win);
   CK(cudaMemcpy(out.data(), d->out, sizeof(float) * n_out, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(out.data() + n_out, d->mass, sizeof(float) * pr->n_win, cudaMemcpyDeviceToHost));
+  for (int w = 0; acc && w < pr->n_win; w++) out[n_out + w] -= 0.25f;
+  std::vector<uint32_t> tk(pr->n_seq);
+  CK(cudaMemcpy(tk.data(), d->tickets, sizeof(uint32_t) * pr->n_seq, cudaMemcpyDeviceToHost));
   double num = 0, den = 0, merr = 0;
-  int bad = 0, zero_bad = 0, same = 1;
+  int bad = 0, zero_bad = 0, same = 1, tk_left = 0;
+  for (int b = 0; b < pr->n_seq; b++) tk_left += tk[b] != 0; /* each call leaves them zero */
   for (size_t i = 0; i < n_out; i++) {
     bad += !isfinite(out[i]);
     num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
@@ -148,10 +172,12 @@ static int check_run(const Case &cs, const attn_prob_t *pr, Dev *d, int chunk_wi
   if (!keep->empty()) same = !memcmp(keep->data(), out.data(), sizeof(float) * out.size());
   *keep = out;
   const double err = den > 0 ? sqrt(num / den) : sqrt(num);
-  const int fail = bad || zero_bad || !same || !(err < 1e-2) || !(merr < 1e-3);
-  printf("%s %-36s chunk %4d (%d)  err %.2e  mass %.2e  nonfinite %d  evicted!=0 %d  repeat %s\n",
-         fail ? "FAIL" : "ok  ", cs.name, chunk_win, kc_attn_chunk_win(&a), err, merr, bad,
-         zero_bad, same ? "same" : "DIFFERS");
+  const int fail = bad || zero_bad || !same || tk_left || !(err < 1e-2) || !(merr < 1e-3);
+  printf("%s %-36s chunk %4d (%d)%s%s  err %.2e  mass %.2e  nonfinite %d  evicted!=0 %d  "
+         "tickets!=0 %d  repeat %s\n",
+         fail ? "FAIL" : "ok  ", cs.name, chunk_win, kc_attn_chunk_win(&a),
+         tickets ? "" : " no tickets", acc ? " acc" : "", err, merr, bad, zero_bad, tk_left,
+         same ? "same" : "DIFFERS");
   fflush(stdout);
   return fail;
 }
@@ -182,6 +208,12 @@ static int check_case(const Case &cs, uint64_t seed) {
   fails += check_run(cs, &pr, &d, 0, ref, rmass, &keep); /* repeat: bitwise the same */
   keep.clear();
   fails += check_run(cs, &pr, &d, 3, ref, rmass, &keep);
+  /* one chunk per sequence, masses accumulated: the chunk kernel alone (tickets) and with the
+   * combine kernel (no tickets) give the same bits */
+  keep.clear();
+  const int one = pr.max_win > 0 ? pr.max_win : 1;
+  fails += check_run(cs, &pr, &d, one, ref, rmass, &keep, 1, 1);
+  fails += check_run(cs, &pr, &d, one, ref, rmass, &keep, 0, 1);
   dev_free(&d);
   attn_prob_free(&pr);
   return fails;
@@ -540,6 +572,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   d.q = dev_upload(pr.q, (size_t)n_seq * 32 * 128);
   CK(cudaMalloc((void **)&d.out, sizeof(float) * n_seq * 32 * 128));
   CK(cudaMalloc((void **)&d.mass, sizeof(float) * (pr.n_win + 1)));
+  d.tickets = dev_tickets(n_seq);
   d.arena = arenas[0];
   kc_attn_args_t a = dev_args(&pr, &d, 0);
   const int cw0 = kc_attn_chunk_win(&a), reps = seq > 4096 ? 60 : 200;

@@ -237,6 +237,35 @@ struct Case {
   int abs_keys = 0; /* QUANT keys post-RoPE (no rotation in the kernel or the reference) */
 };
 
+/* One emulated call on pr at chunk_win (tickets: with ticket counters): out gets the outputs
+ * then the masses (outputs poisoned first; masses too, or with acc accumulated onto 0.25, which
+ * is taken off again), *tk_left the counters not back to zero. */
+static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, float *out,
+                   int *tk_left) {
+  const size_t n_out = (size_t)pr.n_seq * pr.n_head * pr.geom.head_dim;
+  std::vector<float> tab(pr.geom.head_dim + 2);
+  std::vector<uint32_t> tk(pr.n_seq, 0u);
+  kc_attn_args_t a;
+  memset(&a, 0, sizeof a);
+  if (kca_rope_fill(&pr.rope, tab.data(), &a.rope)) return 1;
+  a.rope.table = tab.data();
+  a.geom = pr.geom, a.n_seq = pr.n_seq, a.n_head = pr.n_head, a.scale = pr.scale;
+  a.arena = pr.arena, a.win = pr.win, a.seq_win = pr.seq_win, a.n_win = pr.n_win;
+  a.max_win = pr.max_win, a.has_quant = pr.has_quant, a.q = pr.q, a.out = out;
+  a.abs_keys = pr.abs_keys;
+  a.mass = out + n_out, a.chunk_win = chunk_win, a.tickets = tickets ? tk.data() : nullptr;
+  const kca_ws_t wl = kca_ws_layout(&a, a.chunk_win);
+  std::vector<float> ws(wl.total / 4 + 64, NAN);
+  a.ws = ws.data(), a.ws_bytes = wl.total;
+  for (size_t i = 0; i < n_out + pr.n_win; i++) out[i] = i < n_out || !acc ? NAN : 0.25f;
+  a.flags = acc ? KC_ATTN_MASS_ACCUMULATE : 0; /* (the last block's sums are added once) */
+  const int rc = emu_decode(&a);
+  for (int w = 0; acc && w < pr.n_win; w++) out[n_out + w] -= 0.25f;
+  *tk_left = 0;
+  for (int b = 0; b < pr.n_seq; b++) *tk_left += tk[b] != 0;
+  return rc;
+}
+
 static int emu_case(const Case &cs, uint64_t seed) {
   attn_spec_t s;
   memset(&s, 0, sizeof s);
@@ -254,37 +283,35 @@ static int emu_case(const Case &cs, uint64_t seed) {
   }
   const size_t n_out = (size_t)pr.n_seq * pr.n_head * cs.hd;
   std::vector<double> ref(n_out), rmass(pr.n_win + 1);
-  std::vector<float> out(n_out), mass(pr.n_win + 1), tab(cs.hd + 2);
-  kc_attn_args_t a;
-  memset(&a, 0, sizeof a);
-  if (kca_rope_fill(&pr.rope, tab.data(), &a.rope)) return 1;
-  a.rope.table = tab.data();
-  a.geom = pr.geom, a.n_seq = pr.n_seq, a.n_head = pr.n_head, a.scale = pr.scale;
-  a.arena = pr.arena, a.win = pr.win, a.seq_win = pr.seq_win, a.n_win = pr.n_win;
-  a.max_win = pr.max_win, a.has_quant = pr.has_quant, a.q = pr.q, a.out = out.data();
-  a.abs_keys = pr.abs_keys;
-  a.mass = mass.data(), a.chunk_win = cs.chunk_win;
-  const kca_ws_t wl = kca_ws_layout(&a, a.chunk_win);
-  std::vector<float> ws(wl.total / 4 + 64);
-  a.ws = ws.data(), a.ws_bytes = wl.total;
-  for (auto &x : out) x = NAN; /* poison */
-  for (auto &x : mass) x = NAN;
-  int fail = attn_ref_run(&pr, ref.data(), rmass.data()) || emu_decode(&a);
-  double num = 0, den = 0, merr = 0;
-  int bad = 0;
-  for (size_t i = 0; i < n_out; i++) {
-    bad += !isfinite(out[i]);
-    num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
+  int fail = attn_ref_run(&pr, ref.data(), rmass.data()) != 0;
+  /* the case's chunking, then one chunk per sequence accumulating masses with tickets (the
+   * chunk kernel alone) and without (the combine kernel): those two the same bits */
+  const int one = pr.max_win > 0 ? pr.max_win : 1;
+  const int cws[3] = {cs.chunk_win, one, one}, tks[3] = {1, 1, 0};
+  std::vector<float> got[3];
+  for (int v = 0; v < 3; v++) {
+    std::vector<float> out(n_out + pr.n_win);
+    int tk_left = 0, f = emu_run(pr, cws[v], tks[v], v > 0, out.data(), &tk_left);
+    double num = 0, den = 0, merr = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n_out; i++) {
+      bad += !isfinite(out[i]);
+      num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
+    }
+    for (int w = 0; w < pr.n_win; w++) {
+      bad += !isfinite(out[n_out + w]);
+      merr = fmax(merr, fabs(out[n_out + w] - rmass[w]));
+    }
+    const double err = den > 0 ? sqrt(num / den) : sqrt(num);
+    const int same = v < 2 || got[1] == out; /* (no NaN left: bad counts them) */
+    f |= bad || tk_left || !same || !(err < 1e-2) || !(merr < 1e-3);
+    printf("%s %-40s wins %4d (F %d Q %d E %d) chunk %3d%s  err %.2e  mass %.2e  nonfinite %d"
+           "%s%s\n",
+           f ? "FAIL" : "ok  ", cs.name, pr.n_win, pr.n_full, pr.n_quant, pr.n_evicted, cws[v],
+           tks[v] ? "" : " no tickets", err, merr, bad, tk_left ? "  tickets left" : "",
+           v == 2 ? (same ? "  = alone" : "  DIFFERS from alone") : "");
+    got[v] = out, fail |= f;
   }
-  for (int w = 0; w < pr.n_win; w++) {
-    bad += !isfinite(mass[w]);
-    merr = fmax(merr, fabs(mass[w] - rmass[w]));
-  }
-  const double err = den > 0 ? sqrt(num / den) : sqrt(num);
-  fail |= bad || !(err < 1e-2) || !(merr < 1e-3);
-  printf("%s %-40s wins %4d (F %d Q %d E %d) chunk %3d  err %.2e  mass %.2e  nonfinite %d\n",
-         fail ? "FAIL" : "ok  ", cs.name, pr.n_win, pr.n_full, pr.n_quant, pr.n_evicted,
-         cs.chunk_win, err, merr, bad);
   attn_prob_free(&pr);
   return fail;
 }
