@@ -113,6 +113,11 @@ static int kca_check_geom(const kc_attn_args_t *a) {
     return qe_errf(QE_EUNSUPPORTED,
                    "kc_attn: geom.omega must be 8 or a multiple of 16 up to 1024 (got %d)",
                    g->omega);
+  if ((long long)g->omega * g->n_kv * g->head_dim * 2 > 0x7fffffffLL)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "kc_attn: a window's page (omega %d x n_kv %d x head_dim %d x 2 bytes) must be "
+                   "under 2 GiB",
+                   g->omega, g->n_kv, g->head_dim);
   if (a->n_seq < 1 || a->n_seq > 65535)
     return qe_errf(QE_EINVAL, "kc_attn: n_seq must be in 1..65535 (got %d)", a->n_seq);
   if (a->n_win < 0 || a->max_win < 0 || a->chunk_win < 0)

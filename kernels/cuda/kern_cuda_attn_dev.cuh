@@ -687,6 +687,58 @@ template <bool PAIR> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
 
 /* ---------------------------------------------------------------- issuing a tile */
 
+/* A QUANT half's key and value codes and (kmeta) the window's key scales and zeros. In-window
+ * offsets fit an int (kca_check_geom bounds a window's page). Code rows of 32 bytes (INT2 at
+ * head_dim 128): one 16-byte piece per lane (lanes 0-15 the keys, 16-31 the values, two pieces a
+ * row); head_dim 128: one piece of the scales (lanes 0-15) or zeros (16-31) per lane. */
+template <int HD, int BITS>
+KCA_FN void kca_issue_codes(const kca_params_t &p, uint8_t *dst, const kca_win_t &w, int t0,
+                            int n, int kvh, int lane, bool kmeta) {
+  using L = kca_lay<HD, BITS>;
+  constexpr int NQ = L::rb / 16; /* 16-byte pieces per code row */
+  const int crow = p.n_kv * L::rb, col = kvh * L::rb;
+  if constexpr (NQ == 2) {
+    const int v = lane >> 4, r = (lane >> 1) & 7, q = (lane & 1) * 16, ok = r < n;
+    kca_cp16(dst + (v ? L::vc : 0) + r * L::rb + q,
+             (v ? w.v : w.k) + ((t0 + (ok ? r : 0)) * crow + col + q), ok);
+  } else {
+    for (int e = lane; e < 8 * NQ; e += 32) {
+      const int r = e / NQ, q = e % NQ * 16, ok = r < n, src = (t0 + (ok ? r : 0)) * crow + col + q;
+      kca_cp16(dst + r * L::rb + q, w.k + src, ok);
+      kca_cp16(dst + L::vc + r * L::rb + q, w.v + src, ok);
+    }
+  }
+  if (!kmeta) return;
+  if constexpr (HD / 4 == 32) {
+    kca_cp16(dst + L::km + lane * 16, (lane >> 4 ? w.kz : w.ks) + (kvh * HD * 2 + (lane & 15) * 16),
+             1);
+  } else {
+    for (int e = lane; e < HD / 4; e += 32) {
+      const int z = e >= HD / 8, q = z ? e - HD / 8 : e;
+      kca_cp16(dst + L::km + e * 16, (z ? w.kz : w.ks) + (kvh * HD * 2 + q * 16), 1);
+    }
+  }
+}
+
+/* A QUANT half's value scales (lanes 0-7, a row each) and zeros (lanes 8-15). */
+template <int HD, int BITS>
+KCA_FN void kca_issue_vmeta(const kca_params_t &p, uint8_t *dst, const kca_win_t &w, int t0, int n,
+                            int kvh, int lane) {
+  using L = kca_lay<HD, BITS>;
+  if (lane >= 16) return;
+  const int mb = (2 * HD) >> p.gshift; /* value scale bytes per row: 4, 8, 16 or 32 */
+  const int r = lane & 7, z = lane >> 3, ok = r < n;
+  const uint8_t *src = (z ? w.vz : w.vs) + ((t0 + (ok ? r : 0)) * p.n_kv + kvh) * mb;
+  uint8_t *d = dst + L::vm + (z * 8 + r) * mb;
+  if (mb == 8) { /* value groups of 32 at head_dim 128: the default */
+    kca_cp8(d, src, ok);
+    return;
+  }
+  if (mb == 4) kca_cp4(d, src, ok);
+  if (mb >= 16) kca_cp16(d, src, ok);
+  if (mb == 32) kca_cp16(d + 16, src + 16, ok);
+}
+
 /* Copies one half tile's bytes (rows t0 .. t0 + n - 1 of window w, KV head kvh) into dst with
  * cp.async, rows >= n zero-filled; kmeta: also the window's key scales and zeros. */
 template <int HD, int BITS>
@@ -698,8 +750,8 @@ KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t 
                    */
     constexpr int RPI = 32 / NCH;
     const int r0 = lane / NCH, ch = lane % NCH;
-    const size_t row = (size_t)p.n_kv * HD * 2, step = RPI * row;
-    const size_t src0 = ((size_t)(t0 + r0) * p.n_kv + kvh) * HD * 2 + ch * 16;
+    const int row = p.n_kv * HD * 2, step = RPI * row;
+    const int src0 = ((t0 + r0) * p.n_kv + kvh) * HD * 2 + ch * 16;
     const uint8_t *ks = w.k + src0, *vs = w.v + src0;
     uint8_t *kd = dst + r0 * HD * 2 + ((ch ^ ((r0 & 1) << 2)) << 4);
     KCA_UNROLL
@@ -711,30 +763,8 @@ KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t 
     return;
   }
   if constexpr (BITS != 0) {
-    using L = kca_lay<HD, BITS>;
-    constexpr int NQ = L::rb / 16; /* 16-byte pieces per code row */
-    const size_t crow = (size_t)p.n_kv * L::rb;
-    const uint8_t *kb = w.k + (size_t)t0 * crow + (size_t)kvh * L::rb;
-    const uint8_t *vb = w.v + (size_t)t0 * crow + (size_t)kvh * L::rb;
-    for (int e = lane; e < 8 * NQ; e += 32) {
-      const int r = e / NQ, q = e % NQ, ok = r < n, rr = ok ? r : 0;
-      kca_cp16(dst + r * L::rb + q * 16, kb + rr * crow + q * 16, ok);
-      kca_cp16(dst + L::vc + r * L::rb + q * 16, vb + rr * crow + q * 16, ok);
-    }
-    for (int e = lane; kmeta && e < HD / 4; e += 32) {
-      const int z = e >= HD / 8, q = z ? e - HD / 8 : e;
-      kca_cp16(dst + L::km + e * 16, (z ? w.kz : w.ks) + (size_t)kvh * HD * 2 + q * 16, 1);
-    }
-    const int mb = (2 * HD) >> p.gshift; /* value scale bytes per row: 4, 8, 16 or 32 */
-    if (lane < 16) {
-      const int r = lane & 7, z = lane >> 3, ok = r < n, rr = ok ? r : 0;
-      const uint8_t *src = (z ? w.vz : w.vs) + ((size_t)(t0 + rr) * p.n_kv + kvh) * mb;
-      uint8_t *d = dst + L::vm + (z * 8 + r) * mb;
-      if (mb == 4) kca_cp4(d, src, ok);
-      if (mb == 8) kca_cp8(d, src, ok);
-      if (mb >= 16) kca_cp16(d, src, ok);
-      if (mb == 32) kca_cp16(d + 16, src + 16, ok);
-    }
+    kca_issue_codes<HD, BITS>(p, dst, w, t0, n, kvh, lane, kmeta);
+    kca_issue_vmeta<HD, BITS>(p, dst, w, t0, n, kvh, lane);
   }
 }
 
