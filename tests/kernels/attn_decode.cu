@@ -692,6 +692,10 @@ static int api_checks(void) {
   EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EINVAL, "bits 3");
   b = a, b.abs_keys = 2;
   EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EINVAL, "abs_keys 2");
+  b = a, b.geom.omega = 1024, b.geom.n_kv = 8192, b.n_head = 8192; /* a 2 GiB window page */
+  EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "a window page of 2 GiB");
+  b.geom.n_kv = 8191, b.n_head = 8191;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == 0, "a window page just under 2 GiB");
 #undef EXPECT
   printf("attn_decode api checks: %d failure(s)\n", fails);
   return fails;
