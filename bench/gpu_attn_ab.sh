@@ -60,5 +60,5 @@ if [ "${PROF:-0}" = 1 ] && command -v ncu > /dev/null 2>&1; then
 fi
 echo "== summary (best ms per shape, ratio to FullKV)"
 for f in "$OUT"/bench_*.log; do
-  echo "$(basename "$f" .log): $(grep -E '^(full|tiered)' "$f" | awk '{printf "%s %s %s  ", $1, $2, $6}')"
+  echo "$(basename "$f" .log): $(grep -E '^(full|tiered|abs_)' "$f" | awk '{printf "%s %s %s  ", $1, $2, $6}')"
 done
