@@ -28,6 +28,9 @@
 #                    pack unpacked by an earlier call or carried) qevict with pre-RoPE INT2 keys
 #                    against qevict:keyframe=abs (post-RoPE), every task at 1K-7.5K, 5/10/20/40%,
 #                    $SAMPLES samples (default 4), seed 1
+#   PHASE=window4    (the model in three parts as for keyframe) qevict, h2o and streaming at
+#                    windows of 4 tokens beside qevict's default 8, the ablations' lengths
+#                    (2K, 4K, 7.5K), budgets (5%, 10%), samples (6) and seed (1)
 #   PHASE=diag       (carry carry/pack carry/sm_b) joins the halves; the grid's policies at 2K
 #                    and 4K, 5% and 10%, 2 samples, with the mechanism diagnostics (FMM, churn,
 #                    LIR, QSA, INT2 mass ratio) from the GPU cache's observers
@@ -56,16 +59,27 @@ ev() { # NAME TMO args...
   echo "$name rc $? in $((SECONDS - t0)) s"
   tail -2 "/tmp/$name.err"
 }
+join3() { # the model from its three parts, carried in this call or stashed by an earlier one
+  for x in a b c; do
+    [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x
+    cat build-stash/sm_$x || return 1
+  done > "$M"
+  sha256sum "$M"
+}
 case "${PHASE:-}" in
   stash) for x in a b c; do
       [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x && echo "stashed sm_$x"
     done ;;
+  window4)
+    join3 || exit 1
+    for L in 2048 4096 7500; do
+      ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+      ev "window4_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 6 --seed 1 \
+        --no-diagnostics --budgets 0.05,0.1 \
+        --policies qevict,qevict:window=4,h2o:window=4,streaming:window=4,h2o:window=8
+    done ;;
   keyframe)
-    for x in a b c; do
-      [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x
-      cat build-stash/sm_$x || exit 1
-    done > "$M"
-    sha256sum "$M"
+    join3 || exit 1
     for L in 1024 2048 4096 7500; do
       ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
       ev "keyframe_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-4}" \
@@ -133,5 +147,6 @@ case "${PHASE:-}" in
       ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict --ablations --budgets 0.05,0.1
     done ;;
-  *) echo "PHASE=stash|grid|diag|ablations|graphkv|qwen_stash|qwen|qwen_ablations" >&2; exit 2 ;;
+  *) echo "PHASE=stash|grid|diag|ablations|graphkv|keyframe|window4|qwen_stash|qwen|qwen_ablations" >&2
+    exit 2 ;;
 esac

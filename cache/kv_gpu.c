@@ -532,10 +532,10 @@ static int check_args(kern_backend_t *be, const kv_geom_t *ge, int omega, int ma
     return qe_errf(QE_EINVAL, "kv_gpu: needs the CUDA backend");
   if (ge->n_layer < 1 || ge->n_kv_head < 1 || ge->max_seqs < 1 || max_tokens < 1)
     return qe_errf(QE_EINVAL, "kv_gpu: bad geometry or max_tokens %d", max_tokens);
-  if (omega != 8 && (omega < 16 || omega % 16 || omega > 1024))
+  if (!kv_gpu_omega_ok(omega))
     return qe_errf(QE_EUNSUPPORTED,
-                   "kv_gpu: the GPU cache takes windows of 8 or a multiple of 16 tokens up to 1024 "
-                   "(--window; got %d)",
+                   "kv_gpu: the GPU cache takes windows of 4, 8 or a multiple of 16 tokens up to "
+                   "1024 (--window; got %d)",
                    omega);
   if (ge->head_dim != 64 && ge->head_dim != 128)
     return qe_errf(QE_EUNSUPPORTED, "kv_gpu: head_dim must be 64 or 128 (got %d)", ge->head_dim);

@@ -18,18 +18,22 @@
 
 /* Bytes of one window's K and V pages (one layer). */
 size_t kv_gpu_page_bytes(const kv_geom_t *geom, int omega);
+
+/* 1 when the GPU cache takes windows of omega tokens: 4, 8 or a multiple of 16 up to 1024 (the
+ * decode kernel's tiles; windows of 4 only with post-RoPE quantized keys, kv_gpu_policy_check). */
+int kv_gpu_omega_ok(int omega);
 /* Arena bytes that hold n_seqs slots of `capacity` tokens (all layers). */
 size_t kv_gpu_pool_bytes(const kv_geom_t *geom, int omega, int n_seqs, int capacity);
 
 /* Creates the cache on be (a CUDA backend: QE_EINVAL otherwise) with an arena of pool_bytes and
- * slots of up to max_tokens tokens. omega: 8 or a multiple of 16 (kern_paged.h); head_dim 64 or
+ * slots of up to max_tokens tokens. omega: 4, 8 or a multiple of 16 (kern_paged.h); head_dim 64 or
  * 128 and n_head / n_kv_head <= 8 (the decode kernel's limits: QE_EUNSUPPORTED naming them).
  * *out owned by caller: kv_cache_destroy(). */
 int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_tokens,
                   size_t pool_bytes, kv_cache_t **out);
 
 /* The tiered mode (QEvict routing on the device; kern_cuda_route.h): windows of cfg->omega tokens
- * (8 or a multiple of 16) in FULL bf16 pages or INT2/4/8 ledgers, routed with cfg's q, sink,
+ * (4, 8 or a multiple of 16) in FULL bf16 pages or INT2/4/8 ledgers, routed with cfg's q, sink,
  * local region, bits, group and promotion after each prefilled layer and whenever a window ages.
  * The sink is rounded up to whole windows. Budgets are persistent bytes per slot (all layers,
  * split evenly over them): FULL pages with kept ledgers, ledgers, and a fixed bookkeeping charge

@@ -30,12 +30,21 @@ int kv_gpu_policy_check(const kv_policy_cfg_t *c, const char *name, int scorer_n
                    "policy.key_frame: '%s': the GPU cache keeps quantized keys pre-RoPE or "
                    "post-RoPE (pos or abs), not window-relative",
                    name);
-  if (c->omega != 8 && (c->omega < 16 || c->omega % 16 || c->omega > 1024))
+  if (!kv_gpu_omega_ok(c->omega))
     return qe_errf(QE_EUNSUPPORTED,
-                   "policy.window: '%s' has windows of %d token(s); the GPU cache takes 8 or a "
+                   "policy.window: '%s' has windows of %d token(s); the GPU cache takes 4, 8 or a "
                    "multiple of 16 up to 1024 (set policy.window)",
                    name, c->omega);
+  if (c->omega == 4 && c->q > 0 && c->quant.key_frame != KV_KEY_FRAME_ABS)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.key_frame: '%s': the GPU cache takes windows of 4 tokens with INT2 "
+                   "only with keys quantized post-RoPE (abs, the default)",
+                   name);
   return 0;
+}
+
+int kv_gpu_omega_ok(int omega) {
+  return omega == 4 || omega == 8 || (omega >= 16 && omega % 16 == 0 && omega <= 1024);
 }
 
 size_t kv_gpu_page_bytes(const kv_geom_t *g, int omega) {
@@ -45,10 +54,10 @@ size_t kv_gpu_page_bytes(const kv_geom_t *g, int omega) {
 int kv_gpu_bounds(const kv_geom_t *g, const kv_policy_cfg_t *cfg, long n_tokens, size_t *floor,
                   size_t *min_budget, size_t *fullkv) {
   int o = cfg->omega;
-  if (o != 8 && (o < 16 || o % 16 || o > 1024))
+  if (!kv_gpu_omega_ok(o))
     return qe_errf(QE_EUNSUPPORTED,
-                   "kv_gpu: the GPU cache takes windows of 8 or a multiple of 16 tokens up to 1024 "
-                   "(--window; got %d)",
+                   "kv_gpu: the GPU cache takes windows of 4, 8 or a multiple of 16 tokens up to "
+                   "1024 (--window; got %d)",
                    o);
   size_t unit = kv_gpu_page_bytes(g, o) + KV_GPU_WIN_META, L = (size_t)g->n_layer;
   size_t sink = (size_t)(cfg->n_sink + o - 1) / (size_t)o;

@@ -168,7 +168,7 @@ int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, co
 }
 
 void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a) {
-  a->has_quant = 1;
+  a->has_quant = g->t->rt.use_int2; /* (a policy without INT2: the bf16 FULL-only kernel) */
   a->geom.bits = g->t->cfg.quant.bits, a->geom.group = g->t->cfg.quant.group;
   a->rope = g->t->arope;
   a->abs_keys = g->t->cfg.quant.key_frame == KV_KEY_FRAME_ABS;

@@ -22,7 +22,7 @@ typedef struct {
   int omega;          /* window tokens (1 = token-level) */
   int n_sink;         /* first tokens always Full */
   int n_local;        /* most recent tokens always Full */
-  float q;            /* fraction of the history budget for INT2 (0: no Full tier, 1: no INT2) */
+  float q;            /* fraction of the history budget for INT2 (0: no INT2, 1: no Full tier) */
   kv_qparams_t quant; /* bits (2, 4, 8) and value group */
   int scorer;         /* kv_scorer_t */
   float decay;        /* KV_SCORE_DECAYED */

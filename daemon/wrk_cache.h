@@ -7,7 +7,7 @@
  * On a GPU backend (host_memory == 0) the children live on the device: FullKV in bf16 pages
  * (kv_gpu_create) where the paged decode kernel takes the geometry (head_dim 64 or 128, at most
  * 8 query heads per KV head), else kv_full in device buffers; a tiered policy in kv_gpu's tiered
- * mode (scorer cumulative or recency, no graphkv or pyramid budgets, windows of 8 or a multiple
+ * mode (scorer cumulative or recency, no graphkv or pyramid budgets, windows of 4, 8 or a multiple
  * of 16 tokens, the kv_gpu geometry), any other is refused at open with QE_EUNSUPPORTED naming
  * the field. Each child's device arena is sized for every byte this rank can reserve; when the
  * device cannot hold a new child, idle ones are dropped first. */

@@ -22,12 +22,11 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 
 /* ---------------------------------------------------------------- kernels */
 
-template <int HD, int BITS, int ROT, bool PAIR>
+template <int HD, int BITS, int ROT, int PK>
 __global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
-  kca_chunk_body<HD, BITS, ROT, PAIR>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
-                                      threadIdx.x);
+  kca_chunk_body<HD, BITS, ROT, PK>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
 }
 
 __global__ void __launch_bounds__(KCA_CT)
@@ -47,31 +46,33 @@ typedef struct {
   int smem;
 } kca_kern_t;
 
-/* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, omega == 8). */
-template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pair) {
-#define KCA_PICK(R)                                                                                \
-  return {                                                                                         \
-    pair ? kca_chunk_kernel<HD, BITS, R, true> : kca_chunk_kernel<HD, BITS, R, false>,             \
-        R == KCA_ROT_ABS ? kca_lay<HD, BITS>::rotless : kca_lay<HD, BITS>::total                   \
-  }
-  if (BITS == 0 || rot == KCA_ROT_NORM) KCA_PICK(KCA_ROT_NORM);
-  if (rot == KCA_ROT_NEOX) KCA_PICK(KCA_ROT_NEOX);
-  KCA_PICK(KCA_ROT_ABS);
-#undef KCA_PICK
+/* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, windows per tile: kca_pk). Windows of 4
+ * (PK 4) only where no key is turned (kca_check_geom refuses the rest). */
+template <int HD, int BITS, int R> static kca_kern_t kca_pick_pk(int pk) {
+  const int smem = R == KCA_ROT_ABS ? kca_lay<HD, BITS>::rotless : kca_lay<HD, BITS>::total;
+  if (pk == 2) return {kca_chunk_kernel<HD, BITS, R, 2>, smem};
+  if constexpr (BITS == 0 || R == KCA_ROT_ABS)
+    if (pk == 4) return {kca_chunk_kernel<HD, BITS, R, 4>, smem};
+  return {kca_chunk_kernel<HD, BITS, R, 1>, smem};
 }
 
-template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pair) {
-  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pair);
-  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pair);
-  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pair);
-  return kca_pick_rot<HD, 8>(rot, pair);
+template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pk) {
+  if (BITS == 0 || rot == KCA_ROT_NORM) return kca_pick_pk<HD, BITS, KCA_ROT_NORM>(pk);
+  if (rot == KCA_ROT_NEOX) return kca_pick_pk<HD, BITS, KCA_ROT_NEOX>(pk);
+  return kca_pick_pk<HD, BITS, KCA_ROT_ABS>(pk);
+}
+
+template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pk) {
+  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pk);
+  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pk);
+  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pk);
+  return kca_pick_rot<HD, 8>(rot, pk);
 }
 
 static kca_kern_t kca_pick(const kc_attn_args_t *a) {
-  const int bits = a->has_quant ? a->geom.bits : 0, pair = a->geom.omega == 8;
+  const int bits = a->has_quant ? a->geom.bits : 0, pk = kca_pk(a->geom.omega);
   const int rot = kca_rot_kind(a);
-  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pair)
-                                : kca_pick_hd<128>(bits, rot, pair);
+  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pk) : kca_pick_hd<128>(bits, rot, pk);
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -109,10 +110,13 @@ static int kca_check_geom(const kc_attn_args_t *a) {
   if (a->n_head < 1 || a->n_head % g->n_kv != 0 || a->n_head / g->n_kv > KCA_GMAX)
     return qe_errf(QE_EUNSUPPORTED, "kc_attn: n_head must be n_kv * (1..%d) (got %d, n_kv %d)",
                    KCA_GMAX, a->n_head, g->n_kv);
-  if (g->omega != 8 && (g->omega % 16 != 0 || g->omega < 16 || g->omega > 1024))
+  if (g->omega != 4 && g->omega != 8 && (g->omega % 16 != 0 || g->omega < 16 || g->omega > 1024))
     return qe_errf(QE_EUNSUPPORTED,
-                   "kc_attn: geom.omega must be 8 or a multiple of 16 up to 1024 (got %d)",
+                   "kc_attn: geom.omega must be 4, 8 or a multiple of 16 up to 1024 (got %d)",
                    g->omega);
+  if (g->omega == 4 && a->has_quant && !a->abs_keys)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "kc_attn: windows of 4 tokens need post-RoPE QUANT keys (abs_keys 1)");
   if ((long long)g->omega * g->n_kv * g->head_dim * 2 > 0x7fffffffLL)
     return qe_errf(QE_EUNSUPPORTED,
                    "kc_attn: a window's page (omega %d x n_kv %d x head_dim %d x 2 bytes) must be "
@@ -142,11 +146,11 @@ int kc_attn_check(const kc_attn_args_t *a) {
 /* Multiprocessors of the current device and resident chunk blocks per multiprocessor of the
  * call's kernel (both cached; benign races write the same values). */
 static int kca_slots(const kc_attn_args_t *a, int *slots) {
-  static int sms[64], occ[64][2][8][3][2];
+  static int sms[64], occ[64][2][8][3][5];
   int dev = 0;
   if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
   const int d = dev & 63, h = a->geom.head_dim == 128, b = a->has_quant ? a->geom.bits : 0;
-  const int n = b ? kca_rot_kind(a) : 0, pr = a->geom.omega == 8;
+  const int n = b ? kca_rot_kind(a) : 0, pr = kca_pk(a->geom.omega);
   if (!__atomic_load_n(&sms[d], __ATOMIC_RELAXED)) {
     int v = 0;
     if (KCA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev)))
@@ -174,10 +178,10 @@ int kc_attn_chunk_win(const kc_attn_args_t *a) {
   /* one wave: about `slots` blocks of (sequence, KV head, chunk); at least 8 units per block */
   const long pairs = (long)a->n_seq * a->geom.n_kv;
   const long per_seq = slots / pairs > 1 ? slots / pairs : 1;
-  const int unit = a->geom.omega == 8 ? 2 : 1, mw = a->max_win > 0 ? a->max_win : 1;
+  const int unit = kca_pk(a->geom.omega), mw = a->max_win > 0 ? a->max_win : 1;
   int cw = (int)((mw + per_seq - 1) / per_seq);
   cw = cw < 8 * unit ? 8 * unit : cw;
-  return cw % unit ? cw + 1 : cw;
+  return (cw + unit - 1) / unit * unit;
 }
 
 int kc_attn_max_chunks(const kc_attn_args_t *a, int n_seq_min) {

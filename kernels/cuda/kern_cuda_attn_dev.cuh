@@ -6,9 +6,11 @@
  *
  * Work split. The chunk kernel's block (chunk x, KV head y, sequence z) owns the windows
  * [seq_win[z] + x * chunk_win, ...) of that KV head; its KCA_NW warps take UNITS round-robin: one
- * window (omega a multiple of 16) or two consecutive windows (omega == 8), skipping dead units
- * with a ballot over 32 descriptors at a time. A warp walks its units in TILES of 16 token rows,
- * two HALVES of 8 rows each (tokens t0 .. t0 + 7 of one window), and keeps an online softmax for
+ * window (omega a multiple of 16), two consecutive windows (omega == 8) or four (omega == 4),
+ * skipping dead units with a ballot over 32 descriptors at a time. A warp walks its units in
+ * TILES of 16 token rows, two HALVES of 8 rows each (tokens t0 .. t0 + 7 of one window; omega 4:
+ * two windows a half, four live windows of one tier a tile, each tier of 32 walk positions in
+ * turn, PK = 4), and keeps an online softmax for
  * the group's query heads (G = n_head / n_kv <= 8). Each warp runs a two-stage cp.async pipeline:
  * tile i + 1's bytes (FULL rows, or QUANT codes and metadata) stream into its shared-memory stage
  * while tile i is computed from the other, so no register holds data in flight.
@@ -453,6 +455,14 @@ KCA_FN int kca_win_live(const kca_params_t &p, int w) {
   return (int)e.v[1] > 0 && (tier == KERN_PW_FULL || tier == KERN_PW_QUANT);
 }
 
+/* Window w's tier, KERN_PW_EVICTED when it is not attended (from its last 16 bytes only). */
+KCA_FN int kca_win_tier(const kca_params_t &p, int w) {
+  const kca_u4 e = kca_ld128((const uint8_t *)(p.win + w) + 48);
+  const int tier = (int)e.v[2];
+  return (int)e.v[1] > 0 && (tier == KERN_PW_FULL || tier == KERN_PW_QUANT) ? tier
+                                                                            : KERN_PW_EVICTED;
+}
+
 /* Window w's probability mass summed over the heads of KV head kvh (lse: their final
  * log-sum-exps, -inf for a head without any): the one order of these sums for both paths. */
 KCA_FN float kca_kv_mass(const kca_params_t &p, int w, int kvh, const float (&lse)[KCA_GMAX]) {
@@ -546,7 +556,8 @@ template <int HD, int BITS> struct kca_lay {
   static constexpr int total = base + (BITS ? KCA_NW * HD * 4 : 0);
   static constexpr int rb = HD * (BITS ? BITS : 2) / 8; /* code bytes per row */
   static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
-  static_assert(vm + 16 * 16 * 2 <= half, "a QUANT half tile fits its stage");
+  static constexpr int km2 = vm + 16 * 16 * 2; /* PK 4: the key metadata of the half's rows 4-7 */
+  static_assert(km2 + 4 * HD <= half, "a QUANT half tile fits its stage");
   static_assert(KCA_NW * KCA_GMAX * HD * 4 <= ml, "the epilogue fits the stage area");
 };
 
@@ -585,7 +596,8 @@ typedef struct {
 
 typedef struct {
   int nk, kbase;
-  uint32_t mask; /* live units kbase .. kbase + 31 */
+  uint32_t mask;  /* live units kbase .. kbase + 31 (PK 4: the FULL ones) */
+  uint32_t qmask; /* PK 4: the QUANT ones */
   int c_beg, c_end, warp;
 } kca_live_t;
 
@@ -680,9 +692,8 @@ KCA_FN void kca_rot_q(const uint32_t (&q)[HD / 32][4], const uint32_t *base, int
 
 /* Window of the warp's k-th walk position: wide windows, unit k; PAIR (omega 8), position k
  * of the sequence 2u, 2u + 1 over its units u (both windows of a unit, then the next unit). */
-template <bool PAIR> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
-  return PAIR ? L.c_beg + 2 * (L.warp + (k >> 1) * KCA_NW) + (k & 1)
-              : L.c_beg + L.warp + k * KCA_NW;
+template <int PK> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
+  return L.c_beg + PK * (L.warp + (k / PK) * KCA_NW) + k % PK;
 }
 
 /* ---------------------------------------------------------------- issuing a tile */
@@ -768,14 +779,94 @@ KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t 
   }
 }
 
+/* PK 4: one half tile from two windows of one tier, a's tokens in rows 0-3 and b's in rows 4-7
+ * (n = 0: none), rows past a window's tokens zero-filled; QUANT: a's key metadata at km and b's
+ * at km2. The copies are those of kca_issue_half, each lane's source chosen by its row. */
+template <int HD, int BITS>
+KCA_FN void kca_issue_half4(const kca_params_t &p, uint8_t *dst, const kca_win_t &a,
+                            const kca_win_t &b, int kvh, int lane) {
+  using L = kca_lay<HD, BITS>;
+  constexpr int NCH = HD / 8, RPI = 32 / NCH;
+  if (!a.quant) {
+    const int r0 = lane / NCH, ch = lane % NCH;
+    KCA_UNROLL
+    for (int i = 0; i < NCH / 4; i++) {
+      const int r = r0 + RPI * i, t = r & 3, ok = t < (r < 4 ? a.n : b.n);
+      const int src = (t * p.n_kv + kvh) * HD * 2 + ch * 16; /* (t < omega: in the page) */
+      kca_cp16(dst + r * HD * 2 + ((ch ^ ((r & 1) << 2)) << 4), (r < 4 ? a.k : b.k) + src, ok);
+      kca_cp16(dst + 16 * HD + r * HD * 2 + ((ch ^ (r & 6)) << 4), (r < 4 ? a.v : b.v) + src, ok);
+    }
+    return;
+  }
+  if constexpr (BITS != 0) {
+    constexpr int NQ = L::rb / 16;
+    const int crow = p.n_kv * L::rb, col = kvh * L::rb;
+    for (int e = lane; e < 16 * NQ; e += 32) { /* key pieces, then value pieces */
+      const int v = e >= 8 * NQ, r = (e % (8 * NQ)) / NQ, q = e % NQ * 16, t = r & 3;
+      const kca_win_t &w = r < 4 ? a : b;
+      const int ok = t < w.n;
+      kca_cp16(dst + (v ? L::vc : 0) + r * L::rb + q,
+               (v ? w.v : w.k) + ((ok ? t : 0) * crow + col + q), ok);
+    }
+    for (int e = lane; e < HD / 2; e += 32) { /* key scales and zeros of a, then of b */
+      const int x = e >= HD / 4, z = (e % (HD / 4)) >= HD / 8, q = e % (HD / 8);
+      const kca_win_t &w = x ? b : a;
+      kca_cp16(dst + (x ? L::km2 : L::km) + (z * HD / 8 + q) * 16,
+               (z ? w.kz : w.ks) + (kvh * HD * 2 + q * 16), 1);
+    }
+    const int mb = (2 * HD) >> p.gshift;
+    if (lane < 16) { /* value scales (lanes 0-7, a row each) and zeros (8-15) */
+      const int r = lane & 7, z = lane >> 3, t = r & 3;
+      const kca_win_t &w = r < 4 ? a : b;
+      const int ok = t < w.n;
+      const uint8_t *src = (z ? w.vz : w.vs) + ((ok ? t : 0) * p.n_kv + kvh) * mb;
+      uint8_t *d = dst + L::vm + (z * 8 + r) * mb;
+      for (int o = 0; o < mb; o += 4) kca_cp4(d + o, src + o, ok);
+    }
+  }
+}
+
+/* PK 4: the tile of positions cu.j (bits over cu.k): windows 0, 1 in half 0 and 2, 3 in half 1.
+ * bits: each live half's n reads 8 (rows are masked by the row mask in bits 16-31 instead);
+ * w[0]: the window of position cu.k, w[1]: the position bits. */
+template <int HD, int BITS>
+KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_live_t &L,
+                             kca_cur_t cu, int kvh, int lane) {
+  kca_tile_t t;
+  uint32_t m = (uint32_t)cu.j, vmask = 0;
+  int quant = 0, live = 0;
+  t.w[0] = kca_pos_win<4>(L, cu.k), t.w[1] = cu.j, t.base[0] = t.base[1] = 0; /* (kca_masses4) */
+  KCA_UNROLL
+  for (int h = 0; h < 2; h++) {
+    kca_win_t w[2];
+    KCA_UNROLL
+    for (int x = 0; x < 2; x++) {
+      w[x] = m ? kca_win(p, kca_pos_win<4>(L, cu.k + kca_ctz(m))) : x ? w[0] : kca_win_t{};
+      if (!m) w[x].n = 0; /* (a's pointers: valid, never read) */
+      m &= m - 1u;
+    }
+    if (!w[0].n) break;
+    if (h == 0) quant = w[0].quant;
+    live |= 1 << h;
+    vmask |= ((1u << w[0].n) - 1u | ((1u << w[1].n) - 1u) << 4) << (8 * h);
+    kca_issue_half4<HD, BITS>(p, stage + h * kca_lay<HD, BITS>::half, w[0], w[1], kvh, lane);
+  }
+  t.bits = (live & 1 ? 8 : 0) | (live & 2 ? 8 << 4 : 0) | quant * 3 << 8 | (int)(vmask << 16);
+  return t;
+}
+
 /* Issues the tile (unit k, tile j) into stage; returns its description, *ntile = tiles of the
  * unit. Descriptors were prefetched into L1 one iteration earlier. */
-template <int HD, int BITS, bool PAIR>
+template <int HD, int BITS, int PK>
 KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_live_t &L,
                             kca_cur_t cu, int kvh, int lane, int *ntile) {
   kca_tile_t t;
-  if (PAIR) {
-    const int wa = kca_pos_win<PAIR>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PAIR>(L, cu.j) : -1;
+  if constexpr (PK == 4) {
+    *ntile = 1;
+    return kca_issue4<HD, BITS>(p, stage, L, cu, kvh, lane);
+  }
+  if (PK == 2) {
+    const int wa = kca_pos_win<PK>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PK>(L, cu.j) : -1;
     const kca_win_t A = kca_win(p, wa);
     kca_win_t B = A;
     B.n = 0;
@@ -786,7 +877,7 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_liv
     kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, B, 0, B.n, kvh, lane, true);
     *ntile = 1;
   } else {
-    const int w = kca_pos_win<PAIR>(L, cu.k), t0 = 16 * cu.j;
+    const int w = kca_pos_win<PK>(L, cu.k), t0 = 16 * cu.j;
     const kca_win_t W = kca_win(p, w);
     const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
     t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
@@ -801,19 +892,18 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_liv
 /* ---------------------------------------------------------------- walking the units */
 
 /* 1 when the window at walk position k is attended. */
-template <bool PAIR> KCA_FN int kca_unit_live(const kca_params_t &p, const kca_live_t &L, int k) {
+template <int PK> KCA_FN int kca_unit_live(const kca_params_t &p, const kca_live_t &L, int k) {
   if (k >= L.nk) return 0;
-  const int w = kca_pos_win<PAIR>(L, k);
+  const int w = kca_pos_win<PK>(L, k);
   return w < L.c_end && kca_win(p, w).n > 0;
 }
 
 /* The next live position after k (-1 if none), refreshing the mask 32 positions at a time. */
-template <bool PAIR>
-KCA_FN int kca_next_live(const kca_params_t &p, kca_live_t &L, int k, int lane) {
+template <int PK> KCA_FN int kca_next_live(const kca_params_t &p, kca_live_t &L, int k, int lane) {
   for (k++; k < L.nk;) {
     if (k >= L.kbase + 32) {
       L.kbase = k;
-      L.mask = kca_ballot(kca_unit_live<PAIR>(p, L, k + lane));
+      L.mask = kca_ballot(kca_unit_live<PK>(p, L, k + lane));
     }
     const uint32_t m = L.mask >> (k - L.kbase);
     if (m) return k + kca_ctz(m);
@@ -824,21 +914,51 @@ KCA_FN int kca_next_live(const kca_params_t &p, kca_live_t &L, int k, int lane) 
 
 /* The first tile at or after live position k: PAIR, k and the next live window after it (the
  * fixed work of a tile is shared by two live windows, adjacent or not). */
-template <bool PAIR>
+template <int PK>
 KCA_FN kca_cur_t kca_tile_at(const kca_params_t &p, kca_live_t &L, int k, int lane) {
   kca_cur_t n = {k, 0};
-  if (PAIR) n.j = k >= 0 ? kca_next_live<PAIR>(p, L, k, lane) : -1;
-  if (k >= 0) kca_prefetch(p.win + kca_pos_win<PAIR>(L, k));
+  if (PK == 2) n.j = k >= 0 ? kca_next_live<PK>(p, L, k, lane) : -1;
+  if (k >= 0) kca_prefetch(p.win + kca_pos_win<PK>(L, k));
   return n;
 }
 
+/* PK 4 (omega 4): the next tile, up to four live windows of one tier among the warp's 32 walk
+ * positions from kbase, the FULL ones of those positions first, then the QUANT ones (attention
+ * and masses do not depend on the order). Returns k = kbase (-1: done), j = the tile's positions
+ * (bits over kbase). */
+KCA_FN kca_cur_t kca_next4(const kca_params_t &p, kca_live_t &L, int lane) {
+  while (!(L.mask | L.qmask)) {
+    L.kbase = L.kbase < 0 ? 0 : L.kbase + 32;
+    if (L.kbase >= L.nk) return (kca_cur_t){-1, 0};
+    const int k = L.kbase + lane, w = kca_pos_win<4>(L, k);
+    const int tier = k < L.nk && w < L.c_end ? kca_win_tier(p, w) : 0;
+    L.mask = kca_ballot(tier == KERN_PW_FULL), L.qmask = kca_ballot(tier == KERN_PW_QUANT);
+  }
+  const bool full = L.mask != 0;
+  uint32_t m = full ? L.mask : L.qmask, sel = 0;
+  KCA_UNROLL
+  for (int i = 0; i < 4; i++) sel |= m & (0u - m), m &= m - 1u;
+  if (full)
+    L.mask = m;
+  else
+    L.qmask = m;
+  return (kca_cur_t){L.kbase, (int)sel};
+}
+
+/* The first tile of the warp's walk. */
+template <int PK> KCA_FN kca_cur_t kca_first(const kca_params_t &p, kca_live_t &L, int lane) {
+  if constexpr (PK == 4) return kca_next4(p, L, lane);
+  return kca_tile_at<PK>(p, L, kca_next_live<PK>(p, L, -1, lane), lane);
+}
+
 /* The tile after cu (ntile tiles in its unit), and an L1 prefetch of its descriptors. */
-template <bool PAIR>
+template <int PK>
 KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
                              int lane) {
-  if (!PAIR && cu.j + 1 < ntile) return (kca_cur_t){cu.k, cu.j + 1};
-  const int last = PAIR && cu.j >= 0 ? cu.j : cu.k;
-  return kca_tile_at<PAIR>(p, L, kca_next_live<PAIR>(p, L, last, lane), lane);
+  if constexpr (PK == 4) return kca_next4(p, L, lane);
+  if (PK == 1 && cu.j + 1 < ntile) return (kca_cur_t){cu.k, cu.j + 1};
+  const int last = PK == 2 && cu.j >= 0 ? cu.j : cu.k;
+  return kca_tile_at<PK>(p, L, kca_next_live<PK>(p, L, last, lane), lane);
 }
 
 /* ---------------------------------------------------------------- computing a tile */
@@ -887,7 +1007,7 @@ KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[4], const kca_til
  * kernels, else bf16), or QUANT codes dequantized and (pre-RoPE keys) turned by the row offset
  * R(8h + g). */
 template <int HD, int BITS, int ROT, bool QUANT>
-KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *meta,
+KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *meta, int km,
                        const uint32_t *off, int h, int g, int c, int ig, uint32_t (&k)[2][4]) {
   using L = kca_lay<HD, BITS>;
   constexpr bool NEOX = ROT == KCA_ROT_NEOX;
@@ -904,8 +1024,8 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
     uint32_t w0, w1;
     kca_codes<BITS>(hs + g * L::rb + (c + 4 * i) * BITS, &w0, &w1);
     const uint32_t ws = BITS == 2 ? (w0 | w0 << 14) : BITS == 4 ? w0 >> 4 : 0u;
-    const kca_u4 ks = kca_sld128(meta + L::km + (c + 4 * i) * 16);
-    const kca_u4 kz = kca_sld128(meta + L::km + 2 * HD + (c + 4 * i) * 16);
+    const kca_u4 ks = kca_sld128(meta + km + (c + 4 * i) * 16);
+    const kca_u4 kz = kca_sld128(meta + km + 2 * HD + (c + 4 * i) * 16);
     KCA_UNROLL
     for (int r = 0; r < 4; r++)
       k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.magic), KCA_MAGIC), ks.v[r],
@@ -931,21 +1051,24 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
  * windows' base rotation). KQ: bit y set when the y-th half computed is QUANT (pre-RoPE frames:
  * both halves of one kind; post-RoPE keys share Q whatever their tiers). s[2 h' + e] = S[token
  * g of the h'-th half computed][head 2c + e]. */
-template <int HD, int BITS, int ROT, bool PAIR, int KQ, bool BOTH>
+template <int HD, int BITS, int ROT, int PK, int KQ, bool BOTH>
 KCA_FN void kca_qk(const kca_params_t &p, const uint32_t (&B)[HD / 32][4], const uint8_t *stage,
                    const uint32_t *off, int h, int g, int c, float *s) {
   using L = kca_lay<HD, BITS>;
   constexpr int NI = ROT == KCA_ROT_NEOX ? 2 : 1;
   float s2[4] = {0, 0, 0, 0};
   s[0] = s[1] = s[2] = s[3] = 0.0f;
+  const int km = PK == 4 && g >= 4 ? L::km2 : L::km; /* the key metadata of row g's window */
   KCA_UNROLL
   for (int ig = 0; ig < HD / 32 / NI; ig++) {
     uint32_t k[2][2][4]; /* [row half][chunk of the group][word] */
     const int h0 = BOTH ? 0 : h;
     const uint8_t *hs0 = stage + h0 * L::half, *hs1 = stage + L::half;
-    kca_kwords<HD, BITS, ROT, (KQ & 1) != 0>(p, hs0, PAIR ? hs0 : stage, off, h0, g, c, ig, k[0]);
+    kca_kwords<HD, BITS, ROT, (KQ & 1) != 0>(p, hs0, PK > 1 ? hs0 : stage, km, off, h0, g, c, ig,
+                                             k[0]);
     if constexpr (BOTH)
-      kca_kwords<HD, BITS, ROT, (KQ & 2) != 0>(p, hs1, PAIR ? hs1 : stage, off, 1, g, c, ig, k[1]);
+      kca_kwords<HD, BITS, ROT, (KQ & 2) != 0>(p, hs1, PK > 1 ? hs1 : stage, km, off, 1, g, c, ig,
+                                               k[1]);
     if (!BOTH) {
       KCA_UNROLL
       for (int x = 0; x < 2; x++) k[1][x][0] = k[1][x][1] = k[1][x][2] = k[1][x][3] = 0u;
@@ -1041,7 +1164,7 @@ KCA_FN void kca_put_half(float *s, const float *sp, int h) {
 /* S of a tile (see kca_qk): both halves through one set of mma when they share the query
  * operand (FULL: Q; QUANT: Q turned by one base), else (one live half, or a pair of windows of
  * different tiers or bases) one set per half. */
-template <int HD, int BITS, int ROT, bool PAIR>
+template <int HD, int BITS, int ROT, int PK>
 KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
                        const kca_st_t<HD, BITS> &st, const kca_tile_t &t, int live, int warp,
                        int lane, float (&s)[4]) {
@@ -1050,11 +1173,11 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
   const int g = lane >> 2, c = lane & 3;
   if constexpr (BITS == 0) {
     if (live == 3) {
-      kca_qk<HD, BITS, ROT, PAIR, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      kca_qk<HD, BITS, ROT, PK, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
     } else {
       const int h = live >> 1;
       float sp[4];
-      kca_qk<HD, BITS, ROT, PAIR, 0, false>(p, st.q, stage, nullptr, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PK, 0, false>(p, st.q, stage, nullptr, h, g, c, sp);
       kca_put_half(s, sp, h);
     }
     return;
@@ -1062,18 +1185,18 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
   if constexpr (ROT == KCA_ROT_ABS) { /* one query operand for every tier: one set of mma */
     const int kq = kca_tq(t, 0) | kca_tq(t, 1) << 1;
     if (live == 3) {
-      if (kq == 0) kca_qk<HD, BITS, ROT, PAIR, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
-      if (kq == 1) kca_qk<HD, BITS, ROT, PAIR, 1, true>(p, st.q, stage, nullptr, 0, g, c, s);
-      if (kq == 2) kca_qk<HD, BITS, ROT, PAIR, 2, true>(p, st.q, stage, nullptr, 0, g, c, s);
-      if (kq == 3) kca_qk<HD, BITS, ROT, PAIR, 3, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 0) kca_qk<HD, BITS, ROT, PK, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 1) kca_qk<HD, BITS, ROT, PK, 1, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 2) kca_qk<HD, BITS, ROT, PK, 2, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 3) kca_qk<HD, BITS, ROT, PK, 3, true>(p, st.q, stage, nullptr, 0, g, c, s);
       return;
     }
     const int h = live >> 1;
     float sp[4];
     if (kq >> h & 1)
-      kca_qk<HD, BITS, ROT, PAIR, 1, false>(p, st.q, stage, nullptr, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PK, 1, false>(p, st.q, stage, nullptr, h, g, c, sp);
     else
-      kca_qk<HD, BITS, ROT, PAIR, 0, false>(p, st.q, stage, nullptr, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PK, 0, false>(p, st.q, stage, nullptr, h, g, c, sp);
     kca_put_half(s, sp, h);
     return;
   }
@@ -1084,9 +1207,9 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
   if (live == 3 && k0 == k1 && (!k0 || t.base[0] == t.base[1])) {
     kca_query<HD, NEOX>(p, st.q, base, k0, t.base[0], lane, qr);
     if (k0)
-      kca_qk<HD, BITS, ROT, PAIR, 3, true>(p, qr, stage, off, 0, g, c, s);
+      kca_qk<HD, BITS, ROT, PK, 3, true>(p, qr, stage, off, 0, g, c, s);
     else
-      kca_qk<HD, BITS, ROT, PAIR, 0, true>(p, qr, stage, off, 0, g, c, s);
+      kca_qk<HD, BITS, ROT, PK, 0, true>(p, qr, stage, off, 0, g, c, s);
     return;
   }
   KCA_UNROLL1
@@ -1097,22 +1220,28 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
     float sp[4];
     kca_query<HD, NEOX>(p, st.q, base, kind, h ? t.base[1] : t.base[0], lane, qr);
     if (kind)
-      kca_qk<HD, BITS, ROT, PAIR, 1, false>(p, qr, stage, off, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PK, 1, false>(p, qr, stage, off, h, g, c, sp);
     else
-      kca_qk<HD, BITS, ROT, PAIR, 0, false>(p, qr, stage, off, h, g, c, sp);
+      kca_qk<HD, BITS, ROT, PK, 0, false>(p, qr, stage, off, h, g, c, sp);
     kca_put_half(s, sp, h);
   }
 }
 
 /* One tile whose bytes are in stage: scores, online softmax, P.V. */
-template <int HD, int BITS, int ROT, bool PAIR>
+template <int HD, int BITS, int ROT, int PK>
 KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
                             kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
   using L = kca_lay<HD, BITS>;
   const int g = lane >> 2, c = lane & 3;
   float s[4] = {0, 0, 0, 0};
   const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
-  kca_scores<HD, BITS, ROT, PAIR>(p, smem, stage, st, t, live, warp, lane, s);
+  kca_scores<HD, BITS, ROT, PK>(p, smem, stage, st, t, live, warp, lane, s);
+  if constexpr (PK == 4) { /* the row mask (kca_issue4) */
+    const uint32_t vm = (uint32_t)t.bits >> 16;
+    const bool ok0 = vm >> g & 1, ok1 = vm >> (8 + g) & 1;
+    s[0] = ok0 ? s[0] : KCA_NEGINF, s[1] = ok0 ? s[1] : KCA_NEGINF;
+    s[2] = ok1 ? s[2] : KCA_NEGINF, s[3] = ok1 ? s[3] : KCA_NEGINF;
+  }
   const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, g);
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
@@ -1159,13 +1288,39 @@ KCA_FN void kca_put_wlse(const kca_params_t &p, float m, int w, int kvh, int hea
     p.wlse[(size_t)w * p.n_head + kvh * p.grp_q + head] = m + kca_lg2(sum);
 }
 
+/* The window of bit i of a PK 4 tile (kca_issue4: w[0] is position kbase's window, kbase a
+ * multiple of 32; positions run in groups of 4 consecutive windows, KCA_NW groups apart). */
+KCA_FN int kca_win4(const kca_tile_t &t, int i) { return t.w[0] + 4 * KCA_NW * (i >> 2) + (i & 3); }
+
+/* PK 4: the tile's windows are done. Lane (g, c) sums rows 4 (g / 4) .. + 3 of each half (a
+ * window, slot 2 h + g / 4) for heads 2c, 2c + 1 and writes the one of (h, e) = (g % 4) / 2, g % 2.
+ */
+template <int HD, int BITS>
+KCA_FN void kca_masses4(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
+                        const kca_tp_t &r, int kvh, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  float v[4];
+  KCA_UNROLL
+  for (int i = 0; i < 4; i++) {
+    v[i] = r.p[i] + kca_shfl_xor(r.p[i], 4);
+    v[i] += kca_shfl_xor(v[i], 8);
+  }
+  const int i = g & 3, e = i & 1, slot = 2 * (i >> 1) + (g >> 2);
+  const float tot = i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; /* (selects) */
+  uint32_t m = (uint32_t)t.w[1];
+  for (int x = 0; x < slot; x++) m &= m - 1u;
+  if (m) kca_put_wlse(p, e ? st.m[1] : st.m[0], kca_win4(t, kca_ctz(m)), kvh, 2 * c + e, tot);
+}
+
 /* After a tile: a pair's two windows are done; a wide window accumulates its lane partials
  * (heads 2c, 2c + 1) until its last tile. */
-template <int HD, int BITS, bool PAIR>
+template <int HD, int BITS, int PK>
 KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
                        const kca_tp_t &r, float (&wsum)[2], int kvh, int lane) {
   const int g = lane >> 2, c = lane & 3;
-  if constexpr (PAIR) {
+  if constexpr (PK == 4) {
+    kca_masses4(p, st, t, r, kvh, lane);
+  } else if constexpr (PK == 2) {
     const float tot = kca_sum4(r.p, g); /* v[2 h + e]: window of half h, head 2c + e */
     const int h = g >> 2 & 1, e = g >> 1 & 1;
     const float m = e ? st.m[1] : st.m[0]; /* selects: a dynamic index would demote st */
@@ -1301,7 +1456,7 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
  * kca_lay<HD, BITS>::total bytes. PAIR: omega is 8 (units of two windows), else a multiple of
  * 16. Each warp runs a two-stage cp.async pipeline over its tiles: tile i + 1 is in flight
  * while tile i is computed. */
-template <int HD, int BITS, int ROT, bool PAIR>
+template <int HD, int BITS, int ROT, int PK>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
@@ -1320,31 +1475,31 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_off_init<HD, ROT == KCA_ROT_NEOX>(p, (uint32_t *)(smem + Ly::off), tid);
     kca_syncthreads();
   }
-  constexpr int per = PAIR ? 2 : 1;
-  const int n_units = (c_end - c_beg + per - 1) / per; /* PAIR: two walk positions each */
+  constexpr int per = PK;
+  const int n_units = (c_end - c_beg + per - 1) / per; /* PK walk positions each */
   kca_live_t L;
   L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * per;
-  L.kbase = -64, L.mask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
+  L.kbase = -64, L.mask = L.qmask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = kca_tile_at<PAIR>(p, L, kca_next_live<PAIR>(p, L, -1, lane), lane), nxt;
+  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt;
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   if (cur.k >= 0) {
-    tc = kca_issue<HD, BITS, PAIR>(p, stages, L, cur, kvh, lane, &nt);
+    tc = kca_issue<HD, BITS, PK>(p, stages, L, cur, kvh, lane, &nt);
     kca_cp_commit();
-    nxt = kca_advance<PAIR>(p, L, cur, nt, lane);
+    nxt = kca_advance<PK>(p, L, cur, nt, lane);
   }
   while (cur.k >= 0) {
     if (nxt.k >= 0)
-      tn = kca_issue<HD, BITS, PAIR>(p, stages + (stage ^ 1) * Ly::stage, L, nxt, kvh, lane, &nt);
+      tn = kca_issue<HD, BITS, PK>(p, stages + (stage ^ 1) * Ly::stage, L, nxt, kvh, lane, &nt);
     kca_cp_commit();
-    const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PAIR>(p, L, nxt, nt, lane) : nxt;
+    const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
     kca_cp_wait1();
     kca_syncwarp();
     const kca_tp_t r =
-        kca_compute<HD, BITS, ROT, PAIR>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
-    kca_masses<HD, BITS, PAIR>(p, st, tc, r, wsum, kvh, lane);
+        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
+    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane);
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
   }
@@ -1497,6 +1652,9 @@ static inline int kca_rope_fill(const kern_rope_t *r, float *tab, kc_attn_rope_t
   out->mscale = r->attn_factor * (yarn ? 1.0f + 0.1f * logf(1.0f / r->freq_scale) : 1.0f);
   return 0;
 }
+
+/* Windows per tile and walk unit for windows of omega tokens: 4 (omega 4), 2 (omega 8), else 1. */
+static inline int kca_pk(int omega) { return omega == 4 ? 4 : omega == 8 ? 2 : 1; }
 
 /* The call's KCA_ROT_* (how its QUANT keys are turned). */
 static inline int kca_rot_kind(const kc_attn_args_t *a) {

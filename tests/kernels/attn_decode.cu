@@ -443,6 +443,13 @@ static int check_all(int small, const char *only) {
        {2000, 31}, 0, 0, 1},
       {"abs gqa4 d128 w8 int2 32k", 8, 2, 128, 8, 2, 32, NORM, 128, 500000.f, 5, 4, 0.06, 0.5,
        {32768}, 0, 0, 1},
+      /* windows of 4 (post-RoPE keys, or FULL only): four windows of one tier per tile */
+      {"abs gqa4 d128 w4 int2 quads", 32, 8, 128, 4, 2, 32, NORM, 128, 500000.f, 3, 2, 0.3, 0.5,
+       {3000, 130, 9}, 1, 0, 1},
+      {"gqa4 d128 w4 full+evicted quads", 32, 8, 128, 4, 2, 32, NORM, 128, 10000.f, 0, 2, 0.5, 0.0,
+       {2000, 17}, 0},
+      {"abs gqa8 d64 w4 int4 quads", 16, 2, 64, 4, 4, 16, NORM, 64, 10000.f, 1, 1, 0.3, 0.5,
+       {1500, 40}, 0, 0, 1},
   };
   int fails = 0, n = 0;
   const uint64_t seed = (uint64_t)time(NULL); /* fresh data on every run; printed to replay */
@@ -684,6 +691,14 @@ static int api_checks(void) {
   EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "10 query heads per KV head");
   b = a, b.geom.omega = 24;
   EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "omega 24");
+  float tab[2] = {1.0f, 0.0f};
+  b = a, b.geom.omega = 4, b.has_quant = 1, b.abs_keys = 0; /* pre-RoPE keys in windows of 4 */
+  b.rope.mode = KERN_ROPE_NORM, b.rope.n_rot = 128, b.rope.table = tab;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EUNSUPPORTED, "omega 4 pre-RoPE");
+  b.abs_keys = 1;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == 0, "omega 4 post-RoPE");
+  b.has_quant = 0, b.abs_keys = 0;
+  EXPECT(kc_attn_ws_bytes(&b, &bytes) == 0, "omega 4 FULL only");
   b = a, b.has_quant = 1, b.rope.mode = KERN_ROPE_NEOX, b.rope.n_rot = 64, b.rope.table = a.q;
   EXPECT(kc_attn_ws_bytes(&b, &bytes) == QE_EUNSUPPORTED, "NEOX with n_rot < head_dim");
   b.rope.mode = KERN_ROPE_NORM, b.geom.group = 128;

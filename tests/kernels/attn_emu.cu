@@ -174,7 +174,7 @@ void kca_emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k, int f16)
 
 /* ---------------------------------------------------------------- running the kernels */
 
-template <int HD, int BITS, int ROT, bool PAIR>
+template <int HD, int BITS, int ROT, int PK>
 static int emu_chunks(const kca_params_t &p, int n_seq) {
   std::vector<uint64_t> smem(kca_lay<HD, BITS>::total / 8 + 2);
   uint8_t *sm = (uint8_t *)smem.data();
@@ -184,36 +184,41 @@ static int emu_chunks(const kca_params_t &p, int n_seq) {
       for (int x = 0; x < p.n_chunk && !rc; x++) {
         memset(sm, 0xa5, kca_lay<HD, BITS>::total); /* garbage, as on the GPU */
         rc = emu_block(KCA_NT,
-                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PAIR>(p, sm, x, y, z, tid); });
+                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK>(p, sm, x, y, z, tid); });
       }
   return rc;
 }
 
+template <int HD, int BITS, int R>
+static int emu_pick_pk(const kca_params_t &p, int n_seq, int pk) {
+  if (pk == 2) return emu_chunks<HD, BITS, R, 2>(p, n_seq);
+  if constexpr (BITS == 0 || R == KCA_ROT_ABS)
+    if (pk == 4) return emu_chunks<HD, BITS, R, 4>(p, n_seq);
+  return emu_chunks<HD, BITS, R, 1>(p, n_seq);
+}
+
 template <int HD, int BITS>
-static int emu_pick_rot(const kca_params_t &p, int n_seq, int rot, int pair) {
-#define EMU_PICK(R)                                                                                \
-  return pair ? emu_chunks<HD, BITS, R, true>(p, n_seq) : emu_chunks<HD, BITS, R, false>(p, n_seq)
-  if (BITS == 0 || rot == KCA_ROT_NORM) EMU_PICK(KCA_ROT_NORM);
-  if (rot == KCA_ROT_NEOX) EMU_PICK(KCA_ROT_NEOX);
-  EMU_PICK(KCA_ROT_ABS);
-#undef EMU_PICK
+static int emu_pick_rot(const kca_params_t &p, int n_seq, int rot, int pk) {
+  if (BITS == 0 || rot == KCA_ROT_NORM) return emu_pick_pk<HD, BITS, KCA_ROT_NORM>(p, n_seq, pk);
+  if (rot == KCA_ROT_NEOX) return emu_pick_pk<HD, BITS, KCA_ROT_NEOX>(p, n_seq, pk);
+  return emu_pick_pk<HD, BITS, KCA_ROT_ABS>(p, n_seq, pk);
 }
 
 template <int HD>
-static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int pair) {
-  if (bits == 0) return emu_pick_rot<HD, 0>(p, n_seq, rot, pair);
-  if (bits == 2) return emu_pick_rot<HD, 2>(p, n_seq, rot, pair);
-  if (bits == 4) return emu_pick_rot<HD, 4>(p, n_seq, rot, pair);
-  return emu_pick_rot<HD, 8>(p, n_seq, rot, pair);
+static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int pk) {
+  if (bits == 0) return emu_pick_rot<HD, 0>(p, n_seq, rot, pk);
+  if (bits == 2) return emu_pick_rot<HD, 2>(p, n_seq, rot, pk);
+  if (bits == 4) return emu_pick_rot<HD, 4>(p, n_seq, rot, pk);
+  return emu_pick_rot<HD, 8>(p, n_seq, rot, pk);
 }
 
 /* The whole call (both kernels) on host memory. */
 static int emu_decode(const kc_attn_args_t *a) {
   const kca_params_t p = kca_params(a, a->chunk_win);
   const int bits = a->has_quant ? a->geom.bits : 0, rot = kca_rot_kind(a);
-  const int pair = a->geom.omega == 8;
-  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pair)
-                                  : emu_pick_hd<128>(p, a->n_seq, bits, rot, pair);
+  const int pk = kca_pk(a->geom.omega);
+  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk)
+                                  : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk);
   const int parts = kca_combine_parts(a);
   std::vector<float> lse_s(a->n_head);
   for (int b = 0; b < a->n_seq && !rc; b++)
@@ -385,6 +390,14 @@ int main(int argc, char **argv) {
       {"abs gqa8 d64 w8 int4 pairs yarn", 16, 2, 64, 8, 4, 16, NORM, 64, 0, 0, 0.3, 0.5, {157, 9}, 4,
        1, 1},
       {"abs gqa2 d128 w32 int8", 4, 2, 128, 32, 8, 32, NORM, 96, 0, 1, 0.25, 0.5, {300, 31}, 3, 0, 1},
+      /* windows of 4: four of one tier per tile (post-RoPE keys or FULL only) */
+      {"abs gqa4 d128 w4 int2 quads", 8, 2, 128, 4, 2, 32, NORM, 128, 3, 1, 0.3, 0.5, {203, 77}, 9,
+       0, 1},
+      {"gqa4 d64 w4 full quads", 8, 2, 64, 4, 2, 16, NORM, 64, 0, 0, 0.6, 0.0, {101, 8}, 5},
+      {"abs gqa8 d64 w4 int4 quads", 16, 2, 64, 4, 4, 16, NORM, 64, 2, 1, 0.3, 0.5, {157, 9}, 6, 0,
+       1},
+      {"abs gqa2 d128 w4 int8 quads", 4, 2, 128, 4, 8, 32, NORM, 128, 1, 1, 0.25, 0.5, {130, 3}, 10,
+       0, 1},
   };
   const char *only = argc > 1 ? argv[1] : NULL;
   int fails = 0;

@@ -765,12 +765,13 @@ static int check_recency_order(kv_gpu_t *g, const tstate_t *st, int n_slots) {
 }
 
 static void check_tiered(const char *policy, int frame, int n_head, int n_kv, int hd, double frac,
-                         int steps) {
+                         int steps, int omega) {
   kv_geom_t ge = {2, n_head, n_kv, hd, 3};
   kern_rope_t rope = {KERN_ROPE_NORM, hd, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
   kv_policy_desc_t d;
   CHECK_OK(kv_policy_find(policy, &d));
   d.cfg.quant.key_frame = frame;
+  if (omega) d.cfg.omega = omega; /* (0: the policy's) */
   kv_cache_t *kv = NULL;
   int cap = 64 + 160 + steps, prompt[3] = {160, 97, 64}, slots[3] = {0, 1, 2};
   CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, cap, 3, frac, 0, &kv));
@@ -1227,20 +1228,25 @@ int main(int argc, char **argv) {
   check_store_gather(2, 9, 8, 192, 100);
   check_rows(300, 77, small ? 256 : 4096);
   check_cache(8, 2, 128, 16);
+  check_cache(8, 2, 128, 4);
   if (!small) check_cache(9, 3, 64, 8), check_cache(32, 8, 128, 64);
   const int POS = KV_KEY_FRAME_POS, ABS = KV_KEY_FRAME_ABS;
-  check_tiered("qevict", POS, 8, 2, 128, 0.3, small ? 12 : 80);
-  check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80);
-  if (!small) check_tiered("qevict", POS, 9, 3, 64, 0.15, 60);
-  if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60);
-  if (!small) check_tiered("kivi", POS, 8, 2, 128, 0.25, 80);
+  check_tiered("qevict", POS, 8, 2, 128, 0.3, small ? 12 : 80, 0);
+  check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 0);
+  if (!small) check_tiered("qevict", POS, 9, 3, 64, 0.15, 60, 0);
+  if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60, 0);
+  if (!small) check_tiered("kivi", POS, 8, 2, 128, 0.25, 80, 0);
+  /* windows of 4: post-RoPE keys (the kernel's PK 4 tiles), and h2o's FULL-only routing */
+  check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 4);
+  if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60, 4);
+  if (!small) check_tiered("h2o", ABS, 8, 2, 128, 0.3, 80, 4);
   check_graphkv_kernel(small);
   check_mean_keys(KERN_ROPE_NORM, 0);
   check_mean_keys(KERN_ROPE_NORM, 1);
   if (!small) check_mean_keys(KERN_ROPE_NEOX, 0), check_mean_keys(KERN_ROPE_NEOX, 1);
-  check_tiered("qevict+graphkv", POS, 8, 2, 128, 0.3, small ? 12 : 80);
-  if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.15, 60);
-  if (!small) check_tiered("qevict+graphkv", ABS, 8, 2, 128, 0.3, 80);
+  check_tiered("qevict+graphkv", POS, 8, 2, 128, 0.3, small ? 12 : 80, 0);
+  if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.15, 60, 0);
+  if (!small) check_tiered("qevict+graphkv", ABS, 8, 2, 128, 0.3, 80, 0);
   check_onset(0.2, small ? 16 : 64);
   if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);

@@ -499,6 +499,9 @@ static void check_gpu_policies(void) {
   expect_gpu_policy("streaming", 16, 0, 128, 32, 8, NULL);
   expect_gpu_policy("h2o", 0, 0, 128, 32, 8, "policy.window"); /* token-level by default */
   expect_gpu_policy("qevict", 24, 0, 128, 32, 8, "policy.window");
+  expect_gpu_policy("qevict", 4, 0, 128, 32, 8, NULL); /* windows of 4: post-RoPE keys */
+  expect_gpu_policy("h2o", 4, 0, 128, 32, 8, NULL);
+  expect_gpu_policy("qevict", 2, 0, 128, 32, 8, "policy.window");
   expect_gpu_policy("snapkv", 0, 0, 128, 32, 8, "policy.name");
   expect_gpu_policy("knorm", 8, 1, 128, 32, 8, "policy.scorer");
   expect_gpu_policy("pyramidkv", 8, 0, 128, 32, 8, "policy.name");
@@ -515,6 +518,9 @@ static void check_gpu_policies(void) {
         !strncmp(qe_errmsg(), "policy.key_frame", 16));
   d.cfg.quant.key_frame = KV_KEY_FRAME_ABS; /* post-RoPE keys: both caches */
   CHECK_OK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8));
+  d.cfg.omega = 4, d.cfg.quant.key_frame = KV_KEY_FRAME_POS; /* windows of 4: not pre-RoPE */
+  CHECK(kv_gpu_policy_check(&d.cfg, "qevict+graphkv", 0, 128, 32, 8) == QE_EUNSUPPORTED &&
+        !strncmp(qe_errmsg(), "policy.key_frame", 16));
   expect_gpu_policy("qevict", 0, 0, 8, 4, 4, "policy.name");    /* head_dim 8 */
   expect_gpu_policy("qevict", 0, 0, 128, 32, 2, "policy.name"); /* 16 query heads per KV head */
   expect_gpu_policy("qevict", 0, 0, 0, 0, 0, NULL);             /* geometry not checked */
