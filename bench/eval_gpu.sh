@@ -28,7 +28,7 @@
 #                    pack unpacked by an earlier call or carried) qevict with pre-RoPE INT2 keys
 #                    against qevict:keyframe=abs (post-RoPE), every task at 1K-7.5K, 5/10/20/40%,
 #                    $SAMPLES samples (default 4), seed 1
-#   PHASE=window4    (the model in three parts as for keyframe) qevict, h2o and streaming at
+#   PHASE=window4    (the model in parts sm_a..sm_d of `split -n 4`, stashed or carried) qevict, h2o and streaming at
 #                    windows of 4 tokens beside qevict's default 8, the ablations' lengths
 #                    (2K, 4K, 7.5K), budgets (5%, 10%), samples (6) and seed (1)
 #   PHASE=diag       (carry carry/pack carry/sm_b) joins the halves; the grid's policies at 2K
@@ -59,19 +59,22 @@ ev() { # NAME TMO args...
   echo "$name rc $? in $((SECONDS - t0)) s"
   tail -2 "/tmp/$name.err"
 }
-join3() { # the model from its three parts, carried in this call or stashed by an earlier one
-  for x in a b c; do
+join_parts() { # the model from its parts sm_a.. (split -n 3 or 4), carried here or stashed before
+  local x sum
+  for x in a b c d; do
     [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x
-    cat build-stash/sm_$x || return 1
-  done > "$M"
-  sha256sum "$M"
+  done
+  cat build-stash/sm_? > "$M" || return 1
+  sum=$(sha256sum "$M" | awk '{print $1}')
+  [[ $sum == b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ]] ||
+    { echo "smollm2: sha256 $sum (parts: $(ls build-stash))"; return 1; }
 }
 case "${PHASE:-}" in
-  stash) for x in a b c; do
+  stash) for x in a b c d; do
       [[ -f carry/sm_$x/part ]] && cp carry/sm_$x/part build-stash/sm_$x && echo "stashed sm_$x"
     done ;;
   window4)
-    join3 || exit 1
+    join_parts || exit 1
     for L in 2048 4096 7500; do
       ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
       ev "window4_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 6 --seed 1 \
@@ -79,7 +82,7 @@ case "${PHASE:-}" in
         --policies qevict,qevict:window=4,h2o:window=4,streaming:window=4,h2o:window=8
     done ;;
   keyframe)
-    join3 || exit 1
+    join_parts || exit 1
     for L in 1024 2048 4096 7500; do
       ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
       ev "keyframe_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-4}" \

@@ -3,7 +3,7 @@
  *
  *   attn_decode [--small] [--bench [--shapes SUBSTR]] [--only NAME]
  * Check (default): fresh random problems of several shapes (GQA, MHA, head_dim 64 and 128,
- * omega 8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE, keys
+ * omega 4/8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE, keys
  * pre-RoPE and post-RoPE (abs_keys)), each
  * run with the automatic chunking and with small chunks, outputs poisoned (NaN) before every
  * run; passes when ||out - ref|| / ||ref|| < 1e-2, every mass is within 1e-3 of the reference,
