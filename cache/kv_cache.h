@@ -39,8 +39,15 @@ typedef struct {
 /* A fixed-shape decode step (kv_cache_ops_t.fixed_*): `bucket` rows, the first n (>= n_min) of
  * them active, one new token each; the launches read everything that changes from step to step
  * from dev, KV_FIXED_WORDS(stride) int32 words of backend memory at a fixed address that the
- * host fills (fixed_fill) and copies before each step. */
-#define KV_FIXED_WORDS(stride) (4 * (size_t)(stride) + 4)
+ * host fills (fixed_fill) and copies before each step: KV_FIXED_PARTS parts of
+ * KV_FIXED_PART_WORDS(stride), one per cache taking part (a leaf cache uses the first; kv_mux
+ * gives each child of a step one). */
+#define KV_FIXED_PARTS              4
+#define KV_FIXED_PART_WORDS(stride) (4 * (size_t)(stride) + 4)
+#define KV_FIXED_WORDS(stride)      (KV_FIXED_PARTS * KV_FIXED_PART_WORDS(stride))
+/* fixed_fill's seq[i] for a row that another cache serves (kv_mux): no store, no attention, and
+ * its output rows left as they are. */
+#define KV_FIXED_SKIP (-2)
 typedef struct {
   const int32_t *dev; /* backend memory [KV_FIXED_WORDS(stride)] */
   int stride;         /* >= bucket */
@@ -67,9 +74,9 @@ typedef struct kv_cache_ops {
   /* Optional (NULL: the cache runs every step as it comes): fixed-shape decode steps, whose
    * backend launches are the same at every step of a bucket (recorded once, replayed: CUDA
    * graphs). fixed_fill writes host `in` [KV_FIXED_WORDS(f->stride)] for the step of n rows:
-   * slot seq[i] (open, distinct) gets its token at pos[i]; the cache takes the new lengths as
-   * store() would. QE_EINVAL for a bad row; QE_ERANGE when the step does not fit f's launches
-   * (then run it with store / attend outside fixed mode). */
+   * slot seq[i] (open, distinct, or KV_FIXED_SKIP) gets its token at pos[i]; the cache takes the
+   * new lengths as store() would. QE_EINVAL for a bad row; QE_ERANGE when the step does not fit f's
+   * launches (then run it with store / attend outside fixed mode). */
   int (*fixed_fill)(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, const int32_t *seq,
                     const int32_t *pos, int n);
   /* Enters fixed mode for f (copied; NULL leaves it). Meanwhile store() keeps only the first

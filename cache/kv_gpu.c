@@ -381,10 +381,10 @@ static int gpu_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, cons
     return qe_errf(QE_EINVAL, "kv_gpu: fixed step of %d rows in a bucket of %d", n, f->bucket);
   if (!++g->fx_step) ++g->fx_step; /* 0 marks a slot never taken */
   for (int i = 0; i < f->bucket && !rc; i++) {
-    int nw = 0;
-    if (i < n && !(rc = fixed_row(g, seq[i], pos[i], &nw))) max_win = nw > max_win ? nw : max_win;
-    in[i] = i < n ? seq[i] : -1, in[S + i] = i < n ? pos[i] : 0;
-    in[2 * S + i] = i < n ? seq[i] * g->max_win : 0, in[3 * S + i] = nw;
+    int nw = 0, on = i < n && seq[i] != KV_FIXED_SKIP; /* (a skipped row: no windows, nw -1) */
+    if (on && !(rc = fixed_row(g, seq[i], pos[i], &nw))) max_win = nw > max_win ? nw : max_win;
+    in[i] = on ? seq[i] : -1, in[S + i] = on ? pos[i] : 0;
+    in[2 * S + i] = on ? seq[i] * g->max_win : 0, in[3 * S + i] = i < n && !on ? -1 : nw;
   }
   kc_attn_args_t a = attn_args(g, 0, n, max_win); /* the chunking of the eager path */
   int cw = rc ? 0 : kc_attn_chunk_win(&a), mc = rc || cw < 0 ? 0 : fixed_chunks(g, f);
@@ -394,7 +394,8 @@ static int gpu_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, cons
                    (max_win + cw - 1) / cw, mc);
   in[4 * S] = cw;
   for (int i = 0; i < n; i++)
-    if (pos[i] + 1 > g->seqs[seq[i]].len) g->seqs[seq[i]].len = pos[i] + 1;
+    if (seq[i] != KV_FIXED_SKIP && pos[i] + 1 > g->seqs[seq[i]].len)
+      g->seqs[seq[i]].len = pos[i] + 1;
   return 0;
 }
 

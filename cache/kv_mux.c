@@ -26,9 +26,13 @@ typedef struct {
   kv_attn_req_t *work; /* [work_cap]: one child's requests of an attend call */
   uint8_t *handled;    /* [work_cap] */
   int work_cap;
-  int32_t *cseq;        /* [max_seqs]: a fixed step's rows as child slots */
-  int fx_child;         /* the child of the last fixed_fill (-1: none) */
-  unsigned long fx_gen; /* moves when fx_child or the set of children changes */
+  int32_t *cseq;              /* [max_seqs]: a fixed step's rows as one child's slots */
+  int fx_ids[KV_FIXED_PARTS]; /* the children of the last fixed_fill, in id order */
+  int fx_n;                   /* how many (0: none) */
+  int fx_s0[KV_FIXED_PARTS];  /* each one's first row: its slot and position (its stores) */
+  int fx_p0[KV_FIXED_PARTS];
+  int fx_on;            /* in fixed mode */
+  unsigned long fx_gen; /* moves when fx_ids or the set of children changes */
 } kv_mux_t;
 
 static const kv_cache_ops_t mux_ops;
@@ -77,9 +81,18 @@ static int mux_seq_open(kv_cache_t *kv, int seq, int capacity) {
 
 static int mux_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, const float *k,
                      const float *v) {
-  const mux_slot_t *s = open_slot((kv_mux_t *)kv, seq);
+  kv_mux_t *x = (kv_mux_t *)kv;
+  const mux_slot_t *s = open_slot(x, seq);
   if (!s) return qe_errf(QE_EINVAL, "kv_mux: store into slot %d, which is not open", seq);
-  kv_cache_t *c = ((kv_mux_t *)kv)->ch[s->child].kv;
+  if (x->fx_on && x->fx_n > 1) { /* a fixed step over several children: each takes every row */
+    int rc = 0;
+    for (int j = 0; j < x->fx_n && !rc; j++) {
+      kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
+      rc = c->ops->store(c, x->fx_s0[j], layer, x->fx_p0[j], n, k, v);
+    }
+    return rc;
+  }
+  kv_cache_t *c = x->ch[s->child].kv;
   return c->ops->store(c, s->child_slot, layer, pos0, n, k, v);
 }
 
@@ -114,8 +127,13 @@ static int mux_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
   for (int i = 0; i < n_reqs; i++)
     if (!open_slot(x, reqs[i].seq))
       return qe_errf(QE_EINVAL, "kv_mux: attention over slot %d, which is not open", reqs[i].seq);
-  int rc = grow_work(x, n_reqs);
-  if (rc) return rc;
+  int rc = 0;
+  for (int j = 0; x->fx_on && x->fx_n > 1 && j < x->fx_n && !rc; j++) { /* every row, each */
+    kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
+    rc = c->ops->attend(c, layer, reqs, n_reqs);
+  }
+  if (x->fx_on && x->fx_n > 1) return rc;
+  if ((rc = grow_work(x, n_reqs))) return rc;
   memset(x->handled, 0, (size_t)n_reqs);
   for (int i = 0; i < n_reqs && !rc; i++) {
     if (x->handled[i]) continue;
@@ -125,20 +143,48 @@ static int mux_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
   return rc;
 }
 
-/* ---- fixed-shape steps: forwarded to the one child that every row of the step is bound to */
+/* ---- fixed-shape steps: forwarded to the children of the step's rows ------------------------
+ * A step whose rows are all bound to one child goes to that child as it is. A step over several
+ * children (at most KV_FIXED_PARTS, each with fixed steps) gives each child part j of the input
+ * and the whole step, the other children's rows marked KV_FIXED_SKIP: every child launches over
+ * every row of the bucket and writes only its own rows' outputs (padded rows: zeros from each).
+ * The children of a step are fixed by fixed_fill (in id order); a change of that set moves the
+ * epoch, so that a step recorded for one set is never replayed for another. */
 
-/* The child of every row (seq[0..n)), with the rows as its slots in x->cseq; -1 when the rows
- * are not all open in one child whose cache has fixed steps. */
-static int fixed_child(kv_mux_t *x, const int32_t *seq, int n) {
-  int id = -1;
+static int has_fixed(const kv_cache_t *c) {
+  return c && c->ops->fixed_fill && c->ops->fixed_mode && c->ops->fixed_done;
+}
+
+/* The children of rows seq[0..n) in id order into ids (open rows, each child with fixed steps,
+ * at most KV_FIXED_PARTS); returns their count, or -1. */
+static int step_children(const kv_mux_t *x, const int32_t *seq, int n, int *ids) {
+  int k = 0;
   for (int i = 0; i < n; i++) {
     const mux_slot_t *s = open_slot(x, seq[i]);
-    if (!s || (i > 0 && s->child != id)) return -1;
-    id = s->child;
-    x->cseq[i] = s->child_slot;
+    if (!s || !has_fixed(x->ch[s->child].kv)) return -1;
+    int at = 0;
+    while (at < k && ids[at] < s->child) at++;
+    if (at < k && ids[at] == s->child) continue;
+    if (k == KV_FIXED_PARTS) return -1;
+    memmove(ids + at + 1, ids + at, sizeof(int) * (size_t)(k - at));
+    ids[at] = s->child, k++;
   }
-  kv_cache_t *c = child_of(x, id);
-  return c && c->ops->fixed_fill && c->ops->fixed_mode && c->ops->fixed_done ? id : -1;
+  return k;
+}
+
+/* Rows seq[0..n) as slots of child id into out: all (skip: KV_FIXED_SKIP for another child's
+ * rows) or only its own (compacted); returns how many were written. */
+static int child_rows(const kv_mux_t *x, const int32_t *seq, int n, int id, int skip,
+                      int32_t *out) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    const mux_slot_t *s = &x->slots[seq[i]];
+    if (s->child == id)
+      out[k++] = s->child_slot;
+    else if (skip)
+      out[k++] = KV_FIXED_SKIP;
+  }
+  return k;
 }
 
 static int mux_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, const int32_t *seq,
@@ -146,37 +192,60 @@ static int mux_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, cons
   kv_mux_t *x = (kv_mux_t *)kv;
   if (n < 1 || n > kv->geom.max_seqs)
     return qe_errf(QE_EINVAL, "kv_mux: fixed step of %d rows (%d slots)", n, kv->geom.max_seqs);
-  int id = fixed_child(x, seq, n);
-  if (id < 0)
-    return qe_errf(QE_ERANGE, "kv_mux: a fixed step's rows must all be open in one child cache "
-                              "with fixed steps");
-  if (id != x->fx_child) x->fx_child = id, x->fx_gen++;
-  kv_cache_t *c = x->ch[id].kv;
-  return c->ops->fixed_fill(c, f, in, x->cseq, pos, n);
+  int ids[KV_FIXED_PARTS], k = step_children(x, seq, n, ids), rc = 0;
+  if (k < 1)
+    return qe_errf(QE_ERANGE,
+                   "kv_mux: a fixed step's rows must be open in at most %d child "
+                   "caches with fixed steps",
+                   KV_FIXED_PARTS);
+  if (k != x->fx_n || memcmp(ids, x->fx_ids, sizeof(int) * (size_t)k))
+    memcpy(x->fx_ids, ids, sizeof ids), x->fx_n = k, x->fx_gen++;
+  for (int j = 0; j < k && !rc; j++) {
+    kv_cache_t *c = x->ch[ids[j]].kv;
+    child_rows(x, seq, n, ids[j], k > 1, x->cseq);
+    for (int i = n - 1; i >= 0; i--)
+      if (x->cseq[i] != KV_FIXED_SKIP) x->fx_s0[j] = x->cseq[i], x->fx_p0[j] = pos[i];
+    rc = c->ops->fixed_fill(c, f, in + (size_t)j * KV_FIXED_PART_WORDS(f->stride), x->cseq, pos, n);
+  }
+  return rc;
 }
 
 static int mux_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
   kv_mux_t *x = (kv_mux_t *)kv;
-  kv_cache_t *c = child_of(x, x->fx_child);
-  if (!c) return f ? qe_errf(QE_EINVAL, "kv_mux: fixed mode before a fixed_fill") : 0;
-  return c->ops->fixed_mode(c, f);
+  if (f && !x->fx_n) return qe_errf(QE_EINVAL, "kv_mux: fixed mode before a fixed_fill");
+  int rc = 0;
+  for (int j = 0; j < x->fx_n; j++) {
+    kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
+    kv_fixed_t part = f ? *f : (kv_fixed_t){0};
+    part.dev = f ? f->dev + (size_t)j * KV_FIXED_PART_WORDS(f->stride) : NULL;
+    int r = c->ops->fixed_mode(c, f ? &part : NULL);
+    rc = rc ? rc : r;
+  }
+  x->fx_on = f && !rc;
+  return rc;
 }
 
 static int mux_fixed_done(kv_cache_t *kv, const int32_t *seq, int n) {
   kv_mux_t *x = (kv_mux_t *)kv;
-  int id = n > 0 ? fixed_child(x, seq, n) : x->fx_child;
-  if (id < 0 || id != x->fx_child)
+  int ids[KV_FIXED_PARTS], k = n > 0 ? step_children(x, seq, n, ids) : 0, rc = 0;
+  if (n > 0 && (k != x->fx_n || memcmp(ids, x->fx_ids, sizeof(int) * (size_t)k)))
     return qe_errf(QE_EINVAL, "kv_mux: fixed_done for rows of another step");
-  kv_cache_t *c = x->ch[id].kv;
-  return c->ops->fixed_done(c, x->cseq, n);
+  for (int j = 0; j < k && !rc; j++) {
+    kv_cache_t *c = x->ch[ids[j]].kv;
+    rc = c->ops->fixed_done(c, x->cseq, child_rows(x, seq, n, ids[j], 0, x->cseq));
+  }
+  return rc;
 }
 
-/* The child's epoch, moved on whenever the step's child (or the set of children) changed: a
- * step recorded against one child's buffers is never replayed for another. */
+/* The step's children's epochs, moved on whenever the set of the step's children (or of the
+ * mux's children) changed. */
 static unsigned long mux_fixed_epoch(const kv_cache_t *kv) {
   const kv_mux_t *x = (const kv_mux_t *)kv;
-  const kv_cache_t *c = child_of(x, x->fx_child);
-  unsigned long e = c && c->ops->fixed_epoch ? c->ops->fixed_epoch(c) : 0;
+  unsigned long e = 0;
+  for (int j = 0; j < x->fx_n; j++) {
+    const kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
+    e += c->ops->fixed_epoch ? c->ops->fixed_epoch(c) : 0;
+  }
   return (x->fx_gen << 32) ^ e;
 }
 
@@ -231,7 +300,7 @@ int kv_mux_create(kern_backend_t *be, const kv_geom_t *geom, kv_cache_t **out) {
   }
   for (int i = 0; i < geom->max_seqs; i++) slots[i] = (mux_slot_t){-1, 0, 0};
   x->base = (kv_cache_t){&mux_ops, *geom, be};
-  x->slots = slots, x->cseq = cseq, x->fx_child = -1;
+  x->slots = slots, x->cseq = cseq;
   *out = &x->base;
   return 0;
 }
@@ -320,7 +389,8 @@ int kv_mux_remove_child(kv_cache_t *kv, int child_id) {
   kv_cache_destroy(c->kv);
   free(c->owner);
   *c = (mux_child_t){NULL, NULL};
-  if (x->fx_child == child_id) x->fx_child = -1;
+  for (int j = 0; j < x->fx_n; j++)
+    if (x->fx_ids[j] == child_id) x->fx_n = 0; /* (the next step fills again) */
   x->fx_gen++;
   return 0;
 }

@@ -64,7 +64,10 @@ typedef struct {
   const int32_t *seq_nwin; /* device [n_seq] or NULL: when set, sequence b's windows are
                               [seq_win[b], seq_win[b] + seq_nwin[b]) (ranges may leave gaps,
                               e.g. one fixed-size table region per cache slot; n_win and
-                              max_win still bound every index and count) */
+                              max_win still bound every index and count); a negative
+                              seq_nwin[b] skips sequence b: its outputs are left as they are
+                              (another call owns them: kv_mux's fixed steps over several
+                              caches), where 0 writes zeros */
   int n_win;               /* total windows */
   int max_win;             /* >= the most windows of one sequence (sizes the chunking) */
   int has_quant;           /* 1 when any window may be QUANT (0 picks the bf16 FULL-only kernel,

@@ -474,6 +474,9 @@ KCA_FN float kca_kv_mass(const kca_params_t &p, int w, int kvh, const float (&ls
   return s;
 }
 
+/* 1 when sequence b is skipped (seq_nwin[b] < 0): another launch owns its outputs. */
+KCA_FN bool kca_seq_skipped(const kca_params_t &p, int b) { return p.seq_nwin && p.seq_nwin[b] < 0; }
+
 /* Chunks of sequence b at the launch's chunk size, and whether it is done without the combine
  * (at most one chunk, and its masses, if any, summed through the tickets). */
 KCA_FN int kca_seq_chunks(const kca_params_t &p, int b) {
@@ -1460,6 +1463,7 @@ template <int HD, int BITS, int ROT, int PK>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
+  if (kca_seq_skipped(p, b)) return;
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   const int cw = KCA_CHUNK_WIN(p), c_beg = w_beg + chunk * cw;
   const bool alone = kca_seq_alone(p, b); /* (an empty sequence too: its outputs are zero) */
@@ -1514,6 +1518,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
  * masses (a thread per window). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
+  if (kca_seq_skipped(p, b)) return;
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   if (kca_seq_alone(p, b)) return; /* the chunk kernel finished it */
   const int nc = kca_seq_chunks(p, b);

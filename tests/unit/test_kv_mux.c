@@ -162,13 +162,13 @@ static void check_errors(world_t *w, kv_cache_t *mux) {
   /* slot 3 is open on child 0 slot 1; slot 1 on child 1 slot 2 */
   CHECK(kv_mux_is_open(mux, 3) && kv_mux_is_open(mux, 1) && !kv_mux_is_open(mux, 0));
   CHECK(!kv_mux_is_open(mux, -1) && !kv_mux_is_open(mux, 4) && !kv_mux_is_open(NULL, 0));
-  /* fixed steps go to the one child of every row, when it has them (the CPU caches do not) */
+  /* fixed steps go to the children of the rows, when they have them (the CPU caches do not) */
   {
     int32_t in[KV_FIXED_WORDS(4)], rows[2] = {3, 1}, at[2] = {0, 0};
     kv_fixed_t f = {NULL, 4, 2, 1};
     CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 1) == QE_ERANGE); /* kv_full: none */
     CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 2) == QE_ERANGE &&
-          strstr(qe_errmsg(), "one child"));
+          strstr(qe_errmsg(), "child caches with fixed steps"));
     rows[0] = 0; /* not open */
     CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 1) == QE_ERANGE);
     CHECK(mux->ops->fixed_fill(mux, &f, in, rows, at, 0) == QE_EINVAL);
