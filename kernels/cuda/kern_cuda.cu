@@ -405,6 +405,7 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   c->attn_s_budget = (size_t)(mb && atol(mb) > 0 ? atol(mb) : 1024) << 20;
   const char *pf = getenv("QE_CUDA_PREFILL"); /* "ref": every sequence to the reference kernel */
   c->attn_ref_only = pf && !strcmp(pf, "ref");
+  c->attn_no_flash = pf && !strcmp(pf, "gemm"); /* "gemm": the GEMM path, not the fused kernel */
   int rc = kcu_init(c);
   if (rc) {
     char msg[256];

@@ -66,6 +66,7 @@ typedef struct {
   size_t attn_s_cap;          /* bytes */
   size_t attn_s_budget;       /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
   int attn_ref_only;          /* QE_CUDA_PREFILL=ref: no GEMM path */
+  int attn_no_flash;          /* QE_CUDA_PREFILL=gemm: the GEMM path, not the fused kernel */
   kern_attn_seq_t *attn_rest; /* host: the sequences left to the reference kernel */
   size_t attn_rest_cap;       /* bytes */
   /* graphs (kern_cuda_graph.cu) */
@@ -143,5 +144,14 @@ void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
 #define KCU_GEMM_MIN_Q 64
 int kcu_attn_gemm_takes(const kern_attn_seq_t *s);
 int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
+
+/* Fused causal prefill attention on tensor cores (kern_cuda_flash.cu): the sequences the GEMM
+ * path takes, at head_dim 64 or 128 and at most 64 query heads per KV head, without key masses;
+ * Q, K, V rounded to fp16, fp32 accumulation, online softmax, nothing materialized. With key
+ * masses the queries before mass_q0 go this way and the (at most KCU_FLASH_MASS_Q) others to the
+ * fp32 reference kernel, which sums the masses (kcu_attention). 0 or QE_EBACKEND. */
+#define KCU_FLASH_MASS_Q 256
+int kcu_flash_takes(const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
+int kcu_flash(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
 
 #endif

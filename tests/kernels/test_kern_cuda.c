@@ -420,12 +420,41 @@ static void check_attentions(void) {
     check_attention("gemm path and reference", &shapes[i], gm, 5, TF32_TOL);
 }
 
+/* The fused prefill kernel (head_dim 64 / 128, the sequences the GEMM path takes; the queries
+ * from mass_q0 on, with masses, by the reference kernel): long prompts, a chunk after a cached
+ * prefix, query counts off the tile, GQA groups of 1, 3, 4 and 8; then the same cases through the
+ * GEMM path (QE_CUDA_PREFILL=gemm), which the fused kernel replaced for these shapes. */
+static void check_attention_flash(void) {
+  attn_case_t fl[] = {{2000, 0, 2000, 1, 1968, 0},
+                      {700, 300, 1000, 0, 0, 0},
+                      {65, 0, 65, 1, 0, 0},
+                      {129, 7, 136, 1, 128, 0},
+                      {1, 40, 41, 1, 0, 0}};
+  kern_attn_shape_t shapes[] = {{32, 8, 128, 0}, {4, 4, 64, 0}, {9, 3, 128, 0}, {16, 2, 64, 0}};
+  kern_backend_t *saved = g_gpu, *gemm = NULL;
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    shapes[i].scale = 1.0f / sqrtf((float)shapes[i].head_dim);
+    check_attention("fused prefill and reference", &shapes[i], fl, 5, TF32_TOL);
+  }
+  setenv("QE_CUDA_PREFILL", "gemm", 1);
+  CHECK_OK(kern_cuda_create(0, &gemm));
+  unsetenv("QE_CUDA_PREFILL");
+  if (!gemm) return;
+  g_gpu = gemm;
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    check_attention("gemm path (QE_CUDA_PREFILL=gemm)", &shapes[i], fl, 5, TF32_TOL);
+  g_gpu = saved;
+  kern_destroy(gemm);
+}
+
 /* The GEMM path with a 1 MiB score budget: many chunks of 16 queries per sequence. */
 static void check_attention_chunks(void) {
   kern_backend_t *saved = g_gpu, *small = NULL;
   setenv("QE_CUDA_PREFILL_MB", "1", 1);
+  setenv("QE_CUDA_PREFILL", "gemm", 1); /* (the shape would take the fused kernel) */
   CHECK_OK(kern_cuda_create(0, &small));
   unsetenv("QE_CUDA_PREFILL_MB");
+  unsetenv("QE_CUDA_PREFILL");
   if (!small) return;
   g_gpu = small;
   attn_case_t gm[] = {{1000, 0, 1000, 1, 900, 0}, {333, 1200, 1533, 1, 17, 0}};
@@ -877,6 +906,7 @@ int main(int argc, char **argv) {
   check_embed(512, 64, 9), check_embed(32000, 4096, 33);
   check_attentions();
   check_attention_chunks();
+  check_attention_flash();
   check_sampling(512, 400), check_sampling(32000, 60);
   check_argmax(64, 128256), check_argmax(7, 33), check_argmax(1, 1);
   check_models();
