@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu_prefill.sh: prefill attention on the GPU machine, in one device call (issue 5). With the
 # binaries of carry/pack (bench/device_pack.sh; unpacked by bench/device_unpack.sh):
-#   checks   test_kern_cuda (every op against the CPU backend; the fused prefill kernel and the
-#            GEMM path on fresh random data)
+#   checks   test_kern_cuda --attention (attention against the CPU backend: the fused prefill
+#            kernel, the GEMM path and the reference kernel on fresh random data)
 #   ttft     the Llama-3.1-8B shape (random bf16 weights built from the shape), time to first
 #            token for one 32K-token prompt and for 32 prompts of 256, FullKV and QEvict 20% (its
 #            key masses: the last queries through the reference kernel), with the fused kernel
@@ -19,8 +19,8 @@ source bench/device_unpack.sh > /dev/null || exit 1
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee "$OUT/gpu.log"
 
-QE_SHARED_MODELS=$(pwd)/carry/models timeout 300 test_kern_cuda > "$OUT/test_kern_cuda.log" 2>&1
-echo "test_kern_cuda rc $?"
+timeout 300 test_kern_cuda --attention > "$OUT/test_kern_cuda.log" 2>&1
+echo "test_kern_cuda --attention rc $?"
 grep -E "^FAIL|fused|gemm path" "$OUT/test_kern_cuda.log" | head -24
 
 gen() { # NAME PREFILL_MODE args...
@@ -67,3 +67,4 @@ for shape in ["b1_32k", "b32_256"]:
         a, b = ttft(f"{shape}_{pol}_flash"), ttft(f"{shape}_{pol}_gemm")
         print(f"{shape:<10} {pol:<7} {f(a)} {f(b)} {f(p)} {r(a, b)} {r(a, p)}")
 EOF
+tar -C "$OUT" -czf "$OUT/../prefill_logs.tgz" . 2> /dev/null

@@ -328,7 +328,8 @@ static void kcu_destroy(kern_backend_t *be) {
   cudaSetDevice(c->device);
   if (c->stream) cudaStreamSynchronize(c->stream);
   for (int i = 0; i < c->n_plans; i++) plan_release(&c->plans[i]);
-  void *dev[] = {c->ws, c->xb, c->wb, c->rope_tab, c->attn_desc, c->attn_stats, c->amax, c->attn_s};
+  void *dev[] = {c->ws, c->xb, c->wb, c->rope_tab, c->attn_desc, c->attn_stats, c->amax, c->attn_s,
+                 c->flash_kv};
   for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
     if (dev[i]) cudaFree(dev[i]);
   if (c->blas) cublasDestroy(c->blas);

@@ -1,8 +1,9 @@
 /* kern_cuda_flash: fused causal prefill attention on tensor cores (see kern_cuda_internal.h).
- * One block of KCF_WARPS warps per (tile of queries, KV head, sequence): its KCF_ROWS rows are
- * (query, head) pairs of the KV head's group, query-major (row r: query i0 + r / G, head
- * kvh * G + r % G), so every K/V tile it streams serves the whole group. Per key tile of KCF_KT
- * keys: K and V are read as fp32, rounded to fp16 into shared memory, then each warp (16 rows)
+ * K and V are first rounded to fp16 once (kcf_half_k, into c->flash_kv). Then one block of
+ * KCF_WARPS warps per (tile of queries, KV head): its KCF_ROWS rows are (query, head) pairs of
+ * the KV head's group, query-major (row r: query i0 + r / G, head kvh * G + r % G), so every K/V
+ * tile it streams serves the whole group. Key tiles of KCF_KT keys stream into shared memory
+ * with cp.async, one tile ahead (two stages); each warp (16 rows)
  * computes S = Q K^T with mma.m16n8k16 (fp16 in, fp32 accumulation), its online softmax (base 2,
  * Q pre-scaled by scale * log2 e), and O += P V with P in fp16; nothing is materialized. Keys past
  * a row's query position are masked; key tiles past the block's last query are not read.
@@ -12,7 +13,7 @@
 
 #include "kern_cuda_internal.h"
 
-#define KCF_WARPS 4
+#define KCF_WARPS 8
 #define KCF_ROWS  (KCF_WARPS * 16)
 #define KCF_KT    64            /* keys per tile */
 #define KCF_PAD   8             /* fp16 padding per shared row (bank spread for ldmatrix) */
@@ -50,24 +51,32 @@ __device__ __forceinline__ void kcf_ldm4(uint32_t *r, const void *p, bool trans)
                  : "r"(a));
 }
 
-/* Keys [j0, j0 + KCF_KT) of KV head kvh (fp32 rows of stride `row` floats) into kt / vt as fp16
- * [KCF_KT][HD + KCF_PAD]; keys at or past n are zero. */
-template <int HD>
-__device__ void kcf_load_kv(uint16_t *kt, uint16_t *vt, const float *k, const float *v, int row,
-                            int kvh, int j0, int n) {
-  constexpr int Q4 = HD / 4; /* float4 per key row */
-  for (int e = threadIdx.x; e < KCF_KT * Q4; e += KCF_WARPS * 32) {
-    const int j = e / Q4, c = (e % Q4) * 4;
-    float4 a = make_float4(0, 0, 0, 0), b = a;
-    if (j0 + j < n) {
-      const size_t at = (size_t)(j0 + j) * row + (size_t)kvh * HD + c;
-      a = *(const float4 *)(k + at), b = *(const float4 *)(v + at);
-    }
-    uint32_t *kd = (uint32_t *)(kt + j * (HD + KCF_PAD) + c);
-    uint32_t *vd = (uint32_t *)(vt + j * (HD + KCF_PAD) + c);
-    kd[0] = kcf_pack(a.x, a.y), kd[1] = kcf_pack(a.z, a.w);
-    vd[0] = kcf_pack(b.x, b.y), vd[1] = kcf_pack(b.z, b.w);
+/* y[i] = x[i] rounded to fp16 (clamped), n a multiple of 4. */
+__global__ void kcf_half_k(const float4 *x, uint2 *y, size_t n4) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const float4 a = x[i];
+    y[i] = make_uint2(kcf_pack(a.x, a.y), kcf_pack(a.z, a.w));
   }
+}
+
+/* Issues the copies of keys [j0, j0 + KCF_KT) of KV head kvh (fp16 rows of `row` halves) into
+ * kt / vt [KCF_KT][HD + KCF_PAD]; keys at or past n are zero-filled. */
+template <int HD>
+__device__ void kcf_issue_kv(uint16_t *kt, uint16_t *vt, const uint16_t *k, const uint16_t *v,
+                             int row, int kvh, int j0, int n) {
+  constexpr int P = HD / 8; /* 16-byte pieces per key row */
+  for (int e = threadIdx.x; e < KCF_KT * P; e += KCF_WARPS * 32) {
+    const int j = e / P, c = (e % P) * 8, ok = j0 + j < n;
+    const size_t at = (size_t)(ok ? j0 + j : 0) * row + (size_t)kvh * HD + c;
+    const uint32_t dk = (uint32_t)__cvta_generic_to_shared(kt + j * (HD + KCF_PAD) + c);
+    const uint32_t dv = (uint32_t)__cvta_generic_to_shared(vt + j * (HD + KCF_PAD) + c);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk), "l"(k + at),
+                 "r"(ok ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv), "l"(v + at),
+                 "r"(ok ? 16 : 0));
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
 /* The warp's Q fragments (rows r0 + g, r0 + g + 8; channels of k-step t), scaled to log2 units;
@@ -166,10 +175,15 @@ __device__ void kcf_softmax(float (&s)[KCF_KT / 8][4], float (&o)[HD / 8][4], fl
   }
 }
 
+/* Dynamic shared memory of the kernel: two stages of K and V tiles. */
+template <int HD> constexpr int kcf_smem() { return 4 * KCF_KT * (HD + KCF_PAD) * 2; }
+
 template <int HD>
-__global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s, int n_head,
+__global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s, const uint16_t *kh,
+                                                              const uint16_t *vh, int n_head,
                                                               int n_kv_head, float qs) {
-  __shared__ __align__(16) uint16_t kt[KCF_KT * (HD + KCF_PAD)], vt[KCF_KT * (HD + KCF_PAD)];
+  extern __shared__ __align__(16) uint16_t kcf_sm[];
+  constexpr int T = KCF_KT * (HD + KCF_PAD); /* halves of one tile */
   const int G = n_head / n_kv_head, qpb = KCF_ROWS / G, kvh = blockIdx.y;
   const int i0 = blockIdx.x * qpb, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
@@ -187,15 +201,23 @@ __global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s,
   const int last_q = (i0 + qpb < s.n_q ? i0 + qpb : s.n_q) - 1;
   const int n_keys = s.q_pos0 + last_q + 1 < s.n_kv ? s.q_pos0 + last_q + 1 : s.n_kv;
   const int row = n_kv_head * HD;
-  for (int j0 = 0; j0 < n_keys; j0 += KCF_KT) {
-    __syncthreads(); /* the previous tile is consumed */
-    kcf_load_kv<HD>(kt, vt, s.k, s.v, row, kvh, j0, n_keys);
+  kcf_issue_kv<HD>(kcf_sm, kcf_sm + T, kh, vh, row, kvh, 0, n_keys);
+  for (int j0 = 0, st = 0; j0 < n_keys; j0 += KCF_KT, st ^= 1) {
+    uint16_t *kt = kcf_sm + 2 * st * T, *vt = kt + T;
+    if (j0 + KCF_KT < n_keys) /* the next tile into the other stage (consumed at the last sync) */
+      kcf_issue_kv<HD>(kcf_sm + 2 * (st ^ 1) * T, kcf_sm + 2 * (st ^ 1) * T + T, kh, vh, row, kvh,
+                       j0 + KCF_KT, n_keys);
+    else
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
-    if (qp[0] < j0 && qp[1] < j0 && __all_sync(0xffffffffu, qp[0] < j0 && qp[1] < j0)) continue;
-    float sc[KCF_KT / 8][4];
-    kcf_scores<HD>(sc, qa, kt);
-    kcf_softmax<HD>(sc, o, mx, l, qp, j0);
-    kcf_pv<HD>(o, sc, vt);
+    if (!__all_sync(0xffffffffu, qp[0] < j0 && qp[1] < j0)) {
+      float sc[KCF_KT / 8][4];
+      kcf_scores<HD>(sc, qa, kt);
+      kcf_softmax<HD>(sc, o, mx, l, qp, j0);
+      kcf_pv<HD>(o, sc, vt);
+    }
+    __syncthreads(); /* this stage is free for the tile after next */
   }
 #pragma unroll
   for (int hh = 0; hh < 2; hh++) {
@@ -211,13 +233,26 @@ __global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s,
   }
 }
 
-int kcu_flash(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh) {
+template <int HD>
+static int kcf_launch(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh,
+                      const uint16_t *kh, const uint16_t *vh) {
+  if (KCU_CUDA(c, cudaFuncSetAttribute(kcf_flash_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kcf_smem<HD>()))) /* (per device: set at every launch) */
+    return QE_EBACKEND;
   const int G = sh->n_head / sh->n_kv_head, qpb = KCF_ROWS / G;
   const dim3 grid((unsigned)((s->n_q + qpb - 1) / qpb), (unsigned)sh->n_kv_head);
-  const float qs = sh->scale * KCF_LOG2E;
-  if (sh->head_dim == 64)
-    return KCU_LAUNCH(c, kcf_flash_k<64>, grid, KCF_WARPS * 32, 0, *s, sh->n_head, sh->n_kv_head,
-                      qs);
-  return KCU_LAUNCH(c, kcf_flash_k<128>, grid, KCF_WARPS * 32, 0, *s, sh->n_head, sh->n_kv_head,
-                    qs);
+  return KCU_LAUNCH(c, kcf_flash_k<HD>, grid, KCF_WARPS * 32, kcf_smem<HD>(), *s, kh, vh,
+                    sh->n_head, sh->n_kv_head, sh->scale * KCF_LOG2E);
+}
+
+int kcu_flash(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh) {
+  const size_t n = (size_t)s->n_kv * sh->n_kv_head * sh->head_dim; /* floats of K (and of V) */
+  int rc = kcu_grow(c, &c->flash_kv, &c->flash_kv_cap, 4 * n);
+  if (rc) return rc;
+  uint16_t *kh = (uint16_t *)c->flash_kv, *vh = kh + n;
+  const unsigned blocks = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
+  if ((rc = KCU_LAUNCH(c, kcf_half_k, blocks, 256, 0, (const float4 *)s->k, (uint2 *)kh, n / 4)) ||
+      (rc = KCU_LAUNCH(c, kcf_half_k, blocks, 256, 0, (const float4 *)s->v, (uint2 *)vh, n / 4)))
+    return rc;
+  return sh->head_dim == 64 ? kcf_launch<64>(c, s, sh, kh, vh) : kcf_launch<128>(c, s, sh, kh, vh);
 }

@@ -67,6 +67,8 @@ typedef struct {
   size_t attn_s_budget;       /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
   int attn_ref_only;          /* QE_CUDA_PREFILL=ref: no GEMM path */
   int attn_no_flash;          /* QE_CUDA_PREFILL=gemm: the GEMM path, not the fused kernel */
+  void *flash_kv;             /* device fp16 copies of one sequence's K and V (fused kernel) */
+  size_t flash_kv_cap;        /* bytes */
   kern_attn_seq_t *attn_rest; /* host: the sequences left to the reference kernel */
   size_t attn_rest_cap;       /* bytes */
   /* graphs (kern_cuda_graph.cu) */

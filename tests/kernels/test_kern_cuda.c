@@ -889,6 +889,11 @@ int main(int argc, char **argv) {
     kern_destroy(g_gpu), kern_destroy(g_cpu);
     return rc;
   }
+  if (argc == 2 && !strcmp(argv[1], "--attention")) { /* the attention checks alone */
+    check_attentions(), check_attention_chunks(), check_attention_flash();
+    kern_destroy(g_gpu), kern_destroy(g_cpu);
+    return tu_done("kern_cuda");
+  }
   kern_backend_t *gemmex = NULL;
   setenv("QE_CUDA_GEMM", "gemmex", 1);
   CHECK_OK(kern_cuda_create(0, &gemmex));
