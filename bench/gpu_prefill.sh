@@ -2,7 +2,8 @@
 # gpu_prefill.sh: prefill attention on the GPU machine, in one device call (issue 5). With the
 # binaries of carry/pack (bench/device_pack.sh; unpacked by bench/device_unpack.sh):
 #   checks   test_kern_cuda --attention (attention against the CPU backend: the fused prefill
-#            kernel, the GEMM path and the reference kernel on fresh random data)
+#            kernel, the GEMM path and the reference kernel on fresh random data), and the same
+#            under compute-sanitizer memcheck and racecheck ($SAN_S seconds each, default 150)
 #   ttft     the Llama-3.1-8B shape (random bf16 weights built from the shape), time to first
 #            token for one 32K-token prompt and for 32 prompts of 256, FullKV and QEvict 20% (its
 #            key masses: the last queries through the reference kernel), with the fused kernel
@@ -22,6 +23,11 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee "
 timeout 300 test_kern_cuda --attention > "$OUT/test_kern_cuda.log" 2>&1
 echo "test_kern_cuda --attention rc $?"
 grep -E "^FAIL|fused|gemm path" "$OUT/test_kern_cuda.log" | head -24
+for tool in memcheck racecheck; do # (the fused kernel's cases: their CPU references are the long part)
+  timeout "${SAN_S:-150}" compute-sanitizer --tool $tool test_kern_cuda --attention \
+    > "$OUT/$tool.log" 2>&1
+  echo "$tool rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
+done
 
 gen() { # NAME PREFILL_MODE args...
   local name=$1 mode=$2

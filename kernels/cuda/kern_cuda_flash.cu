@@ -142,7 +142,7 @@ __device__ void kcf_pv(float (&o)[HD / 8][4], const float (&s)[KCF_KT / 8][4], c
 
 /* Online softmax over the tile: masks keys past each row's query (qp[hh]: its position, -1 for an
  * invalid row), moves the running max, rescales o and l, turns s into probabilities. */
-template <int HD>
+template <int HD, bool MASK>
 __device__ void kcf_softmax(float (&s)[KCF_KT / 8][4], float (&o)[HD / 8][4], float (&mx)[2],
                             float (&l)[2], const int (&qp)[2], int j0) {
   const int c = threadIdx.x & 3;
@@ -155,7 +155,7 @@ __device__ void kcf_softmax(float (&s)[KCF_KT / 8][4], float (&o)[HD / 8][4], fl
       for (int e = 0; e < 2; e++) {
         const int j = j0 + 8 * n + 2 * c + e;
         float &x = s[n][2 * hh + e];
-        x = j <= qp[hh] ? x : -INFINITY;
+        if (MASK) x = j <= qp[hh] ? x : -INFINITY;
         m = fmaxf(m, x);
       }
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
@@ -185,7 +185,8 @@ __global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s,
   extern __shared__ __align__(16) uint16_t kcf_sm[];
   constexpr int T = KCF_KT * (HD + KCF_PAD); /* halves of one tile */
   const int G = n_head / n_kv_head, qpb = KCF_ROWS / G, kvh = blockIdx.y;
-  const int i0 = blockIdx.x * qpb, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  /* the last query tiles (the most keys) first: the causal work's tail then is the short tiles */
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * qpb, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
   uint32_t qa[HD / 16][4];
   kcf_load_q<HD>(qa, s.q, n_head, G, i0, s.n_q, kvh, r0, qs);
@@ -214,7 +215,13 @@ __global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s,
     if (!__all_sync(0xffffffffu, qp[0] < j0 && qp[1] < j0)) {
       float sc[KCF_KT / 8][4];
       kcf_scores<HD>(sc, qa, kt);
-      kcf_softmax<HD>(sc, o, mx, l, qp, j0);
+      /* keys past a row's query only in the tiles at the diagonal (qp -1: an invalid row) */
+      const bool mask = !__all_sync(0xffffffffu, qp[0] < 0 || qp[0] >= j0 + KCF_KT - 1) ||
+                        !__all_sync(0xffffffffu, qp[1] < 0 || qp[1] >= j0 + KCF_KT - 1);
+      if (mask)
+        kcf_softmax<HD, true>(sc, o, mx, l, qp, j0);
+      else
+        kcf_softmax<HD, false>(sc, o, mx, l, qp, j0);
       kcf_pv<HD>(o, sc, vt);
     }
     __syncthreads(); /* this stage is free for the tile after next */
