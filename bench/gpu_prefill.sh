@@ -3,7 +3,8 @@
 # binaries of carry/pack (bench/device_pack.sh; unpacked by bench/device_unpack.sh):
 #   checks   test_kern_cuda --attention (attention against the CPU backend: the fused prefill
 #            kernel, the GEMM path and the reference kernel on fresh random data), and the same
-#            under compute-sanitizer memcheck and racecheck ($SAN_S seconds each, default 150)
+#            under compute-sanitizer memcheck and racecheck (test_kern_cuda --fused: the fused
+#            kernel's cases; $SAN_S seconds each, default 150)
 #   ttft     the Llama-3.1-8B shape (random bf16 weights built from the shape), time to first
 #            token for one 32K-token prompt and for 32 prompts of 256, FullKV and QEvict 20% (its
 #            key masses: the last queries through the reference kernel), with the fused kernel
@@ -24,7 +25,7 @@ timeout 300 test_kern_cuda --attention > "$OUT/test_kern_cuda.log" 2>&1
 echo "test_kern_cuda --attention rc $?"
 grep -E "^FAIL|fused|gemm path" "$OUT/test_kern_cuda.log" | head -24
 for tool in memcheck racecheck; do # (the fused kernel's cases: their CPU references are the long part)
-  timeout "${SAN_S:-150}" compute-sanitizer --tool $tool test_kern_cuda --attention \
+  timeout "${SAN_S:-150}" compute-sanitizer --tool $tool test_kern_cuda --fused \
     > "$OUT/$tool.log" 2>&1
   echo "$tool rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
 done
