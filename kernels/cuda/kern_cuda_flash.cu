@@ -11,8 +11,6 @@
  * above 65504 (inputs are clamped; post-RoPE activations are far below it). */
 #include <math.h>
 
-#include <cuda_fp16.h>
-
 #include "kern_cuda_internal.h"
 
 #define KCF_WARPS 8
@@ -183,8 +181,7 @@ template <int HD> constexpr int kcf_smem() { return 4 * KCF_KT * (HD + KCF_PAD) 
 template <int HD>
 __global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s, const uint16_t *kh,
                                                               const uint16_t *vh, int n_head,
-                                                              int n_kv_head, float qs,
-                                                              float *stats, int m0) {
+                                                              int n_kv_head, float qs) {
   extern __shared__ __align__(16) uint16_t kcf_sm[];
   constexpr int T = KCF_KT * (HD + KCF_PAD); /* halves of one tile */
   const int G = n_head / n_kv_head, qpb = KCF_ROWS / G, kvh = blockIdx.y;
@@ -240,45 +237,7 @@ __global__ __launch_bounds__(KCF_WARPS * 32) void kcf_flash_k(kern_attn_seq_t s,
 #pragma unroll
     for (int n = 0; n < HD / 8; n++)
       *(float2 *)(out + 8 * n + 2 * c) = make_float2(o[n][2 * hh] * inv, o[n][2 * hh + 1] * inv);
-    if (stats && qi >= m0 && c == 0) /* an observation query: its max and sum (base 2) */
-      stats[2 * ((size_t)(qi - m0) * n_head + h)] = mx[hh],
-                stats[2 * ((size_t)(qi - m0) * n_head + h) + 1] = l[hh];
   }
-}
-
-/* One warp per key j: key_mass[j] += (1/n_head) sum over heads and the observation queries
- * i >= m0 that see j of 2^(s_ij - M_i) / L_i, s recomputed from the same fp16 operands as the
- * fused kernel's (Q scaled to base 2, then rounded; K as converted), its M and L from stats. One
- * writer per key, a fixed order: deterministic. */
-template <int HD>
-__global__ __launch_bounds__(256) void kcf_mass_k(kern_attn_seq_t s, const uint16_t *kh,
-                                                  const float *stats, int n_head, int n_kv_head,
-                                                  float qs, int m0) {
-  constexpr int PL = HD / 32; /* channels per lane */
-  const int lane = threadIdx.x & 31, j = blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (j >= s.n_kv) return;
-  const int G = n_head / n_kv_head, i0 = j - s.q_pos0 > m0 ? j - s.q_pos0 : m0;
-  float acc = 0.0f;
-  for (int kvh = 0; kvh < n_kv_head && i0 < s.n_q; kvh++) {
-    float kr[PL];
-#pragma unroll
-    for (int t = 0; t < PL; t++)
-      kr[t] = __half2float(__ushort_as_half(kh[((size_t)j * n_kv_head + kvh) * HD + lane + 32 * t]));
-    for (int h = kvh * G; h < (kvh + 1) * G; h++)
-      for (int i = i0; i < s.n_q; i++) {
-        const float *qp = s.q + ((size_t)i * n_head + h) * HD;
-        float d = 0.0f;
-#pragma unroll
-        for (int t = 0; t < PL; t++) {
-          const float x = fminf(fmaxf(qp[lane + 32 * t] * qs, -65504.0f), 65504.0f);
-          d += __half2float(__float2half_rn(x)) * kr[t];
-        }
-        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        const float *st = stats + 2 * ((size_t)(i - m0) * n_head + h);
-        acc += exp2f(d - st[0]) / st[1];
-      }
-  }
-  if (lane == 0) s.key_mass[j] += acc / (float)n_head;
 }
 
 template <int HD>
@@ -289,18 +248,8 @@ static int kcf_launch(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_
     return QE_EBACKEND;
   const int G = sh->n_head / sh->n_kv_head, qpb = KCF_ROWS / G;
   const dim3 grid((unsigned)((s->n_q + qpb - 1) / qpb), (unsigned)sh->n_kv_head);
-  const float qs = sh->scale * KCF_LOG2E;
-  const int m0 = s->mass_q0 > 0 ? s->mass_q0 : 0, obs = s->key_mass && m0 < s->n_q ? s->n_q - m0 : 0;
-  float *st = NULL;
-  if (obs && kcu_grow(c, (void **)&c->attn_stats, &c->attn_stats_cap,
-                      sizeof(float) * 2 * (size_t)obs * sh->n_head))
-    return QE_EBACKEND;
-  if (obs) st = c->attn_stats;
-  int rc = KCU_LAUNCH(c, kcf_flash_k<HD>, grid, KCF_WARPS * 32, kcf_smem<HD>(), *s, kh, vh,
-                      sh->n_head, sh->n_kv_head, qs, st, m0);
-  if (rc || !obs) return rc;
-  return KCU_LAUNCH(c, kcf_mass_k<HD>, (unsigned)((s->n_kv + 7) / 8), 256, 0, *s, kh, st,
-                    sh->n_head, sh->n_kv_head, qs, m0);
+  return KCU_LAUNCH(c, kcf_flash_k<HD>, grid, KCF_WARPS * 32, kcf_smem<HD>(), *s, kh, vh,
+                    sh->n_head, sh->n_kv_head, sh->scale * KCF_LOG2E);
 }
 
 int kcu_flash(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh) {

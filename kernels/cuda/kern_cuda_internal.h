@@ -148,11 +148,10 @@ int kcu_attn_gemm_takes(const kern_attn_seq_t *s);
 int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
 
 /* Fused causal prefill attention on tensor cores (kern_cuda_flash.cu): the sequences the GEMM
- * path takes, at head_dim 64 or 128 and at most 64 query heads per KV head; Q, K, V rounded to
- * fp16, fp32 accumulation, online softmax, nothing materialized. Key masses (at most
- * KCU_FLASH_MASS_Q queries from mass_q0 on; kcu_attention sends longer ones to the GEMM path):
- * those queries' softmax max and sum from the fused kernel, then a kernel a warp per key that
- * recomputes their scores from the same fp16 operands. 0 or QE_EBACKEND. */
+ * path takes, at head_dim 64 or 128 and at most 64 query heads per KV head, without key masses;
+ * Q, K, V rounded to fp16, fp32 accumulation, online softmax, nothing materialized. With key
+ * masses the queries before mass_q0 go this way and the (at most KCU_FLASH_MASS_Q) others to the
+ * fp32 reference kernel, which sums the masses (kcu_attention). 0 or QE_EBACKEND. */
 #define KCU_FLASH_MASS_Q 256
 int kcu_flash_takes(const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
 int kcu_flash(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);

@@ -416,8 +416,8 @@ static void kcu_attn_descs(const kern_attn_seq_t *seqs, int n_seqs, int n_head, 
   *n_stats = off;
 }
 
-/* Runs the sequences that take the fused kernel (kcu_flash_takes, with at most KCU_FLASH_MASS_Q
- * queries contributing key masses) or else the GEMM path
+/* Runs the sequences that take the fused kernel (kcu_flash_takes; their queries from mass_q0 on,
+ * when they want key masses, are left to the reference kernel) or else the GEMM path
  * (kcu_attn_gemm_takes), and copies the others to c->attn_rest; *n_rest their count. 0 or
  * QE_EBACKEND. */
 static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
@@ -431,7 +431,12 @@ static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
               obs = s->key_mass && m0 < s->n_q ? s->n_q - m0 : 0;
     if (!c->attn_ref_only && !c->attn_no_flash && kcu_flash_takes(s, sh) &&
         obs <= KCU_FLASH_MASS_Q) {
-      rc = kcu_flash(c, s, sh);
+      kern_attn_seq_t head = *s, tail = *s; /* queries [0, n_q - obs) fused, the rest: masses */
+      head.n_q = s->n_q - obs, head.key_mass = NULL;
+      if (head.n_q > 0) rc = kcu_flash(c, &head, sh);
+      size_t skip = (size_t)head.n_q * sh->n_head * sh->head_dim;
+      tail.q += skip, tail.out += skip, tail.n_q = obs, tail.q_pos0 += head.n_q, tail.mass_q0 = 0;
+      if (obs > 0) c->attn_rest[(*n_rest)++] = tail;
     } else if (!c->attn_ref_only && kcu_attn_gemm_takes(s)) {
       rc = kcu_attn_gemm(c, s, sh);
     } else {
