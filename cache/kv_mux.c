@@ -128,11 +128,13 @@ static int mux_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int 
     if (!open_slot(x, reqs[i].seq))
       return qe_errf(QE_EINVAL, "kv_mux: attention over slot %d, which is not open", reqs[i].seq);
   int rc = 0;
-  for (int j = 0; x->fx_on && x->fx_n > 1 && j < x->fx_n && !rc; j++) { /* every row, each */
-    kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
-    rc = c->ops->attend(c, layer, reqs, n_reqs);
+  if (x->fx_on && x->fx_n > 1) { /* a fixed step over several children: each takes every row */
+    for (int j = 0; j < x->fx_n && !rc; j++) {
+      kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
+      rc = c->ops->attend(c, layer, reqs, n_reqs);
+    }
+    return rc;
   }
-  if (x->fx_on && x->fx_n > 1) return rc;
   if ((rc = grow_work(x, n_reqs))) return rc;
   memset(x->handled, 0, (size_t)n_reqs);
   for (int i = 0; i < n_reqs && !rc; i++) {
@@ -187,6 +189,11 @@ static int child_rows(const kv_mux_t *x, const int32_t *seq, int n, int id, int 
   return k;
 }
 
+/* 1 when ids[0..k) are the children of the last fixed_fill. */
+static int same_children(const kv_mux_t *x, const int *ids, int k) {
+  return k == x->fx_n && !memcmp(ids, x->fx_ids, sizeof(int) * (size_t)k);
+}
+
 static int mux_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, const int32_t *seq,
                           const int32_t *pos, int n) {
   kv_mux_t *x = (kv_mux_t *)kv;
@@ -198,13 +205,13 @@ static int mux_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, cons
                    "kv_mux: a fixed step's rows must be open in at most %d child "
                    "caches with fixed steps",
                    KV_FIXED_PARTS);
-  if (k != x->fx_n || memcmp(ids, x->fx_ids, sizeof(int) * (size_t)k))
-    memcpy(x->fx_ids, ids, sizeof ids), x->fx_n = k, x->fx_gen++;
+  if (!same_children(x, ids, k)) memcpy(x->fx_ids, ids, sizeof ids), x->fx_n = k, x->fx_gen++;
   for (int j = 0; j < k && !rc; j++) {
     kv_cache_t *c = x->ch[ids[j]].kv;
     child_rows(x, seq, n, ids[j], k > 1, x->cseq);
-    for (int i = n - 1; i >= 0; i--)
-      if (x->cseq[i] != KV_FIXED_SKIP) x->fx_s0[j] = x->cseq[i], x->fx_p0[j] = pos[i];
+    int i = 0; /* the child's first row (it has one) */
+    while (x->cseq[i] == KV_FIXED_SKIP) i++;
+    x->fx_s0[j] = x->cseq[i], x->fx_p0[j] = pos[i];
     rc = c->ops->fixed_fill(c, f, in + (size_t)j * KV_FIXED_PART_WORDS(f->stride), x->cseq, pos, n);
   }
   return rc;
@@ -214,10 +221,10 @@ static int mux_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
   kv_mux_t *x = (kv_mux_t *)kv;
   if (f && !x->fx_n) return qe_errf(QE_EINVAL, "kv_mux: fixed mode before a fixed_fill");
   int rc = 0;
-  for (int j = 0; j < x->fx_n; j++) {
+  for (int j = 0; j < x->fx_n; j++) { /* (every child leaves fixed mode, even after an error) */
     kv_cache_t *c = x->ch[x->fx_ids[j]].kv;
     kv_fixed_t part = f ? *f : (kv_fixed_t){0};
-    part.dev = f ? f->dev + (size_t)j * KV_FIXED_PART_WORDS(f->stride) : NULL;
+    if (f) part.dev = f->dev + (size_t)j * KV_FIXED_PART_WORDS(f->stride);
     int r = c->ops->fixed_mode(c, f ? &part : NULL);
     rc = rc ? rc : r;
   }
@@ -228,7 +235,7 @@ static int mux_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
 static int mux_fixed_done(kv_cache_t *kv, const int32_t *seq, int n) {
   kv_mux_t *x = (kv_mux_t *)kv;
   int ids[KV_FIXED_PARTS], k = n > 0 ? step_children(x, seq, n, ids) : 0, rc = 0;
-  if (n > 0 && (k != x->fx_n || memcmp(ids, x->fx_ids, sizeof(int) * (size_t)k)))
+  if (n > 0 && !same_children(x, ids, k))
     return qe_errf(QE_EINVAL, "kv_mux: fixed_done for rows of another step");
   for (int j = 0; j < k && !rc; j++) {
     kv_cache_t *c = x->ch[ids[j]].kv;

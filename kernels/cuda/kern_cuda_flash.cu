@@ -80,7 +80,7 @@ __device__ void kcf_issue_kv(uint16_t *kt, uint16_t *vt, const uint16_t *k, cons
 }
 
 /* The warp's Q fragments (rows r0 + g, r0 + g + 8; channels of k-step t), scaled to log2 units;
- * rows past the block's valid rows are zero. qrow(r) gives a row's query index and head. */
+ * rows past the block's valid rows are zero (row r: query i0 + r / G, head kvh * G + r % G). */
 template <int HD>
 __device__ void kcf_load_q(uint32_t (&qa)[HD / 16][4], const float *q, int n_head, int g_sz,
                            int i0, int n_q, int kvh, int r0, float qs) {
