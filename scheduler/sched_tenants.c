@@ -315,11 +315,20 @@ static int read_int(sched_tenants_t *ts, const char *sql, int64_t *v) {
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_err(ts, sql);
 }
 
+/* Switches to WAL. On a fresh file another handle's open may hold the lock this needs, and SQLite
+ * reports that as SQLITE_BUSY at once (the busy handler is not consulted for this change), so
+ * it is retried for up to BUSY_TIMEOUT_MS. */
 static int set_journal_wal(sched_tenants_t *ts) {
   sqlite3_stmt *s;
   if (sqlite3_prepare_v2(ts->db, "PRAGMA journal_mode=WAL", -1, &s, NULL) != SQLITE_OK)
     return db_err(ts, "journal_mode");
   int rc = sqlite3_step(s);
+  for (int waited = 0; (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) && waited < BUSY_TIMEOUT_MS;
+       waited += 5) {
+    sqlite3_reset(s);
+    sqlite3_sleep(5);
+    rc = sqlite3_step(s);
+  }
   const char *mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(s, 0) : NULL;
   int ok = mode && (!strcmp(mode, "wal") || !strcmp(mode, "memory"));
   sqlite3_finalize(s);
