@@ -5,12 +5,45 @@
 # with only each kernel's duration measured, over SKIP..SKIP+COUNT launches (a few decode steps
 # late in the run), and prints per kernel name: launches, total and mean microseconds, per policy,
 # and the difference. Usage (repo root, device): bench/ncu_step.sh
+# MODE=prefill: where a prefill's GPU time goes instead: one 32K-token prompt and 32 prompts of
+# 256 (FullKV, -n 1, every launch of the run, the weight upload's included under its own names),
+# per kernel name: launches and total milliseconds, and each shape's sum.
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=bench/device_unpack.sh
 source bench/device_unpack.sh || exit 1
 OUT=${OUT:-$(pwd)/bench/out/ncu_step}
 SKIP=${SKIP:-40000} COUNT=${COUNT:-4000} NEW=${NEW:-64}
 mkdir -p "$OUT"
+if [[ ${MODE:-} == prefill ]]; then
+  for shape in b1_32768 b32_256; do
+    IFS=_ read -r b len <<< "$shape"
+    timeout 280 ncu --metrics gpu__time_duration.sum --csv qevict generate --json --ignore-eos \
+      --shape llama3-8b --device 0 --batch "${b#b}" --prompt-len "$len" -n 1 \
+      > "$OUT/ncu_prefill_$shape.csv" 2> "$OUT/ncu_prefill_$shape.err"
+    echo "$shape rc $?"
+  done
+  exec python3 - "$OUT" <<'PY'
+import csv, sys, os, collections
+for shape in ["b1_32768", "b32_256"]:
+    agg = collections.defaultdict(lambda: [0, 0.0])
+    try:
+        lines = [l for l in open(os.path.join(sys.argv[1], "ncu_prefill_%s.csv" % shape))
+                 if l.startswith('"')]
+    except OSError:
+        continue
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum": continue
+        v = float(r["Metric Value"].replace(",", ""))
+        u = r.get("Metric Unit", "ns")
+        ms = v / 1e6 if u in ("nsecond", "ns") else v / 1e3 if u in ("usecond", "us") else v
+        agg[r["Kernel Name"].split("(")[0][:64]][0] += 1
+        agg[r["Kernel Name"].split("(")[0][:64]][1] += ms
+    print("%s: %d launches, %.1f ms of GPU time" % (shape, sum(v[0] for v in agg.values()),
+                                                   sum(v[1] for v in agg.values())))
+    for n, (k, ms) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:16]:
+        print("  %-64s %6d %9.2f ms" % (n, k, ms))
+PY
+fi
 for pol in full q20; do
   P=()
   [[ $pol == q20 ]] && P=(--policy qevict --budget 0.2)

@@ -339,6 +339,7 @@ static void kcu_destroy(kern_backend_t *be) {
   free(c->rope_host);
   free(c->attn_host);
   free(c->attn_rest);
+  free(c->flash_seqs);
   free(c);
 }
 

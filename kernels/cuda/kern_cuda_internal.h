@@ -62,15 +62,17 @@ typedef struct {
   size_t amax_cap;
   size_t attn_stats_cap;
   /* the GEMM path of prefill attention (kern_cuda_prefill.cu) */
-  float *attn_s;              /* device scores/probabilities of one chunk [n_head][cq][n] */
-  size_t attn_s_cap;          /* bytes */
-  size_t attn_s_budget;       /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
-  int attn_ref_only;          /* QE_CUDA_PREFILL=ref: no GEMM path */
-  int attn_no_flash;          /* QE_CUDA_PREFILL=gemm: the GEMM path, not the fused kernel */
-  void *flash_kv;             /* device fp16 copies of one sequence's K and V (fused kernel) */
-  size_t flash_kv_cap;        /* bytes */
-  kern_attn_seq_t *attn_rest; /* host: the sequences left to the reference kernel */
-  size_t attn_rest_cap;       /* bytes */
+  float *attn_s;        /* device scores/probabilities of one chunk [n_head][cq][n] */
+  size_t attn_s_cap;    /* bytes */
+  size_t attn_s_budget; /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
+  int attn_ref_only;    /* QE_CUDA_PREFILL=ref: no GEMM path */
+  int attn_no_flash;    /* QE_CUDA_PREFILL=gemm: the GEMM path, not the fused kernel */
+  void *flash_kv;       /* device fp16 copies of a batch's K and V (fused kernel) */
+  size_t flash_kv_cap;  /* bytes */
+  kern_attn_seq_t *flash_seqs; /* host: the sequences (heads) of one call for the fused kernel */
+  size_t flash_seqs_cap;       /* bytes */
+  kern_attn_seq_t *attn_rest;  /* host: the sequences left to the reference kernel */
+  size_t attn_rest_cap;        /* bytes */
   /* graphs (kern_cuda_graph.cu) */
   int capturing;       /* between graph_begin and graph_end */
   int capture_bad;     /* an op could not be recorded (scratch had to move) */
@@ -151,9 +153,10 @@ int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *s
  * path takes, at head_dim 64 or 128 and at most 64 query heads per KV head, without key masses;
  * Q, K, V rounded to fp16, fp32 accumulation, online softmax, nothing materialized. With key
  * masses the queries before mass_q0 go this way and the (at most KCU_FLASH_MASS_Q) others to the
- * fp32 reference kernel, which sums the masses (kcu_attention). 0 or QE_EBACKEND. */
+ * fp32 reference kernel, which sums the masses (kcu_attention). kcu_flash runs n such sequences
+ * (key_mass ignored; s is reordered, longest first), up to 32 per launch. 0 or QE_EBACKEND. */
 #define KCU_FLASH_MASS_Q 256
 int kcu_flash_takes(const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
-int kcu_flash(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
+int kcu_flash(kcu_t *c, kern_attn_seq_t *s, int n, const kern_attn_shape_t *sh); /* s: sorted */
 
 #endif

@@ -417,14 +417,18 @@ static void kcu_attn_descs(const kern_attn_seq_t *seqs, int n_seqs, int n_head, 
 }
 
 /* Runs the sequences that take the fused kernel (kcu_flash_takes; their queries from mass_q0 on,
- * when they want key masses, are left to the reference kernel) or else the GEMM path
- * (kcu_attn_gemm_takes), and copies the others to c->attn_rest; *n_rest their count. 0 or
- * QE_EBACKEND. */
+ * when they want key masses, are left to the reference kernel), all in one kcu_flash call, or
+ * else the GEMM path (kcu_attn_gemm_takes), and copies the others to c->attn_rest; *n_rest
+ * their count. 0 or QE_EBACKEND. */
 static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
                           const kern_attn_shape_t *sh, int *n_rest) {
   *n_rest = 0;
+  int n_fl = 0;
   int rc = kcu_grow_host(c, (void **)&c->attn_rest, &c->attn_rest_cap,
                          sizeof(kern_attn_seq_t) * (size_t)n_seqs);
+  if (!rc)
+    rc = kcu_grow_host(c, (void **)&c->flash_seqs, &c->flash_seqs_cap,
+                       sizeof(kern_attn_seq_t) * (size_t)n_seqs);
   for (int i = 0; !rc && i < n_seqs; i++) {
     const kern_attn_seq_t *s = &seqs[i];
     const int m0 = s->mass_q0 > 0 ? s->mass_q0 : 0,
@@ -433,7 +437,7 @@ static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
         obs <= KCU_FLASH_MASS_Q) {
       kern_attn_seq_t head = *s, tail = *s; /* queries [0, n_q - obs) fused, the rest: masses */
       head.n_q = s->n_q - obs, head.key_mass = NULL;
-      if (head.n_q > 0) rc = kcu_flash(c, &head, sh);
+      if (head.n_q > 0) c->flash_seqs[n_fl++] = head;
       size_t skip = (size_t)head.n_q * sh->n_head * sh->head_dim;
       tail.q += skip, tail.out += skip, tail.n_q = obs, tail.q_pos0 += head.n_q, tail.mass_q0 = 0;
       if (obs > 0) c->attn_rest[(*n_rest)++] = tail;
@@ -443,7 +447,7 @@ static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
       c->attn_rest[(*n_rest)++] = *s;
     }
   }
-  return rc;
+  return rc || !n_fl ? rc : kcu_flash(c, c->flash_seqs, n_fl, sh);
 }
 
 void kcu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,

@@ -12,7 +12,8 @@
  * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
  * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
  * QEvict's default; abs_*: the same with post-RoPE INT2 keys; --shapes: only the shapes whose
- * name contains SUBSTR): CUDA events
+ * name contains SUBSTR; FullKV shapes also time a plain read of the same bytes, the shape's
+ * read roofline): CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
  * JSON line per measurement and a table at the end. */
 #include <cuda_runtime.h>
@@ -544,6 +545,50 @@ static double bench_copy(void) {
   return gbps;
 }
 
+/* The read roofline of a shape: a plain streaming read of the same bytes (16-byte loads, grid
+ * stride, 4 in flight per thread), timed as the attention is (one launch between events, inputs
+ * rotated over the same arenas); the best of three grid sizes. */
+__global__ void bench_read(const uint4 *p, size_t n, unsigned *sink) {
+  unsigned acc = 0;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
+    acc ^= a.x ^ a.w ^ b.y ^ b.z ^ c.x ^ c.w ^ d.y ^ d.z;
+  }
+  for (; i < n; i += stride) acc ^= p[i].x ^ p[i].w;
+  if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads */
+}
+
+static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes) {
+  int sms = 0, dev = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  unsigned *sink;
+  CK(cudaMalloc((void **)&sink, sizeof *sink));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  double best = 1e30;
+  for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
+    std::vector<float> t;
+    for (int i = 0; i < 110; i++) {
+      CK(cudaEventRecord(e0));
+      bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 10) t.push_back(ms);
+    }
+    best = std::min(best, median(t));
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaFree(sink));
+  return best;
+}
+
 /* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
 static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
                           double copy_gbps, double full_ms, int hot, int abs_keys) {
@@ -604,6 +649,12 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     printf("}\n");
     fflush(stdout);
     if (ms < best.ms) best.ms = ms;
+  }
+  if (n_full < 0 && pr.arena_bytes >= (size_t)bytes) { /* FullKV: the read roofline */
+    const double rms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes);
+    printf("{\"bench\": \"%s_read_only\", \"ms\": %.4f, \"frac_copy_bw\": %.3f, "
+           "\"attention_over_read\": %.3f}\n",
+           name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms);
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
   d.arena = nullptr;

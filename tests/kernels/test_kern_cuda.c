@@ -14,7 +14,9 @@
  *   explicit key positions) with per-key masses: max relative error < 1e-4 on the reference
  *   kernel, normalized error < 2e-3 on the fused prefill kernel (fp16 tensor cores; GQA groups of
  *   1, 3, 4, 8, head_dim 64 and 128) and on the GEMM path (TF32; QE_CUDA_PREFILL=gemm);
- *   `--attention` runs these alone, `--fused` the fused kernel's cases alone (sanitizers);
+ *   `--attention` runs these alone, `--fused` the fused kernel's cases alone and `--chunks` the
+ *   GEMM path's chunked case alone (sanitizers); `--prefill-bench` times the prefill attention
+ *   (reports, asserts nothing);
  * - sampling (greedy with ties, seeded temperature / top-k / top-p): the same ids and the same
  *   rng states on many rows; the device argmax (greedy steps) equal to the CPU backend's on
  *   random rows up to 128,256 columns, ties, NaN and constant rows (not yet run on a GPU);
@@ -439,6 +441,17 @@ static void check_attention_flash(int fused_only) {
     shapes[i].scale = 1.0f / sqrtf((float)shapes[i].head_dim);
     check_attention("fused prefill and reference", &shapes[i], fl, 5, TF32_TOL);
   }
+  /* 40 sequences in one call: two launches (32 a launch), reordered longest first; some after
+   * a cached prefix, some with masses from their last 8 queries */
+  attn_case_t many[40];
+  for (int i = 0; i < 40; i++) {
+    const int q0 = i % 3 ? 17 * i : 0, nq = 64 + 5 * i;
+    many[i] = (attn_case_t){nq, q0, q0 + nq, i % 4 == 0, i % 4 == 0 ? nq - 8 : 0, 0};
+  }
+  check_attention("fused prefill, 40 sequences", &shapes[0], many, 40, TF32_TOL);
+  /* over 4K keys, masses from the last 32 and 200 queries (the reference kernel's share) */
+  attn_case_t tail[] = {{4200, 0, 4200, 1, 4168, 0}, {300, 4000, 4300, 1, 100, 0}};
+  check_attention("fused prefill, long with masses", &shapes[1], tail, 2, TF32_TOL);
   if (fused_only) return;
   setenv("QE_CUDA_PREFILL", "gemm", 1);
   CHECK_OK(kern_cuda_create(0, &gemm));
@@ -878,6 +891,58 @@ static int gap_tool(const char *path, int n_prompt, const char *list) {
   return 0;
 }
 
+/* --prefill-bench: times the prefill attention op (GQA 32/8, head_dim 128: the Llama-3.1-8B
+ * shape; one layer) on one prompt of 32,768 tokens and on 32 prompts of 256, no key masses,
+ * inputs random; median of 5 calls after 2, each ended by a download (so host time is in);
+ * prints ms and the causal product's TFLOP/s. Speed is reported here, never asserted. */
+static double prefill_ms(const kern_attn_seq_t *sg, int n, const kern_attn_shape_t *sh) {
+  double t[7];
+  float one;
+  for (int r = 0; r < 7; r++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    g_gpu->ops->attention(g_gpu, sg, n, sh);
+    CHECK_OK(g_gpu->ops->download(g_gpu, &one, sg[0].out, sizeof one));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t[r] = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  }
+  for (int i = 2; i < 7; i++) /* sort the last 5 */
+    for (int j = i + 1; j < 7; j++)
+      if (t[j] < t[i]) {
+        const double x = t[i];
+        t[i] = t[j], t[j] = x;
+      }
+  return t[4];
+}
+
+static int prefill_bench(void) {
+  const kern_attn_shape_t sh = {32, 8, 128, 1.0f / sqrtf(128.0f)};
+  const struct { int n_seq, len; } cs[] = {{1, 32768}, {32, 256}};
+  for (int c = 0; c < 2; c++) {
+    const int n = cs[c].n_seq, len = cs[c].len;
+    const size_t qn = (size_t)len * sh.n_head * sh.head_dim, kn = qn / 4;
+    float *hq = randv(qn, 1), *hk = randv(kn, 1);
+    kern_attn_seq_t *sg = calloc((size_t)n, sizeof *sg);
+    for (int i = 0; i < n; i++) {
+      sg[i] = (kern_attn_seq_t){.n_q = len, .n_kv = len};
+      sg[i].q = bput(g_gpu, hq, sizeof(float) * qn);
+      sg[i].k = bput(g_gpu, hk, sizeof(float) * kn);
+      sg[i].v = bput(g_gpu, hk, sizeof(float) * kn);
+      sg[i].out = bpoison(g_gpu, qn);
+    }
+    const double ms = prefill_ms(sg, n, &sh);
+    const double flop = 4.0 * sh.n_head * sh.head_dim * n * ((double)len * (len + 1) / 2);
+    printf("{\"prefill_bench\": \"%dx%d\", \"ms\": %.3f, \"tflops\": %.1f}\n", n, len, ms,
+           flop / ms / 1e9);
+    for (int i = 0; i < n; i++) {
+      kern_free(g_gpu, (void *)sg[i].q), kern_free(g_gpu, (void *)sg[i].k);
+      kern_free(g_gpu, (void *)sg[i].v), kern_free(g_gpu, sg[i].out);
+    }
+    free(sg), free(hq), free(hk);
+  }
+  return tu_done("kern_cuda");
+}
+
 int main(int argc, char **argv) {
   if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
   CHECK_OK(kern_cpu_create(0, &g_cpu));
@@ -895,6 +960,16 @@ int main(int argc, char **argv) {
   }
   if (argc == 2 && !strcmp(argv[1], "--attention")) { /* the attention checks alone */
     check_attentions(), check_attention_chunks(), check_attention_flash(0);
+    kern_destroy(g_gpu), kern_destroy(g_cpu);
+    return tu_done("kern_cuda");
+  }
+  if (argc == 2 && !strcmp(argv[1], "--prefill-bench")) {
+    int rc = prefill_bench();
+    kern_destroy(g_gpu), kern_destroy(g_cpu);
+    return rc;
+  }
+  if (argc == 2 && !strcmp(argv[1], "--chunks")) { /* the GEMM path's chunked case alone */
+    check_attention_chunks();
     kern_destroy(g_gpu), kern_destroy(g_cpu);
     return tu_done("kern_cuda");
   }
