@@ -67,6 +67,8 @@ typedef struct {
   size_t attn_s_budget; /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
   int attn_ref_only;    /* QE_CUDA_PREFILL=ref: no GEMM path */
   int attn_no_flash;    /* QE_CUDA_PREFILL=gemm: the GEMM path, not the fused kernel */
+  int attn_mass_gemm;   /* QE_CUDA_MASS=gemm: a fused sequence's mass queries over KCU_TAIL_GEMM_KV
+                         * keys by the GEMM path (experimental: not yet timed) */
   void *flash_kv;       /* device fp16 copies of a batch's K and V (fused kernel) */
   size_t flash_kv_cap;  /* bytes */
   kern_attn_seq_t *flash_seqs; /* host: the sequences (heads) of one call for the fused kernel */
@@ -156,6 +158,10 @@ int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *s
  * fp32 reference kernel, which sums the masses (kcu_attention). kcu_flash runs n such sequences
  * (key_mass ignored; s is reordered, longest first), up to 32 per launch. 0 or QE_EBACKEND. */
 #define KCU_FLASH_MASS_Q 256
+/* With QE_CUDA_MASS=gemm, over this many keys the mass queries take the GEMM path (TF32, its own
+ * mass kernel) whatever their count: the reference kernel reads K and V once per (query, head),
+ * ~11 ms a layer for QEvict's 32 observation queries over 32K keys on an H200. */
+#define KCU_TAIL_GEMM_KV 4096
 int kcu_flash_takes(const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
 int kcu_flash(kcu_t *c, kern_attn_seq_t *s, int n, const kern_attn_shape_t *sh); /* s: sorted */
 

@@ -417,7 +417,8 @@ static void kcu_attn_descs(const kern_attn_seq_t *seqs, int n_seqs, int n_head, 
 }
 
 /* Runs the sequences that take the fused kernel (kcu_flash_takes; their queries from mass_q0 on,
- * when they want key masses, are left to the reference kernel), all in one kcu_flash call, or
+ * when they want key masses, are left to the reference kernel, or with QE_CUDA_MASS=gemm over
+ * KCU_TAIL_GEMM_KV keys to the GEMM path), all in one kcu_flash call, or
  * else the GEMM path (kcu_attn_gemm_takes), and copies the others to c->attn_rest; *n_rest
  * their count. 0 or QE_EBACKEND. */
 static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
@@ -440,7 +441,10 @@ static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
       if (head.n_q > 0) c->flash_seqs[n_fl++] = head;
       size_t skip = (size_t)head.n_q * sh->n_head * sh->head_dim;
       tail.q += skip, tail.out += skip, tail.n_q = obs, tail.q_pos0 += head.n_q, tail.mass_q0 = 0;
-      if (obs > 0) c->attn_rest[(*n_rest)++] = tail;
+      if (obs > 0 && c->attn_mass_gemm && tail.n_kv >= KCU_TAIL_GEMM_KV)
+        rc = kcu_attn_gemm(c, &tail, sh);
+      else if (obs > 0)
+        c->attn_rest[(*n_rest)++] = tail;
     } else if (!c->attn_ref_only && kcu_attn_gemm_takes(s)) {
       rc = kcu_attn_gemm(c, s, sh);
     } else {

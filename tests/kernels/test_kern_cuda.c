@@ -452,6 +452,16 @@ static void check_attention_flash(int fused_only) {
   /* over 4K keys, masses from the last 32 and 200 queries (the reference kernel's share) */
   attn_case_t tail[] = {{4200, 0, 4200, 1, 4168, 0}, {300, 4000, 4300, 1, 100, 0}};
   check_attention("fused prefill, long with masses", &shapes[1], tail, 2, TF32_TOL);
+  kern_backend_t *mg = NULL; /* the same with the mass queries by the GEMM path */
+  setenv("QE_CUDA_MASS", "gemm", 1);
+  CHECK_OK(kern_cuda_create(0, &mg));
+  unsetenv("QE_CUDA_MASS");
+  if (mg) {
+    g_gpu = mg;
+    check_attention("fused, masses by GEMM", &shapes[1], tail, 2, TF32_TOL);
+    g_gpu = saved;
+    kern_destroy(mg);
+  }
   if (fused_only) return;
   setenv("QE_CUDA_PREFILL", "gemm", 1);
   CHECK_OK(kern_cuda_create(0, &gemm));
