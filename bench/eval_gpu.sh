@@ -19,6 +19,11 @@
 #                    ablations at 4K, 2K and 7.5K (5% and 10%, $SAMPLES samples, seed 1)
 #   PHASE=qwen_keyframe (carry carry/pack_g and the last part) the same join, then qevict with
 #                    pre-RoPE against post-RoPE INT2 keys at 1K-7.5K, 5-40%, $SAMPLES samples
+#   PHASE=qwen_window4 (carry carry/pack_g and the last part) the same join, then windows of 4
+#                    (qevict, h2o, streaming) beside qevict's 8 and h2o's 8 at 2K, 4K and 7.5K
+#                    (5%, 10%, $SAMPLES samples, default 4, seed 1), and the perplexity text at
+#                    7,480 tokens (the GPL-3 text is 7,486 Qwen tokens: 7,500 does not fit) for
+#                    the grid's policies at 5-40%
 #   PHASE=graphkv    (carry carry/pack_g carry/sm_b) joins the halves; qevict+graphkv and
 #                    h2o+graphkv (windows of 8) beside qevict and h2o, the grid's lengths,
 #                    budgets, samples (6) and seed (1), so that GraphKV's effect is read off
@@ -105,7 +110,7 @@ case "${PHASE:-}" in
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
     done ;;
   qwen_stash) cp "carry/q$QW_PART/part" "build-stash/qw_$QW_PART" && echo "stashed $QW_PART" ;;
-  qwen | qwen_ablations | qwen_keyframe)
+  qwen | qwen_ablations | qwen_keyframe | qwen_window4)
     M=build-stash/qwen.gguf
     for d in carry/q[0-9][0-9]; do cp "$d/part" "build-stash/qw_${d##*/q}" || exit 1; done
     cat build-stash/qw_?? > "$M" || exit 1
@@ -119,6 +124,18 @@ case "${PHASE:-}" in
           --seed 1 --no-diagnostics --budgets 0.05,0.1,0.2,0.4 \
           --policies "${KF_POLICIES:-qevict:keyframe=pos,qevict:keyframe=abs}" ${KF_EXTRA:-}
       done
+      exit 0
+    fi
+    if [[ $PHASE == qwen_window4 ]]; then
+      for L in 2048 4096 7500; do
+        ((SECONDS < 400)) || { echo "skipped $L (time)"; continue; }
+        ev "qwen_w4_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-4}" \
+          --seed 1 --no-diagnostics --budgets 0.05,0.1 --policies \
+          qevict,qevict:window=4,h2o:window=8,h2o:window=4,streaming:window=4
+      done
+      ((SECONDS < 470)) && ev qwen_ppl_7480 $((560 - SECONDS)) --tasks ppl --lengths 7480 \
+        --samples 1 --seed 1 --budgets 0.05,0.1,0.2,0.4 \
+        --policies qevict,kivi,h2o:window=8,streaming:window=8
       exit 0
     fi
     if [[ $PHASE == qwen_ablations ]]; then
@@ -150,6 +167,6 @@ case "${PHASE:-}" in
       ev "ablations_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples 2 \
         --policies qevict --ablations --budgets 0.05,0.1
     done ;;
-  *) echo "PHASE=stash|grid|diag|ablations|graphkv|keyframe|window4|qwen_stash|qwen|qwen_ablations" >&2
+  *) echo "PHASE=stash|grid|diag|ablations|graphkv|keyframe|window4|qwen_stash|qwen|qwen_ablations|qwen_window4" >&2
     exit 2 ;;
 esac
