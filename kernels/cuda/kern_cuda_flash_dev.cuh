@@ -86,17 +86,17 @@ KCF_FN float kcf_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, 
 KCF_FN void kcf_sync(void) { __syncthreads(); }
 KCF_FN void kcf_st2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
 
-#else /* KCF_EMU: host forms; the warp operations live in the test's emulator (emu_fiber.h) */
+#else /* KCF_EMU: host forms over the decode kernel's emulation hooks (KCA_EMU; emu_fiber.h) */
+#ifndef KCA_EMU
+#error "KCF_EMU needs KCA_EMU (the emulator's collectives)"
+#endif
 #define KCF_FN static inline
 #define KCF_UNROLL
+#include "kern_cuda_attn_dev.cuh"
 #include "qe_half.h"
 
-float kca_emu_shfl(float v, int lane_or_mask, int is_xor);
-uint32_t kca_emu_shfl_u(uint32_t v, int lane);
-const void *kca_emu_shfl_ptr(const void *p, int lane);
-void kca_emu_syncthreads(void);
-void kca_emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k, int f16);
-int kcf_emu_lane(void); /* the calling fiber's lane */
+const void *kca_emu_shfl_ptr(const void *p, int lane); /* the pointer lane `lane` holds */
+int kcf_emu_lane(void);                                /* the calling fiber's lane */
 
 KCF_FN uint32_t kcf_pack(float lo, float hi) {
   lo = fminf(fmaxf(lo, -65504.0f), 65504.0f), hi = fminf(fmaxf(hi, -65504.0f), 65504.0f);
@@ -118,12 +118,7 @@ KCF_FN void kcf_ldm4(uint32_t *r, const void *p, bool trans) {
                  : (uint32_t)r0[2 * c] | (uint32_t)r0[2 * c + 1] << 16;
   }
 }
-KCF_FN void kcf_cp16(uint16_t *dst, const uint16_t *src, int ok) {
-  if (ok)
-    memcpy(dst, src, 16);
-  else
-    memset(dst, 0, 16);
-}
+KCF_FN void kcf_cp16(uint16_t *dst, const uint16_t *src, int ok) { kca_cp16(dst, src, ok); }
 KCF_FN void kcf_commit(void) {}
 KCF_FN void kcf_wait1(void) {}
 KCF_FN float kcf_ex2(float x) { return exp2f(x); }
