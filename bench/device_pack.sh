@@ -8,6 +8,7 @@
 # Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled
 #   -Dserving=enabled -Dblas=disabled -Dnative=false, built first)
 #   bench/device_pack.sh --cpu   (the CPU build with OpenBLAS into carry/pack_cpu; see below)
+#   VARIANTS="NAME=FLAGS;..." bench/device_pack.sh --variants   (test_kern_cuda variants; below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +47,26 @@ if [[ ${1:-} == --cpu ]]; then
   pack_bin "$BUILD" cli/qevict "$PACK"
   pack_libs "$BUILD/cli/qevict" "$PACK"
   du -sh "$PACK"
+  exit 0
+fi
+
+# --variants: test_kern_cuda built once per entry of $VARIANTS ("NAME=NVCC FLAGS;NAME=..." e.g.
+# "kt32=-DKCF_KT=32;w8=-DKCF_WARPS=8 -DKCF_MT=1") through NVCC_APPEND_FLAGS, into
+# carry/var/tkc_NAME.xz, and this tree's own as tkc_new.xz (bench/gpu_prefill_ab.sh compares
+# them); the build is left as the tree's own.
+if [[ ${1:-} == --variants ]]; then
+  BUILD=build-srv-dev
+  [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
+    -Dblas=disabled -Dnative=false >/dev/null
+  mkdir -p carry/var && rm -f carry/var/tkc_*.xz
+  IFS=';' read -r -a VS <<< "${VARIANTS:-}"
+  for v in "${VS[@]}" "new="; do
+    touch kernels/cuda/*.cu # (the nvcc rule has no depfile: flags and headers need a touch)
+    NVCC_APPEND_FLAGS="${v#*=}" ninja -C "$BUILD" tests/kernels/test_kern_cuda >/dev/null
+    cp "$BUILD/tests/kernels/test_kern_cuda" "carry/var/tkc_${v%%=*}"
+    xz -T0 -6 -f "carry/var/tkc_${v%%=*}"
+  done
+  du -sh carry/var
   exit 0
 fi
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_prefill_ab.sh: the fused prefill kernel's variants side by side, in one device call. With
 # carry/pack (bench/device_pack.sh) and carry/var: test_kern_cuda builds of the variants as
-# tkc_NAME.xz (NAME: old = the previous kernel, new = this tree's; others built with
-# NVCC_APPEND_FLAGS=-DKCF_...) and optionally qevict_base.xz (the previous kernel's qevict).
+# tkc_NAME.xz (new = this tree's, others built with NVCC_APPEND_FLAGS=-DKCF_...: both by
+# `VARIANTS=... bench/device_pack.sh --variants`; an older kernel's build copied in by hand) and
+# optionally qevict_base.xz (an older tree's qevict, for the TTFT rows).
 #   checks  test_kern_cuda --attention (this tree's kernel against the CPU backend, fresh random
 #           data); memcheck and racecheck on --fused; racecheck on --chunks (the GEMM path)
 #   kernel  test_kern_cuda --prefill-bench of every variant, two rounds alternating (one layer's
