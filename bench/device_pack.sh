@@ -53,7 +53,8 @@ fi
 # --variants: test_kern_cuda built once per entry of $VARIANTS ("NAME=NVCC FLAGS;NAME=..." e.g.
 # "kt32=-DKCF_KT=32;w8=-DKCF_WARPS=8 -DKCF_MT=1") through NVCC_APPEND_FLAGS, into
 # carry/var/tkc_NAME.xz, and this tree's own as tkc_new.xz (bench/gpu_prefill_ab.sh compares
-# them); the build is left as the tree's own.
+# them; only kern_cuda_flash.cu is rebuilt per variant: flags for the prefill kernel); the build
+# is left as the tree's own.
 if [[ ${1:-} == --variants ]]; then
   BUILD=build-srv-dev
   [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
@@ -61,7 +62,7 @@ if [[ ${1:-} == --variants ]]; then
   mkdir -p carry/var && rm -f carry/var/tkc_*.xz
   IFS=';' read -r -a VS <<< "${VARIANTS:-}"
   for v in "${VS[@]}" "new="; do
-    touch kernels/cuda/*.cu # (the nvcc rule has no depfile: flags and headers need a touch)
+    touch kernels/cuda/kern_cuda_flash.cu # (no depfile in the nvcc rule: the flags need a touch)
     NVCC_APPEND_FLAGS="${v#*=}" ninja -C "$BUILD" tests/kernels/test_kern_cuda >/dev/null
     cp "$BUILD/tests/kernels/test_kern_cuda" "carry/var/tkc_${v%%=*}"
     xz -T0 -6 -f "carry/var/tkc_${v%%=*}"
