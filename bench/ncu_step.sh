@@ -36,8 +36,8 @@ for shape in ["b1_32768", "b32_256"]:
         v = float(r["Metric Value"].replace(",", ""))
         u = r.get("Metric Unit", "ns")
         ms = v / 1e6 if u in ("nsecond", "ns") else v / 1e3 if u in ("usecond", "us") else v
-        agg[r["Kernel Name"].split("(")[0][:64]][0] += 1
-        agg[r["Kernel Name"].split("(")[0][:64]][1] += ms
+        a = agg[r["Kernel Name"].split("(")[0][:64]]
+        a[0] += 1; a[1] += ms
     print("%s: %d launches, %.1f ms of GPU time" % (shape, sum(v[0] for v in agg.values()),
                                                    sum(v[1] for v in agg.values())))
     for n, (k, ms) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:16]:

@@ -152,7 +152,8 @@ int kcu_attn_gemm_takes(const kern_attn_seq_t *s);
 int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *sh);
 
 /* Fused causal prefill attention on tensor cores (kern_cuda_flash.cu): the sequences the GEMM
- * path takes, at head_dim 64 or 128 and at most 64 query heads per KV head, without key masses;
+ * path takes, at head_dim 64 or 128 and at most KCF_ROWS (128) query heads per KV head, without
+ * key masses;
  * Q, K, V rounded to fp16, fp32 accumulation, online softmax, nothing materialized. With key
  * masses the queries before mass_q0 go this way and the (at most KCU_FLASH_MASS_Q) others to the
  * fp32 reference kernel, which sums the masses (kcu_attention). kcu_flash runs n such sequences

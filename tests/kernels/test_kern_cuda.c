@@ -905,6 +905,11 @@ static int gap_tool(const char *path, int n_prompt, const char *list) {
  * shape; one layer) on one prompt of 32,768 tokens and on 32 prompts of 256, no key masses,
  * inputs random; median of 5 calls after 2, each ended by a download (so host time is in);
  * prints ms and the causal product's TFLOP/s. Speed is reported here, never asserted. */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static double prefill_ms(const kern_attn_seq_t *sg, int n, const kern_attn_shape_t *sh) {
   double t[7];
   float one;
@@ -916,16 +921,11 @@ static double prefill_ms(const kern_attn_seq_t *sg, int n, const kern_attn_shape
     clock_gettime(CLOCK_MONOTONIC, &t1);
     t[r] = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
   }
-  for (int i = 2; i < 7; i++) /* sort the last 5 */
-    for (int j = i + 1; j < 7; j++)
-      if (t[j] < t[i]) {
-        const double x = t[i];
-        t[i] = t[j], t[j] = x;
-      }
+  qsort(t + 2, 5, sizeof *t, cmp_double); /* the last 5 */
   return t[4];
 }
 
-static int prefill_bench(void) {
+static void prefill_bench(void) {
   const kern_attn_shape_t sh = {32, 8, 128, 1.0f / sqrtf(128.0f)};
   const struct { int n_seq, len; } cs[] = {{1, 32768}, {32, 256}};
   for (int c = 0; c < 2; c++) {
@@ -950,8 +950,13 @@ static int prefill_bench(void) {
     }
     free(sg), free(hq), free(hk);
   }
-  return tu_done("kern_cuda");
 }
+
+static void attention_checks(void) {
+  check_attentions(), check_attention_chunks(), check_attention_flash(0);
+}
+
+static void fused_checks(void) { check_attention_flash(1); }
 
 int main(int argc, char **argv) {
   if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
@@ -968,25 +973,20 @@ int main(int argc, char **argv) {
     kern_destroy(g_gpu), kern_destroy(g_cpu);
     return rc;
   }
-  if (argc == 2 && !strcmp(argv[1], "--attention")) { /* the attention checks alone */
-    check_attentions(), check_attention_chunks(), check_attention_flash(0);
-    kern_destroy(g_gpu), kern_destroy(g_cpu);
-    return tu_done("kern_cuda");
-  }
-  if (argc == 2 && !strcmp(argv[1], "--prefill-bench")) {
-    int rc = prefill_bench();
-    kern_destroy(g_gpu), kern_destroy(g_cpu);
-    return rc;
-  }
-  if (argc == 2 && !strcmp(argv[1], "--chunks")) { /* the GEMM path's chunked case alone */
-    check_attention_chunks();
-    kern_destroy(g_gpu), kern_destroy(g_cpu);
-    return tu_done("kern_cuda");
-  }
-  if (argc == 2 && !strcmp(argv[1], "--fused")) { /* the fused prefill kernel's cases alone */
-    check_attention_flash(1);
-    kern_destroy(g_gpu), kern_destroy(g_cpu);
-    return tu_done("kern_cuda");
+  if (argc == 2) { /* one group of checks alone (for the sanitizers), or the benchmark */
+    static const struct {
+      const char *flag;
+      void (*run)(void);
+    } only[] = {{"--attention", attention_checks},    /* every attention check */
+                {"--fused", fused_checks},            /* the fused prefill kernel's cases */
+                {"--chunks", check_attention_chunks}, /* the GEMM path's chunked case */
+                {"--prefill-bench", prefill_bench}};
+    for (size_t i = 0; i < sizeof only / sizeof *only; i++)
+      if (!strcmp(argv[1], only[i].flag)) {
+        only[i].run();
+        kern_destroy(g_gpu), kern_destroy(g_cpu);
+        return tu_done("kern_cuda");
+      }
   }
   kern_backend_t *gemmex = NULL;
   setenv("QE_CUDA_GEMM", "gemmex", 1);
