@@ -14,9 +14,6 @@
 
 #define KCA_EMU 1
 #define KCF_EMU 1
-extern "C" {
-#include "attn_ref.h"
-}
 #include "kern_cuda_attn_dev.cuh"
 #include "kern_cuda_flash_dev.cuh"
 
