@@ -130,7 +130,7 @@ case "${PHASE:-}" in
       for L in 2048 4096 7500; do
         ((SECONDS < 400)) || { echo "skipped $L (time)"; continue; }
         ev "qwen_w4_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-4}" \
-          --seed 1 --no-diagnostics --budgets 0.05,0.1 --policies \
+          --seed 1 --no-diagnostics --budgets 0.05,0.1 ${W4_EXTRA:-} --policies \
           qevict,qevict:window=4,h2o:window=8,h2o:window=4,streaming:window=4
       done
       ((SECONDS < 470)) && ev qwen_ppl_7480 $((560 - SECONDS)) --tasks ppl --lengths 7480 \

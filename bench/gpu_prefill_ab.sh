@@ -9,7 +9,7 @@
 #   kernel  test_kern_cuda --prefill-bench of every variant, two rounds alternating (one layer's
 #           attention, 1 x 32K and 32 x 256)
 #   ttft    qevict generate, 8B shape, 1 x 32K (FullKV, QEvict 20%) and 32 x 256, this tree
-#           against qevict_base; QEvict 20% with QE_CUDA_MASS=gemm (mass queries by the GEMM path)
+#           against qevict_base; QEvict 20% with QE_CUDA_MASS=ref (mass queries by the reference)
 # Usage (repo root, device): OUT=DIR bench/gpu_prefill_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -57,8 +57,8 @@ gen() { # NAME BIN args...
   gen "b1_32k_q20_$b" $bin --batch 1 --prompt-len 32768 --policy qevict --budget 0.2
   gen "b32_256_full_$b" $bin --batch 32 --prompt-len 256
 done
-# the observation queries' masses by the GEMM path (QE_CUDA_MASS=gemm, experimental)
-QE_CUDA_MASS=gemm gen b1_32k_q20_massgemm qevict --batch 1 --prompt-len 32768 --policy qevict \
+# the mass queries by the reference kernel (QE_CUDA_MASS=ref; the GEMM path is the default)
+QE_CUDA_MASS=ref gen b1_32k_q20_massref qevict --batch 1 --prompt-len 32768 --policy qevict \
   --budget 0.2
-QE_CUDA_MASS=gemm gen b32_256_q20_massgemm qevict --batch 32 --prompt-len 256 --policy qevict \
+QE_CUDA_MASS=ref gen b32_256_q20_massref qevict --batch 32 --prompt-len 256 --policy qevict \
   --budget 0.2

@@ -408,8 +408,8 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   const char *pf = getenv("QE_CUDA_PREFILL"); /* "ref": every sequence to the reference kernel */
   c->attn_ref_only = pf && !strcmp(pf, "ref");
   c->attn_no_flash = pf && !strcmp(pf, "gemm"); /* "gemm": the GEMM path, not the fused kernel */
-  const char *ms = getenv("QE_CUDA_MASS"); /* "gemm": long prompts' mass queries by the GEMM path */
-  c->attn_mass_gemm = ms && !strcmp(ms, "gemm");
+  const char *ms = getenv("QE_CUDA_MASS"); /* "ref": long prompts' mass queries by the reference */
+  c->attn_mass_gemm = !(ms && !strcmp(ms, "ref"));
   int rc = kcu_init(c);
   if (rc) {
     char msg[256];

@@ -67,8 +67,8 @@ typedef struct {
   size_t attn_s_budget; /* most bytes a chunk's scores may take (QE_CUDA_PREFILL_MB, 1 GiB) */
   int attn_ref_only;    /* QE_CUDA_PREFILL=ref: no GEMM path */
   int attn_no_flash;    /* QE_CUDA_PREFILL=gemm: the GEMM path, not the fused kernel */
-  int attn_mass_gemm;   /* QE_CUDA_MASS=gemm: a fused sequence's mass queries over KCU_TAIL_GEMM_KV
-                         * keys by the GEMM path (experimental: not yet timed) */
+  int attn_mass_gemm;   /* a fused sequence's mass queries over KCU_TAIL_GEMM_KV keys by the GEMM
+                         * path (default; QE_CUDA_MASS=ref: by the reference kernel) */
   void *flash_kv;       /* device fp16 copies of a batch's K and V (fused kernel) */
   size_t flash_kv_cap;  /* bytes */
   kern_attn_seq_t *flash_seqs; /* host: the sequences (heads) of one call for the fused kernel */

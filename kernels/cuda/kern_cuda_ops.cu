@@ -417,8 +417,8 @@ static void kcu_attn_descs(const kern_attn_seq_t *seqs, int n_seqs, int n_head, 
 }
 
 /* Runs the sequences that take the fused kernel (kcu_flash_takes; their queries from mass_q0 on,
- * when they want key masses, are left to the reference kernel, or with QE_CUDA_MASS=gemm over
- * KCU_TAIL_GEMM_KV keys to the GEMM path), all in one kcu_flash call, or
+ * when they want key masses, go over KCU_TAIL_GEMM_KV keys to the GEMM path, else, or with
+ * QE_CUDA_MASS=ref, to the reference kernel), all in one kcu_flash call, or
  * else the GEMM path (kcu_attn_gemm_takes), and copies the others to c->attn_rest; *n_rest
  * their count. 0 or QE_EBACKEND. */
 static int kcu_attn_split(kcu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
