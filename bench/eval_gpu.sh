@@ -19,6 +19,9 @@
 #                    ablations at 4K, 2K and 7.5K (5% and 10%, $SAMPLES samples, seed 1)
 #   PHASE=qwen_keyframe (carry carry/pack_g and the last part) the same join, then qevict with
 #                    pre-RoPE against post-RoPE INT2 keys at 1K-7.5K, 5-40%, $SAMPLES samples
+#   PHASE=qwen_snapkv (carry carry/pack_g and the last part) the same join, then snapkv and
+#                    pyramidkv at windows of 8 beside qevict and h2o's 8: every task at 1K, 2K, 4K
+#                    and 7.5K, 5/10/20/40%, $SAMPLES samples (default 2: the Qwen grid's), seed 1
 #   PHASE=qwen_window4 (carry carry/pack_g and the last part) the same join, then windows of 4
 #                    (qevict, h2o, streaming) beside qevict's 8 and h2o's 8 at 2K, 4K and 7.5K
 #                    (5%, 10%, $SAMPLES samples, default 4, seed 1), and the perplexity text at
@@ -36,6 +39,11 @@
 #   PHASE=window4    (the model in parts sm_a..sm_d of `split -n 4`, stashed or carried) qevict, h2o and streaming at
 #                    windows of 4 tokens beside qevict's default 8, the ablations' lengths
 #                    (2K, 4K, 7.5K), budgets (5%, 10%), samples (6) and seed (1)
+#   PHASE=snapkv     (the model in parts sm_a..sm_d, stashed or carried; carry/pack_g with
+#                    test_kv_gpu.xz) test_kv_gpu first (SnapKV's and PyramidKV's routing on the
+#                    device against kv_route_decide and the CPU cache's), then the grid with
+#                    snapkv and pyramidkv at windows of 8 beside qevict, kivi, h2o and streaming:
+#                    every task at 1K-7.5K, 5/10/20/40%, $SAMPLES samples (default 6), seed 1
 #   PHASE=diag       (carry carry/pack carry/sm_b) joins the halves; the grid's policies at 2K
 #                    and 4K, 5% and 10%, 2 samples, with the mechanism diagnostics (FMM, churn,
 #                    LIR, QSA, INT2 mass ratio) from the GPU cache's observers
@@ -93,6 +101,17 @@ case "${PHASE:-}" in
       ev "keyframe_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-4}" \
         --seed 1 --no-diagnostics --budgets 0.05,0.1,0.2,0.4 --policies qevict,qevict:keyframe=abs
     done ;;
+  snapkv)
+    join_parts || exit 1
+    timeout 200 test_kv_gpu > "$DEST/test_kv_gpu.log" 2>&1
+    echo "test_kv_gpu rc $?"
+    grep -E "^FAIL|snapkv|pyramidkv" "$DEST/test_kv_gpu.log" | head -12
+    for L in 1024 2048 4096 7500; do
+      ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+      ev "snapkv_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-6}" \
+        --seed 1 --budgets 0.05,0.1,0.2,0.4 --policies \
+        qevict,kivi,h2o:window=8,streaming:window=8,snapkv:window=8,pyramidkv:window=8
+    done ;;
   grid)
     cat build-stash/sm_a carry/sm_b/part > "$M" || exit 1
     sha256sum "$M"
@@ -110,7 +129,7 @@ case "${PHASE:-}" in
         --policies qevict,kivi,h2o:window=8,streaming:window=8 --budgets 0.05,0.1
     done ;;
   qwen_stash) cp "carry/q$QW_PART/part" "build-stash/qw_$QW_PART" && echo "stashed $QW_PART" ;;
-  qwen | qwen_ablations | qwen_keyframe | qwen_window4)
+  qwen | qwen_ablations | qwen_keyframe | qwen_window4 | qwen_snapkv)
     M=build-stash/qwen.gguf
     for d in carry/q[0-9][0-9]; do cp "$d/part" "build-stash/qw_${d##*/q}" || exit 1; done
     cat build-stash/qw_?? > "$M" || exit 1
@@ -123,6 +142,15 @@ case "${PHASE:-}" in
         ev "qwen_kf_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples "${SAMPLES:-2}" \
           --seed 1 --no-diagnostics --budgets 0.05,0.1,0.2,0.4 \
           --policies "${KF_POLICIES:-qevict:keyframe=pos,qevict:keyframe=abs}" ${KF_EXTRA:-}
+      done
+      exit 0
+    fi
+    if [[ $PHASE == qwen_snapkv ]]; then
+      for L in 1024 2048 4096 7500; do
+        ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
+        ev "qwen_snapkv_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples \
+          "${SAMPLES:-2}" --seed 1 --budgets 0.05,0.1,0.2,0.4 --policies \
+          qevict,h2o:window=8,snapkv:window=8,pyramidkv:window=8
       done
       exit 0
     fi

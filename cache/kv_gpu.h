@@ -36,11 +36,15 @@ int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_
  * (4, 8 or a multiple of 16) in FULL bf16 pages or INT2/4/8 ledgers, routed with cfg's q, sink,
  * local region, bits, group and promotion after each prefilled layer and whenever a window ages.
  * The sink is rounded up to whole windows. Budgets are persistent bytes per slot (all layers,
- * split evenly over them): FULL pages with kept ledgers, ledgers, and a fixed bookkeeping charge
- * per live window, as kv_tiered charges them. GraphKV re-scoring (cfg->graphkv) runs on the
- * device before each decision, as kv_tiered does it (kern_cuda_route.h's kc_route_gkv_t).
- * Limits: scorer cumulative or recency, graphkv with a cumulative scorer and at most
- * KV_GPU_GRAPHKV_MAX_M neighbours, no pyramid budgets (QE_EUNSUPPORTED otherwise); a prompt arrives
+ * split evenly over them, or by kv_pyramid_share with cfg->pyramid): FULL pages with kept
+ * ledgers, ledgers, and a fixed bookkeeping charge per live window, as kv_tiered charges them.
+ * Scores: cumulative attention (the decode kernel adds each step's window masses), recency, or
+ * the prefill's observation-window masses, max-pooled over cfg->pool_kernel windows and frozen
+ * (SnapKV; the pooling applies to any scorer's prefill masses, as in kv_tiered). GraphKV
+ * re-scoring (cfg->graphkv) runs on the device before each decision, as kv_tiered does it
+ * (kern_cuda_route.h's kc_route_gkv_t). Limits: scorer cumulative, recency or prefill, graphkv
+ * with a cumulative scorer and at most KV_GPU_GRAPHKV_MAX_M neighbours (QE_EUNSUPPORTED
+ * otherwise); a prompt arrives
  * in one piece (a multi-token attention of a slot that already holds tokens is QE_EUNSUPPORTED).
  * The arena holds n_seqs slots of max_tokens under the budget spec (fraction of
  * kv_gpu_fullkv_bytes, or bytes when non-zero): their steady FULL and ledger shares plus one layer

@@ -96,7 +96,7 @@ struct kv_gpu_tier {
   double spec_fraction; /* budget spec for slots without an explicit budget */
   size_t spec_bytes;
   size_t *pending, *budget; /* [max_seqs] */
-  int64_t *h_bhist;         /* [max_seqs] per-layer B_hist */
+  int64_t *h_bhist;         /* [n_layer][max_seqs] B_hist of each (layer, slot) */
   int32_t *h_len, *h_slots; /* [max_seqs] */
   kvg_buf_t d_bhist, d_len, d_slots, d_mass;
   kc_timer_t *timer[2]; /* GPU time of the routing passes: after prefills [0], in decode [1] */
@@ -121,7 +121,10 @@ size_t kv_gpu__tier_bytes(kv_gpu_t *g, int seq);
 /* Pages for the windows that the n tokens start, on layers layer0 .. layer0 + n_layers - 1. */
 int kv_gpu__tier_alloc(kv_gpu_t *g, int layer0, int n_layers, const int32_t *tok_slot,
                        const int32_t *tok_pos, int n);
+/* The decode kernel's tier arguments; the window masses accumulate into the scores unless the
+ * scores are the prefill's, frozen (kv_gpu__tier_accumulates 0: SnapKV's scorer). */
 void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a);
+int kv_gpu__tier_accumulates(const kv_gpu_t *g);
 int kv_gpu__tier_masses(kv_gpu_t *g, size_t total, float **mass);
 int kv_gpu__tier_obs(const kv_gpu_t *g);
 /* After the prefill attention of reqs[sel[0..np)] (g->work[i] holds the i-th one's key masses):
@@ -134,7 +137,8 @@ int kv_gpu__tier_decoded(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, cons
 int kv_gpu__tier_aged(const kv_gpu_t *g, int len);
 /* kv_gpu_obs.c: the tiered mode's observer (kv_cache_set_observer). The hooks run only while
  * g->obs is set: the decode kernel's step masses go to the observer's buffer (obs_args) and are
- * then added to the scores (obs_fold, bit-identical to accumulating them); obs_capture records
+ * then added to the scores (obs_fold, bit-identical to accumulating them; not for frozen
+ * scores); obs_capture records
  * a layer's observations after its attention and before its routing; obs_emit hands them to the
  * observer once the step's routing has run (nd: decoding requests in the call). */
 int kv_gpu__obs_set(kv_cache_t *kv, kv_obs_fn fn, void *ud);

@@ -76,7 +76,8 @@ int kv_gpu__obs_args(kv_gpu_t *g, kc_attn_args_t *a) {
 }
 
 void kv_gpu__obs_fold(kv_gpu_t *g, int layer) {
-  kern_backend_t *be = g->base.be; /* windows the call did not write hold 0 */
+  if (!kv_gpu__tier_accumulates(g)) return; /* frozen prefill scores */
+  kern_backend_t *be = g->base.be;          /* windows the call did not write hold 0 */
   be->ops->add(be, g->t->rt.score + kv_gpu__tab_index(g, layer, 0, 0), g->obs->d_mass.p,
                (size_t)g->base.geom.max_seqs * (size_t)g->max_win);
 }

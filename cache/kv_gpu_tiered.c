@@ -62,16 +62,24 @@ static size_t budget_for(const kv_gpu_t *g, int seq, int capacity) {
 /* ---- slots ------------------------------------------------------------------------------------
  */
 
+/* B_hist of layer l under a slot budget of b bytes (at least kv_gpu_min_budget): b split evenly
+ * over the layers, or by PyramidKV's shares of what exceeds the layers' floors. */
+static int64_t layer_bhist(const kv_gpu_tier_t *t, size_t b, int l, int L) {
+  if (!t->cfg.pyramid || L == 1) return (int64_t)(b / (size_t)L - t->floor);
+  return (int64_t)kv_pyramid_share(b - t->floor * (size_t)L, l, L);
+}
+
 int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
   kv_gpu_tier_t *t = g->t;
-  size_t b = budget_for(g, seq, capacity), per = b / (size_t)g->base.geom.n_layer;
+  const int L = g->base.geom.n_layer, S = g->base.geom.max_seqs;
+  size_t b = budget_for(g, seq, capacity);
   if (b < kv_gpu_min_budget(&g->base))
     return qe_errf(QE_EINVAL, "kv_gpu: budget %zu bytes below the minimum %zu (sink and local)", b,
                    kv_gpu_min_budget(&g->base));
   t->budget[seq] = b, t->pending[seq] = 0;
-  t->h_bhist[seq] = (int64_t)(per - t->floor);
+  for (int l = 0; l < L; l++) t->h_bhist[(size_t)l * S + seq] = layer_bhist(t, b, l, L);
   int rc = kc_route_reset_slot(&t->rt, seq, g->stream);
-  if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * g->base.geom.max_seqs);
+  if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * (size_t)L * S);
   return rc;
 }
 
@@ -167,11 +175,14 @@ int kv_gpu__tier_prefilled(kv_gpu_t *g, int layer, const kv_attn_req_t *reqs, co
   return rc ? rc : route(g, slots, np, layer, 1, 1);
 }
 
+int kv_gpu__tier_accumulates(const kv_gpu_t *g) { return g->t->cfg.scorer != KV_SCORE_PREFILL; }
+
 void kv_gpu__tier_attn_args(const kv_gpu_t *g, int layer, kc_attn_args_t *a) {
   a->has_quant = g->t->rt.use_int2; /* (a policy without INT2: the bf16 FULL-only kernel) */
   a->geom.bits = g->t->cfg.quant.bits, a->geom.group = g->t->cfg.quant.group;
   a->rope = g->t->arope;
   a->abs_keys = g->t->cfg.quant.key_frame == KV_KEY_FRAME_ABS;
+  if (!kv_gpu__tier_accumulates(g)) return; /* frozen prefill scores: no masses */
   a->mass = g->t->rt.score + kv_gpu__tab_index(g, layer, 0, 0);
   a->flags |= KC_ATTN_MASS_ACCUMULATE;
 }
@@ -388,7 +399,8 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
                     .use_int2 = cfg->q > 0,
                     .use_full = cfg->q < 1,
                     .promote = cfg->promote,
-                    .recency = cfg->scorer == KV_SCORE_RECENCY};
+                    .recency = cfg->scorer == KV_SCORE_RECENCY,
+                    .pool = cfg->pool_kernel};
   r->sink_win = (cfg->n_sink + g->omega - 1) / g->omega;
   r->pg =
       (kern_paged_geom_t){ge->n_kv_head, ge->head_dim, g->omega, cfg->quant.bits, cfg->quant.group};
@@ -399,11 +411,12 @@ static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t
     rc = qe_errf(QE_EUNSUPPORTED, "kv_gpu: a %zu-byte ledger does not fit a %zu-byte page",
                  r->lay.total, g->page_bytes);
   t->pending = calloc(S, sizeof(size_t)), t->budget = calloc(S, sizeof(size_t));
-  t->h_bhist = calloc(S, sizeof(int64_t)), t->h_len = calloc(S, sizeof(int32_t));
+  t->h_bhist = calloc(S * (size_t)ge->n_layer, sizeof(int64_t));
+  t->h_len = calloc(S, sizeof(int32_t));
   t->h_slots = calloc(S, sizeof(int32_t));
   if (!rc && (!t->pending || !t->budget || !t->h_bhist || !t->h_len || !t->h_slots))
     rc = qe_errf(QE_ENOMEM, "kv_gpu: out of memory");
-  if (!rc) rc = kv_gpu__buf_need(g, &t->d_bhist, sizeof(int64_t) * S);
+  if (!rc) rc = kv_gpu__buf_need(g, &t->d_bhist, sizeof(int64_t) * S * (size_t)ge->n_layer);
   if (!rc) rc = kv_gpu__buf_need(g, &t->d_len, sizeof(int32_t) * S);
   if (!rc) rc = kv_gpu__buf_need(g, &t->d_slots, sizeof(int32_t) * S);
   if (!rc) rc = kv_gpu_bounds(ge, cfg, 0, &t->floor, NULL, NULL);

@@ -1,5 +1,5 @@
 /* kv_policies: the policy registry (one line per policy), lookup by name with the
- * "+graphkv" suffix, and validation of a policy configuration. */
+ * "+graphkv" suffix, validation of a policy configuration, and PyramidKV's layer shares. */
 #include <string.h>
 
 #include "kv_policies_internal.h"
@@ -53,6 +53,13 @@ int kv_policy_check(const kv_policy_cfg_t *c, int head_dim) {
   int rc = kv_qparams_check(&c->quant, head_dim);
   if (!rc && c->graphkv) rc = graphkv_check(&c->gkv);
   return rc;
+}
+
+size_t kv_pyramid_share(size_t spare, int l, int L) {
+  if (L <= 1) return spare;
+  double w = 1.5 - (double)l / (L - 1), total = 0;
+  for (int i = 0; i < L; i++) total += 1.5 - (double)i / (L - 1);
+  return (size_t)((double)spare * w / total);
 }
 
 kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim) {

@@ -50,6 +50,10 @@ const kv_policy_desc_t *const *kv_policy_list(void);
 /* The configuration adapted to a model: a value group that does not divide head_dim (the
  * default 32 on a model with 8-wide heads) becomes their greatest common divisor. */
 kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim);
+/* PyramidKV's share of `spare` (the budget above every layer's floor) for layer l of L: weights
+ * decreasing linearly with depth from 1.5 to 0.5, normalized over the layers, rounded down. Both
+ * tiered caches (CPU and GPU) size their layers with it. */
+size_t kv_pyramid_share(size_t spare, int l, int L);
 /* Checks a configuration: QE_EINVAL with a detail naming the field (window, bits, q, sink,
  * local, group, graphkv...). */
 int kv_policy_check(const kv_policy_cfg_t *cfg, int head_dim);

@@ -174,10 +174,7 @@ static size_t layer_budget(const kv_tiered_t *t, size_t budget, int l) {
   int L = t->base.geom.n_layer;
   size_t floor_b = t->sink_bytes + t->local_reserve;
   if (!t->cfg.pyramid || L == 1) return budget / (size_t)L;
-  size_t spare = budget - floor_b * (size_t)L;
-  double w = 1.5 - (double)l / (L - 1), total = 0;
-  for (int i = 0; i < L; i++) total += 1.5 - (double)i / (L - 1);
-  return floor_b + (size_t)((double)spare * w / total);
+  return floor_b + kv_pyramid_share(budget - floor_b * (size_t)L, l, L);
 }
 
 size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w) {

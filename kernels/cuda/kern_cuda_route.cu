@@ -125,12 +125,24 @@ __global__ void kcr_alloc_k(const kc_route_t r, int layer0, const int32_t *ts, c
   r.win[i] = kcr_full_desc(r, pg, w, 0);
 }
 
-/* One thread per window of the slot's first n_tok positions. */
-__global__ void kcr_masses_k(const kc_route_t r, int layer, int slot, const float *m, int n_tok) {
-  const int w = blockIdx.x * blockDim.x + threadIdx.x, t0 = w * r.omega;
-  if (t0 >= n_tok) return;
+/* Window w's mass: the sum of the key masses m[t] of its tokens below n_tok. */
+__device__ __forceinline__ float kcr_win_mass(const kc_route_t &r, const float *m, int w,
+                                              int n_tok) {
   float s = 0.0f;
-  for (int t = t0; t < t0 + r.omega && t < n_tok; t++) s += m[t];
+  for (int t = w * r.omega; t < (w + 1) * r.omega && t < n_tok; t++) s += m[t];
+  return s;
+}
+
+/* One thread per window of the slot's first n_tok positions (nw windows); past the sink, the
+ * largest mass among the windows within r.pool / 2 (kv_tiered's pool_masses: its window list
+ * starts after the sink). */
+__global__ void kcr_masses_k(const kc_route_t r, int layer, int slot, const float *m, int n_tok) {
+  const int w = blockIdx.x * blockDim.x + threadIdx.x, nw = (n_tok + r.omega - 1) / r.omega;
+  if (w >= nw) return;
+  float s = kcr_win_mass(r, m, w, n_tok);
+  const int h = w >= r.sink_win ? r.pool / 2 : 0;
+  for (int j = max(w - h, r.sink_win); j <= min(w + h, nw - 1); j++)
+    if (j != w) s = fmaxf(s, kcr_win_mass(r, m, j, n_tok));
   r.score[kcr_idx(r, layer, slot, w)] += s;
 }
 
@@ -217,7 +229,7 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
     if (threadIdx.x == 0) atomicOr(r.err_flag, 4), r.routed[j] = 0;
     return;
   }
-  const int64_t b_hist = c.b_hist[s];
+  const int64_t b_hist = c.b_hist[j];
   if (kcr_relaxed(r, full, anyq, b_hist)) { /* no pressure: all FULL */
     for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = KCR_FULL;
     return;
@@ -293,7 +305,7 @@ __global__ void kcr_gkv_cand_k(const kc_route_t r, const kc_route_call_t c, int 
   full = kcr_block_sum(full, red);
   const int anyq = __syncthreads_or(quant);
   if (threadIdx.x) return;
-  const int64_t b_hist = c.b_hist[s];
+  const int64_t b_hist = c.b_hist[j];
   const bool rank = n > 1 && !kcr_relaxed(r, full, anyq, b_hist);
   G.n_cand[g] = rank ? n : 0;
   G.n_slots[g] = kcr_budget_slots(r, b_hist, n);

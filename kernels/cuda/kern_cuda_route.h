@@ -10,7 +10,8 @@
  *   win    kern_pwin_t [..]  the descriptors the decode kernel reads (FULL pages and ledgers are
  *                            offsets from one arena of units of page_bytes: page p is unit p;
  *                            ledger id l is slot l % led_per of unit l / led_per)
- *   score  float [..]        cumulative attention mass (the decode kernel accumulates into it)
+ *   score  float [..]        the routing scores: cumulative attention mass (the decode kernel
+ *                            accumulates into it), or the prefill's masses alone (frozen)
  *   page   int32 [..]        FULL page id, or -1
  *   ledger int32 [..]        ledger id (write-once: kept while promoted), or -1
  *   plan   int8 [..]         scratch: the tier decided by the last routing
@@ -87,6 +88,8 @@ typedef struct {
   int use_full; /* history may stay FULL (q < 1) */
   int promote;  /* QUANT candidates may become FULL */
   int recency;  /* rank by position (newest first) instead of score (KIVI-style) */
+  int pool;     /* >1: a prefill's window masses max-pooled over this many windows past the
+                   sink (SnapKV), as kv_tiered pools them; 1: none */
   /* state */
   kern_pwin_t *win;
   float *score;
@@ -113,14 +116,14 @@ typedef struct {
   kc_route_gkv_t gkv;
 } kc_route_t;
 
-/* Per-call inputs: the slots to look at and, per slot (indexed by slot), its length and its
- * history budget per layer (B_hist, bytes). */
+/* Per-call inputs: the slots to look at and, per slot, its length and its history budget on each
+ * layer (B_hist, bytes; per layer: PyramidKV's budgets differ by layer). */
 typedef struct {
   const int32_t *slots; /* device [n_slots] */
   int n_slots;
   int layer0, n_layers;  /* layers [layer0, layer0 + n_layers) */
   const int32_t *len;    /* device [max_seqs] */
-  const int64_t *b_hist; /* device [max_seqs] */
+  const int64_t *b_hist; /* device [n_layer * max_seqs], indexed layer * max_seqs + slot */
   int force;             /* route even when no window aged (after a prefill) */
 } kc_route_call_t;
 
@@ -135,8 +138,10 @@ int kc_route_release_slot(const kc_route_t *r, int slot, void *stream);
  * active ones) are skipped. */
 int kc_route_alloc_windows(const kc_route_t *r, int layer0, int n_layers, const int32_t *tok_slot,
                            const int32_t *tok_pos, int n, void *stream);
-/* score[w] += sum of key_mass[t] over the window's tokens t (positions 0 .. n_tok - 1 of one
- * slot, key_mass [n_tok] in position order), one layer. */
+/* score[w] += the window's mass, one layer of one slot: the sum of key_mass[t] over its tokens t
+ * (positions 0 .. n_tok - 1, key_mass [n_tok] in position order), max-pooled over r->pool windows
+ * past the sink (the window and r->pool / 2 on each side among windows sink_win .. the last) when
+ * r->pool > 1. */
 int kc_route_add_masses(const kc_route_t *r, int layer, int slot, const float *key_mass, int n_tok,
                         void *stream);
 /* One routing pass over c's slots and layers: decide, allocate, quantize / dequantize (through

@@ -145,8 +145,8 @@ refused() { # FIELD, submit options...
   fi
 }
 if [[ -z "$CPU" ]]; then
-  refused policy.name --policy snapkv --budget 0.3
-  refused policy.name --policy pyramidkv --budget 0.3
+  refused policy.window --policy snapkv --budget 0.3
+  refused policy.window --policy pyramidkv --budget 0.3
   refused policy.window --policy h2o --budget 0.3
   refused policy.graphkv --policy qevict --graphkv=0.3,33,1 --budget 0.3
   refused policy.scorer --policy qevict --scorer knorm --budget 0.3

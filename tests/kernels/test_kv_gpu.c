@@ -9,8 +9,9 @@
  *   9/3 at head_dim 64: normalized error < 1e-2 (the decode kernel rounds q and P to bf16), no
  *   NaN; bad calls get errors;
  * - the observers (kv_cache_set_observer): the tiered GPU cache's stream equals the CPU tiered
- *   cache's on the same inputs (qevict, kivi, streaming at budgets that keep the same window
- *   counts on both): every event, slot, layer, length, aged count and tier exactly, masses within
+ *   cache's on the same inputs (qevict, kivi, streaming, snapkv and pyramidkv: pooled, frozen
+ *   prefill scores and layer-wise budgets; at budgets that keep the same window counts on
+ *   both): every event, slot, layer, length, aged count and tier exactly, masses within
  *   2e-4 per query + 2% (check_observers says why); observing changes no output or score bit;
  *   the GPU's FullKV mode refuses an observer;
  * - GraphKV on the device: kc_graphkv_rescore against graphkv_rescore bit for bit (random
@@ -551,15 +552,21 @@ static void tstate_free(tstate_t *st) {
   free(st->win), free(st->score), free(st->page), free(st->ledger), free(st->arena);
 }
 
+/* B_hist of (layer l, slot s) as the cache set it. */
+static int64_t bhist(const kv_gpu_t *g, int l, int s) {
+  return g->t->h_bhist[(size_t)l * g->base.geom.max_seqs + s];
+}
+
 /* Every (layer, slot): tiers agree with pages and ledgers, persistent bytes within the layer's
  * budget. Returns the number of violations. */
+
 static int check_invariants(kv_gpu_t *g, const tstate_t *st, const int *slots, int n) {
   const kc_route_t *r = &g->t->rt;
   int bad = 0;
   for (int l = 0; l < g->base.geom.n_layer; l++)
     for (int k = 0; k < n; k++) {
       int s = slots[k], nwin = (g->seqs[s].len + g->omega - 1) / g->omega;
-      size_t bytes = 0, per = g->t->budget[s] / (size_t)g->base.geom.n_layer;
+      size_t bytes = 0, per = (size_t)bhist(g, l, s) + g->t->floor;
       for (int w = 0; w < nwin; w++) {
         size_t i = (size_t)kv_gpu__tab_index(g, l, s, w);
         int t = st->win[i].tier;
@@ -638,7 +645,7 @@ static int check_decisions(kv_gpu_t *g, const tstate_t *before, const tstate_t *
                            r->lay.total + KVG_META};
         idx[m++] = (int)i;
       }
-      kv_route_params_t p = {(size_t)g->t->h_bhist[s], r->q, r->use_int2, r->use_full, r->promote};
+      kv_route_params_t p = {(size_t)bhist(g, l, s), r->q, r->use_int2, r->use_full, r->promote};
       if (r->gkv.on && m > 1)
         ref_graphkv(g, before, idx, c, m, p.b_hist, force ? k_prompt : NULL, force ? off[k] : 0);
       kv_route_decide(c, m, &p, out, ord);
@@ -708,8 +715,9 @@ static double decode_error(kv_gpu_t *g, tstate_t *st, int l, const int *slots, i
   if (!attn_ref_run(&p, out, mass)) {
     for (size_t i = 0; i < no; i++)
       e2 += (got[i] - out[i]) * (got[i] - out[i]), r2 += out[i] * out[i];
+    const int acc = kv_gpu__tier_accumulates(g); /* frozen prefill scores: no change */
     for (int w = 0; w < p.n_win; w++) {
-      double d = fabs((double)score_after[map[w]] - score_before[map[w]] - mass[w]);
+      double d = fabs((double)score_after[map[w]] - score_before[map[w]] - (acc ? mass[w] : 0));
       me = d > me ? d : me;
     }
   } else
@@ -1242,6 +1250,9 @@ int main(int argc, char **argv) {
   check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 4);
   if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60, 4);
   if (!small) check_tiered("h2o", ABS, 8, 2, 128, 0.3, 80, 4);
+  /* SnapKV's frozen, pooled prefill scores and PyramidKV's layer budgets, at windows of 8 */
+  check_tiered("snapkv", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 8);
+  if (!small) check_tiered("pyramidkv", ABS, 8, 2, 128, 0.3, 80, 8);
   check_graphkv_kernel(small);
   check_mean_keys(KERN_ROPE_NORM, 0);
   check_mean_keys(KERN_ROPE_NORM, 1);
@@ -1253,6 +1264,7 @@ int main(int argc, char **argv) {
   if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);
   if (!small) check_observers("kivi", -1), check_observers("streaming", -1);
+  if (!small) check_observers("snapkv", -1), check_observers("pyramidkv", -1);
   kv_geom_t bad = {2, 8, 2, 32, 1};
   kv_cache_t *kv = NULL;
   CHECK(kv_gpu_create(g_gpu, &bad, 16, 100, 1 << 20, &kv) == QE_EUNSUPPORTED);

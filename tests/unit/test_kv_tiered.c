@@ -502,9 +502,12 @@ static void check_gpu_policies(void) {
   expect_gpu_policy("qevict", 4, 0, 128, 32, 8, NULL); /* windows of 4: post-RoPE keys */
   expect_gpu_policy("h2o", 4, 0, 128, 32, 8, NULL);
   expect_gpu_policy("qevict", 2, 0, 128, 32, 8, "policy.window");
-  expect_gpu_policy("snapkv", 0, 0, 128, 32, 8, "policy.name");
+  expect_gpu_policy("snapkv", 0, 0, 128, 32, 8, "policy.window"); /* token-level by default */
+  expect_gpu_policy("snapkv", 8, 0, 128, 32, 8, NULL);    /* frozen, pooled prefill scores */
+  expect_gpu_policy("pyramidkv", 4, 0, 128, 32, 8, NULL); /* and layer-wise budgets */
+  expect_gpu_policy("snapkv+graphkv", 8, 0, 128, 32, 8, "policy.graphkv"); /* not cumulative */
   expect_gpu_policy("knorm", 8, 1, 128, 32, 8, "policy.scorer");
-  expect_gpu_policy("pyramidkv", 8, 0, 128, 32, 8, "policy.name");
+  expect_gpu_policy("knorm", 8, 0, 128, 32, 8, "policy.name");
   expect_gpu_policy("qevict+graphkv", 0, 0, 128, 32, 8, NULL);
   kv_policy_desc_t d; /* more neighbours per source than the GPU re-scoring takes */
   CHECK_OK(kv_policy_find("qevict+graphkv", &d));
