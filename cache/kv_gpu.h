@@ -44,8 +44,8 @@ int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_
  * re-scoring (cfg->graphkv) runs on the device before each decision, as kv_tiered does it
  * (kern_cuda_route.h's kc_route_gkv_t). Limits: scorer cumulative, recency or prefill, graphkv
  * with a cumulative scorer and at most KV_GPU_GRAPHKV_MAX_M neighbours (QE_EUNSUPPORTED
- * otherwise); a prompt arrives
- * in one piece (a multi-token attention of a slot that already holds tokens is QE_EUNSUPPORTED).
+ * otherwise); a prompt arrives in one piece (a multi-token attention of a slot that already holds
+ * tokens is QE_EUNSUPPORTED).
  * The arena holds n_seqs slots of max_tokens under the budget spec (fraction of
  * kv_gpu_fullkv_bytes, or bytes when non-zero): their steady FULL and ledger shares plus one layer
  * of prompt at FULL each. A pool that runs dry on the device does not fail a call: the affected
