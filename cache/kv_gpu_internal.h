@@ -138,9 +138,9 @@ int kv_gpu__tier_aged(const kv_gpu_t *g, int len);
 /* kv_gpu_obs.c: the tiered mode's observer (kv_cache_set_observer). The hooks run only while
  * g->obs is set: the decode kernel's step masses go to the observer's buffer (obs_args) and are
  * then added to the scores (obs_fold, bit-identical to accumulating them; not for frozen
- * scores); obs_capture records
- * a layer's observations after its attention and before its routing; obs_emit hands them to the
- * observer once the step's routing has run (nd: decoding requests in the call). */
+ * scores); obs_capture records a layer's observations after its attention and before its
+ * routing; obs_emit hands them to the observer once the step's routing has run (nd: decoding
+ * requests in the call). */
 int kv_gpu__obs_set(kv_cache_t *kv, kv_obs_fn fn, void *ud);
 void kv_gpu__obs_free(kv_gpu_t *g);
 int kv_gpu__obs_args(kv_gpu_t *g, kc_attn_args_t *a);
