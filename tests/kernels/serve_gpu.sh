@@ -5,8 +5,8 @@
 # checks: every request finishes with all its tokens; with two groups both took requests; the
 # tenant's reserved bytes, sampled from /metrics and `qevict requests` while they run, never
 # exceed its quota (and requests did queue behind it); the GPU memory figures are there; the
-# policies the GPU cache cannot run are refused with INVALID_ARGUMENT naming the field. Then the
-# daemon stops. First, on any machine: bad --device values fail with a clear message. Bash and the
+# policies the GPU cache cannot run are refused with INVALID_ARGUMENT naming the field, and a
+# snapkv request at windows of 8 runs within its budget. Then the daemon stops. First, on any machine: bad --device values fail with a clear message. Bash and the
 # qevict binary only (no Python, no curl).
 #
 # usage: tests/kernels/serve_gpu.sh [MODEL.gguf [QEVICT]]
@@ -224,6 +224,13 @@ for i in "${!POLICIES[@]}"; do
   echo "  request $i ${POLICIES[$i]}: worker $w, $(grep -o '"memory":{[^}]*}' "$f" | head -c 240)"
 done
 ((${#seen[@]} == WORKERS)) || bad "requests ran on ${!seen[*]}, want $WORKERS group(s)"
+if ((FITS)); then # SnapKV at windows of 8 (frozen prefill scores on the GPU cache): accepted
+  sub "$T/snap" --policy snapkv --window 8 --budget 0.3 || bad "snapkv: $(cat "$T/snap.err")"
+  grep -q '"finish":"length"' "$T/snap" || bad "snapkv: $(head -c 300 "$T/snap")"
+  bytes=$(num bytes "$T/snap") budget=$(num budget_bytes "$T/snap")
+  ((bytes > 0 && bytes <= budget)) || bad "snapkv holds $bytes bytes of its budget $budget"
+  echo "  snapkv window 8: $(grep -o '"memory":{[^}]*}' "$T/snap" | head -c 240)"
+fi
 "$Q" requests --tenant gpu-t --limit 20 | sed 's/^/  /'
 
 kill "$SERVE"
