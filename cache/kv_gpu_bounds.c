@@ -13,17 +13,22 @@ int kv_gpu_policy_check(const kv_policy_cfg_t *c, const char *name, int scorer_n
                    "policy.name: '%s' needs the GPU tiered cache, which takes head_dim 64 or 128 "
                    "and at most 8 query heads per KV head (this model: %d, %d/%d); use policy full",
                    name, head_dim, n_head, n_kv);
-  if (c->graphkv && (c->gkv.m > KV_GPU_GRAPHKV_MAX_M || c->scorer != KV_SCORE_CUMULATIVE))
+  if (c->graphkv && c->scorer != KV_SCORE_CUMULATIVE)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "policy.graphkv: '%s': the GPU cache re-scores only a cumulative scorer's "
+                   "scores (qevict, h2o)",
+                   name);
+  if (c->graphkv && c->gkv.m > KV_GPU_GRAPHKV_MAX_M)
     return qe_errf(QE_EUNSUPPORTED,
                    "policy.graphkv: '%s': the GPU cache re-scores with at most %d neighbours per "
-                   "source and a cumulative scorer (got m = %d)",
+                   "source (got m = %d)",
                    name, KV_GPU_GRAPHKV_MAX_M, c->gkv.m);
   if (c->scorer != KV_SCORE_CUMULATIVE && c->scorer != KV_SCORE_RECENCY &&
       c->scorer != KV_SCORE_PREFILL)
     return qe_errf(QE_EUNSUPPORTED,
                    "%s: '%s' does not run on the GPU cache, which routes by cumulative attention, "
                    "recency or the prefill's observation window (qevict, kivi; h2o, streaming, "
-                   "snapkv and pyramidkv with policy.window 4 or 8)",
+                   "snapkv and pyramidkv with policy.window 4, 8 or a multiple of 16)",
                    scorer_named ? "policy.scorer" : "policy.name", name);
   if (c->quant.key_frame == KV_KEY_FRAME_WINDOW)
     return qe_errf(QE_EUNSUPPORTED,

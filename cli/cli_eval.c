@@ -43,7 +43,8 @@ static const char *eval_help =
     "  --threads N       CPU threads (default: all cores)\n"
     "  --device N        run on CUDA GPU N (CUDA builds): FullKV and the policies the GPU cache\n"
     "                    runs (qevict, kivi; h2o, streaming, snapkv and pyramidkv with\n"
-    "                    :window=8 or 4; +graphkv on qevict and h2o), diagnostics\n"
+    "                    :window=4, 8 or a multiple of 16; +graphkv on qevict and h2o),\n"
+    "                    diagnostics\n"
     "                    included (the shadow is the GPU cache); the others' rows report the\n"
     "                    refusal\n"
     "  --quiet           no progress lines on stderr\n";

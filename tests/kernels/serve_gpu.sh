@@ -6,8 +6,9 @@
 # tenant's reserved bytes, sampled from /metrics and `qevict requests` while they run, never
 # exceed its quota (and requests did queue behind it); the GPU memory figures are there; the
 # policies the GPU cache cannot run are refused with INVALID_ARGUMENT naming the field, and a
-# snapkv request at windows of 8 runs within its budget. Then the daemon stops. First, on any machine: bad --device values fail with a clear message. Bash and the
-# qevict binary only (no Python, no curl).
+# snapkv request at windows of 8 runs within its budget. Then the daemon stops. First, on any
+# machine: bad --device values fail with a clear message. Bash and the qevict binary only (no
+# Python, no curl).
 #
 # usage: tests/kernels/serve_gpu.sh [MODEL.gguf [QEVICT]]
 #   MODEL   a GGUF (default $QE_SMOLLM2, else ~/.cache/qevict/models/SmolLM2-135M-Instruct.Q4_1.gguf

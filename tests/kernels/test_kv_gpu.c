@@ -19,6 +19,9 @@
  *   groups per launch); kc_mean_keys against the CPU's mean pre-RoPE keys (QUANT exactly, FULL
  *   within 1e-5: the device's sincosf); the tiered cache with qevict+graphkv: every routing
  *   decision equal to graphkv_rescore + kv_route_decide on the state before it;
+ * - SnapKV on the device: kc_route_add_masses' pooled window scores bit for bit against
+ *   kv_tiered_attn.c's pool_masses rule; every tiered case's layer budgets within the slot's
+ *   budget (even over the layers, or 3:1 with pyramid budgets on two layers);
  * - kv_gpu_pool_usage: FullKV counts the pages open slots hold and their peak; tiered counts the
  *   held FULL pages and slabs with a held ledger (as the device state says after every step), a
  *   peak that never falls and bounds it, and nothing in use once every slot is closed.
@@ -772,6 +775,68 @@ static int check_recency_order(kv_gpu_t *g, const tstate_t *st, int n_slots) {
   return bad;
 }
 
+/* The slots' layer budgets as set at open, against what the budget allows independently of how
+ * they were computed: the layers' B_hist plus their floors within the slot's budget; even over
+ * the layers, or with pyramid budgets on two layers, the first layer's share three times the
+ * last's (weights 1.5 and 0.5). Returns the violations. */
+static int check_layer_budgets(const kv_gpu_t *g, int n_slots) {
+  const int L = g->base.geom.n_layer;
+  int bad = 0;
+  for (int s = 0; s < n_slots; s++) {
+    int64_t sum = 0, first = bhist(g, 0, s), last = bhist(g, L - 1, s);
+    for (int l = 0; l < L; l++) sum += bhist(g, l, s) + (int64_t)g->t->floor;
+    bad += sum > (int64_t)g->t->budget[s] || first < 0 || last < 0;
+    if (!g->t->cfg.pyramid) bad += first != last;
+    if (g->t->cfg.pyramid && L == 2) bad += llabs(first - 3 * last) > 3;
+  }
+  return bad;
+}
+
+/* kc_route_add_masses with SnapKV's pooling against kv_tiered_attn.c's pool_masses rule, on the
+ * device alone: random key masses over a fresh slot's 203 positions (slot 1, layer 1); past the
+ * sink a window's score is the largest window sum within pool / 2 windows among the windows past
+ * the sink, a sink window's its own sum; bit for bit (the same sums in the same order; the
+ * maximum is exact), and some window must have been raised by a neighbour. */
+static void check_pooled_masses(void) {
+  kv_geom_t ge = {2, 8, 2, 64, 2};
+  kern_rope_t rope = {KERN_ROPE_NORM, 64, 10000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("snapkv", &d));
+  d.cfg.omega = 8;
+  kv_cache_t *kv = NULL;
+  enum { N = 203, CAP = 256 };
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, CAP, 2, 0.3, 0, &kv));
+  if (!kv) return;
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  const kc_route_t *r = &g->t->rt;
+  CHECK_OK(kv->ops->seq_open(kv, 1, CAP));
+  float *m = randv(N), got[(N + 7) / 8], ws[(N + 7) / 8];
+  for (int t = 0; t < N; t++) m[t] = fabsf(m[t]);
+  float *dm = dput(m, sizeof(float) * N);
+  CHECK_OK(kc_route_add_masses(r, 1, 1, dm, N, g->stream));
+  CHECK_OK(kc_stream_sync(g->stream));
+  const int nw = (N + r->omega - 1) / r->omega, h = r->pool / 2;
+  dget(got, r->score + kv_gpu__tab_index(g, 1, 1, 0), sizeof(float) * (size_t)nw);
+  int bad = 0, raised = 0;
+  for (int w = 0; w < nw; w++) {
+    ws[w] = 0.0f;
+    for (int t = w * r->omega; t < (w + 1) * r->omega && t < N; t++) ws[w] += m[t];
+  }
+  for (int w = 0; w < nw; w++) {
+    float want = ws[w];
+    for (int j = w - h; w >= r->sink_win && j <= w + h; j++)
+      if (j >= r->sink_win && j < nw && ws[j] > want) want = ws[j];
+    bad += got[w] != want, raised += want != ws[w];
+  }
+  fprintf(stderr,
+          "kc_route_add_masses, SnapKV pooling (pool %d, %d windows, %d in the sink): %d "
+          "mismatches, %d windows raised by a neighbour\n",
+          r->pool, nw, r->sink_win, bad, raised);
+  CHECK(r->pool == 7 && bad == 0 && raised > 0);
+  kern_free(g_gpu, dm), free(m);
+  kv_cache_destroy(kv);
+}
+
 static void check_tiered(const char *policy, int frame, int n_head, int n_kv, int hd, double frac,
                          int steps, int omega) {
   kv_geom_t ge = {2, n_head, n_kv, hd, 3};
@@ -787,6 +852,7 @@ static void check_tiered(const char *policy, int frame, int n_head, int n_kv, in
   kv_gpu_t *g = (kv_gpu_t *)kv;
   CHECK(kv_gpu_is_tiered(kv));
   for (int s = 0; s < 3; s++) CHECK_OK(kv->ops->seq_open(kv, s, cap));
+  CHECK(check_layer_budgets(g, 3) == 0);
   int nq = n_head * hd, row = n_kv * hd, max_tok = 512, bad_inv = 0, bad_dec = 0, events = 0;
   float *dq = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * nq);
   float *dout = kern_alloc(g_gpu, sizeof(float) * (size_t)max_tok * nq);
@@ -1251,6 +1317,7 @@ int main(int argc, char **argv) {
   if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60, 4);
   if (!small) check_tiered("h2o", ABS, 8, 2, 128, 0.3, 80, 4);
   /* SnapKV's frozen, pooled prefill scores and PyramidKV's layer budgets, at windows of 8 */
+  check_pooled_masses();
   check_tiered("snapkv", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 8);
   if (!small) check_tiered("pyramidkv", ABS, 8, 2, 128, 0.3, 80, 8);
   check_graphkv_kernel(small);
