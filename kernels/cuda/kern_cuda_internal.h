@@ -153,10 +153,10 @@ int kcu_attn_gemm(kcu_t *c, const kern_attn_seq_t *s, const kern_attn_shape_t *s
 
 /* Fused causal prefill attention on tensor cores (kern_cuda_flash.cu): the sequences the GEMM
  * path takes, at head_dim 64 or 128 and at most KCF_ROWS (128) query heads per KV head, without
- * key masses;
- * Q, K, V rounded to fp16, fp32 accumulation, online softmax, nothing materialized. With key
- * masses the queries before mass_q0 go this way and the (at most KCU_FLASH_MASS_Q) others to the
- * fp32 reference kernel, which sums the masses (kcu_attention). kcu_flash runs n such sequences
+ * key masses; Q, K, V rounded to fp16, fp32 accumulation, online softmax, nothing
+ * materialized. With key masses the queries before mass_q0 go this way and the (at most
+ * KCU_FLASH_MASS_Q) others to the GEMM path (over KCU_TAIL_GEMM_KV keys or more) or the fp32
+ * reference kernel, which sum the masses (kcu_attention). kcu_flash runs n such sequences
  * (key_mass ignored; s is reordered, longest first), up to 32 per launch. 0 or QE_EBACKEND. */
 #define KCU_FLASH_MASS_Q 256
 /* With QE_CUDA_MASS=gemm, over this many keys the mass queries take the GEMM path (TF32, its own

@@ -902,15 +902,15 @@ static int gap_tool(const char *path, int n_prompt, const char *list) {
   return 0;
 }
 
-/* --prefill-bench: times the prefill attention op (GQA 32/8, head_dim 128: the Llama-3.1-8B
- * shape; one layer) on one prompt of 32,768 tokens and on 32 prompts of 256, no key masses,
- * inputs random; median of 5 calls after 2, each ended by a download (so host time is in);
- * prints ms and the causal product's TFLOP/s. Speed is reported here, never asserted. */
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
+/* --prefill-bench: times the prefill attention op (GQA 32/8, head_dim 128: the Llama-3.1-8B
+ * shape; one layer) on one prompt of 32,768 tokens and on 32 prompts of 256, no key masses,
+ * inputs random; median of 5 calls after 2, each ended by a download (so host time is in);
+ * prints ms and the causal product's TFLOP/s. Speed is reported here, never asserted. */
 static double prefill_ms(const kern_attn_seq_t *sg, int n, const kern_attn_shape_t *sh) {
   double t[7];
   float one;
