@@ -9,9 +9,9 @@
 #                    FullKV's bytes; one JSON and one markdown per length into $DEST
 #   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
 #   PHASE=qwen_stash (carry carry/qNN, QW_PART=NN) keeps part NN of Qwen2.5-Coder-1.5B-Instruct
-#                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB, in 55 MiB parts q00..q19 (52 MiB: q00..q20) of
-#                    `split -b 57671680 -d -a 2`, each in a call of its own while the machine
-#                    stays warm; 52 MiB parts when the tree is larger)
+#                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB) in parts q00..q25 of `split -b 42M
+#                    -d -a 2` (a part and the tracked tree must stay under 64 MiB), each in a
+#                    call of its own while the machine stays warm
 #   PHASE=qwen       (carry carry/pack_g and the last part) joins the parts, checks the pinned sha256,
 #                    then the grid's policies and budgets at 1K, 2K, 4K and 7.5K, $SAMPLES
 #                    samples (default 2), seed 1
@@ -21,7 +21,8 @@
 #                    pre-RoPE against post-RoPE INT2 keys at 1K-7.5K, 5-40%, $SAMPLES samples
 #   PHASE=qwen_snapkv (carry carry/pack_g and the last part) the same join, then snapkv and
 #                    pyramidkv at windows of 8 beside qevict and h2o's 8: every task at 1K, 2K, 4K
-#                    and 7.5K, 5/10/20/40%, $SAMPLES samples (default 2: the Qwen grid's), seed 1
+#                    and 7.5K (QS_LENGTHS, longest first), 5/10/20/40%, $SAMPLES samples (default 2:
+#                    the Qwen grid's) from sample $FIRST (default 0), seed 1
 #   PHASE=qwen_window4 (carry carry/pack_g and the last part) the same join, then windows of 4
 #                    (qevict, h2o, streaming) beside qevict's 8 and h2o's 8 at 2K, 4K and 7.5K
 #                    (5%, 10%, $SAMPLES samples, default 4, seed 1), and the perplexity text at
@@ -146,11 +147,11 @@ case "${PHASE:-}" in
       exit 0
     fi
     if [[ $PHASE == qwen_snapkv ]]; then
-      for L in 1024 2048 4096 7500; do
+      for L in ${QS_LENGTHS:-7500 4096 2048 1024}; do
         ((SECONDS < 470)) || { echo "skipped $L (time)"; continue; }
         ev "qwen_snapkv_$L" $((560 - SECONDS)) --tasks all --lengths "$L" --samples \
-          "${SAMPLES:-2}" --seed 1 --budgets 0.05,0.1,0.2,0.4 --policies \
-          qevict,h2o:window=8,snapkv:window=8,pyramidkv:window=8
+          "${SAMPLES:-2}" --first-sample "${FIRST:-0}" --seed 1 --no-diagnostics --budgets \
+          0.05,0.1,0.2,0.4 --policies qevict,h2o:window=8,snapkv:window=8,pyramidkv:window=8
       done
       exit 0
     fi

@@ -4,6 +4,9 @@ per prompt length, as bench/eval_gpu.sh writes them.
 
     tools/eval_merge.py OUT.md [PLOT.png] RESULTS.json...
 
+Files of one length (shards of samples, `--first-sample`) are joined: counts summed, scores
+weighted by their compared samples.
+
 Tables: FullKV per task and length; per policy x budget and length, the accuracy averaged over
 the tasks FullKV solves there (compared samples only) and the number of compared samples; the
 perplexity KL from FullKV per length; and, at 5% and 10%, qevict against the best of the other
@@ -19,11 +22,36 @@ def rows(j, **kw):
 
 
 def load(paths):
-    out = []
+    """(length, results) per length; shards of one length (--first-sample) become one."""
+    by_len = {}
     for p in paths:
         j = json.load(open(p))
-        out.append((j["config"]["lengths"][0], j))
-    return sorted(out, key=lambda x: x[0])
+        L = j["config"]["lengths"][0]
+        by_len[L] = join(by_len[L], j) if L in by_len else j
+    return sorted(by_len.items(), key=lambda x: x[0])
+
+
+def join(a, b):
+    """b's table rows folded into a's: counts summed, mean_score weighted by compared samples
+    (the mean over both shards' compared samples), a ppl row's KL kept from the first shard."""
+    keys = ("task", "length", "policy", "budget")
+    at = {tuple(r.get(k) for k in keys): r for r in a["table"]}
+    for r in b["table"]:
+        q = at.get(tuple(r.get(k) for k in keys))
+        if q is None:
+            a["table"].append(r)
+            continue
+        n, m = q.get("compared") or 0, r.get("compared") or 0
+        if q.get("mean_score") is not None and r.get("mean_score") is not None and n + m:
+            q["mean_score"] = (q["mean_score"] * n + r["mean_score"] * m) / (n + m)
+        elif q.get("mean_score") is None:
+            q["mean_score"] = r.get("mean_score")
+        for k in ("runs", "passed", "compared", "errors"):
+            if isinstance(q.get(k), int) and isinstance(r.get(k), int):
+                q[k] += r[k]
+        if q.get("kl") is None:
+            q["kl"] = r.get("kl")
+    return a
 
 
 def cell(j, length, pol, budget, key):
