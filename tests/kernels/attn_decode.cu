@@ -560,7 +560,32 @@ __global__ void bench_read(const uint4 *p, size_t n, unsigned *sink) {
   if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads */
 }
 
-static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes) {
+/* The same bytes read in the chunk kernel's pattern (FullKV, n_kv 8, head_dim 128): block (KV
+ * head, sequence, chunk) reads its head's 256-byte slice of every 2 KiB token row of its chunk
+ * of the sequence's K rows and V rows (rows contiguous, as a sequence's pages are here), 16
+ * lanes a row, 4 loads in flight per thread, 192 threads, chunks as many as make two blocks per
+ * multiprocessor: a layout's cost apart from the attention's own work. */
+__global__ void bench_read_gqa(const uint4 *p, int seq, unsigned *sink) {
+  const int kvh = blockIdx.x, b = blockIdx.y, nkv = gridDim.x, per = blockDim.x / 16;
+  const int row = nkv * 16; /* uint4 per token row (n_kv * 128 bf16) */
+  const int t0 = (int)((long)seq * blockIdx.z / gridDim.z);
+  const int t1 = (int)((long)seq * (blockIdx.z + 1) / gridDim.z);
+  unsigned acc = 0;
+  for (int kv = 0; kv < 2; kv++) {
+    const uint4 *k = p + ((size_t)(2 * b + kv) * seq) * row + kvh * 16 + threadIdx.x % 16;
+    for (int t = t0 + threadIdx.x / 16; t < t1; t += 4 * per) {
+      uint4 a[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) a[u] = t + u * per < t1 ? k[(size_t)(t + u * per) * row] : uint4{};
+#pragma unroll
+      for (int u = 0; u < 4; u++) acc ^= a[u].x ^ a[u].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_seqs = 0,
+                            int gqa_len = 0) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -574,7 +599,11 @@ static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes) {
     std::vector<float> t;
     for (int i = 0; i < 110; i++) {
       CK(cudaEventRecord(e0));
-      bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
+      if (gqa_seqs) /* (per_sm: 4, 8, 16 chunks' worth of blocks a multiprocessor, halved) */
+        bench_read_gqa<<<dim3(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
+                         192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
+      else
+        bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       float ms = 0;
@@ -652,9 +681,12 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   }
   if (n_full < 0 && pr.arena_bytes >= (size_t)bytes) { /* FullKV: the read roofline */
     const double rms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes);
+    const double gms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, n_seq, seq);
     printf("{\"bench\": \"%s_read_only\", \"ms\": %.4f, \"frac_copy_bw\": %.3f, "
-           "\"attention_over_read\": %.3f}\n",
-           name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms);
+           "\"attention_over_read\": %.3f, \"gqa_pattern_ms\": %.4f, \"gqa_frac_copy_bw\": %.3f, "
+           "\"attention_over_gqa_read\": %.3f}\n",
+           name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms, gms,
+           bytes / gms / 1e6 / copy_gbps, best.ms / gms);
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
   d.arena = nullptr;
