@@ -12,8 +12,9 @@
  * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
  * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
  * QEvict's default; abs_*: the same with post-RoPE INT2 keys; --shapes: only the shapes whose
- * name contains SUBSTR; FullKV shapes also time a plain read of the same bytes, the shape's
- * read roofline): CUDA events
+ * name contains SUBSTR; FullKV shapes also time the kernel without masses, as the engine's
+ * FullKV cache calls it, and two reads of the same bytes, the shape's read roofline: a plain
+ * stream and the chunk kernel's own access pattern): CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
  * JSON line per measurement and a table at the end. */
 #include <cuda_runtime.h>
@@ -678,6 +679,14 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     printf("}\n");
     fflush(stdout);
     if (ms < best.ms) best.ms = ms;
+  }
+  if (n_full < 0) { /* FullKV as the engine's FullKV cache runs it: no masses (auto chunks) */
+    a = dev_args(&pr, &d, cw0);
+    a.mass = nullptr;
+    const double ms = bench_time(a, arenas.data(), n_rot, reps), gbps = bytes / ms / 1e6;
+    printf("{\"bench\": \"%s_no_masses\", \"chunk_win\": %d, \"ms\": %.4f, \"GBps\": %.1f, "
+           "\"frac_copy_bw\": %.3f, \"over_with_masses\": %.3f}\n",
+           name, cw0, ms, gbps, gbps / copy_gbps, ms / best.ms);
   }
   if (n_full < 0 && pr.arena_bytes >= (size_t)bytes) { /* FullKV: the read roofline */
     const double rms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes);
