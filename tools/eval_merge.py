@@ -4,8 +4,8 @@ per prompt length, as bench/eval_gpu.sh writes them.
 
     tools/eval_merge.py OUT.md [PLOT.png] RESULTS.json...
 
-Files of one length (shards of samples, `--first-sample`) are joined: counts summed, scores
-weighted by their compared samples.
+Files of one length (shards of samples, `--first-sample`) are joined: counts summed, means
+weighted by the samples behind them (`join`).
 
 Tables: FullKV per task and length; per policy x budget and length, the accuracy averaged over
 the tasks FullKV solves there (compared samples only) and the number of compared samples; the
@@ -32,8 +32,9 @@ def load(paths):
 
 
 def join(a, b):
-    """b's table rows folded into a's: counts summed, mean_score weighted by compared samples
-    (the mean over both shards' compared samples), a ppl row's KL kept from the first shard."""
+    """b's table rows folded into a's: counts summed; the accuracy and mean score weighted by
+    the compared samples, perplexity, KL and top-1 agreement by the runs without an error (means
+    over both shards' samples); the diagnostics' means, which these tables do not use, dropped."""
     keys = ("task", "length", "policy", "budget")
     at = {tuple(r.get(k) for k in keys): r for r in a["table"]}
     for r in b["table"]:
@@ -41,16 +42,20 @@ def join(a, b):
         if q is None:
             a["table"].append(r)
             continue
-        n, m = q.get("compared") or 0, r.get("compared") or 0
-        if q.get("mean_score") is not None and r.get("mean_score") is not None and n + m:
-            q["mean_score"] = (q["mean_score"] * n + r["mean_score"] * m) / (n + m)
-        elif q.get("mean_score") is None:
-            q["mean_score"] = r.get("mean_score")
+        ok = lambda x: (x.get("runs") or 0) - (x.get("errors") or 0)
+        for fields, weight in ((("mean_score", "accuracy"), lambda x: x.get("compared") or 0),
+                               (("kl", "ppl", "top1"), ok)):
+            n, m = weight(q), weight(r)
+            for k in fields:
+                x, y = q.get(k), r.get(k)
+                q[k] = x if y is None or not m else y if x is None or not n else \
+                    (x * n + y * m) / (n + m)
+        for k in ("fmm", "churn", "global_lir", "ttr_median", "qsa", "int2_mass_ratio",
+                  "promotions", "agreement", "bytes_over_budget"):
+            q.pop(k, None)
         for k in ("runs", "passed", "compared", "errors"):
             if isinstance(q.get(k), int) and isinstance(r.get(k), int):
                 q[k] += r[k]
-        if q.get("kl") is None:
-            q["kl"] = r.get("kl")
     return a
 
 

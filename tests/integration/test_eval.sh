@@ -63,6 +63,26 @@ RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
   --policies qevict,h2o,kivi --budgets 0.05,0.3,0.6 --seed 11 --all-samples \
   --json "$TMP/f.json" --markdown "$TMP/f.md" || bad "run f (--first-sample 1)"
 expect_exit 2 "first sample -1" "${E[@]}" --first-sample -1
+# tools/eval_merge.py joins shards of one length: samples 0 and 1 run apart (g, f) give the
+# tables of one run over both (h); on SmolLM2 when present (stories260K solves no sample, so its
+# tables hold KL alone)
+if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
+  J=("$QEVICT" eval --model "$QE_SMOLLM2" --quiet --threads 2 --tasks niah_single,ppl
+     --lengths 400 --new 12 --policies qevict,h2o --budgets 0.3 --seed 11 --no-diagnostics)
+else
+  J=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350 --new 12 --policies qevict,h2o,kivi
+     --budgets 0.05,0.3,0.6 --seed 11 --all-samples)
+fi
+"${J[@]}" --samples 1 --json "$TMP/g0.json" --markdown "$TMP/g0.md" || bad "shard 0"
+"${J[@]}" --samples 1 --first-sample 1 --json "$TMP/g1.json" --markdown "$TMP/g1.md" || bad "shard 1"
+"${J[@]}" --samples 2 --json "$TMP/h.json" --markdown "$TMP/h.md" || bad "both samples"
+python3 "$ROOT/tools/eval_merge.py" "$TMP/g_merged.md" "$TMP/g0.json" "$TMP/g1.json" &&
+  python3 "$ROOT/tools/eval_merge.py" "$TMP/h_merged.md" "$TMP/h.json" &&
+  cmp -s "$TMP/g_merged.md" "$TMP/h_merged.md" || bad "eval_merge: two shards differ from one run"
+grep -qE ' [0-9]\.[0-9]{4} \|' "$TMP/h_merged.md" || bad "eval_merge: no KL in the table"
+if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
+  grep -qE '\| [0-9.]+ \([1-9][0-9]*\)' "$TMP/h_merged.md" || bad "eval_merge: no accuracy compared"
+fi
 "${E[@]}" --tasks niah_single --lengths 300 --samples 1 --new 8 \
   --policies streaming,h2o:window=8,qevict:window=16:keyframe=window,qevict:keyframe=pos \
   --budgets 0.3 \
