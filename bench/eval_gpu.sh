@@ -10,8 +10,9 @@
 #   PHASE=ablations  (carry carry/pack) qevict's ablations at 2K and 4K, 5% and 10%
 #   PHASE=qwen_stash (carry carry/qNN, QW_PART=NN) keeps part NN of Qwen2.5-Coder-1.5B-Instruct
 #                    Q4_K_M (deploy/fetch-model-qwen.sh; 1.1 GB) in parts q00..q25 of `split -b 42M
-#                    -d -a 2` (a part and the tracked tree must stay under 64 MiB), each in a
-#                    call of its own while the machine stays warm
+#                    -d -a 2` (a part and the tracked tree must stay under 64 MiB: 42M beside a
+#                    20.6 MB tree; split -b 40M (q00..q26) once the tree passes 23 MB), each in
+#                    a call of its own while the machine stays warm
 #   PHASE=qwen       (carry carry/pack_g and the last part) joins the parts, checks the pinned sha256,
 #                    then the grid's policies and budgets at 1K, 2K, 4K and 7.5K, $SAMPLES
 #                    samples (default 2), seed 1
