@@ -13,8 +13,9 @@
  * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
  * QEvict's default; abs_*: the same with post-RoPE INT2 keys; --shapes: only the shapes whose
  * name contains SUBSTR; FullKV shapes also time the kernel without masses, as the engine's
- * FullKV cache calls it, and two reads of the same bytes, the shape's read roofline: a plain
- * stream and the chunk kernel's own access pattern): CUDA events
+ * FullKV cache calls it, two reads of the same bytes, the shape's read roofline: a plain
+ * stream and the chunk kernel's own access pattern, and the chunk kernel's cp.async pipeline
+ * alone with a stand-in for the work a tile at five sizes): CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
  * JSON line per measurement and a table at the end. */
 #include <cuda_runtime.h>
@@ -585,6 +586,76 @@ __global__ void bench_read_gqa(const uint4 *p, int seq, unsigned *sink) {
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
+/* The chunk kernel's memory pipeline alone (FullKV, n_kv 8, head_dim 128): block (KV head,
+ * sequence, chunk) of 6 warps, each warp taking tiles of 16 tokens round-robin and copying a
+ * tile's K and V slices (8 KiB) into its own two-stage shared-memory ring with 16-byte cp.async,
+ * as kca_issue_half does, then waiting for all but the newest group and reading the stage; spin
+ * dependent integer steps a tile stand for the attention's work. Its rate against spin says
+ * whether the cp.async pipeline or the work per tile holds the kernel below the read roofline. */
+__global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink) {
+  extern __shared__ uint4 ring[]; /* [warp][2 stages][512] */
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  const int kvh = blockIdx.x, b = blockIdx.y, row = gridDim.x * 16, n16 = seq / 16;
+  const int t0 = 16 * (int)((long)n16 * blockIdx.z / gridDim.z);
+  const int nt = (int)((long)n16 * (blockIdx.z + 1) / gridDim.z) - t0 / 16;
+  const uint4 *K = p + (size_t)(2 * b) * seq * row + kvh * 16 + lane % 16, *V = K + (size_t)seq * row;
+  uint4 *st = ring + warp * 2 * 512;
+  auto issue = [&](int i, int s) {
+    const int t = t0 + 16 * i;
+    for (int j = 0; j < 8; j++) {
+      const size_t r = (size_t)(t + 2 * j + lane / 16) * row;
+      const unsigned dk = (unsigned)__cvta_generic_to_shared(st + s * 512 + j * 32 + lane);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(K + r));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk + 256 * 16), "l"(V + r));
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+  unsigned acc = 0;
+  int i = warp, s = 0;
+  if (i < nt) issue(i, 0);
+  for (; i < nt; i += nw, s ^= 1) {
+    if (i + nw < nt) issue(i + nw, s ^ 1);
+    else asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 1;");
+    __syncwarp();
+    for (int j = 0; j < 16; j++) acc ^= st[s * 512 + j * 32 + lane].x;
+    for (int k = 0; k < spin; k++) acc = acc * 1664525u + 1013904223u;
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+/* bench_read_cp's time for FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the
+ * chunk kernel would (two blocks a multiprocessor at most); the best of 100 after 10. */
+static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin) {
+  int sms = 0, dev = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int smem = 6 * 2 * 512 * 16, z = std::max(1, 2 * sms / (8 * n_seq));
+  CK(cudaFuncSetAttribute(bench_read_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  unsigned *sink;
+  CK(cudaMalloc((void **)&sink, sizeof *sink));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> t;
+  for (int i = 0; i < 110; i++) {
+    CK(cudaEventRecord(e0));
+    bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>((const uint4 *)arenas[i % n_rot], seq, spin,
+                                                     sink);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 10) t.push_back(ms);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaFree(sink));
+  return median(t);
+}
+
 static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_seqs = 0,
                             int gqa_len = 0) {
   int sms = 0, dev = 0;
@@ -696,6 +767,12 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
            "\"attention_over_gqa_read\": %.3f}\n",
            name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms, gms,
            bytes / gms / 1e6 / copy_gbps, best.ms / gms);
+    for (int spin : {0, 100, 200, 400, 800}) {
+      const double cms = bench_read_cp_ms(arenas.data(), n_rot, n_seq, seq, spin);
+      printf("{\"bench\": \"%s_cp_pipeline\", \"spin\": %d, \"ms\": %.4f, "
+             "\"frac_copy_bw\": %.3f, \"attention_over\": %.3f}\n",
+             name, spin, cms, bytes / cms / 1e6 / copy_gbps, best.ms / cms);
+    }
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
   d.arena = nullptr;
