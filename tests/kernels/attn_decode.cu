@@ -564,7 +564,8 @@ __global__ void bench_read(const uint4 *p, size_t n, unsigned *sink) {
 
 /* The same bytes read in the chunk kernel's pattern (FullKV, n_kv 8, head_dim 128): block (KV
  * head, sequence, chunk) reads its head's 256-byte slice of every 2 KiB token row of its chunk
- * of the sequence's K rows and V rows (rows contiguous, as a sequence's pages are here), 16
+ * of the sequence's K rows and V rows (rows contiguous; the problem's 32 KiB pages are shuffled
+ * over the arena, the same bytes), 16
  * lanes a row, 4 loads in flight per thread, 192 threads, chunks as many as make two blocks per
  * multiprocessor: a layout's cost apart from the attention's own work. */
 __global__ void bench_read_gqa(const uint4 *p, int seq, unsigned *sink) {
@@ -608,25 +609,26 @@ __global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(K + r));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk + 256 * 16), "l"(V + r));
     }
-    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.commit_group;" ::: "memory");
   };
   unsigned acc = 0;
   int i = warp, s = 0;
   if (i < nt) issue(i, 0);
   for (; i < nt; i += nw, s ^= 1) {
     if (i + nw < nt) issue(i + nw, s ^ 1);
-    else asm volatile("cp.async.commit_group;");
-    asm volatile("cp.async.wait_group 1;");
+    else asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncwarp();
     for (int j = 0; j < 16; j++) acc ^= st[s * 512 + j * 32 + lane].x;
-    for (int k = 0; k < spin; k++) acc = acc * 1664525u + 1013904223u;
+    for (int k = 0; k < spin; k++) /* (asm: unrolled, the compiler would fold 4 steps into 1) */
+      asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
     __syncwarp();
   }
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
 /* bench_read_cp's time for FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the
- * chunk kernel would (two blocks a multiprocessor at most); the best of 100 after 10. */
+ * chunk kernel would (two blocks a multiprocessor at most); the median of 100 after 10. */
 static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
