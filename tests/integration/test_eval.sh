@@ -80,6 +80,11 @@ python3 "$ROOT/tools/eval_merge.py" "$TMP/g_merged.md" "$TMP/g0.json" "$TMP/g1.j
   python3 "$ROOT/tools/eval_merge.py" "$TMP/h_merged.md" "$TMP/h.json" &&
   cmp -s "$TMP/g_merged.md" "$TMP/h_merged.md" || bad "eval_merge: two shards differ from one run"
 grep -qE ' [0-9]\.[0-9]{4} \|' "$TMP/h_merged.md" || bad "eval_merge: no KL in the table"
+# tools/eval_join.py: the same shards joined give the per-task table of the one run
+python3 "$ROOT/tools/eval_join.py" "$TMP/gj" "$TMP/g0.json" "$TMP/g1.json" >/dev/null &&
+  python3 "$ROOT/tools/eval_join.py" "$TMP/hj" "$TMP/h.json" >/dev/null &&
+  cmp -s "$TMP/gj.md" "$TMP/hj.md" || bad "eval_join: two shards differ from one run"
+grep -q '| ppl | ' "$TMP/hj.md" || bad "eval_join: no perplexity rows"
 if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   grep -qE '\| [0-9.]+ \([1-9][0-9]*\)' "$TMP/h_merged.md" || bad "eval_merge: no accuracy compared"
 fi
