@@ -493,6 +493,27 @@ static double median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+/* The median ms of launch(i) for i in [warm, n), each between two events; i < warm untimed. */
+template <typename F> static double event_median(int warm, int n, F launch) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> t;
+  for (int i = 0; i < n; i++) {
+    CK(cudaEventRecord(e0));
+    launch(i);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= warm) t.push_back(ms);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return median(t);
+}
+
 /* Median ms of `reps` calls of a (arena rotated over n_rot copies). */
 static double bench_time(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps) {
   cudaEvent_t e0, e1;
@@ -526,22 +547,12 @@ static double bench_copy(void) {
   CK(cudaMalloc(&dst, n));
   bench_fill<<<4096, 256>>>((uint16_t *)src, n / 2, 1);
   CK(cudaGetLastError());
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> t;
-  for (int i = 0; i < 23; i++) {
-    CK(cudaEventRecord(e0));
+  const double ms = event_median(3, 23, [&](int) {
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 3) t.push_back(ms);
-  }
+  });
   CK(cudaFree(src));
   CK(cudaFree(dst));
-  const double ms = median(t), gbps = 2.0 * n / ms / 1e6;
+  const double gbps = 2.0 * n / ms / 1e6;
   printf("{\"bench\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"GBps_read_plus_write\": %.1f}\n",
          2 * n, ms, gbps);
   return gbps;
@@ -637,25 +648,12 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, 
   CK(cudaFuncSetAttribute(bench_read_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   unsigned *sink;
   CK(cudaMalloc((void **)&sink, sizeof *sink));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> t;
-  for (int i = 0; i < 110; i++) {
-    CK(cudaEventRecord(e0));
+  const double ms = event_median(10, 110, [&](int i) {
     bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>((const uint4 *)arenas[i % n_rot], seq, spin,
                                                      sink);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 10) t.push_back(ms);
-  }
-  CK(cudaGetLastError());
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+  });
   CK(cudaFree(sink));
-  return median(t);
+  return ms;
 }
 
 static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_seqs = 0,
@@ -665,29 +663,15 @@ static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_s
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   unsigned *sink;
   CK(cudaMalloc((void **)&sink, sizeof *sink));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   double best = 1e30;
-  for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
-    std::vector<float> t;
-    for (int i = 0; i < 110; i++) {
-      CK(cudaEventRecord(e0));
+  for (int per_sm = 4; per_sm <= 16; per_sm *= 2)
+    best = std::min(best, event_median(10, 110, [&](int i) {
       if (gqa_seqs) /* (per_sm: 4, 8, 16 chunks' worth of blocks a multiprocessor, halved) */
         bench_read_gqa<<<dim3(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
                          192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
       else
         bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 10) t.push_back(ms);
-    }
-    best = std::min(best, median(t));
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+    }));
   CK(cudaFree(sink));
   return best;
 }
