@@ -31,6 +31,28 @@ def load(paths):
     return sorted(by_len.items(), key=lambda x: x[0])
 
 
+def wmean(x, n, y, m):
+    """The mean of x over n samples and y over m (either None or weightless: the other)."""
+    if y is None or not m:
+        return x
+    if x is None or not n:
+        return y
+    return (x * n + y * m) / (n + m)
+
+
+def compared(r):
+    return r.get("compared") or 0
+
+
+def clean_runs(r):
+    return (r.get("runs") or 0) - (r.get("errors") or 0)
+
+
+MEANS = ((("mean_score", "accuracy"), compared), (("kl", "ppl", "top1"), clean_runs))
+UNJOINED = ("fmm", "churn", "global_lir", "ttr_median", "qsa", "int2_mass_ratio", "promotions",
+            "agreement", "bytes_over_budget")
+
+
 def join(a, b):
     """b's table rows folded into a's: counts summed; the accuracy and mean score weighted by
     the compared samples, perplexity, KL and top-1 agreement by the runs without an error (means
@@ -42,16 +64,11 @@ def join(a, b):
         if q is None:
             a["table"].append(r)
             continue
-        ok = lambda x: (x.get("runs") or 0) - (x.get("errors") or 0)
-        for fields, weight in ((("mean_score", "accuracy"), lambda x: x.get("compared") or 0),
-                               (("kl", "ppl", "top1"), ok)):
+        for fields, weight in MEANS:
             n, m = weight(q), weight(r)
             for k in fields:
-                x, y = q.get(k), r.get(k)
-                q[k] = x if y is None or not m else y if x is None or not n else \
-                    (x * n + y * m) / (n + m)
-        for k in ("fmm", "churn", "global_lir", "ttr_median", "qsa", "int2_mass_ratio",
-                  "promotions", "agreement", "bytes_over_budget"):
+                q[k] = wmean(q.get(k), n, r.get(k), m)
+        for k in UNJOINED:
             q.pop(k, None)
         for k in ("runs", "passed", "compared", "errors"):
             if isinstance(q.get(k), int) and isinstance(r.get(k), int):

@@ -514,30 +514,12 @@ template <typename F> static double event_median(int warm, int n, F launch) {
   return median(t);
 }
 
-/* Median ms of `reps` calls of a (arena rotated over n_rot copies). */
+/* Median ms of `reps` calls of a after 10 (arena rotated over n_rot copies). */
 static double bench_time(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 10; i++) {
+  return event_median(10, 10 + reps, [&](int i) {
     a.arena = arenas[i % n_rot];
     CKQ(kc_attn_decode(&a, nullptr));
-  }
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; i++) {
-    a.arena = arenas[i % n_rot];
-    CK(cudaEventRecord(e0));
-    CKQ(kc_attn_decode(&a, nullptr));
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return median(t);
+  });
 }
 
 static double bench_copy(void) {
@@ -576,9 +558,9 @@ __global__ void bench_read(const uint4 *p, size_t n, unsigned *sink) {
 /* The same bytes read in the chunk kernel's pattern (FullKV, n_kv 8, head_dim 128): block (KV
  * head, sequence, chunk) reads its head's 256-byte slice of every 2 KiB token row of its chunk
  * of the sequence's K rows and V rows (rows contiguous; the problem's 32 KiB pages are shuffled
- * over the arena, the same bytes), 16
- * lanes a row, 4 loads in flight per thread, 192 threads, chunks as many as make two blocks per
- * multiprocessor: a layout's cost apart from the attention's own work. */
+ * over the arena, the same bytes), 16 lanes a row, 4 loads in flight per thread, 192 threads,
+ * chunks as many as make two blocks per multiprocessor: a layout's cost apart from the
+ * attention's own work. */
 __global__ void bench_read_gqa(const uint4 *p, int seq, unsigned *sink) {
   const int kvh = blockIdx.x, b = blockIdx.y, nkv = gridDim.x, per = blockDim.x / 16;
   const int row = nkv * 16; /* uint4 per token row (n_kv * 128 bf16) */
