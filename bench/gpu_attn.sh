@@ -101,7 +101,7 @@ peer = {}
 for p in lines("peer.log"):
     if "ms" in p: peer[(p["peer"], p["batch"], p["seq"])] = p["ms"]
 print(f"copy bandwidth (read + write): {copy} GB/s" if copy else "copy bandwidth: n/a")
-print(f"{'shape':<26} {'auto ms':>9} {'best ms':>9} {'chunk':>6} {'GB/s':>8} {'of copy':>8} "
+print(f"{'shape':<30} {'auto ms':>9} {'best ms':>9} {'chunk':>6} {'GB/s':>8} {'of copy':>8} "
       f"{'cuDNN ms':>9} {'flash ms':>9} {'vs cuDNN':>9} {'vs flash':>9}")
 shapes = [("full_b32_s1280", (32, 1280)), ("full_b32_s1280_hot", (32, 1280)),
           ("full_b8_s32768", (8, 32768)), ("tiered20_b8_s32768", (8, 32768)),
@@ -114,8 +114,14 @@ for n, shape in shapes:
     cd = peer.get(("torch-sdpa-cudnn",) + shape); fl = peer.get(("torch-sdpa-flash",) + shape)
     r = lambda x: f"{b['ms'] / x:9.3f}" if x else f"{'n/a':>9}"
     f = lambda x: f"{x:9.4f}" if x else f"{'n/a':>9}"
-    print(f"{n:<26} {a['ms']:9.4f} {b['ms']:9.4f} {b['chunk_win']:6d} {b['GBps']:8.1f} "
+    print(f"{n:<30} {a['ms']:9.4f} {b['ms']:9.4f} {b['chunk_win']:6d} {b['GBps']:8.1f} "
           f"{b['frac_copy_bw']:8.3f} {f(cd)} {f(fl)} {r(cd)} {r(fl)}")
+for n, shape in shapes[:3]:  # FullKV as the engine calls it (no masses; cuDNN computes none)
+    nm = best.get(n + "_no_masses")
+    if not nm: continue
+    cd = peer.get(("torch-sdpa-cudnn",) + shape)
+    print(f"{n + ' no masses':<30} {nm['ms']:9.4f} {'':>9} {nm['chunk_win']:6d} {nm['GBps']:8.1f} "
+          f"{nm['frac_copy_bw']:8.3f} " + (f"{cd:9.4f} {'':>9} {nm['ms'] / cd:9.3f}" if cd else ""))
 for t, fn in [(p + t, f) for p in ("", "abs_") for t, f in
               [("tiered20_b8_s32768", "full_b8_s32768"), ("tiered20_w8_b8_s32768", "full_b8_s32768"),
                ("tiered20_w8_b32_s1280", "full_b32_s1280")]]:

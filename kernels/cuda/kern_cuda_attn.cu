@@ -138,6 +138,8 @@ int kc_attn_check(const kc_attn_args_t *a) {
   if (rc) return rc;
   if (!a->seq_win || !a->q || !a->out || !a->ws || (a->n_win > 0 && !a->win))
     return qe_errf(QE_EINVAL, "kc_attn: seq_win, q, out, ws (and win) must be set");
+  if ((uintptr_t)a->q % 16)
+    return qe_errf(QE_EINVAL, "kc_attn: q must be 16-byte aligned (it is read as float4)");
   return 0;
 }
 

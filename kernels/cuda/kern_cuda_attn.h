@@ -74,7 +74,7 @@ typedef struct {
                               which would misread a QUANT window) */
   int abs_keys;            /* 1: QUANT keys are post-RoPE (KV_KEY_FRAME_ABS): dequantized and
                               used as they are, no rotation (rope unused); 0: pre-RoPE */
-  const float *q;          /* device [n_seq][n_head][head_dim] fp32 */
+  const float *q;          /* device [n_seq][n_head][head_dim] fp32, 16-byte aligned */
   float *out;              /* device [n_seq][n_head][head_dim] fp32 */
   float *mass;             /* device [n_win] fp32, or NULL */
   uint32_t *tickets;       /* device [n_seq] counters, zero before the first call (each call

@@ -48,6 +48,12 @@
 #ifndef KCA_NW
 #define KCA_NW 6 /* warps per chunk block: 2 blocks of 6 beat 3 of 4 (H200, 2026-12-01) */
 #endif
+#ifndef KCA_DREG /* PK 1: the next tile's descriptor in registers a tile ahead (1: the FullKV */
+#define KCA_DREG 1 /* kernels, -1.2% on H200 2026-12-02; 2: every kernel, +2% on the tiered) */
+#endif
+#ifndef KCA_QLATE
+#define KCA_QLATE 1 /* Q loaded after the first tile's copies are issued (-0.8%: FullKV 32K) */
+#endif
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
@@ -109,6 +115,10 @@ KCA_FN kca_u4 kca_ld128(const void *p) {
   return r;
 }
 KCA_FN void kca_prefetch(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+KCA_FN void kca_ldq8(const float *p, float *x) { /* 8 floats from 16-byte aligned p */
+  const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
 
 /* cp.async into shared memory (ok == 0: zero-fill), groups, and the wait for all but the
  * newest group. */
@@ -289,6 +299,7 @@ KCA_FN kca_u4 kca_ld128(const void *p) {
   return r;
 }
 KCA_FN void kca_prefetch(const void *p) { (void)p; }
+KCA_FN void kca_ldq8(const float *p, float *x) { memcpy(x, p, 8 * sizeof *x); }
 KCA_FN void kca_cp16(void *dst, const void *src, int ok) {
   if (ok)
     memcpy(dst, src, 16);
@@ -858,6 +869,20 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
   return t;
 }
 
+/* PK 1: issues rows t0 .. t0 + 15 of window w (descriptor W) into stage. */
+template <int HD, int BITS>
+KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, const kca_win_t &W, int w,
+                             int t0, int kvh, int lane, int *ntile) {
+  kca_tile_t t;
+  const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
+  t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
+  t.bits = n0 | n1 << 4 | W.quant * 3 << 8 | (t0 + 16 >= W.n) << 10;
+  kca_issue_half<HD, BITS>(p, stage, W, t0, n0, kvh, lane, true);
+  kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, W, t0 + 8, n1, kvh, lane, false);
+  *ntile = (W.n + 15) / 16;
+  return t;
+}
+
 /* Issues the tile (unit k, tile j) into stage; returns its description, *ntile = tiles of the
  * unit. Descriptors were prefetched into L1 one iteration earlier. */
 template <int HD, int BITS, int PK>
@@ -880,14 +905,8 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_liv
     kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, B, 0, B.n, kvh, lane, true);
     *ntile = 1;
   } else {
-    const int w = kca_pos_win<PK>(L, cu.k), t0 = 16 * cu.j;
-    const kca_win_t W = kca_win(p, w);
-    const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
-    t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
-    t.bits = n0 | n1 << 4 | W.quant * 3 << 8 | (t0 + 16 >= W.n) << 10;
-    kca_issue_half<HD, BITS>(p, stage, W, t0, n0, kvh, lane, true);
-    kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, W, t0 + 8, n1, kvh, lane, false);
-    *ntile = (W.n + 15) / 16;
+    const int w = kca_pos_win<PK>(L, cu.k);
+    return kca_issue1<HD, BITS>(p, stage, kca_win(p, w), w, 16 * cu.j, kvh, lane, ntile);
   }
   return t;
 }
@@ -1321,6 +1340,7 @@ template <int HD, int BITS, int PK>
 KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
                        const kca_tp_t &r, float (&wsum)[2], int kvh, int lane) {
   const int g = lane >> 2, c = lane & 3;
+  if (!p.wlse) return; /* no masses asked (FullKV's calls) */
   if constexpr (PK == 4) {
     kca_masses4(p, st, t, r, kvh, lane);
   } else if constexpr (PK == 2) {
@@ -1350,10 +1370,12 @@ KCA_FN void kca_load_q(const kca_params_t &p, kca_st_t<HD, BITS> &st, int b, int
   const float *qp = p.q + ((size_t)b * p.n_head + kvh * p.grp_q + (ok ? g : 0)) * HD;
   KCA_UNROLL
   for (int i = 0; i < HD / 32; i++) {
+    float x[8];
+    kca_ldq8(qp + 8 * (c + 4 * i), x);
     KCA_UNROLL
     for (int r = 0; r < 4; r++) {
-      float x0 = ok ? qp[8 * (c + 4 * i) + 2 * r] * p.qscale : 0.0f;
-      float x1 = ok ? qp[8 * (c + 4 * i) + 2 * r + 1] * p.qscale : 0.0f;
+      float x0 = ok ? x[2 * r] * p.qscale : 0.0f;
+      float x1 = ok ? x[2 * r + 1] * p.qscale : 0.0f;
       if constexpr (BITS == 0) {
         st.q[i][r] = kca_pack_bf(x0, x1);
       } else { /* saturate to the fp16 range */
@@ -1471,7 +1493,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   const int c_end = kca_mini(c_beg + cw, w_end);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   kca_st_t<HD, BITS> st;
-  kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
+  if (!KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
   KCA_UNROLL
   for (int j = 0; j < HD / 16; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0;
   st.m[0] = st.m[1] = KCA_NEGINF, st.l[0] = st.l[1] = 0.0f;
@@ -1494,11 +1516,19 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_cp_commit();
     nxt = kca_advance<PK>(p, L, cur, nt, lane);
   }
+  if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first tile's copies */
+  constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
+  kca_win_t wd; /* DREG: nxt's descriptor */
+  if (DREG && nxt.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nxt.k));
   while (cur.k >= 0) {
-    if (nxt.k >= 0)
+    if (DREG && nxt.k >= 0)
+      tn = kca_issue1<HD, BITS>(p, stages + (stage ^ 1) * Ly::stage, wd,
+                                kca_pos_win<PK>(L, nxt.k), 16 * nxt.j, kvh, lane, &nt);
+    if (!DREG && nxt.k >= 0)
       tn = kca_issue<HD, BITS, PK>(p, stages + (stage ^ 1) * Ly::stage, L, nxt, kvh, lane, &nt);
     kca_cp_commit();
     const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
+    if (DREG && nn.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nn.k));
     kca_cp_wait1();
     kca_syncwarp();
     const kca_tp_t r =

@@ -848,6 +848,12 @@ static int api_checks(void) {
   EXPECT(kc_attn_check(&b) == QE_EUNSUPPORTED, "a window page of 2 GiB");
   b.geom.n_kv = 8191, b.n_head = 8191;
   EXPECT(kc_attn_ws_bytes(&b, &bytes) == 0, "a window page just under 2 GiB");
+  alignas(16) static float qbuf[8]; /* host pointers: the check looks at addresses only */
+  int32_t sw[3] = {0, 0, 0};
+  b = a, b.seq_win = sw, b.out = qbuf, b.ws = qbuf, b.n_win = 0, b.q = qbuf + 1;
+  EXPECT(kc_attn_check(&b) == QE_EINVAL, "q not 16-byte aligned");
+  b.q = qbuf;
+  EXPECT(kc_attn_check(&b) == 0, "q 16-byte aligned");
 #undef EXPECT
   printf("attn_decode api checks: %d failure(s)\n", fails);
   return fails;
