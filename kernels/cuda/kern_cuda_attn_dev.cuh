@@ -54,6 +54,9 @@
 #ifndef KCA_QLATE
 #define KCA_QLATE 1 /* Q loaded after the first tile's copies are issued (-0.8%: FullKV 32K) */
 #endif
+#ifndef KCA_PLAN
+#define KCA_PLAN 1 /* the lanes' copy offsets computed once per block (kca_plan_t) */
+#endif
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
@@ -122,21 +125,28 @@ KCA_FN void kca_ldq8(const float *p, float *x) { /* 8 floats from 16-byte aligne
 
 /* cp.async into shared memory (ok == 0: zero-fill), groups, and the wait for all but the
  * newest group. */
-KCA_FN void kca_cp16(void *dst, const void *src, int ok) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+typedef uint32_t kca_sptr_t; /* a shared-memory address */
+KCA_FN kca_sptr_t kca_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+KCA_FN int kca_pin(int x) { /* x computed here, once: the compiler may not rederive it in a loop */
+  int r;
+  asm("mov.b32 %0, %1;" : "=r"(r) : "r"(x));
+  return r;
+}
+KCA_FN void kca_cps16(kca_sptr_t d, const void *src, int ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0)
                : "memory");
 }
-KCA_FN void kca_cp8(void *dst, const void *src, int ok) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+KCA_FN void kca_cps8(kca_sptr_t d, const void *src, int ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(ok ? 8 : 0)
                : "memory");
 }
-KCA_FN void kca_cp4(void *dst, const void *src, int ok) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+KCA_FN void kca_cps4(kca_sptr_t d, const void *src, int ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0)
                : "memory");
 }
+KCA_FN void kca_cp16(void *dst, const void *src, int ok) { kca_cps16(kca_saddr(dst), src, ok); }
+KCA_FN void kca_cp8(void *dst, const void *src, int ok) { kca_cps8(kca_saddr(dst), src, ok); }
+KCA_FN void kca_cp4(void *dst, const void *src, int ok) { kca_cps4(kca_saddr(dst), src, ok); }
 KCA_FN void kca_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* A shared-memory load the compiler may not merge with another (keeps live ranges short). */
 KCA_FN kca_u4 kca_sld128(const void *p) {
@@ -318,6 +328,12 @@ KCA_FN void kca_cp4(void *dst, const void *src, int ok) {
   else
     memset(dst, 0, 4);
 }
+typedef uint8_t *kca_sptr_t;
+KCA_FN kca_sptr_t kca_saddr(const void *p) { return (uint8_t *)p; }
+KCA_FN int kca_pin(int x) { return x; }
+KCA_FN void kca_cps16(kca_sptr_t d, const void *src, int ok) { kca_cp16(d, src, ok); }
+KCA_FN void kca_cps8(kca_sptr_t d, const void *src, int ok) { kca_cp8(d, src, ok); }
+KCA_FN void kca_cps4(kca_sptr_t d, const void *src, int ok) { kca_cp4(d, src, ok); }
 KCA_FN void kca_cp_commit(void) {}
 KCA_FN kca_u4 kca_sld128(const void *p) {
   kca_u4 r;
@@ -747,21 +763,97 @@ KCA_FN void kca_issue_codes(const kca_params_t &p, uint8_t *dst, const kca_win_t
 
 /* A QUANT half's value scales (lanes 0-7, a row each) and zeros (lanes 8-15). */
 template <int HD, int BITS>
-KCA_FN void kca_issue_vmeta(const kca_params_t &p, uint8_t *dst, const kca_win_t &w, int t0, int n,
-                            int kvh, int lane) {
+KCA_FN void kca_issue_vmeta(const kca_params_t &p, kca_sptr_t dst, const kca_win_t &w, int t0,
+                            int n, int kvh, int lane) {
   using L = kca_lay<HD, BITS>;
   if (lane >= 16) return;
   const int mb = (2 * HD) >> p.gshift; /* value scale bytes per row: 4, 8, 16 or 32 */
   const int r = lane & 7, z = lane >> 3, ok = r < n;
   const uint8_t *src = (z ? w.vz : w.vs) + ((t0 + (ok ? r : 0)) * p.n_kv + kvh) * mb;
-  uint8_t *d = dst + L::vm + (z * 8 + r) * mb;
+  const kca_sptr_t d = dst + L::vm + (z * 8 + r) * mb;
   if (mb == 8) { /* value groups of 32 at head_dim 128: the default */
-    kca_cp8(d, src, ok);
+    kca_cps8(d, src, ok);
     return;
   }
-  if (mb == 4) kca_cp4(d, src, ok);
-  if (mb >= 16) kca_cp16(d, src, ok);
-  if (mb == 32) kca_cp16(d + 16, src + 16, ok);
+  if (mb == 4) kca_cps4(d, src, ok);
+  if (mb >= 16) kca_cps16(d, src, ok);
+  if (mb == 32) kca_cps16(d + 16, src + 16, ok);
+}
+
+/* A lane's parts of a tile's copies that every tile shares, computed once per block (kca_plan)
+ * and pinned: rederived from the lane for every copy they cost ~30 instructions a half tile.
+ * Kernels with a plan (KCA_PLAN): head_dim 128, FullKV or post-RoPE INT2 keys, PK 1 or 2. */
+typedef struct {
+  kca_sptr_t sbase;   /* the warp's stages */
+  int lane;
+  int fsrc, fdst, fv; /* FULL: source offset of row r0 (rows r0 + RPI i), K and V destinations */
+  int csrc, c0, cdst; /* INT2 codes: source offsets of row r and of row 0, destination */
+  int kmo;            /* INT2 key scales and zeros: source offset */
+  int vsrc, v0;       /* INT2 value scales and zeros (lanes < 16, groups of 32): rows r and 0 */
+} kca_plan_t;
+
+template <int HD, int BITS, int ROT, int PK>
+struct kca_has_plan {
+  static constexpr bool v = HD == 128 && PK != 4 && (BITS == 0 || (BITS == 2 && ROT == KCA_ROT_ABS));
+};
+
+template <int HD, int BITS>
+KCA_FN kca_plan_t kca_plan(const kca_params_t &p, const uint8_t *stages, int kvh, int lane) {
+  using L = kca_lay<HD, BITS>;
+  constexpr int NCH = HD / 8;
+  const int r0 = lane / NCH, ch = lane % NCH;
+  kca_plan_t pl;
+  pl.sbase = kca_saddr(stages);
+  pl.lane = kca_pin(lane);
+  pl.fsrc = kca_pin((r0 * p.n_kv + kvh) * HD * 2 + ch * 16);
+  pl.fdst = kca_pin(r0 * HD * 2 + ((ch ^ ((r0 & 1) << 2)) << 4));
+  pl.fv = kca_pin(16 * HD + r0 * HD * 2 + ((ch ^ (r0 & 6)) << 4));
+  if constexpr (BITS != 0) {
+    const int r = (lane >> 1) & 7, q = (lane & 1) * 16;
+    pl.c0 = kca_pin(kvh * L::rb + q);
+    pl.csrc = kca_pin(r * p.n_kv * L::rb + pl.c0);
+    pl.cdst = kca_pin((lane >> 4 ? L::vc : 0) + r * L::rb + q);
+    pl.kmo = kca_pin(kvh * HD * 2 + (lane & 15) * 16);
+    pl.v0 = kca_pin(kvh * 8);
+    pl.vsrc = kca_pin((lane & 7) * p.n_kv * 8 + pl.v0);
+  }
+  return pl;
+}
+
+/* kca_issue_half's copies through the plan; soff: the half's offset in the warp's stages. */
+template <int HD, int BITS>
+KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int soff,
+                              const kca_win_t &w, int t0, int n, bool kmeta) {
+  using L = kca_lay<HD, BITS>;
+  if (n == 0) return;
+  const kca_sptr_t d = pl.sbase + soff;
+  if (!w.quant) {
+    constexpr int NCH = HD / 8, RPI = 32 / NCH;
+    const int row = p.n_kv * HD * 2, r0 = pl.fdst / (HD * 2), src = t0 * row + pl.fsrc;
+    KCA_UNROLL
+    for (int i = 0; i < NCH / 4; i++) {
+      const int ok = r0 + RPI * i < n;
+      kca_cps16(d + pl.fdst + RPI * i * HD * 2, w.k + src + i * RPI * row, ok);
+      kca_cps16(d + ((pl.fv ^ ((RPI * i & 6) << 4)) + RPI * i * HD * 2), w.v + src + i * RPI * row,
+                ok);
+    }
+    return;
+  }
+  if constexpr (BITS != 0) {
+    const int crow = p.n_kv * L::rb, ok = pl.csrc - pl.c0 < n * crow; /* its row r < n */
+    kca_cps16(d + pl.cdst, (pl.cdst >= L::vc ? w.v : w.k) + (t0 * crow + (ok ? pl.csrc : pl.c0)),
+              ok);
+    if (kmeta)
+      kca_cps16(d + L::km + pl.lane * 16, (pl.lane >> 4 ? w.kz : w.ks) + pl.kmo, 1);
+    if (pl.lane >= 16) return;
+    if (p.gshift != 5) { /* value groups other than 32: the general copies */
+      kca_issue_vmeta<HD, BITS>(p, d, w, t0, n, pl.v0 / 8, pl.lane);
+      return;
+    }
+    const int vrow = p.n_kv * 8, okv = pl.vsrc - pl.v0 < n * vrow;
+    kca_cps8(d + L::vm + (pl.lane & 15) * 8,
+             (pl.lane >> 3 ? w.vz : w.vs) + (t0 * vrow + (okv ? pl.vsrc : pl.v0)), okv);
+  }
 }
 
 /* Copies one half tile's bytes (rows t0 .. t0 + n - 1 of window w, KV head kvh) into dst with
@@ -789,7 +881,7 @@ KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t 
   }
   if constexpr (BITS != 0) {
     kca_issue_codes<HD, BITS>(p, dst, w, t0, n, kvh, lane, kmeta);
-    kca_issue_vmeta<HD, BITS>(p, dst, w, t0, n, kvh, lane);
+    kca_issue_vmeta<HD, BITS>(p, kca_saddr(dst), w, t0, n, kvh, lane);
   }
 }
 
@@ -869,25 +961,37 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
   return t;
 }
 
+/* A half tile's copies into stage (at soff in the warp's stages), through the plan when PL. */
+template <int HD, int BITS, bool PL>
+KCA_FN void kca_issue_h(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
+                        const kca_win_t &w, int t0, int n, int kvh, int lane, bool kmeta) {
+  if (PL)
+    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta);
+  else
+    kca_issue_half<HD, BITS>(p, stage, w, t0, n, kvh, lane, kmeta);
+}
+
 /* PK 1: issues rows t0 .. t0 + 15 of window w (descriptor W) into stage. */
-template <int HD, int BITS>
-KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, const kca_win_t &W, int w,
-                             int t0, int kvh, int lane, int *ntile) {
+template <int HD, int BITS, bool PL>
+KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
+                             const kca_win_t &W, int w, int t0, int kvh, int lane, int *ntile) {
+  constexpr int H = kca_lay<HD, BITS>::half;
   kca_tile_t t;
   const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
   t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
   t.bits = n0 | n1 << 4 | W.quant * 3 << 8 | (t0 + 16 >= W.n) << 10;
-  kca_issue_half<HD, BITS>(p, stage, W, t0, n0, kvh, lane, true);
-  kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, W, t0 + 8, n1, kvh, lane, false);
+  kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, W, t0, n0, kvh, lane, true);
+  kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, W, t0 + 8, n1, kvh, lane, false);
   *ntile = (W.n + 15) / 16;
   return t;
 }
 
 /* Issues the tile (unit k, tile j) into stage; returns its description, *ntile = tiles of the
  * unit. Descriptors were prefetched into L1 one iteration earlier. */
-template <int HD, int BITS, int PK>
-KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_live_t &L,
-                            kca_cur_t cu, int kvh, int lane, int *ntile) {
+template <int HD, int BITS, int PK, bool PL>
+KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
+                            const kca_live_t &L, kca_cur_t cu, int kvh, int lane, int *ntile) {
+  constexpr int H = kca_lay<HD, BITS>::half;
   kca_tile_t t;
   if constexpr (PK == 4) {
     *ntile = 1;
@@ -901,12 +1005,13 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, const kca_liv
     if (wb >= 0) B = kca_win(p, wb);
     t.w[0] = wa, t.w[1] = wb, t.base[0] = A.pos0, t.base[1] = B.pos0 - 8;
     t.bits = A.n | B.n << 4 | A.quant << 8 | B.quant << 9 | 1 << 10;
-    kca_issue_half<HD, BITS>(p, stage, A, 0, A.n, kvh, lane, true);
-    kca_issue_half<HD, BITS>(p, stage + kca_lay<HD, BITS>::half, B, 0, B.n, kvh, lane, true);
+    kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, A, 0, A.n, kvh, lane, true);
+    kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, B, 0, B.n, kvh, lane, true);
     *ntile = 1;
   } else {
     const int w = kca_pos_win<PK>(L, cu.k);
-    return kca_issue1<HD, BITS>(p, stage, kca_win(p, w), w, 16 * cu.j, kvh, lane, ntile);
+    return kca_issue1<HD, BITS, PL>(p, stage, soff, pl, kca_win(p, w), w, 16 * cu.j, kvh, lane,
+                                    ntile);
   }
   return t;
 }
@@ -1507,25 +1612,29 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * per;
   L.kbase = -64, L.mask = L.qmask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt;
+  constexpr bool PL = KCA_PLAN && kca_has_plan<HD, BITS, ROT, PK>::v;
+  kca_plan_t pl;
+  if (PL) pl = kca_plan<HD, BITS>(p, stages, kvh, lane);
+  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt = {-1, 0};
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   if (cur.k >= 0) {
-    tc = kca_issue<HD, BITS, PK>(p, stages, L, cur, kvh, lane, &nt);
+    tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, &nt);
     kca_cp_commit();
     nxt = kca_advance<PK>(p, L, cur, nt, lane);
   }
   if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first tile's copies */
   constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
-  kca_win_t wd; /* DREG: nxt's descriptor */
+  kca_win_t wd = {}; /* DREG: nxt's descriptor */
   if (DREG && nxt.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nxt.k));
   while (cur.k >= 0) {
+    const int so = (stage ^ 1) * Ly::stage;
     if (DREG && nxt.k >= 0)
-      tn = kca_issue1<HD, BITS>(p, stages + (stage ^ 1) * Ly::stage, wd,
-                                kca_pos_win<PK>(L, nxt.k), 16 * nxt.j, kvh, lane, &nt);
+      tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
+                                    16 * nxt.j, kvh, lane, &nt);
     if (!DREG && nxt.k >= 0)
-      tn = kca_issue<HD, BITS, PK>(p, stages + (stage ^ 1) * Ly::stage, L, nxt, kvh, lane, &nt);
+      tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, &nt);
     kca_cp_commit();
     const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
     if (DREG && nn.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nn.k));
