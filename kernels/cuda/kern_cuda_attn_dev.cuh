@@ -794,7 +794,8 @@ typedef struct {
 
 template <int HD, int BITS, int ROT, int PK>
 struct kca_has_plan {
-  static constexpr bool v = HD == 128 && PK != 4 && (BITS == 0 || (BITS == 2 && ROT == KCA_ROT_ABS));
+  static constexpr bool v =
+      HD == 128 && PK != 4 && (BITS == 0 || (BITS == 2 && ROT == KCA_ROT_ABS));
 };
 
 template <int HD, int BITS>

@@ -269,8 +269,8 @@ int main(int argc, char **argv) {
       /* the copy plan's other value groups (kca_issue_half_pl: the general value metadata) */
       {"abs gqa4 d128 w8 int2 g16", 8, 2, 128, 8, 2, 16, NORM, 128, 1, 1, 0.3, 0.5, {93, 12}, 5, 0,
        1},
-      {"abs gqa4 d128 w16 int2 g64", 8, 2, 128, 16, 2, 64, NORM, 128, 1, 1, 0.3, 0.5, {150, 9}, 4, 0,
-       1},
+      {"abs gqa4 d128 w16 int2 g64", 8, 2, 128, 16, 2, 64, NORM, 128, 1, 1, 0.3, 0.5, {150, 9}, 4,
+       0, 1},
       /* windows of 4: four of one tier per tile (post-RoPE keys or FULL only) */
       {"abs gqa4 d128 w4 int2 quads", 8, 2, 128, 4, 2, 32, NORM, 128, 3, 1, 0.3, 0.5, {203, 77}, 9,
        0, 1},
