@@ -15,7 +15,8 @@
  * name contains SUBSTR; FullKV shapes also time the kernel without masses, as the engine's
  * FullKV cache calls it, two reads of the same bytes, the shape's read roofline: a plain
  * stream and the chunk kernel's own access pattern, and the chunk kernel's cp.async pipeline
- * alone with a stand-in for the work a tile at five sizes): CUDA events
+ * alone with a stand-in for the work a tile at five sizes, then a warp-specialized one on sm_90):
+ * CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
  * JSON line per measurement and a table at the end. */
 #include <cuda_runtime.h>
@@ -620,19 +621,87 @@ __global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink)
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
+/* The same bytes through a warp-specialized pipeline (sm_90; a no-op below): warp 0 of each
+ * block only copies, a tile's 32 row slices (16 K, 16 V, 256 bytes) as one bulk copy a lane into
+ * a ring of KCA_WS_NS stages shared by the block, each completing on its stage's "full" mbarrier;
+ * warps 1 .. 5 take the tiles round-robin, wait for them, read them, spin, and free the stage on
+ * its "empty" mbarrier. Up to KCA_WS_NS tiles a block are in flight whatever the consumers' work
+ * (the two-stage ring of bench_read_cp holds one a warp while the warp works). */
+#define KCA_WS_NS 11
+__global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ uint4 ring[]; /* [KCA_WS_NS][512], then full[NS], empty[NS] (8 bytes each) */
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nc = blockDim.x / 32 - 1;
+  const int kvh = blockIdx.x, b = blockIdx.y, row = gridDim.x * 16, n16 = seq / 16;
+  const int t0 = 16 * (int)((long)n16 * blockIdx.z / gridDim.z);
+  const int nt = (int)((long)n16 * (blockIdx.z + 1) / gridDim.z) - t0 / 16;
+  const uint4 *K = p + (size_t)(2 * b) * seq * row + kvh * 16, *V = K + (size_t)seq * row;
+  const unsigned full = (unsigned)__cvta_generic_to_shared(ring + KCA_WS_NS * 512);
+  const unsigned empty = full + 8 * KCA_WS_NS;
+  if (threadIdx.x < KCA_WS_NS) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * threadIdx.x));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(empty + 8 * threadIdx.x));
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  auto wait = [](unsigned bar, unsigned par) {
+    unsigned done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                   "selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(bar), "r"(par) : "memory");
+  };
+  unsigned acc = 0;
+  if (warp == 0) {
+    for (int i = 0; i < nt; i++) {
+      const int s = i % KCA_WS_NS, k = i / KCA_WS_NS;
+      if (k > 0) wait(empty + 8 * s, (k - 1) & 1);
+      const uint4 *src = (lane < 16 ? K : V) + (size_t)(t0 + 16 * i + lane % 16) * row;
+      const unsigned dst = (unsigned)__cvta_generic_to_shared(ring + s * 512 + lane * 16);
+      if (lane == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 8192;" ::"r"(full + 8 * s)
+                     : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                   "256, [%2];" ::"r"(dst), "l"(src), "r"(full + 8 * s) : "memory");
+    }
+  } else {
+    for (int i = warp - 1; i < nt; i += nc) {
+      const int s = i % KCA_WS_NS, k = i / KCA_WS_NS;
+      wait(full + 8 * s, k & 1);
+      for (int j = 0; j < 16; j++) acc ^= ring[s * 512 + j * 32 + lane].x;
+      for (int q = 0; q < spin; q++)
+        asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
+      __syncwarp();
+      if (lane == 0)
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty + 8 * s) : "memory");
+    }
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+#endif
+}
+
 /* bench_read_cp's time for FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the
  * chunk kernel would (two blocks a multiprocessor at most); the median of 100 after 10. */
-static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin) {
+/* ws: the warp-specialized bench_read_ws instead of the two-stage ring of bench_read_cp. */
+static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin,
+                               bool ws) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int smem = 6 * 2 * 512 * 16, z = std::max(1, 2 * sms / (8 * n_seq));
-  CK(cudaFuncSetAttribute(bench_read_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int smem = ws ? KCA_WS_NS * (512 * 16 + 16) : 6 * 2 * 512 * 16;
+  const int z = std::max(1, 2 * sms / (8 * n_seq));
+  if (ws)
+    CK(cudaFuncSetAttribute(bench_read_ws, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  else
+    CK(cudaFuncSetAttribute(bench_read_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   unsigned *sink;
   CK(cudaMalloc((void **)&sink, sizeof *sink));
   const double ms = event_median(10, 110, [&](int i) {
-    bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>((const uint4 *)arenas[i % n_rot], seq, spin,
-                                                     sink);
+    const uint4 *a = (const uint4 *)arenas[i % n_rot];
+    if (ws)
+      bench_read_ws<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
+    else
+      bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
   });
   CK(cudaFree(sink));
   return ms;
@@ -735,12 +804,17 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
            "\"attention_over_gqa_read\": %.3f}\n",
            name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms, gms,
            bytes / gms / 1e6 / copy_gbps, best.ms / gms);
-    for (int spin : {0, 100, 200, 400, 800}) {
-      const double cms = bench_read_cp_ms(arenas.data(), n_rot, n_seq, seq, spin);
-      printf("{\"bench\": \"%s_cp_pipeline\", \"spin\": %d, \"ms\": %.4f, "
-             "\"frac_copy_bw\": %.3f, \"attention_over\": %.3f}\n",
-             name, spin, cms, bytes / cms / 1e6 / copy_gbps, best.ms / cms);
-    }
+    int dev = 0, major = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    for (int ws = 0; ws < 1 + (major >= 9); ws++)
+      for (int spin : {0, 100, 200, 400, 800}) {
+        const double cms = bench_read_cp_ms(arenas.data(), n_rot, n_seq, seq, spin, ws);
+        printf("{\"bench\": \"%s_%s\", \"spin\": %d, \"ms\": %.4f, "
+               "\"frac_copy_bw\": %.3f, \"attention_over\": %.3f}\n",
+               name, ws ? "ws_pipeline" : "cp_pipeline", spin, cms,
+               bytes / cms / 1e6 / copy_gbps, best.ms / cms);
+      }
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
   d.arena = nullptr;
