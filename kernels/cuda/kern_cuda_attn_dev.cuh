@@ -57,6 +57,9 @@
 #ifndef KCA_PLAN
 #define KCA_PLAN 1 /* the lanes' copy offsets computed once per block (kca_plan_t) */
 #endif
+#ifndef KCA_PMAGIC
+#define KCA_PMAGIC 1 /* INT2 codes to fp16 without shifts (kca_c2h): -2% on post-RoPE tiered */
+#endif
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
@@ -654,6 +657,14 @@ KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, ui
 }
 
 /* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
+/* KCA_PMAGIC: the INT2 codes at bits POS, POS + 1 of both halves of w (POS <= 8) as the fp16 pair
+ * (c, c) without a shift: with the exponent of 2^(10 - POS) (mg: KCA_MAGIC's, moved) the field is
+ * the integer above that power, which the subtraction takes off exactly. */
+template <int POS> KCA_FN uint32_t kca_c2h(uint32_t w, uint32_t mg) {
+  const uint32_t e = mg - ((uint32_t)POS << 10 | (uint32_t)POS << 26);
+  return kca_h2sub(kca_andor<0x00030003u << POS>(w, e), e);
+}
+
 template <int BITS> KCA_FN void kca_codes(const uint8_t *p, uint32_t *w0, uint32_t *w1) {
   *w1 = 0;
   if (BITS == 2) *w0 = *(const uint16_t *)p;
@@ -1154,10 +1165,17 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
     const uint32_t ws = BITS == 2 ? (w0 | w0 << 14) : BITS == 4 ? w0 >> 4 : 0u;
     const kca_u4 ks = kca_sld128(meta + km + (c + 4 * i) * 16);
     const kca_u4 kz = kca_sld128(meta + km + 2 * HD + (c + 4 * i) * 16);
-    KCA_UNROLL
-    for (int r = 0; r < 4; r++)
-      k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.magic), KCA_MAGIC), ks.v[r],
-                          kz.v[r]);
+    if constexpr (BITS == 2 && KCA_PMAGIC) { /* codes 2r, 2r + 1 at bits 4r of ws's halves */
+      const uint32_t c0 = kca_c2h<0>(ws, p.magic), c1 = kca_c2h<4>(ws, p.magic);
+      const uint32_t c2 = kca_c2h<8>(ws, p.magic), c3 = kca_c2h<0>(ws >> 12, p.magic);
+      k[x][0] = kca_h2fma(c0, ks.v[0], kz.v[0]), k[x][1] = kca_h2fma(c1, ks.v[1], kz.v[1]);
+      k[x][2] = kca_h2fma(c2, ks.v[2], kz.v[2]), k[x][3] = kca_h2fma(c3, ks.v[3], kz.v[3]);
+    } else {
+      KCA_UNROLL
+      for (int r = 0; r < 4; r++)
+        k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.magic), KCA_MAGIC),
+                            ks.v[r], kz.v[r]);
+    }
   }
   if (BITS == 0 || !QUANT || ROT == KCA_ROT_ABS) return; /* post-RoPE keys: no turn */
   const uint32_t *orow = off + (8 * h + g) * (HD + 4);
@@ -1258,13 +1276,24 @@ KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
         *(const uint16_t *)(vm + 2 * gi) | (uint32_t) * (const uint16_t *)(vm + mb + 2 * gi) << 16;
     const uint32_t zr = *(const uint16_t *)(vm + 8 * mb + 2 * gi) |
                         (uint32_t) * (const uint16_t *)(vm + 9 * mb + 2 * gi) << 16;
-    KCA_UNROLL
-    for (int r = 0; r < 4; r++) {
-      const uint32_t lo =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.magic), KCA_MAGIC);
-      const uint32_t hi =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.magic), KCA_MAGIC);
-      kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
+    if constexpr (BITS == 2 && KCA_PMAGIC) { /* code k of each token at bits 2k of zlo's halves */
+      const uint32_t z10 = zlo >> 10, mg = p.magic;
+      const uint32_t v[8] = {kca_c2h<0>(zlo, mg), kca_c2h<2>(zlo, mg), kca_c2h<4>(zlo, mg),
+                             kca_c2h<6>(zlo, mg), kca_c2h<8>(zlo, mg), kca_c2h<0>(z10, mg),
+                             kca_c2h<2>(z10, mg), kca_c2h<4>(z10, mg)};
+      KCA_UNROLL
+      for (int r = 0; r < 4; r++)
+        kca_mma8_h(st.acc[4 * u + r], kca_h2fma(v[2 * r], sc, zr), kca_h2fma(v[2 * r + 1], sc, zr),
+                   ph);
+    } else {
+      KCA_UNROLL
+      for (int r = 0; r < 4; r++) {
+        const uint32_t lo =
+            kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.magic), KCA_MAGIC);
+        const uint32_t hi =
+            kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.magic), KCA_MAGIC);
+        kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
+      }
     }
   }
 }
