@@ -656,7 +656,6 @@ KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, ui
   return kca_andor<0x00ff00ffu>(kca_prmt(xw, yw, b | (4 + b) << 8), mg);
 }
 
-/* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
 /* KCA_PMAGIC: the INT2 codes at bits POS, POS + 1 of both halves of w (POS <= 8) as the fp16 pair
  * (c, c) without a shift: with the exponent of 2^(10 - POS) (mg: KCA_MAGIC's, moved) the field is
  * the integer above that power, which the subtraction takes off exactly. */
@@ -665,6 +664,7 @@ template <int POS> KCA_FN uint32_t kca_c2h(uint32_t w, uint32_t mg) {
   return kca_h2sub(kca_andor<0x00030003u << POS>(w, e), e);
 }
 
+/* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
 template <int BITS> KCA_FN void kca_codes(const uint8_t *p, uint32_t *w0, uint32_t *w1) {
   *w1 = 0;
   if (BITS == 2) *w0 = *(const uint16_t *)p;
@@ -977,7 +977,7 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
 template <int HD, int BITS, bool PL>
 KCA_FN void kca_issue_h(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
                         const kca_win_t &w, int t0, int n, int kvh, int lane, bool kmeta) {
-  if (PL)
+  if constexpr (PL)
     kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta);
   else
     kca_issue_half<HD, BITS>(p, stage, w, t0, n, kvh, lane, kmeta);
@@ -1660,11 +1660,13 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   if (DREG && nxt.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nxt.k));
   while (cur.k >= 0) {
     const int so = (stage ^ 1) * Ly::stage;
-    if (DREG && nxt.k >= 0)
-      tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
-                                    16 * nxt.j, kvh, lane, &nt);
-    if (!DREG && nxt.k >= 0)
-      tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, &nt);
+    if (nxt.k >= 0) {
+      if constexpr (DREG)
+        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
+                                      16 * nxt.j, kvh, lane, &nt);
+      else
+        tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, &nt);
+    }
     kca_cp_commit();
     const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
     if (DREG && nn.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nn.k));

@@ -680,9 +680,9 @@ __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink)
 #endif
 }
 
-/* bench_read_cp's time for FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the
- * chunk kernel would (two blocks a multiprocessor at most); the median of 100 after 10. */
-/* ws: the warp-specialized bench_read_ws instead of the two-stage ring of bench_read_cp. */
+/* bench_read_cp's (ws: bench_read_ws's) time for FullKV's bytes (n_seq sequences of seq tokens)
+ * at spin, chunks as the chunk kernel would (two blocks a multiprocessor at most); the median of
+ * 100 after 10. */
 static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin,
                                bool ws) {
   int sms = 0, dev = 0;
