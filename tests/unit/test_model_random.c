@@ -180,15 +180,23 @@ static double tp_err(const model_hparams_t *hp, uint64_t seed, int size, const f
   return err;
 }
 
+/* TP=2 on tiny; TP=2, 4 and 8 on tiny with 16 heads over 8 KV heads, so that TP=8 holds one KV
+ * head (two query heads) a rank, as the Llama-3.1-8B shape does on eight GPUs. */
 static void check_tp(void) {
   model_hparams_t hp;
   CHECK_OK(model_shape_named("tiny", &hp));
-  float *ref = logits_of(&hp, 9);
-  if (!ref) return;
-  double e = tp_err(&hp, 9, 2, ref);
-  fprintf(stderr, "tiny: TP=2 vs TP=1 rel err %.3g\n", e);
-  CHECK(e <= 1e-4);
-  free(ref);
+  for (int wide = 0; wide < 2; wide++) {
+    if (wide) hp.n_head = 16, hp.n_head_kv = 8, hp.head_dim = 16, hp.rope.n_rot = 16;
+    float *ref = logits_of(&hp, 9);
+    if (!ref) return;
+    for (int size = 2; size <= (wide ? 8 : 2); size *= 2) {
+      double e = tp_err(&hp, 9, size, ref);
+      fprintf(stderr, "tiny (%d/%d heads): TP=%d vs TP=1 rel err %.3g\n", hp.n_head,
+              hp.n_head_kv, size, e);
+      CHECK(e <= 1e-4);
+    }
+    free(ref);
+  }
 }
 
 static int create_err(const model_hparams_t *hp, int rank, int size) {
