@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "kv_policy.h"
 #include "qe_json.h"
+#include "qe_pem.h"
 #include "qe_status.h"
 
 struct cli_rpc {
@@ -55,7 +56,15 @@ static int key_is_printable(const char *k) {
   return 1;
 }
 
-int cli_rpc_connect(const char *target, const char *key, cli_rpc_t **out) {
+/* Plaintext, or TLS credentials from tls (NULL: plaintext). */
+static grpc_channel_credentials *rpc_creds(const cli_rpc_tls_t *tls) {
+  if (!tls) return grpc_insecure_credentials_create();
+  grpc_ssl_pem_key_cert_pair kp = {tls->key_pem, tls->cert_pem};
+  return grpc_ssl_credentials_create(tls->ca_pem, tls->cert_pem ? &kp : NULL, NULL, NULL);
+}
+
+int cli_rpc_connect(const char *target, const char *key, const cli_rpc_tls_t *tls,
+                    cli_rpc_t **out) {
   *out = NULL;
   if (key && !key_is_printable(key))
     return qe_errf(QE_EINVAL, "the API key has characters other than printable ASCII");
@@ -71,11 +80,14 @@ int cli_rpc_connect(const char *target, const char *key, cli_rpc_t **out) {
   grpc_arg args[] = {
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = CLI_RPC_MAX_MSG}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = CLI_RPC_MAX_MSG}},
+      {GRPC_ARG_STRING,
+       GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+       {.string = tls ? (char *)tls->server_name : NULL}},
   };
-  grpc_channel_args ca = {sizeof args / sizeof args[0], args};
-  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-  c->ch = grpc_channel_create(target, cr, &ca);
-  grpc_channel_credentials_release(cr);
+  grpc_channel_args ca = {tls && tls->server_name ? 3 : 2, args};
+  grpc_channel_credentials *cr = rpc_creds(tls);
+  c->ch = cr ? grpc_channel_create(target, cr, &ca) : NULL;
+  if (cr) grpc_channel_credentials_release(cr);
   if (!c->ch) goto fail_channel;
   *out = c;
   return 0;
@@ -456,13 +468,18 @@ void cli_client_init(cli_client_opts_t *o, int admin) { *o = (cli_client_opts_t)
 int cli_client_parse(cli_client_opts_t *o, const char *f, const char *v) {
   double d;
   if (!strcmp(f, "--json")) return v ? 2 : (o->json = 1, 0);
-  if (!v) return 1;
   if (!strcmp(f, "--server")) return *v ? (o->server = v, 0) : 2;
   if (!strcmp(f, "--timeout")) {
     if (cli_parse_float(v, 1e-3, 1e7, &d)) return 2;
     o->timeout_s = d;
     return 0;
   }
+  if (!strcmp(f, "--tls")) return v ? 2 : (o->tls = 1, 0);
+  if (!v) return 1;
+  const char **tf[] = {&o->tls_ca, &o->tls_cert, &o->tls_key, &o->tls_server_name};
+  const char *tn[] = {"--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(f, tn[i])) return *v ? (*tf[i] = v, o->tls = 1, 0) : 2;
   if (!o->admin && !strcmp(f, "--key")) return *v ? (o->key = v, 0) : 2;
   if (!strcmp(f, o->admin ? "--admin-key-file" : "--key-file")) return o->key_file = v, 0;
   return 1;
@@ -486,6 +503,31 @@ static int read_key_file(const char *path, char **out) {
   return (*out = strdup(buf)) ? 0 : QE_ENOMEM;
 }
 
+static void tls_free(cli_rpc_tls_t *t) {
+  if (t->key_pem) explicit_bzero((char *)t->key_pem, strlen(t->key_pem));
+  free((char *)t->ca_pem), free((char *)t->cert_pem), free((char *)t->key_pem);
+}
+
+/* The TLS files of o (--tls-ca, else $QEVICT_TLS_CA; --tls-cert and --tls-key) read into t.
+ * 0, or the exit code after a message. */
+static int client_tls(const char *cmd, const cli_client_opts_t *o, cli_rpc_tls_t *t) {
+  if (!o->tls_cert != !o->tls_key)
+    return cli_usage_error(cmd, "give both --tls-cert and --tls-key, or neither");
+  const char *env = getenv("QEVICT_TLS_CA");
+  const char *ca = o->tls_ca ? o->tls_ca : env && *env ? env : NULL;
+  const char *path[3] = {ca, o->tls_cert, o->tls_key};
+  const char *flag[3] = {o->tls_ca ? "--tls-ca" : "$QEVICT_TLS_CA", "--tls-cert", "--tls-key"};
+  const char *label[3] = {"CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"};
+  char **dst[3] = {(char **)&t->ca_pem, (char **)&t->cert_pem, (char **)&t->key_pem};
+  for (int i = 0; i < 3; i++) {
+    if (!path[i] || !qe_read_pem(path[i], flag[i], label[i], dst[i])) continue;
+    fprintf(stderr, "qevict %s: %s\n", cmd, qe_errmsg());
+    tls_free(t);
+    return CLI_EXIT_USAGE;
+  }
+  return 0;
+}
+
 int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out) {
   const char *kf = o->admin ? "--admin-key-file" : "--key-file";
   const char *env = o->admin ? "QEVICT_ADMIN_KEY" : "QEVICT_API_KEY";
@@ -504,8 +546,15 @@ int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out
   }
   if (!server || !*server) server = getenv("QEVICT_SERVER");
   if (!server || !*server) server = "127.0.0.1:50051";
-  int rc = cli_rpc_connect(server, key, out);
+  cli_rpc_tls_t tls = {NULL, NULL, NULL, o->tls_server_name};
+  int rc = client_tls(cmd, o, &tls);
+  if (rc) {
+    free(file_key);
+    return rc;
+  }
+  rc = cli_rpc_connect(server, key, o->tls || tls.ca_pem ? &tls : NULL, out);
   free(file_key);
+  tls_free(&tls);
   if (rc) return cli_client_fail(cmd, rc, NULL);
   return 0;
 }
@@ -548,7 +597,7 @@ static int args_option(const char *cmd, int argc, char **argv, int *i, const cha
   flag[fl] = '\0';
   if (eq)
     v = eq + 1;
-  else if (!in_list(no_value, flag)) {
+  else if (!in_list(no_value, flag) && strcmp(flag, "--tls")) {
     if (*i + 1 >= argc) return cli_usage_error(cmd, "unknown option or missing value: %s", flag);
     v = argv[++*i];
   }

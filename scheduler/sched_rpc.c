@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "qe_log.h"
+#include "qe_pem.h"
 #include "qe_status.h"
 #include "sched_internal.h"
 
@@ -247,10 +248,31 @@ static void on_sent(void *ud, sgrpc_call_t *call, int ok) {
   if (ok && h->dirty) health_send(s, h);
 }
 
+/* The TLS files of the configuration, read into o (NULL where not configured). */
+static int read_tls(const sched_config_t *c, sgrpc_options_t *o) {
+  char **dst[3] = {(char **)&o->tls_cert_pem, (char **)&o->tls_key_pem,
+                   (char **)&o->tls_client_ca_pem};
+  const char *path[3] = {c->tls_cert, c->tls_key, c->tls_client_ca};
+  const char *flag[3] = {"--tls-cert", "--tls-key", "--tls-client-ca"};
+  const char *label[3] = {"CERTIFICATE", "PRIVATE KEY", "CERTIFICATE"};
+  for (int i = 0; i < 3; i++) {
+    int rc = path[i] ? qe_read_pem(path[i], flag[i], label[i], dst[i]) : 0;
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int sched_rpc_start(sched_t *s) {
   sgrpc_handlers_t h = {s, on_call, on_cancel, on_sent};
-  sgrpc_options_t o = {s->cfg.max_message, s->cfg.max_message};
-  return sgrpc_server_create(s->loop, s->cfg.listen, &o, methods, M_COUNT, &h, &s->grpc);
+  sgrpc_options_t o = {s->cfg.max_message, s->cfg.max_message, NULL, NULL, NULL};
+  int rc = read_tls(&s->cfg, &o);
+  if (!rc) rc = sgrpc_server_create(s->loop, s->cfg.listen, &o, methods, M_COUNT, &h, &s->grpc);
+  if (!rc && o.tls_cert_pem)
+    qe_log(QE_LOG_INFO, "sched: gRPC on %s speaks TLS only%s", s->cfg.listen,
+           o.tls_client_ca_pem ? ", client certificates required" : "");
+  if (o.tls_key_pem) explicit_bzero((char *)o.tls_key_pem, strlen(o.tls_key_pem));
+  free((char *)o.tls_cert_pem), free((char *)o.tls_key_pem), free((char *)o.tls_client_ca_pem);
+  return rc;
 }
 
 void sched_rpc_stop(sched_t *s) {

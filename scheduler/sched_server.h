@@ -20,6 +20,9 @@ typedef struct {
   unsigned keep_finished_s;   /* finished requests stay visible to Watch/GetRequest (600) */
   unsigned worker_timeout_ms; /* a silent worker is down after this long (5000) */
   const char *ready_file;     /* written ("ready\n") once at least one group is up, if set */
+  const char *tls_cert;       /* PEM certificate chain: the gRPC port speaks TLS only (with key) */
+  const char *tls_key;        /* PEM private key of tls_cert */
+  const char *tls_client_ca;  /* PEM CA bundle: clients must present a certificate it verifies */
 } sched_config_t;
 
 /* Fills the defaults. */

@@ -191,8 +191,8 @@ static void check_tp(void) {
     if (!ref) return;
     for (int size = 2; size <= (wide ? 8 : 2); size *= 2) {
       double e = tp_err(&hp, 9, size, ref);
-      fprintf(stderr, "tiny (%d/%d heads): TP=%d vs TP=1 rel err %.3g\n", hp.n_head,
-              hp.n_head_kv, size, e);
+      fprintf(stderr, "tiny (%d/%d heads): TP=%d vs TP=1 rel err %.3g\n", hp.n_head, hp.n_head_kv,
+              size, e);
       CHECK(e <= 1e-4);
     }
     free(ref);

@@ -534,6 +534,20 @@ static void test_create_errors(uv_loop_t *loop, int port) {
   CHECK(sgrpc_server_create(loop, "127.0.0.1:0", NULL, methods, N_METHODS, &h, &s) == QE_EINVAL);
   CHECK(sgrpc_server_create(NULL, "127.0.0.1:0", NULL, methods, N_METHODS, &handlers, &s) ==
         QE_EINVAL);
+  /* TLS: a certificate without its key, a client CA without a certificate, a key that is not
+   * one (the TLS library refuses it when the port is bound) */
+  const char *pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  sgrpc_options_t t = {0, 0, pem, NULL, NULL};
+  CHECK(sgrpc_server_create(loop, "127.0.0.1:0", &t, methods, N_METHODS, &handlers, &s) ==
+        QE_EINVAL);
+  t = (sgrpc_options_t){0, 0, NULL, NULL, pem};
+  CHECK(sgrpc_server_create(loop, "127.0.0.1:0", &t, methods, N_METHODS, &handlers, &s) ==
+        QE_EINVAL);
+  t = (sgrpc_options_t){0, 0, pem, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+                        NULL};
+  int rc = sgrpc_server_create(loop, "127.0.0.1:0", &t, methods, N_METHODS, &handlers, &s);
+  fprintf(stderr, "  a bad certificate and key: %s: %s\n", qe_strerror(rc), qe_errmsg());
+  CHECK(rc == QE_EIO && s == NULL);
 }
 
 int main(void) {
@@ -541,7 +555,7 @@ int main(void) {
   main_t m;
   memset(&m, 0, sizeof m);
   CHECK_OK(uv_loop_init(&loop));
-  sgrpc_options_t opt = {MAX_RECV, 0};
+  sgrpc_options_t opt = {MAX_RECV, 0, NULL, NULL, NULL};
   CHECK_OK(sgrpc_server_create(&loop, "127.0.0.1:0", &opt, methods, N_METHODS, &handlers, &m.tcp));
   char unix_path[64];
   snprintf(unix_path, sizeof unix_path, "/tmp/qe_sgrpc_%d.sock", (int)getpid());

@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""test_tls: the gRPC port over TLS. Certificates are made at test time with the openssl CLI (a
+test CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a second,
+unrelated CA). `qevict serve --tls-cert/--tls-key` (stories260K, one CPU worker) is driven by
+Python grpcio and by `qevict submit`/`tenant`; then `--tls-client-ca` (client certificates
+required); then the configuration errors of both sides.
+usage: test_tls.py QEVICT_BINARY   (exit 77 = skipped)"""
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serving  # noqa: E402
+
+try:
+    import grpc  # Debian python3-grpcio
+except ImportError:
+    print("SKIP: python3-grpcio is not installed")
+    sys.exit(77)
+
+QEVICT = os.path.abspath(sys.argv[1])
+STORIES = os.path.join(os.environ.get("QE_SHARED_MODELS", os.path.join(serving.ROOT, "..",
+                                                                      "shared", "models")),
+                       "stories260K.gguf")
+if not os.path.exists(STORIES):
+    print("SKIP: %s is absent" % STORIES)
+    sys.exit(77)
+if not shutil.which("openssl"):
+    print("SKIP: the openssl command is absent (Debian package openssl)")
+    sys.exit(77)
+
+TMP = serving.tmpdir()
+pb, pbg, hpb, hpbg = serving.load_stubs(TMP)
+C = serving.Checks()
+
+
+def path(name):
+    return os.path.join(TMP, name)
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
+
+
+def make_ca(name):
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", path(name + ".key"), "-out", path(name + ".pem"), "-days", "2",
+            "-subj", "/CN=qevict test " + name, "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+
+
+def make_leaf(name, ca, ext):
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", path(name + ".key"), "-out", path(name + ".csr"), "-subj", "/CN=" + name)
+    with open(path(name + ".ext"), "w") as f:
+        f.write(ext)
+    openssl("x509", "-req", "-in", path(name + ".csr"), "-CA", path(ca + ".pem"), "-CAkey",
+            path(ca + ".key"), "-CAcreateserial", "-out", path(name + ".pem"), "-days", "2",
+            "-extfile", path(name + ".ext"))
+
+
+def read(name):
+    with open(path(name), "rb") as f:
+        return f.read()
+
+
+def channel(addr, ca=None, client=None, plain=False):
+    if plain:
+        return grpc.insecure_channel(addr)
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=read(ca + ".pem"),
+        private_key=read(client + ".key") if client else None,
+        certificate_chain=read(client + ".pem") if client else None)
+    return grpc.secure_channel(addr, creds)
+
+
+def code_of(fn):
+    try:
+        fn()
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def generate(ch, key, n=24):
+    """A Generate stream's events (raises grpc.RpcError)."""
+    req = pb.GenerateRequest(max_tokens=n, ignore_eos=True)
+    req.prompt.text = "Once upon a time"
+    return list(pbg.GenerationStub(ch).Generate(req, metadata=(("authorization", "Bearer " + key),),
+                                                 timeout=60))
+
+
+def cli(*args, env=None):
+    e = dict(os.environ)
+    e.pop("QEVICT_TLS_CA", None)
+    e.update(env or {})
+    return subprocess.run([QEVICT] + list(args), capture_output=True, text=True, env=e,
+                          timeout=120)
+
+
+def new_tenant(srv, ca, client=None):
+    adm = pbg.AdminStub(channel(srv.addr, ca, client))
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "t1", 1 << 30
+    md = (("authorization", "Bearer " + srv.admin_key()),)
+    return adm.SetTenant(r, metadata=md, timeout=30).api_key
+
+
+def test_tls_server():
+    srv = serving.Server(QEVICT, STORIES, path("state-tls"), workers=1,
+                         extra=["--tls-cert", path("server.pem"), "--tls-key", path("server.key")])
+    # the readiness probe reads /metrics (plain HTTP): the gRPC port alone speaks TLS
+    srv.start()
+    key = new_tenant(srv, "ca")
+    C.ok(key.startswith("qk_"), "SetTenant over TLS (grpcio, the test CA as root)")
+    ev = generate(channel(srv.addr, "ca"), key)
+    fin = ev[-1].finished if ev and ev[-1].HasField("finished") else None
+    C.ok(fin is not None and fin.usage.completion_tokens == 24,
+         "Generate over TLS: 24 tokens and Finished")
+    code = code_of(lambda: generate(channel(srv.addr, plain=True), key))
+    C.ok(code == grpc.StatusCode.UNAVAILABLE, "a plaintext client is refused: %s" % code)
+    code = code_of(lambda: generate(channel(srv.addr, "otherca"), key))
+    C.ok(code == grpc.StatusCode.UNAVAILABLE, "a client trusting another CA is refused: %s" % code)
+    sub = ["submit", "--server", srv.addr, "--key", key, "--prompt", "Once upon a time", "-n",
+           "16", "--ignore-eos", "--json"]
+    r = cli(*sub, "--tls-ca", path("ca.pem"))
+    C.ok(r.returncode == 0 and '"completion_tokens":16' in r.stdout.replace(" ", ""),
+         "qevict submit --tls-ca: exit %d" % r.returncode)
+    r = cli(*sub, env={"QEVICT_TLS_CA": path("ca.pem")})
+    C.ok(r.returncode == 0, "qevict submit with $QEVICT_TLS_CA: exit %d" % r.returncode)
+    r = cli(*sub, "--tls-ca", path("ca.pem"), "--tls-server-name", "localhost")
+    C.ok(r.returncode == 0, "--tls-server-name localhost (in the certificate): exit %d"
+         % r.returncode)
+    r = cli(*sub, "--tls-ca", path("ca.pem"), "--tls-server-name", "other.example")
+    C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
+         "--tls-server-name not in the certificate: exit %d, %s" % (r.returncode,
+                                                                    r.stderr.strip()[-120:]))
+    r = cli(*sub)
+    C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
+         "qevict submit without TLS: exit %d, %s" % (r.returncode, r.stderr.strip()[-120:]))
+    r = cli(*sub, "--tls-ca", path("otherca.pem"))
+    C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
+         "qevict submit trusting another CA: exit %d" % r.returncode)
+    r = cli("tenant", "get", "t1", "--server", srv.addr, "--admin-key-file",
+            os.path.join(path("state-tls"), "admin.key"), "--tls-ca", path("ca.pem"), "--json")
+    C.ok(r.returncode == 0 and '"t1"' in r.stdout, "qevict tenant get over TLS: exit %d"
+         % r.returncode)
+    test_client_errors(sub)
+    srv.stop()
+
+
+def test_client_errors(sub):
+    cases = [
+        ("--tls-ca of a missing file", ["--tls-ca", path("nosuch.pem")], "--tls-ca"),
+        ("--tls-ca of a text file that is not PEM", ["--tls-ca", path("notpem.txt")],
+         "no PEM"),
+        ("--tls-ca of a model file", ["--tls-ca", STORIES], "larger than 1 MiB"),
+        ("--tls-ca of a key, not a certificate", ["--tls-ca", path("ca.key")], "CERTIFICATE"),
+        ("--tls-cert without --tls-key", ["--tls-cert", path("client.pem")], "--tls-key"),
+        ("--tls-key of a certificate", ["--tls-cert", path("client.pem"), "--tls-key",
+                                        path("client.pem")], "PRIVATE KEY"),
+        ("an empty --tls-ca", ["--tls-ca", path("empty.pem")], "empty"),
+    ]
+    for what, extra, want in cases:
+        r = cli(*sub, *extra)
+        C.ok(r.returncode == 2 and want in r.stderr and "Traceback" not in r.stderr,
+             "client: %s: exit %d, %s" % (what, r.returncode, r.stderr.strip()[-140:]))
+    r = cli(*sub, "--tls-ca", path("ca.pem"), env={"QEVICT_TLS_CA": path("nosuch.pem")})
+    C.ok(r.returncode == 0, "--tls-ca wins over $QEVICT_TLS_CA: exit %d" % r.returncode)
+    r = cli(*sub, env={"QEVICT_TLS_CA": path("nosuch.pem")})
+    C.ok(r.returncode == 2 and "QEVICT_TLS_CA" in r.stderr,
+         "a missing $QEVICT_TLS_CA file: exit %d, %s" % (r.returncode, r.stderr.strip()[-120:]))
+
+
+def test_mtls_server():
+    srv = serving.Server(QEVICT, STORIES, path("state-mtls"), workers=1,
+                         extra=["--tls-cert", path("server.pem"), "--tls-key", path("server.key"),
+                                "--tls-client-ca", path("ca.pem")])
+    srv.start()
+    key = new_tenant(srv, "ca", "client")
+    ev = generate(channel(srv.addr, "ca", "client"), key)
+    C.ok(ev and ev[-1].HasField("finished"), "mutual TLS: a client with a certificate of the CA")
+    code = code_of(lambda: generate(channel(srv.addr, "ca"), key))
+    C.ok(code == grpc.StatusCode.UNAVAILABLE, "mutual TLS: no client certificate: %s" % code)
+    code = code_of(lambda: generate(channel(srv.addr, "ca", "stranger"), key))
+    C.ok(code == grpc.StatusCode.UNAVAILABLE,
+         "mutual TLS: a client certificate of another CA: %s" % code)
+    sub = ["submit", "--server", srv.addr, "--key", key, "--prompt", "hi", "-n", "8",
+           "--ignore-eos", "--tls-ca", path("ca.pem")]
+    r = cli(*sub, "--tls-cert", path("client.pem"), "--tls-key", path("client.key"))
+    C.ok(r.returncode == 0, "qevict submit --tls-cert/--tls-key under mutual TLS: exit %d"
+         % r.returncode)
+    r = cli(*sub)
+    C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
+         "qevict submit without a client certificate: exit %d" % r.returncode)
+    srv.stop()
+
+
+def server_error(what, extra, want, code=None):
+    """`qevict sched` with a TLS misconfiguration must exit non-zero with `want` in its message."""
+    state = path("state-bad")
+    args = [QEVICT, "sched", "--model", STORIES, "--state-dir", state, "--listen",
+            "127.0.0.1:%d" % serving.free_port(), "--metrics-listen", "",
+            "--worker-listen", "unix:" + path("w.sock")] + extra
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        C.ok(False, "server: %s: still running after 30 s" % what)
+        return
+    ok = r.returncode != 0 and (code is None or r.returncode == code) and want in r.stderr
+    C.ok(ok and "Sanitizer" not in r.stderr, "server: %s: exit %d, %s" %
+         (what, r.returncode, r.stderr.strip().splitlines()[-1][-150:] if r.stderr else ""))
+
+
+def test_server_errors():
+    cert, key = path("server.pem"), path("server.key")
+    server_error("--tls-cert without --tls-key", ["--tls-cert", cert], "--tls-key", 2)
+    server_error("--tls-client-ca alone", ["--tls-client-ca", path("ca.pem")], "--tls-cert", 2)
+    server_error("a missing certificate file", ["--tls-cert", path("nosuch.pem"), "--tls-key",
+                                                key], "--tls-cert")
+    server_error("a certificate that is not PEM", ["--tls-cert", path("notpem.txt"), "--tls-key",
+                                                   key], "no PEM CERTIFICATE")
+    server_error("a key file holding a certificate", ["--tls-cert", cert, "--tls-key", cert],
+                 "PRIVATE KEY")
+    server_error("a key of another certificate", ["--tls-cert", cert, "--tls-key",
+                                                  path("client.key")], "TLS")
+    server_error("a client CA file that is not PEM", ["--tls-cert", cert, "--tls-key", key,
+                                                      "--tls-client-ca", STORIES],
+                 "--tls-client-ca '")
+    r = subprocess.run([QEVICT, "serve", "--model", STORIES, "--tls-key", key],
+                       capture_output=True, text=True, timeout=60)
+    C.ok(r.returncode == 2 and "--tls-cert" in r.stderr,
+         "qevict serve --tls-key alone: exit %d" % r.returncode)
+    r = subprocess.run([QEVICT, "worker", "--model", STORIES, "--tls-cert", cert, "--tls-key", key],
+                       capture_output=True, text=True, timeout=60)
+    C.ok(r.returncode == 2 and "scheduler option" in r.stderr,
+         "qevict worker --tls-cert: exit %d" % r.returncode)
+
+
+def main():
+    make_ca("ca")
+    make_ca("otherca")
+    make_leaf("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+              "extendedKeyUsage=serverAuth\n")
+    make_leaf("client", "ca", "extendedKeyUsage=clientAuth\n")
+    make_leaf("stranger", "otherca", "extendedKeyUsage=clientAuth\n")
+    open(path("empty.pem"), "w").close()
+    with open(path("notpem.txt"), "w") as f:
+        f.write("-----BEGIN nothing\nhello\n")
+    test_tls_server()
+    test_mtls_server()
+    test_server_errors()
+    rc = C.done()
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
