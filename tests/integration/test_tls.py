@@ -136,6 +136,12 @@ def test_tls_server():
     C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
          "--tls-server-name not in the certificate: exit %d, %s" % (r.returncode,
                                                                     r.stderr.strip()[-120:]))
+    r = cli(*sub, "--tls", env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": path("ca.pem")})
+    C.ok(r.returncode == 0, "--tls with the default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH "
+         "= the test CA): exit %d" % r.returncode)
+    r = cli(*sub, "--tls", env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": path("otherca.pem")})
+    C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
+         "--tls with default roots that do not hold the test CA: exit %d" % r.returncode)
     r = cli(*sub)
     C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr,
          "qevict submit without TLS: exit %d, %s" % (r.returncode, r.stderr.strip()[-120:]))
