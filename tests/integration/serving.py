@@ -30,10 +30,20 @@ def load_stubs(tmp):
     return qevict_pb2, qevict_pb2_grpc, health_pb2, health_pb2_grpc
 
 
+def free_ports(n):
+    """n distinct loopback ports that were free a moment ago (all held while they are picked)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class Server:
@@ -42,13 +52,28 @@ class Server:
     def __init__(self, qevict, model, state_dir, workers=1, extra=(), log=None):
         self.qevict, self.model, self.state_dir = qevict, model, state_dir
         self.workers, self.extra = workers, list(extra)
-        self.port, self.mport = free_port(), free_port()
-        self.addr = "127.0.0.1:%d" % self.port
+        self.pick_ports()
         self.log = log or os.path.join(state_dir + ".log")
         self.proc = None
         atexit.register(self.stop)
 
+    def pick_ports(self):
+        self.port, self.mport = free_ports(2)
+        self.addr = "127.0.0.1:%d" % self.port
+
     def start(self, timeout=120):
+        """Starts and waits until ready; a port taken since it was picked (by a test running in
+        parallel) makes it pick new ones and try again, up to three times."""
+        for attempt in range(3):
+            try:
+                return self.start_once(timeout)
+            except RuntimeError as e:
+                taken = any(k in str(e) for k in ("cannot listen", "address already in use"))
+                if attempt == 2 or not taken:
+                    raise
+                self.pick_ports()
+
+    def start_once(self, timeout):
         ready = self.state_dir + ".ready"
         if os.path.exists(ready):
             os.unlink(ready)
@@ -82,12 +107,16 @@ class Server:
         with open(os.path.join(self.state_dir, "admin.key")) as f:
             return f.read().strip()
 
-    def metrics_text(self):
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport, timeout=5) as r:
-                return r.read().decode()
-        except OSError:
-            return ""
+    def metrics_text(self, tries=3):
+        """One scrape ("" if three tries in a row failed: the server is gone or stuck)."""
+        for _ in range(tries):
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport,
+                                            timeout=10) as r:
+                    return r.read().decode()
+            except OSError:
+                time.sleep(0.2)
+        return ""
 
     def metric(self, name, **labels):
         """The value of one series of the current scrape (None if absent)."""

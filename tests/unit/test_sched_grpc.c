@@ -399,7 +399,8 @@ static void cl_stream_cases(client_t *cl) {
   cc_wait(cl, &c, 1);
   CCHECK(c.status == GRPC_STATUS_CANCELLED && c.n_msgs >= 10 && c.bad_msgs == 0);
   cc_release(&c);
-  cc_start(cl, cl->ch, &c, "/qetest.Echo/Hold", "deadline", 8, NULL, 300, 1);
+  /* 3 s: long enough that the call reaches the server's handler before its deadline */
+  cc_start(cl, cl->ch, &c, "/qetest.Echo/Hold", "deadline", 8, NULL, 3000, 1);
   cc_wait(cl, &c, 1);
   CCHECK(c.status == GRPC_STATUS_DEADLINE_EXCEEDED);
   cc_release(&c);

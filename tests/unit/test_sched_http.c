@@ -374,9 +374,9 @@ out:
 }
 
 /* A connection that got a 200 for /healthz, retried while the server may still hold closed
- * connections against its limit; NULL if none did within 2 s. */
+ * connections against its limit; NULL if none did within 10 s. */
 static client_t *dial_served(int port) {
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < 500; i++) {
     client_t *c = dial(port);
     resp_t r = {0};
     int st = c ? ask(c, GET("/healthz"), 0, &r) : -1;

@@ -703,7 +703,7 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void smol_speed(const tok_t *t) {
+static void smol_long_doc(const tok_t *t) {
   static const char para[] =
       "The quick brown fox, 1234 times; naïve café — 你好世界! \tdef f(x): return x**2\n";
   size_t plen = strlen(para), reps = 400;
@@ -716,12 +716,7 @@ static void smol_speed(const tok_t *t) {
   CHECK_OK(tok_encode(t, doc, plen * reps, 0, 0, &ids, &n));
   double ms = now_ms() - t0;
   fprintf(stderr, "  encoded %zu bytes -> %zu tokens in %.1f ms\n", plen * reps, n, ms);
-  CHECK(n >= 10000);
-#if defined(__SANITIZE_ADDRESS__)
-  CHECK(ms < 1000);
-#else
-  CHECK(ms < 100);
-#endif
+  CHECK(n >= 10000); /* the time is printed, never asserted (speed belongs to bench/) */
   free(ids);
   free(doc);
 }
@@ -771,7 +766,7 @@ static void test_smollm2(void) {
   }
   fprintf(stderr, "  SmolLM2: %d/%d fixture strings match HF\n", n_ok, n_cases);
   CHECK(n_cases >= 40 && n_ok == n_cases);
-  if (t) smol_speed(t), smol_chat(t, g);
+  if (t) smol_long_doc(t), smol_chat(t, g);
   free(json);
   tok_destroy(t);
   gguf_close(g);
