@@ -32,5 +32,13 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
 int cli_parse_u64(const char *s, uint64_t *out);
+/* --cpu-weights: "f32" (KERN_WEIGHT_F32) or "packed" (KERN_WEIGHT_PACKED). 0 or -1. */
+int cli_parse_cpu_weights(const char *s, int *out);
+/* Help line of --cpu-weights, shared by the commands that take it. */
+#define CLI_CPU_WEIGHTS_HELP                                                                       \
+  "  --cpu-weights W   CPU backend weights: f32 (default: every weight dequantized to fp32) or\n"  \
+  "                    packed (a GGUF's Q4_0/Q4_1/Q8_0/Q4_K/Q5_K weights kept as int8 codes "      \
+  "with\n"                                                                                         \
+  "                    their blocks' scales, exactly: 1.25 bytes a weight instead of 4)\n"
 
 #endif

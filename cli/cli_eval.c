@@ -40,7 +40,7 @@ static const char *eval_help =
     "  --ppl-text FILE   the text of the ppl task (default " EVAL_DEFAULT_PPL_TEXT ")\n"
     "  --json FILE       write the results as one JSON object ('-': stdout)\n"
     "  --markdown FILE   write the tables (default: stdout unless --json -)\n"
-    "  --threads N       CPU threads (default: all cores)\n"
+    "  --threads N       CPU threads (default: all cores)\n" CLI_CPU_WEIGHTS_HELP
     "  --device N        run on CUDA GPU N (CUDA builds): FullKV and the policies the GPU cache\n"
     "                    runs (qevict, kivi; h2o, streaming, snapkv and pyramidkv with\n"
     "                    :window=4, 8 or a multiple of 16; +graphkv on qevict and h2o),\n"
@@ -197,6 +197,7 @@ static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
     if (cli_parse_int(v, 0, 255, &l)) return -1;
     return c->device = (int)l, 0;
   }
+  if (!strcmp(f, "--cpu-weights")) return cli_parse_cpu_weights(v, &c->cpu_weights);
   if (!strcmp(f, "--first-sample")) {
     if (cli_parse_int(v, 0, 1 << 20, &l)) return -1;
     return c->first_sample = (int)l, 0;
@@ -251,6 +252,8 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
   if (!c->model) return cli_usage_error("eval", "--model is required");
   if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
   if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
+  if (c->device >= 0 && c->cpu_weights != KERN_WEIGHT_F32)
+    return cli_usage_error("eval", "--cpu-weights is for the CPU backend, not --device");
 #ifndef QE_HAVE_CUDA
   if (c->device >= 0)
     return cli_usage_error("eval", "--device needs a CUDA build of qevict (this build has the "
@@ -349,7 +352,7 @@ static int make_backend(const eval_cfg_t *c, kern_backend_t **be) {
     return kern_cuda_create(c->device, be);
   }
 #endif
-  return kern_cpu_create(c->threads, be);
+  return kern_cpu_create_ex(c->threads, c->cpu_weights, be);
 }
 
 /* Loads the model for prompts of up to the longest length in one forward pass and runs. */

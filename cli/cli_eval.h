@@ -40,7 +40,8 @@ typedef struct {
   uint64_t seed;
   const char *json, *markdown, *ppl_text;
   int ablations, diag, all_samples, threads, quiet;
-  int device; /* --device: CUDA GPU (-1: the CPU backend) */
+  int device;      /* --device: CUDA GPU (-1: the CPU backend) */
+  int cpu_weights; /* --cpu-weights: the CPU backend's weights (KERN_WEIGHT_F32 or _PACKED) */
 } eval_cfg_t;
 
 /* One run: FullKV (variant -1) or a variant at a budget, on one sample. */

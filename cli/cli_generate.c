@@ -30,7 +30,8 @@ typedef struct {
   const char *force_ids;    /* --force-ids FILE */
   int32_t *forced;          /* its ids, fed back instead of the sampled ones */
   int n_forced;
-  int device; /* CUDA GPU of rank 0 (-1: the CPU backend) */
+  int device;      /* CUDA GPU of rank 0 (-1: the CPU backend) */
+  int cpu_weights; /* --cpu-weights: kern_weight_dtype_t of the CPU backend */
   long n_predict;
   kern_sampler_t sampler;
   uint64_t seed;
@@ -53,7 +54,7 @@ static const char *gen_help =
     "  --seed S          sampler seed (default 0)\n"
     "  --tp N            tensor-parallel ranks (processes, CPU collectives; default 1)\n"
     "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
-    "  --threads N       CPU threads per rank (default: cores / tp)\n"
+    "  --threads N       CPU threads per rank (default: cores / tp)\n" CLI_CPU_WEIGHTS_HELP
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
     "                    the GPU count); policies full, qevict, kivi (h2o, streaming\n"
     "                    with --window 8), and +graphkv on qevict and h2o\n"
@@ -117,7 +118,9 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
   else if (!strcmp(f, "--device")) {
     if (cli_parse_int(v, 0, 255, &l)) return 2;
     a->device = (int)l;
-  } else if (!strcmp(f, "--tp") || !strcmp(f, "--batch") || !strcmp(f, "--threads")) {
+  } else if (!strcmp(f, "--cpu-weights"))
+    return cli_parse_cpu_weights(v, &a->cpu_weights) ? 2 : 0;
+  else if (!strcmp(f, "--tp") || !strcmp(f, "--batch") || !strcmp(f, "--threads")) {
     if (cli_parse_int(v, 1, 256, &l)) return 2;
     *(!strcmp(f, "--tp") ? &a->tp : !strcmp(f, "--batch") ? &a->batch : &a->threads) = (int)l;
   } else
@@ -171,6 +174,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
                            "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
+  if (a->device >= 0 && a->cpu_weights != KERN_WEIGHT_F32)
+    return cli_usage_error("generate", "--cpu-weights is for the CPU backend, not --device");
   const char *gv = getenv("QE_CUDA_GRAPHS");
   if (gv && strcmp(gv, "0") && strcmp(gv, "1"))
     return cli_usage_error("generate", "QE_CUDA_GRAPHS must be 0 or 1 (got '%s')", gv);
@@ -284,7 +289,7 @@ static int make_backend(const gen_args_t *a, int rank, kern_backend_t **be) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores / a->tp > 0 ? (int)(cores / a->tp) : 1;
   }
-  return kern_cpu_create(threads, be);
+  return kern_cpu_create_ex(threads, a->cpu_weights, be);
 }
 
 static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t **m,

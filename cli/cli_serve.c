@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kern.h"
 #include "qe_log.h"
 #include "qe_status.h"
 #include "sched_server.h"
@@ -50,7 +51,7 @@ static const char *worker_help =
     "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G)\n"
     "  --device N          CUDA GPU of the group's rank 0 (CUDA builds): rank R runs on GPU\n"
     "                      (N + R) mod the GPU count, KV on the GPU, NCCL between the ranks\n"
-    "  --cpu               the CPU backend (the default)\n";
+    "  --cpu               the CPU backend (the default)\n" CLI_CPU_WEIGHTS_HELP;
 
 static const char *serve_help =
     "usage: qevict serve --model FILE [options]\n"
@@ -64,6 +65,7 @@ static const char *serve_help =
     "  --device N                  GPU workers (CUDA builds): rank R of group G runs on GPU\n"
     "                              (N + G * T + R) mod the GPU count\n"
     "  --cpu                       CPU workers (the default)\n"
+    "  --cpu-weights f32|packed    their weights (default f32; see qevict worker --help)\n"
     "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
     "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n" TLS_HELP;
 
@@ -111,6 +113,10 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
   if (!strcmp(f, "--state-dir")) return o->s.state_dir = o->state_dir = v, 0;
   if (!strcmp(f, "--admin-key-file")) return o->s.admin_key_file = v, 0;
   if (!strcmp(f, "--ready-file")) return o->s.ready_file = v, 0;
+  if (!strcmp(f, "--cpu-weights"))
+    return cli_parse_cpu_weights(v, &o->w.cpu_weights)
+               ? cli_usage_error(cmd, "bad value '%s' for --cpu-weights (f32 or packed)", v)
+               : 0;
   if (!strcmp(f, "--tls-cert")) return o->s.tls_cert = v, 0;
   if (!strcmp(f, "--tls-key")) return o->s.tls_key = v, 0;
   if (!strcmp(f, "--tls-client-ca")) return o->s.tls_client_ca = v, 0;
@@ -199,6 +205,8 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
   if (!strcmp(cmd, "worker") && o->s.tls_cert)
     return cli_usage_error(cmd, "--tls-cert is a scheduler option (workers speak to it over "
                                 "their own link, not gRPC)");
+  if (o->w.cpu_weights != KERN_WEIGHT_F32 && (o->w.device >= 0 || !strcmp(cmd, "sched")))
+    return cli_usage_error(cmd, "--cpu-weights is for CPU workers");
   if (!strcmp(cmd, "sched") && o->w.device >= 0)
     return cli_usage_error(cmd, "--device is a worker option (the scheduler holds no GPU)");
   return strcmp(cmd, "sched") ? check_device(cmd, o, &o->n_gpus) : 0;
@@ -294,6 +302,7 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-seqs", a[n++] = fmt("%d", o->w.max_seqs);
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes", a[n++] = fmt("%zu", o->w.pool_bytes);
+  if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */
     a[n++] = "--device", a[n++] = fmt("%d", (o->w.device + g * o->w.tp) % o->n_gpus);
   return a;

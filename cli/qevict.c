@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "kern.h"
 #include "qe_status.h"
 
 static const char *usage =
@@ -80,6 +81,12 @@ int cli_parse_u64(const char *s, uint64_t *out) {
   if (!*s || *end || errno || *s == '-') return -1;
   *out = v;
   return 0;
+}
+
+int cli_parse_cpu_weights(const char *s, int *out) {
+  if (!strcmp(s, "f32")) return *out = KERN_WEIGHT_F32, 0;
+  if (!strcmp(s, "packed")) return *out = KERN_WEIGHT_PACKED, 0;
+  return -1;
 }
 
 int main(int argc, char **argv) {

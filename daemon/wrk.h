@@ -26,6 +26,7 @@ typedef struct {
    * (default): the CPU backend. A device index at or past the count is QE_EINVAL; any device
    * in a build without CUDA is QE_EUNSUPPORTED (both from wrk_run). */
   int device;
+  int cpu_weights; /* the CPU backend's weights (kern_cpu_create_ex): KERN_WEIGHT_F32 or _PACKED */
 } wrk_config_t;
 
 void wrk_config_init(wrk_config_t *c);

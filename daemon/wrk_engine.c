@@ -454,8 +454,9 @@ static int run_follower(wrk_t *w) {
 /* The rank's backend: CUDA GPU (device + rank) mod the GPU count with --device, else the CPU. */
 static int make_backend(wrk_t *w) {
   const wrk_config_t *c = &w->cfg;
-  snprintf(w->device, sizeof w->device, "cpu");
-  if (c->device < 0) return kern_cpu_create(c->threads, &w->be);
+  snprintf(w->device, sizeof w->device,
+           c->cpu_weights == KERN_WEIGHT_PACKED ? "cpu-packed" : "cpu");
+  if (c->device < 0) return kern_cpu_create_ex(c->threads, c->cpu_weights, &w->be);
 #ifdef QE_HAVE_CUDA
   int n = kern_cuda_device_count(), dev = n > 0 ? (c->device + c->rank) % n : 0;
   if (c->device >= n || c->tp > n)

@@ -14,14 +14,21 @@ typedef struct kern_backend kern_backend_t;
 typedef struct kern_graph kern_graph_t;
 
 /* How a weight's data is stored (kern_weight_t.dtype). */
-typedef enum { KERN_WEIGHT_F32 = 0, KERN_WEIGHT_BF16 = 1 } kern_weight_dtype_t;
+typedef enum {
+  KERN_WEIGHT_F32 = 0,
+  KERN_WEIGHT_BF16 = 1,
+  KERN_WEIGHT_PACKED = 2
+} kern_weight_dtype_t;
 
 /* A weight matrix [rows][cols], row-major, in backend memory.
  * - dtype KERN_WEIGHT_F32 (0: what `{data, rows, cols}` gives): data is a plain fp32 backend
  *   buffer, usable wherever kern.h takes an fp32 buffer. Every backend's matmul accepts it (the
  *   cuda backend rounds it to bf16 on each call: meant for tests, not for model weights).
  * - Weights made by weight_upload are in the backend's compute type for weights: F32 on cpu,
- *   BF16 on cuda. The caller owns them and releases them with weight_free. */
+ *   BF16 on cuda. The caller owns them and releases them with weight_free.
+ * - KERN_WEIGHT_PACKED (made by weight_upload_blocks, cpu only): [rows][cols] int8 codes, then
+ *   the fp32 scales and then the fp32 offsets of the blocks of 32, [rows][cols / 32] each; a
+ *   weight is fma(code, scale, offset) (kernels/cpu/kern_cpu_packed.c). */
 typedef struct {
   void *data;
   int rows;
@@ -31,8 +38,9 @@ typedef struct {
 
 /* Bytes held by w's data. */
 static inline size_t kern_weight_bytes(const kern_weight_t *w) {
-  size_t elem = w->dtype == KERN_WEIGHT_BF16 ? 2 : 4;
-  return elem * (size_t)(w->rows > 0 ? w->rows : 0) * (size_t)(w->cols > 0 ? w->cols : 0);
+  size_t n = (size_t)(w->rows > 0 ? w->rows : 0) * (size_t)(w->cols > 0 ? w->cols : 0);
+  if (w->dtype == KERN_WEIGHT_PACKED) return n + 2 * (n / 32) * sizeof(float);
+  return (w->dtype == KERN_WEIGHT_BF16 ? 2 : 4) * n;
 }
 
 /* RoPE parameters. mode NORM rotates interleaved pairs (2i, 2i+1) (GGUF llama: weights are
@@ -99,7 +107,14 @@ typedef struct kern_ops {
    * owns *w: weight_free. Returns 0; QE_EINVAL for negative dimensions; QE_ENOMEM when the
    * backend has no memory for it (nothing held, *w zeroed); QE_EBACKEND on a device fault. */
   int (*weight_upload)(kern_backend_t *be, kern_weight_t *w, const float *host, int rows, int cols);
-  /* Frees a weight made by weight_upload and zeroes *w (a NULL data is a no-op). */
+  /* Backends with packed_weights set (kern_backend.packed_weights): makes *w a
+   * KERN_WEIGHT_PACKED weight [rows][cols] (cols a multiple of 32) from host codes [rows][cols]
+   * and the scales and offsets [rows][cols / 32] of its blocks of 32, copied. NULL elsewhere.
+   * Returns 0, QE_EINVAL (bad shape) or QE_ENOMEM. */
+  int (*weight_upload_blocks)(kern_backend_t *be, kern_weight_t *w, const int8_t *code,
+                              const float *scale, const float *offset, int rows, int cols);
+  /* Frees a weight made by weight_upload or weight_upload_blocks and zeroes *w (a NULL data is
+   * a no-op). */
   void (*weight_free)(kern_backend_t *be, kern_weight_t *w);
   /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). w is a
    * plain fp32 weight or one made by this backend's weight_upload. */
@@ -163,11 +178,19 @@ typedef struct kern_ops {
 struct kern_backend {
   const kern_ops_t *ops;
   int n_threads;
+  /* 1: model weights stored in blocks of 32 are given to weight_upload_blocks as they are
+   * (exactly) rather than dequantized to weight_upload (kern_cpu_create_ex PACKED). */
+  int packed_weights;
 };
 
 /* The CPU backend (OpenBLAS when built with it, plain C otherwise). n_threads <= 0: all
  * cores. *out owned by caller: kern_destroy(). */
 int kern_cpu_create(int n_threads, kern_backend_t **out);
+/* The same with a choice of model weights: KERN_WEIGHT_F32 (kern_cpu_create's: every weight
+ * dequantized to fp32), or KERN_WEIGHT_PACKED (weights a GGUF stores in blocks of 32 kept as
+ * int8 codes with their blocks' scales and offsets, exactly: 1.25 bytes a weight instead of 4,
+ * the same products; fp32 for the others). QE_EINVAL for any other value. */
+int kern_cpu_create_ex(int n_threads, int weights, kern_backend_t **out);
 void kern_destroy(kern_backend_t *be); /* NULL-safe */
 
 /* Seeds a per-sequence sampler state (splitmix64 of seed; never 0). */

@@ -109,6 +109,15 @@ size_t gguf_type_nbytes(int type, int64_t n);
 /* Dequantizes n elements (a multiple of the block size) of `type` at src into dst (fp32). */
 int gguf_dequant(int type, const void *src, float *dst, int64_t n);
 
+/* 1 if every block of 32 elements of `type` is scale * code + offset with int8 codes: Q4_0,
+ * Q4_1, Q8_0, Q4_K and Q5_K (whose sub-blocks are 32 wide). */
+int gguf_type_has_blocks32(int type);
+/* For such a type: n elements (a multiple of its block size) at src as codes code[n] and the
+ * scale and offset of each block of 32 (scale[n / 32], offset[n / 32]), so that
+ * fmaf(code, scale, offset) is gguf_dequant's value (to within its last bit where gguf_dequant
+ * computes a multiply then an add). QE_EUNSUPPORTED for other types, QE_EINVAL for a bad n. */
+int gguf_blocks32(int type, const void *src, int64_t n, int8_t *code, float *scale, float *offset);
+
 /* fp16 conversions (exact, round-to-nearest-even for the float->half direction); the bf16 ones
  * are common/qe_half.h's qe_bf16_to_f32 / qe_f32_to_bf16. */
 float qe_fp16_to_f32(uint16_t h);

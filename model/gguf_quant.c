@@ -233,3 +233,57 @@ int gguf_dequant(int type, const void *src, float *dst, int64_t n) {
   }
   return 0;
 }
+
+int gguf_type_has_blocks32(int type) {
+  return type == GGUF_T_Q4_0 || type == GGUF_T_Q4_1 || type == GGUF_T_Q8_0 || type == GGUF_T_Q4_K ||
+         type == GGUF_T_Q5_K;
+}
+
+/* Q4_0, Q4_1, Q8_0: one block of 32 at b (codes as gguf__deq_* reads them). */
+static void gguf__b32_simple(int type, const uint8_t *b, int8_t *c, float *s, float *o) {
+  *s = gguf__h(b);
+  *o = type == GGUF_T_Q4_1 ? gguf__h(b + 2) : 0.0f;
+  if (type == GGUF_T_Q8_0) {
+    for (int j = 0; j < 32; j++) c[j] = (int8_t)b[2 + j];
+    return;
+  }
+  const uint8_t *q = b + (type == GGUF_T_Q4_1 ? 4 : 2);
+  int z = type == GGUF_T_Q4_0 ? 8 : 0;
+  for (int j = 0; j < 16; j++)
+    c[j] = (int8_t)((q[j] & 0x0f) - z), c[j + 16] = (int8_t)((q[j] >> 4) - z);
+}
+
+/* Q4_K / Q5_K: the 8 sub-blocks of one super-block at b (as gguf__deq_q4_k / _q5_k). */
+static void gguf__b32_k(int type, const uint8_t *b, int8_t *c, float *s, float *o) {
+  float d = gguf__h(b), dmin = gguf__h(b + 2);
+  const uint8_t *scales = b + 4, *qh = b + 16, *q = type == GGUF_T_Q5_K ? b + 48 : b + 16;
+  for (int is = 0; is < 8; is++) {
+    uint8_t sc, mn;
+    gguf__scale_min_k4(is, scales, &sc, &mn);
+    s[is] = d * sc, o[is] = -(dmin * mn);
+    const uint8_t *ql = q + 32 * (is / 2), hbit = (uint8_t)(1u << is);
+    for (int l = 0; l < 32; l++) {
+      int v = is & 1 ? ql[l] >> 4 : ql[l] & 0x0f;
+      if (type == GGUF_T_Q5_K && (qh[l] & hbit)) v += 16;
+      c[32 * is + l] = (int8_t)v;
+    }
+  }
+}
+
+int gguf_blocks32(int type, const void *src, int64_t n, int8_t *code, float *scale, float *offset) {
+  if (!gguf_type_has_blocks32(type))
+    return qe_errf(QE_EUNSUPPORTED, "gguf: %s has no blocks of 32", gguf_type_name(type));
+  const gguf__type_info_t *t = gguf__type(type);
+  if (n < 0 || n % t->block != 0)
+    return qe_errf(QE_EINVAL, "gguf: blocks of %s: %lld elements is not a multiple of %d", t->name,
+                   (long long)n, t->block);
+  const uint8_t *b = src;
+  for (int64_t i = 0; i < n / t->block; i++, b += t->block_bytes) {
+    int64_t e = i * t->block;
+    if (t->block == 32)
+      gguf__b32_simple(type, b, code + e, scale + e / 32, offset + e / 32);
+    else
+      gguf__b32_k(type, b, code + e, scale + e / 32, offset + e / 32);
+  }
+  return 0;
+}

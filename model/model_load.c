@@ -254,8 +254,44 @@ static int load_vec(model_t *m, const char *name, int n, int c0, int nc, int req
   return rc;
 }
 
+/* The slice s of t as codes and block scales and offsets, uploaded as a packed weight. */
+static int load_blocks(model_t *m, const gguf_tensor_t *t, const model_slice_t *s, const char *name,
+                       kern_weight_t *w) {
+  size_t n = (size_t)s->nr * s->nc, row_bytes = gguf_type_nbytes(t->type, s->ne0);
+  int8_t *code = malloc(n + (size_t)s->ne0);
+  float *so = malloc(sizeof(float) * (2 * n / 32 + 2 * (size_t)s->ne0 / 32));
+  int rc = code && so ? 0 : qe_errf(QE_ENOMEM, "model: no host memory for tensor '%s'", name);
+  float *sc = so, *of = so + n / 32, *rs = of + n / 32, *ro = rs + s->ne0 / 32;
+  int8_t *rc8 = code + n;
+  for (int r = 0; r < s->nr && !rc; r++) { /* a whole row, then its columns [c0, c0 + nc) */
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)(s->r0 + r) * row_bytes;
+    rc = gguf_blocks32(t->type, src, s->ne0, rc8, rs, ro);
+    memcpy(code + (size_t)r * s->nc, rc8 + s->c0, (size_t)s->nc);
+    memcpy(sc + (size_t)r * (s->nc / 32), rs + s->c0 / 32, sizeof(float) * (size_t)(s->nc / 32));
+    memcpy(of + (size_t)r * (s->nc / 32), ro + s->c0 / 32, sizeof(float) * (size_t)(s->nc / 32));
+  }
+  if (!rc) rc = m->be->ops->weight_upload_blocks(m->be, w, code, sc, of, s->nr, s->nc);
+  if (!rc) m->weight_bytes += kern_weight_bytes(w);
+  if (rc && !*qe_errmsg()) rc = qe_errf(rc, "model: tensor '%s'", name);
+  free(code);
+  free(so);
+  return rc;
+}
+
+/* 1 if the slice s of t goes to the backend in blocks of 32 (a backend that packs weights, a
+ * block type, columns on block boundaries). */
+static int packs(const model_t *m, const gguf_tensor_t *t, const model_slice_t *s) {
+  return t && m->be->packed_weights && m->be->ops->weight_upload_blocks &&
+         gguf_type_has_blocks32(t->type) && s->c0 % 32 == 0 && s->nc % 32 == 0 && s->ne0 % 32 == 0;
+}
+
 /* Loads the slice s of the matrix `name` as the weight *w [s->nr][s->nc]. */
 static int load_weight(model_t *m, const char *name, const model_slice_t *s, kern_weight_t *w) {
+  const gguf_tensor_t *t = gguf_find_tensor(m->g, name);
+  if (packs(m, t, s)) {
+    int rc = check_shape(t, name, s);
+    return rc ? rc : load_blocks(m, t, s, name, w);
+  }
   float *hb;
   int rc = read_slice(m, name, s, 1, &hb);
   if (!rc) rc = model__weight(m, w, hb, s->nr, s->nc, name);
@@ -324,9 +360,15 @@ static int load_globals(model_t *m) {
   const model_hparams_t *hp = &m->hp;
   int E = hp->n_embd, V = hp->n_vocab;
   model_slice_t emb = {E, V, 0, V, 0, E};
+  const gguf_tensor_t *te = gguf_find_tensor(m->g, "token_embd.weight");
+  const int tied_packed = hp->tied_output && m->sh.rank == 0 && packs(m, te, &emb);
   float *hb;
   int rc = read_slice(m, "token_embd.weight", &emb, 1, &hb);
-  if (!rc) rc = model__embd(m, hb);
+  if (!rc && tied_packed) /* the output packed, the embedding rows fp32 */
+    rc = load_blocks(m, te, &emb, "token_embd.weight", &m->out);
+  if (!rc)
+    rc = tied_packed ? model__vec(m, &m->tok_embd, hb, (size_t)V * E, "token_embd.weight")
+                     : model__embd(m, hb);
   free(hb);
   if (!rc) rc = load_vec(m, "output_norm.weight", E, 0, E, 1, &m->out_norm);
   if (!rc) rc = load_rope_factors(m);

@@ -41,6 +41,29 @@ static void update_pool(sched_t *s) {
   sched_admit_set_pool(s->admit, pool);
 }
 
+/* 1 if Hello.device strings a and b name one kind of device: "cuda:N" for any N, else the
+ * whole name ("cpu", "cpu-packed": CPU ranks holding 8-bit weights). */
+static int same_device_kind(const char *a, const char *b) {
+  size_t na = strchr(a, ':') ? (size_t)(strchr(a, ':') - a) : strlen(a);
+  size_t nb = strchr(b, ':') ? (size_t)(strchr(b, ':') - b) : strlen(b);
+  return na == nb && !strncmp(a, b, na);
+}
+
+/* Every rank of the scheduler runs on one kind of device with one kind of weights: a request
+ * resumed on another group after a fault must give the tokens it would have given. */
+static int check_device(const sched_t *s, const tr_hello_t *h) {
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    for (int r = 0; r < g->tp_size; r++) {
+      const char *d = g->rank[r].device;
+      if (*d && !same_device_kind(d, h->device ? h->device : ""))
+        return qe_errf(QE_EINVAL,
+                       "device %s: this scheduler's workers run on %s (one kind of "
+                       "device and weights a scheduler)",
+                       h->device, d);
+    }
+  return 0;
+}
+
 static int check_hello(sched_t *s, const tr_hello_t *h) {
   if (strcmp(h->model_fingerprint, g_fingerprint))
     return qe_errf(QE_EINVAL, "model fingerprint %.40s differs from the scheduler's %s",
@@ -53,7 +76,7 @@ static int check_hello(sched_t *s, const tr_hello_t *h) {
     return qe_errf(QE_EINVAL, "context length %u below the model's %d", h->context_length,
                    s->hp.n_ctx_train);
   if (!h->max_sequences) return qe_errf(QE_EINVAL, "max_sequences is 0");
-  return 0;
+  return check_device(s, h);
 }
 
 static int on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {

@@ -47,14 +47,15 @@ static int cpu_weight_upload(kern_backend_t *be, kern_weight_t *w, const float *
   return 0;
 }
 
+static int cpu_weight_upload_blocks(kern_backend_t *be, kern_weight_t *w, const int8_t *code,
+                                    const float *scale, const float *offset, int rows, int cols) {
+  return kern_cpu_packed_upload(w, code, scale, offset, rows, cols);
+}
+
 static void cpu_weight_free(kern_backend_t *be, kern_weight_t *w) {
   free(w->data);
   memset(w, 0, sizeof *w);
 }
-
-/* Rows at or below this go through the streaming kernel: each weight row is read once for
- * all m activations (decode batches), instead of BLAS packing the whole matrix per call. */
-#define CPU_SKINNY_M 16
 
 typedef float cpu_v8 __attribute__((vector_size(32), aligned(4)));
 
@@ -120,6 +121,8 @@ static void cpu_gemm_task(void *ctx, int t) {
 
 static void cpu_matmul(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
                        const float *bias, int m, int acc) {
+  if (w->dtype == KERN_WEIGHT_PACKED)
+    return kern_cpu_packed_matmul((kern_cpu_t *)be, y, x, w, bias, m, acc);
   assert(w->dtype == KERN_WEIGHT_F32); /* the cpu backend makes no other */
   int n = w->rows, tasks = n >= 64 ? be->n_threads : 1;
   cpu_gemm_job_t g = {y, x, w->data, m, n, w->cols, acc, (n + tasks - 1) / tasks};
@@ -184,6 +187,7 @@ static const kern_ops_t cpu_ops = {
     .download = cpu_copy,
     .copy = cpu_copy,
     .weight_upload = cpu_weight_upload,
+    .weight_upload_blocks = cpu_weight_upload_blocks,
     .weight_free = cpu_weight_free,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
@@ -198,9 +202,17 @@ static const kern_ops_t cpu_ops = {
 };
 
 int kern_cpu_create(int n_threads, kern_backend_t **out) {
+  return kern_cpu_create_ex(n_threads, KERN_WEIGHT_F32, out);
+}
+
+int kern_cpu_create_ex(int n_threads, int weights, kern_backend_t **out) {
+  if (weights != KERN_WEIGHT_F32 && weights != KERN_WEIGHT_PACKED)
+    return qe_errf(QE_EINVAL, "kern: the cpu backend holds weights as f32 or packed (got %d)",
+                   weights);
   kern_cpu_t *c = calloc(1, sizeof *c);
   if (!c) return qe_errf(QE_ENOMEM, "kern: cannot allocate the cpu backend");
   c->base.ops = &cpu_ops;
+  c->base.packed_weights = weights == KERN_WEIGHT_PACKED;
   c->base.n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   c->pool = kern_cpu_pool_create(c->base.n_threads);
 #ifdef QE_HAVE_BLAS

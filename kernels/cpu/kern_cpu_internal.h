@@ -2,6 +2,9 @@
 #ifndef QE_KERN_CPU_INTERNAL_H
 #define QE_KERN_CPU_INTERNAL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "kern.h"
 
 /* Blocking thread pool: kern_cpu_pool_run calls fn(ctx, t) for t in [0, n_tasks) across the
@@ -25,6 +28,20 @@ typedef struct {
   kern_cpu_pool_t *pool;
   kern_rope_table_t rope;
 } kern_cpu_t;
+
+/* Rows at or below this go through the streaming kernels: each weight row is read once for
+ * all m activations (decode batches), instead of BLAS packing the whole matrix per call. */
+#define CPU_SKINNY_M 16
+
+/* Packed weights (kern_cpu_packed.c, where the arithmetic is written out). */
+size_t kern_cpu_packed_bytes(int rows, int cols); /* codes, scales and offsets of [rows][cols] */
+/* A packed weight [rows][cols] (cols % 32 == 0) from codes [rows][cols] and the scales and
+ * offsets [rows][cols / 32] of its blocks of 32. 0, QE_EINVAL or QE_ENOMEM. */
+int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *scale,
+                           const float *offset, int rows, int cols);
+/* y (+)= x w^T (+ bias) with w a packed weight, as kern_ops_t.matmul. */
+void kern_cpu_packed_matmul(kern_cpu_t *c, float *y, const float *x, const kern_weight_t *w,
+                            const float *bias, int m, int acc);
 
 void kern_cpu_softmax_row(float *x, int n);
 void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads,

@@ -37,6 +37,10 @@ expect_error "bad -n" "$QEVICT" generate --model "$STORIES" --prompt hi -n -3
 expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --top-p 2
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
+expect_error "bad --cpu-weights" "$QEVICT" generate --model "$STORIES" --prompt hi --cpu-weights q3
+expect_error "--cpu-weights with --device" "$QEVICT" generate --model "$STORIES" --prompt hi --cpu-weights packed --device 0
+expect_error "eval --cpu-weights bad" "$QEVICT" eval --model "$STORIES" --cpu-weights x
+expect_error "serve --cpu-weights bad" "$QEVICT" serve --model "$STORIES" --cpu-weights x
 expect_error "unknown command" "$QEVICT" frobnicate
 # CUDA graphs switch: --no-graphs takes no value; QE_CUDA_GRAPHS must be 0 or 1
 expect_error "--no-graphs with a value" "$QEVICT" generate --model "$STORIES" --prompt hi --no-graphs=1
@@ -147,6 +151,23 @@ if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   [[ "$full" == "$q100" ]] && echo "ok qevict 100% == full on SmolLM2" >&2 || bad "qevict 100% differs on SmolLM2"
   q2=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json --policy qevict --budget 1 --tp 2 | tokens)
   [[ "$full" == "$q2" ]] && echo "ok qevict 100% tp 2 == full on SmolLM2" >&2 || bad "qevict 100% tp 2 differs"
+  # packed weights (the Q4_1/Q8_0 blocks kept as they are): the fp32 weights' tokens, also at
+  # tp 2 and under qevict 30%, with under 60% of the weight bytes
+  for extra in "" "--tp 2" "--policy qevict --budget 0.3"; do
+    # shellcheck disable=SC2086
+    a=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json $extra | tokens)
+    # shellcheck disable=SC2086
+    b=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json $extra --cpu-weights packed | tokens)
+    [[ "$a" == "$b" ]] && echo "ok --cpu-weights packed == f32 on SmolLM2 (${extra:-default})" >&2 || bad "--cpu-weights packed differs (${extra:-default})"
+  done
+  "$QEVICT" generate --model "$QE_SMOLLM2" --prompt hi -n 2 --json --cpu-weights packed >"$TMP/pk.json" || bad "packed run"
+  "$QEVICT" generate --model "$QE_SMOLLM2" --prompt hi -n 2 --json >"$TMP/f32.json" || bad "f32 run"
+  python3 - "$TMP/pk.json" "$TMP/f32.json" <<'PY' || bad "packed weight bytes"
+import json, sys
+pk, f = (json.load(open(p))["ranks"][0]["weight_bytes"] for p in sys.argv[1:3])
+assert pk * 10 < f * 6, (pk, f)
+print(f"ok packed weights: {pk} bytes against {f} fp32", file=sys.stderr)
+PY
 else
   echo "note: SmolLM2 absent, its tp check skipped" >&2
 fi

@@ -500,6 +500,29 @@ def test_drain(srv, cl):
          srv.metric("qevict_workers", state="up") == 1, "/metrics: 1 worker up, 1 draining")
 
 
+def test_mixed_weights(srv):
+    """A worker with packed CPU weights is refused by a scheduler whose workers hold fp32 ones (a
+    request resumed on it after a fault would not give the same tokens)."""
+    log = os.path.join(TMP, "packed-worker.log")
+    with open(log, "wb") as f:
+        p = subprocess.Popen([QEVICT, "worker", "--model", STORIES, "--scheduler",
+                              "unix:" + os.path.join(srv.state_dir, "workers.sock"), "--group",
+                              "gp", "--cpu-weights", "packed"], stdout=f, stderr=f)
+    text, deadline = "", time.time() + 60
+    while time.time() < deadline and "run on cpu" not in text:
+        time.sleep(0.2)
+        with open(log, errors="replace") as f:
+            text = f.read()
+    p.kill()
+    p.wait()
+    lines = [ln for ln in text.splitlines() if "run on cpu" in ln]
+    C.ok(bool(lines) and "cpu-packed" in lines[0],
+         "a packed-weights worker is refused beside fp32 ones: %s" % (lines[0][-120:] if lines
+                                                                     else text[-300:]))
+    n = sum(srv.metric("qevict_workers", state=st) or 0 for st in ("up", "draining", "down"))
+    C.ok(n == 2, "the scheduler still has its 2 groups, not the refused one (%s)" % n)
+
+
 def retry_unavailable(fn, tries=5):
     """Calls fn, again after UNAVAILABLE (a connection broken by the restart), as clients do."""
     for i in range(tries):
@@ -624,6 +647,7 @@ def main():
     test_kill_worker(srv, bigc)
     test_metrics(srv)
     test_drain(srv, bigc)
+    test_mixed_weights(srv)
     test_restart(srv, keys["beta"], "beta")
     srv.stop()
     test_tp()

@@ -10,9 +10,14 @@
 #include "test_util.h"
 
 int rig_open(rig_t *r, const char *path, int rank, int size, tp_comm_t *c, int max_batch) {
+  return rig_open_ex(r, path, rank, size, c, max_batch, KERN_WEIGHT_F32);
+}
+
+int rig_open_ex(rig_t *r, const char *path, int rank, int size, tp_comm_t *c, int max_batch,
+                int weights) {
   memset(r, 0, sizeof *r);
   r->c = c;
-  int rc = kern_cpu_create(1, &r->be);
+  int rc = kern_cpu_create_ex(1, weights, &r->be);
   model_load_opts_t o = {r->be, rank, size, max_batch};
   if (!rc) rc = model_load(path, &o, &r->m);
   if (!rc) {
@@ -44,7 +49,7 @@ int run_prefill(rig_t *r, const int32_t *tokens, int n, float *out) {
 
 typedef struct {
   const char *path;
-  int size, n;
+  int size, n, weights;
   const int32_t *tokens;
 } tp_job_t;
 
@@ -53,22 +58,27 @@ static void tp_child(void *ud, int rank, int fd) {
   tp_comm_t *c = NULL;
   rig_t rg;
   int rc = tp_comm_create_cpu_fds(&fd, rank, j->size, &c);
-  if (!rc) rc = rig_open(&rg, j->path, rank, j->size, c, j->n);
+  if (!rc) rc = rig_open_ex(&rg, j->path, rank, j->size, c, j->n, j->weights);
   if (!rc) rc = run_prefill(&rg, j->tokens, j->n, NULL);
   _exit(rc ? 1 : 0);
 }
 
 double tp_prefill_err(const char *path, int size, const int32_t *tokens, int n, const float *ref,
                       int V) {
+  return tp_prefill_err_ex(path, size, tokens, n, ref, V, KERN_WEIGHT_F32);
+}
+
+double tp_prefill_err_ex(const char *path, int size, const int32_t *tokens, int n, const float *ref,
+                         int V, int weights) {
   int fds[16] = {-1};
   pid_t pids[16] = {0};
-  tp_job_t job = {path, size, n, tokens};
+  tp_job_t job = {path, size, n, weights, tokens};
   if (tu_fork_ranks(size, tp_child, &job, fds, pids)) return INFINITY;
   tp_comm_t *c = NULL;
   rig_t rg;
   float *lg = malloc(sizeof(float) * (size_t)n * V);
   int rc = tp_comm_create_cpu_fds(fds, 0, size, &c);
-  if (!rc) rc = rig_open(&rg, path, 0, size, c, n);
+  if (!rc) rc = rig_open_ex(&rg, path, 0, size, c, n, weights);
   if (!rc) rc = run_prefill(&rg, tokens, n, lg);
   double err = rc ? INFINITY : tu_rel_err(lg, ref, (size_t)n * V);
   if (!tu_wait_ok(pids + 1, size - 1)) err = INFINITY;

@@ -2,13 +2,17 @@
  * random data: GEMM/GEMV (+bias, accumulate), RMSNorm, RoPE (both conventions, linear scaling,
  * frequency factors), SwiGLU, softmax, embedding, causal GQA attention over several sequences
  * with per-key masses, and sampling (greedy, seeded determinism, top-k/top-p support, and
- * frequencies that follow the softmax). */
+ * frequencies that follow the softmax); the packed weights of kern_cpu_create_ex bit for bit
+ * against their documented arithmetic, on both of their code paths. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kern.h"
+#include "qe_status.h"
 #include "test_util.h"
 
 static uint64_t rs = 0x1234567;
@@ -38,6 +42,93 @@ static void check_matmul(kern_backend_t *be, int m) {
     CHECK(tu_rel_err(y, ref, (size_t)m * n) < 1e-5);
   }
   free(x), free(w), free(b), free(y), free(y0), free(ref);
+}
+
+/* x row . packed weight row by the formula of kern_cpu_packed.c: per block, 8 lanes in two
+ * accumulators (elements l and 16 + l to a0, 8 + l and 24 + l to a1), fma throughout. */
+static float pk_ref_dot(const float *x, const int8_t *c, const float *s, const float *o, int k) {
+  float a0[8] = {0}, a1[8] = {0}, sum[8];
+  for (int b = 0; b < k / 32; b++)
+    for (int h = 0; h < 2; h++)
+      for (int l = 0; l < 8; l++) {
+        int t0 = 32 * b + 16 * h + l, t1 = t0 + 8;
+        a0[l] = fmaf(x[t0], fmaf((float)c[t0], s[b], o[b]), a0[l]);
+        a1[l] = fmaf(x[t1], fmaf((float)c[t1], s[b], o[b]), a1[l]);
+      }
+  for (int l = 0; l < 8; l++) sum[l] = a0[l] + a1[l];
+  return ((sum[0] + sum[4]) + (sum[1] + sum[5])) + ((sum[2] + sum[6]) + (sum[3] + sum[7]));
+}
+
+/* One packed matmul [m][k] x [n][k]^T (+ bias, or accumulating) against pk_ref_dot bit for bit
+ * (the streaming path: m <= 16), or against the fp64 product of the same weights (m > 16: sgemm
+ * on dequantized rows where BLAS is built in). */
+static void check_packed_case(kern_backend_t *be, int m, int n, int k, int acc) {
+  size_t nw = (size_t)n * k, nb = nw / 32;
+  int8_t *c = malloc(nw);
+  float *s = randv(nb, 0.05f), *o = randv(nb, 0.2f), *x = randv((size_t)m * k, 2), *b = randv(n, 1),
+        *y = randv((size_t)m * n, 1), *y0 = malloc(sizeof(float) * m * n);
+  for (size_t t = 0; t < nw; t++) c[t] = (int8_t)lrintf(tu_randf(&rs, -128.4f, 127.4f));
+  memcpy(y0, y, sizeof(float) * m * n);
+  kern_weight_t W;
+  CHECK(be->packed_weights && be->ops->weight_upload_blocks);
+  CHECK_OK(be->ops->weight_upload_blocks(be, &W, c, s, o, n, k));
+  CHECK(W.dtype == KERN_WEIGHT_PACKED && kern_weight_bytes(&W) == nw + 2 * nb * 4);
+  be->ops->matmul(be, y, x, &W, acc ? NULL : b, m, acc);
+  int same = 1;
+  double e2 = 0, r2 = 0;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      size_t w0 = (size_t)j * k;
+      float r = pk_ref_dot(x + (size_t)i * k, c + w0, s + w0 / 32, o + w0 / 32, k);
+      float want = acc ? y0[i * n + j] + r : r + b[j];
+      double d = acc ? y0[i * n + j] : b[j];
+      for (int t = 0; t < k; t++)
+        d += (double)x[i * k + t] * fmaf((float)c[w0 + t], s[(w0 + t) / 32], o[(w0 + t) / 32]);
+      same &= memcmp(&want, &y[i * n + j], sizeof want) == 0;
+      e2 += (y[i * n + j] - d) * (y[i * n + j] - d), r2 += d * d;
+    }
+  double e = sqrt(e2 / (r2 > 0 ? r2 : 1));
+  CHECK(m > 16 || same);
+  CHECK(e < 1e-5);
+  if ((m <= 16 && !same) || e >= 1e-5)
+    fprintf(stderr, "packed %dx%dx%d acc %d: same %d, rel err %g\n", m, n, k, acc, same, e);
+  be->ops->weight_free(be, &W);
+  free(c), free(s), free(o), free(x), free(b), free(y), free(y0);
+}
+
+/* kern_cpu_create_ex's packed weights, through the AVX2 path (where the CPU has it) and the
+ * plain C one (QE_CPU_PACKED_SCALAR=1, read once per process: a child runs it). Shapes cover
+ * one to 37 activation rows (blocks of 4 and a tail; 37 through sgemm where BLAS is built in),
+ * row chunks across 2 threads and the 256-row blocks. */
+static void check_packed_all(void) {
+  kern_backend_t *be = NULL;
+  CHECK(kern_cpu_create_ex(2, 7, &be) == QE_EINVAL && be == NULL);
+  CHECK_OK(kern_cpu_create(1, &be));
+  CHECK(!be->packed_weights); /* the default: every weight fp32 */
+  kern_destroy(be);
+  CHECK_OK(kern_cpu_create_ex(2, KERN_WEIGHT_PACKED, &be));
+  const int shapes[][3] = {{1, 64, 96}, {3, 37, 32}, {5, 300, 64}, {16, 70, 160}, {37, 600, 96}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    for (int acc = 0; acc < 2; acc++)
+      check_packed_case(be, shapes[i][0], shapes[i][1], shapes[i][2], acc);
+  kern_weight_t W;
+  int8_t c[64] = {0};
+  float f[2] = {1, 1};
+  CHECK(be->ops->weight_upload_blocks(be, &W, c, f, f, 2, 30) == QE_EINVAL && !W.data);
+  kern_destroy(be);
+}
+
+static void check_packed(void) {
+  check_packed_all();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("QE_CPU_PACKED_SCALAR", "1", 1);
+    check_packed_all();
+    _exit(tu_done("test_kern_cpu (packed, plain C)"));
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void check_rmsnorm_swiglu_softmax(kern_backend_t *be) {
@@ -308,5 +399,6 @@ int main(void) {
   check_sampling(be);
   check_argmax(be);
   kern_destroy(be);
+  check_packed();
   return tu_done("test_kern_cpu");
 }

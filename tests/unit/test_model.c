@@ -46,6 +46,27 @@ static void check_decode_and_batching(rig_t *r, const float *ref, int V) {
 static const int all_types[] = {GGUF_T_F32,  GGUF_T_F16,  GGUF_T_BF16, GGUF_T_Q8_0, GGUF_T_Q4_0,
                                 GGUF_T_Q4_1, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K};
 
+/* Packed weights (the GGUF's blocks kept as they are) give the fp32 weights' logits ref within
+ * fp32 rounding, on one rank and (with_tp) on 2 and 3 (column slices on block boundaries
+ * packed, the others dequantized). */
+static void check_packed(const char *path, const rand_model_spec_t *sp, const float *ref, int V,
+                         int with_tp) {
+  rig_t a, b;
+  CHECK_OK(rig_open_ex(&a, path, 0, 1, NULL, 8, KERN_WEIGHT_F32));
+  CHECK_OK(rig_open_ex(&b, path, 0, 1, NULL, 8, KERN_WEIGHT_PACKED));
+  if (a.m && b.m) /* the layers' weights at 1.25 bytes instead of 4 */
+    CHECK(model_weight_bytes(b.m) * 2 < model_weight_bytes(a.m));
+  rig_close(&a);
+  rig_close(&b);
+  for (int size = 1; size <= (with_tp ? 3 : 1); size++) {
+    if (size > sp->n_kv) continue;
+    double e = tp_prefill_err_ex(path, size, prompt, NT, ref, V, KERN_WEIGHT_PACKED);
+    if (e > 1e-5)
+      fprintf(stderr, "packed, tp %d: rel err %g (type %s)\n", size, e, gguf_type_name(sp->wtype));
+    CHECK(e <= 1e-5);
+  }
+}
+
 static void check_model(const rand_model_spec_t *sp, int with_tp) {
   char path[] = "/tmp/qe_test_model_XXXXXX";
   int fd = mkstemp(path);
@@ -70,6 +91,7 @@ static void check_model(const rand_model_spec_t *sp, int with_tp) {
       fprintf(stderr, "tp %d rel err %g (type %s)\n", size, e, gguf_type_name(sp->wtype));
     CHECK(e <= 1e-4);
   }
+  if (gguf_type_has_blocks32(sp->wtype)) check_packed(path, sp, ref, V, with_tp);
   free(ref);
 out:
   rig_close(&r);

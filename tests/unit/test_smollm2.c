@@ -2,7 +2,9 @@
  * deploy/fetch-model.sh) against a Hugging Face transformers reference computed from the same
  * file (tests/fixtures/smollm2_ref.json, made by tools/make_reference.py): logits at the first
  * 64 positions within 1e-3 relative error, the same greedy continuation, and tensor parallel
- * (2 and 3 ranks, uneven KV-head splits) equal to one rank within fp32 rounding. */
+ * (2 and 3 ranks, uneven KV-head splits) equal to one rank within fp32 rounding; the same with
+ * packed weights (--cpu-weights packed: the Q4_1 and Q8_0 blocks kept as they are), and their
+ * logits equal to the fp32 weights' within fp32 rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,9 @@ static double l2(const float *x, int n) {
   return sqrt(s);
 }
 
-static void check_logits(const float *lg, int V, const tj_t *ref) {
+/* Logits at the fixture's positions against transformers': the relative error and the norm's
+ * within tol (1e-3 for fp32 weights), every argmax the same. */
+static void check_logits(const float *lg, int V, const tj_t *ref, double tol) {
   const tj_t *pos = tj_get(ref, "positions"), *shared = tj_get(ref, "shared_ids");
   double worst = 0, worst_norm = 0;
   int argmax_ok = 1;
@@ -48,8 +52,8 @@ static void check_logits(const float *lg, int V, const tj_t *ref) {
   }
   fprintf(stderr, "logits vs transformers: max rel err %.3g, norm rel err %.3g, %zu positions\n",
           worst, worst_norm, pos->n);
-  CHECK(worst <= 1e-3);
-  CHECK(worst_norm <= 1e-3);
+  CHECK(worst <= tol);
+  CHECK(worst_norm <= tol);
   CHECK(argmax_ok);
 }
 
@@ -81,6 +85,28 @@ static void check_greedy(rig_t *r, const tj_t *ref) {
   free(gold);
 }
 
+/* Packed weights (kern_cpu_create_ex PACKED): under 60% of the fp32 bytes, logits within
+ * fp32 rounding of the fp32 weights' (ref32) and of transformers', the same greedy tokens. */
+static void check_packed(const char *path, const int32_t *ids, int np, int V, const tj_t *ref,
+                         tp_comm_t *c, const float *ref32, size_t bytes32) {
+  rig_t r;
+  float *lg = malloc(sizeof(float) * (size_t)np * V);
+  CHECK_OK(rig_open_ex(&r, path, 0, 1, c, 128, KERN_WEIGHT_PACKED));
+  if (r.m) {
+    size_t bytes = model_weight_bytes(r.m);
+    fprintf(stderr, "packed weights: %zu bytes (fp32: %zu)\n", bytes, bytes32);
+    CHECK(bytes * 10 < bytes32 * 6); /* the embedding rows stay fp32 beside the packed output */
+    CHECK_OK(run_prefill(&r, ids, np, lg));
+    double e = tu_rel_err(lg, ref32, (size_t)np * V);
+    fprintf(stderr, "packed logits vs fp32 weights: rel err %.3g\n", e);
+    CHECK(e < 1e-5);
+    check_logits(lg, V, ref, 1e-3);
+    check_greedy(&r, ref);
+  }
+  rig_close(&r);
+  free(lg);
+}
+
 int main(void) {
   const char *env = getenv("QE_SMOLLM2");
   if (!env || access(env, R_OK)) tu_skip("SmolLM2 GGUF absent (run deploy/fetch-model.sh)");
@@ -96,10 +122,12 @@ int main(void) {
   CHECK(r.m && model_hparams(r.m)->n_vocab == V && n == np);
   if (r.m) {
     CHECK_OK(run_prefill(&r, ids, np, lg));
-    check_logits(lg, V, ref);
+    check_logits(lg, V, ref, 1e-3);
     check_greedy(&r, ref);
   }
+  size_t bytes32 = r.m ? model_weight_bytes(r.m) : 0;
   rig_close(&r);
+  check_packed(env, ids, np, V, ref, c, lg, bytes32);
   tp_comm_destroy(c);
   for (int size = 2; size <= 3; size++) {
     double e = tp_prefill_err(env, size, ids, np, lg, V);
