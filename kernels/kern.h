@@ -17,7 +17,8 @@ typedef struct kern_graph kern_graph_t;
 typedef enum {
   KERN_WEIGHT_F32 = 0,
   KERN_WEIGHT_BF16 = 1,
-  KERN_WEIGHT_PACKED = 2
+  KERN_WEIGHT_PACKED = 2,
+  KERN_WEIGHT_PACKED4 = 3
 } kern_weight_dtype_t;
 
 /* A weight matrix [rows][cols], row-major, in backend memory.
@@ -28,7 +29,8 @@ typedef enum {
  *   BF16 on cuda. The caller owns them and releases them with weight_free.
  * - KERN_WEIGHT_PACKED (made by weight_upload_blocks, cpu only): [rows][cols] int8 codes, then
  *   the fp32 scales and then the fp32 offsets of the blocks of 32, [rows][cols / 32] each; a
- *   weight is fma(code, scale, offset) (kernels/cpu/kern_cpu_packed.c). */
+ *   weight is fma(code, scale, offset) (kernels/cpu/kern_cpu_packed.c). KERN_WEIGHT_PACKED4:
+ *   the same with two 4-bit codes a byte (made when every code fits). */
 typedef struct {
   void *data;
   int rows;
@@ -40,6 +42,7 @@ typedef struct {
 static inline size_t kern_weight_bytes(const kern_weight_t *w) {
   size_t n = (size_t)(w->rows > 0 ? w->rows : 0) * (size_t)(w->cols > 0 ? w->cols : 0);
   if (w->dtype == KERN_WEIGHT_PACKED) return n + 2 * (n / 32) * sizeof(float);
+  if (w->dtype == KERN_WEIGHT_PACKED4) return n / 2 + 2 * (n / 32) * sizeof(float);
   return (w->dtype == KERN_WEIGHT_BF16 ? 2 : 4) * n;
 }
 

@@ -34,9 +34,9 @@ typedef struct {
 #define CPU_SKINNY_M 16
 
 /* Packed weights (kern_cpu_packed.c, where the arithmetic is written out). */
-size_t kern_cpu_packed_bytes(int rows, int cols); /* codes, scales and offsets of [rows][cols] */
 /* A packed weight [rows][cols] (cols % 32 == 0) from codes [rows][cols] and the scales and
- * offsets [rows][cols / 32] of its blocks of 32. 0, QE_EINVAL or QE_ENOMEM. */
+ * offsets [rows][cols / 32] of its blocks of 32: KERN_WEIGHT_PACKED4 when every code fits in 4
+ * bits, else KERN_WEIGHT_PACKED. 0, QE_EINVAL or QE_ENOMEM. */
 int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *scale,
                            const float *offset, int rows, int cols);
 /* y (+)= x w^T (+ bias) with w a packed weight, as kern_ops_t.matmul. */

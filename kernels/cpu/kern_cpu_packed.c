@@ -2,8 +2,10 @@
  * weight_upload_blocks keeps a weight as int8 codes with one fp32 scale and offset per block of
  * 32 (w = fma(code, scale, offset)), which is exact for the block formats of GGUF (Q4_0, Q4_1,
  * Q8_0, Q4_K, Q5_K: model_load converts them without rounding), at 1.25 bytes a weight instead
- * of 4. Activations stay fp32: a matmul reads a quarter of the bytes and computes the fp32
- * products of the same weights.
+ * of 4, or 0.75 where every code fits in 4 bits (Q4_0, Q4_1, Q4_K: two codes a byte, element t
+ * of a block in the low nibble of byte t and element t + 16 in its high nibble). Activations
+ * stay fp32: a matmul reads a third to a fifth of the bytes and computes the fp32 products of
+ * the same weights.
  *
  * The arithmetic, exactly (the AVX2 path and the plain C path give the same bits; the test
  * compares both with this formula):
@@ -27,22 +29,30 @@
 
 #define PK_BLK 32
 
-size_t kern_cpu_packed_bytes(int rows, int cols) {
-  size_t n = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
-  return n + 2 * (n / PK_BLK) * sizeof(float);
-}
-
 typedef struct {
-  const int8_t *code;
+  const uint8_t *code;         /* [rows][cols] int8, or [rows][cols / 2] nibbles (bits 4) */
   const float *scale, *offset; /* [rows][cols / 32] */
+  int bits;                    /* 8 or 4 */
 } pk_view_t;
 
 /* The codes, then the scales, then the offsets. */
 static pk_view_t pk_view(const kern_weight_t *w) {
+  int bits = w->dtype == KERN_WEIGHT_PACKED4 ? 4 : 8;
   size_t n = (size_t)w->rows * w->cols;
-  const int8_t *c = w->data;
-  const float *s = (const float *)(c + n);
-  return (pk_view_t){c, s, s + n / PK_BLK};
+  const uint8_t *c = w->data;
+  const float *s = (const float *)(c + n * bits / 8);
+  return (pk_view_t){c, s, s + n / PK_BLK, bits};
+}
+
+/* The bits the codes need: 4 when every code is in [0, 15], or in [-8, 7] with every offset 0
+ * (*shift 8: stored as code + 8 with offset -8 * scale, which fma turns into the same values:
+ * (code + 8) * scale - 8 * scale is code * scale exactly before its one rounding), else 8. */
+static int pk_bits(const int8_t *code, const float *offset, size_t n, int *shift) {
+  int lo = 0, hi = 0, zero_off = 1;
+  for (size_t t = 0; t < n; t++) lo = code[t] < lo ? code[t] : lo, hi = code[t] > hi ? code[t] : hi;
+  for (size_t b = 0; b < n / PK_BLK; b++) zero_off &= offset[b] == 0.0f;
+  *shift = lo < 0 && lo >= -8 && hi <= 7 && zero_off ? 8 : 0;
+  return (lo >= 0 && hi <= 15) || *shift ? 4 : 8;
 }
 
 int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *scale,
@@ -52,20 +62,41 @@ int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *sc
     return qe_errf(QE_EINVAL, "kern: packed weight of [%d][%d] (cols a multiple of 32)", rows,
                    cols);
   size_t n = (size_t)rows * cols, nb = n / PK_BLK;
-  uint8_t *p = malloc(kern_cpu_packed_bytes(rows, cols) + 1);
+  int shift, bits = pk_bits(code, offset, n, &shift);
+  size_t cb = n * bits / 8;
+  uint8_t *p = malloc(cb + 2 * nb * sizeof(float) + 1);
   if (!p) return qe_errf(QE_ENOMEM, "kern: no memory for a [%d][%d] weight", rows, cols);
-  memcpy(p, code, n);
-  memcpy(p + n, scale, nb * sizeof(float));
-  memcpy(p + n + nb * sizeof(float), offset, nb * sizeof(float));
-  *w = (kern_weight_t){p, rows, cols, KERN_WEIGHT_PACKED};
+  float *s = (float *)(p + cb), *o = s + nb;
+  memcpy(s, scale, nb * sizeof(float));
+  if (bits == 8) memcpy(p, code, n);
+  for (size_t b = 0; bits == 4 && b < nb; b++) { /* byte t: elements t (low) and t + 16 */
+    const int8_t *c = code + b * PK_BLK;
+    for (int t = 0; t < 16; t++)
+      p[b * 16 + t] = (uint8_t)((c[t] + shift) | (c[t + 16] + shift) << 4);
+  }
+  for (size_t b = 0; b < nb; b++) o[b] = shift ? -8.0f * scale[b] : offset[b];
+  *w = (kern_weight_t){p, rows, cols, bits == 4 ? KERN_WEIGHT_PACKED4 : KERN_WEIGHT_PACKED};
   return 0;
+}
+
+/* The 32 codes of block b of row j (k values a row). */
+static void pk_codes(const pk_view_t *v, int k, int j, int b, int8_t *c) {
+  if (v->bits == 8) {
+    memcpy(c, v->code + (size_t)j * k + (size_t)b * PK_BLK, PK_BLK);
+    return;
+  }
+  const uint8_t *q = v->code + ((size_t)j * k + (size_t)b * PK_BLK) / 2;
+  for (int t = 0; t < 16; t++) c[t] = (int8_t)(q[t] & 15), c[t + 16] = (int8_t)(q[t] >> 4);
 }
 
 /* Row j of w as fp32 (k values). */
 static void pk_row(const pk_view_t *v, int k, int j, float *out) {
-  const int8_t *c = v->code + (size_t)j * k;
   const float *s = v->scale + (size_t)j * (k / PK_BLK), *o = v->offset + (size_t)j * (k / PK_BLK);
-  for (int t = 0; t < k; t++) out[t] = fmaf((float)c[t], s[t / PK_BLK], o[t / PK_BLK]);
+  for (int b = 0; b < k / PK_BLK; b++) {
+    int8_t c[PK_BLK];
+    pk_codes(v, k, j, b, c);
+    for (int t = 0; t < PK_BLK; t++) out[b * PK_BLK + t] = fmaf((float)c[t], s[b], o[b]);
+  }
 }
 
 static float pk_hsum(const float *l) {
@@ -75,18 +106,20 @@ static float pk_hsum(const float *l) {
 /* out[i] = x row i . weight row j, i < nx, by the formula above in plain C. */
 static void pk_dot_scalar(const float *x, int nx, size_t ldx, const pk_view_t *v, int k, int j,
                           float *out) {
-  const int8_t *c = v->code + (size_t)j * k;
   const float *s = v->scale + (size_t)j * (k / PK_BLK), *o = v->offset + (size_t)j * (k / PK_BLK);
   for (int i = 0; i < nx; i++) {
     float a0[8] = {0}, a1[8] = {0};
     const float *xr = x + i * ldx;
-    for (int b = 0; b < k / PK_BLK; b++)
+    for (int b = 0; b < k / PK_BLK; b++) {
+      int8_t c[PK_BLK];
+      pk_codes(v, k, j, b, c);
       for (int h = 0; h < 2; h++)
         for (int l = 0; l < 8; l++) {
-          int t0 = PK_BLK * b + 16 * h + l, t1 = t0 + 8;
-          a0[l] = fmaf(xr[t0], fmaf((float)c[t0], s[b], o[b]), a0[l]);
-          a1[l] = fmaf(xr[t1], fmaf((float)c[t1], s[b], o[b]), a1[l]);
+          int t0 = 16 * h + l, t1 = t0 + 8, x0 = PK_BLK * b + t0, x1 = x0 + 8;
+          a0[l] = fmaf(xr[x0], fmaf((float)c[t0], s[b], o[b]), a0[l]);
+          a1[l] = fmaf(xr[x1], fmaf((float)c[t1], s[b], o[b]), a1[l]);
         }
+    }
     float sum[8];
     for (int l = 0; l < 8; l++) sum[l] = a0[l] + a1[l];
     out[i] = pk_hsum(sum);
@@ -99,17 +132,25 @@ static void pk_dot_scalar(const float *x, int nx, size_t ldx, const pk_view_t *v
 /* The same for up to 4 activation rows sharing each block's weights (AVX2 + FMA). */
 __attribute__((target("avx2,fma"))) static void
 pk_dot_avx2(const float *x, int nx, size_t ldx, const pk_view_t *v, int k, int j, float *out) {
-  const int8_t *c = v->code + (size_t)j * k;
   const float *s = v->scale + (size_t)j * (k / PK_BLK), *o = v->offset + (size_t)j * (k / PK_BLK);
   __m256 a[4][2];
   for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
   for (int b = 0; b < k / PK_BLK; b++) {
     const __m256 vs = _mm256_set1_ps(s[b]), vo = _mm256_set1_ps(o[b]);
-    __m256 w[4];
-    for (int q = 0; q < 4; q++) {
-      __m128i c8 = _mm_loadl_epi64((const __m128i *)(c + (size_t)b * PK_BLK + 8 * q));
-      w[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c8)), vs, vo);
+    __m128i c8[4]; /* codes 8q .. 8q + 7 in the low 8 bytes */
+    if (v->bits == 8) {
+      const uint8_t *c = v->code + (size_t)j * k + (size_t)b * PK_BLK;
+      for (int q = 0; q < 4; q++) c8[q] = _mm_loadl_epi64((const __m128i *)(c + 8 * q));
+    } else {
+      const __m128i q16 =
+          _mm_loadu_si128((const __m128i *)(v->code + ((size_t)j * k) / 2 + b * 16));
+      const __m128i m4 = _mm_set1_epi8(15), lo = _mm_and_si128(q16, m4);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(q16, 4), m4);
+      c8[0] = lo, c8[1] = _mm_srli_si128(lo, 8), c8[2] = hi, c8[3] = _mm_srli_si128(hi, 8);
     }
+    __m256 w[4];
+    for (int q = 0; q < 4; q++)
+      w[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c8[q])), vs, vo);
     for (int i = 0; i < nx; i++) {
       const float *xb = x + i * ldx + (size_t)b * PK_BLK;
       a[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xb), w[0], a[i][0]);

@@ -62,17 +62,23 @@ static float pk_ref_dot(const float *x, const int8_t *c, const float *s, const f
 /* One packed matmul [m][k] x [n][k]^T (+ bias, or accumulating) against pk_ref_dot bit for bit
  * (the streaming path: m <= 16), or against the fp64 product of the same weights (m > 16: sgemm
  * on dequantized rows where BLAS is built in). */
-static void check_packed_case(kern_backend_t *be, int m, int n, int k, int acc) {
+/* Codes: 0 int8, 1 [0, 15] (4-bit), 2 [-8, 7] with offsets 0 (4-bit, stored shifted), 3 [-8, 7]
+ * with offsets (8-bit). */
+static void check_packed_case(kern_backend_t *be, int m, int n, int k, int acc, int codes) {
   size_t nw = (size_t)n * k, nb = nw / 32;
   int8_t *c = malloc(nw);
   float *s = randv(nb, 0.05f), *o = randv(nb, 0.2f), *x = randv((size_t)m * k, 2), *b = randv(n, 1),
         *y = randv((size_t)m * n, 1), *y0 = malloc(sizeof(float) * m * n);
-  for (size_t t = 0; t < nw; t++) c[t] = (int8_t)lrintf(tu_randf(&rs, -128.4f, 127.4f));
+  const float lo[4] = {-128.4f, -0.4f, -8.4f, -8.4f}, hi[4] = {127.4f, 15.4f, 7.4f, 7.4f};
+  for (size_t t = 0; t < nw; t++) c[t] = (int8_t)lrintf(tu_randf(&rs, lo[codes], hi[codes]));
+  for (size_t t = 0; codes == 2 && t < nb; t++) o[t] = 0.0f;
   memcpy(y0, y, sizeof(float) * m * n);
   kern_weight_t W;
   CHECK(be->packed_weights && be->ops->weight_upload_blocks);
   CHECK_OK(be->ops->weight_upload_blocks(be, &W, c, s, o, n, k));
-  CHECK(W.dtype == KERN_WEIGHT_PACKED && kern_weight_bytes(&W) == nw + 2 * nb * 4);
+  int four = codes == 1 || codes == 2;
+  CHECK(W.dtype == (four ? KERN_WEIGHT_PACKED4 : KERN_WEIGHT_PACKED));
+  CHECK(kern_weight_bytes(&W) == (four ? nw / 2 : nw) + 2 * nb * 4);
   be->ops->matmul(be, y, x, &W, acc ? NULL : b, m, acc);
   int same = 1;
   double e2 = 0, r2 = 0;
@@ -91,7 +97,8 @@ static void check_packed_case(kern_backend_t *be, int m, int n, int k, int acc) 
   CHECK(m > 16 || same);
   CHECK(e < 1e-5);
   if ((m <= 16 && !same) || e >= 1e-5)
-    fprintf(stderr, "packed %dx%dx%d acc %d: same %d, rel err %g\n", m, n, k, acc, same, e);
+    fprintf(stderr, "packed %dx%dx%d acc %d codes %d: same %d, rel err %g\n", m, n, k, acc, codes,
+            same, e);
   be->ops->weight_free(be, &W);
   free(c), free(s), free(o), free(x), free(b), free(y), free(y0);
 }
@@ -110,7 +117,8 @@ static void check_packed_all(void) {
   const int shapes[][3] = {{1, 64, 96}, {3, 37, 32}, {5, 300, 64}, {16, 70, 160}, {37, 600, 96}};
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
     for (int acc = 0; acc < 2; acc++)
-      check_packed_case(be, shapes[i][0], shapes[i][1], shapes[i][2], acc);
+      for (int codes = 0; codes < 4; codes++)
+        check_packed_case(be, shapes[i][0], shapes[i][1], shapes[i][2], acc, codes);
   kern_weight_t W;
   int8_t c[64] = {0};
   float f[2] = {1, 1};
