@@ -281,7 +281,7 @@ void kv_quant_values(const kv_qparams_t *p, const float *v, int omega, int n_kv,
   }
 }
 
-/* x[base + i * stride] = code * s + z for the n elements of one group. */
+/* x[base + i * stride] = code * s + z for the n elements of one group (the general path). */
 static void kv__dequant_group(int bits, const uint8_t *codes, uint16_t sh, uint16_t zh, size_t base,
                               size_t stride, int n, float *x) {
   float s = qe_half_to_f32(sh), z = qe_half_to_f32(zh);
@@ -291,16 +291,53 @@ static void kv__dequant_group(int bits, const uint8_t *codes, uint16_t sh, uint1
   }
 }
 
+/* x[t] = code(e0 + t) * s[t * ss] + z[t * ss] for t < n, a byte of codes at a time (e0 and n
+ * multiples of the codes a byte holds): the same values as kv__dequant_group's. */
+static void kv__dequant_run(int bits, const uint8_t *codes, size_t e0, int n, const float *s,
+                            const float *z, int ss, float *x) {
+  const int per = 8 / bits;
+  const unsigned mask = (1u << bits) - 1;
+  const uint8_t *c = codes + e0 / (size_t)per;
+  for (int t = 0; t < n; t += per) {
+    unsigned b = c[t / per];
+    for (int u = 0; u < per; u++)
+      x[t + u] = kv__recon((int)((b >> (u * bits)) & mask), z[(t + u) * ss], s[(t + u) * ss]);
+  }
+}
+
+/* Channels a pass of kv_dequant_keys converts the scales of. */
+#define KV_DQ_CH 256
+
 void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                      const uint16_t *zero, int omega, int n_kv, int hd, float *k) {
   size_t row = (size_t)n_kv * hd;
-  for (size_t j = 0; j < row; j++)
-    kv__dequant_group(p->bits, codes, scale[j], zero[j], j, row, omega, k);
+  const int per = 8 / p->bits;
+  if (row % (size_t)per) { /* codes of a channel not byte-aligned across tokens */
+    for (size_t j = 0; j < row; j++)
+      kv__dequant_group(p->bits, codes, scale[j], zero[j], j, row, omega, k);
+    return;
+  }
+  for (size_t j0 = 0; j0 < row; j0 += KV_DQ_CH) { /* a token's channels, in runs of bytes */
+    int nc = row - j0 < KV_DQ_CH ? (int)(row - j0) : KV_DQ_CH;
+    float s[KV_DQ_CH], z[KV_DQ_CH];
+    for (int j = 0; j < nc; j++)
+      s[j] = qe_half_to_f32(scale[j0 + j]), z[j] = qe_half_to_f32(zero[j0 + j]);
+    for (int i = 0; i < omega; i++)
+      kv__dequant_run(p->bits, codes, (size_t)i * row + j0, nc, s, z, 1, k + (size_t)i * row + j0);
+  }
 }
 
 void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                        const uint16_t *zero, int omega, int n_kv, int hd, float *v) {
   size_t ng = (size_t)omega * n_kv * hd / p->group;
-  for (size_t j = 0; j < ng; j++)
-    kv__dequant_group(p->bits, codes, scale[j], zero[j], j * p->group, 1, p->group, v);
+  const int per = 8 / p->bits;
+  for (size_t j = 0; j < ng; j++) {
+    size_t e0 = j * p->group;
+    if (p->group % per) {
+      kv__dequant_group(p->bits, codes, scale[j], zero[j], e0, 1, p->group, v);
+      continue;
+    }
+    float s = qe_half_to_f32(scale[j]), z = qe_half_to_f32(zero[j]);
+    kv__dequant_run(p->bits, codes, e0, p->group, &s, &z, 0, v + e0);
+  }
 }
