@@ -30,6 +30,27 @@ def load_stubs(tmp):
     return qevict_pb2, qevict_pb2_grpc, health_pb2, health_pb2_grpc
 
 
+def need_grpc():
+    """The grpc module, or exit 77 (skipped) where python3-grpcio is not installed."""
+    try:
+        import grpc  # Debian python3-grpcio
+        return grpc
+    except ImportError:
+        print("SKIP: python3-grpcio is not installed")
+        sys.exit(77)
+
+
+def stories_path():
+    """../shared/models/stories260K.gguf ($QE_SHARED_MODELS), or exit 77 where it is absent."""
+    p = os.path.join(os.environ.get("QE_SHARED_MODELS", os.path.join(ROOT, "..", "shared",
+                                                                     "models")),
+                     "stories260K.gguf")
+    if not os.path.exists(p):
+        print("SKIP: %s is absent" % p)
+        sys.exit(77)
+    return p
+
+
 def free_ports(n):
     """n distinct loopback ports that were free a moment ago (all held while they are picked)."""
     socks = [socket.socket() for _ in range(n)]

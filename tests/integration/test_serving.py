@@ -18,19 +18,9 @@ import json
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving  # noqa: E402
 
-try:
-    import grpc  # Debian python3-grpcio
-except ImportError:
-    print("SKIP: python3-grpcio is not installed")
-    sys.exit(77)
-
+grpc = serving.need_grpc()
 QEVICT = os.path.abspath(sys.argv[1])
-STORIES = os.path.join(os.environ.get("QE_SHARED_MODELS", os.path.join(serving.ROOT, "..",
-                                                                      "shared", "models")),
-                       "stories260K.gguf")
-if not os.path.exists(STORIES):
-    print("SKIP: %s is absent" % STORIES)
-    sys.exit(77)
+STORIES = serving.stories_path()
 
 TMP = serving.tmpdir()
 pb, pbg, hpb, hpbg = serving.load_stubs(TMP)

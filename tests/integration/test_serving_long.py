@@ -13,11 +13,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving  # noqa: E402
 
-try:
-    import grpc
-except ImportError:
-    print("SKIP: python3-grpcio is not installed")
-    sys.exit(77)
+grpc = serving.need_grpc()
 
 QEVICT, RAND_GGUF = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 TMP = serving.tmpdir()
