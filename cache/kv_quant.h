@@ -67,6 +67,13 @@ void kv_quant_values(const kv_qparams_t *p, const float *v, int omega, int n_kv,
 void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                        const uint16_t *zero, int omega, int n_kv, int hd, float *v);
 
+/* The same two element by element (the reference kv_dequant_keys and kv_dequant_values give the
+ * same bits as, a byte of codes at a time). */
+void kv_dequant_keys_ref(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                         const uint16_t *zero, int omega, int n_kv, int hd, float *k);
+void kv_dequant_values_ref(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                           const uint16_t *zero, int omega, int n_kv, int hd, float *v);
+
 /* Reads element i (in [omega][n_kv][hd] order) of packed codes. */
 static inline unsigned kv_code_at(const uint8_t *codes, size_t i, int bits) {
   int per = 8 / bits;
