@@ -300,6 +300,11 @@ static void kv__lut2_init(void) {
     for (int u = 0; u < 4; u++) kv__lut2[b][u] = (float)((b >> (2 * u)) & 3);
 }
 
+static void kv__lut2_ready(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, kv__lut2_init);
+}
+
 /* x[t] = code(e0 + t) * s[t * ss] + z[t * ss] for t < n (e0 and n multiples of the codes a
  * byte holds): the same values as kv__dequant_group's. 2-bit codes come from a table of floats,
  * four a byte (no narrow store read back wide: 0.34 against 0.42 ns an element through a byte
@@ -308,9 +313,7 @@ static void kv__dequant_run(int bits, const uint8_t *codes, size_t e0, int n,
                             const float *restrict s, const float *restrict z, int ss,
                             float *restrict x) {
   const uint8_t *b = codes + e0 * (size_t)bits / 8;
-  if (bits == 2) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, kv__lut2_init);
+  if (bits == 2) { /* the table is filled: kv__lut2_ready by the callers */
     for (int t = 0; t < n / 4; t++) {
       const float *c = kv__lut2[b[t]];
       for (int u = 0; u < 4; u++) {
@@ -349,6 +352,7 @@ void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t
   const int per = 8 / p->bits;
   if (row % (size_t)per) /* codes of a channel not byte-aligned across tokens */
     return kv_dequant_keys_ref(p, codes, scale, zero, omega, n_kv, hd, k);
+  kv__lut2_ready();
   for (size_t j0 = 0; j0 < row; j0 += KV_DQ_CH) { /* a token's channels, in runs of bytes */
     int nc = row - j0 < KV_DQ_CH ? (int)(row - j0) : KV_DQ_CH;
     float s[KV_DQ_CH], z[KV_DQ_CH];
@@ -362,14 +366,11 @@ void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t
 void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                        const uint16_t *zero, int omega, int n_kv, int hd, float *v) {
   size_t ng = (size_t)omega * n_kv * hd / p->group;
-  const int per = 8 / p->bits;
+  if (p->group % (8 / p->bits)) /* groups not byte-aligned */
+    return kv_dequant_values_ref(p, codes, scale, zero, omega, n_kv, hd, v);
+  kv__lut2_ready();
   for (size_t j = 0; j < ng; j++) {
-    size_t e0 = j * p->group;
-    if (p->group % per) {
-      kv__dequant_group(p->bits, codes, scale[j], zero[j], e0, 1, p->group, v);
-      continue;
-    }
     float s = qe_half_to_f32(scale[j]), z = qe_half_to_f32(zero[j]);
-    kv__dequant_run(p->bits, codes, e0, p->group, &s, &z, 0, v + e0);
+    kv__dequant_run(p->bits, codes, j * p->group, p->group, &s, &z, 0, v + j * p->group);
   }
 }

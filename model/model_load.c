@@ -179,9 +179,9 @@ model_t *model__new(const model_load_opts_t *o) {
   return m;
 }
 
-int model__weight(model_t *m, kern_weight_t *w, const float *host, int rows, int cols,
-                  const char *name) {
-  int rc = m->be->ops->weight_upload(m->be, w, host, rows, cols);
+/* After an upload of tensor `name` into *w: its bytes counted, or rc with the name in front of
+ * the backend's detail. */
+static int uploaded(model_t *m, int rc, const kern_weight_t *w, const char *name) {
   if (rc) {
     char why[192];
     snprintf(why, sizeof why, "%s", qe_errmsg());
@@ -189,6 +189,11 @@ int model__weight(model_t *m, kern_weight_t *w, const float *host, int rows, int
   }
   m->weight_bytes += kern_weight_bytes(w);
   return 0;
+}
+
+int model__weight(model_t *m, kern_weight_t *w, const float *host, int rows, int cols,
+                  const char *name) {
+  return uploaded(m, m->be->ops->weight_upload(m->be, w, host, rows, cols), w, name);
 }
 
 int model__vec(model_t *m, float **out, const float *host, size_t n, const char *name) {
@@ -270,9 +275,9 @@ static int load_blocks(model_t *m, const gguf_tensor_t *t, const model_slice_t *
     memcpy(sc + (size_t)r * (s->nc / 32), rs + s->c0 / 32, sizeof(float) * (size_t)(s->nc / 32));
     memcpy(of + (size_t)r * (s->nc / 32), ro + s->c0 / 32, sizeof(float) * (size_t)(s->nc / 32));
   }
-  if (!rc) rc = m->be->ops->weight_upload_blocks(m->be, w, code, sc, of, s->nr, s->nc);
-  if (!rc) m->weight_bytes += kern_weight_bytes(w);
-  if (rc && !*qe_errmsg()) rc = qe_errf(rc, "model: tensor '%s'", name);
+  if (!rc)
+    rc = uploaded(m, m->be->ops->weight_upload_blocks(m->be, w, code, sc, of, s->nr, s->nc), w,
+                  name);
   free(code);
   free(so);
   return rc;

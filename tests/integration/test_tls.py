@@ -21,7 +21,7 @@ if not shutil.which("openssl"):
     sys.exit(77)
 
 TMP = serving.tmpdir()
-pb, pbg, hpb, hpbg = serving.load_stubs(TMP)
+pb, pbg, _, _ = serving.load_stubs(TMP)  # qevict.proto messages and their grpc stubs
 C = serving.Checks()
 
 
