@@ -31,6 +31,17 @@ pack_libs() { # BIN OUT
   rm -rf "$T"
 }
 
+# Meson 1.0's nvcc rule records no header dependencies, so a CUDA object older than a header it
+# includes would survive a change of that header (a stale kern_ops_t table made every GPU binary
+# crash, 2026-12-02): such objects are deleted before a build.
+drop_stale_cuda() { # BUILD
+  local newest
+  newest=$(find common kernels cache model transport \( -name '*.h' -o -name '*.cuh' \) \
+    -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
+  [[ -d $1 && -n $newest ]] && find "$1" -name '*.cu.o' ! -newer "$newest" -delete
+  return 0
+}
+
 pack_bin() { # BUILD TARGET PACK: stripped and xz-compressed
   strip -o "$3/$(basename "$2")" "$1/$2"
   xz -T0 -6 "$3/$(basename "$2")"
@@ -59,6 +70,7 @@ if [[ ${1:-} == --variants ]]; then
   BUILD=build-srv-dev
   [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
     -Dblas=disabled -Dnative=false >/dev/null
+  drop_stale_cuda "$BUILD"
   mkdir -p carry/var && rm -f carry/var/tkc_*.xz
   IFS=';' read -r -a VS <<< "${VARIANTS:-}"
   for v in "${VS[@]}" "new="; do
@@ -75,6 +87,7 @@ BUILD=${1:-build-srv-dev}
 PACK=carry/pack
 [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
   -Dblas=disabled -Dnative=false >/dev/null
+drop_stale_cuda "$BUILD"
 BINS=(cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda
   tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode)
 ninja -C "$BUILD" "${BINS[@]}" >/dev/null
