@@ -4,8 +4,8 @@
 # Source it: it exports PATH and LD_LIBRARY_PATH. Returns non-zero when the pack is missing.
 QE_DEV=${QE_DEV:-/tmp/qe}
 PACK=${PACK:-carry/pack}
-if [[ ! -f "$PACK/qevict.xz" ]]; then
-  echo "device_unpack: no $PACK/qevict.xz" >&2
+if [[ ! -f "$PACK/libs.tar.xz" ]]; then
+  echo "device_unpack: no $PACK/libs.tar.xz" >&2
   return 1 2>/dev/null || exit 1
 fi
 mkdir -p "$QE_DEV/bin"

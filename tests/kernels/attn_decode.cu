@@ -768,8 +768,8 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   const int cw0 = kc_attn_chunk_win(&a), reps = seq > 4096 ? 60 : 200;
   const double bytes = (double)pr.kv_bytes;
   Result best = {name, 1e30, bytes};
-  const int cws[] = {cw0, cw0 / 2, (cw0 + 1) / 3, cw0 * 2 / 3, cw0 / 4};
-  for (int v = 0; v < 5; v++) {
+  const int cws[] = {cw0, cw0 / 2, (cw0 + 1) / 3, cw0 * 2 / 3, cw0 / 4, cw0 * 2, cw0 * 4};
+  for (int v = 0; v < 7; v++) {
     const int cw = cws[v] < 1 ? 1 : cws[v];
     if (v > 0 && cw == cw0) continue;
     a = dev_args(&pr, &d, cw);
@@ -855,7 +855,10 @@ static int bench_all(const char *filter) {
             {"tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0, 0},
             {"abs_tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2, 1},
             {"abs_tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2, 1},
-            {"abs_tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0, 1}};
+            {"abs_tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0, 1},
+            /* long_ctx's batches on one H200 (29 FullKV, 122 QEvict 20% 32K-token sequences) */
+            {"lc_fkv_b29_s32768", 29, 32768, 16, -1, -1, 0, -1, 0},
+            {"lc_q20_w8_b122_s32768", 122, 32768, 8, nf8, nq8, 0, 9, 1}};
   const int n = (int)(sizeof sh / sizeof sh[0]);
   Result r[n];
   for (int i = 0; i < n; i++) {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# gpu_longctx_ab.sh: one device call that checks a tree's kernels (test_model_graph, test_kv_gpu,
+# attn_decode) and times attn_decode's long_ctx shapes (--shapes lc_) and long_ctx at 32K,
+# FullKV and QEvict 20%, two rounds, long_ctx_base (a base tree's long_ctx, packed beside the
+# others in carry/pack) against long_ctx. Tars its logs to $OUT/r3.tgz.
+# Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh
+cd "$(dirname "$0")/.." || exit 2
+source bench/device_unpack.sh || exit 1
+L=$OUT/r3; mkdir -p "$L"
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$L/gpu.txt"
+timeout 120 test_model_graph > "$L/tmg.log" 2>&1; echo "test_model_graph rc $?: $(tail -1 "$L/tmg.log")"
+timeout 200 test_kv_gpu > "$L/kvgpu.log" 2>&1; echo "test_kv_gpu rc $?: $(tail -1 "$L/kvgpu.log")"
+grep -E "^FAIL" "$L/kvgpu.log" | head -3
+timeout 200 attn_decode > "$L/attn_check.log" 2>&1; echo "attn_decode check rc $?: $(tail -1 "$L/attn_check.log")"
+grep -E "FAIL" "$L/attn_check.log" | head -3
+timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
+tail -12 "$L/attn_lc.log"
+for r in 1 2; do
+  for b in long_ctx_base long_ctx; do
+    for pol in full qevict; do
+      timeout 150 "$b" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+        > "$L/${b}_${pol}_$r.json" 2> "$L/${b}_${pol}_$r.err"
+      echo "$b $pol round $r rc $?: $(tail -1 "$L/${b}_${pol}_$r.err")"
+    done
+  done
+done
+python3 - "$L" <<'PY'
+import json, sys, os, glob
+d = sys.argv[1]
+print("%-14s %-7s %5s %4s %9s %9s" % ("binary", "policy", "round", "seqs", "step ms", "tok/s"))
+for f in sorted(glob.glob(os.path.join(d, "long_ctx*_*.json"))):
+    try: j = json.loads(open(f).read().strip().splitlines()[-1])
+    except Exception: print(os.path.basename(f), "unreadable"); continue
+    n = os.path.basename(f)[:-5].rsplit("_", 2)
+    print("%-14s %-7s %5s %4d %9.1f %9.0f" % (n[0], n[1], n[2], j["sequences"], j["step_ms"], j["tokens_per_s"]))
+PY
+tar -C "$OUT" -czf "$OUT/r3.tgz" r3 && rm -rf "$L"
