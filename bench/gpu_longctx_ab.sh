@@ -2,11 +2,17 @@
 # gpu_longctx_ab.sh: one device call that checks a tree's kernels (test_model_graph, test_kv_gpu,
 # attn_decode) and times attn_decode's long_ctx shapes (--shapes lc_) and long_ctx at 32K,
 # FullKV and QEvict 20%, two rounds, long_ctx_base (a base tree's long_ctx, packed beside the
-# others in carry/pack) against long_ctx. Tars its logs to $OUT/r3.tgz.
-# Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh
+# others in carry/pack) against long_ctx. Tars its logs to $OUT/longctx_ab.tgz.
+# The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
+#   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,attn_decode}; do
+#     strip -o carry/pack/${b##*/} build-srv-dev/$b && xz -T0 -6 carry/pack/${b##*/}; done
+#   strip -o carry/pack/long_ctx_base BASE/build-srv-dev/bench/long_ctx && xz carry/pack/long_ctx_base
+#   plus libs.tar.xz (bench/device_pack.sh's pack_libs); the whole of device_pack.sh's pack with a
+#   base beside it is over the 64 MiB a call carries.
+# Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh   (carry: carry/pack)
 cd "$(dirname "$0")/.." || exit 2
 source bench/device_unpack.sh || exit 1
-L=$OUT/r3; mkdir -p "$L"
+L=$OUT/longctx_ab; mkdir -p "$L"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$L/gpu.txt"
 timeout 120 test_model_graph > "$L/tmg.log" 2>&1; echo "test_model_graph rc $?: $(tail -1 "$L/tmg.log")"
 timeout 200 test_kv_gpu > "$L/kvgpu.log" 2>&1; echo "test_kv_gpu rc $?: $(tail -1 "$L/kvgpu.log")"
@@ -34,4 +40,4 @@ for f in sorted(glob.glob(os.path.join(d, "long_ctx*_*.json"))):
     n = os.path.basename(f)[:-5].rsplit("_", 2)
     print("%-14s %-7s %5s %4d %9.1f %9.0f" % (n[0], n[1], n[2], j["sequences"], j["step_ms"], j["tokens_per_s"]))
 PY
-tar -C "$OUT" -czf "$OUT/r3.tgz" r3 && rm -rf "$L"
+tar -C "$OUT" -czf "$OUT/longctx_ab.tgz" longctx_ab && rm -rf "$L"

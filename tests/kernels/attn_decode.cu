@@ -769,7 +769,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   const double bytes = (double)pr.kv_bytes;
   Result best = {name, 1e30, bytes};
   const int cws[] = {cw0, cw0 / 2, (cw0 + 1) / 3, cw0 * 2 / 3, cw0 / 4, cw0 * 2, cw0 * 4};
-  for (int v = 0; v < 7; v++) {
+  for (int v = 0; v < (int)(sizeof cws / sizeof cws[0]); v++) {
     const int cw = cws[v] < 1 ? 1 : cws[v];
     if (v > 0 && cw == cw0) continue;
     a = dev_args(&pr, &d, cw);
