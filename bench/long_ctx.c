@@ -52,6 +52,8 @@ typedef struct {
   float *q, *o;          /* fill queries, outputs: [32][n_head_local][head_dim] */
   int n_fit, n;          /* slots fit_slots made here; slots agreed by every rank */
   double fill_s, step_s; /* fill time; mean decode step, the first excluded */
+  double route_ms;       /* tiered: GPU ms of the decode routing passes in the timed steps */
+  long route_calls;      /* and their count */
   double ar_ms;          /* NCCL all-reduce time over the timed decode steps */
   long ar_calls;         /* and their count */
 } lc_rank_t;
@@ -326,6 +328,25 @@ static int ar_time(lc_rank_t *r, double *ms, long *calls) {
   return 0;
 }
 
+/* The decode routing passes so far (0 for FullKV): GPU ms and count. Waits for the device. */
+static int route_time(lc_rank_t *r, double *ms, long *calls) {
+  double m[2];
+  long n[2];
+  *ms = 0, *calls = 0;
+  if (!kv_gpu_is_tiered(r->kv)) return 0;
+  int rc = kv_gpu_routing_time(r->kv, m, n);
+  if (!rc) *ms = m[1], *calls = n[1];
+  return rc;
+}
+
+/* $QE_LC_PROFILE "A:B": the CUDA profiler's range covers decode steps A..B (ncu
+ * --profile-from-start off); first and last step, or -1 when unset or malformed. */
+static void profile_steps(int *first, int *last) {
+  const char *e = getenv("QE_LC_PROFILE");
+  *first = *last = -1;
+  if (e && sscanf(e, "%d:%d", first, last) != 2) *first = *last = -1;
+}
+
 /* Decodes a->n_new tokens in every slot (collective): per step rank 0 broadcasts the batch's ids
  * over c, then rank 0 runs model_forward_greedy (the next ids) and the others model_forward.
  * Sets r->step_s (mean step on this rank, the first excluded: it warms the GEMM plans) and
@@ -334,18 +355,25 @@ static int decode(const lc_args_t *a, tp_comm_t *c, lc_rank_t *r) {
   int n = r->n, rc = 0, steps = a->n_new;
   int32_t *tok = calloc((size_t)n, 4), *pos = calloc((size_t)n, 4), *seq = calloc((size_t)n, 4);
   if (!tok || !pos || !seq) rc = qe_errf(QE_ENOMEM, "long_ctx: out of memory");
-  double t0 = 0, ms0 = 0;
-  long calls0 = 0;
+  double t0 = 0, ms0 = 0, rms0 = 0;
+  long calls0 = 0, rcalls0 = 0;
+  int pf, pl;
+  profile_steps(&pf, &pl);
   for (int t = 0; !rc && t < steps; t++) {
-    if (t == 1 && !(rc = ar_time(r, &ms0, &calls0))) t0 = now_s();
+    if (t == 1 && !(rc = ar_time(r, &ms0, &calls0)) && !(rc = route_time(r, &rms0, &rcalls0)))
+      t0 = now_s();
+    if (t == pf) rc = kern_cuda_profile(r->be, 1);
     for (int i = 0; i < n; i++) pos[i] = a->ctx + t, seq[i] = i;
     model_batch_t b = {n, tok, pos, seq, NULL};
     if (!rc) rc = tp_broadcast(c, tok, sizeof(int32_t) * (size_t)n, 0);
     if (!rc)
       rc = c->rank ? model_forward(r->m, r->kv, c, &b, NULL)
                    : model_forward_greedy(r->m, r->kv, c, &b, tok);
+    if (!rc && t == pl) rc = kern_cuda_profile(r->be, 0);
   }
   r->step_s = steps > 1 ? (now_s() - t0) / (steps - 1) : 0;
+  if (!rc && steps > 1 && !(rc = route_time(r, &r->route_ms, &r->route_calls)))
+    r->route_ms -= rms0, r->route_calls -= rcalls0;
   if (!rc && steps > 1 && !(rc = ar_time(r, &r->ar_ms, &r->ar_calls)))
     r->ar_ms -= ms0, r->ar_calls -= calls0;
   free(tok), free(pos), free(seq);
@@ -458,19 +486,21 @@ static int wait_ranks(int tp) {
 
 /* The JSON line: the top-level slot_bytes and gpu_used_gb are rank 0's (a shard's with T > 1),
  * the ranks array has every rank's (with its KV pool's units, peak and, tiered, err_flags:
- * non-zero when a pool ran dry); all-reduce numbers cover the timed decode steps only. */
+ * non-zero when a pool ran dry); all-reduce and routing numbers cover the timed decode steps
+ * only (route_ms_per_step: rank 0's routing passes' GPU time over the timed steps). */
 static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t *all) {
   int timed = a->n_new > 1 ? a->n_new - 1 : 1;
   printf("{\"bench\":\"long_ctx\",\"shape\":\"%s\",\"policy\":\"%s\",\"key_frame\":\"%s\","
          "\"budget\":%.3f,\"ctx\":%d,"
          "\"sequences\":%d,\"slot_bytes\":%llu,\"fill_s\":%.2f,\"step_ms\":%.3f,"
          "\"tokens_per_s\":%.1f,\"gpu_used_gb\":%.2f,\"tp\":%d,\"allreduce_ms_per_step\":%.4f,"
-         "\"allreduce_calls_per_step\":%.1f,\"ranks\":[",
+         "\"allreduce_calls_per_step\":%.1f,\"route_ms_per_step\":%.3f,\"route_passes\":%ld,"
+         "\"ranks\":[",
          a->shape, a->policy, a->key_frame == KV_KEY_FRAME_POS ? "pos" : "policy's",
          strcmp(a->policy, "full") ? a->budget : 1.0, a->ctx, r->n,
          (unsigned long long)all[0].slot_bytes, r->fill_s, r->step_s * 1e3,
          r->step_s > 0 ? r->n / r->step_s : 0.0, all[0].gpu_used_gb, a->tp, r->ar_ms / timed,
-         (double)r->ar_calls / timed);
+         (double)r->ar_calls / timed, r->route_ms / timed, r->route_calls);
   for (int i = 0; i < a->tp; i++)
     printf("%s{\"rank\":%d,\"gpu_used_gb\":%.2f,\"slot_bytes\":%llu,\"allreduce_ms\":%.3f,"
            "\"pool_units\":%lld,\"pool_units_peak\":%lld,\"pool_err_flags\":%d}",

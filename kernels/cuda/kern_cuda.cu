@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "kern_cuda_internal.h"
 
 extern "C" {
@@ -430,3 +432,11 @@ extern "C" int kern_cuda_mem_info(kern_backend_t *be, size_t *free_bytes, size_t
 }
 
 extern "C" int kern_cuda_device(const kern_backend_t *be) { return ((const kcu_t *)be)->device; }
+
+extern "C" int kern_cuda_profile(kern_backend_t *be, int on) {
+  kcu_t *c = KCU(be);
+  int rc = kcu_enter(c);
+  if (!rc) rc = KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+  if (!rc) rc = KCU_CUDA(c, on ? cudaProfilerStart() : cudaProfilerStop());
+  return rc;
+}

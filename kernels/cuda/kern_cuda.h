@@ -52,6 +52,9 @@ void *kern_cuda_stream(kern_backend_t *be);
 int kern_cuda_mem_info(kern_backend_t *be, size_t *free_bytes, size_t *total_bytes);
 /* The backend's CUDA device ordinal. */
 int kern_cuda_device(const kern_backend_t *be);
+/* Waits for the backend's stream, then starts (on 1) or stops (0) the CUDA profiler's range
+ * (cudaProfilerStart/Stop: what `ncu --profile-from-start off` profiles). 0 or QE_EBACKEND. */
+int kern_cuda_profile(kern_backend_t *be, int on);
 
 #ifdef __cplusplus
 }
