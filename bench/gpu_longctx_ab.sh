@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # gpu_longctx_ab.sh: one device call that checks a tree's kernels (test_model_graph, test_kv_gpu,
-# attn_decode) and times attn_decode's long_ctx shapes (--shapes lc_) and long_ctx at 32K,
-# FullKV and QEvict 20%, two rounds, long_ctx_base (a base tree's long_ctx, packed beside the
+# and test_kc_quant and attn_decode when packed) and times attn_decode's long_ctx shapes (--shapes
+# lc_, when packed) and long_ctx at 32K, $POLS (default "full qevict"), $ROUNDS rounds (2) of $NEW
+# new tokens (16), long_ctx_base (a base tree's long_ctx, packed beside the
 # others in carry/pack) against long_ctx. Tars its logs to $OUT/longctx_ab.tgz.
 # The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
-#   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,attn_decode}; do
+#   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,test_kc_quant,attn_decode}; do
 #     strip -o carry/pack/${b##*/} build-srv-dev/$b && xz -T0 -6 carry/pack/${b##*/}; done
 #   strip -o carry/pack/long_ctx_base BASE/build-srv-dev/bench/long_ctx && xz carry/pack/long_ctx_base
 #   plus libs.tar.xz (bench/device_pack.sh's pack_libs); the whole of device_pack.sh's pack with a
@@ -14,17 +15,25 @@ cd "$(dirname "$0")/.." || exit 2
 source bench/device_unpack.sh || exit 1
 L=$OUT/longctx_ab; mkdir -p "$L"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$L/gpu.txt"
+have() { command -v "$1" >/dev/null; }
 timeout 120 test_model_graph > "$L/tmg.log" 2>&1; echo "test_model_graph rc $?: $(tail -1 "$L/tmg.log")"
 timeout 200 test_kv_gpu > "$L/kvgpu.log" 2>&1; echo "test_kv_gpu rc $?: $(tail -1 "$L/kvgpu.log")"
 grep -E "^FAIL" "$L/kvgpu.log" | head -3
-timeout 200 attn_decode > "$L/attn_check.log" 2>&1; echo "attn_decode check rc $?: $(tail -1 "$L/attn_check.log")"
-grep -E "FAIL" "$L/attn_check.log" | head -3
-timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
-tail -12 "$L/attn_lc.log"
-for r in 1 2; do
+if have test_kc_quant; then
+  timeout 200 test_kc_quant > "$L/kcq.log" 2>&1; echo "test_kc_quant rc $?: $(tail -1 "$L/kcq.log")"
+  grep -E "FAIL" "$L/kcq.log" | head -3
+fi
+if have attn_decode; then
+  timeout 200 attn_decode > "$L/attn_check.log" 2>&1
+  echo "attn_decode check rc $?: $(tail -1 "$L/attn_check.log")"
+  grep -E "FAIL" "$L/attn_check.log" | head -3
+  timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
+  tail -12 "$L/attn_lc.log"
+fi
+for r in $(seq 1 "${ROUNDS:-2}"); do
   for b in long_ctx_base long_ctx; do
-    for pol in full qevict; do
-      timeout 150 "$b" --policy $pol --budget 0.2 --ctx 32768 --new 16 \
+    for pol in ${POLS:-full qevict}; do
+      timeout 150 "$b" --policy $pol --budget 0.2 --ctx 32768 --new "${NEW:-16}" \
         > "$L/${b}_${pol}_$r.json" 2> "$L/${b}_${pol}_$r.err"
       echo "$b $pol round $r rc $?: $(tail -1 "$L/${b}_${pol}_$r.err")"
     done
@@ -33,11 +42,13 @@ done
 python3 - "$L" <<'PY'
 import json, sys, os, glob
 d = sys.argv[1]
-print("%-14s %-7s %5s %4s %9s %9s" % ("binary", "policy", "round", "seqs", "step ms", "tok/s"))
+print("%-14s %-7s %5s %4s %9s %9s %9s %8s" % ("binary", "policy", "round", "seqs", "step ms", "tok/s", "route ms", "err"))
 for f in sorted(glob.glob(os.path.join(d, "long_ctx*_*.json"))):
     try: j = json.loads(open(f).read().strip().splitlines()[-1])
     except Exception: print(os.path.basename(f), "unreadable"); continue
     n = os.path.basename(f)[:-5].rsplit("_", 2)
-    print("%-14s %-7s %5s %4d %9.1f %9.0f" % (n[0], n[1], n[2], j["sequences"], j["step_ms"], j["tokens_per_s"]))
+    print("%-14s %-7s %5s %4d %9.1f %9.0f %9.2f %8d" % (n[0], n[1], n[2], j["sequences"], j["step_ms"],
+          j["tokens_per_s"], j.get("route_ms_per_step", -1), j["ranks"][0].get("pool_err_flags", 0)))
+    if "promotions" in j: print("   migrations in the timed steps: promotions %d demotions %d quantizations %d evictions %d" % (j["promotions"], j["demotions"], j["quantizations"], j["evictions"]))
 PY
 tar -C "$OUT" -czf "$OUT/longctx_ab.tgz" longctx_ab && rm -rf "$L"

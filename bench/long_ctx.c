@@ -54,6 +54,7 @@ typedef struct {
   double fill_s, step_s; /* fill time; mean decode step, the first excluded */
   double route_ms;       /* tiered: GPU ms of the decode routing passes in the timed steps */
   long route_calls;      /* and their count */
+  long mig[4];           /* tiered: promotions, demotions, quantizations, evictions in them */
   double ar_ms;          /* NCCL all-reduce time over the timed decode steps */
   long ar_calls;         /* and their count */
 } lc_rank_t;
@@ -339,6 +340,20 @@ static int route_time(lc_rank_t *r, double *ms, long *calls) {
   return rc;
 }
 
+/* The slots' migrations so far, summed (tiered; zeros for FullKV): promotions, demotions,
+ * quantizations, evictions. Reads the device. */
+static int mig_totals(lc_rank_t *r, long out[4]) {
+  kv_gpu_stats_t st;
+  out[0] = out[1] = out[2] = out[3] = 0;
+  for (int s = 0; kv_gpu_is_tiered(r->kv) && s < r->n; s++) {
+    int rc = kv_gpu_stats(r->kv, s, &st);
+    if (rc) return rc;
+    out[0] += st.promotions, out[1] += st.demotions;
+    out[2] += st.quantizations, out[3] += st.evictions;
+  }
+  return 0;
+}
+
 /* $QE_LC_PROFILE "A:B": the CUDA profiler's range covers decode steps A..B (ncu
  * --profile-from-start off); first and last step, or -1 when unset or malformed. */
 static void profile_steps(int *first, int *last) {
@@ -356,11 +371,12 @@ static int decode(const lc_args_t *a, tp_comm_t *c, lc_rank_t *r) {
   int32_t *tok = calloc((size_t)n, 4), *pos = calloc((size_t)n, 4), *seq = calloc((size_t)n, 4);
   if (!tok || !pos || !seq) rc = qe_errf(QE_ENOMEM, "long_ctx: out of memory");
   double t0 = 0, ms0 = 0, rms0 = 0;
-  long calls0 = 0, rcalls0 = 0;
+  long calls0 = 0, rcalls0 = 0, mig0[4] = {0};
   int pf, pl;
   profile_steps(&pf, &pl);
   for (int t = 0; !rc && t < steps; t++) {
-    if (t == 1 && !(rc = ar_time(r, &ms0, &calls0)) && !(rc = route_time(r, &rms0, &rcalls0)))
+    if (t == 1 && !(rc = ar_time(r, &ms0, &calls0)) && !(rc = route_time(r, &rms0, &rcalls0)) &&
+        !(rc = mig_totals(r, mig0)))
       t0 = now_s();
     if (t == pf) rc = kern_cuda_profile(r->be, 1);
     for (int i = 0; i < n; i++) pos[i] = a->ctx + t, seq[i] = i;
@@ -374,6 +390,8 @@ static int decode(const lc_args_t *a, tp_comm_t *c, lc_rank_t *r) {
   r->step_s = steps > 1 ? (now_s() - t0) / (steps - 1) : 0;
   if (!rc && steps > 1 && !(rc = route_time(r, &r->route_ms, &r->route_calls)))
     r->route_ms -= rms0, r->route_calls -= rcalls0;
+  if (!rc && steps > 1 && !(rc = mig_totals(r, r->mig)))
+    for (int i = 0; i < 4; i++) r->mig[i] -= mig0[i];
   if (!rc && steps > 1 && !(rc = ar_time(r, &r->ar_ms, &r->ar_calls)))
     r->ar_ms -= ms0, r->ar_calls -= calls0;
   free(tok), free(pos), free(seq);
@@ -495,12 +513,14 @@ static void print_json(const lc_args_t *a, const lc_rank_t *r, const lc_report_t
          "\"sequences\":%d,\"slot_bytes\":%llu,\"fill_s\":%.2f,\"step_ms\":%.3f,"
          "\"tokens_per_s\":%.1f,\"gpu_used_gb\":%.2f,\"tp\":%d,\"allreduce_ms_per_step\":%.4f,"
          "\"allreduce_calls_per_step\":%.1f,\"route_ms_per_step\":%.3f,\"route_passes\":%ld,"
+         "\"promotions\":%ld,\"demotions\":%ld,\"quantizations\":%ld,\"evictions\":%ld,"
          "\"ranks\":[",
          a->shape, a->policy, a->key_frame == KV_KEY_FRAME_POS ? "pos" : "policy's",
          strcmp(a->policy, "full") ? a->budget : 1.0, a->ctx, r->n,
          (unsigned long long)all[0].slot_bytes, r->fill_s, r->step_s * 1e3,
          r->step_s > 0 ? r->n / r->step_s : 0.0, all[0].gpu_used_gb, a->tp, r->ar_ms / timed,
-         (double)r->ar_calls / timed, r->route_ms / timed, r->route_calls);
+         (double)r->ar_calls / timed, r->route_ms / timed, r->route_calls, r->mig[0], r->mig[1],
+         r->mig[2], r->mig[3]);
   for (int i = 0; i < a->tp; i++)
     printf("%s{\"rank\":%d,\"gpu_used_gb\":%.2f,\"slot_bytes\":%llu,\"allreduce_ms\":%.3f,"
            "\"pool_units\":%lld,\"pool_units_peak\":%lld,\"pool_err_flags\":%d}",

@@ -175,19 +175,33 @@ __device__ int64_t kcr_block_sum(int64_t v, int64_t *sh) {
   return t;
 }
 
-/* Thread 0: kv_route_decide's greedy fill over the sorted candidates; tiers into tier[]. */
-__device__ void kcr_fill(const kc_route_t &r, int layer, int slot, const int *idx, int n,
-                         int64_t b_hist, int8_t *tier) {
+/* Every thread: the FULL cost of sorted candidate k into fc[k] (its kept ledger included), or
+ * -1 where it may not be FULL; read from global memory in parallel so that kcr_fill's serial
+ * scan touches shared memory only (one thread's dependent global reads over ~2,300 candidates
+ * took 18 ms a pass at 122 slots of 32K tokens, H200 2026-12-03). Syncs after. */
+__device__ void kcr_full_costs(const kc_route_t &r, int layer, int slot, const int *idx, int n,
+                               int32_t *fc) {
+  const int32_t L = (int32_t)r.lay.total, F = (int32_t)(r.page_bytes + r.meta_bytes);
+  for (int k = threadIdx.x; k < n; k += blockDim.x) {
+    fc[k] = -1;
+    if (idx[k] < 0 || idx[k] >= r.max_win) continue; /* cannot happen: the sort is total */
+    const int64_t i = kcr_idx(r, layer, slot, idx[k]);
+    if (!r.use_full || (r.win[i].tier == KERN_PW_QUANT && !r.promote)) continue;
+    fc[k] = F + (r.ledger[i] >= 0 ? L : 0);
+  }
+  __syncthreads();
+}
+
+/* Thread 0: kv_route_decide's greedy fill over the sorted candidates (FULL costs fc from
+ * kcr_full_costs); tiers into tier[]. */
+__device__ void kcr_fill(const kc_route_t &r, const int32_t *fc, int n, int64_t b_hist,
+                         int8_t *tier) {
   const int64_t L = (int64_t)r.lay.total, M = (int64_t)r.meta_bytes;
   const int64_t full_cap = r.use_int2 ? (int64_t)((1.0 - (double)r.q) * (double)b_hist) : b_hist;
   int64_t full_used = 0, q_used = 0;
   for (int k = 0; k < n; k++) {
     tier[k] = KCR_EVICTED;
-    if (idx[k] < 0 || idx[k] >= r.max_win) continue; /* cannot happen: the sort is total */
-    const int64_t i = kcr_idx(r, layer, slot, idx[k]);
-    if (!r.use_full || (r.win[i].tier == KERN_PW_QUANT && !r.promote)) continue;
-    const int64_t fc = (int64_t)r.page_bytes + M + (r.ledger[i] >= 0 ? L : 0);
-    if (full_used + fc <= full_cap) full_used += fc, tier[k] = KCR_FULL;
+    if (fc[k] >= 0 && full_used + fc[k] <= full_cap) full_used += fc[k], tier[k] = KCR_FULL;
   }
   const int64_t q_cap = b_hist - full_used;
   for (int k = 0; r.use_int2 && k < n; k++)
@@ -238,7 +252,9 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
     key[k] = -__int_as_float(0x7f800000), idx[k] = 0x7fffffff;
   __syncthreads();
   kc_sort_pairs(key, idx, P);
-  if (threadIdx.x == 0) kcr_fill(r, l, s, idx, n, b_hist, tier);
+  int32_t *fc = (int32_t *)key; /* the sorted keys are not read again */
+  kcr_full_costs(r, l, s, idx, n, fc);
+  if (threadIdx.x == 0) kcr_fill(r, fc, n, b_hist, tier);
   __syncthreads();
   for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = tier[k];
 }
