@@ -20,6 +20,7 @@
  * made each block walk hundreds of jobs one after another: 97 ms a routing pass of 262,144 jobs
  * on the H200, 2026-12-03). */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -36,6 +37,7 @@ extern "C" {
 #define KQ_KW       32      /* lanes (channels) per key task: one warp */
 #define KQ_KWARPS   8       /* key tasks (warps) per block when their staging fits 48 KiB */
 #define KQ_VT       128     /* threads per value-quantization block */
+#define KQ_VSTAGE   32      /* value groups of this size are staged in shared memory */
 #define KQ_DT       256     /* threads per dequantization block */
 #define KQ_FN       static __device__ __forceinline__
 
@@ -52,7 +54,7 @@ typedef struct {
   const kc_quant_job_t *jobs;
   const int32_t *n_dev; /* jobs to do, read on the device (capped at n_jobs); NULL: n_jobs */
   int n_jobs;
-  const float *rope_tab; /* [n_rot / 2][2]: freq, YaRN mix */
+  const float *rope_tab;                               /* [n_rot / 2][2]: freq, YaRN mix */
   int n_kv, hd, bits, group, omega, rotate, post_rope; /* rotate: off for post_rope */
   int mode, n_rot, yarn;
   float freq_scale, mscale;
@@ -118,6 +120,13 @@ struct kq_vgrp {
   const __nv_bfloat16 *x;
   int n;
   __device__ float at(int i) const { return kq_san(__bfloat162float(x[i])); }
+};
+
+/* Values staged in shared memory by kq_stage_vgrp: x[i * stride] = kq_vgrp's at(i). */
+struct kq_sgrp {
+  const float *x;
+  int n, stride;
+  __device__ float at(int i) const { return x[i * stride]; }
 };
 
 /* ---- fp16 ordering (finite values only) ---- */
@@ -212,7 +221,7 @@ KQ_FN int kq_is_fixed_vals(const float *xs, int n, int L, uint16_t zh, uint16_t 
 /* Every reconstruction maps back to its code when fp32 resolves s well at the magnitude. */
 KQ_FN int kq_trip_exact(float z, float s, int L) {
   const double m = fmax(fabs((double)z), fabs(__dadd_rn((double)z, __dmul_rn((double)L, s))));
-  return m <= 65504.0 && ldexp((double)s, 20) >= m;
+  return m <= 65504.0 && __dmul_rn((double)s, 1048576.0) >= m; /* s 2^20, exactly */
 }
 
 template <class G>
@@ -377,11 +386,13 @@ __global__ void kq_quant_keys_k(const kq_params_t p, int nz) {
   }
 }
 
-/* One value group: choose (z, s), write them and the group's code bytes. */
-static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int gi) {
+/* One value group (g: its values, any accessor): choose (z, s), write them and the group's code
+ * bytes. */
+template <class G>
+static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int gi,
+                                       const G &g) {
   const int L = (1 << p.bits) - 1, per = 8 / p.bits, nb = p.group / per;
   const size_t base = (size_t)gi * p.group;
-  kq_vgrp g = {kq_ptr<const __nv_bfloat16>(p, jb.v) + base, p.group};
   uint16_t zh, sh;
   kq_choose(g, L, &zh, &sh);
   kq_ptr<uint16_t>(p, jb.v_scale)[gi] = sh;
@@ -396,16 +407,33 @@ static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_
   }
 }
 
+/* Stages a group of KQ_VSTAGE values (16-byte loads) as kq_vgrp reads them into column xs of a
+ * [KQ_VSTAGE][KQ_VT] shared array, so that the group's passes read shared memory. */
+KQ_FN kq_sgrp kq_stage_vgrp(const __nv_bfloat16 *src, float *xs) {
+  for (int q = 0; q < KQ_VSTAGE / 8; q++) {
+    const uint4 w = ((const uint4 *)src)[q];
+    const __nv_bfloat16 *b = (const __nv_bfloat16 *)&w;
+    for (int i = 0; i < 8; i++) xs[(8 * q + i) * KQ_VT] = kq_san(__bfloat162float(b[i]));
+  }
+  return kq_sgrp{xs, KQ_VSTAGE, KQ_VT};
+}
+
 /* Threads stride over (job, group) pairs, a job's [omega][n_kv][head_dim / group] groups (those
- * of tokens >= n_tok skipped). */
-__global__ void kq_quant_values_k(const kq_params_t p) {
+ * of tokens >= n_tok skipped); groups of KQ_VSTAGE staged in shared memory first. */
+__global__ void __launch_bounds__(KQ_VT) kq_quant_values_k(const kq_params_t p) {
+  __shared__ float xs[KQ_VSTAGE * KQ_VT];
   const int per = p.omega * p.n_kv * (p.hd / p.group);
   const int64_t total = kq_njobs(p) * (int64_t)per;
   for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total;
        x += (int64_t)gridDim.x * blockDim.x) {
     const kc_quant_job_t jb = p.jobs[x / per];
     const int gi = (int)(x % per);
-    if (gi < jb.n_tok * p.n_kv * (p.hd / p.group)) kq_quant_vgroup(p, jb, gi);
+    if (gi >= jb.n_tok * p.n_kv * (p.hd / p.group)) continue;
+    const __nv_bfloat16 *src = kq_ptr<const __nv_bfloat16>(p, jb.v) + (size_t)gi * p.group;
+    if (p.group == KQ_VSTAGE)
+      kq_quant_vgroup(p, jb, gi, kq_stage_vgrp(src, xs + threadIdx.x));
+    else
+      kq_quant_vgroup(p, jb, gi, kq_vgrp{src, p.group});
   }
 }
 
@@ -448,15 +476,19 @@ KQ_FN uint64_t kq_codes8(const uint8_t *codes, int e0, int bits) {
   return *(const uint64_t *)b;
 }
 
+/* A finite fp16 (a ledger's scales and zeros always are: kq_rule, kq_search) as fp32 through
+ * the hardware conversion: the same value as kq_h2f's integer code, in one instruction. */
+KQ_FN float kq_h2f_finite(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
 /* 8 bf16 of c * s + z, codes from w, scale and zero i from sc[i], zr[i] (fp16 bits). */
 KQ_FN uint4 kq_recon8(uint64_t w, int bits, const uint16_t *sc, const uint16_t *zr) {
   uint32_t o[4];
   const int L = (1 << bits) - 1;
   for (int i = 0; i < 8; i += 2) {
     const __nv_bfloat16 a = __float2bfloat16_rn(
-        kq_recon((int)(w >> (i * bits)) & L, kq_h2f(zr[i]), kq_h2f(sc[i])));
-    const __nv_bfloat16 b = __float2bfloat16_rn(
-        kq_recon((int)(w >> ((i + 1) * bits)) & L, kq_h2f(zr[i + 1]), kq_h2f(sc[i + 1])));
+        kq_recon((int)(w >> (i * bits)) & L, kq_h2f_finite(zr[i]), kq_h2f_finite(sc[i])));
+    const __nv_bfloat16 b = __float2bfloat16_rn(kq_recon(
+        (int)(w >> ((i + 1) * bits)) & L, kq_h2f_finite(zr[i + 1]), kq_h2f_finite(sc[i + 1])));
     o[i / 2] = (uint32_t)__bfloat16_as_ushort(a) | (uint32_t)__bfloat16_as_ushort(b) << 16;
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
@@ -637,7 +669,8 @@ extern "C" int kc_quant_windows(const kc_quant_args_t *a, void *stream) {
   const cudaStream_t st = (cudaStream_t)stream;
   const kern_paged_geom_t *g = &a->geom;
   const size_t col = (size_t)g->omega * KQ_KW * sizeof(float); /* one warp's staging */
-  const int nw = col * KQ_KWARPS <= 48 * 1024 ? KQ_KWARPS : 1, nz = (g->head_dim + KQ_KW - 1) / KQ_KW;
+  const int nw = col * KQ_KWARPS <= 48 * 1024 ? KQ_KWARPS : 1,
+            nz = (g->head_dim + KQ_KW - 1) / KQ_KW;
   const size_t smem = col * (size_t)nw;
   if (smem > 48 * 1024 &&
       (rc = KQ_CUDA(cudaFuncSetAttribute(kq_quant_keys_k,
