@@ -23,6 +23,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <string.h>
+
+#ifdef KQ_EMU
+#include <functional>
+#endif
 
 extern "C" {
 #include "qe_status.h"
@@ -39,14 +44,60 @@ extern "C" {
 #define KQ_VT       128     /* threads per value-quantization block */
 #define KQ_VSTAGE   32      /* value groups of this size are staged in shared memory */
 #define KQ_DT       256     /* threads per dequantization block */
-#define KQ_FN       static __device__ __forceinline__
 
+/* The layer between this code and the GPU: with KQ_EMU defined (tests/kernels/quant_emu.cu)
+ * the same source builds as host C++ (fp32 and fp64 operations rounded to nearest, which the
+ * intrinsics are; warp shuffles and barriers through emu_fiber.h's fibers), so that CI runs
+ * the kernels' own code against cache/kv_quant.c on machines without a GPU. */
+#ifndef KQ_EMU
+#define KQ_FN                   static __device__ __forceinline__
+#define KQ_DFN                  static __device__
+#define KQ_MFN                  __device__
+#define KQ_SHFL_XOR(v, o, lane) __shfl_xor_sync(0xffffffffu, (v), (o))
+#define KQ_SYNCWARP()           __syncwarp()
+#else
+#define KQ_FN  static inline
+#define KQ_DFN static
+#define KQ_MFN
+uint32_t kca_emu_shfl_u(uint32_t v, int src); /* emu_fiber.h */
+void kca_emu_syncwarp(void);
+#define KQ_SHFL_XOR(v, o, lane) kca_emu_shfl_u((v), (lane) ^ (o))
+#define KQ_SYNCWARP()           kca_emu_syncwarp()
+static inline float kq_emu_u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t kq_emu_f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+#define __uint_as_float(u)      kq_emu_u2f((uint32_t)(u))
+#define __int_as_float(u)       kq_emu_u2f((uint32_t)(u))
+#define __float_as_uint(f)      kq_emu_f2u(f)
+#define __fmul_rn(a, b)         ((float)(a) * (float)(b))
+#define __fadd_rn(a, b)         ((float)(a) + (float)(b))
+#define __fsub_rn(a, b)         ((float)(a) - (float)(b))
+#define __fdiv_rn(a, b)         ((float)(a) / (float)(b))
+#define __dmul_rn(a, b)         ((double)(a) * (double)(b))
+#define __dadd_rn(a, b)         ((double)(a) + (double)(b))
+#define __dsub_rn(a, b)         ((double)(a) - (double)(b))
+#endif
+
+/* A thread's place in its launch (blockIdx.x, gridDim.x, threadIdx.x, blockDim.x). */
+typedef struct {
+  int bx, gx, tx, bd;
+} kq_thr_t;
+
+#ifndef KQ_EMU
 static int kq_cuda_at(cudaError_t e, const char *what, const char *file, int line) {
   if (e == cudaSuccess) return 0;
   return qe_errf(QE_EBACKEND, "cuda: %s: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
 }
 #define KQ_CUDA(call) kq_cuda_at((call), #call, __FILE__, __LINE__)
 #define KQ_LAUNCHED() kq_cuda_at(cudaGetLastError(), "launch", __FILE__, __LINE__)
+#endif
 
 /* The kernels' view of a checked kc_quant_args_t. */
 typedef struct {
@@ -112,21 +163,21 @@ KQ_FN float kq_recon(int c, float z, float s) { return __fadd_rn(__fmul_rn((floa
 struct kq_kgrp {
   const float *x;
   int n;
-  __device__ float at(int i) const { return x[i * KQ_KW]; }
+  KQ_MFN float at(int i) const { return x[i * KQ_KW]; }
 };
 
 /* Values: one token's run of `group` channels of a bf16 V page. */
 struct kq_vgrp {
   const __nv_bfloat16 *x;
   int n;
-  __device__ float at(int i) const { return kq_san(__bfloat162float(x[i])); }
+  KQ_MFN float at(int i) const { return kq_san(__bfloat162float(x[i])); }
 };
 
 /* Values staged in shared memory by kq_stage_vgrp: x[i * stride] = kq_vgrp's at(i). */
 struct kq_sgrp {
   const float *x;
   int n, stride;
-  __device__ float at(int i) const { return x[i * stride]; }
+  KQ_MFN float at(int i) const { return x[i * stride]; }
 };
 
 /* ---- fp16 ordering (finite values only) ---- */
@@ -341,10 +392,10 @@ KQ_FN int kq_code_at(const uint8_t *codes, int e, int bits) {
 
 /* One warp: (job, head h, channels 32 z .. 32 z + 31), kq_xs its [omega][KQ_KW] floats of
  * shared memory. Every lane takes part in the shuffles (lanes past head_dim with 0). */
-static __device__ void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb,
-                                         float *kq_xs, int h, int z) {
+KQ_DFN void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb, float *kq_xs, int h,
+                              int z, int lane) {
   if (jb.n_tok <= 0) return; /* a window that got no ledger or page: nothing to move */
-  const int lane = threadIdx.x % KQ_KW, j = z * KQ_KW + lane;
+  const int j = z * KQ_KW + lane;
   const int n = jb.n_tok, live = j < p.hd, L = (1 << p.bits) - 1, per = 8 / p.bits;
   const size_t row = (size_t)p.n_kv * p.hd;
   const __nv_bfloat16 *kp = kq_ptr<const __nv_bfloat16>(p, jb.k) + (size_t)h * p.hd;
@@ -362,7 +413,7 @@ static __device__ void kq_quant_keys_job(const kq_params_t &p, const kc_quant_jo
   uint8_t *codes = kq_ptr<uint8_t>(p, jb.k_codes);
   for (int t = 0; t < n; t++) {
     unsigned v = live ? (unsigned)kq_code(g.at(t), zf, s, L) << ((lane % per) * p.bits) : 0u;
-    for (int o = 1; o < per; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 1; o < per; o <<= 1) v |= KQ_SHFL_XOR(v, o, lane);
     if (live && lane % per == 0) codes[((size_t)t * row + (size_t)h * p.hd + j) / per] = (uint8_t)v;
   }
 }
@@ -373,24 +424,23 @@ KQ_FN int kq_njobs(const kq_params_t &p) {
   return n < p.n_jobs ? n : p.n_jobs;
 }
 
-/* Warps stride over the (job, head, 32-channel block) tasks, nz blocks a head row. */
-__global__ void kq_quant_keys_k(const kq_params_t p, int nz) {
-  extern __shared__ float kq_xs[]; /* [warps][omega][KQ_KW]: column lane = channel j's keys */
-  const int nw = blockDim.x / KQ_KW, w = threadIdx.x / KQ_KW;
+/* Warps stride over the (job, head, 32-channel block) tasks, nz blocks a head row; kq_xs: the
+ * block's [warps][omega][KQ_KW] floats of shared memory (column lane = channel j's keys). */
+KQ_DFN void kq_quant_keys_body(const kq_params_t &p, int nz, float *kq_xs, const kq_thr_t &t) {
+  const int nw = t.bd / KQ_KW, w = t.tx / KQ_KW;
   const int64_t per = (int64_t)p.n_kv * nz, total = kq_njobs(p) * per;
   float *xs = kq_xs + (size_t)w * p.omega * KQ_KW;
-  for (int64_t x = (int64_t)blockIdx.x * nw + w; x < total; x += (int64_t)gridDim.x * nw) {
+  for (int64_t x = (int64_t)t.bx * nw + w; x < total; x += (int64_t)t.gx * nw) {
     const int rem = (int)(x % per);
-    kq_quant_keys_job(p, p.jobs[x / per], xs, rem / nz, rem % nz);
-    __syncwarp();
+    kq_quant_keys_job(p, p.jobs[x / per], xs, rem / nz, rem % nz, t.tx % KQ_KW);
+    KQ_SYNCWARP();
   }
 }
 
 /* One value group (g: its values, any accessor): choose (z, s), write them and the group's code
  * bytes. */
 template <class G>
-static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int gi,
-                                       const G &g) {
+KQ_DFN void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int gi, const G &g) {
   const int L = (1 << p.bits) - 1, per = 8 / p.bits, nb = p.group / per;
   const size_t base = (size_t)gi * p.group;
   uint16_t zh, sh;
@@ -411,27 +461,29 @@ static __device__ void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_
  * [KQ_VSTAGE][KQ_VT] shared array, so that the group's passes read shared memory. */
 KQ_FN kq_sgrp kq_stage_vgrp(const __nv_bfloat16 *src, float *xs) {
   for (int q = 0; q < KQ_VSTAGE / 8; q++) {
-    const uint4 w = ((const uint4 *)src)[q];
-    const __nv_bfloat16 *b = (const __nv_bfloat16 *)&w;
-    for (int i = 0; i < 8; i++) xs[(8 * q + i) * KQ_VT] = kq_san(__bfloat162float(b[i]));
+    union { /* (a union, not a cast of &w: the host compiler's aliasing rules, quant_emu) */
+      uint4 v;
+      __nv_bfloat16 h[8];
+    } w;
+    w.v = ((const uint4 *)src)[q];
+    for (int i = 0; i < 8; i++) xs[(8 * q + i) * KQ_VT] = kq_san(__bfloat162float(w.h[i]));
   }
   return kq_sgrp{xs, KQ_VSTAGE, KQ_VT};
 }
 
 /* Threads stride over (job, group) pairs, a job's [omega][n_kv][head_dim / group] groups (those
- * of tokens >= n_tok skipped); groups of KQ_VSTAGE staged in shared memory first. */
-__global__ void __launch_bounds__(KQ_VT) kq_quant_values_k(const kq_params_t p) {
-  __shared__ float xs[KQ_VSTAGE * KQ_VT];
+ * of tokens >= n_tok skipped); groups of KQ_VSTAGE staged in xs, the block's [KQ_VSTAGE][KQ_VT]
+ * floats of shared memory, first. */
+KQ_DFN void kq_quant_values_body(const kq_params_t &p, float *xs, const kq_thr_t &t) {
   const int per = p.omega * p.n_kv * (p.hd / p.group);
   const int64_t total = kq_njobs(p) * (int64_t)per;
-  for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total;
-       x += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t x = (int64_t)t.bx * t.bd + t.tx; x < total; x += (int64_t)t.gx * t.bd) {
     const kc_quant_job_t jb = p.jobs[x / per];
     const int gi = (int)(x % per);
     if (gi >= jb.n_tok * p.n_kv * (p.hd / p.group)) continue;
     const __nv_bfloat16 *src = kq_ptr<const __nv_bfloat16>(p, jb.v) + (size_t)gi * p.group;
     if (p.group == KQ_VSTAGE)
-      kq_quant_vgroup(p, jb, gi, kq_stage_vgrp(src, xs + threadIdx.x));
+      kq_quant_vgroup(p, jb, gi, kq_stage_vgrp(src, xs + t.tx));
     else
       kq_quant_vgroup(p, jb, gi, kq_vgrp{src, p.group});
   }
@@ -457,7 +509,7 @@ KQ_FN float kq_dequant_key(const kq_params_t &p, const kc_quant_job_t &jb, int e
 }
 
 /* Element e (of [n_tok][n_kv][head_dim]) of a job's K and V pages. */
-static __device__ void kq_dequant_elem(const kq_params_t &p, const kc_quant_job_t &jb, int e) {
+KQ_DFN void kq_dequant_elem(const kq_params_t &p, const kc_quant_job_t &jb, int e) {
   const int row = p.n_kv * p.hd, j = e % p.hd, gv = e / p.group;
   const uint8_t *vc = kq_ptr<const uint8_t>(p, jb.v_codes);
   const uint16_t *vs = kq_ptr<const uint16_t>(p, jb.v_scale),
@@ -496,13 +548,16 @@ KQ_FN uint4 kq_recon8(uint64_t w, int bits, const uint16_t *sc, const uint16_t *
 
 /* Elements e0 .. e0 + 7 of a job's K and V pages, keys not turned (head_dim % 8 == 0: the 8 are
  * channels of one head row, their key scales and zeros 16 contiguous bytes). */
-static __device__ void kq_dequant_chunk(const kq_params_t &p, const kc_quant_job_t &jb, int e0) {
+KQ_DFN void kq_dequant_chunk(const kq_params_t &p, const kc_quant_job_t &jb, int e0) {
   const int m0 = e0 % (p.n_kv * p.hd);
-  const uint4 ks = *(const uint4 *)(kq_ptr<const uint16_t>(p, jb.k_scale) + m0);
-  const uint4 kz = *(const uint4 *)(kq_ptr<const uint16_t>(p, jb.k_zero) + m0);
+  union {
+    uint4 v;
+    uint16_t h[8];
+  } ks, kz;
+  ks.v = *(const uint4 *)(kq_ptr<const uint16_t>(p, jb.k_scale) + m0);
+  kz.v = *(const uint4 *)(kq_ptr<const uint16_t>(p, jb.k_zero) + m0);
   *(uint4 *)(kq_ptr<__nv_bfloat16>(p, jb.k) + e0) =
-      kq_recon8(kq_codes8(kq_ptr<const uint8_t>(p, jb.k_codes), e0, p.bits), p.bits,
-                (const uint16_t *)&ks, (const uint16_t *)&kz);
+      kq_recon8(kq_codes8(kq_ptr<const uint8_t>(p, jb.k_codes), e0, p.bits), p.bits, ks.h, kz.h);
   const uint16_t *vs = kq_ptr<const uint16_t>(p, jb.v_scale),
                  *vz = kq_ptr<const uint16_t>(p, jb.v_zero);
   uint16_t sc[8], zr[8];
@@ -513,11 +568,10 @@ static __device__ void kq_dequant_chunk(const kq_params_t &p, const kc_quant_job
 
 /* Threads stride over (job, item) pairs: items of `step` elements (8: kq_dequant_chunk; 1:
  * kq_dequant_elem) of a job's [omega][n_kv][head_dim] (those of tokens >= n_tok skipped). */
-__global__ void kq_dequant_k(const kq_params_t p, int step) {
+KQ_DFN void kq_dequant_body(const kq_params_t &p, int step, const kq_thr_t &t) {
   const int per = p.omega * p.n_kv * p.hd / step;
   const int64_t total = kq_njobs(p) * (int64_t)per;
-  for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total;
-       x += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t x = (int64_t)t.bx * t.bd + t.tx; x < total; x += (int64_t)t.gx * t.bd) {
     const kc_quant_job_t jb = p.jobs[x / per];
     const int e = (int)(x % per) * step;
     if (e >= jb.n_tok * p.n_kv * p.hd) continue;
@@ -550,6 +604,23 @@ KQ_FN float kq_mean_key(const kq_params_t &p, const kern_pwin_t &d, int e, int j
   return __fdiv_rn(s, (float)d.n_tok);
 }
 
+/* ---- kernels ---- */
+
+#ifndef KQ_EMU
+#define KQ_THR() (kq_thr_t{(int)blockIdx.x, (int)gridDim.x, (int)threadIdx.x, (int)blockDim.x})
+
+__global__ void kq_quant_keys_k(const kq_params_t p, int nz) {
+  extern __shared__ float kq_xs[]; /* [warps][omega][KQ_KW] */
+  kq_quant_keys_body(p, nz, kq_xs, KQ_THR());
+}
+
+__global__ void __launch_bounds__(KQ_VT) kq_quant_values_k(const kq_params_t p) {
+  __shared__ float xs[KQ_VSTAGE * KQ_VT];
+  kq_quant_values_body(p, xs, KQ_THR());
+}
+
+__global__ void kq_dequant_k(const kq_params_t p, int step) { kq_dequant_body(p, step, KQ_THR()); }
+
 /* Grid (x: strides over group g's n[g] * row elements, y: g). */
 __global__ void kq_mean_keys_k(const kq_params_t p, const kern_pwin_t *win, const int32_t *n,
                                int stride, float *out) {
@@ -563,6 +634,13 @@ __global__ void kq_mean_keys_k(const kq_params_t p, const kern_pwin_t *win, cons
         kq_mean_key(p, win[(int64_t)g * stride + k], e, e % p.hd);
   }
 }
+
+#else
+/* tests/kernels/quant_emu.cu: runs body(bx, tx, smem) for every block bx < grid, its `block`
+ * threads as fibers sharing smem floats of shared memory. 0, or -1 on a deadlock. */
+int kq_emu_grid(unsigned grid, int block, size_t smem,
+                const std::function<void(int, int, float *)> &body);
+#endif
 
 /* ---- host side ---- */
 
@@ -672,15 +750,27 @@ extern "C" int kc_quant_windows(const kc_quant_args_t *a, void *stream) {
   const int nw = col * KQ_KWARPS <= 48 * 1024 ? KQ_KWARPS : 1,
             nz = (g->head_dim + KQ_KW - 1) / KQ_KW;
   const size_t smem = col * (size_t)nw;
+  const unsigned gk = kq_blocks(a, (int64_t)g->n_kv * nz, nw);
+  const int64_t ng = (int64_t)g->omega * g->n_kv * (g->head_dim / g->group);
+  const unsigned gv = kq_blocks(a, ng, KQ_VT);
+#ifndef KQ_EMU
   if (smem > 48 * 1024 &&
       (rc = KQ_CUDA(cudaFuncSetAttribute(kq_quant_keys_k,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))))
     return rc;
-  kq_quant_keys_k<<<kq_blocks(a, (int64_t)g->n_kv * nz, nw), nw * KQ_KW, smem, st>>>(p, nz);
+  kq_quant_keys_k<<<gk, nw * KQ_KW, smem, st>>>(p, nz);
   if ((rc = KQ_LAUNCHED())) return rc;
-  const int64_t ng = (int64_t)g->omega * g->n_kv * (g->head_dim / g->group);
-  kq_quant_values_k<<<kq_blocks(a, ng, KQ_VT), KQ_VT, 0, st>>>(p);
+  kq_quant_values_k<<<gv, KQ_VT, 0, st>>>(p);
   return KQ_LAUNCHED();
+#else
+  (void)st;
+  rc = kq_emu_grid(gk, nw * KQ_KW, smem / sizeof(float), [&](int bx, int tx, float *sm) {
+    kq_quant_keys_body(p, nz, sm, kq_thr_t{bx, (int)gk, tx, nw * KQ_KW});
+  });
+  return rc ? rc : kq_emu_grid(gv, KQ_VT, KQ_VSTAGE * KQ_VT, [&](int bx, int tx, float *sm) {
+    kq_quant_values_body(p, sm, kq_thr_t{bx, (int)gv, tx, KQ_VT});
+  });
+#endif
 }
 
 extern "C" int kc_dequant_windows(const kc_quant_args_t *a, void *stream) {
@@ -689,8 +779,16 @@ extern "C" int kc_dequant_windows(const kc_quant_args_t *a, void *stream) {
   const kq_params_t p = kq_params(a);
   const int step = !p.rotate && a->geom.head_dim % 8 == 0 ? 8 : 1;
   const int64_t per = (int64_t)a->geom.omega * a->geom.n_kv * a->geom.head_dim / step;
-  kq_dequant_k<<<kq_blocks(a, per, KQ_DT), KQ_DT, 0, (cudaStream_t)stream>>>(p, step);
+  const unsigned gd = kq_blocks(a, per, KQ_DT);
+#ifndef KQ_EMU
+  kq_dequant_k<<<gd, KQ_DT, 0, (cudaStream_t)stream>>>(p, step);
   return KQ_LAUNCHED();
+#else
+  (void)stream;
+  return kq_emu_grid(gd, KQ_DT, 0, [&](int bx, int tx, float *) {
+    kq_dequant_body(p, step, kq_thr_t{bx, (int)gd, tx, KQ_DT});
+  });
+#endif
 }
 
 extern "C" int kc_mean_keys(const kc_quant_args_t *a, const kern_pwin_t *win, const int32_t *n,
@@ -706,7 +804,12 @@ extern "C" int kc_mean_keys(const kc_quant_args_t *a, const kern_pwin_t *win, co
   const int64_t per = (int64_t)stride * a->geom.n_kv * a->geom.head_dim;
   const unsigned gx =
       (unsigned)((per + KQ_DT - 1) / KQ_DT > 1024 ? 1024 : (per + KQ_DT - 1) / KQ_DT);
+#ifndef KQ_EMU
   kq_mean_keys_k<<<dim3(gx, (unsigned)n_groups), KQ_DT, 0, (cudaStream_t)stream>>>(p, win, n,
                                                                                    stride, out);
   return KQ_LAUNCHED();
+#else
+  (void)p, (void)gx, (void)stream;
+  return qe_errf(QE_EUNSUPPORTED, "kc_mean_keys: not emulated");
+#endif
 }
