@@ -384,10 +384,27 @@ KQ_FN float kq_rope_bf16(const kq_params_t &p, const __nv_bfloat16 *row, int j, 
 
 /* ---- kernels ---- */
 
+/* log2 of the codes a byte holds (8 / bits = 1, 2 or 4): code indices split by shifts and
+ * masks, not divisions (an integer division is a subroutine call on the GPU). */
+KQ_FN int kq_pshift(int bits) { return bits == 2 ? 2 : bits == 4 ? 1 : 0; }
+
 /* Code e of a packed buffer. */
 KQ_FN int kq_code_at(const uint8_t *codes, int e, int bits) {
-  const int per = 8 / bits;
-  return (codes[e / per] >> ((e % per) * bits)) & ((1 << bits) - 1);
+  const int ps = kq_pshift(bits);
+  return (codes[e >> ps] >> ((e & ((1 << ps) - 1)) * bits)) & ((1 << bits) - 1);
+}
+
+/* Item x of a grid-stride loop as (job, item within the job), per items a job: in 32 bits while
+ * x allows it (a 64-bit division is a longer subroutine). */
+KQ_FN int kq_split(int64_t x, int per, int *item) {
+  if (x < ((int64_t)1 << 31)) {
+    const unsigned u = (unsigned)x, q = u / (unsigned)per;
+    *item = (int)(u - q * (unsigned)per);
+    return (int)q;
+  }
+  const int64_t q = x / per;
+  *item = (int)(x - q * per);
+  return (int)q;
 }
 
 /* One warp: (job, head h, channels 32 z .. 32 z + 31), kq_xs its [omega][KQ_KW] floats of
@@ -397,6 +414,7 @@ KQ_DFN void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb, fl
   if (jb.n_tok <= 0) return; /* a window that got no ledger or page: nothing to move */
   const int j = z * KQ_KW + lane;
   const int n = jb.n_tok, live = j < p.hd, L = (1 << p.bits) - 1, per = 8 / p.bits;
+  const int ps = kq_pshift(p.bits); /* per = 1 << ps */
   const size_t row = (size_t)p.n_kv * p.hd;
   const __nv_bfloat16 *kp = kq_ptr<const __nv_bfloat16>(p, jb.k) + (size_t)h * p.hd;
   kq_kgrp g = {kq_xs + lane, n};
@@ -412,9 +430,9 @@ KQ_DFN void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb, fl
   }
   uint8_t *codes = kq_ptr<uint8_t>(p, jb.k_codes);
   for (int t = 0; t < n; t++) {
-    unsigned v = live ? (unsigned)kq_code(g.at(t), zf, s, L) << ((lane % per) * p.bits) : 0u;
+    unsigned v = live ? (unsigned)kq_code(g.at(t), zf, s, L) << ((lane & (per - 1)) * p.bits) : 0u;
     for (int o = 1; o < per; o <<= 1) v |= KQ_SHFL_XOR(v, o, lane);
-    if (live && lane % per == 0) codes[((size_t)t * row + (size_t)h * p.hd + j) / per] = (uint8_t)v;
+    if (live && (lane & (per - 1)) == 0) codes[(t * (int)row + h * p.hd + j) >> ps] = (uint8_t)v;
   }
 }
 
@@ -431,8 +449,9 @@ KQ_DFN void kq_quant_keys_body(const kq_params_t &p, int nz, float *kq_xs, const
   const int64_t per = (int64_t)p.n_kv * nz, total = kq_njobs(p) * per;
   float *xs = kq_xs + (size_t)w * p.omega * KQ_KW;
   for (int64_t x = (int64_t)t.bx * nw + w; x < total; x += (int64_t)t.gx * nw) {
-    const int rem = (int)(x % per);
-    kq_quant_keys_job(p, p.jobs[x / per], xs, rem / nz, rem % nz, t.tx % KQ_KW);
+    int rem;
+    const int ji = kq_split(x, (int)per, &rem), h = rem / nz;
+    kq_quant_keys_job(p, p.jobs[ji], xs, h, rem - h * nz, t.tx % KQ_KW);
     KQ_SYNCWARP();
   }
 }
@@ -442,13 +461,13 @@ KQ_DFN void kq_quant_keys_body(const kq_params_t &p, int nz, float *kq_xs, const
 template <class G>
 KQ_DFN void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int gi, const G &g) {
   const int L = (1 << p.bits) - 1, per = 8 / p.bits, nb = p.group / per;
-  const size_t base = (size_t)gi * p.group;
+  const int base = gi * p.group; /* < 2^24 (kq_check_geom) */
   uint16_t zh, sh;
   kq_choose(g, L, &zh, &sh);
   kq_ptr<uint16_t>(p, jb.v_scale)[gi] = sh;
   kq_ptr<uint16_t>(p, jb.v_zero)[gi] = zh;
   const float z = kq_h2f(zh), s = kq_h2f(sh);
-  uint8_t *out = kq_ptr<uint8_t>(p, jb.v_codes) + base / per;
+  uint8_t *out = kq_ptr<uint8_t>(p, jb.v_codes) + (base >> kq_pshift(p.bits));
   for (int b = 0; b < nb; b++) {
     unsigned v = 0;
     for (int k = 0; k < per; k++)
@@ -478,8 +497,8 @@ KQ_DFN void kq_quant_values_body(const kq_params_t &p, float *xs, const kq_thr_t
   const int per = p.omega * p.n_kv * (p.hd / p.group);
   const int64_t total = kq_njobs(p) * (int64_t)per;
   for (int64_t x = (int64_t)t.bx * t.bd + t.tx; x < total; x += (int64_t)t.gx * t.bd) {
-    const kc_quant_job_t jb = p.jobs[x / per];
-    const int gi = (int)(x % per);
+    int gi;
+    const kc_quant_job_t jb = p.jobs[kq_split(x, per, &gi)];
     if (gi >= jb.n_tok * p.n_kv * (p.hd / p.group)) continue;
     const __nv_bfloat16 *src = kq_ptr<const __nv_bfloat16>(p, jb.v) + (size_t)gi * p.group;
     if (p.group == KQ_VSTAGE)
@@ -572,8 +591,9 @@ KQ_DFN void kq_dequant_body(const kq_params_t &p, int step, const kq_thr_t &t) {
   const int per = p.omega * p.n_kv * p.hd / step;
   const int64_t total = kq_njobs(p) * (int64_t)per;
   for (int64_t x = (int64_t)t.bx * t.bd + t.tx; x < total; x += (int64_t)t.gx * t.bd) {
-    const kc_quant_job_t jb = p.jobs[x / per];
-    const int e = (int)(x % per) * step;
+    int e;
+    const kc_quant_job_t jb = p.jobs[kq_split(x, per, &e)];
+    e *= step;
     if (e >= jb.n_tok * p.n_kv * p.hd) continue;
     if (step == 8)
       kq_dequant_chunk(p, jb, e);

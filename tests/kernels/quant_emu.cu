@@ -62,7 +62,14 @@ static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() 
 
 typedef struct {
   int hd, n_kv, omega, bits, group, special, n_jobs, arena;
+  int n_rot; /* > 0: pre-RoPE ledgers (rotate = 1) with an exact rotation over n_rot channels */
 } tcase_t;
+
+/* The exact rotation of the pre-RoPE cases: NORM RoPE with freq_scale 0, so every angle is 0,
+ * cos and sin exactly 1 and 0, and RoPE at +-pos only multiplies rotated channels by the
+ * magnitude scale (kv_quant.c then sees fp32 keys that are not bf16). */
+#define ROT_M 1.01f
+static float g_tab[2 * 128];
 
 /* One element of a page: mostly a window-wide base plus noise; with `special`, some NaN,
  * infinities, huge, tiny values and (per row) constants. */
@@ -128,21 +135,30 @@ static std::vector<uint8_t> run(const tcase_t *c, const rig_t *r, int dequant,
   }
   int32_t count = c->n_jobs + 5; /* read "on the device" when !arena: capped at n_jobs */
   kc_quant_args_t a = {};
-  a.geom = r->g, a.rotate = 0, a.arena = c->arena ? img.data() : NULL, a.jobs = jobs.data();
-  a.n_jobs = c->n_jobs, a.n_jobs_dev = c->arena ? NULL : &count, a.post_rope = 1;
+  a.geom = r->g, a.rotate = c->n_rot > 0, a.arena = c->arena ? img.data() : NULL;
+  a.jobs = jobs.data(), a.n_jobs = c->n_jobs, a.n_jobs_dev = c->arena ? NULL : &count;
+  a.post_rope = c->n_rot == 0;
+  a.rope = kc_attn_rope_t{KERN_ROPE_NORM, c->n_rot, 0.0f, 0, ROT_M, g_tab};
   const int rc = dequant ? kc_dequant_windows(&a, NULL) : kc_quant_windows(&a, NULL);
   EXPECT(rc == 0, "kc_%squant_windows returned %d", dequant ? "de" : "", rc);
   return img;
 }
 
-/* The job's fp32 page (rows < n_tok) as kv_quant.c takes it. */
+/* The job's fp32 page (rows < n_tok) as kv_quant.c takes it; keys of the pre-RoPE cases
+ * through the exact rotation (times ROT_M on rotated channels). */
 static std::vector<float> page_f32(const tcase_t *c, const std::vector<uint8_t> &img, uint64_t off,
-                                   int n_tok) {
+                                   int n_tok, int key) {
   std::vector<float> x((size_t)n_tok * c->n_kv * c->hd);
   const uint16_t *p = (const uint16_t *)&img[off];
-  for (size_t e = 0; e < x.size(); e++) x[e] = qe_bf16_to_f32(p[e]);
+  for (size_t e = 0; e < x.size(); e++) {
+    x[e] = qe_bf16_to_f32(p[e]);
+    if (key && (int)(e % (size_t)c->hd) < c->n_rot) x[e] *= ROT_M;
+  }
   return x;
 }
+
+/* Equal bf16 bits, a zero's sign aside (RoPE's x * cos - y * sin of a zero may carry either). */
+static int same_bf16(uint16_t a, uint16_t b) { return a == b || ((a | b) & 0x7fffu) == 0; }
 
 /* Marks [off, off + n) as the job's own bytes. */
 static void mark(std::vector<uint8_t> &m, uint64_t off, size_t n) { memset(&m[off], 1, n); }
@@ -164,8 +180,8 @@ static void run_case(const tcase_t *c, int idx) {
   for (const kc_quant_job_t &j : r.jobs) {
     kc_quant_layout_t l;
     if (kc_quant_ledger_layout(&r.g, j.n_tok, &l)) abort();
-    const std::vector<float> k = page_f32(c, r.img, j.k, j.n_tok),
-                             v = page_f32(c, r.img, j.v, j.n_tok);
+    const std::vector<float> k = page_f32(c, r.img, j.k, j.n_tok, 1);
+    const std::vector<float> v = page_f32(c, r.img, j.v, j.n_tok, 0);
     memset(&cpu[j.k_codes], 0, l.codes_bytes), memset(&cpu[j.v_codes], 0, l.codes_bytes);
     kv_quant_keys(&qp, k.data(), j.n_tok, c->n_kv, c->hd, &cpu[j.k_codes],
                   (uint16_t *)&cpu[j.k_scale], (uint16_t *)&cpu[j.k_zero]);
@@ -185,6 +201,7 @@ static void run_case(const tcase_t *c, int idx) {
     kv_dequant_values(&qp, &cpu[j.v_codes], (const uint16_t *)&cpu[j.v_scale],
                       (const uint16_t *)&cpu[j.v_zero], j.n_tok, c->n_kv, c->hd, vd.data());
     for (size_t e = 0; e < kd.size(); e++) {
+      if ((int)(e % (size_t)c->hd) < c->n_rot) kd[e] *= ROT_M; /* re-rotated at +pos */
       ((uint16_t *)&cpu[j.k])[e] = qe_f32_to_bf16(kd[e]);
       ((uint16_t *)&cpu[j.v])[e] = qe_f32_to_bf16(vd[e]);
     }
@@ -196,22 +213,27 @@ static void run_case(const tcase_t *c, int idx) {
   for (size_t b = 0; b < ledgers.size(); b++)
     if (mq[b]) ledgers[b] = cpu[b];
   std::vector<uint8_t> d = run(c, &r, 1, ledgers);
-  for (size_t b = 0; b < d.size(); b++) page_bad += mdq[b] && d[b] != cpu[b];
+  for (size_t b = 0; b + 1 < d.size(); b += 2) /* pages: bf16 pairs of bytes */
+    page_bad += (mdq[b] || mdq[b + 1]) &&
+                !same_bf16((uint16_t)(d[b] | d[b + 1] << 8), (uint16_t)(cpu[b] | cpu[b + 1] << 8));
   EXPECT(page_bad == 0, "case %d: %ld promoted page bytes differ from bf16(kv_dequant)", idx,
          page_bad);
   check_rest(ledgers, d, mdq, "promotion", idx);
 }
 
 static const tcase_t g_cases[] = {
-    /* hd  nkv  om  bits grp special jobs arena */
-    {128, 8, 8, 2, 32, 0, 12, 1}, {128, 8, 16, 2, 32, 1, 6, 0}, {64, 3, 16, 4, 16, 1, 6, 0},
-    {128, 1, 16, 8, 32, 1, 5, 1}, {80, 3, 8, 2, 16, 1, 6, 1},   {64, 3, 5, 4, 32, 0, 5, 1},
-    {128, 3, 8, 4, 32, 1, 7, 0},  {64, 8, 8, 8, 16, 0, 4, 1},
+    /* hd nkv om bits grp special jobs arena n_rot (> 0: pre-RoPE, promotions element by element) */
+    {128, 8, 8, 2, 32, 0, 12, 1, 0},  {128, 8, 16, 2, 32, 1, 6, 0, 0},
+    {64, 3, 16, 4, 16, 1, 6, 0, 0},   {128, 1, 16, 8, 32, 1, 5, 1, 0},
+    {80, 3, 8, 2, 16, 1, 6, 1, 0},    {64, 3, 5, 4, 32, 0, 5, 1, 0},
+    {128, 3, 8, 4, 32, 1, 7, 0, 0},   {64, 8, 8, 8, 16, 0, 4, 1, 0},
+    {128, 8, 8, 2, 32, 0, 6, 1, 128}, {64, 3, 16, 4, 16, 0, 5, 0, 32},
 };
 
 int main(void) {
   Emu emu;
   E = &emu;
+  for (int i = 0; i < 2 * 128; i++) g_tab[i] = i % 2 ? 0.0f : powf(10000.0f, -(float)i / 256.0f);
   const int n = (int)(sizeof g_cases / sizeof g_cases[0]);
   for (int i = 0; i < n; i++) run_case(&g_cases[i], i);
   if (g_fail) {
