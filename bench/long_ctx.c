@@ -502,6 +502,19 @@ static int wait_ranks(int tp) {
   return bad ? qe_errf(QE_ECOMM, "a tensor-parallel rank failed") : 0;
 }
 
+/* A line on stderr for each rank whose tiered cache raised err_flags (kv_gpu_stats): a pool ran
+ * dry or a routing pass had more migrations than its job lists hold, so the run measured a cache
+ * that did less than its decisions asked. */
+static void warn_flags(const lc_args_t *a, const lc_report_t *all) {
+  for (int i = 0; i < a->tp; i++)
+    if (all[i].err_flags)
+      fprintf(stderr,
+              "long_ctx: warning: rank %d's cache raised err_flags %d (1 pages, 2 ledgers ran dry; "
+              "4 too many windows; 8 migration job lists full: some promotions waited and some "
+              "demotions became evictions)\n",
+              i, all[i].err_flags);
+}
+
 /* The JSON line: the top-level slot_bytes and gpu_used_gb are rank 0's (a shard's with T > 1),
  * the ranks array has every rank's (with its KV pool's units, peak and, tiered, err_flags:
  * non-zero when a pool ran dry); all-reduce and routing numbers cover the timed decode steps
@@ -542,7 +555,7 @@ int main(int argc, char **argv) {
   watch_ranks(0); /* the forked ranks exit after the report */
   int grc = c ? gather_reports(c, &r, all) : QE_ECOMM;
   if (!rc && grc) rc = grc, snprintf(msg, sizeof msg, "%s", qe_errmsg());
-  if (!rc) print_json(&a, &r, all);
+  if (!rc) print_json(&a, &r, all), warn_flags(&a, all);
   rank_free(&r, c);
   int wrc = wait_ranks(a.tp);
   if (!rc && wrc) rc = wrc, snprintf(msg, sizeof msg, "%s", qe_errmsg());
