@@ -510,8 +510,8 @@ static void warn_flags(const lc_args_t *a, const lc_report_t *all) {
     if (all[i].err_flags)
       fprintf(stderr,
               "long_ctx: warning: rank %d's cache raised err_flags %d (1 pages, 2 ledgers ran dry; "
-              "4 too many windows; 8 migration job lists full: some promotions waited and some "
-              "demotions became evictions)\n",
+              "4 too many windows; 8 migration job lists full: promotions past the cap wait for a "
+              "later pass, demotions past three rounds of it become evictions)\n",
               i, all[i].err_flags);
 }
 
