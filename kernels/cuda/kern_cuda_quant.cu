@@ -9,8 +9,9 @@
  *     (bf16 -> fp32, un-rotated, sanitized) in a column of shared memory [n_tok][32], quantizes
  *     it, and the lanes sharing a code byte OR their codes together with warp shuffles (head rows
  *     start on byte boundaries: head_dim * bits % 8 == 0);
- *   - values: one thread per (job, token, head, group), reading its group's bf16 run directly;
- *     a group owns whole code bytes (group * bits % 8 == 0).
+ *   - values: one thread per (job, token, head, group), reading its group's bf16 run (groups of
+ *     32 staged once in a column of shared memory, others read directly); a group owns whole code
+ *     bytes (group * bits % 8 == 0). The rule's zero point is one round-down conversion.
  * Dequantization: one thread per (job, token, head, 8 channels) decodes 8 K and 8 V codes with
  * 16-byte scale, zero and page accesses when keys are not turned (post-RoPE ledgers, the
  * default); otherwise one thread per (job, token, head, channel) decodes its K and V codes (and
