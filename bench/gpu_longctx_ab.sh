@@ -10,7 +10,7 @@
 #   strip -o carry/pack/long_ctx_base BASE/build-srv-dev/bench/long_ctx && xz carry/pack/long_ctx_base
 #   plus libs.tar.xz (bench/device_pack.sh's pack_libs); the whole of device_pack.sh's pack with a
 #   base beside it is over the 64 MiB a call carries.
-# PROFILE=1 adds the tree's QEvict decode steps 6-8 by kernel (ncu; tools/ncu_kernel_times.py).
+# PROFILE=1 adds the tree's QEvict decode steps 6-8 by kernel (bench/lc_ncu_steps.sh).
 # Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh   (carry: carry/pack)
 cd "$(dirname "$0")/.." || exit 2
 source bench/device_unpack.sh || exit 1
@@ -40,14 +40,8 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     done
   done
 done
-if [[ ${PROFILE:-0} == 1 ]]; then # the tree's QEvict decode steps 6-8 (step 7 routes) by kernel
-  QE_LC_PROFILE=6:8 timeout 300 ncu --profile-from-start off --clock-control none \
-    --metrics gpu__time_duration.sum --csv long_ctx --policy qevict --budget 0.2 --ctx 32768 \
-    --new 10 > "$L/ncu_qevict.csv" 2> "$L/ncu_qevict.err"
-  echo "ncu long_ctx qevict rc $?"
-  python3 tools/ncu_kernel_times.py "$L/ncu_qevict.csv" 3 > "$L/kernels_qevict.txt"
-  head -16 "$L/kernels_qevict.txt"; tail -1 "$L/kernels_qevict.txt"
-fi
+# the tree's QEvict decode steps 6-8 (step 7 routes) by kernel
+[[ ${PROFILE:-0} == 1 ]] && bash bench/lc_ncu_steps.sh qevict "$L"
 python3 - "$L" <<'PY'
 import json, sys, os, glob
 d = sys.argv[1]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu_longctx_profile.sh: one device call that times long_ctx at 32K (QEvict 20% and FullKV, with
 # the decode routing passes' GPU time) and then breaks three decode steps of each (steps 6-8:
-# step 7 routes) into kernels with Nsight Compute (gpu__time_duration of every launch, CUDA graph
-# nodes included; tools/ncu_kernel_times.py sums them by kernel). Logs tarred to $OUT/lcprof.tgz.
+# step 7 routes) into kernels with Nsight Compute (bench/lc_ncu_steps.sh). Logs tarred to
+# $OUT/lcprof.tgz.
 # The pack (here): long_ctx from the CUDA build, stripped and xz'd into carry/pack with
 #   libs.tar.xz (bench/device_pack.sh's pack_libs).
 # Usage (repo root, on the device): bash bench/gpu_longctx_profile.sh   (carry: carry/pack)
@@ -16,11 +16,5 @@ for pol in qevict full; do
     > "$L/lc_$pol.json" 2> "$L/lc_$pol.err"
   echo "long_ctx $pol rc $?: $(cut -c1-400 "$L/lc_$pol.json") $(tail -1 "$L/lc_$pol.err")"
 done
-for pol in qevict full; do
-  QE_LC_PROFILE=6:8 timeout 420 ncu --profile-from-start off --clock-control none \
-    --metrics gpu__time_duration.sum --csv long_ctx --policy $pol --budget 0.2 --ctx 32768 \
-    --new 10 > "$L/ncu_$pol.csv" 2> "$L/ncu_$pol.err"
-  echo "ncu long_ctx $pol rc $?"
-  python3 tools/ncu_kernel_times.py "$L/ncu_$pol.csv" 3 | head -24 | tee "$L/kernels_$pol.txt"
-done
+for pol in qevict full; do bash bench/lc_ncu_steps.sh $pol "$L"; done
 tar -C "$OUT" -czf "$OUT/lcprof.tgz" lcprof && rm -rf "$L"

@@ -457,11 +457,12 @@ KQ_FN int kq_njobs(const kq_params_t &p) {
  * block's [warps][omega][KQ_KW] floats of shared memory (column lane = channel j's keys). */
 KQ_DFN void kq_quant_keys_body(const kq_params_t &p, int nz, float *kq_xs, const kq_thr_t &t) {
   const int nw = t.bd / KQ_KW, w = t.tx / KQ_KW;
-  const int64_t per = (int64_t)p.n_kv * nz, total = kq_njobs(p) * per;
+  const int per = p.n_kv * nz;
+  const int64_t total = kq_njobs(p) * (int64_t)per;
   float *xs = kq_xs + (size_t)w * p.omega * KQ_KW;
   for (int64_t x = (int64_t)t.bx * nw + w; x < total; x += (int64_t)t.gx * nw) {
     int rem;
-    const int ji = kq_split(x, (int)per, &rem), h = rem / nz;
+    const int ji = kq_split(x, per, &rem), h = rem / nz;
     kq_quant_keys_job(p, p.jobs[ji], xs, h, rem - h * nz, t.tx % KQ_KW);
     KQ_SYNCWARP();
   }

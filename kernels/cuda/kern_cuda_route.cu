@@ -181,13 +181,12 @@ __device__ int64_t kcr_block_sum(int64_t v, int64_t *sh) {
  * took 18 ms a pass at 122 slots of 32K tokens, H200 2026-12-03). Syncs after. */
 __device__ void kcr_full_costs(const kc_route_t &r, int layer, int slot, const int *idx, int n,
                                int32_t *fc) {
-  const int32_t L = (int32_t)r.lay.total, F = (int32_t)(r.page_bytes + r.meta_bytes);
   for (int k = threadIdx.x; k < n; k += blockDim.x) {
     fc[k] = -1;
     if (idx[k] < 0 || idx[k] >= r.max_win) continue; /* cannot happen: the sort is total */
     const int64_t i = kcr_idx(r, layer, slot, idx[k]);
     if (!r.use_full || (r.win[i].tier == KERN_PW_QUANT && !r.promote)) continue;
-    fc[k] = F + (r.ledger[i] >= 0 ? L : 0);
+    fc[k] = (int32_t)kcr_full_cost(r, i); /* a window's bytes: well under 2^31 */
   }
   __syncthreads();
 }
