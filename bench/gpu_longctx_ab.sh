@@ -2,8 +2,10 @@
 # gpu_longctx_ab.sh: one device call that checks a tree's kernels (test_model_graph, test_kv_gpu,
 # and test_kc_quant and attn_decode when packed) and times attn_decode's long_ctx shapes (--shapes
 # lc_, when packed) and long_ctx at 32K, $POLS (default "full qevict"), $ROUNDS rounds (2) of $NEW
-# new tokens (16), long_ctx_base (a base tree's long_ctx, packed beside the
-# others in carry/pack) against long_ctx. Tars its logs to $OUT/longctx_ab.tgz.
+# new tokens (16), the binaries $BINS (default "long_ctx_base long_ctx": a base tree's long_ctx,
+# packed beside the others in carry/pack, against the tree's). Tars its logs to
+# $OUT/longctx_ab.tgz. SANITIZE=1 first runs compute-sanitizer memcheck and racecheck over
+# test_kc_quant (the migration kernels) and test_kv_gpu --small (routing).
 # The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
 #   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,test_kc_quant,attn_decode}; do
 #     strip -o carry/pack/${b##*/} build-srv-dev/$b && xz -T0 -6 carry/pack/${b##*/}; done
@@ -31,8 +33,17 @@ if have attn_decode; then
   timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
   tail -12 "$L/attn_lc.log"
 fi
+if [[ ${SANITIZE:-0} == 1 ]]; then
+  for t in memcheck racecheck; do
+    for x in test_kc_quant "test_kv_gpu --small"; do
+      n="$L/san_${t}_${x%% *}.log"
+      timeout 240 compute-sanitizer --tool $t $x > "$n" 2>&1
+      echo "$t $x rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$n" | tail -1)"
+    done
+  done
+fi
 for r in $(seq 1 "${ROUNDS:-2}"); do
-  for b in long_ctx_base long_ctx; do
+  for b in ${BINS:-long_ctx_base long_ctx}; do
     for pol in ${POLS:-full qevict}; do
       timeout 150 "$b" --policy $pol --budget 0.2 --ctx 32768 --new "${NEW:-16}" \
         > "$L/${b}_${pol}_$r.json" 2> "$L/${b}_${pol}_$r.err"
@@ -40,6 +51,12 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     done
   done
 done
+# FULL_ONCE=1: one FullKV run of the tree's long_ctx besides (when $POLS leaves it out)
+if [[ ${FULL_ONCE:-0} == 1 ]]; then
+  timeout 150 long_ctx --policy full --budget 0.2 --ctx 32768 --new "${NEW:-16}" \
+    > "$L/long_ctx_full_1.json" 2> "$L/long_ctx_full_1.err"
+  echo "long_ctx full rc $?: $(tail -1 "$L/long_ctx_full_1.err")"
+fi
 # the tree's QEvict decode steps 6-8 (step 7 routes) by kernel
 [[ ${PROFILE:-0} == 1 ]] && bash bench/lc_ncu_steps.sh qevict "$L"
 python3 - "$L" <<'PY'

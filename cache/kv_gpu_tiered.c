@@ -15,8 +15,6 @@
 #include "qe_log.h"
 #include "qe_status.h"
 
-#define KVG_JOBS (1 << 18)
-
 _Static_assert(KV_GPU_GRAPHKV_MAX_M == KC_GRAPHKV_MAX_M, "GraphKV neighbour limits differ");
 
 /* ---- sizes and budgets ------------------------------------------------------------------------
@@ -321,9 +319,9 @@ static int alloc_route(kv_gpu_t *g, int n_units) {
   r->ledger_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
   r->spare_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
   r->page_top = dev_alloc(g, 5 * sizeof(int32_t), &rc); /* tops, error flag, units_low */
-  r->job_cap = KVG_JOBS;
-  r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
-  r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * KVG_JOBS, &rc);
+  r->job_cap = n_units; /* a pass migrates at most one window per unit each way */
+  r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * (size_t)n_units, &rc);
+  r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * (size_t)n_units, &rc);
   r->n_qjobs = dev_alloc(g, 3 * sizeof(int32_t), &rc); /* n_qjobs, n_djobs, led_need */
   if (!rc && g->t->cfg.graphkv) rc = alloc_gkv(g);
   if (rc) return rc;

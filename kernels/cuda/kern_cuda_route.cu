@@ -396,13 +396,12 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int last, int j, int64_t i
       kcr_set_tier(r, i, d, KERN_PW_EVICTED);
     atomicAdd(nt == KCR_QUANT ? &st->demotions : &st->evictions, 1);
   } else if (ph == KCR_PH_PAGE && cur == KCR_QUANT && nt == KCR_FULL) {
-    const int k = atomicAdd(r.n_djobs, 1);
-    const int pg =
-        k < r.job_cap ? kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, 1) : -1;
-    if (k >= r.job_cap) atomicOr(r.err_flag, 8);
-    if (pg < 0) { /* no page: stays INT2 */
+    /* the page first: a job per popped page, so a list of n_units jobs never overflows */
+    const int pg = kcr_pop(r.page_stack, r.page_top, r.units_low, r.err_flag, 1);
+    const int k = pg < 0 ? 0 : atomicAdd(r.n_djobs, 1);
+    if (pg >= 0 && k >= r.job_cap) atomicOr(r.err_flag, 8); /* not with job_cap >= n_units */
+    if (pg < 0 || k >= r.job_cap) { /* no page (or no job): stays INT2 */
       r.plan[i] = KCR_QUANT;
-      if (k < r.job_cap) r.djobs[k] = kc_quant_job_t{};
       return;
     }
     r.page[i] = pg;
@@ -626,6 +625,9 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
   if (!r || !c || !qa || c->n_slots < 0 || c->layer0 < 0 || c->n_layers < 1 ||
       c->layer0 + c->n_layers > r->n_layer || c->n_slots > 65535)
     return qe_errf(QE_EINVAL, "kc_route_run: bad arguments");
+  if (r->job_cap < r->n_units)
+    return qe_errf(QE_EINVAL, "kc_route_run: job lists of %d for %d units", r->job_cap,
+                   r->n_units);
   if (!c->n_slots) return 0;
   cudaStream_t st = (cudaStream_t)stream;
   const int P = kcr_pow2(r->max_win);
