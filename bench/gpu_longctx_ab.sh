@@ -5,7 +5,8 @@
 # new tokens (16), the binaries $BINS (default "long_ctx_base long_ctx": a base tree's long_ctx,
 # packed beside the others in carry/pack, against the tree's). Tars its logs to
 # $OUT/longctx_ab.tgz. SANITIZE=1 first runs compute-sanitizer memcheck and racecheck over
-# test_kc_quant (the migration kernels) and test_kv_gpu --small (routing).
+# test_kc_quant (the migration kernels) and test_kv_gpu --small (routing). With attn_decode_base
+# packed (a base tree's attn_decode), the decode-attention kernel bench of both, first.
 # The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
 #   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,test_kc_quant,attn_decode}; do
 #     strip -o carry/pack/${b##*/} build-srv-dev/$b && xz -T0 -6 carry/pack/${b##*/}; done
@@ -32,6 +33,17 @@ if have attn_decode; then
   grep -E "FAIL" "$L/attn_check.log" | head -3
   timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
   tail -12 "$L/attn_lc.log"
+fi
+# attn_decode_base packed: the kernel bench (every shape, the automatic chunking) of the base's
+# attn_decode against the tree's, two rounds alternating, summarised by tools/attn_ab_table.py
+if have attn_decode_base; then
+  for r in 1 2; do
+    for b in attn_decode_base attn_decode; do
+      timeout 200 "$b" --bench ${ATTN_SHAPES:+--shapes "$ATTN_SHAPES"} > "$L/attnab_${b}_$r.log" 2>&1
+      echo "$b bench round $r rc $?"
+    done
+  done
+  python3 tools/attn_ab_table.py "$L"/attnab_attn_decode_base_*.log -- "$L"/attnab_attn_decode_[0-9]*.log
 fi
 if [[ ${SANITIZE:-0} == 1 ]]; then
   for t in memcheck racecheck; do

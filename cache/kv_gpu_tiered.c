@@ -319,9 +319,11 @@ static int alloc_route(kv_gpu_t *g, int n_units) {
   r->ledger_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
   r->spare_stack = dev_alloc(g, sizeof(int32_t) * slots, &rc);
   r->page_top = dev_alloc(g, 5 * sizeof(int32_t), &rc); /* tops, error flag, units_low */
-  r->job_cap = n_units; /* a pass migrates at most one window per unit each way */
+  /* A pass migrates at most one window per unit each way; the demotions' rounds are done with
+   * their list before the promotions fill theirs, so both share one (kc_route_t.djobs). */
+  r->job_cap = n_units;
   r->qjobs = dev_alloc(g, sizeof(kc_quant_job_t) * (size_t)n_units, &rc);
-  r->djobs = dev_alloc(g, sizeof(kc_quant_job_t) * (size_t)n_units, &rc);
+  r->djobs = r->qjobs;
   r->n_qjobs = dev_alloc(g, 3 * sizeof(int32_t), &rc); /* n_qjobs, n_djobs, led_need */
   if (!rc && g->t->cfg.graphkv) rc = alloc_gkv(g);
   if (rc) return rc;

@@ -22,11 +22,12 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 
 /* ---------------------------------------------------------------- kernels */
 
-template <int HD, int BITS, int ROT, int PK>
+template <int HD, int BITS, int ROT, int PK, int VG>
 __global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
-  kca_chunk_body<HD, BITS, ROT, PK>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+  kca_chunk_body<HD, BITS, ROT, PK, VG>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
+                                        threadIdx.x);
 }
 
 __global__ void __launch_bounds__(KCA_CT)
@@ -46,33 +47,41 @@ typedef struct {
   int smem;
 } kca_kern_t;
 
-/* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, windows per tile: kca_pk). Windows of 4
- * (PK 4) only where no key is turned (kca_check_geom refuses the rest). */
-template <int HD, int BITS, int R> static kca_kern_t kca_pick_pk(int pk) {
+/* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, windows per tile: kca_pk, value-group
+ * shift: kca_vg). Windows of 4 (PK 4) only where no key is turned (kca_check_geom refuses the
+ * rest). */
+template <int HD, int BITS, int R, int VG> static kca_kern_t kca_pick_pk(int pk) {
   const int smem = R == KCA_ROT_ABS ? kca_lay<HD, BITS>::rotless : kca_lay<HD, BITS>::total;
-  if (pk == 2) return {kca_chunk_kernel<HD, BITS, R, 2>, smem};
+  if (pk == 2) return {kca_chunk_kernel<HD, BITS, R, 2, VG>, smem};
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4) return {kca_chunk_kernel<HD, BITS, R, 4>, smem};
-  return {kca_chunk_kernel<HD, BITS, R, 1>, smem};
+    if (pk == 4) return {kca_chunk_kernel<HD, BITS, R, 4, VG>, smem};
+  return {kca_chunk_kernel<HD, BITS, R, 1, VG>, smem};
 }
 
-template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pk) {
-  if (BITS == 0 || rot == KCA_ROT_NORM) return kca_pick_pk<HD, BITS, KCA_ROT_NORM>(pk);
-  if (rot == KCA_ROT_NEOX) return kca_pick_pk<HD, BITS, KCA_ROT_NEOX>(pk);
-  return kca_pick_pk<HD, BITS, KCA_ROT_ABS>(pk);
+template <int HD, int BITS, int R> static kca_kern_t kca_pick_vg(int pk, int vg) {
+  if constexpr (HD == 128 && BITS == 2)
+    if (vg == 5) return kca_pick_pk<HD, BITS, R, 5>(pk);
+  return kca_pick_pk<HD, BITS, R, 0>(pk);
 }
 
-template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pk) {
-  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pk);
-  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pk);
-  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pk);
-  return kca_pick_rot<HD, 8>(rot, pk);
+template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pk, int vg) {
+  if (BITS == 0 || rot == KCA_ROT_NORM) return kca_pick_vg<HD, BITS, KCA_ROT_NORM>(pk, vg);
+  if (rot == KCA_ROT_NEOX) return kca_pick_vg<HD, BITS, KCA_ROT_NEOX>(pk, vg);
+  return kca_pick_vg<HD, BITS, KCA_ROT_ABS>(pk, vg);
+}
+
+template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pk, int vg) {
+  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pk, vg);
+  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pk, vg);
+  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pk, vg);
+  return kca_pick_rot<HD, 8>(rot, pk, vg);
 }
 
 static kca_kern_t kca_pick(const kc_attn_args_t *a) {
   const int bits = a->has_quant ? a->geom.bits : 0, pk = kca_pk(a->geom.omega);
-  const int rot = kca_rot_kind(a);
-  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pk) : kca_pick_hd<128>(bits, rot, pk);
+  const int rot = kca_rot_kind(a), vg = kca_vg(a);
+  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pk, vg)
+                                : kca_pick_hd<128>(bits, rot, pk, vg);
 }
 
 /* ---------------------------------------------------------------- checks */

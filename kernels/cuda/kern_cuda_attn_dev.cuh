@@ -93,6 +93,7 @@ typedef struct {
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
   uint32_t magic; /* KCA_MAGIC, read from the parameters so that it stays in a register */
+  uint32_t mags[5]; /* kca_c2h's magics for fields at bits 0, 2, 4, 6, 8 (mags[0] = magic) */
   float qscale;   /* scale * log2(e) */
   float freq_scale, mscale;
 } kca_params_t;
@@ -449,7 +450,7 @@ KCA_FN int kca_seq_end(const kca_params_t &p, int b) {
   return p.seq_nwin ? p.seq_win[b] + p.seq_nwin[b] : p.seq_win[b + 1];
 }
 
-KCA_FN float kca_maxf(float a, float b) { return a > b ? a : b; }
+KCA_FN float kca_maxf(float a, float b) { return fmaxf(a, b); } /* one FMNMX */
 KCA_FN int kca_mini(int a, int b) { return a < b ? a : b; }
 KCA_FN int kca_clamp8(int x) { return x < 0 ? 0 : x > 8 ? 8 : x; }
 
@@ -476,6 +477,53 @@ KCA_FN kca_win_t kca_win(const kca_params_t &p, int w) {
   r.n = live ? kca_mini(ntok, p.omega) : 0;
   r.quant = tier == KERN_PW_QUANT;
   return r;
+}
+
+/* One window as one lane of a planned copy (kca_plan_t) reads it: only the three bases the lane
+ * copies through. FULL: p0 = K page, p1 = V page; QUANT: p0 = the key codes (lanes 0-15) or
+ * value codes (16-31), p1 = the key scales (lanes 0-15) or zeros (16-31), p2 = the value scales
+ * (lanes with bit 3 clear) or zeros (set). Selected as 32-bit words before the arena is added.
+ * !may_quant (FULL-only kernels): a QUANT window reads as not attended. */
+typedef struct {
+  const uint8_t *p0, *p1, *p2;
+  int pos0, n, quant;
+} kca_lwin_t;
+
+KCA_FN const uint8_t *kca_at(const kca_params_t &p, uint32_t lo, uint32_t hi) {
+  return p.arena + ((uint64_t)hi << 32 | lo);
+}
+
+KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quant) {
+  const uint8_t *d = (const uint8_t *)(p.win + w);
+  const kca_u4 a = kca_ld128(d), b = kca_ld128(d + 16), c = kca_ld128(d + 32);
+  const kca_u4 e = kca_ld128(d + 48);
+  const int tier = (int)e.v[2], ntok = (int)e.v[1];
+  const bool q = may_quant && tier == KERN_PW_QUANT, hi = lane >> 4 & 1, z = lane >> 3 & 1;
+  const bool live = ntok > 0 && (tier == KERN_PW_FULL || q);
+  const uint32_t b0 = hi ? b.v[2] : b.v[0], b1 = hi ? b.v[3] : b.v[1];
+  kca_lwin_t r;
+  r.p0 = kca_at(p, q && hi ? a.v[2] : a.v[0], q && hi ? a.v[3] : a.v[1]);
+  r.p1 = kca_at(p, q ? b0 : a.v[2], q ? b1 : a.v[3]);
+  r.p2 = kca_at(p, z ? c.v[2] : c.v[0], z ? c.v[3] : c.v[1]);
+  r.pos0 = (int)e.v[0];
+  r.n = live ? kca_mini(ntok, p.omega) : 0;
+  r.quant = q;
+  return r;
+}
+
+/* The window type of a kernel with (PL) or without a copy plan, and its decoding. */
+template <bool PL> struct kca_wt {
+  using T = kca_win_t;
+};
+template <> struct kca_wt<true> {
+  using T = kca_lwin_t;
+};
+template <bool PL, int BITS>
+KCA_FN typename kca_wt<PL>::T kca_getwin(const kca_params_t &p, int w, int lane) {
+  if constexpr (PL)
+    return kca_lwin(p, w, lane, BITS != 0);
+  else
+    return kca_win(p, w);
 }
 
 /* 1 when window w is attended (kca_win's n > 0, from its last 16 bytes only). */
@@ -659,9 +707,14 @@ KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, ui
 /* KCA_PMAGIC: the INT2 codes at bits POS, POS + 1 of both halves of w (POS <= 8) as the fp16 pair
  * (c, c) without a shift: with the exponent of 2^(10 - POS) (mg: KCA_MAGIC's, moved) the field is
  * the integer above that power, which the subtraction takes off exactly. */
-template <int POS> KCA_FN uint32_t kca_c2h(uint32_t w, uint32_t mg) {
-  const uint32_t e = mg - ((uint32_t)POS << 10 | (uint32_t)POS << 26);
+template <int POS> KCA_FN uint32_t kca_c2h(uint32_t w, const kca_params_t &p) {
+  const uint32_t e = p.mags[POS / 2]; /* (a parameter: an operand, not rebuilt per use) */
   return kca_h2sub(kca_andor<0x00030003u << POS>(w, e), e);
+}
+
+/* kca_c2h's magic for a field at bits POS: KCA_MAGIC's exponent lowered by POS. */
+static inline uint32_t kca_mag(int pos) {
+  return KCA_MAGIC - ((uint32_t)pos << 10 | (uint32_t)pos << 26);
 }
 
 /* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
@@ -772,15 +825,16 @@ KCA_FN void kca_issue_codes(const kca_params_t &p, uint8_t *dst, const kca_win_t
   }
 }
 
-/* A QUANT half's value scales (lanes 0-7, a row each) and zeros (lanes 8-15). */
+/* A QUANT half's value scales (lanes 0-7, a row each) and zeros (lanes 8-15); zb: the window's
+ * value scales (lanes 0-7) or zeros (8-15); gs: log2 of the value group. */
 template <int HD, int BITS>
-KCA_FN void kca_issue_vmeta(const kca_params_t &p, kca_sptr_t dst, const kca_win_t &w, int t0,
-                            int n, int kvh, int lane) {
+KCA_FN void kca_issue_vmeta(const kca_params_t &p, kca_sptr_t dst, const uint8_t *zb, int t0,
+                            int n, int kvh, int lane, int gs) {
   using L = kca_lay<HD, BITS>;
   if (lane >= 16) return;
-  const int mb = (2 * HD) >> p.gshift; /* value scale bytes per row: 4, 8, 16 or 32 */
+  const int mb = (2 * HD) >> gs; /* value scale bytes per row: 4, 8, 16 or 32 */
   const int r = lane & 7, z = lane >> 3, ok = r < n;
-  const uint8_t *src = (z ? w.vz : w.vs) + ((t0 + (ok ? r : 0)) * p.n_kv + kvh) * mb;
+  const uint8_t *src = zb + ((t0 + (ok ? r : 0)) * p.n_kv + kvh) * mb;
   const kca_sptr_t d = dst + L::vm + (z * 8 + r) * mb;
   if (mb == 8) { /* value groups of 32 at head_dim 128: the default */
     kca_cps8(d, src, ok);
@@ -835,7 +889,7 @@ KCA_FN kca_plan_t kca_plan(const kca_params_t &p, const uint8_t *stages, int kvh
 /* kca_issue_half's copies through the plan; soff: the half's offset in the warp's stages. */
 template <int HD, int BITS>
 KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int soff,
-                              const kca_win_t &w, int t0, int n, bool kmeta) {
+                              const kca_lwin_t &w, int t0, int n, bool kmeta, int gs) {
   using L = kca_lay<HD, BITS>;
   if (n == 0) return;
   const kca_sptr_t d = pl.sbase + soff;
@@ -845,26 +899,23 @@ KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int s
     KCA_UNROLL
     for (int i = 0; i < NCH / 4; i++) {
       const int ok = r0 + RPI * i < n;
-      kca_cps16(d + pl.fdst + RPI * i * HD * 2, w.k + src + i * RPI * row, ok);
-      kca_cps16(d + ((pl.fv ^ ((RPI * i & 6) << 4)) + RPI * i * HD * 2), w.v + src + i * RPI * row,
+      kca_cps16(d + pl.fdst + RPI * i * HD * 2, w.p0 + src + i * RPI * row, ok);
+      kca_cps16(d + ((pl.fv ^ ((RPI * i & 6) << 4)) + RPI * i * HD * 2), w.p1 + src + i * RPI * row,
                 ok);
     }
     return;
   }
   if constexpr (BITS != 0) {
     const int crow = p.n_kv * L::rb, ok = pl.csrc - pl.c0 < n * crow; /* its row r < n */
-    kca_cps16(d + pl.cdst, (pl.cdst >= L::vc ? w.v : w.k) + (t0 * crow + (ok ? pl.csrc : pl.c0)),
-              ok);
-    if (kmeta)
-      kca_cps16(d + L::km + pl.lane * 16, (pl.lane >> 4 ? w.kz : w.ks) + pl.kmo, 1);
+    kca_cps16(d + pl.cdst, w.p0 + (t0 * crow + (ok ? pl.csrc : pl.c0)), ok);
+    if (kmeta) kca_cps16(d + L::km + pl.lane * 16, w.p1 + pl.kmo, 1);
     if (pl.lane >= 16) return;
-    if (p.gshift != 5) { /* value groups other than 32: the general copies */
-      kca_issue_vmeta<HD, BITS>(p, d, w, t0, n, pl.v0 / 8, pl.lane);
+    if (gs != 5) { /* value groups other than 32: the general copies */
+      kca_issue_vmeta<HD, BITS>(p, d, w.p2, t0, n, pl.v0 / 8, pl.lane, gs);
       return;
     }
     const int vrow = p.n_kv * 8, okv = pl.vsrc - pl.v0 < n * vrow;
-    kca_cps8(d + L::vm + (pl.lane & 15) * 8,
-             (pl.lane >> 3 ? w.vz : w.vs) + (t0 * vrow + (okv ? pl.vsrc : pl.v0)), okv);
+    kca_cps8(d + L::vm + (pl.lane & 15) * 8, w.p2 + (t0 * vrow + (okv ? pl.vsrc : pl.v0)), okv);
   }
 }
 
@@ -872,7 +923,7 @@ KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int s
  * cp.async, rows >= n zero-filled; kmeta: also the window's key scales and zeros. */
 template <int HD, int BITS>
 KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t &w, int t0, int n,
-                           int kvh, int lane, bool kmeta) {
+                           int kvh, int lane, bool kmeta, int gs) {
   if (n == 0) return;
   constexpr int NCH = HD / 8;
   if (!w.quant) { /* lane: chunk lane % NCH of rows lane / NCH + RPI i (rows < omega: in the page)
@@ -893,7 +944,8 @@ KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t 
   }
   if constexpr (BITS != 0) {
     kca_issue_codes<HD, BITS>(p, dst, w, t0, n, kvh, lane, kmeta);
-    kca_issue_vmeta<HD, BITS>(p, kca_saddr(dst), w, t0, n, kvh, lane);
+    kca_issue_vmeta<HD, BITS>(p, kca_saddr(dst), lane >> 3 & 1 ? w.vz : w.vs, t0, n, kvh, lane,
+                              gs);
   }
 }
 
@@ -902,7 +954,7 @@ KCA_FN void kca_issue_half(const kca_params_t &p, uint8_t *dst, const kca_win_t 
  * at km2. The copies are those of kca_issue_half, each lane's source chosen by its row. */
 template <int HD, int BITS>
 KCA_FN void kca_issue_half4(const kca_params_t &p, uint8_t *dst, const kca_win_t &a,
-                            const kca_win_t &b, int kvh, int lane) {
+                            const kca_win_t &b, int kvh, int lane, int gs) {
   using L = kca_lay<HD, BITS>;
   constexpr int NCH = HD / 8, RPI = 32 / NCH;
   if (!a.quant) {
@@ -932,7 +984,7 @@ KCA_FN void kca_issue_half4(const kca_params_t &p, uint8_t *dst, const kca_win_t
       kca_cp16(dst + (x ? L::km2 : L::km) + (z * HD / 8 + q) * 16,
                (z ? w.kz : w.ks) + (kvh * HD * 2 + q * 16), 1);
     }
-    const int mb = (2 * HD) >> p.gshift;
+    const int mb = (2 * HD) >> gs;
     if (lane < 16) { /* value scales (lanes 0-7, a row each) and zeros (8-15) */
       const int r = lane & 7, z = lane >> 3, t = r & 3;
       const kca_win_t &w = r < 4 ? a : b;
@@ -949,7 +1001,7 @@ KCA_FN void kca_issue_half4(const kca_params_t &p, uint8_t *dst, const kca_win_t
  * w[0]: the window of position cu.k, w[1]: the position bits. */
 template <int HD, int BITS>
 KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_live_t &L,
-                             kca_cur_t cu, int kvh, int lane) {
+                             kca_cur_t cu, int kvh, int lane, int gs) {
   kca_tile_t t;
   uint32_t m = (uint32_t)cu.j, vmask = 0;
   int quant = 0, live = 0;
@@ -967,7 +1019,7 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
     if (h == 0) quant = w[0].quant;
     live |= 1 << h;
     vmask |= ((1u << w[0].n) - 1u | ((1u << w[1].n) - 1u) << 4) << (8 * h);
-    kca_issue_half4<HD, BITS>(p, stage + h * kca_lay<HD, BITS>::half, w[0], w[1], kvh, lane);
+    kca_issue_half4<HD, BITS>(p, stage + h * kca_lay<HD, BITS>::half, w[0], w[1], kvh, lane, gs);
   }
   t.bits = (live & 1 ? 8 : 0) | (live & 2 ? 8 << 4 : 0) | quant * 3 << 8 | (int)(vmask << 16);
   return t;
@@ -976,24 +1028,26 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
 /* A half tile's copies into stage (at soff in the warp's stages), through the plan when PL. */
 template <int HD, int BITS, bool PL>
 KCA_FN void kca_issue_h(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
-                        const kca_win_t &w, int t0, int n, int kvh, int lane, bool kmeta) {
+                        const typename kca_wt<PL>::T &w, int t0, int n, int kvh, int lane,
+                        bool kmeta, int gs) {
   if constexpr (PL)
-    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta);
+    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta, gs);
   else
-    kca_issue_half<HD, BITS>(p, stage, w, t0, n, kvh, lane, kmeta);
+    kca_issue_half<HD, BITS>(p, stage, w, t0, n, kvh, lane, kmeta, gs);
 }
 
 /* PK 1: issues rows t0 .. t0 + 15 of window w (descriptor W) into stage. */
 template <int HD, int BITS, bool PL>
 KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
-                             const kca_win_t &W, int w, int t0, int kvh, int lane, int *ntile) {
+                             const typename kca_wt<PL>::T &W, int w, int t0, int kvh, int lane,
+                             int gs, int *ntile) {
   constexpr int H = kca_lay<HD, BITS>::half;
   kca_tile_t t;
   const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
   t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
   t.bits = n0 | n1 << 4 | W.quant * 3 << 8 | (t0 + 16 >= W.n) << 10;
-  kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, W, t0, n0, kvh, lane, true);
-  kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, W, t0 + 8, n1, kvh, lane, false);
+  kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, W, t0, n0, kvh, lane, true, gs);
+  kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, W, t0 + 8, n1, kvh, lane, false, gs);
   *ntile = (W.n + 15) / 16;
   return t;
 }
@@ -1002,28 +1056,29 @@ KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, int soff, co
  * unit. Descriptors were prefetched into L1 one iteration earlier. */
 template <int HD, int BITS, int PK, bool PL>
 KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
-                            const kca_live_t &L, kca_cur_t cu, int kvh, int lane, int *ntile) {
+                            const kca_live_t &L, kca_cur_t cu, int kvh, int lane, int gs,
+                            int *ntile) {
   constexpr int H = kca_lay<HD, BITS>::half;
   kca_tile_t t;
   if constexpr (PK == 4) {
     *ntile = 1;
-    return kca_issue4<HD, BITS>(p, stage, L, cu, kvh, lane);
+    return kca_issue4<HD, BITS>(p, stage, L, cu, kvh, lane, gs);
   }
   if (PK == 2) {
     const int wa = kca_pos_win<PK>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PK>(L, cu.j) : -1;
-    const kca_win_t A = kca_win(p, wa);
-    kca_win_t B = A;
-    B.n = 0;
-    if (wb >= 0) B = kca_win(p, wb);
+    using WT = typename kca_wt<PL>::T;
+    const WT A = kca_getwin<PL, BITS>(p, wa, lane);
+    WT B = {}; /* (no second window: n 0, its base never read) */
+    if (wb >= 0) B = kca_getwin<PL, BITS>(p, wb, lane);
     t.w[0] = wa, t.w[1] = wb, t.base[0] = A.pos0, t.base[1] = B.pos0 - 8;
     t.bits = A.n | B.n << 4 | A.quant << 8 | B.quant << 9 | 1 << 10;
-    kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, A, 0, A.n, kvh, lane, true);
-    kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, B, 0, B.n, kvh, lane, true);
+    kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, A, 0, A.n, kvh, lane, true, gs);
+    kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, B, 0, B.n, kvh, lane, true, gs);
     *ntile = 1;
   } else {
     const int w = kca_pos_win<PK>(L, cu.k);
-    return kca_issue1<HD, BITS, PL>(p, stage, soff, pl, kca_win(p, w), w, 16 * cu.j, kvh, lane,
-                                    ntile);
+    return kca_issue1<HD, BITS, PL>(p, stage, soff, pl, kca_getwin<PL, BITS>(p, w, lane), w, 16 * cu.j,
+                                    kvh, lane, gs, ntile);
   }
   return t;
 }
@@ -1166,8 +1221,8 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
     const kca_u4 ks = kca_sld128(meta + km + (c + 4 * i) * 16);
     const kca_u4 kz = kca_sld128(meta + km + 2 * HD + (c + 4 * i) * 16);
     if constexpr (BITS == 2 && KCA_PMAGIC) { /* codes 2r, 2r + 1 at bits 4r of ws's halves */
-      const uint32_t c0 = kca_c2h<0>(ws, p.magic), c1 = kca_c2h<4>(ws, p.magic);
-      const uint32_t c2 = kca_c2h<8>(ws, p.magic), c3 = kca_c2h<0>(ws >> 12, p.magic);
+      const uint32_t c0 = kca_c2h<0>(ws, p), c1 = kca_c2h<4>(ws, p);
+      const uint32_t c2 = kca_c2h<8>(ws, p), c3 = kca_c2h<0>(ws >> 12, p);
       k[x][0] = kca_h2fma(c0, ks.v[0], kz.v[0]), k[x][1] = kca_h2fma(c1, ks.v[1], kz.v[1]);
       k[x][2] = kca_h2fma(c2, ks.v[2], kz.v[2]), k[x][3] = kca_h2fma(c3, ks.v[3], kz.v[3]);
     } else {
@@ -1257,44 +1312,66 @@ KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, uint32_t pb, 
   }
 }
 
-/* O^T += V^T P^T for a QUANT half: codes of rows 2c, 2c + 1 dequantized as token pairs. */
+/* The value codes of rows 2c, 2c + 1, chunk ch (8 channels), dequantized with the token pair's
+ * scales sc and zeros zr (fp16 pairs), into O^T's accumulators of u. */
+template <int HD, int BITS>
+KCA_FN void kca_pv_codes(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
+                         uint32_t ph, int c, int ch, int u, uint32_t sc, uint32_t zr) {
+  using L = kca_lay<HD, BITS>;
+  uint32_t x0, x1, y0, y1;
+  kca_codes<BITS>(hs + L::vc + 2 * c * L::rb + ch * BITS, &x0, &x1);
+  kca_codes<BITS>(hs + L::vc + (2 * c + 1) * L::rb + ch * BITS, &y0, &y1);
+  const uint32_t zlo = BITS == 2 ? (x0 | y0 << 16) : kca_prmt(x0, y0, 0x5410);
+  const uint32_t zhi = BITS == 4 ? kca_prmt(x0, y0, 0x7632) : 0u;
+  if constexpr (BITS == 2 && KCA_PMAGIC) { /* code k of each token at bits 2k of zlo's halves */
+    const uint32_t z10 = zlo >> 10;
+    const uint32_t v[8] = {kca_c2h<0>(zlo, p), kca_c2h<2>(zlo, p), kca_c2h<4>(zlo, p),
+                           kca_c2h<6>(zlo, p), kca_c2h<8>(zlo, p), kca_c2h<0>(z10, p),
+                           kca_c2h<2>(z10, p), kca_c2h<4>(z10, p)};
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++)
+      kca_mma8_h(st.acc[4 * u + r], kca_h2fma(v[2 * r], sc, zr), kca_h2fma(v[2 * r + 1], sc, zr),
+                 ph);
+  } else {
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      const uint32_t lo =
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.magic), KCA_MAGIC);
+      const uint32_t hi =
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.magic), KCA_MAGIC);
+      kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
+    }
+  }
+}
+
+/* O^T += V^T P^T for a QUANT half: codes of rows 2c, 2c + 1 dequantized as token pairs. gs: log2
+ * of the value group. */
 template <int HD, int BITS>
 KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
-                         uint32_t ph, int g, int c) {
+                         uint32_t ph, int g, int c, int gs) {
   using L = kca_lay<HD, BITS>;
-  const int mb = (2 * HD) >> p.gshift;
+  if constexpr (HD == 128 && BITS == 2) {
+    if (gs == 5) { /* 8-byte metadata rows: rows 2c, 2c + 1 in one 16-byte load; chunk g + 8u's
+                      group is g / 4 + 2u, the half g / 4 of word u */
+      const kca_u4 s = kca_sld128(hs + L::vm + 16 * c), z = kca_sld128(hs + L::vm + 64 + 16 * c);
+      const uint32_t sel = g & 4 ? 0x7632u : 0x5410u;
+      KCA_UNROLL
+      for (int u = 0; u < 2; u++)
+        kca_pv_codes<HD, BITS>(p, st, hs, ph, c, g + 8 * u, u, kca_prmt(s.v[u], s.v[2 + u], sel),
+                               kca_prmt(z.v[u], z.v[2 + u], sel));
+      return;
+    }
+  }
+  const int mb = (2 * HD) >> gs;
   const uint8_t *vm = hs + L::vm + 2 * c * mb;
   KCA_UNROLL
   for (int u = 0; u < HD / 64; u++) {
-    const int ch = g + 8 * u, gi = (8 * ch) >> p.gshift;
-    uint32_t x0, x1, y0, y1;
-    kca_codes<BITS>(hs + L::vc + 2 * c * L::rb + ch * BITS, &x0, &x1);
-    kca_codes<BITS>(hs + L::vc + (2 * c + 1) * L::rb + ch * BITS, &y0, &y1);
-    const uint32_t zlo = BITS == 2 ? (x0 | y0 << 16) : kca_prmt(x0, y0, 0x5410);
-    const uint32_t zhi = BITS == 4 ? kca_prmt(x0, y0, 0x7632) : 0u;
+    const int ch = g + 8 * u, gi = (8 * ch) >> gs;
     const uint32_t sc =
         *(const uint16_t *)(vm + 2 * gi) | (uint32_t) * (const uint16_t *)(vm + mb + 2 * gi) << 16;
     const uint32_t zr = *(const uint16_t *)(vm + 8 * mb + 2 * gi) |
                         (uint32_t) * (const uint16_t *)(vm + 9 * mb + 2 * gi) << 16;
-    if constexpr (BITS == 2 && KCA_PMAGIC) { /* code k of each token at bits 2k of zlo's halves */
-      const uint32_t z10 = zlo >> 10, mg = p.magic;
-      const uint32_t v[8] = {kca_c2h<0>(zlo, mg), kca_c2h<2>(zlo, mg), kca_c2h<4>(zlo, mg),
-                             kca_c2h<6>(zlo, mg), kca_c2h<8>(zlo, mg), kca_c2h<0>(z10, mg),
-                             kca_c2h<2>(z10, mg), kca_c2h<4>(z10, mg)};
-      KCA_UNROLL
-      for (int r = 0; r < 4; r++)
-        kca_mma8_h(st.acc[4 * u + r], kca_h2fma(v[2 * r], sc, zr), kca_h2fma(v[2 * r + 1], sc, zr),
-                   ph);
-    } else {
-      KCA_UNROLL
-      for (int r = 0; r < 4; r++) {
-        const uint32_t lo =
-            kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.magic), KCA_MAGIC);
-        const uint32_t hi =
-            kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.magic), KCA_MAGIC);
-        kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
-      }
-    }
+    kca_pv_codes<HD, BITS>(p, st, hs, ph, c, ch, u, sc, zr);
   }
 }
 
@@ -1387,7 +1464,8 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
 /* One tile whose bytes are in stage: scores, online softmax, P.V. */
 template <int HD, int BITS, int ROT, int PK>
 KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
-                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
+                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane,
+                            int gs) {
   using L = kca_lay<HD, BITS>;
   const int g = lane >> 2, c = lane & 3;
   float s[4] = {0, 0, 0, 0};
@@ -1409,7 +1487,7 @@ KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t 
     const uint32_t pb = kca_movt(pt, lane); /* P^T: tokens 2c, 2c + 1 of head g */
     if constexpr (BITS != 0) {
       if (kca_tq(t, h)) {
-        kca_pv_quant<HD, BITS>(p, st, hs, pb, g, c);
+        kca_pv_quant<HD, BITS>(p, st, hs, pb, g, c, gs);
         continue;
       }
     }
@@ -1616,10 +1694,11 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
  * kca_lay<HD, BITS>::total bytes. PAIR: omega is 8 (units of two windows), else a multiple of
  * 16. Each warp runs a two-stage cp.async pipeline over its tiles: tile i + 1 is in flight
  * while tile i is computed. */
-template <int HD, int BITS, int ROT, int PK>
+template <int HD, int BITS, int ROT, int PK, int VG>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
+  const int gs = VG ? VG : p.gshift; /* log2 of the value group: VG when the kernel has it */
   if (kca_seq_skipped(p, b)) return;
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   const int cw = KCA_CHUNK_WIN(p), c_beg = w_beg + chunk * cw;
@@ -1650,30 +1729,30 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   if (cur.k >= 0) {
-    tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, &nt);
+    tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
     kca_cp_commit();
     nxt = kca_advance<PK>(p, L, cur, nt, lane);
   }
   if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first tile's copies */
   constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
-  kca_win_t wd = {}; /* DREG: nxt's descriptor */
-  if (DREG && nxt.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nxt.k));
+  typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
+  if (DREG && nxt.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nxt.k), lane);
   while (cur.k >= 0) {
     const int so = (stage ^ 1) * Ly::stage;
     if (nxt.k >= 0) {
       if constexpr (DREG)
         tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
-                                      16 * nxt.j, kvh, lane, &nt);
+                                      16 * nxt.j, kvh, lane, gs, &nt);
       else
-        tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, &nt);
+        tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, gs, &nt);
     }
     kca_cp_commit();
     const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
-    if (DREG && nn.k >= 0) wd = kca_win(p, kca_pos_win<PK>(L, nn.k));
+    if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
     kca_cp_wait1();
     kca_syncwarp();
     const kca_tp_t r =
-        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane);
+        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
     kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane);
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
@@ -1790,6 +1869,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.yarn = a->rope.yarn;
   p.qscale = a->scale * 1.4426950408889634f;
   p.magic = KCA_MAGIC;
+  for (int i = 0; i < 5; i++) p.mags[i] = kca_mag(2 * i);
   p.freq_scale = a->rope.freq_scale;
   p.mscale = a->rope.mscale;
   return p;
@@ -1831,6 +1911,14 @@ static inline int kca_rope_fill(const kern_rope_t *r, float *tab, kc_attn_rope_t
 
 /* Windows per tile and walk unit for windows of omega tokens: 4 (omega 4), 2 (omega 8), else 1. */
 static inline int kca_pk(int omega) { return omega == 4 ? 4 : omega == 8 ? 2 : 1; }
+
+/* The value-group shift a kernel is built for (its VG): 5 for INT2 keys at head_dim 128 with
+ * value groups of 32 (the default ledger: its value metadata addressed by constants), else 0
+ * (read from kca_params_t.gshift). */
+static inline int kca_vg(const kc_attn_args_t *a) {
+  return a->has_quant && a->geom.head_dim == 128 && a->geom.bits == 2 && a->geom.group == 32 ? 5
+                                                                                               : 0;
+}
 
 /* The call's KCA_ROT_* (how its QUANT keys are turned). */
 static inline int kca_rot_kind(const kc_attn_args_t *a) {

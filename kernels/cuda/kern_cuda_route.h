@@ -108,7 +108,8 @@ typedef struct {
                                          the ledger phase pops) */
   int32_t *unit_cnt;                  /* scratch [n_units] for coalescing */
   int32_t *err_flag;
-  /* migration job lists (capacity job_cap each) and their device counts */
+  /* migration job lists (capacity job_cap each; may be one buffer: the demotions' list is
+     done with before the promotions' is filled) and their device counts */
   kc_quant_job_t *qjobs, *djobs;
   int32_t *n_qjobs, *n_djobs;
   int job_cap;

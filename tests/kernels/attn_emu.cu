@@ -26,7 +26,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- running the kernels */
 
-template <int HD, int BITS, int ROT, int PK>
+template <int HD, int BITS, int ROT, int PK, int VG>
 static int emu_chunks(const kca_params_t &p, int n_seq) {
   std::vector<uint64_t> smem(kca_lay<HD, BITS>::total / 8 + 2);
   uint8_t *sm = (uint8_t *)smem.data();
@@ -36,41 +36,49 @@ static int emu_chunks(const kca_params_t &p, int n_seq) {
       for (int x = 0; x < p.n_chunk && !rc; x++) {
         memset(sm, 0xa5, kca_lay<HD, BITS>::total); /* garbage, as on the GPU */
         rc = emu_block(KCA_NT,
-                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK>(p, sm, x, y, z, tid); });
+                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK, VG>(p, sm, x, y, z, tid); });
       }
   return rc;
 }
 
-template <int HD, int BITS, int R>
+template <int HD, int BITS, int R, int VG>
 static int emu_pick_pk(const kca_params_t &p, int n_seq, int pk) {
-  if (pk == 2) return emu_chunks<HD, BITS, R, 2>(p, n_seq);
+  if (pk == 2) return emu_chunks<HD, BITS, R, 2, VG>(p, n_seq);
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4) return emu_chunks<HD, BITS, R, 4>(p, n_seq);
-  return emu_chunks<HD, BITS, R, 1>(p, n_seq);
+    if (pk == 4) return emu_chunks<HD, BITS, R, 4, VG>(p, n_seq);
+  return emu_chunks<HD, BITS, R, 1, VG>(p, n_seq);
+}
+
+template <int HD, int BITS, int R>
+static int emu_pick_vg(const kca_params_t &p, int n_seq, int pk, int vg) {
+  if constexpr (HD == 128 && BITS == 2)
+    if (vg == 5) return emu_pick_pk<HD, BITS, R, 5>(p, n_seq, pk);
+  return emu_pick_pk<HD, BITS, R, 0>(p, n_seq, pk);
 }
 
 template <int HD, int BITS>
-static int emu_pick_rot(const kca_params_t &p, int n_seq, int rot, int pk) {
-  if (BITS == 0 || rot == KCA_ROT_NORM) return emu_pick_pk<HD, BITS, KCA_ROT_NORM>(p, n_seq, pk);
-  if (rot == KCA_ROT_NEOX) return emu_pick_pk<HD, BITS, KCA_ROT_NEOX>(p, n_seq, pk);
-  return emu_pick_pk<HD, BITS, KCA_ROT_ABS>(p, n_seq, pk);
+static int emu_pick_rot(const kca_params_t &p, int n_seq, int rot, int pk, int vg) {
+  if (BITS == 0 || rot == KCA_ROT_NORM)
+    return emu_pick_vg<HD, BITS, KCA_ROT_NORM>(p, n_seq, pk, vg);
+  if (rot == KCA_ROT_NEOX) return emu_pick_vg<HD, BITS, KCA_ROT_NEOX>(p, n_seq, pk, vg);
+  return emu_pick_vg<HD, BITS, KCA_ROT_ABS>(p, n_seq, pk, vg);
 }
 
 template <int HD>
-static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int pk) {
-  if (bits == 0) return emu_pick_rot<HD, 0>(p, n_seq, rot, pk);
-  if (bits == 2) return emu_pick_rot<HD, 2>(p, n_seq, rot, pk);
-  if (bits == 4) return emu_pick_rot<HD, 4>(p, n_seq, rot, pk);
-  return emu_pick_rot<HD, 8>(p, n_seq, rot, pk);
+static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int pk, int vg) {
+  if (bits == 0) return emu_pick_rot<HD, 0>(p, n_seq, rot, pk, vg);
+  if (bits == 2) return emu_pick_rot<HD, 2>(p, n_seq, rot, pk, vg);
+  if (bits == 4) return emu_pick_rot<HD, 4>(p, n_seq, rot, pk, vg);
+  return emu_pick_rot<HD, 8>(p, n_seq, rot, pk, vg);
 }
 
 /* The whole call (both kernels) on host memory. */
 static int emu_decode(const kc_attn_args_t *a) {
   const kca_params_t p = kca_params(a, a->chunk_win);
   const int bits = a->has_quant ? a->geom.bits : 0, rot = kca_rot_kind(a);
-  const int pk = kca_pk(a->geom.omega);
-  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk)
-                                  : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk);
+  const int pk = kca_pk(a->geom.omega), vg = kca_vg(a);
+  int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
+                                  : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk, vg);
   const int parts = kca_combine_parts(a);
   std::vector<float> lse_s(a->n_head);
   for (int b = 0; b < a->n_seq && !rc; b++)
