@@ -136,6 +136,7 @@ KCA_FN int kca_pin(int x) { /* x computed here, once: the compiler may not reder
   asm("mov.b32 %0, %1;" : "=r"(r) : "r"(x));
   return r;
 }
+KCA_FN kca_sptr_t kca_pin_s(kca_sptr_t a) { return (kca_sptr_t)kca_pin((int)a); }
 KCA_FN void kca_cps16(kca_sptr_t d, const void *src, int ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0)
                : "memory");
@@ -229,6 +230,11 @@ KCA_FN uint32_t kca_h2mul(uint32_t a, uint32_t b) {
 KCA_FN uint32_t kca_h2sub(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+template <uint32_t C> KCA_FN uint32_t kca_h2sub_c(uint32_t a) { /* a - C: C an immediate */
+  uint32_t d;
+  asm("{.reg .b32 t; mov.b32 t, %2; sub.rn.f16x2 %0, %1, t;}" : "=r"(d) : "r"(a), "n"(C));
   return d;
 }
 KCA_FN uint32_t kca_h2neg(uint32_t a) {
@@ -335,6 +341,7 @@ KCA_FN void kca_cp4(void *dst, const void *src, int ok) {
 typedef uint8_t *kca_sptr_t;
 KCA_FN kca_sptr_t kca_saddr(const void *p) { return (uint8_t *)p; }
 KCA_FN int kca_pin(int x) { return x; }
+KCA_FN kca_sptr_t kca_pin_s(kca_sptr_t a) { return a; }
 KCA_FN void kca_cps16(kca_sptr_t d, const void *src, int ok) { kca_cp16(d, src, ok); }
 KCA_FN void kca_cps8(kca_sptr_t d, const void *src, int ok) { kca_cp8(d, src, ok); }
 KCA_FN void kca_cps4(kca_sptr_t d, const void *src, int ok) { kca_cp4(d, src, ok); }
@@ -394,6 +401,7 @@ KCA_FN uint32_t kca_h2sub(uint32_t a, uint32_t b) {
   return kca__h2((double)kca__hf(a, 0) - kca__hf(b, 0), (double)kca__hf(a, 1) - kca__hf(b, 1));
 }
 KCA_FN uint32_t kca_h2neg(uint32_t a) { return a ^ 0x80008000u; }
+template <uint32_t C> KCA_FN uint32_t kca_h2sub_c(uint32_t a) { return kca_h2sub(a, C); }
 KCA_FN uint32_t kca_h2lo(uint32_t a) { return (a & 0xffffu) | (a << 16); }
 KCA_FN uint32_t kca_h2hi(uint32_t a) { return (a >> 16) | (a & 0xffff0000u); }
 KCA_FN uint32_t kca_pack_h(float lo, float hi) { return kca__h2(lo, hi); }
@@ -680,6 +688,7 @@ typedef struct {
   uint32_t mask;  /* live units kbase .. kbase + 31 (PK 4: the FULL ones) */
   uint32_t qmask; /* PK 4: the QUANT ones */
   int c_beg, c_end, warp;
+  int wbase; /* c_beg + PK warp, pinned: the window of the warp's first walk position */
 } kca_live_t;
 
 /* ---------------------------------------------------------------- code unpacking */
@@ -708,8 +717,9 @@ KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, ui
  * (c, c) without a shift: with the exponent of 2^(10 - POS) (mg: KCA_MAGIC's, moved) the field is
  * the integer above that power, which the subtraction takes off exactly. */
 template <int POS> KCA_FN uint32_t kca_c2h(uint32_t w, const kca_params_t &p) {
-  const uint32_t e = p.mags[POS / 2]; /* (a parameter: an operand, not rebuilt per use) */
-  return kca_h2sub(kca_andor<0x00030003u << POS>(w, e), e);
+  constexpr uint32_t E = KCA_MAGIC - ((uint32_t)POS << 10 | (uint32_t)POS << 26);
+  /* the OR's operand from the parameters (LOP3 holds one immediate), the subtraction's inline */
+  return kca_h2sub_c<E>(kca_andor<0x00030003u << POS>(w, p.mags[POS / 2]));
 }
 
 /* kca_c2h's magic for a field at bits POS: KCA_MAGIC's exponent lowered by POS. */
@@ -787,7 +797,7 @@ KCA_FN void kca_rot_q(const uint32_t (&q)[HD / 32][4], const uint32_t *base, int
 /* Window of the warp's k-th walk position: wide windows, unit k; PAIR (omega 8), position k
  * of the sequence 2u, 2u + 1 over its units u (both windows of a unit, then the next unit). */
 template <int PK> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
-  return L.c_beg + PK * (L.warp + (k / PK) * KCA_NW) + k % PK;
+  return L.wbase + PK * KCA_NW * (k / PK) + k % PK;
 }
 
 /* ---------------------------------------------------------------- issuing a tile */
@@ -869,7 +879,7 @@ KCA_FN kca_plan_t kca_plan(const kca_params_t &p, const uint8_t *stages, int kvh
   constexpr int NCH = HD / 8;
   const int r0 = lane / NCH, ch = lane % NCH;
   kca_plan_t pl;
-  pl.sbase = kca_saddr(stages);
+  pl.sbase = kca_pin_s(kca_saddr(stages));
   pl.lane = kca_pin(lane);
   pl.fsrc = kca_pin((r0 * p.n_kv + kvh) * HD * 2 + ch * 16);
   pl.fdst = kca_pin(r0 * HD * 2 + ((ch ^ ((r0 & 1) << 2)) << 4));
@@ -1067,9 +1077,10 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
   if (PK == 2) {
     const int wa = kca_pos_win<PK>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PK>(L, cu.j) : -1;
     using WT = typename kca_wt<PL>::T;
-    const WT A = kca_getwin<PL, BITS>(p, wa, lane);
-    WT B = {}; /* (no second window: n 0, its base never read) */
-    if (wb >= 0) B = kca_getwin<PL, BITS>(p, wb, lane);
+    const int ln = PL ? pl.lane : lane;
+    const WT A = kca_getwin<PL, BITS>(p, wa, ln);
+    WT B = kca_getwin<PL, BITS>(p, wb >= 0 ? wb : wa, ln); /* (loaded alongside A's) */
+    if (wb < 0) B.n = 0; /* no second window: its base is never read */
     t.w[0] = wa, t.w[1] = wb, t.base[0] = A.pos0, t.base[1] = B.pos0 - 8;
     t.bits = A.n | B.n << 4 | A.quant << 8 | B.quant << 9 | 1 << 10;
     kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, A, 0, A.n, kvh, lane, true, gs);
@@ -1152,6 +1163,16 @@ KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu,
   if constexpr (PK == 4) return kca_next4(p, L, lane);
   if (PK == 1 && cu.j + 1 < ntile) return (kca_cur_t){cu.k, cu.j + 1};
   const int last = PK == 2 && cu.j >= 0 ? cu.j : cu.k;
+  if (PK == 2) { /* two more live positions in the mask: no refresh, no bound (bits past nk and
+                    c_end are clear) */
+    const int sh = last + 1 - L.kbase; /* 1 .. 32 */
+    const uint32_t m = sh < 32 ? L.mask >> sh : 0u, m2 = m & (m - 1u);
+    if (m2) {
+      const kca_cur_t n = {last + 1 + kca_ctz(m), last + 1 + kca_ctz(m2)};
+      kca_prefetch(p.win + kca_pos_win<PK>(L, n.k));
+      return n;
+    }
+  }
   return kca_tile_at<PK>(p, L, kca_next_live<PK>(p, L, last, lane), lane);
 }
 
@@ -1419,10 +1440,14 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
   if constexpr (ROT == KCA_ROT_ABS) { /* one query operand for every tier: one set of mma */
     const int kq = kca_tq(t, 0) | kca_tq(t, 1) << 1;
     if (live == 3) {
-      if (kq == 0) kca_qk<HD, BITS, ROT, PK, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
-      if (kq == 1) kca_qk<HD, BITS, ROT, PK, 1, true>(p, st.q, stage, nullptr, 0, g, c, s);
-      if (kq == 2) kca_qk<HD, BITS, ROT, PK, 2, true>(p, st.q, stage, nullptr, 0, g, c, s);
-      if (kq == 3) kca_qk<HD, BITS, ROT, PK, 3, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      if (kq == 3) /* both QUANT first: the INT2 tiles are most of a tiered walk */
+        kca_qk<HD, BITS, ROT, PK, 3, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      else if (kq == 0)
+        kca_qk<HD, BITS, ROT, PK, 0, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      else if (kq == 1)
+        kca_qk<HD, BITS, ROT, PK, 1, true>(p, st.q, stage, nullptr, 0, g, c, s);
+      else
+        kca_qk<HD, BITS, ROT, PK, 2, true>(p, st.q, stage, nullptr, 0, g, c, s);
       return;
     }
     const int h = live >> 1;
@@ -1549,18 +1574,24 @@ KCA_FN void kca_masses4(const kca_params_t &p, const kca_st_t<HD, BITS> &st, con
 
 /* After a tile: a pair's two windows are done; a wide window accumulates its lane partials
  * (heads 2c, 2c + 1) until its last tile. */
+/* PK 2: the lane's row of wlse (window 0, head 2c + e of kvh) when it writes one, else NULL. */
+KCA_FN float *kca_wl2(const kca_params_t &p, int kvh, int lane) {
+  const int g = lane >> 2, c = lane & 3, head = 2 * c + (g >> 1 & 1);
+  return p.wlse && !(g & 1) && head < p.grp_q ? p.wlse + kvh * p.grp_q + head : (float *)0;
+}
+
 template <int HD, int BITS, int PK>
 KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
-                       const kca_tp_t &r, float (&wsum)[2], int kvh, int lane) {
+                       const kca_tp_t &r, float (&wsum)[2], int kvh, int lane, float *wl) {
   const int g = lane >> 2, c = lane & 3;
   if (!p.wlse) return; /* no masses asked (FullKV's calls) */
   if constexpr (PK == 4) {
     kca_masses4(p, st, t, r, kvh, lane);
-  } else if constexpr (PK == 2) {
+  } else if constexpr (PK == 2) { /* wl: kca_wl2 */
     const float tot = kca_sum4(r.p, g); /* v[2 h + e]: window of half h, head 2c + e */
-    const int h = g >> 2 & 1, e = g >> 1 & 1;
-    const float m = e ? st.m[1] : st.m[0]; /* selects: a dynamic index would demote st */
-    if (!(g & 1) && kca_tn(t, h)) kca_put_wlse(p, m, h ? t.w[1] : t.w[0], kvh, 2 * c + e, tot);
+    const int h = g >> 2 & 1;
+    const float m = g & 2 ? st.m[1] : st.m[0]; /* selects: a dynamic index would demote st */
+    if (wl && kca_tn(t, h)) wl[(size_t)(h ? t.w[1] : t.w[0]) * p.n_head] = m + kca_lg2(tot);
   } else {
     KCA_UNROLL
     for (int e = 0; e < 2; e++) wsum[e] = wsum[e] * r.alpha[e] + (r.p[e] + r.p[2 + e]);
@@ -1720,6 +1751,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   kca_live_t L;
   L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * per;
   L.kbase = -64, L.mask = L.qmask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
+  L.wbase = kca_pin(c_beg + PK * warp);
   uint8_t *stages = smem + warp * Ly::warp;
   constexpr bool PL = KCA_PLAN && kca_has_plan<HD, BITS, ROT, PK>::v;
   kca_plan_t pl;
@@ -1728,6 +1760,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
+  float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
   if (cur.k >= 0) {
     tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
     kca_cp_commit();
@@ -1753,7 +1786,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_syncwarp();
     const kca_tp_t r =
         kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
-    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane);
+    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
   }
