@@ -865,6 +865,7 @@ typedef struct {
   int csrc, c0, cdst; /* INT2 codes: source offsets of row r and of row 0, destination */
   int kmo;            /* INT2 key scales and zeros: source offset */
   int vsrc, v0;       /* INT2 value scales and zeros (lanes < 16, groups of 32): rows r and 0 */
+  int r, rv;          /* the rows of the lane's code piece and value metadata */
 } kca_plan_t;
 
 template <int HD, int BITS, int ROT, int PK>
@@ -892,6 +893,7 @@ KCA_FN kca_plan_t kca_plan(const kca_params_t &p, const uint8_t *stages, int kvh
     pl.kmo = kca_pin(kvh * HD * 2 + (lane & 15) * 16);
     pl.v0 = kca_pin(kvh * 8);
     pl.vsrc = kca_pin((lane & 7) * p.n_kv * 8 + pl.v0);
+    pl.r = kca_pin(r), pl.rv = kca_pin(lane & 7);
   }
   return pl;
 }
@@ -899,7 +901,7 @@ KCA_FN kca_plan_t kca_plan(const kca_params_t &p, const uint8_t *stages, int kvh
 /* kca_issue_half's copies through the plan; soff: the half's offset in the warp's stages. */
 template <int HD, int BITS>
 KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int soff,
-                              const kca_lwin_t &w, int t0, int n, bool kmeta, int gs) {
+                              const kca_lwin_t &w, int t0, int n, bool kmeta, bool vmeta, int gs) {
   using L = kca_lay<HD, BITS>;
   if (n == 0) return;
   const kca_sptr_t d = pl.sbase + soff;
@@ -916,17 +918,30 @@ KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int s
     return;
   }
   if constexpr (BITS != 0) {
-    const int crow = p.n_kv * L::rb, ok = pl.csrc - pl.c0 < n * crow; /* its row r < n */
+    const int crow = p.n_kv * L::rb, ok = pl.r < n;
     kca_cps16(d + pl.cdst, w.p0 + (t0 * crow + (ok ? pl.csrc : pl.c0)), ok);
     if (kmeta) kca_cps16(d + L::km + pl.lane * 16, w.p1 + pl.kmo, 1);
-    if (pl.lane >= 16) return;
+    if (!vmeta || pl.lane >= 16) return;
     if (gs != 5) { /* value groups other than 32: the general copies */
       kca_issue_vmeta<HD, BITS>(p, d, w.p2, t0, n, pl.v0 / 8, pl.lane, gs);
       return;
     }
-    const int vrow = p.n_kv * 8, okv = pl.vsrc - pl.v0 < n * vrow;
+    const int vrow = p.n_kv * 8, okv = pl.rv < n;
     kca_cps8(d + L::vm + (pl.lane & 15) * 8, w.p2 + (t0 * vrow + (okv ? pl.vsrc : pl.v0)), okv);
   }
+}
+
+/* PK 2, value groups of 32: both halves' value scales and zeros in one copy a lane (lanes 0-15
+ * window a's into half 0, 16-31 window b's into half 1; kca_issue_half_pl's split otherwise). */
+template <int HD, int BITS>
+KCA_FN void kca_issue_vpair_pl(const kca_plan_t &pl, int soff, const kca_lwin_t &a,
+                               const kca_lwin_t &b) {
+  using L = kca_lay<HD, BITS>;
+  const bool hb = pl.lane >> 4 & 1;
+  const int n = hb ? b.n : a.n, okv = pl.rv < n;
+  if (!(hb ? b.quant : a.quant) || n == 0) return;
+  kca_cps8(pl.sbase + soff + (hb ? L::half : 0) + L::vm + (pl.lane & 15) * 8,
+           (hb ? b.p2 : a.p2) + (okv ? pl.vsrc : pl.v0), okv);
 }
 
 /* Copies one half tile's bytes (rows t0 .. t0 + n - 1 of window w, KV head kvh) into dst with
@@ -1039,9 +1054,9 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
 template <int HD, int BITS, bool PL>
 KCA_FN void kca_issue_h(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
                         const typename kca_wt<PL>::T &w, int t0, int n, int kvh, int lane,
-                        bool kmeta, int gs) {
+                        bool kmeta, int gs, bool vmeta = true) {
   if constexpr (PL)
-    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta, gs);
+    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta, vmeta, gs);
   else
     kca_issue_half<HD, BITS>(p, stage, w, t0, n, kvh, lane, kmeta, gs);
 }
@@ -1083,8 +1098,11 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
     if (wb < 0) B.n = 0; /* no second window: its base is never read */
     t.w[0] = wa, t.w[1] = wb, t.base[0] = A.pos0, t.base[1] = B.pos0 - 8;
     t.bits = A.n | B.n << 4 | A.quant << 8 | B.quant << 9 | 1 << 10;
-    kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, A, 0, A.n, kvh, lane, true, gs);
-    kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, B, 0, B.n, kvh, lane, true, gs);
+    const bool vpair = PL && BITS == 2 && gs == 5; /* the value metadata in one copy a lane */
+    kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, A, 0, A.n, kvh, lane, true, gs, !vpair);
+    kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, B, 0, B.n, kvh, lane, true, gs, !vpair);
+    if constexpr (PL && BITS == 2)
+      if (vpair) kca_issue_vpair_pl<HD, BITS>(pl, soff, A, B);
     *ntile = 1;
   } else {
     const int w = kca_pos_win<PK>(L, cu.k);
