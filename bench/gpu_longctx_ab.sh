@@ -5,7 +5,8 @@
 # new tokens (16), the binaries $BINS (default "long_ctx_base long_ctx": a base tree's long_ctx,
 # packed beside the others in carry/pack, against the tree's). Tars its logs to
 # $OUT/longctx_ab.tgz. SANITIZE=1 first runs compute-sanitizer memcheck and racecheck over
-# test_kc_quant (the migration kernels) and test_kv_gpu --small (routing). With attn_decode_base
+# $SAN_RUNS (comma-separated commands of packed binaries; default test_kc_quant, the migration
+# kernels, test_kv_gpu --small, routing, and attn_decode --small, decode attention). With attn_decode_base
 # packed (a base tree's attn_decode), the decode-attention kernel bench of both, first.
 # The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
 #   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,test_kc_quant,attn_decode}; do
@@ -46,8 +47,10 @@ if have attn_decode_base; then
   python3 tools/attn_ab_table.py "$L"/attnab_attn_decode_base_*.log -- "$L"/attnab_attn_decode_[0-9]*.log
 fi
 if [[ ${SANITIZE:-0} == 1 ]]; then
+  IFS=, read -ra SAN <<< "${SAN_RUNS:-test_kc_quant,test_kv_gpu --small,attn_decode --small}"
   for t in memcheck racecheck; do
-    for x in test_kc_quant "test_kv_gpu --small"; do
+    for x in "${SAN[@]}"; do
+      have "${x%% *}" || continue
       n="$L/san_${t}_${x%% *}.log"
       timeout 240 compute-sanitizer --tool $t $x > "$n" 2>&1
       echo "$t $x rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$n" | tail -1)"

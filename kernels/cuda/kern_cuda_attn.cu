@@ -157,7 +157,7 @@ int kc_attn_check(const kc_attn_args_t *a) {
 /* Multiprocessors of the current device and resident chunk blocks per multiprocessor of the
  * call's kernel (both cached; benign races write the same values). */
 static int kca_slots(const kc_attn_args_t *a, int *slots) {
-  static int sms[64], occ[64][2][8][3][5];
+  static int sms[64], occ[64][2][8][3][5][2]; /* [device][hd 128][bits][rot][pk][vg 5] */
   int dev = 0;
   if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
   const int d = dev & 63, h = a->geom.head_dim == 128, b = a->has_quant ? a->geom.bits : 0;
@@ -168,7 +168,7 @@ static int kca_slots(const kc_attn_args_t *a, int *slots) {
       return QE_EBACKEND;
     __atomic_store_n(&sms[d], v, __ATOMIC_RELAXED);
   }
-  int *o = &occ[d][h][b][n][pr];
+  int *o = &occ[d][h][b][n][pr][kca_vg(a) == 5]; /* (one entry per kernel kca_pick may return) */
   if (!__atomic_load_n(o, __ATOMIC_RELAXED)) {
     const kca_kern_t k = kca_pick(a);
     int v = 0;
