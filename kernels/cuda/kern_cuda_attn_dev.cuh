@@ -1183,8 +1183,9 @@ KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu,
   const int last = PK == 2 && cu.j >= 0 ? cu.j : cu.k;
   if (PK == 2) { /* two more live positions in the mask: no refresh, no bound (bits past nk and
                     c_end are clear) */
-    const int sh = last + 1 - L.kbase; /* 1 .. 32 */
-    const uint32_t m = sh < 32 ? L.mask >> sh : 0u, m2 = m & (m - 1u);
+    /* (sh <= 0: the search for cu's second window ran past the mask and found none) */
+    const int sh = last + 1 - L.kbase;
+    const uint32_t m = sh > 0 && sh < 32 ? L.mask >> sh : 0u, m2 = m & (m - 1u);
     if (m2) {
       const kca_cur_t n = {last + 1 + kca_ctz(m), last + 1 + kca_ctz(m2)};
       kca_prefetch(p.win + kca_pos_win<PK>(L, n.k));
