@@ -41,21 +41,30 @@ __global__ void __launch_bounds__(KCA_CT)
 
 typedef void (*kca_kern_fn)(kca_params_t);
 
-/* A chunk kernel and its dynamic shared memory. */
+/* A chunk kernel, its dynamic shared memory, and its resident blocks per multiprocessor by device
+ * (0: not known yet; kca_slots fills it). */
 typedef struct {
   kca_kern_fn fn;
   int smem;
+  int *occ; /* [64] */
 } kca_kern_t;
+
+/* The occupancy slots of one chunk kernel instantiation. */
+template <int HD, int BITS, int R, int PK, int VG> static int *kca_occ(void) {
+  static int occ[64];
+  return occ;
+}
 
 /* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, windows per tile: kca_pk, value-group
  * shift: kca_vg). Windows of 4 (PK 4) only where no key is turned (kca_check_geom refuses the
  * rest). */
 template <int HD, int BITS, int R, int VG> static kca_kern_t kca_pick_pk(int pk) {
   const int smem = R == KCA_ROT_ABS ? kca_lay<HD, BITS>::rotless : kca_lay<HD, BITS>::total;
-  if (pk == 2) return {kca_chunk_kernel<HD, BITS, R, 2, VG>, smem};
+  if (pk == 2) return {kca_chunk_kernel<HD, BITS, R, 2, VG>, smem, kca_occ<HD, BITS, R, 2, VG>()};
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4) return {kca_chunk_kernel<HD, BITS, R, 4, VG>, smem};
-  return {kca_chunk_kernel<HD, BITS, R, 1, VG>, smem};
+    if (pk == 4)
+      return {kca_chunk_kernel<HD, BITS, R, 4, VG>, smem, kca_occ<HD, BITS, R, 4, VG>()};
+  return {kca_chunk_kernel<HD, BITS, R, 1, VG>, smem, kca_occ<HD, BITS, R, 1, VG>()};
 }
 
 template <int HD, int BITS, int R> static kca_kern_t kca_pick_vg(int pk, int vg) {
@@ -157,20 +166,19 @@ int kc_attn_check(const kc_attn_args_t *a) {
 /* Multiprocessors of the current device and resident chunk blocks per multiprocessor of the
  * call's kernel (both cached; benign races write the same values). */
 static int kca_slots(const kc_attn_args_t *a, int *slots) {
-  static int sms[64], occ[64][2][8][3][5][2]; /* [device][hd 128][bits][rot][pk][vg 5] */
+  static int sms[64];
   int dev = 0;
   if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
-  const int d = dev & 63, h = a->geom.head_dim == 128, b = a->has_quant ? a->geom.bits : 0;
-  const int n = b ? kca_rot_kind(a) : 0, pr = kca_pk(a->geom.omega);
+  const int d = dev & 63;
+  const kca_kern_t k = kca_pick(a);
   if (!__atomic_load_n(&sms[d], __ATOMIC_RELAXED)) {
     int v = 0;
     if (KCA_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev)))
       return QE_EBACKEND;
     __atomic_store_n(&sms[d], v, __ATOMIC_RELAXED);
   }
-  int *o = &occ[d][h][b][n][pr][kca_vg(a) == 5]; /* (one entry per kernel kca_pick may return) */
+  int *o = &k.occ[d];
   if (!__atomic_load_n(o, __ATOMIC_RELAXED)) {
-    const kca_kern_t k = kca_pick(a);
     int v = 0;
     if (KCA_CUDA(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem)) ||
         KCA_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k.fn, KCA_NT, k.smem)))

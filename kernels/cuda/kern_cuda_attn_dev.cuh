@@ -67,6 +67,8 @@
 #define KCA_GMAX   8           /* query heads per KV head */
 #define KCA_CT     256         /* combine threads per block */
 #define KCA_MAGIC  0x64006400u /* fp16 pair (1024, 1024): code c reads as 1024 + c */
+/* kca_c2h's magic for a field at bits POS: KCA_MAGIC's exponent lowered by POS */
+#define KCA_MAG(pos) (KCA_MAGIC - ((uint32_t)(pos) << 10 | (uint32_t)(pos) << 26))
 #define KCA_NEGINF (-__builtin_inff())
 
 /* How QUANT keys are turned (the kernels' ROT parameter): pre-RoPE keys re-rotated with NORM or
@@ -92,8 +94,8 @@ typedef struct {
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
-  uint32_t magic; /* KCA_MAGIC, read from the parameters so that it stays in a register */
-  uint32_t mags[5]; /* kca_c2h's magics for fields at bits 0, 2, 4, 6, 8 (mags[0] = magic) */
+  uint32_t mags[5]; /* KCA_MAG(0, 2, 4, 6, 8), read from the parameters so that they stay
+                       operands (mags[0] = KCA_MAGIC) */
   float qscale;   /* scale * log2(e) */
   float freq_scale, mscale;
 } kca_params_t;
@@ -687,8 +689,8 @@ typedef struct {
   int nk, kbase;
   uint32_t mask;  /* live units kbase .. kbase + 31 (PK 4: the FULL ones) */
   uint32_t qmask; /* PK 4: the QUANT ones */
-  int c_beg, c_end, warp;
-  int wbase; /* c_beg + PK warp, pinned: the window of the warp's first walk position */
+  int c_end;
+  int wbase; /* the chunk's first window + PK warp, pinned: the warp's first walk position's */
 } kca_live_t;
 
 /* ---------------------------------------------------------------- code unpacking */
@@ -717,14 +719,8 @@ KCA_FN uint32_t kca_vpair(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, ui
  * (c, c) without a shift: with the exponent of 2^(10 - POS) (mg: KCA_MAGIC's, moved) the field is
  * the integer above that power, which the subtraction takes off exactly. */
 template <int POS> KCA_FN uint32_t kca_c2h(uint32_t w, const kca_params_t &p) {
-  constexpr uint32_t E = KCA_MAGIC - ((uint32_t)POS << 10 | (uint32_t)POS << 26);
   /* the OR's operand from the parameters (LOP3 holds one immediate), the subtraction's inline */
-  return kca_h2sub_c<E>(kca_andor<0x00030003u << POS>(w, p.mags[POS / 2]));
-}
-
-/* kca_c2h's magic for a field at bits POS: KCA_MAGIC's exponent lowered by POS. */
-static inline uint32_t kca_mag(int pos) {
-  return KCA_MAGIC - ((uint32_t)pos << 10 | (uint32_t)pos << 26);
+  return kca_h2sub_c<KCA_MAG(POS)>(kca_andor<0x00030003u << POS>(w, p.mags[POS / 2]));
 }
 
 /* One 8-channel chunk of codes (BITS bytes) from shared memory, as two words. */
@@ -1089,10 +1085,10 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
     *ntile = 1;
     return kca_issue4<HD, BITS>(p, stage, L, cu, kvh, lane, gs);
   }
+  const int ln = PL ? pl.lane : lane; /* (the plan's copy is pinned) */
   if (PK == 2) {
     const int wa = kca_pos_win<PK>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PK>(L, cu.j) : -1;
     using WT = typename kca_wt<PL>::T;
-    const int ln = PL ? pl.lane : lane;
     const WT A = kca_getwin<PL, BITS>(p, wa, ln);
     WT B = kca_getwin<PL, BITS>(p, wb >= 0 ? wb : wa, ln); /* (loaded alongside A's) */
     if (wb < 0) B.n = 0; /* no second window: its base is never read */
@@ -1106,8 +1102,8 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
     *ntile = 1;
   } else {
     const int w = kca_pos_win<PK>(L, cu.k);
-    return kca_issue1<HD, BITS, PL>(p, stage, soff, pl, kca_getwin<PL, BITS>(p, w, lane), w, 16 * cu.j,
-                                    kvh, lane, gs, ntile);
+    return kca_issue1<HD, BITS, PL>(p, stage, soff, pl, kca_getwin<PL, BITS>(p, w, ln), w,
+                                    16 * cu.j, kvh, lane, gs, ntile);
   }
   return t;
 }
@@ -1268,7 +1264,7 @@ KCA_FN void kca_kwords(const kca_params_t &p, const uint8_t *hs, const uint8_t *
     } else {
       KCA_UNROLL
       for (int r = 0; r < 4; r++)
-        k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.magic), KCA_MAGIC),
+        k[x][r] = kca_h2fma(kca_h2sub(kca_kpair<BITS>(w0, w1, ws, r, p.mags[0]), KCA_MAGIC),
                             ks.v[r], kz.v[r]);
     }
   }
@@ -1376,9 +1372,9 @@ KCA_FN void kca_pv_codes(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
     KCA_UNROLL
     for (int r = 0; r < 4; r++) {
       const uint32_t lo =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.magic), KCA_MAGIC);
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.mags[0]), KCA_MAGIC);
       const uint32_t hi =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.magic), KCA_MAGIC);
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.mags[0]), KCA_MAGIC);
       kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
     }
   }
@@ -1591,14 +1587,14 @@ KCA_FN void kca_masses4(const kca_params_t &p, const kca_st_t<HD, BITS> &st, con
   if (m) kca_put_wlse(p, e ? st.m[1] : st.m[0], kca_win4(t, kca_ctz(m)), kvh, 2 * c + e, tot);
 }
 
-/* After a tile: a pair's two windows are done; a wide window accumulates its lane partials
- * (heads 2c, 2c + 1) until its last tile. */
 /* PK 2: the lane's row of wlse (window 0, head 2c + e of kvh) when it writes one, else NULL. */
 KCA_FN float *kca_wl2(const kca_params_t &p, int kvh, int lane) {
   const int g = lane >> 2, c = lane & 3, head = 2 * c + (g >> 1 & 1);
   return p.wlse && !(g & 1) && head < p.grp_q ? p.wlse + kvh * p.grp_q + head : (float *)0;
 }
 
+/* After a tile: a pair's two windows are done; a wide window accumulates its lane partials
+ * (heads 2c, 2c + 1) until its last tile. */
 template <int HD, int BITS, int PK>
 KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const kca_tile_t &t,
                        const kca_tp_t &r, float (&wsum)[2], int kvh, int lane, float *wl) {
@@ -1769,7 +1765,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   const int n_units = (c_end - c_beg + per - 1) / per; /* PK walk positions each */
   kca_live_t L;
   L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * per;
-  L.kbase = -64, L.mask = L.qmask = 0, L.c_beg = c_beg, L.c_end = c_end, L.warp = warp;
+  L.kbase = -64, L.mask = L.qmask = 0, L.c_end = c_end;
   L.wbase = kca_pin(c_beg + PK * warp);
   uint8_t *stages = smem + warp * Ly::warp;
   constexpr bool PL = KCA_PLAN && kca_has_plan<HD, BITS, ROT, PK>::v;
@@ -1920,8 +1916,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.n_rot = a->rope.n_rot;
   p.yarn = a->rope.yarn;
   p.qscale = a->scale * 1.4426950408889634f;
-  p.magic = KCA_MAGIC;
-  for (int i = 0; i < 5; i++) p.mags[i] = kca_mag(2 * i);
+  for (int i = 0; i < 5; i++) p.mags[i] = KCA_MAG(2 * i);
   p.freq_scale = a->rope.freq_scale;
   p.mscale = a->rope.mscale;
   return p;
