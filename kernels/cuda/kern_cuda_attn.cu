@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "qe_status.h"
@@ -189,15 +190,31 @@ static int kca_slots(const kc_attn_args_t *a, int *slots) {
   return 0;
 }
 
+/* Chunks per long sequence when a call's (sequence, KV head) pairs fill more than one wave:
+ * $QE_CUDA_ATTN_SPLIT (1..8), else KCA_SPLIT (read once). */
+static long kca_split(void) {
+  static int v;
+  int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
+  if (!s) {
+    const char *e = getenv("QE_CUDA_ATTN_SPLIT");
+    s = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : KCA_SPLIT;
+    __atomic_store_n(&v, s, __ATOMIC_RELAXED);
+  }
+  return s;
+}
+
 int kc_attn_chunk_win(const kc_attn_args_t *a) {
   int rc = kca_check_geom(a), slots = 0;
   if (rc) return rc;
   if (a->chunk_win > 0) return a->chunk_win;
   if ((rc = kca_slots(a, &slots))) return rc;
-  /* one wave: about `slots` blocks of (sequence, KV head, chunk); at least 8 units per block */
+  /* one wave: about `slots` blocks of (sequence, KV head, chunk); at least 8 units per block.
+   * Past one wave, sequences of 2 KCA_SPLIT_MIN windows or more split (the last wave's tail is
+   * a block's time: halving the blocks halves it) */
   const long pairs = (long)a->n_seq * a->geom.n_kv;
-  const long per_seq = slots / pairs > 1 ? slots / pairs : 1;
   const int unit = kca_pk(a->geom.omega), mw = a->max_win > 0 ? a->max_win : 1;
+  long per_seq = slots / pairs > 1 ? slots / pairs : 1;
+  if (pairs > slots && mw >= 2 * KCA_SPLIT_MIN) per_seq = kca_split();
   int cw = (int)((mw + per_seq - 1) / per_seq);
   cw = cw < 8 * unit ? 8 * unit : cw;
   return (cw + unit - 1) / unit * unit;
@@ -261,7 +278,7 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3((unsigned)a->n_seq, (unsigned)kca_combine_parts(a), 1);
   cfg.blockDim = dim3(KCA_CT, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)a->n_head * sizeof(float);
+  cfg.dynamicSmemBytes = (size_t)(a->n_head + KCA_CT) * sizeof(float); /* kca_combine_body */
   cfg.stream = s;
   if (major >= 9) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -63,6 +63,10 @@
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
+#ifndef KCA_SPLIT
+#define KCA_SPLIT 1 /* chunks per long sequence past one wave ($QE_CUDA_ATTN_SPLIT overrides) */
+#endif
+#define KCA_SPLIT_MIN 1024 /* windows: sequences of twice this or more may split (KCA_SPLIT) */
 #define KCA_NT     (KCA_NW * 32)
 #define KCA_GMAX   8           /* query heads per KV head */
 #define KCA_CT     256         /* combine threads per block */
@@ -1811,16 +1815,60 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 
 /* ---------------------------------------------------------------- the combine block */
 
+/* The final log-sum-exps of KV head k's query heads (lse_s [n_head]; -inf past grp_q). */
+struct kca_glse_t {
+  float v[KCA_GMAX];
+};
+KCA_FN kca_glse_t kca_group_lse(const kca_params_t &p, const float *lse_s, int k) {
+  kca_glse_t r;
+  KCA_UNROLL
+  for (int hh = 0; hh < KCA_GMAX; hh++) r.v[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
+  return r;
+}
+
+/* The combine's share of b's window masses: a thread per (window, KV head) of KCA_CT / n_kv
+ * windows at a time (their loads in parallel), the heads' sums in k order by a thread per window
+ * (kca_alone_masses's order: the same bits). part_s: KCA_CT floats of shared memory. */
+KCA_FN void kca_combine_masses(const kca_params_t &p, int b, int part, int n_part, int tid,
+                               const float *lse_s, float *part_s) {
+  const int w_beg = p.seq_win[b], nw = kca_seq_end(p, b) - w_beg, wper = (nw + n_part - 1) / n_part;
+  const int m_beg = w_beg + kca_mini(nw, part * wper), m_end = w_beg + kca_mini(nw, (part + 1) * wper);
+  if (p.n_kv > KCA_CT) { /* (no such model) a thread per window */
+    for (int w = m_beg + tid; w < m_end; w += KCA_CT) {
+      float s = 0.0f;
+      for (int k = 0; k < p.n_kv && kca_win_live(p, w); k++)
+        s += kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v);
+      p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
+    }
+    return;
+  }
+  const int wr = KCA_CT / p.n_kv; /* windows a round */
+  for (int w0 = m_beg; w0 < m_end; w0 += wr) {
+    const int w = w0 + tid / p.n_kv, k = tid % p.n_kv;
+    if (tid < wr * p.n_kv && w < m_end) {
+      part_s[tid] = kca_win_live(p, w) ? kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v) : 0.0f;
+    }
+    kca_syncthreads();
+    if (tid < wr && w0 + tid < m_end) {
+      float s = 0.0f;
+      for (int kk = 0; kk < p.n_kv; kk++) s += part_s[tid * p.n_kv + kk];
+      const int wt = w0 + tid;
+      p.mass[wt] = (p.mass_acc ? p.mass[wt] : 0.0f) + s / (float)p.n_head;
+    }
+    kca_syncthreads();
+  }
+}
+
 /* Block (b, part) of n_part, for a sequence of several chunks: the heads' final log-sum-exps (all
  * parts compute them, into lse_s [n_head]), then the part's share of out[b] and of b's window
- * masses (a thread per window). */
+ * masses. sm: n_head + KCA_CT floats of shared memory (lse_s, then the masses' partials). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
-                             float *lse_s) {
+                             float *sm) {
   if (kca_seq_skipped(p, b)) return;
-  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   if (kca_seq_alone(p, b)) return; /* the chunk kernel finished it */
   const int nc = kca_seq_chunks(p, b);
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
+  float *lse_s = sm;
   for (int h = tid; h < p.n_head; h += KCA_CT) {
     float mx = KCA_NEGINF, L = 0.0f;
     for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
@@ -1842,23 +1890,8 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
     }
     p.out[((size_t)b * p.n_head + h) * hd + d] = o;
   }
-  if (!p.mass) return;
-  const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
-  const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
-  for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) { /* a thread per window */
-    float s = 0.0f;
-    const int live = kca_win_live(p, w);
-    for (int k = 0; k < p.n_kv && live; k++) {
-      float lse[KCA_GMAX];
-      KCA_UNROLL
-      for (int hh = 0; hh < KCA_GMAX; hh++)
-        lse[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
-      s += kca_kv_mass(p, w, k, lse);
-    }
-    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
-  }
+  if (p.mass) kca_combine_masses(p, b, part, n_part, tid, lse_s, sm + p.n_head);
 }
-
 /* ---------------------------------------------------------------- host-side helpers */
 
 /* Workspace layout of a call: partial outputs, partial log-sum-exps, window log-sum-exps, window
@@ -1972,13 +2005,14 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
   return a->abs_keys ? KCA_ROT_ABS : a->rope.mode == KERN_ROPE_NEOX ? KCA_ROT_NEOX : KCA_ROT_NORM;
 }
 
-/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses 32
- * windows per block (a thread per window; a window's loads are a chain: with 4 parts of 8 warps
- * a sequence of 4,096 windows took ~110 us on the H200, longer than its chunk kernel's 0.2 ms
- * would suggest). */
+/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses one
+ * round of kca_combine_masses a block (KCA_CT / n_kv windows, a thread per (window, KV head)):
+ * many short blocks, since a thread's loads are a chain (with 4 parts of 8 warps and a thread per
+ * window a sequence of 4,096 windows took ~110 us on the H200). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
-  const int mass_parts = a->mass ? (a->max_win + KCA_CT / 8 - 1) / (KCA_CT / 8) : 1;
+  const int wr = a->geom.n_kv < KCA_CT ? KCA_CT / a->geom.n_kv : 1;
+  const int mass_parts = a->mass ? (a->max_win + wr - 1) / wr : 1;
   const int parts = out_parts > mass_parts ? out_parts : mass_parts;
   return parts < 1 ? 1 : parts > 128 ? 128 : parts;
 }

@@ -80,7 +80,7 @@ static int emu_decode(const kc_attn_args_t *a) {
   int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
                                   : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk, vg);
   const int parts = kca_combine_parts(a);
-  std::vector<float> lse_s(a->n_head);
+  std::vector<float> lse_s(a->n_head + KCA_CT);
   for (int b = 0; b < a->n_seq && !rc; b++)
     for (int part = 0; part < parts && !rc; part++)
       rc = emu_block(KCA_CT, [&](int tid) {
