@@ -1822,7 +1822,8 @@ struct kca_glse_t {
 KCA_FN kca_glse_t kca_group_lse(const kca_params_t &p, const float *lse_s, int k) {
   kca_glse_t r;
   KCA_UNROLL
-  for (int hh = 0; hh < KCA_GMAX; hh++) r.v[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
+  for (int hh = 0; hh < KCA_GMAX; hh++)
+    r.v[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
   return r;
 }
 
@@ -1831,23 +1832,14 @@ KCA_FN kca_glse_t kca_group_lse(const kca_params_t &p, const float *lse_s, int k
  * (kca_alone_masses's order: the same bits). part_s: KCA_CT floats of shared memory. */
 KCA_FN void kca_combine_masses(const kca_params_t &p, int b, int part, int n_part, int tid,
                                const float *lse_s, float *part_s) {
-  const int w_beg = p.seq_win[b], nw = kca_seq_end(p, b) - w_beg, wper = (nw + n_part - 1) / n_part;
-  const int m_beg = w_beg + kca_mini(nw, part * wper), m_end = w_beg + kca_mini(nw, (part + 1) * wper);
-  if (p.n_kv > KCA_CT) { /* (no such model) a thread per window */
-    for (int w = m_beg + tid; w < m_end; w += KCA_CT) {
-      float s = 0.0f;
-      for (int k = 0; k < p.n_kv && kca_win_live(p, w); k++)
-        s += kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v);
-      p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
-    }
-    return;
-  }
-  const int wr = KCA_CT / p.n_kv; /* windows a round */
+  const int w_beg = p.seq_win[b], nw = kca_seq_end(p, b) - w_beg;
+  const int wper = (nw + n_part - 1) / n_part, wr = KCA_CT / p.n_kv; /* windows a round */
+  const int m_beg = w_beg + kca_mini(nw, part * wper);
+  const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
   for (int w0 = m_beg; w0 < m_end; w0 += wr) {
     const int w = w0 + tid / p.n_kv, k = tid % p.n_kv;
-    if (tid < wr * p.n_kv && w < m_end) {
+    if (tid < wr * p.n_kv && w < m_end)
       part_s[tid] = kca_win_live(p, w) ? kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v) : 0.0f;
-    }
     kca_syncthreads();
     if (tid < wr && w0 + tid < m_end) {
       float s = 0.0f;
@@ -2011,7 +2003,7 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
  * window a sequence of 4,096 windows took ~110 us on the H200). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
-  const int wr = a->geom.n_kv < KCA_CT ? KCA_CT / a->geom.n_kv : 1;
+  const int wr = KCA_CT / a->geom.n_kv; /* (n_kv <= KCA_CT: kca_check_geom) */
   const int mass_parts = a->mass ? (a->max_win + wr - 1) / wr : 1;
   const int parts = out_parts > mass_parts ? out_parts : mass_parts;
   return parts < 1 ? 1 : parts > 128 ? 128 : parts;
