@@ -33,8 +33,7 @@
  * bounds checks on the device): the cache owns their validity.
  *
  * Geometry limits of the CUDA kernel (kc_attn_decode checks them): head_dim 64 or 128;
- * omega 4 (with QUANT keys post-RoPE only), 8 or a multiple of 16 (<= 1024); n_kv <= 256;
- * n_head / n_kv <= 8;
+ * omega 4 (with QUANT keys post-RoPE only), 8 or a multiple of 16 (<= 1024); n_head / n_kv <= 8;
  * for QUANT windows group a multiple of 8 dividing head_dim and at most head_dim / 2, and NEOX
  * RoPE only with n_rot == head_dim. */
 #ifndef QE_KERN_PAGED_H

@@ -124,8 +124,8 @@ static int kca_check_geom(const kc_attn_args_t *a) {
   if (g->head_dim != 64 && g->head_dim != 128)
     return qe_errf(QE_EUNSUPPORTED, "kc_attn: geom.head_dim must be 64 or 128 (got %d)",
                    g->head_dim);
-  if (g->n_kv < 1 || g->n_kv > KCA_CT) /* (the combine's masses: a thread per (window, head)) */
-    return qe_errf(QE_EINVAL, "kc_attn: geom.n_kv must be in 1..%d (got %d)", KCA_CT, g->n_kv);
+  if (g->n_kv < 1 || g->n_kv > 65535)
+    return qe_errf(QE_EINVAL, "kc_attn: geom.n_kv must be in 1..65535 (got %d)", g->n_kv);
   if (a->n_head < 1 || a->n_head % g->n_kv != 0 || a->n_head / g->n_kv > KCA_GMAX)
     return qe_errf(QE_EUNSUPPORTED, "kc_attn: n_head must be n_kv * (1..%d) (got %d, n_kv %d)",
                    KCA_GMAX, a->n_head, g->n_kv);
@@ -278,7 +278,7 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3((unsigned)a->n_seq, (unsigned)kca_combine_parts(a), 1);
   cfg.blockDim = dim3(KCA_CT, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)(a->n_head + KCA_CT) * sizeof(float); /* kca_combine_body */
+  cfg.dynamicSmemBytes = kca_combine_smem(a);
   cfg.stream = s;
   if (major >= 9) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

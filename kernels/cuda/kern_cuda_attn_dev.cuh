@@ -64,11 +64,14 @@
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
 #ifndef KCA_SPLIT
-#define KCA_SPLIT 1 /* chunks per long sequence past one wave ($QE_CUDA_ATTN_SPLIT overrides) */
+#define KCA_SPLIT 2 /* chunks per long sequence past one wave ($QE_CUDA_ATTN_SPLIT overrides): 2
+                    * took long_ctx QEvict 20% at 32K from 63.1 to 61.3 ms a step (H200 2026-12-03) */
 #endif
 #define KCA_SPLIT_MIN 1024 /* windows: sequences of twice this or more may split (KCA_SPLIT) */
 #define KCA_NT     (KCA_NW * 32)
 #define KCA_GMAX   8           /* query heads per KV head */
+/* windows a round of the combine's masses: KCA_CT / n_kv (one, past KCA_CT KV heads) */
+#define KCA_MASS_ROUND(n_kv) ((n_kv) < KCA_CT ? KCA_CT / (n_kv) : 1)
 #define KCA_CT     256         /* combine threads per block */
 #define KCA_MAGIC  0x64006400u /* fp16 pair (1024, 1024): code c reads as 1024 + c */
 /* kca_c2h's magic for a field at bits POS: KCA_MAGIC's exponent lowered by POS */
@@ -1827,19 +1830,21 @@ KCA_FN kca_glse_t kca_group_lse(const kca_params_t &p, const float *lse_s, int k
   return r;
 }
 
-/* The combine's share of b's window masses: a thread per (window, KV head) of KCA_CT / n_kv
- * windows at a time (their loads in parallel), the heads' sums in k order by a thread per window
- * (kca_alone_masses's order: the same bits). part_s: KCA_CT floats of shared memory. */
+/* The combine's share of b's window masses: a thread per (window, KV head) of wr windows at a
+ * time (their loads in parallel), the heads' sums in k order by a thread per window
+ * (kca_alone_masses's order: the same bits). part_s: kca_combine_smem's partials. */
 KCA_FN void kca_combine_masses(const kca_params_t &p, int b, int part, int n_part, int tid,
                                const float *lse_s, float *part_s) {
   const int w_beg = p.seq_win[b], nw = kca_seq_end(p, b) - w_beg;
-  const int wper = (nw + n_part - 1) / n_part, wr = KCA_CT / p.n_kv; /* windows a round */
+  const int wper = (nw + n_part - 1) / n_part, wr = KCA_MASS_ROUND(p.n_kv), np = wr * p.n_kv;
   const int m_beg = w_beg + kca_mini(nw, part * wper);
   const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
   for (int w0 = m_beg; w0 < m_end; w0 += wr) {
-    const int w = w0 + tid / p.n_kv, k = tid % p.n_kv;
-    if (tid < wr * p.n_kv && w < m_end)
-      part_s[tid] = kca_win_live(p, w) ? kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v) : 0.0f;
+    for (int i = tid; i < np; i += KCA_CT) { /* (once, unless n_kv > KCA_CT) */
+      const int w = w0 + i / p.n_kv, k = i % p.n_kv;
+      if (w < m_end)
+        part_s[i] = kca_win_live(p, w) ? kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v) : 0.0f;
+    }
     kca_syncthreads();
     if (tid < wr && w0 + tid < m_end) {
       float s = 0.0f;
@@ -1853,7 +1858,7 @@ KCA_FN void kca_combine_masses(const kca_params_t &p, int b, int part, int n_par
 
 /* Block (b, part) of n_part, for a sequence of several chunks: the heads' final log-sum-exps (all
  * parts compute them, into lse_s [n_head]), then the part's share of out[b] and of b's window
- * masses. sm: n_head + KCA_CT floats of shared memory (lse_s, then the masses' partials). */
+ * masses. sm: kca_combine_smem's bytes (lse_s [n_head], then the masses' partials). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *sm) {
   if (kca_seq_skipped(p, b)) return;
@@ -2003,10 +2008,16 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
  * window a sequence of 4,096 windows took ~110 us on the H200). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
-  const int wr = KCA_CT / a->geom.n_kv; /* (n_kv <= KCA_CT: kca_check_geom) */
+  const int wr = KCA_MASS_ROUND(a->geom.n_kv);
   const int mass_parts = a->mass ? (a->max_win + wr - 1) / wr : 1;
   const int parts = out_parts > mass_parts ? out_parts : mass_parts;
   return parts < 1 ? 1 : parts > 128 ? 128 : parts;
+}
+
+/* Dynamic shared memory of a combine block: the heads' log-sum-exps and a round's partials. */
+static inline size_t kca_combine_smem(const kc_attn_args_t *a) {
+  const int np = KCA_MASS_ROUND(a->geom.n_kv) * a->geom.n_kv;
+  return (size_t)(a->n_head + (np > KCA_CT ? np : KCA_CT)) * sizeof(float);
 }
 
 #endif
