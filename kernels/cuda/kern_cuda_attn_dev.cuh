@@ -70,8 +70,6 @@
 #define KCA_SPLIT_MIN 1024 /* windows: sequences of twice this or more may split (KCA_SPLIT) */
 #define KCA_NT     (KCA_NW * 32)
 #define KCA_GMAX   8           /* query heads per KV head */
-/* windows a round of the combine's masses: KCA_CT / n_kv (one, past KCA_CT KV heads) */
-#define KCA_MASS_ROUND(n_kv) ((n_kv) < KCA_CT ? KCA_CT / (n_kv) : 1)
 #define KCA_CT     256         /* combine threads per block */
 #define KCA_MAGIC  0x64006400u /* fp16 pair (1024, 1024): code c reads as 1024 + c */
 /* kca_c2h's magic for a field at bits POS: KCA_MAGIC's exponent lowered by POS */
@@ -1818,54 +1816,16 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 
 /* ---------------------------------------------------------------- the combine block */
 
-/* The final log-sum-exps of KV head k's query heads (lse_s [n_head]; -inf past grp_q). */
-struct kca_glse_t {
-  float v[KCA_GMAX];
-};
-KCA_FN kca_glse_t kca_group_lse(const kca_params_t &p, const float *lse_s, int k) {
-  kca_glse_t r;
-  KCA_UNROLL
-  for (int hh = 0; hh < KCA_GMAX; hh++)
-    r.v[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
-  return r;
-}
-
-/* The combine's share of b's window masses: a thread per (window, KV head) of wr windows at a
- * time (their loads in parallel), the heads' sums in k order by a thread per window
- * (kca_alone_masses's order: the same bits). part_s: kca_combine_smem's partials. */
-KCA_FN void kca_combine_masses(const kca_params_t &p, int b, int part, int n_part, int tid,
-                               const float *lse_s, float *part_s) {
-  const int w_beg = p.seq_win[b], nw = kca_seq_end(p, b) - w_beg;
-  const int wper = (nw + n_part - 1) / n_part, wr = KCA_MASS_ROUND(p.n_kv), np = wr * p.n_kv;
-  const int m_beg = w_beg + kca_mini(nw, part * wper);
-  const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
-  for (int w0 = m_beg; w0 < m_end; w0 += wr) {
-    for (int i = tid; i < np; i += KCA_CT) { /* (once, unless n_kv > KCA_CT) */
-      const int w = w0 + i / p.n_kv, k = i % p.n_kv;
-      if (w < m_end)
-        part_s[i] = kca_win_live(p, w) ? kca_kv_mass(p, w, k, kca_group_lse(p, lse_s, k).v) : 0.0f;
-    }
-    kca_syncthreads();
-    if (tid < wr && w0 + tid < m_end) {
-      float s = 0.0f;
-      for (int kk = 0; kk < p.n_kv; kk++) s += part_s[tid * p.n_kv + kk];
-      const int wt = w0 + tid;
-      p.mass[wt] = (p.mass_acc ? p.mass[wt] : 0.0f) + s / (float)p.n_head;
-    }
-    kca_syncthreads();
-  }
-}
-
 /* Block (b, part) of n_part, for a sequence of several chunks: the heads' final log-sum-exps (all
  * parts compute them, into lse_s [n_head]), then the part's share of out[b] and of b's window
- * masses. sm: kca_combine_smem's bytes (lse_s [n_head], then the masses' partials). */
+ * masses (a thread per window). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
-                             float *sm) {
+                             float *lse_s) {
   if (kca_seq_skipped(p, b)) return;
+  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   if (kca_seq_alone(p, b)) return; /* the chunk kernel finished it */
   const int nc = kca_seq_chunks(p, b);
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
-  float *lse_s = sm;
   for (int h = tid; h < p.n_head; h += KCA_CT) {
     float mx = KCA_NEGINF, L = 0.0f;
     for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
@@ -1887,8 +1847,23 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
     }
     p.out[((size_t)b * p.n_head + h) * hd + d] = o;
   }
-  if (p.mass) kca_combine_masses(p, b, part, n_part, tid, lse_s, sm + p.n_head);
+  if (!p.mass) return;
+  const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
+  const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
+  for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) { /* a thread per window */
+    float s = 0.0f;
+    const int live = kca_win_live(p, w);
+    for (int k = 0; k < p.n_kv && live; k++) {
+      float lse[KCA_GMAX];
+      KCA_UNROLL
+      for (int hh = 0; hh < KCA_GMAX; hh++)
+        lse[hh] = hh < p.grp_q ? lse_s[k * p.grp_q + hh] : KCA_NEGINF;
+      s += kca_kv_mass(p, w, k, lse);
+    }
+    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
+  }
 }
+
 /* ---------------------------------------------------------------- host-side helpers */
 
 /* Workspace layout of a call: partial outputs, partial log-sum-exps, window log-sum-exps, window
@@ -2002,22 +1977,15 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
   return a->abs_keys ? KCA_ROT_ABS : a->rope.mode == KERN_ROPE_NEOX ? KCA_ROT_NEOX : KCA_ROT_NORM;
 }
 
-/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses one
- * round of kca_combine_masses a block (KCA_CT / n_kv windows, a thread per (window, KV head)):
- * many short blocks, since a thread's loads are a chain (with 4 parts of 8 warps and a thread per
- * window a sequence of 4,096 windows took ~110 us on the H200). */
+/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses 32
+ * windows per block (a thread per window; a window's loads are a chain: with 4 parts of 8 warps
+ * a sequence of 4,096 windows took ~110 us on the H200, longer than its chunk kernel's 0.2 ms
+ * would suggest). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
-  const int wr = KCA_MASS_ROUND(a->geom.n_kv);
-  const int mass_parts = a->mass ? (a->max_win + wr - 1) / wr : 1;
+  const int mass_parts = a->mass ? (a->max_win + KCA_CT / 8 - 1) / (KCA_CT / 8) : 1;
   const int parts = out_parts > mass_parts ? out_parts : mass_parts;
   return parts < 1 ? 1 : parts > 128 ? 128 : parts;
-}
-
-/* Dynamic shared memory of a combine block: the heads' log-sum-exps and a round's partials. */
-static inline size_t kca_combine_smem(const kc_attn_args_t *a) {
-  const int np = KCA_MASS_ROUND(a->geom.n_kv) * a->geom.n_kv;
-  return (size_t)(a->n_head + (np > KCA_CT ? np : KCA_CT)) * sizeof(float);
 }
 
 #endif
