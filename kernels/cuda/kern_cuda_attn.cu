@@ -191,13 +191,13 @@ static int kca_slots(const kc_attn_args_t *a, int *slots) {
 }
 
 /* Chunks per long sequence when a call's (sequence, KV head) pairs fill more than one wave:
- * $QE_CUDA_ATTN_SPLIT (1..8), else KCA_SPLIT (read once). */
+ * $QE_CUDA_ATTN_SPLIT (1..8), else KC_ATTN_SPLIT (read once). */
 static long kca_split(void) {
   static int v;
   int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
   if (!s) {
     const char *e = getenv("QE_CUDA_ATTN_SPLIT");
-    s = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : KCA_SPLIT;
+    s = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : KC_ATTN_SPLIT;
     __atomic_store_n(&v, s, __ATOMIC_RELAXED);
   }
   return s;
@@ -209,12 +209,11 @@ int kc_attn_chunk_win(const kc_attn_args_t *a) {
   if (a->chunk_win > 0) return a->chunk_win;
   if ((rc = kca_slots(a, &slots))) return rc;
   /* one wave: about `slots` blocks of (sequence, KV head, chunk); at least 8 units per block.
-   * Past one wave, sequences of 2 KCA_SPLIT_MIN windows or more split (the last wave's tail is
-   * a block's time: halving the blocks halves it) */
+   * Past one wave, long sequences in KC_ATTN_SPLIT chunks (kern_cuda_attn.h) */
   const long pairs = (long)a->n_seq * a->geom.n_kv;
   const int unit = kca_pk(a->geom.omega), mw = a->max_win > 0 ? a->max_win : 1;
   long per_seq = slots / pairs > 1 ? slots / pairs : 1;
-  if (pairs > slots && mw >= 2 * KCA_SPLIT_MIN) per_seq = kca_split();
+  if (pairs > slots && mw >= 2 * KC_ATTN_SPLIT_MIN) per_seq = kca_split();
   int cw = (int)((mw + per_seq - 1) / per_seq);
   cw = cw < 8 * unit ? 8 * unit : cw;
   return (cw + unit - 1) / unit * unit;

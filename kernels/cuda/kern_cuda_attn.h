@@ -102,10 +102,16 @@ typedef struct {
  * (set by the caller). Returns 0 or QE_EINVAL (odd or non-positive n_rot). Thread-safe. */
 int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *out);
 
+/* Past one wave of blocks, sequences of at least 2 KC_ATTN_SPLIT_MIN windows are cut in
+ * KC_ATTN_SPLIT chunks ($QE_CUDA_ATTN_SPLIT, 1..8, read once, overrides): the last wave's
+ * tail is a block's time (H200, 122 x 32K tokens at QEvict 20%: 63.1 -> 61.3 ms a step). */
+#define KC_ATTN_SPLIT     2
+#define KC_ATTN_SPLIT_MIN 1024
+
 /* The chunk size (windows) the call will use: a->chunk_win if set, else one that spreads
- * n_seq * n_kv * chunks over the device's multiprocessors in about one wave (queries the current
- * device, cached). Checks the geometry, not the buffers. Returns >= 1, or a negative QE_E*
- * code. */
+ * n_seq * n_kv * chunks over the device's multiprocessors in about one wave, or past one wave
+ * KC_ATTN_SPLIT's (queries the current device, cached). Checks the geometry, not the buffers.
+ * Returns >= 1, or a negative QE_E* code. */
 int kc_attn_chunk_win(const kc_attn_args_t *a);
 
 /* The most chunks per sequence kc_attn_chunk_win's choice gives for any call of a's geometry

@@ -63,11 +63,6 @@
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
-#ifndef KCA_SPLIT
-#define KCA_SPLIT 2 /* chunks per long sequence past one wave ($QE_CUDA_ATTN_SPLIT overrides): 2
-                    * took long_ctx QEvict 20% at 32K from 63.1 to 61.3 ms a step (H200 2026-12-03) */
-#endif
-#define KCA_SPLIT_MIN 1024 /* windows: sequences of twice this or more may split (KCA_SPLIT) */
 #define KCA_NT     (KCA_NW * 32)
 #define KCA_GMAX   8           /* query heads per KV head */
 #define KCA_CT     256         /* combine threads per block */

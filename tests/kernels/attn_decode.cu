@@ -936,6 +936,27 @@ static int api_checks(void) {
   return fails;
 }
 
+/* The automatic chunking past one wave (kc_attn_chunk_win, on the current device): sequences of
+ * 2 KC_ATTN_SPLIT_MIN windows or more in $QE_CUDA_ATTN_SPLIT (else KC_ATTN_SPLIT) chunks, shorter
+ * ones whole. */
+static int split_checks(void) {
+  const char *e = getenv("QE_CUDA_ATTN_SPLIT");
+  const int split = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : KC_ATTN_SPLIT;
+  kc_attn_args_t a;
+  memset(&a, 0, sizeof a);
+  a.geom = {8, 128, 8, 2, 32};
+  a.n_seq = 1000, a.n_head = 32, a.scale = 0.088f, a.has_quant = 1, a.abs_keys = 1;
+  static float tab[2] = {1.0f, 0.0f}; /* (checked for presence only) */
+  a.rope.mode = KERN_ROPE_NORM, a.rope.n_rot = 128, a.rope.table = tab;
+  a.max_win = 4 * KC_ATTN_SPLIT_MIN; /* 8,000 (sequence, KV head) pairs: many waves */
+  const int cw = kc_attn_chunk_win(&a), want = ((a.max_win + split - 1) / split + 1) / 2 * 2;
+  a.max_win = 2 * KC_ATTN_SPLIT_MIN - 2; /* (windows of 8 pair up: chunks of even counts) */
+  const int cw_short = kc_attn_chunk_win(&a), fails = (cw != want) + (cw_short != a.max_win);
+  printf("%s chunking past one wave: %d a chunk of %d windows (want %d), %d of %d (want %d)\n",
+         fails ? "FAIL" : "ok  ", cw, 4 * KC_ATTN_SPLIT_MIN, want, cw_short, a.max_win, a.max_win);
+  return fails;
+}
+
 int main(int argc, char **argv) {
   int small = 0, bench = 0;
   const char *only = nullptr, *filter = nullptr;
@@ -960,5 +981,6 @@ int main(int argc, char **argv) {
     return 77;
   }
   CK(cudaSetDevice(0));
+  if (!bench && split_checks()) return 1;
   return bench ? bench_all(filter) : check_all(small, only);
 }
