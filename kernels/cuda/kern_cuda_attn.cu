@@ -190,9 +190,7 @@ static int kca_slots(const kc_attn_args_t *a, int *slots) {
   return 0;
 }
 
-/* Chunks per long sequence when a call's (sequence, KV head) pairs fill more than one wave:
- * $QE_CUDA_ATTN_SPLIT (1..8), else KC_ATTN_SPLIT (read once). */
-static long kca_split(void) {
+int kc_attn_split(void) {
   static int v;
   int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
   if (!s) {
@@ -213,7 +211,7 @@ int kc_attn_chunk_win(const kc_attn_args_t *a) {
   const long pairs = (long)a->n_seq * a->geom.n_kv;
   const int unit = kca_pk(a->geom.omega), mw = a->max_win > 0 ? a->max_win : 1;
   long per_seq = slots / pairs > 1 ? slots / pairs : 1;
-  if (pairs > slots && mw >= 2 * KC_ATTN_SPLIT_MIN) per_seq = kca_split();
+  if (pairs > slots && mw >= 2 * KC_ATTN_SPLIT_MIN) per_seq = kc_attn_split();
   int cw = (int)((mw + per_seq - 1) / per_seq);
   cw = cw < 8 * unit ? 8 * unit : cw;
   return (cw + unit - 1) / unit * unit;

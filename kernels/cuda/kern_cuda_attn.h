@@ -108,6 +108,10 @@ int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *o
 #define KC_ATTN_SPLIT     2
 #define KC_ATTN_SPLIT_MIN 1024
 
+/* The chunks a long sequence splits in past one wave: $QE_CUDA_ATTN_SPLIT when in 1..8, else
+ * KC_ATTN_SPLIT (read once). */
+int kc_attn_split(void);
+
 /* The chunk size (windows) the call will use: a->chunk_win if set, else one that spreads
  * n_seq * n_kv * chunks over the device's multiprocessors in about one wave, or past one wave
  * KC_ATTN_SPLIT's (queries the current device, cached). Checks the geometry, not the buffers.

@@ -937,11 +937,9 @@ static int api_checks(void) {
 }
 
 /* The automatic chunking past one wave (kc_attn_chunk_win, on the current device): sequences of
- * 2 KC_ATTN_SPLIT_MIN windows or more in $QE_CUDA_ATTN_SPLIT (else KC_ATTN_SPLIT) chunks, shorter
- * ones whole. */
+ * 2 KC_ATTN_SPLIT_MIN windows or more in kc_attn_split() chunks, shorter ones whole. */
 static int split_checks(void) {
-  const char *e = getenv("QE_CUDA_ATTN_SPLIT");
-  const int split = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : KC_ATTN_SPLIT;
+  const int split = kc_attn_split();
   kc_attn_args_t a;
   memset(&a, 0, sizeof a);
   a.geom = {8, 128, 8, 2, 32};
