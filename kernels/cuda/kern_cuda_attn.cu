@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 extern "C" {
+#include "qe_log.h"
 #include "qe_status.h"
 }
 #include "kern_cuda_attn.h"
@@ -190,14 +191,25 @@ static int kca_slots(const kc_attn_args_t *a, int *slots) {
   return 0;
 }
 
-int kc_attn_split(void) {
-  static int v;
-  int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
-  if (!s) {
-    const char *e = getenv("QE_CUDA_ATTN_SPLIT");
-    s = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : KC_ATTN_SPLIT;
-    __atomic_store_n(&v, s, __ATOMIC_RELAXED);
+/* $QE_CUDA_ATTN_SPLIT parsed: 1..8, or KC_ATTN_SPLIT when unset; anything else is ignored with
+ * a warning. */
+static int kca_split_env(void) {
+  const char *e = getenv("QE_CUDA_ATTN_SPLIT");
+  char *end = NULL;
+  const long v = e ? strtol(e, &end, 10) : 0;
+  if (!e || !*e) return KC_ATTN_SPLIT;
+  if (*end || v < 1 || v > 8) {
+    qe_log(QE_LOG_WARN, "QE_CUDA_ATTN_SPLIT='%s' ignored: chunks 1..8 are expected (using %d)", e,
+           KC_ATTN_SPLIT);
+    return KC_ATTN_SPLIT;
   }
+  return (int)v;
+}
+
+int kc_attn_split(void) {
+  static int v; /* (benign race: every reader computes the same value) */
+  int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
+  if (!s) __atomic_store_n(&v, s = kca_split_env(), __ATOMIC_RELAXED);
   return s;
 }
 

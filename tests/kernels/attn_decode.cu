@@ -931,6 +931,11 @@ static int api_checks(void) {
   EXPECT(kc_attn_check(&b) == QE_EINVAL, "q not 16-byte aligned");
   b.q = qbuf;
   EXPECT(kc_attn_check(&b) == 0, "q 16-byte aligned");
+  if (!getenv("QE_CUDA_ATTN_SPLIT")) { /* (read once: a value given to the run stays in force) */
+    setenv("QE_CUDA_ATTN_SPLIT", "9", 1);
+    EXPECT(kc_attn_split() == KC_ATTN_SPLIT, "QE_CUDA_ATTN_SPLIT=9 ignored, with a warning");
+    unsetenv("QE_CUDA_ATTN_SPLIT");
+  }
 #undef EXPECT
   printf("attn_decode api checks: %d failure(s)\n", fails);
   return fails;
