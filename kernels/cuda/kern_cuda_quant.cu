@@ -221,14 +221,36 @@ KQ_FN uint16_t kq_hceil_pos(double v) {
 
 /* ---- the rule R and the fixed-point test ---- */
 
-/* Smallest fp16 s >= 2^-14 whose top reconstruction fl(L * s + z) >= mx. */
-KQ_FN uint16_t kq_cover(uint16_t zh, float mx, int L) {
-  const float z = kq_h2f(zh);
-  uint16_t s = kq_hceil_pos(((double)mx - (double)z) / (double)L);
+/* A finite fp16 (a ledger's scales and zeros always are: kq_rule, kq_search) as fp32 through
+ * the hardware conversion: the same value as kq_h2f's integer code, in one instruction. */
+KQ_FN float kq_h2f_finite(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* Smallest fp16 s >= 2^-14 whose top reconstruction fl(L * s + z) >= mx, walking from s0: the
+ * walk up stops at the first scale that covers, the walk down at the last one, and fl(L * s + z)
+ * is monotone in s, so the answer does not depend on s0. */
+KQ_FN uint16_t kq_cover_from(uint16_t s, float z, float mx, int L) {
   s = s < KQ_HMINS ? KQ_HMINS : s;
-  while (s < KQ_HMAX && kq_recon(L, z, kq_h2f(s)) < mx) s++;
-  while (s > KQ_HMINS && kq_recon(L, z, kq_h2f((uint16_t)(s - 1))) >= mx) s--;
+  while (s < KQ_HMAX && kq_recon(L, z, kq_h2f_finite(s)) < mx) s++;
+  while (s > KQ_HMINS && kq_recon(L, z, kq_h2f_finite((uint16_t)(s - 1))) >= mx) s--;
   return s;
+}
+
+#ifdef KQ_EMU /* kq_cover's reference in quant_emu: kv_quant.c's start, an fp64 quotient */
+KQ_FN uint16_t kq_cover_ref(uint16_t zh, float mx, int L) {
+  const float z = kq_h2f(zh);
+  return kq_cover_from(kq_hceil_pos(((double)mx - (double)z) / (double)L), z, mx, L);
+}
+#endif
+
+/* kv_quant.c's cover (the smallest fp16 s >= 2^-14 with fl(L * s + z) >= mx), its walk started
+ * from an fp32 estimate rounded up to fp16 instead of kv__hceil_pos of an fp64 quotient (an fp64
+ * division and two walks in fp64 a group); mn <= mx and z <= mn, so the estimate is >= 0. */
+KQ_FN uint16_t kq_cover(uint16_t zh, float mx, int L) {
+  const float z = kq_h2f_finite(zh), v = __fdiv_rn(__fsub_rn(mx, z), (float)L);
+  const uint16_t s0 = !(v > 0x1p-14f) ? KQ_HMINS
+                      : v >= 65504.0f ? KQ_HMAX
+                                      : __half_as_ushort(__float2half_ru(v));
+  return kq_cover_from(s0, z, mx, L);
 }
 
 /* kq_hfloor of a float in [-65504, 65504] (every value here is kq_san'd): the round-down
@@ -266,7 +288,7 @@ KQ_FN int kq_within(float x, float y, float s) {
 
 /* Is (z, s) a fixed point for the n values xs? */
 KQ_FN int kq_is_fixed_vals(const float *xs, int n, int L, uint16_t zh, uint16_t sh) {
-  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  const float z = kq_h2f_finite(zh), s = kq_h2f_finite(sh);
   float ylo = 0, yhi = 0;
   for (int i = 0; i < n; i++) {
     const int c = kq_code(xs[i], z, s, L);
@@ -290,7 +312,7 @@ template <class G>
 KQ_FN int kq_is_fixed(const G &g, float mn, float mx, int L, uint16_t zh, uint16_t sh) {
   const float ends[2] = {mn, mx};
   if (!kq_is_fixed_vals(ends, 2, L, zh, sh)) return 0;
-  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  const float z = kq_h2f_finite(zh), s = kq_h2f_finite(sh);
   if (kq_trip_exact(z, s, L)) return 1;
   for (int i = 0; i < g.n; i++) {
     const int c = kq_code(g.at(i), z, s, L);
@@ -301,7 +323,7 @@ KQ_FN int kq_is_fixed(const G &g, float mn, float mx, int L, uint16_t zh, uint16
 
 template <class G>
 KQ_FN int kq_rule_is_fixed(const G &g, float mn, float mx, int L, uint16_t zh, uint16_t sh) {
-  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  const float z = kq_h2f_finite(zh), s = kq_h2f_finite(sh);
   if (kq_code(mn, z, s, L) == 0 && kq_code(mx, z, s, L) == L && kq_trip_exact(z, s, L)) return 1;
   return kq_is_fixed(g, mn, mx, L, zh, sh);
 }
@@ -437,7 +459,7 @@ KQ_DFN void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb, fl
     kq_choose(g, L, &zh, &sh);
     kq_ptr<uint16_t>(p, jb.k_scale)[h * p.hd + j] = sh;
     kq_ptr<uint16_t>(p, jb.k_zero)[h * p.hd + j] = zh;
-    zf = kq_h2f(zh), s = kq_h2f(sh);
+    zf = kq_h2f_finite(zh), s = kq_h2f_finite(sh);
   }
   uint8_t *codes = kq_ptr<uint8_t>(p, jb.k_codes);
   for (int t = 0; t < n; t++) {
@@ -478,7 +500,7 @@ KQ_DFN void kq_quant_vgroup(const kq_params_t &p, const kc_quant_job_t &jb, int 
   kq_choose(g, L, &zh, &sh);
   kq_ptr<uint16_t>(p, jb.v_scale)[gi] = sh;
   kq_ptr<uint16_t>(p, jb.v_zero)[gi] = zh;
-  const float z = kq_h2f(zh), s = kq_h2f(sh);
+  const float z = kq_h2f_finite(zh), s = kq_h2f_finite(sh);
   uint8_t *out = kq_ptr<uint8_t>(p, jb.v_codes) + (base >> kq_pshift(p.bits));
   for (int b = 0; b < nb; b++) {
     unsigned v = 0;
@@ -558,10 +580,6 @@ KQ_FN uint64_t kq_codes8(const uint8_t *codes, int e0, int bits) {
   if (bits == 4) return *(const uint32_t *)b;
   return *(const uint64_t *)b;
 }
-
-/* A finite fp16 (a ledger's scales and zeros always are: kq_rule, kq_search) as fp32 through
- * the hardware conversion: the same value as kq_h2f's integer code, in one instruction. */
-KQ_FN float kq_h2f_finite(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* 8 bf16 of c * s + z, codes from w, scale and zero i from sc[i], zr[i] (fp16 bits). */
 KQ_FN uint4 kq_recon8(uint64_t w, int bits, const uint16_t *sc, const uint16_t *zr) {

@@ -239,6 +239,38 @@ static void check_hfloor(void) {
   EXPECT(bad == 0, "kq_hfloor_f differs from kq_hfloor on %ld of %ld floats", bad, n);
 }
 
+/* kq_cover (its walk from an fp32 estimate) against kq_cover_ref (kv_quant.c's start: the fp64
+ * quotient rounded up by kv__hceil_pos) for L = 3, 15, 255 over (mn, mx) pairs at every scale:
+ * mn uniform at a random binade in [2^-26, 2^16] of either sign, the range mx - mn likewise or 0,
+ * and the edges of the fp16 range. */
+static float rnd_mag(void) { return ldexpf(urand(1.0f, 2.0f), (int)(rnd() % 43) - 26); }
+static void check_cover(void) {
+  long n = 0, bad = 0;
+  const float edge[][2] = {{0, 0},
+                           {-65504, 65504},
+                           {65504, 65504},
+                           {-65504, -65504},
+                           {0x1p-24f, 0x1p-23f},
+                           {-0x1p-14f, 0x1p-14f},
+                           {0, 65504},
+                           {-1, 1}};
+  for (int L : {3, 15, 255}) {
+    for (const auto &e : edge) {
+      const uint16_t z = kq_hfloor_f(e[0]);
+      bad += kq_cover(z, e[1], L) != kq_cover_ref(z, e[1], L), n++;
+    }
+    for (int i = 0; i < 400000; i++) {
+      float mn = (rnd() & 1 ? -1.0f : 1.0f) * rnd_mag();
+      mn = mn < -65504.0f ? -65504.0f : mn > 65504.0f ? 65504.0f : mn;
+      float mx = rnd() % 16 == 0 ? mn : mn + rnd_mag();
+      mx = mx > 65504.0f ? 65504.0f : mx;
+      const uint16_t z = kq_hfloor_f(mn);
+      bad += kq_cover(z, mx, L) != kq_cover_ref(z, mx, L), n++;
+    }
+  }
+  EXPECT(bad == 0, "kq_cover differs from kq_cover_ref on %ld of %ld groups", bad, n);
+}
+
 static const tcase_t g_cases[] = {
     /* hd nkv om bits grp special jobs arena n_rot (> 0: pre-RoPE, promotions element by element) */
     {128, 8, 8, 2, 32, 0, 12, 1, 0},  {128, 8, 16, 2, 32, 1, 6, 0, 0},
@@ -253,6 +285,7 @@ int main(void) {
   E = &emu;
   for (int i = 0; i < 2 * 128; i++) g_tab[i] = i % 2 ? 0.0f : powf(10000.0f, -(float)i / 256.0f);
   check_hfloor();
+  check_cover();
   const int n = (int)(sizeof g_cases / sizeof g_cases[0]);
   for (int i = 0; i < n; i++) run_case(&g_cases[i], i);
   if (g_fail) {
