@@ -14,7 +14,8 @@
 #   strip -o carry/pack/long_ctx_base BASE/build-srv-dev/bench/long_ctx && xz carry/pack/long_ctx_base
 #   plus libs.tar.xz (bench/device_pack.sh's pack_libs); the whole of device_pack.sh's pack with a
 #   base beside it is over the 64 MiB a call carries.
-# PROFILE=1 adds the tree's QEvict decode steps 6-8 by kernel (bench/lc_ncu_steps.sh).
+# PROFILE=1 adds the tree's QEvict decode steps 6-8 by kernel (bench/lc_ncu_steps.sh); KQ_SRC=1
+# the key quantization's Nsight Compute source profile (instruction mix and stalls).
 # Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh   (carry: carry/pack)
 cd "$(dirname "$0")/.." || exit 2
 source bench/device_unpack.sh || exit 1
@@ -71,6 +72,19 @@ if [[ ${FULL_ONCE:-0} == 1 ]]; then
   timeout 150 long_ctx --policy full --budget 0.2 --ctx 32768 --new "${NEW:-16}" \
     > "$L/long_ctx_full_1.json" 2> "$L/long_ctx_full_1.err"
   echo "long_ctx full rc $?: $(tail -1 "$L/long_ctx_full_1.err")"
+fi
+# KQ_SRC=1: the key quantization's source-level profile (its first launch, in the fill of 8
+# sequences: --max-seqs leaves ncu the memory to save and restore the kernel's buffers)
+if [[ ${KQ_SRC:-0} == 1 ]]; then
+  timeout 240 ncu -k regex:kq_quant_keys -c 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight -o "$L/kq" long_ctx --policy qevict --budget 0.2 --ctx 32768 --new 1 \
+    --max-seqs 8 > "$L/kq_ncu.log" 2>&1
+  echo "ncu kq rc $?: $(grep -E '==PROF==|==ERROR==' "$L/kq_ncu.log" | tail -1)"
+  ncu -i "$L/kq.ncu-rep" --page details > "$L/kq_details.txt" 2>&1
+  grep -E "Duration|Issue Slots Busy|Executed Ipc|Registers Per|Achieved Occupancy" "$L/kq_details.txt"
+  ncu -i "$L/kq.ncu-rep" --page source --print-source sass --csv > "$L/kq_src.csv" 2>&1
+  python3 tools/ncu_sass_summary.py "$L/kq_src.csv" | head -24
+  rm -f "$L/kq.ncu-rep"
 fi
 # the tree's QEvict decode steps 6-8 (step 7 routes) by kernel
 [[ ${PROFILE:-0} == 1 ]] && bash bench/lc_ncu_steps.sh qevict "$L"
