@@ -56,6 +56,7 @@ extern "C" {
 #define KQ_MFN                  __device__
 #define KQ_SHFL_XOR(v, o, lane) __shfl_xor_sync(0xffffffffu, (v), (o))
 #define KQ_SYNCWARP()           __syncwarp()
+#define KQ_CLZ(x)               __clz((int)(x))
 #else
 #define KQ_FN  static inline
 #define KQ_DFN static
@@ -64,6 +65,7 @@ uint32_t kca_emu_shfl_u(uint32_t v, int src); /* emu_fiber.h */
 void kca_emu_syncwarp(void);
 #define KQ_SHFL_XOR(v, o, lane) kca_emu_shfl_u((v), (lane) ^ (o))
 #define KQ_SYNCWARP()           kca_emu_syncwarp()
+#define KQ_CLZ(x)               __builtin_clz((unsigned)(x))
 static inline float kq_emu_u2f(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
@@ -154,7 +156,9 @@ KQ_FN float kq_san(float x) {
 }
 
 KQ_FN int kq_code(float x, float z, float s, int L) {
-  const float u = rintf(__fdiv_rn(__fsub_rn(x, z), s));
+  const float d = __fsub_rn(x, z);
+  if (d == 0.0f) return 0; /* +-0 / s rounds to code 0; the division's slow path, on the GPU */
+  const float u = rintf(__fdiv_rn(d, s));
   return u <= 0.0f ? 0 : u >= (float)L ? L : (int)u;
 }
 
@@ -427,17 +431,39 @@ KQ_FN int kq_code_at(const uint8_t *codes, int e, int bits) {
   return (codes[e >> ps] >> ((e & ((1 << ps) - 1)) * bits)) & ((1 << bits) - 1);
 }
 
+/* u / d for d > 0: a shift when d is a power of two (the head counts and head_dims that split
+ * the tasks usually are), else the division (a subroutine on the GPU). */
+KQ_FN unsigned kq_udiv(unsigned u, unsigned d) {
+  return d & (d - 1) ? u / d : u >> (31 - KQ_CLZ(d));
+}
+
 /* Item x of a grid-stride loop as (job, item within the job), per items a job: in 32 bits while
  * x allows it (a 64-bit division is a longer subroutine). */
 KQ_FN int kq_split(int64_t x, int per, int *item) {
   if (x < ((int64_t)1 << 31)) {
-    const unsigned u = (unsigned)x, q = u / (unsigned)per;
+    const unsigned u = (unsigned)x, q = kq_udiv(u, (unsigned)per);
     *item = (int)(u - q * (unsigned)per);
     return (int)q;
   }
   const int64_t q = x / per;
   *item = (int)(x - q * per);
   return (int)q;
+}
+
+/* Channel j of rows 0 .. n - 1 (sanitized; turned back by RoPE at -(pos0 + t) when the keys
+ * are turned) into xs[t * KQ_KW]. Keys as they are: four rows' loads in flight at once. */
+KQ_FN void kq_stage_keys(const kq_params_t &p, const __nv_bfloat16 *kp, size_t row, int j, int pos0,
+                         int n, float *xs) {
+  if (p.rotate) {
+    for (int t = 0; t < n; t++)
+      xs[t * KQ_KW] = kq_san(kq_rope_bf16(p, kp + t * row, j, -(pos0 + t)));
+    return;
+  }
+  for (int t0 = 0; t0 < n; t0 += 4) {
+    __nv_bfloat16 v[4];
+    for (int u = 0; u < 4; u++) v[u] = kp[(t0 + u < n ? t0 + u : t0) * row + j];
+    for (int u = 0; u < 4 && t0 + u < n; u++) xs[(t0 + u) * KQ_KW] = kq_san(__bfloat162float(v[u]));
+  }
 }
 
 /* One warp: (job, head h, channels 32 z .. 32 z + 31), kq_xs its [omega][KQ_KW] floats of
@@ -453,8 +479,7 @@ KQ_DFN void kq_quant_keys_job(const kq_params_t &p, const kc_quant_job_t &jb, fl
   kq_kgrp g = {kq_xs + lane, n};
   float zf = 0.0f, s = 1.0f;
   if (live) {
-    for (int t = 0; t < n; t++) /* un-rotation: RoPE at -(pos0 + t) */
-      kq_xs[t * KQ_KW + lane] = kq_san(kq_rope_bf16(p, kp + t * row, j, -(jb.pos0 + t)));
+    kq_stage_keys(p, kp, row, j, jb.pos0, n, kq_xs + lane);
     uint16_t zh, sh;
     kq_choose(g, L, &zh, &sh);
     kq_ptr<uint16_t>(p, jb.k_scale)[h * p.hd + j] = sh;
@@ -484,7 +509,7 @@ KQ_DFN void kq_quant_keys_body(const kq_params_t &p, int nz, float *kq_xs, const
   float *xs = kq_xs + (size_t)w * p.omega * KQ_KW;
   for (int64_t x = (int64_t)t.bx * nw + w; x < total; x += (int64_t)t.gx * nw) {
     int rem;
-    const int ji = kq_split(x, per, &rem), h = rem / nz;
+    const int ji = kq_split(x, per, &rem), h = (int)kq_udiv((unsigned)rem, (unsigned)nz);
     kq_quant_keys_job(p, p.jobs[ji], xs, h, rem - h * nz, t.tx % KQ_KW);
     KQ_SYNCWARP();
   }
