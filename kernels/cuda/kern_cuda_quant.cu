@@ -437,6 +437,9 @@ KQ_FN unsigned kq_udiv(unsigned u, unsigned d) {
   return d & (d - 1) ? u / d : u >> (31 - KQ_CLZ(d));
 }
 
+/* u % d for d > 0 (kq_udiv's). */
+KQ_FN unsigned kq_umod(unsigned u, unsigned d) { return u - kq_udiv(u, d) * d; }
+
 /* Item x of a grid-stride loop as (job, item within the job), per items a job: in 32 bits while
  * x allows it (a 64-bit division is a longer subroutine). */
 KQ_FN int kq_split(int64_t x, int per, int *item) {
@@ -623,7 +626,7 @@ KQ_FN uint4 kq_recon8(uint64_t w, int bits, const uint16_t *sc, const uint16_t *
 /* Elements e0 .. e0 + 7 of a job's K and V pages, keys not turned (head_dim % 8 == 0: the 8 are
  * channels of one head row, their key scales and zeros 16 contiguous bytes). */
 KQ_DFN void kq_dequant_chunk(const kq_params_t &p, const kc_quant_job_t &jb, int e0) {
-  const int m0 = e0 % (p.n_kv * p.hd);
+  const int m0 = (int)kq_umod((unsigned)e0, (unsigned)(p.n_kv * p.hd));
   union {
     uint4 v;
     uint16_t h[8];
@@ -635,7 +638,13 @@ KQ_DFN void kq_dequant_chunk(const kq_params_t &p, const kc_quant_job_t &jb, int
   const uint16_t *vs = kq_ptr<const uint16_t>(p, jb.v_scale),
                  *vz = kq_ptr<const uint16_t>(p, jb.v_zero);
   uint16_t sc[8], zr[8];
-  for (int i = 0; i < 8; i++) sc[i] = vs[(e0 + i) / p.group], zr[i] = vz[(e0 + i) / p.group];
+  if (p.group % 8 == 0) { /* e0 % 8 == 0: the 8 share one group, one load each */
+    const unsigned gi = kq_udiv((unsigned)e0, (unsigned)p.group);
+    const uint16_t s1 = vs[gi], z1 = vz[gi];
+    for (int i = 0; i < 8; i++) sc[i] = s1, zr[i] = z1;
+  } else {
+    for (int i = 0; i < 8; i++) sc[i] = vs[(e0 + i) / p.group], zr[i] = vz[(e0 + i) / p.group];
+  }
   *(uint4 *)(kq_ptr<__nv_bfloat16>(p, jb.v) + e0) =
       kq_recon8(kq_codes8(kq_ptr<const uint8_t>(p, jb.v_codes), e0, p.bits), p.bits, sc, zr);
 }
