@@ -287,7 +287,7 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3((unsigned)a->n_seq, (unsigned)kca_combine_parts(a), 1);
   cfg.blockDim = dim3(KCA_CT, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)a->n_head * sizeof(float);
+  cfg.dynamicSmemBytes = (size_t)kca_combine_smem(a->n_head) * sizeof(float);
   cfg.stream = s;
   if (major >= 9) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -1811,9 +1811,47 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 
 /* ---------------------------------------------------------------- the combine block */
 
+/* The combine's window masses with n_head <= 32 (KCA_ROWS floats of shared memory a warp): a
+ * warp takes 32 windows at a time; lane h loads head h's window log-sum-exp of each (one
+ * coalesced row a window) into a padded row of shared memory, then lane u sums window u's row in
+ * kca_kv_mass's order (heads of a KV head in turn, then the KV heads in turn; a head without any
+ * mass adds +0), so that the bits are those of the one-chunk path. */
+#define KCA_ROWS (32 * 33)
+KCA_FN void kca_combine_rows(const kca_params_t &p, const float *lse_s, float *rows, int m_beg,
+                             int m_end, int tid) {
+  const int lane = tid & 31, G = p.grp_q;
+  const float lse = lane < p.n_head ? lse_s[lane] : KCA_NEGINF;
+  rows += (tid >> 5) * KCA_ROWS;
+  for (int w0 = m_beg + (tid >> 5) * 32; w0 < m_end; w0 += KCA_CT) {
+    const int wl = w0 + lane;
+    const uint32_t live = kca_ballot(wl < m_end && kca_win_live(p, wl));
+    const float *src = p.wlse + (size_t)w0 * p.n_head + lane;
+    KCA_UNROLL
+    for (int u = 0; u < 32; u++) {
+      const bool ok = (live >> u & 1) && lse != KCA_NEGINF; /* (lse: -inf past n_head) */
+      rows[u * 33 + lane] = ok ? kca_ex2(src[(size_t)u * p.n_head] - lse) : 0.0f;
+    }
+    kca_syncwarp();
+    float s = 0.0f;
+    for (int k = 0; k < p.n_kv; k++) {
+      float sk = 0.0f;
+      for (int hh = 0; hh < G; hh++) sk += rows[lane * 33 + k * G + hh];
+      s += sk;
+    }
+    if (wl < m_end) p.mass[wl] = (p.mass_acc ? p.mass[wl] : 0.0f) + s / (float)p.n_head;
+    kca_syncwarp(); /* the rows are read before the next windows overwrite them */
+  }
+}
+
+/* Floats of the combine block's shared memory: the heads' log-sum-exps, then (n_head <= 32) the
+ * warps' rows of kca_combine_rows. */
+static inline int kca_combine_smem(int n_head) {
+  return n_head <= 32 ? 32 + (KCA_CT / 32) * KCA_ROWS : n_head;
+}
+
 /* Block (b, part) of n_part, for a sequence of several chunks: the heads' final log-sum-exps (all
  * parts compute them, into lse_s [n_head]), then the part's share of out[b] and of b's window
- * masses (a thread per window). */
+ * masses (kca_combine_rows; past 32 heads a thread per window). */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
   if (kca_seq_skipped(p, b)) return;
@@ -1845,6 +1883,10 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   if (!p.mass) return;
   const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
   const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
+  if (p.n_head <= 32) {
+    kca_combine_rows(p, lse_s, lse_s + 32, w_beg + part * wper, m_end, tid);
+    return;
+  }
   for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) { /* a thread per window */
     float s = 0.0f;
     const int live = kca_win_live(p, w);
@@ -1978,7 +2020,8 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
  * would suggest). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
-  const int mass_parts = a->mass ? (a->max_win + KCA_CT / 8 - 1) / (KCA_CT / 8) : 1;
+  const int wpp = a->n_head <= 32 ? KCA_CT : KCA_CT / 8; /* windows a part */
+  const int mass_parts = a->mass ? (a->max_win + wpp - 1) / wpp : 1;
   const int parts = out_parts > mass_parts ? out_parts : mass_parts;
   return parts < 1 ? 1 : parts > 128 ? 128 : parts;
 }

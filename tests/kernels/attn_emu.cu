@@ -80,7 +80,7 @@ static int emu_decode(const kc_attn_args_t *a) {
   int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
                                   : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk, vg);
   const int parts = kca_combine_parts(a);
-  std::vector<float> lse_s(a->n_head);
+  std::vector<float> lse_s(kca_combine_smem(a->n_head));
   for (int b = 0; b < a->n_seq && !rc; b++)
     for (int part = 0; part < parts && !rc; part++)
       rc = emu_block(KCA_CT, [&](int tid) {
@@ -283,6 +283,10 @@ int main(int argc, char **argv) {
       {"abs gqa4 d128 w4 int2 quads", 8, 2, 128, 4, 2, 32, NORM, 128, 3, 1, 0.3, 0.5, {203, 77}, 9,
        0, 1},
       {"gqa4 d64 w4 full quads", 8, 2, 64, 4, 2, 16, NORM, 64, 0, 0, 0.6, 0.0, {101, 8}, 5},
+      /* Llama-3.1-8B's head shape: 32 heads on 8 KV heads (the combine's masses by warps of 32
+       * windows, several warps a block) */
+      {"abs gqa4 h32 d128 w8 int2 kv8", 32, 8, 128, 8, 2, 32, NORM, 128, 1, 1, 0.3, 0.5,
+       {1100, 300}, 40, 0, 1},
       /* 8 and 300 KV heads (the combine's masses loop over them a window at a time) */
       {"mha8 d64 w16 int2 kv8", 8, 8, 64, 16, 2, 16, NORM, 64, 1, 1, 0.3, 0.5, {170, 41}, 3},
       {"mha300 d64 w16 full kv300", 300, 300, 64, 16, 2, 16, NORM, 64, 0, 0, 0.7, 0.0, {40, 23}, 1},
