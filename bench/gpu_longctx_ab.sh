@@ -7,7 +7,8 @@
 # $OUT/longctx_ab.tgz. SANITIZE=1 first runs compute-sanitizer memcheck and racecheck over
 # $SAN_RUNS (comma-separated commands of packed binaries; default test_kc_quant, the migration
 # kernels, test_kv_gpu --small, routing, and attn_decode --small, decode attention). With attn_decode_base
-# packed (a base tree's attn_decode), the decode-attention kernel bench of both, first.
+# packed (a base tree's attn_decode) or attn_decode_NAME (a variant), the decode-attention kernel
+# bench of each against the tree's, first.
 # The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
 #   for b in bench/long_ctx tests/kernels/{test_kv_gpu,test_model_graph,test_kc_quant,attn_decode}; do
 #     strip -o carry/pack/${b##*/} build-srv-dev/$b && xz -T0 -6 carry/pack/${b##*/}; done
@@ -36,16 +37,31 @@ if have attn_decode; then
   timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
   tail -12 "$L/attn_lc.log"
 fi
-# attn_decode_base packed: the kernel bench (every shape, the automatic chunking) of the base's
-# attn_decode against the tree's, two rounds alternating, summarised by tools/attn_ab_table.py
-if have attn_decode_base; then
+# attn_decode_NAME packed (attn_decode_base: a base tree's; any other NAME: a variant, e.g. built
+# with other -D flags): the kernel bench (every shape or $ATTN_SHAPES, the automatic chunking) of
+# each against the tree's, checked first, two rounds alternating ($ATTN_SHAPES: comma-separated
+# name substrings, one bench run each), summarised by
+# tools/attn_ab_table.py (the variant's logs first)
+VARS=$(cd "$QE_DEV/bin" && ls attn_decode_* 2>/dev/null)
+if [[ -n $VARS ]]; then
+  for b in $VARS; do
+    [[ $b == attn_decode_base ]] && continue
+    timeout 200 "$b" > "$L/attn_check_$b.log" 2>&1; echo "$b check rc $?: $(tail -1 "$L/attn_check_$b.log")"
+  done
   for r in 1 2; do
-    for b in attn_decode_base attn_decode; do
-      timeout 200 "$b" --bench ${ATTN_SHAPES:+--shapes "$ATTN_SHAPES"} > "$L/attnab_${b}_$r.log" 2>&1
-      echo "$b bench round $r rc $?"
+    for b in $VARS attn_decode; do
+      : > "$L/attnab_${b}_$r.log"
+      IFS=, read -ra SUBS <<< "${ATTN_SHAPES:-}"
+      for sub in "${SUBS[@]:-}"; do
+        timeout 200 "$b" --bench ${sub:+--shapes "$sub"} >> "$L/attnab_${b}_$r.log" 2>&1
+        echo "$b bench ${sub:-all} round $r rc $?"
+      done
     done
   done
-  python3 tools/attn_ab_table.py "$L"/attnab_attn_decode_base_*.log -- "$L"/attnab_attn_decode_[0-9]*.log
+  for b in $VARS; do
+    echo "== $b against the tree's attn_decode"
+    python3 tools/attn_ab_table.py "$L"/attnab_${b}_[0-9].log -- "$L"/attnab_attn_decode_[0-9].log
+  done
 fi
 if [[ ${SANITIZE:-0} == 1 ]]; then
   IFS=, read -ra SAN <<< "${SAN_RUNS:-test_kc_quant,test_kv_gpu --small,attn_decode --small}"
