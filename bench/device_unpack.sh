@@ -8,15 +8,19 @@ if [[ ! -f "$PACK/libs.tar.xz" ]]; then
   echo "device_unpack: no $PACK/libs.tar.xz" >&2
   return 1 2>/dev/null || exit 1
 fi
-mkdir -p "$QE_DEV/bin"
-for f in "$PACK"/*.xz; do
-  [[ $f == */libs.tar.xz ]] && continue
-  python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
-    "$f" "$QE_DEV/bin/$(basename "$f" .xz)"
-done
-chmod +x "$QE_DEV"/bin/*
-python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-  "$PACK/libs.tar.xz" "$QE_DEV"
+# (sourced twice in one call, e.g. gpu_record.sh then gpu_graphs.sh: unpacked once)
+if [[ ${QE_UNPACKED:-} != "$QE_DEV" ]]; then
+  mkdir -p "$QE_DEV/bin"
+  for f in "$PACK"/*.xz; do
+    [[ $f == */libs.tar.xz ]] && continue
+    python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
+      "$f" "$QE_DEV/bin/$(basename "$f" .xz)"
+  done
+  chmod +x "$QE_DEV"/bin/*
+  python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+    "$PACK/libs.tar.xz" "$QE_DEV"
+  export QE_UNPACKED=$QE_DEV
+fi
 ln -sf qevict "$QE_DEV/bin/qevictd"
 ln -sf qevict "$QE_DEV/bin/qevict-sched"
 LIBS="$QE_DEV/lib"

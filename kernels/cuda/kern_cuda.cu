@@ -355,6 +355,7 @@ static const kern_ops_t kcu_ops = {
     .download = kcu_download,
     .copy = kcu_copy,
     .weight_upload = kcu_weight_upload,
+    .weight_upload_blocks = NULL, /* packed weights are the CPU backend's only */
     .weight_free = kcu_weight_free,
     .matmul = kcu_matmul,
     .rmsnorm = kcu_rmsnorm,
