@@ -286,7 +286,7 @@ int main(int argc, char **argv) {
       /* Llama-3.1-8B's head shape: 32 heads on 8 KV heads (the combine's masses by warps of 32
        * windows, several warps a block) */
       {"abs gqa4 h32 d128 w8 int2 kv8", 32, 8, 128, 8, 2, 32, NORM, 128, 1, 1, 0.3, 0.5,
-       {1100, 300}, 40, 0, 1},
+       {2300, 300}, 40, 0, 1},
       /* 8 and 300 KV heads (the combine's masses loop over them a window at a time) */
       {"mha8 d64 w16 int2 kv8", 8, 8, 64, 16, 2, 16, NORM, 64, 1, 1, 0.3, 0.5, {170, 41}, 3},
       {"mha300 d64 w16 full kv300", 300, 300, 64, 16, 2, 16, NORM, 64, 0, 0, 0.7, 0.0, {40, 23}, 1},
