@@ -10,6 +10,7 @@ if [[ ! -f "$PACK/libs.tar.xz" ]]; then
 fi
 # (sourced twice in one call, e.g. gpu_record.sh then gpu_graphs.sh: unpacked once)
 if [[ ${QE_UNPACKED:-} != "$QE_DEV" ]]; then
+  rm -rf "$QE_DEV/bin" # (a warm device keeps /tmp: no binary of an earlier call's pack is left)
   mkdir -p "$QE_DEV/bin"
   for f in "$PACK"/*.xz; do
     [[ $f == */libs.tar.xz ]] && continue
