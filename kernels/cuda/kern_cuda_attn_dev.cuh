@@ -1825,15 +1825,14 @@ KCA_FN void kca_combine_rows(const kca_params_t &p, const float *lse_s, float *r
   for (int w0 = m_beg + (tid >> 5) * 32; w0 < m_end; w0 += KCA_CT) {
     const int wl = w0 + lane;
     const uint32_t live = kca_ballot(wl < m_end && kca_win_live(p, wl));
+    const uint32_t ok = lse != KCA_NEGINF ? live : 0u; /* (lse: -inf past n_head) */
     const float *src = p.wlse + (size_t)w0 * p.n_head + lane;
     float x[32]; /* every load before the first store: a store to rows could alias src for all
                     the compiler knows, and would hold each load back until the one before */
     KCA_UNROLL
-    for (int u = 0; u < 32; u++)
-      x[u] = (live >> u & 1) && lse != KCA_NEGINF ? src[(size_t)u * p.n_head] : 0.0f;
+    for (int u = 0; u < 32; u++) x[u] = ok >> u & 1 ? src[(size_t)u * p.n_head] : 0.0f;
     KCA_UNROLL
-    for (int u = 0; u < 32; u++) /* (lse: -inf past n_head) */
-      rows[u * 33 + lane] = (live >> u & 1) && lse != KCA_NEGINF ? kca_ex2(x[u] - lse) : 0.0f;
+    for (int u = 0; u < 32; u++) rows[u * 33 + lane] = ok >> u & 1 ? kca_ex2(x[u] - lse) : 0.0f;
     kca_syncwarp();
     float s = 0.0f;
     for (int k = 0; k < p.n_kv; k++) {
