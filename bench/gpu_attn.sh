@@ -7,6 +7,7 @@
 #   memcheck.log    compute-sanitizer --tool memcheck on attn_decode --small
 #   racecheck.log   compute-sanitizer --tool racecheck on attn_decode --small
 #   peer.log        torch SDPA decode (cuDNN, flash) on the same shapes (carry/peers/peers.py)
+#   peer_queued.log the same, timed from an idle GPU and queued (bench/sdpa_queued.py)
 #   build.log, sass_regs.log (ptxas resource usage)
 # and prints a final table: qevict vs torch SDPA, bandwidth fractions, tiered/full.
 # Usage (repo root): sh bench/gpu_attn.sh            (OUT defaults to bench/out/gpu_attn)
@@ -71,6 +72,8 @@ echo "== peer (torch SDPA)"
 if [ -f "$PEERS" ]; then
   python3 "$PEERS" sdpa-decode --batch 32 --seq 1280 >> "$OUT/peer.log" 2>&1
   python3 "$PEERS" sdpa-decode --batch 8 --seq 32768 >> "$OUT/peer.log" 2>&1
+  # the same shapes timed both ways attn_decode --bench times qevict (idle and queued)
+  python3 bench/sdpa_queued.py > "$OUT/peer_queued.log" 2>&1
 else
   echo "peers.py not found at $PEERS: no peer numbers" | tee -a "$OUT/peer.log"
 fi
@@ -132,5 +135,25 @@ for t in ("tiered20_b8_s32768", "tiered20_w8_b8_s32768", "tiered20_w8_b32_s1280"
     if t in best and "abs_" + t in best:
         print(f"abs_{t} / {t} (post-RoPE against pre-RoPE INT2 keys): "
               f"{best['abs_' + t]['ms'] / best[t]['ms']:.3f}")
+# GPU time: each launch queued behind a held stream (attn_decode's ms_gpu, sdpa_queued's ms_gpu)
+pq = {(p["peer"], p["batch"], p["seq"]): p for p in lines("peer_queued.log") if "ms_gpu" in p}
+copy_gpu = next((b.get("GBps_gpu") for b in bench if b.get("bench") == "copy"), None)
+if copy_gpu:
+    print(f"GPU time (queued launches; copy {copy_gpu:.1f} GB/s queued):")
+    print(f"{'shape':<30} {'gpu ms':>9} {'of copy':>8} {'cuDNN gpu':>10} {'vs cuDNN':>9} "
+          f"{'/ full':>7}")
+    fulls = {"full_b32_s1280": "full_b32_s1280", "full_b8_s32768": "full_b8_s32768"}
+    for n, shape in shapes + [(s[0] + "_no_masses", s[1]) for s in shapes[:3]]:
+        a = auto.get(n) if not n.endswith("_no_masses") else best.get(n)
+        if not a or "ms_gpu" not in a: continue
+        cd = pq.get(("torch-sdpa-cudnn",) + shape, {}).get("ms_gpu")
+        ref = auto.get("full_b8_s32768" if "32768" in n else "full_b32_s1280", {}).get("ms_gpu")
+        print(f"{n:<30} {a['ms_gpu']:9.4f} {a['frac_copy_bw_gpu']:8.3f} "
+              + (f"{cd:10.4f} {a['ms_gpu'] / cd:9.3f} " if cd else f"{'n/a':>10} {'':>9} ")
+              + (f"{a['ms_gpu'] / ref:7.3f}" if ref and "tiered" in n else ""))
+    for p in pq.values():
+        if not p.get("queue_ahead", True):
+            print(f"note: {p['peer']} {p['batch']}x{p['seq']}: the host's enqueue took "
+                  f"{p['host_enqueue_max_ms']:.3f} ms, the queue was not always ahead")
 print(f"check rc {check_rc}, bench rc {bench_rc}, memcheck rc {mem_rc}, racecheck rc {race_rc}")
 EOF

@@ -114,6 +114,7 @@ typedef struct {
 #define KCA_FN      __device__ __forceinline__
 #define KCA_UNROLL  _Pragma("unroll")
 #define KCA_UNROLL1 _Pragma("unroll 1")
+#define KCA_UNROLL4 _Pragma("unroll 4")
 
 /* A cached 16-byte global load (descriptors). */
 KCA_FN kca_u4 kca_ld128(const void *p) {
@@ -301,6 +302,7 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
 #define KCA_FN static inline
 #define KCA_UNROLL
 #define KCA_UNROLL1
+#define KCA_UNROLL4
 #include <math.h>
 #include <string.h>
 
@@ -1863,8 +1865,10 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
   for (int h = tid; h < p.n_head; h += KCA_CT) {
     float mx = KCA_NEGINF, L = 0.0f;
+    KCA_UNROLL4
     for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
-    for (int ch = 0; mx != KCA_NEGINF && ch < nc; ch++)
+    KCA_UNROLL4
+    for (int ch = 0; ch < nc; ch++) /* (every term 0 or NaN when mx is -inf: not used then) */
       L += kca_ex2(p.part_lse[pc + (size_t)ch * p.n_head + h] - mx);
     lse_s[h] = mx == KCA_NEGINF ? mx : mx + kca_lg2(L);
   }
@@ -1875,12 +1879,13 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
     const int h = e / hd, d = e % hd;
     const float lse = lse_s[h];
     float o = 0.0f;
-    for (int ch = 0; lse != KCA_NEGINF && ch < nc; ch++) {
+    KCA_UNROLL4
+    for (int ch = 0; ch < nc; ch++) { /* loads not behind a branch: chains of 4 overlap */
       const size_t r = pc + (size_t)ch * p.n_head + h;
-      const float f = kca_ex2(p.part_lse[r] - lse); /* 0 for empty chunks */
-      if (f > 0.0f) o += f * p.part_o[r * hd + d];
+      const float f = kca_ex2(p.part_lse[r] - lse), x = p.part_o[r * hd + d];
+      o += f > 0.0f ? f * x : 0.0f; /* an empty chunk's f is 0 and its partial unwritten */
     }
-    p.out[((size_t)b * p.n_head + h) * hd + d] = o;
+    p.out[((size_t)b * p.n_head + h) * hd + d] = lse != KCA_NEGINF ? o : 0.0f;
   }
   if (!p.mass) return;
   const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;

@@ -486,7 +486,7 @@ __global__ void bench_fill(uint16_t *p, size_t n, uint64_t seed) {
 
 struct Result {
   const char *name;
-  double ms, bytes;
+  double ms, bytes, ms_gpu; /* best ms from an idle GPU; ms_gpu: the auto chunks' queued (GPU) ms */
 };
 
 static double median(std::vector<float> v) {
@@ -494,50 +494,112 @@ static double median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-/* The median ms of launch(i) for i in [warm, n), each between two events; i < warm untimed. */
-template <typename F> static double event_median(int warm, int n, F launch) {
+/* Holds the stream until the host sets *go (mapped pinned memory), at most timeout cycles (then
+ * *late = 1): what the host enqueues behind it meanwhile starts back to back on the GPU. */
+__global__ void bench_block(const volatile int *go, long long timeout, int *late) {
+  const long long t0 = clock64();
+  while (!*go)
+    if (clock64() - t0 > timeout) {
+      *late = 1;
+      return;
+    }
+}
+
+/* Two timings of one launch: ms from an idle GPU (events around the launch as the host submits
+ * it, so the host's submission of the launch falls between the events, as in peers.py), and
+ * ms_gpu with the launch queued behind bench_block (the GPU's own time, as nvbench measures). */
+struct Timing {
+  double ms, ms_gpu;
+};
+
+struct Blocker {
+  int *go = nullptr, *late = nullptr;
+  Blocker() {
+    CK(cudaHostAlloc((void **)&go, sizeof(int), cudaHostAllocMapped));
+    CK(cudaMalloc((void **)&late, sizeof(int)));
+    CK(cudaMemset(late, 0, sizeof(int)));
+  }
+  ~Blocker() {
+    int l = 0;
+    CK(cudaMemcpy(&l, late, sizeof l, cudaMemcpyDeviceToHost));
+    if (l) fprintf(stderr, "bench: a queued launch waited past bench_block's timeout\n");
+    CK(cudaFreeHost(go));
+    CK(cudaFree(late));
+  }
+  void hold(void) {
+    *(volatile int *)go = 0;
+    bench_block<<<1, 1>>>(go, 4000000000ll, late); /* ~2 s at 2 GHz */
+  }
+  void release(void) {
+    __sync_synchronize();
+    *(volatile int *)go = 1;
+  }
+};
+
+/* The medians of launch(i) for i in [warm, n), each timed both ways (queued_too 0: from an idle
+ * GPU only, ms_gpu 0); i < warm untimed. */
+template <typename F> static Timing event_median2(int warm, int n, F launch, int queued_too = 1) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  std::vector<float> t;
-  for (int i = 0; i < n; i++) {
-    CK(cudaEventRecord(e0));
-    launch(i);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= warm) t.push_back(ms);
-  }
+  std::vector<float> t, tq;
+  Blocker blk;
+  for (int i = 0; i < n; i++)
+    for (int queued = 0; queued < 1 + queued_too; queued++) {
+      if (queued) blk.hold();
+      CK(cudaEventRecord(e0));
+      launch(i);
+      CK(cudaEventRecord(e1));
+      if (queued) blk.release();
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= warm) (queued ? tq : t).push_back(ms);
+    }
   CK(cudaGetLastError());
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
-  return median(t);
+  return {median(t), queued_too ? median(tq) : 0.0};
 }
 
-/* Median ms of `reps` calls of a after 10 (arena rotated over n_rot copies). */
+/* The median ms of launch(i) from an idle GPU (event_median2's ms). */
+template <typename F> static double event_median(int warm, int n, F launch) {
+  return event_median2(warm, n, launch, 0).ms;
+}
+
+/* Median ms of `reps` calls of a after 10 (arena rotated over n_rot copies); ms_gpu too when
+ * queued_too. */
+static Timing bench_time2(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps, int queued_too) {
+  return event_median2(
+      10, 10 + reps,
+      [&](int i) {
+        a.arena = arenas[i % n_rot];
+        CKQ(kc_attn_decode(&a, nullptr));
+      },
+      queued_too);
+}
 static double bench_time(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps) {
-  return event_median(10, 10 + reps, [&](int i) {
-    a.arena = arenas[i % n_rot];
-    CKQ(kc_attn_decode(&a, nullptr));
-  });
+  return bench_time2(a, arenas, n_rot, reps, 0).ms;
 }
 
-static double bench_copy(void) {
+/* Copy bandwidth (read + write GB/s) from an idle GPU and (*gpu) queued. */
+static double bench_copy(double *gpu) {
   const size_t n = (size_t)2 << 30;
   void *src, *dst;
   CK(cudaMalloc(&src, n));
   CK(cudaMalloc(&dst, n));
   bench_fill<<<4096, 256>>>((uint16_t *)src, n / 2, 1);
   CK(cudaGetLastError());
-  const double ms = event_median(3, 23, [&](int) {
+  const Timing t = event_median2(3, 23, [&](int) {
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
   });
   CK(cudaFree(src));
   CK(cudaFree(dst));
-  const double gbps = 2.0 * n / ms / 1e6;
-  printf("{\"bench\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"GBps_read_plus_write\": %.1f}\n",
-         2 * n, ms, gbps);
+  const double gbps = 2.0 * n / t.ms / 1e6;
+  *gpu = 2.0 * n / t.ms_gpu / 1e6;
+  printf("{\"bench\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, \"GBps_read_plus_write\": %.1f, "
+         "\"ms_gpu\": %.4f, \"GBps_gpu\": %.1f}\n",
+         2 * n, t.ms, gbps, t.ms_gpu, *gpu);
   return gbps;
 }
 
@@ -707,29 +769,32 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, 
   return ms;
 }
 
-static double bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_seqs = 0,
+static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_seqs = 0,
                             int gqa_len = 0) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   unsigned *sink;
   CK(cudaMalloc((void **)&sink, sizeof *sink));
-  double best = 1e30;
-  for (int per_sm = 4; per_sm <= 16; per_sm *= 2)
-    best = std::min(best, event_median(10, 110, [&](int i) {
+  Timing best = {1e30, 1e30};
+  for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
+    const Timing t = event_median2(10, 110, [&](int i) {
       if (gqa_seqs) /* (per_sm: 4, 8, 16 chunks' worth of blocks a multiprocessor, halved) */
         bench_read_gqa<<<dim3(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
                          192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
       else
         bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
-    }));
+    });
+    best.ms = std::min(best.ms, t.ms), best.ms_gpu = std::min(best.ms_gpu, t.ms_gpu);
+  }
   CK(cudaFree(sink));
   return best;
 }
 
 /* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
 static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
-                          double copy_gbps, double full_ms, int hot, int abs_keys) {
+                          double copy_gbps, double copy_gpu, double full_ms, double full_gpu,
+                          int hot, int abs_keys) {
   std::vector<int> lens(n_seq, seq);
   attn_spec_t s;
   memset(&s, 0, sizeof s);
@@ -767,13 +832,15 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   kc_attn_args_t a = dev_args(&pr, &d, 0);
   const int cw0 = kc_attn_chunk_win(&a), reps = seq > 4096 ? 60 : 200;
   const double bytes = (double)pr.kv_bytes;
-  Result best = {name, 1e30, bytes};
+  Result best = {name, 1e30, bytes, 0};
   const int cws[] = {cw0, cw0 / 2, (cw0 + 1) / 3, cw0 * 2 / 3, cw0 / 4, cw0 * 2, cw0 * 4};
   for (int v = 0; v < (int)(sizeof cws / sizeof cws[0]); v++) {
     const int cw = cws[v] < 1 ? 1 : cws[v];
     if (v > 0 && cw == cw0) continue;
     a = dev_args(&pr, &d, cw);
-    const double ms = bench_time(a, arenas.data(), n_rot, reps);
+    const Timing tt = bench_time2(a, arenas.data(), n_rot, reps, v == 0);
+    const double ms = tt.ms;
+    if (v == 0) best.ms_gpu = tt.ms_gpu;
     a.flags = KC_ATTN_SKIP_COMBINE;
     const double ms_main = bench_time(a, arenas.data(), n_rot, reps);
     const double gbps = bytes / ms / 1e6;
@@ -784,6 +851,11 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
            name, n_seq, seq, cw, v == 0 ? "true" : "false", n_rot, pr.n_full, pr.n_quant,
            pr.n_evicted, ms, ms_main, bytes, gbps, gbps / copy_gbps);
     if (full_ms > 0) printf(", \"ratio_to_full\": %.3f", ms / full_ms);
+    if (v == 0) {
+      printf(", \"ms_gpu\": %.4f, \"frac_copy_bw_gpu\": %.3f", tt.ms_gpu,
+             bytes / tt.ms_gpu / 1e6 / copy_gpu);
+      if (full_gpu > 0) printf(", \"ratio_to_full_gpu\": %.3f", tt.ms_gpu / full_gpu);
+    }
     printf("}\n");
     fflush(stdout);
     if (ms < best.ms) best.ms = ms;
@@ -791,19 +863,24 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   if (n_full < 0) { /* FullKV as the engine's FullKV cache runs it: no masses (auto chunks) */
     a = dev_args(&pr, &d, cw0);
     a.mass = nullptr;
-    const double ms = bench_time(a, arenas.data(), n_rot, reps), gbps = bytes / ms / 1e6;
+    const Timing t = bench_time2(a, arenas.data(), n_rot, reps, 1);
+    const double ms = t.ms, gbps = bytes / ms / 1e6;
     printf("{\"bench\": \"%s_no_masses\", \"chunk_win\": %d, \"ms\": %.4f, \"GBps\": %.1f, "
-           "\"frac_copy_bw\": %.3f, \"over_with_masses\": %.3f}\n",
-           name, cw0, ms, gbps, gbps / copy_gbps, ms / best.ms);
+           "\"frac_copy_bw\": %.3f, \"over_with_masses\": %.3f, \"ms_gpu\": %.4f, "
+           "\"frac_copy_bw_gpu\": %.3f}\n",
+           name, cw0, ms, gbps, gbps / copy_gbps, ms / best.ms, t.ms_gpu,
+           bytes / t.ms_gpu / 1e6 / copy_gpu);
   }
   if (n_full < 0 && pr.arena_bytes >= (size_t)bytes) { /* FullKV: the read roofline */
-    const double rms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes);
-    const double gms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, n_seq, seq);
+    const Timing rt = bench_read_ms(arenas.data(), n_rot, (size_t)bytes);
+    const double rms = rt.ms,
+                 gms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, n_seq, seq).ms;
     printf("{\"bench\": \"%s_read_only\", \"ms\": %.4f, \"frac_copy_bw\": %.3f, "
            "\"attention_over_read\": %.3f, \"gqa_pattern_ms\": %.4f, \"gqa_frac_copy_bw\": %.3f, "
-           "\"attention_over_gqa_read\": %.3f}\n",
+           "\"attention_over_gqa_read\": %.3f, \"ms_gpu\": %.4f, \"frac_copy_bw_gpu\": %.3f}\n",
            name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms, gms,
-           bytes / gms / 1e6 / copy_gbps, best.ms / gms);
+           bytes / gms / 1e6 / copy_gbps, best.ms / gms, rt.ms_gpu,
+           bytes / rt.ms_gpu / 1e6 / copy_gpu);
     int dev = 0, major = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -838,7 +915,8 @@ static int bench_all(const char *filter) {
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("{\"device\": \"%s\", \"sms\": %d, \"l2_MB\": %.1f, \"cc\": \"%d.%d\"}\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, prop.major, prop.minor);
-  const double copy = bench_copy();
+  double copy_gpu = 0;
+  const double copy = bench_copy(&copy_gpu);
   int nf16, nq16, nf8, nq8, nfs, nqs;
   tiered20(16, 2048, &nf16, &nq16);
   tiered20(8, 4096, &nf8, &nq8);
@@ -862,25 +940,30 @@ static int bench_all(const char *filter) {
   const int n = (int)(sizeof sh / sizeof sh[0]);
   Result r[n];
   for (int i = 0; i < n; i++) {
-    r[i] = {sh[i].name, 0, 0};
+    r[i] = {sh[i].name, 0, 0, 0};
     if (filter && !strstr(sh[i].name, filter)) continue;
     const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
+    const double ref_gpu = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms_gpu : 0;
     r[i] = bench_shape(sh[i].name, sh[i].n_seq, sh[i].seq, sh[i].omega, sh[i].nf, sh[i].nq, copy,
-                       ref, sh[i].hot, sh[i].abs_keys);
+                       copy_gpu, ref, ref_gpu, sh[i].hot, sh[i].abs_keys);
   }
-  printf("\n%-26s %10s %12s %9s %9s %9s\n", "shape", "best ms", "bytes", "GB/s", "of copy",
-         "/ full");
+  printf("\n%-26s %10s %12s %9s %9s %9s %9s %9s %9s\n", "shape", "best ms", "bytes", "GB/s",
+         "of copy", "/ full", "gpu ms", "of copy", "/ full");
   for (int i = 0; i < n; i++) {
     if (r[i].ms <= 0) continue;
     const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
-    printf("%-26s %10.4f %12.0f %9.1f %9.3f %9.3f\n", r[i].name, r[i].ms, r[i].bytes,
-           r[i].bytes / r[i].ms / 1e6, r[i].bytes / r[i].ms / 1e6 / copy,
-           ref > 0 ? r[i].ms / ref : 0.0);
+    const double rg = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms_gpu : 0;
+    printf("%-26s %10.4f %12.0f %9.1f %9.3f %9.3f %9.4f %9.3f %9.3f\n", r[i].name, r[i].ms,
+           r[i].bytes, r[i].bytes / r[i].ms / 1e6, r[i].bytes / r[i].ms / 1e6 / copy,
+           ref > 0 ? r[i].ms / ref : 0.0, r[i].ms_gpu, r[i].bytes / r[i].ms_gpu / 1e6 / copy_gpu,
+           rg > 0 ? r[i].ms_gpu / rg : 0.0);
   }
   printf("windows per sequence at 20%%: omega 16: %d Full, %d INT2 of 2048; omega 8: %d Full, "
          "%d INT2 of 4096 (S=32768), %d Full, %d INT2 of 160 (S=1280)\n",
          nf16, nq16, nf8, nq8, nfs, nqs);
-  printf("copy bandwidth (read + write): %.1f GB/s\n", copy);
+  printf("copy bandwidth (read + write): %.1f GB/s (queued: %.1f GB/s)\n", copy, copy_gpu);
+  printf("ms: events around a launch from an idle GPU (the host's submission inside, as peers.py "
+         "times); gpu ms: the launch queued behind a held stream (the GPU's own time)\n");
   return 0;
 }
 
