@@ -15,6 +15,7 @@
 #   strip -o carry/pack/long_ctx_base BASE/build-srv-dev/bench/long_ctx && xz carry/pack/long_ctx_base
 #   plus libs.tar.xz (bench/device_pack.sh's pack_libs); the whole of device_pack.sh's pack with a
 #   base beside it is over the 64 MiB a call carries.
+# LC=0 leaves out attn_decode's long_ctx shapes; ROUNDS=0 the long_ctx runs.
 # PROFILE=1 adds the tree's QEvict decode steps 6-8 by kernel (bench/lc_ncu_steps.sh); KQ_SRC=1
 # the key quantization's Nsight Compute source profile (instruction mix and stalls).
 # Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh   (carry: carry/pack)
@@ -34,8 +35,10 @@ if have attn_decode; then
   timeout 200 attn_decode > "$L/attn_check.log" 2>&1
   echo "attn_decode check rc $?: $(tail -1 "$L/attn_check.log")"
   grep -E "FAIL" "$L/attn_check.log" | head -3
-  timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
-  tail -12 "$L/attn_lc.log"
+  if [[ ${LC:-1} == 1 ]]; then # (LC=0: not the long_ctx shapes)
+    timeout 200 attn_decode --bench --shapes lc_ > "$L/attn_lc.log" 2>&1; echo "attn_decode lc rc $?"
+    tail -12 "$L/attn_lc.log"
+  fi
 fi
 # attn_decode_NAME packed (attn_decode_base: a base tree's; any other NAME: a variant, e.g. built
 # with other -D flags): the kernel bench (every shape or $ATTN_SHAPES, the automatic chunking) of

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """attn_ab_table: the decode-attention bench (attn_decode --bench logs) of a base against a new
 binary: per shape, the median over rounds of the automatic chunking's time (and of the FullKV
-shapes' time without masses, and of the chunk kernel alone), base ms, new ms, new / base.
+shapes' time without masses, and of the chunk kernel alone; "(gpu)": the same launches queued
+behind a held stream, where the log has them), base ms, new ms, new / base.
 Usage: attn_ab_table.py BASE_LOG... -- NEW_LOG..."""
 import json
 import statistics
@@ -20,6 +21,8 @@ def times(paths):
                 t.setdefault("copy_GBps", []).append(j["GBps_read_plus_write"])
             elif j.get("auto") or name.endswith("_no_masses"):
                 t.setdefault(name, []).append(j["ms"])
+                if "ms_gpu" in j:  # the launch queued behind a held stream (the GPU's own time)
+                    t.setdefault(name + " (gpu)", []).append(j["ms_gpu"])
                 if j.get("auto") and "ms_chunk_kernel_only" in j:
                     t.setdefault(name + " (chunk kernel)", []).append(j["ms_chunk_kernel_only"])
     return {k: statistics.median(v) for k, v in t.items()}

@@ -1,7 +1,7 @@
 /* attn_decode: checks the GPU decode attention over tiered paged KV (kc_attn_decode) against
  * the fp64 CPU reference (attn_ref.c), and with --bench times it.
  *
- *   attn_decode [--small] [--bench [--shapes SUBSTR]] [--only NAME]
+ *   attn_decode [--small] [--bench [--shapes SUBSTR[,SUBSTR...]]] [--only NAME]
  * Check (default): fresh random problems of several shapes (GQA, MHA, head_dim 64 and 128,
  * omega 4/8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE, keys
  * pre-RoPE and post-RoPE (abs_keys)), each
@@ -12,13 +12,17 @@
  * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
  * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
  * QEvict's default; abs_*: the same with post-RoPE INT2 keys; --shapes: only the shapes whose
- * name contains SUBSTR; FullKV shapes also time the kernel without masses, as the engine's
+ * name contains one of the SUBSTRs; FullKV shapes also time the kernel without masses, as the engine's
  * FullKV cache calls it, two reads of the same bytes, the shape's read roofline: a plain
  * stream and the chunk kernel's own access pattern, and the chunk kernel's cp.async pipeline
  * alone with a stand-in for the work a tile at five sizes, then a warp-specialized one on sm_90):
  * CUDA events
  * around each call, warm-up, median; inputs rotated so that repeated calls do not hit L2; one
- * JSON line per measurement and a table at the end. */
+ * JSON line per measurement and a table at the end. Two timings of the copy, the automatic
+ * chunking, FullKV without masses and the streaming read: "ms" from an idle GPU (the host's
+ * submission of the launch falls between the events, as ../shared/peers/peers.py times torch)
+ * and "ms_gpu", the launch queued behind a kernel that holds the stream until the host has
+ * enqueued it (bench_block; nvbench's method), the GPU's own time. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -909,7 +913,21 @@ static void tiered20(int omega, int n_win, int *nf, int *nq) {
   *nf = (int)(0.3 * budget / win_full), *nq = (int)((budget - *nf * win_full) / win_int2);
 }
 
-/* filter: run only the shapes whose name contains it (NULL: all). */
+/* 1 when name contains one of filter's comma-separated substrings (NULL filter: every name). */
+static int shape_selected(const char *name, const char *filter) {
+  if (!filter) return 1;
+  for (const char *f = filter; *f;) {
+    const char *e = strchr(f, ',');
+    const size_t n = e ? (size_t)(e - f) : strlen(f);
+    for (const char *s = name; n && strlen(s) >= n; s++)
+      if (!strncmp(s, f, n)) return 1;
+    if (!e) break;
+    f = e + 1;
+  }
+  return 0;
+}
+
+/* filter: run only the shapes shape_selected picks. */
 static int bench_all(const char *filter) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -941,7 +959,7 @@ static int bench_all(const char *filter) {
   Result r[n];
   for (int i = 0; i < n; i++) {
     r[i] = {sh[i].name, 0, 0, 0};
-    if (filter && !strstr(sh[i].name, filter)) continue;
+    if (!shape_selected(sh[i].name, filter)) continue;
     const double ref = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms : 0;
     const double ref_gpu = sh[i].full_ref >= 0 ? r[sh[i].full_ref].ms_gpu : 0;
     r[i] = bench_shape(sh[i].name, sh[i].n_seq, sh[i].seq, sh[i].omega, sh[i].nf, sh[i].nq, copy,
@@ -1056,7 +1074,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
       filter = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--small] [--bench [--shapes SUBSTR]] [--only NAME]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small] [--bench [--shapes SUBSTR[,SUBSTR...]]] [--only NAME]\n", argv[0]);
       return 2;
     }
   }
