@@ -23,6 +23,8 @@
  * submission of the launch falls between the events, as ../shared/peers/peers.py times torch)
  * and "ms_gpu", the launch queued behind a kernel that holds the stream until the host has
  * enqueued it (bench_block; nvbench's method), the GPU's own time. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -684,7 +686,7 @@ __global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink)
       asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
     __syncwarp();
   }
-  if (acc == 0x9e3779b9u) *sink = acc;
+  atomicXor(sink, acc); /* the XOR of every word .x read: equal for every pipeline */
 }
 
 /* The same bytes through a warp-specialized pipeline (sm_90; a no-op below): warp 0 of each
@@ -742,33 +744,136 @@ __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink)
         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty + 8 * s) : "memory");
     }
   }
-  if (acc == 0x9e3779b9u) *sink = acc;
+  atomicXor(sink, acc);
 #endif
 }
 
-/* bench_read_cp's (ws: bench_read_ws's) time for FullKV's bytes (n_seq sequences of seq tokens)
- * at spin, chunks as the chunk kernel would (two blocks a multiprocessor at most); the median of
- * 100 after 10. */
-static double bench_read_cp_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin,
-                               bool ws) {
+/* The same through tensor copies (sm_90; a no-op below): lane 0 of warp 0 copies a tile's K and
+ * V as two 4 KiB boxes (16 rows x 1 KV head x 128 channels of the 3D tensor map over the arena's
+ * token rows) into a ring of KCA_TMA_NS stages (1 KiB aligned) shared by the block, completing
+ * on the stage's "full" mbarrier; warps 1 .. 5 consume as in bench_read_ws. Two operations a
+ * tile where bench_read_ws issues 32. */
+#define KCA_TMA_NS 12
+__global__ void bench_read_tma(const __grid_constant__ CUtensorMap map, int seq, int spin,
+                               unsigned *sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ uint8_t tma_smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nc = blockDim.x / 32 - 1;
+  const int kvh = blockIdx.x, b = blockIdx.y, n16 = seq / 16;
+  const int t0 = 16 * (int)((long)n16 * blockIdx.z / gridDim.z);
+  const int nt = (int)((long)n16 * (blockIdx.z + 1) / gridDim.z) - t0 / 16;
+  const unsigned raw = (unsigned)__cvta_generic_to_shared(tma_smem);
+  const unsigned ring = (raw + 1023u) & ~1023u; /* [KCA_TMA_NS][8 KiB] */
+  const unsigned full = ring + KCA_TMA_NS * 8192, empty = full + 8 * KCA_TMA_NS;
+  const uint4 *ring_g = (const uint4 *)(tma_smem + (ring - raw));
+  if (threadIdx.x < KCA_TMA_NS) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * threadIdx.x));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(empty + 8 * threadIdx.x));
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  auto wait = [](unsigned bar, unsigned par) {
+    unsigned done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                   "selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(bar), "r"(par) : "memory");
+  };
+  unsigned acc = 0;
+  if (warp == 0) {
+    if (lane == 0)
+      for (int i = 0; i < nt; i++) {
+        const int s = i % KCA_TMA_NS, k = i / KCA_TMA_NS;
+        if (k > 0) wait(empty + 8 * s, (k - 1) & 1);
+        const unsigned bar = full + 8 * s, dst = ring + s * 8192;
+        const int rk = 2 * b * seq + t0 + 16 * i, rv = rk + seq;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 8192;" ::"r"(bar)
+                     : "memory");
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx"
+                     "::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+                     "l"((uint64_t)&map), "r"(0), "r"(kvh), "r"(rk), "r"(bar)
+                     : "memory");
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx"
+                     "::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst + 4096),
+                     "l"((uint64_t)&map), "r"(0), "r"(kvh), "r"(rv), "r"(bar)
+                     : "memory");
+      }
+  } else {
+    for (int i = warp - 1; i < nt; i += nc) {
+      const int s = i % KCA_TMA_NS, k = i / KCA_TMA_NS;
+      wait(full + 8 * s, k & 1);
+      for (int j = 0; j < 16; j++) acc ^= ring_g[s * 512 + j * 32 + lane].x;
+      for (int q = 0; q < spin; q++)
+        asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
+      __syncwarp();
+      if (lane == 0)
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty + 8 * s) : "memory");
+    }
+  }
+  atomicXor(sink, acc);
+#endif
+}
+
+/* The 3D tensor map bench_read_tma reads an arena of n_rows token rows through (n_kv 8, head_dim
+ * 128, bf16; boxes of 16 rows x 1 head x 128 channels), or 0 when the driver has no encoder. */
+static int tma_map(CUtensorMap *m, void *arena, size_t n_rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 enc = nullptr;
+  if (!enc) {
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&enc, 12000,
+                                         cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return 0;
+  }
+  const cuuint64_t dims[3] = {128, 8, n_rows}, strides[2] = {256, 2048};
+  const cuuint32_t box[3] = {128, 1, 16}, es[3] = {1, 1, 1};
+  const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, arena, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) fprintf(stderr, "bench: cuTensorMapEncodeTiled: error %d\n", (int)r);
+  return r == CUDA_SUCCESS;
+}
+
+/* The memory pipelines alone (mode 0: bench_read_cp, 1: bench_read_ws, 2: bench_read_tma) on
+ * FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the chunk kernel would (two
+ * blocks a multiprocessor at most): the median of 100 after 10 (queued launches), and in *xr the
+ * XOR of the words one launch read on arena 0 (equal for every mode when each reads every byte
+ * once). Returns -1 when the mode cannot run here. */
+static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, int n_seq, int seq,
+                               int spin, int mode, unsigned *xr) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int smem = ws ? KCA_WS_NS * (512 * 16 + 16) : 6 * 2 * 512 * 16;
+  const int smem = mode == 2   ? KCA_TMA_NS * 8192 + 1024 + 16 * KCA_TMA_NS
+                   : mode == 1 ? KCA_WS_NS * (512 * 16 + 16)
+                               : 6 * 2 * 512 * 16;
   const int z = std::max(1, 2 * sms / (8 * n_seq));
-  if (ws)
+  std::vector<CUtensorMap> maps(n_rot);
+  if (mode == 2)
+    for (int r = 0; r < n_rot; r++)
+      if (!tma_map(&maps[r], arenas[r], arena_bytes / 2048)) return -1;
+  if (mode == 2)
+    CK(cudaFuncSetAttribute(bench_read_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  else if (mode == 1)
     CK(cudaFuncSetAttribute(bench_read_ws, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   else
     CK(cudaFuncSetAttribute(bench_read_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   unsigned *sink;
   CK(cudaMalloc((void **)&sink, sizeof *sink));
-  const double ms = event_median(10, 110, [&](int i) {
+  auto launch = [&](int i) {
     const uint4 *a = (const uint4 *)arenas[i % n_rot];
-    if (ws)
+    if (mode == 2)
+      bench_read_tma<<<dim3(8, n_seq, z), 192, smem>>>(maps[i % n_rot], seq, spin, sink);
+    else if (mode == 1)
       bench_read_ws<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
     else
       bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
-  });
+  };
+  CK(cudaMemset(sink, 0, sizeof *sink));
+  launch(0);
+  CK(cudaGetLastError());
+  CK(cudaMemcpy(xr, sink, sizeof *xr, cudaMemcpyDeviceToHost));
+  const double ms = event_median2(10, 110, launch).ms_gpu;
   CK(cudaFree(sink));
   return ms;
 }
@@ -888,13 +993,19 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     int dev = 0, major = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    for (int ws = 0; ws < 1 + (major >= 9); ws++)
+    static const char *const modes[] = {"cp_pipeline", "ws_pipeline", "tma_pipeline"};
+    unsigned x0 = 0;
+    for (int mode = 0; mode < (major >= 9 ? 3 : 1); mode++)
       for (int spin : {0, 100, 200, 400, 800}) {
-        const double cms = bench_read_cp_ms(arenas.data(), n_rot, n_seq, seq, spin, ws);
-        printf("{\"bench\": \"%s_%s\", \"spin\": %d, \"ms\": %.4f, "
-               "\"frac_copy_bw\": %.3f, \"attention_over\": %.3f}\n",
-               name, ws ? "ws_pipeline" : "cp_pipeline", spin, cms,
-               bytes / cms / 1e6 / copy_gbps, best.ms / cms);
+        unsigned x = 0;
+        const double cms = bench_read_cp_ms(arenas.data(), n_rot, pr.arena_bytes, n_seq, seq,
+                                            spin, mode, &x);
+        if (cms < 0) break;
+        if (mode == 0 && spin == 0) x0 = x;
+        printf("{\"bench\": \"%s_%s\", \"spin\": %d, \"ms_gpu\": %.4f, "
+               "\"frac_copy_bw_gpu\": %.3f, \"attention_over\": %.3f, \"reads_match_cp\": %s}\n",
+               name, modes[mode], spin, cms, bytes / cms / 1e6 / copy_gpu, best.ms_gpu / cms,
+               spin == 0 && x != x0 ? "false" : "true");
       }
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
