@@ -1,7 +1,7 @@
 /* attn_decode: checks the GPU decode attention over tiered paged KV (kc_attn_decode) against
  * the fp64 CPU reference (attn_ref.c), and with --bench times it.
  *
- *   attn_decode [--small] [--bench [--shapes SUBSTR[,SUBSTR...]]] [--only NAME]
+ *   attn_decode [--small] [--bench [--shapes SUBSTR[,SUBSTR...]] [--tma] [--pipes]] [--only NAME]
  * Check (default): fresh random problems of several shapes (GQA, MHA, head_dim 64 and 128,
  * omega 4/8/16/32, partial windows, FULL/QUANT/EVICTED mixes, INT2/4/8, NORM and NEOX RoPE, keys
  * pre-RoPE and post-RoPE (abs_keys)), each
@@ -22,7 +22,9 @@
  * chunking, FullKV without masses and the streaming read: "ms" from an idle GPU (the host's
  * submission of the launch falls between the events, as ../shared/peers/peers.py times torch)
  * and "ms_gpu", the launch queued behind a kernel that holds the stream until the host has
- * enqueued it (bench_block; nvbench's method), the GPU's own time. */
+ * enqueued it (bench_block; nvbench's method), the GPU's own time. --tma adds a pipeline of
+ * Hopper tensor copies to the FullKV shapes' pipelines, --pipes times only those reads and
+ * pipelines, $QE_BENCH_QUICK=1 times one launch a measurement (for compute-sanitizer). */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -490,6 +492,13 @@ __global__ void bench_fill(uint16_t *p, size_t n, uint64_t seed) {
   }
 }
 
+/* Bench options (main's flags): --tma adds the tensor-copy pipeline, --pipes times only the
+ * FullKV shapes' reads and pipelines (no attention), $QE_BENCH_QUICK=1 one timed launch a
+ * measurement (under compute-sanitizer). */
+static struct {
+  int tma, pipes, quick;
+} g_opt;
+
 struct Result {
   const char *name;
   double ms, bytes, ms_gpu; /* best ms from an idle GPU; ms_gpu: the auto chunks' queued (GPU) ms */
@@ -550,6 +559,7 @@ template <typename F> static Timing event_median2(int warm, int n, F launch, int
   CK(cudaEventCreate(&e1));
   std::vector<float> t, tq;
   Blocker blk;
+  if (g_opt.quick) warm = 1, n = 2;
   for (int i = 0; i < n; i++)
     for (int queued = 0; queued < 1 + queued_too; queued++) {
       if (queued) blk.hold();
@@ -943,7 +953,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   const double bytes = (double)pr.kv_bytes;
   Result best = {name, 1e30, bytes, 0};
   const int cws[] = {cw0, cw0 / 2, (cw0 + 1) / 3, cw0 * 2 / 3, cw0 / 4, cw0 * 2, cw0 * 4};
-  for (int v = 0; v < (int)(sizeof cws / sizeof cws[0]); v++) {
+  for (int v = 0; v < (g_opt.pipes ? 0 : (int)(sizeof cws / sizeof cws[0])); v++) {
     const int cw = cws[v] < 1 ? 1 : cws[v];
     if (v > 0 && cw == cw0) continue;
     a = dev_args(&pr, &d, cw);
@@ -969,7 +979,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     fflush(stdout);
     if (ms < best.ms) best.ms = ms;
   }
-  if (n_full < 0) { /* FullKV as the engine's FullKV cache runs it: no masses (auto chunks) */
+  if (n_full < 0 && !g_opt.pipes) { /* FullKV as the engine's FullKV cache runs it (no masses) */
     a = dev_args(&pr, &d, cw0);
     a.mass = nullptr;
     const Timing t = bench_time2(a, arenas.data(), n_rot, reps, 1);
@@ -995,7 +1005,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     static const char *const modes[] = {"cp_pipeline", "ws_pipeline", "tma_pipeline"};
     unsigned x0 = 0;
-    for (int mode = 0; mode < (major >= 9 ? 3 : 1); mode++)
+    for (int mode = 0; mode < (major >= 9 ? 2 + g_opt.tma : 1); mode++)
       for (int spin : {0, 100, 200, 400, 800}) {
         unsigned x = 0;
         const double cms = bench_read_cp_ms(arenas.data(), n_rot, pr.arena_bytes, n_seq, seq,
@@ -1184,11 +1194,20 @@ int main(int argc, char **argv) {
       only = argv[++i];
     else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
       filter = argv[++i];
+    else if (!strcmp(argv[i], "--tma"))
+      g_opt.tma = 1;
+    else if (!strcmp(argv[i], "--pipes"))
+      g_opt.pipes = 1;
     else {
-      fprintf(stderr, "usage: %s [--small] [--bench [--shapes SUBSTR[,SUBSTR...]]] [--only NAME]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--small] [--bench [--shapes SUBSTR[,SUBSTR...]] [--tma] [--pipes]] "
+              "[--only NAME]\n",
+              argv[0]);
       return 2;
     }
   }
+  const char *quick = getenv("QE_BENCH_QUICK");
+  g_opt.quick = quick && !strcmp(quick, "1");
   if (api_checks()) return 1;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
