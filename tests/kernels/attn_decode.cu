@@ -705,7 +705,7 @@ __global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink)
  * warps 1 .. 5 take the tiles round-robin, wait for them, read them, spin, and free the stage on
  * its "empty" mbarrier. Up to KCA_WS_NS tiles a block are in flight whatever the consumers' work
  * (the two-stage ring of bench_read_cp holds one a warp while the warp works). */
-#define KCA_WS_NS 11
+#define KCA_WS_NS 10 /* a multiple of the 5 consumers: see KCA_TMA_NS */
 __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 ring[]; /* [KCA_WS_NS][512], then full[NS], empty[NS] (8 bytes each) */
@@ -763,7 +763,11 @@ __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink)
  * token rows) into a ring of KCA_TMA_NS stages (1 KiB aligned) shared by the block, completing
  * on the stage's "full" mbarrier; warps 1 .. 5 consume as in bench_read_ws. Two operations a
  * tile where bench_read_ws issues 32. */
-#define KCA_TMA_NS 12
+#define KCA_TMA_NS 10 /* a multiple of the 5 consumer warps, so that a stage always has the same
+                          consumer: with 12, a consumer 12 tiles ahead of another waited on a
+                          stage's next phase while its last was still in flight, whose parity
+                          reads as done (the phases' parities alias), and the ring deadlocked
+                          (H200, 2026-12-03) */
 __global__ void bench_read_tma(const __grid_constant__ CUtensorMap map, int seq, int spin,
                                unsigned *sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1016,6 +1020,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
                "\"frac_copy_bw_gpu\": %.3f, \"attention_over\": %.3f, \"reads_match_cp\": %s}\n",
                name, modes[mode], spin, cms, bytes / cms / 1e6 / copy_gpu, best.ms_gpu / cms,
                spin == 0 && x != x0 ? "false" : "true");
+        fflush(stdout);
       }
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
