@@ -71,7 +71,7 @@ if [[ ${SANITIZE:-0} == 1 ]]; then
   for t in memcheck racecheck; do
     for x in "${SAN[@]}"; do
       have "${x%% *}" || continue
-      n="$L/san_${t}_${x%% *}.log"
+      n="$L/san_${t}_$(printf %s "$x" | tr -c 'A-Za-z0-9_' _).log" # (one log a command line)
       timeout 240 compute-sanitizer --tool $t $x > "$n" 2>&1
       echo "$t $x rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$n" | tail -1)"
     done

@@ -227,8 +227,7 @@ int main(int argc, char **argv) {
        5},
       {"gqa4 d128 w16 full only", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 1, 1.0, 0.0, {150, 33}, 4},
       {"gqa4 d128 w16 full+evicted", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 2, 0.5, 0.0, {250, 9}, 3},
-      /* long enough that a warp walks three and more tiles (KCA_EARLY's copies into the stage
-         of the tile being computed) */
+      /* long enough that a warp walks three and more tiles (a FullKV walk's steady state) */
       {"gqa4 d128 w16 full long", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 1, 1.0, 0.0, {1500, 700}, 20},
       {"gqa4 d128 w32 full+evicted long", 8, 2, 128, 32, 2, 32, NORM, 128, 0, 2, 0.6, 0.0,
        {1200, 333}, 8},
