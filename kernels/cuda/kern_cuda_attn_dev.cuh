@@ -51,9 +51,6 @@
 #ifndef KCA_DREG /* PK 1: the next tile's descriptor in registers a tile ahead (1: the FullKV */
 #define KCA_DREG 1 /* kernels, -1.2% on H200 2026-12-02; 2: every kernel, +2% on the tiered) */
 #endif
-#ifndef KCA_EARLY /* FullKV kernels (PK 1, copy plan): the tile after next's K rows are copied */
-#define KCA_EARLY 1 /* into the stage once its scores are done, its V rows once its P.V is */
-#endif
 #ifndef KCA_QLATE
 #define KCA_QLATE 1 /* Q loaded after the first tile's copies are issued (-0.8%: FullKV 32K) */
 #endif
@@ -169,7 +166,6 @@ KCA_FN kca_u4 kca_sld128(const void *p) {
   return r;
 }
 KCA_FN void kca_cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-KCA_FN void kca_cp_wait3(void) { asm volatile("cp.async.wait_group 3;" ::: "memory"); }
 /* The ticket of a block that is done (its earlier global writes made visible device-wide
  * first), a fence, and an L2 load (data other blocks wrote). */
 KCA_FN uint32_t kca_ticket(uint32_t *t) {
@@ -360,7 +356,6 @@ KCA_FN kca_u4 kca_sld128(const void *p) {
   return r;
 }
 KCA_FN void kca_cp_wait1(void) {}
-KCA_FN void kca_cp_wait3(void) {}
 KCA_FN uint32_t kca_ticket(uint32_t *t) { return (*t)++; } /* blocks run one after another */
 KCA_FN void kca_fence(void) {}
 KCA_FN float kca_ldcg(const float *p) { return *p; }
@@ -901,12 +896,10 @@ KCA_FN kca_plan_t kca_plan(const kca_params_t &p, const uint8_t *stages, int kvh
   return pl;
 }
 
-/* kca_issue_half's copies through the plan; soff: the half's offset in the warp's stages; parts
- * (FULL halves): 1 the K rows, 2 the V rows, 3 both. */
+/* kca_issue_half's copies through the plan; soff: the half's offset in the warp's stages. */
 template <int HD, int BITS>
 KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int soff,
-                              const kca_lwin_t &w, int t0, int n, bool kmeta, bool vmeta, int gs,
-                              int parts = 3) {
+                              const kca_lwin_t &w, int t0, int n, bool kmeta, bool vmeta, int gs) {
   using L = kca_lay<HD, BITS>;
   if (n == 0) return;
   const kca_sptr_t d = pl.sbase + soff;
@@ -916,10 +909,9 @@ KCA_FN void kca_issue_half_pl(const kca_params_t &p, const kca_plan_t &pl, int s
     KCA_UNROLL
     for (int i = 0; i < NCH / 4; i++) {
       const int ok = r0 + RPI * i < n;
-      if (parts & 1) kca_cps16(d + pl.fdst + RPI * i * HD * 2, w.p0 + src + i * RPI * row, ok);
-      if (parts & 2)
-        kca_cps16(d + ((pl.fv ^ ((RPI * i & 6) << 4)) + RPI * i * HD * 2),
-                  w.p1 + src + i * RPI * row, ok);
+      kca_cps16(d + pl.fdst + RPI * i * HD * 2, w.p0 + src + i * RPI * row, ok);
+      kca_cps16(d + ((pl.fv ^ ((RPI * i & 6) << 4)) + RPI * i * HD * 2), w.p1 + src + i * RPI * row,
+                ok);
     }
     return;
   }
@@ -1060,27 +1052,25 @@ KCA_FN kca_tile_t kca_issue4(const kca_params_t &p, uint8_t *stage, const kca_li
 template <int HD, int BITS, bool PL>
 KCA_FN void kca_issue_h(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
                         const typename kca_wt<PL>::T &w, int t0, int n, int kvh, int lane,
-                        bool kmeta, int gs, bool vmeta = true, int parts = 3) {
+                        bool kmeta, int gs, bool vmeta = true) {
   if constexpr (PL)
-    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta, vmeta, gs, parts);
+    kca_issue_half_pl<HD, BITS>(p, pl, soff, w, t0, n, kmeta, vmeta, gs);
   else
     kca_issue_half<HD, BITS>(p, stage, w, t0, n, kvh, lane, kmeta, gs);
 }
 
-/* PK 1: issues rows t0 .. t0 + 15 of window w (descriptor W) into stage (parts: see
- * kca_issue_half_pl; not 3 only with a plan). */
+/* PK 1: issues rows t0 .. t0 + 15 of window w (descriptor W) into stage. */
 template <int HD, int BITS, bool PL>
 KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
                              const typename kca_wt<PL>::T &W, int w, int t0, int kvh, int lane,
-                             int gs, int *ntile, int parts = 3) {
+                             int gs, int *ntile) {
   constexpr int H = kca_lay<HD, BITS>::half;
   kca_tile_t t;
   const int n0 = kca_clamp8(W.n - t0), n1 = kca_clamp8(W.n - t0 - 8);
   t.w[0] = t.w[1] = w, t.base[0] = t.base[1] = W.pos0 + t0;
   t.bits = n0 | n1 << 4 | W.quant * 3 << 8 | (t0 + 16 >= W.n) << 10;
-  kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, W, t0, n0, kvh, lane, true, gs, true, parts);
-  kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, W, t0 + 8, n1, kvh, lane, false, gs, true,
-                            parts);
+  kca_issue_h<HD, BITS, PL>(p, stage, soff, pl, W, t0, n0, kvh, lane, true, gs);
+  kca_issue_h<HD, BITS, PL>(p, stage + H, soff + H, pl, W, t0 + 8, n1, kvh, lane, false, gs);
   *ntile = (W.n + 15) / 16;
   return t;
 }
@@ -1513,12 +1503,13 @@ KCA_FN void kca_scores(const kca_params_t &p, uint8_t *smem, const uint8_t *stag
   }
 }
 
-/* The first part of a tile whose bytes are in stage: scores and online softmax (reads the K
- * rows or codes only). */
+/* One tile whose bytes are in stage: scores, online softmax, P.V. */
 template <int HD, int BITS, int ROT, int PK>
-KCA_FN kca_tp_t kca_compute_s(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
-                              kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane) {
-  const int g = lane >> 2;
+KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
+                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane,
+                            int gs) {
+  using L = kca_lay<HD, BITS>;
+  const int g = lane >> 2, c = lane & 3;
   float s[4] = {0, 0, 0, 0};
   const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
   kca_scores<HD, BITS, ROT, PK>(p, smem, stage, st, t, live, warp, lane, s);
@@ -1528,16 +1519,7 @@ KCA_FN kca_tp_t kca_compute_s(const kca_params_t &p, uint8_t *smem, const uint8_
     s[0] = ok0 ? s[0] : KCA_NEGINF, s[1] = ok0 ? s[1] : KCA_NEGINF;
     s[2] = ok1 ? s[2] : KCA_NEGINF, s[3] = ok1 ? s[3] : KCA_NEGINF;
   }
-  return kca_softmax<HD, BITS>(st, s, t, g);
-}
-
-/* The second part: O^T += V^T P^T over the tile's live halves (r: kca_compute_s's). */
-template <int HD, int BITS>
-KCA_FN void kca_compute_pv(const kca_params_t &p, const uint8_t *stage, kca_st_t<HD, BITS> &st,
-                           const kca_tile_t &t, const kca_tp_t &r, int lane, int gs) {
-  using L = kca_lay<HD, BITS>;
-  const int g = lane >> 2, c = lane & 3;
-  const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
+  const kca_tp_t r = kca_softmax<HD, BITS>(st, s, t, g);
   KCA_UNROLL
   for (int h = 0; h < 2; h++) {
     if (!(live >> h & 1)) continue;
@@ -1553,15 +1535,6 @@ KCA_FN void kca_compute_pv(const kca_params_t &p, const uint8_t *stage, kca_st_t
     }
     kca_pv_full<HD, BITS>(st, hs, pb, g, c);
   }
-}
-
-/* One tile whose bytes are in stage: scores, online softmax, P.V. */
-template <int HD, int BITS, int ROT, int PK>
-KCA_FN kca_tp_t kca_compute(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
-                            kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane,
-                            int gs) {
-  const kca_tp_t r = kca_compute_s<HD, BITS, ROT, PK>(p, smem, stage, st, t, warp, lane);
-  kca_compute_pv<HD, BITS>(p, stage, st, t, r, lane, gs);
   return r;
 }
 
@@ -1765,113 +1738,6 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
   if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
-/* A warp's walk over its tiles (a two-stage cp.async ring: tile i + 1's copies in flight while
- * tile i is computed), Q loaded after the first tile's copies are issued (KCA_QLATE). */
-template <int HD, int BITS, int ROT, int PK, bool PL>
-KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, uint8_t *stages, const kca_plan_t &pl,
-                     kca_live_t &L, kca_st_t<HD, BITS> &st, int b, int kvh, int lane, int warp,
-                     int gs) {
-  using Ly = kca_lay<HD, BITS>;
-  const int g = lane >> 2, c = lane & 3;
-  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt = {-1, 0};
-  kca_tile_t tc, tn;
-  int nt = 0, stage = 0;
-  float wsum[2] = {0.0f, 0.0f};
-  float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
-  if (cur.k >= 0) {
-    tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
-    kca_cp_commit();
-    nxt = kca_advance<PK>(p, L, cur, nt, lane);
-  }
-  if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first tile's copies */
-  constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
-  typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
-  if (DREG && nxt.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nxt.k), lane);
-  while (cur.k >= 0) {
-    const int so = (stage ^ 1) * Ly::stage;
-    if (nxt.k >= 0) {
-      if constexpr (DREG)
-        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
-                                      16 * nxt.j, kvh, lane, gs, &nt);
-      else
-        tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, gs, &nt);
-    }
-    kca_cp_commit();
-    const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
-    if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
-    kca_cp_wait1();
-    kca_syncwarp();
-    const kca_tp_t r =
-        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
-    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
-    kca_syncwarp(); /* the stage is free for the tile after next */
-    cur = nxt, tc = tn, nxt = nn, stage ^= 1;
-  }
-}
-
-/* The walk of a FullKV warp with KCA_EARLY (PK 1, copy plan): a tile's K rows and V rows are
- * copied and waited for apart. Tile i's stage takes tile i + 2's K rows as soon as tile i's
- * scores are done and its V rows once tile i's P.V is; the scores wait only for the K rows and
- * the P.V for the V rows, so each is in flight during the other half of the tile before (the
- * same shared memory holds more bytes in flight). Commit groups, oldest first: K, V of tile 0,
- * K, V of tile 1, then K, V of each tile after: each wait leaves the three newest pending. Q
- * is loaded after the first two tiles' copies are issued. */
-template <int HD, int BITS, int ROT, int PK>
-KCA_FN void kca_walk_early(const kca_params_t &p, uint8_t *smem, uint8_t *stages,
-                           const kca_plan_t &pl, kca_live_t &L, kca_st_t<HD, BITS> &st, int b,
-                           int kvh, int lane, int warp) {
-  using Ly = kca_lay<HD, BITS>;
-  const int g = lane >> 2, c = lane & 3;
-  float wsum[2] = {0.0f, 0.0f};
-  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt = {-1, 0}, nn = {-1, 0};
-  kca_tile_t tc, tn, t3;
-  kca_lwin_t wd = {};
-  int nt = 0, stage = 0;
-  for (int i = 0; i < 2; i++) { /* tiles 0 and 1 (cur, then nxt), K and V apart */
-    const kca_cur_t u = i ? nxt : cur;
-    if (u.k >= 0) {
-      wd = kca_getwin<true, BITS>(p, kca_pos_win<PK>(L, u.k), lane);
-      const kca_tile_t t = kca_issue1<HD, BITS, true>(
-          p, stages, i * Ly::stage, pl, wd, kca_pos_win<PK>(L, u.k), 16 * u.j, kvh, lane, 0, &nt, 1);
-      (i ? tn : tc) = t;
-    }
-    kca_cp_commit();
-    if (u.k >= 0) {
-      kca_issue1<HD, BITS, true>(p, stages, i * Ly::stage, pl, wd, kca_pos_win<PK>(L, u.k),
-                                 16 * u.j, kvh, lane, 0, &nt, 2);
-      (i ? nn : nxt) = kca_advance<PK>(p, L, u, nt, lane);
-    }
-    kca_cp_commit();
-  }
-  if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
-  if (nn.k >= 0) wd = kca_getwin<true, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
-  while (cur.k >= 0) {
-    const int so = stage * Ly::stage;
-    kca_cp_wait3(); /* tile i's K rows */
-    kca_syncwarp();
-    const kca_tp_t r = kca_compute_s<HD, BITS, ROT, PK>(p, smem, stages + so, st, tc, warp, lane);
-    kca_syncwarp(); /* every lane's K reads are done: the stage's K rows are free */
-    kca_cur_t n3 = nn;
-    if (nn.k >= 0) {
-      t3 = kca_issue1<HD, BITS, true>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nn.k),
-                                      16 * nn.j, kvh, lane, 0, &nt, 1);
-      n3 = kca_advance<PK>(p, L, nn, nt, lane);
-    }
-    kca_cp_commit();
-    kca_cp_wait3(); /* tile i's V rows */
-    kca_syncwarp();
-    kca_compute_pv<HD, BITS>(p, stages + so, st, tc, r, lane, 0);
-    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, nullptr);
-    kca_syncwarp(); /* the V rows are free */
-    if (nn.k >= 0)
-      kca_issue1<HD, BITS, true>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nn.k), 16 * nn.j,
-                                 kvh, lane, 0, &nt, 2);
-    kca_cp_commit();
-    if (n3.k >= 0) wd = kca_getwin<true, BITS>(p, kca_pos_win<PK>(L, n3.k), lane);
-    cur = nxt, nxt = nn, nn = n3, tc = tn, tn = t3, stage ^= 1;
-  }
-}
-
 /* The chunk kernel's body: block (chunk, kvh, b), thread tid, dynamic shared memory smem of
  * kca_lay<HD, BITS>::total bytes. PAIR: omega is 8 (units of two windows), else a multiple of
  * 16. Each warp runs a two-stage cp.async pipeline over its tiles: tile i + 1 is in flight
@@ -1907,10 +1773,40 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   constexpr bool PL = KCA_PLAN && kca_has_plan<HD, BITS, ROT, PK>::v;
   kca_plan_t pl;
   if (PL) pl = kca_plan<HD, BITS>(p, stages, kvh, lane);
-  if constexpr (KCA_EARLY && PL && PK == 1 && BITS == 0)
-    kca_walk_early<HD, BITS, ROT, PK>(p, smem, stages, pl, L, st, b, kvh, lane, warp);
-  else
-    kca_walk<HD, BITS, ROT, PK, PL>(p, smem, stages, pl, L, st, b, kvh, lane, warp, gs);
+  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt = {-1, 0};
+  kca_tile_t tc, tn;
+  int nt = 0, stage = 0;
+  float wsum[2] = {0.0f, 0.0f};
+  float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
+  if (cur.k >= 0) {
+    tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
+    kca_cp_commit();
+    nxt = kca_advance<PK>(p, L, cur, nt, lane);
+  }
+  if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first tile's copies */
+  constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
+  typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
+  if (DREG && nxt.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nxt.k), lane);
+  while (cur.k >= 0) {
+    const int so = (stage ^ 1) * Ly::stage;
+    if (nxt.k >= 0) {
+      if constexpr (DREG)
+        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
+                                      16 * nxt.j, kvh, lane, gs, &nt);
+      else
+        tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, gs, &nt);
+    }
+    kca_cp_commit();
+    const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
+    if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
+    kca_cp_wait1();
+    kca_syncwarp();
+    const kca_tp_t r =
+        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
+    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
+    kca_syncwarp(); /* the stage is free for the tile after next */
+    cur = nxt, tc = tn, nxt = nn, stage ^= 1;
+  }
   const kca_ml_t *ml = kca_epilogue<HD, BITS>(p, smem, st, b, chunk, kvh, tid, alone);
   if (alone && p.mass) kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
 }
