@@ -11,6 +11,7 @@
 #   build.log, sass_regs.log (ptxas resource usage)
 # and prints a final table: qevict vs torch SDPA, bandwidth fractions, tiered/full.
 # Usage (repo root): sh bench/gpu_attn.sh            (OUT defaults to bench/out/gpu_attn)
+#   SHAPES=SUBSTR[,SUBSTR...]: only those bench shapes (attn_decode --shapes).
 #   X=PATH: use that attn_decode (e.g. carry/pack's, after bench/device_unpack.sh) instead of
 #   building; the SASS summary is then left out.
 set -u
@@ -55,7 +56,7 @@ check_rc=$?
 grep -E "^(FAIL|attn_decode)" "$OUT/check.log"
 
 echo "== bench"
-"$X" --bench > "$OUT/bench.log" 2>&1
+"$X" --bench ${SHAPES:+--shapes "$SHAPES"} > "$OUT/bench.log" 2>&1
 bench_rc=$?
 tail -9 "$OUT/bench.log"
 
