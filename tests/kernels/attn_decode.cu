@@ -699,6 +699,53 @@ __global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink)
   atomicXor(sink, acc); /* the XOR of every word .x read: equal for every pipeline */
 }
 
+/* The warp-specialized pipelines' parts (sm_90; no-ops below). A ring of ns stages of 8 KiB has
+ * a "full" and an "empty" mbarrier a stage (8 bytes each, at shared addresses full and empty),
+ * each completing on one arrival (full: plus the copies' bytes). ns must be a multiple of the
+ * consumer warps: see KCA_TMA_NS. */
+__device__ void ws_init(unsigned full, unsigned empty, int ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((int)threadIdx.x < ns) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * threadIdx.x));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(empty + 8 * threadIdx.x));
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+#endif
+}
+
+/* Waits until the phase of parity par of the mbarrier at bar has completed. */
+__device__ void ws_wait(unsigned bar, unsigned par) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar), "r"(par) : "memory");
+#endif
+}
+
+/* A consumer warp (1 .. nc) of nt tiles: waits for each of its tiles (round-robin), XORs its
+ * words .x into the result, spins, and frees the stage. ring: the stages (generic address). */
+__device__ unsigned ws_consume(const uint4 *ring, unsigned full, unsigned empty, int ns, int nt,
+                               int nc, int spin) {
+  unsigned acc = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = warp - 1; i < nt; i += nc) {
+    const int s = i % ns, k = i / ns;
+    ws_wait(full + 8 * s, k & 1);
+    for (int j = 0; j < 16; j++) acc ^= ring[s * 512 + j * 32 + lane].x;
+    for (int q = 0; q < spin; q++)
+      asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
+    __syncwarp();
+    if (lane == 0)
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty + 8 * s) : "memory");
+  }
+#endif
+  return acc;
+}
+
 /* The same bytes through a warp-specialized pipeline (sm_90; a no-op below): warp 0 of each
  * block only copies, a tile's 32 row slices (16 K, 16 V, 256 bytes) as one bulk copy a lane into
  * a ring of KCA_WS_NS stages shared by the block, each completing on its stage's "full" mbarrier;
@@ -716,24 +763,12 @@ __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink)
   const uint4 *K = p + (size_t)(2 * b) * seq * row + kvh * 16, *V = K + (size_t)seq * row;
   const unsigned full = (unsigned)__cvta_generic_to_shared(ring + KCA_WS_NS * 512);
   const unsigned empty = full + 8 * KCA_WS_NS;
-  if (threadIdx.x < KCA_WS_NS) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * threadIdx.x));
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(empty + 8 * threadIdx.x));
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  __syncthreads();
-  auto wait = [](unsigned bar, unsigned par) {
-    unsigned done = 0;
-    while (!done)
-      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                   "selp.u32 %0, 1, 0, p; }"
-                   : "=r"(done) : "r"(bar), "r"(par) : "memory");
-  };
+  ws_init(full, empty, KCA_WS_NS);
   unsigned acc = 0;
   if (warp == 0) {
     for (int i = 0; i < nt; i++) {
       const int s = i % KCA_WS_NS, k = i / KCA_WS_NS;
-      if (k > 0) wait(empty + 8 * s, (k - 1) & 1);
+      if (k > 0) ws_wait(empty + 8 * s, (k - 1) & 1);
       const uint4 *src = (lane < 16 ? K : V) + (size_t)(t0 + 16 * i + lane % 16) * row;
       const unsigned dst = (unsigned)__cvta_generic_to_shared(ring + s * 512 + lane * 16);
       if (lane == 0)
@@ -743,16 +778,7 @@ __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink)
                    "256, [%2];" ::"r"(dst), "l"(src), "r"(full + 8 * s) : "memory");
     }
   } else {
-    for (int i = warp - 1; i < nt; i += nc) {
-      const int s = i % KCA_WS_NS, k = i / KCA_WS_NS;
-      wait(full + 8 * s, k & 1);
-      for (int j = 0; j < 16; j++) acc ^= ring[s * 512 + j * 32 + lane].x;
-      for (int q = 0; q < spin; q++)
-        asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
-      __syncwarp();
-      if (lane == 0)
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty + 8 * s) : "memory");
-    }
+    acc = ws_consume(ring, full, empty, KCA_WS_NS, nt, nc, spin);
   }
   atomicXor(sink, acc);
 #endif
@@ -780,25 +806,13 @@ __global__ void bench_read_tma(const __grid_constant__ CUtensorMap map, int seq,
   const unsigned ring = (raw + 1023u) & ~1023u; /* [KCA_TMA_NS][8 KiB] */
   const unsigned full = ring + KCA_TMA_NS * 8192, empty = full + 8 * KCA_TMA_NS;
   const uint4 *ring_g = (const uint4 *)(tma_smem + (ring - raw));
-  if (threadIdx.x < KCA_TMA_NS) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * threadIdx.x));
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(empty + 8 * threadIdx.x));
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  __syncthreads();
-  auto wait = [](unsigned bar, unsigned par) {
-    unsigned done = 0;
-    while (!done)
-      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                   "selp.u32 %0, 1, 0, p; }"
-                   : "=r"(done) : "r"(bar), "r"(par) : "memory");
-  };
+  ws_init(full, empty, KCA_TMA_NS);
   unsigned acc = 0;
   if (warp == 0) {
     if (lane == 0)
       for (int i = 0; i < nt; i++) {
         const int s = i % KCA_TMA_NS, k = i / KCA_TMA_NS;
-        if (k > 0) wait(empty + 8 * s, (k - 1) & 1);
+        if (k > 0) ws_wait(empty + 8 * s, (k - 1) & 1);
         const unsigned bar = full + 8 * s, dst = ring + s * 8192;
         const int rk = 2 * b * seq + t0 + 16 * i, rv = rk + seq;
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 8192;" ::"r"(bar)
@@ -813,16 +827,7 @@ __global__ void bench_read_tma(const __grid_constant__ CUtensorMap map, int seq,
                      : "memory");
       }
   } else {
-    for (int i = warp - 1; i < nt; i += nc) {
-      const int s = i % KCA_TMA_NS, k = i / KCA_TMA_NS;
-      wait(full + 8 * s, k & 1);
-      for (int j = 0; j < 16; j++) acc ^= ring_g[s * 512 + j * 32 + lane].x;
-      for (int q = 0; q < spin; q++)
-        asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
-      __syncwarp();
-      if (lane == 0)
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty + 8 * s) : "memory");
-    }
+    acc = ws_consume(ring_g, full, empty, KCA_TMA_NS, nt, nc, spin);
   }
   atomicXor(sink, acc);
 #endif
