@@ -1083,9 +1083,13 @@ static int bench_all(const char *filter) {
             {"abs_tiered20_b8_s32768", 8, 32768, 16, nf16, nq16, 0, 2, 1},
             {"abs_tiered20_w8_b8_s32768", 8, 32768, 8, nf8, nq8, 0, 2, 1},
             {"abs_tiered20_w8_b32_s1280", 32, 1280, 8, nfs, nqs, 0, 0, 1},
+            /* 78 and 84 windows of 16 a sequence: 13 and 14 tiles for each of a block's six
+               warps, where 1280 tokens give two warps 14 and four 13 (the straggler's cost) */
+            {"fullw_b32_s1248", 32, 1248, 16, -1, -1, 0, -1, 0},
+            {"fullw_b32_s1344", 32, 1344, 16, -1, -1, 0, -1, 0},
             /* long_ctx's batches on one H200 (29 FullKV, 122 QEvict 20% 32K-token sequences) */
             {"lc_fkv_b29_s32768", 29, 32768, 16, -1, -1, 0, -1, 0},
-            {"lc_q20_w8_b122_s32768", 122, 32768, 8, nf8, nq8, 0, 9, 1}};
+            {"lc_q20_w8_b122_s32768", 122, 32768, 8, nf8, nq8, 0, 11, 1}};
   const int n = (int)(sizeof sh / sizeof sh[0]);
   Result r[n];
   for (int i = 0; i < n; i++) {
