@@ -143,7 +143,6 @@ if copy_gpu:
     print(f"GPU time (queued launches; copy {copy_gpu:.1f} GB/s queued):")
     print(f"{'shape':<30} {'gpu ms':>9} {'of copy':>8} {'cuDNN gpu':>10} {'vs cuDNN':>9} "
           f"{'/ full':>7}")
-    fulls = {"full_b32_s1280": "full_b32_s1280", "full_b8_s32768": "full_b8_s32768"}
     for n, shape in shapes + [(s[0] + "_no_masses", s[1]) for s in shapes[:3]]:
         a = auto.get(n) if not n.endswith("_no_masses") else best.get(n)
         if not a or "ms_gpu" not in a: continue
