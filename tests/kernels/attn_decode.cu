@@ -12,8 +12,8 @@
  * Bench: device-to-device copy bandwidth, then FullKV at B=32 S=1280 and B=8 S=32768 and the
  * tiered 20% budget (q = 0.7, INT2) at B=8 S=32768 (GQA 32/8, d=128, windows of 16 and of 8,
  * QEvict's default; abs_*: the same with post-RoPE INT2 keys; --shapes: only the shapes whose
- * name contains one of the SUBSTRs; FullKV shapes also time the kernel without masses, as the engine's
- * FullKV cache calls it, two reads of the same bytes, the shape's read roofline: a plain
+ * name contains one of the SUBSTRs; FullKV shapes also time the kernel without masses, as the
+ * engine's FullKV cache calls it, two reads of the same bytes, the shape's read roofline: a plain
  * stream and the chunk kernel's own access pattern, and the chunk kernel's cp.async pipeline
  * alone with a stand-in for the work a tile at five sizes, then a warp-specialized one on sm_90):
  * CUDA events
