@@ -62,7 +62,8 @@ def main():
         k = torch.randn(batch, o.hkv, seq, o.dim, dtype=torch.bfloat16, device="cuda")
         v = torch.randn_like(k)
         kv_bytes = 2 * k.numel() * 2
-        for name, be in [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]:
+        backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
+        for name, be in backends:
             row = {"peer": f"torch-sdpa-{name}", "batch": batch, "seq": seq, "hq": o.hq,
                    "hkv": o.hkv, "dim": o.dim, "sleep_ms": round(s_ms, 3)}
             try:
