@@ -1006,8 +1006,8 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     printf("{\"bench\": \"%s_read_only\", \"ms\": %.4f, \"frac_copy_bw\": %.3f, "
            "\"attention_over_read\": %.3f, \"gqa_pattern_ms\": %.4f, \"gqa_frac_copy_bw\": %.3f, "
            "\"attention_over_gqa_read\": %.3f, \"ms_gpu\": %.4f, \"frac_copy_bw_gpu\": %.3f}\n",
-           name, rms, bytes / rms / 1e6 / copy_gbps, best.ms / rms, gms,
-           bytes / gms / 1e6 / copy_gbps, best.ms / gms, rt.ms_gpu,
+           name, rms, bytes / rms / 1e6 / copy_gbps, g_opt.pipes ? 0.0 : best.ms / rms, gms,
+           bytes / gms / 1e6 / copy_gbps, g_opt.pipes ? 0.0 : best.ms / gms, rt.ms_gpu,
            bytes / rt.ms_gpu / 1e6 / copy_gpu);
     int dev = 0, major = 0;
     CK(cudaGetDevice(&dev));
