@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -551,9 +552,12 @@ struct Blocker {
   }
 };
 
-/* The medians of launch(i) for i in [warm, n), each timed both ways (queued_too 0: from an idle
- * GPU only, ms_gpu 0); i < warm untimed. */
-template <typename F> static Timing event_median2(int warm, int n, F launch, int queued_too = 1) {
+/* Which timings event_median2 takes (a mask): from an idle GPU (ms), queued (ms_gpu). */
+enum { T_IDLE = 1, T_QUEUED = 2, T_BOTH = 3 };
+
+/* The medians of launch(i) for i in [warm, n), each timed the ways of the mask (a way not taken
+ * gives 0); i < warm untimed. */
+template <typename F> static Timing event_median2(int warm, int n, F launch, int ways = T_BOTH) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -561,7 +565,8 @@ template <typename F> static Timing event_median2(int warm, int n, F launch, int
   Blocker blk;
   if (g_opt.quick) warm = 1, n = 2;
   for (int i = 0; i < n; i++)
-    for (int queued = 0; queued < 1 + queued_too; queued++) {
+    for (int queued = 0; queued < 2; queued++) {
+      if (!(ways >> queued & 1)) continue;
       if (queued) blk.hold();
       CK(cudaEventRecord(e0));
       launch(i);
@@ -575,27 +580,27 @@ template <typename F> static Timing event_median2(int warm, int n, F launch, int
   CK(cudaGetLastError());
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
-  return {median(t), queued_too ? median(tq) : 0.0};
+  return {ways & T_IDLE ? median(t) : 0.0, ways & T_QUEUED ? median(tq) : 0.0};
 }
 
 /* The median ms of launch(i) from an idle GPU (event_median2's ms). */
 template <typename F> static double event_median(int warm, int n, F launch) {
-  return event_median2(warm, n, launch, 0).ms;
+  return event_median2(warm, n, launch, T_IDLE).ms;
 }
 
-/* Median ms of `reps` calls of a after 10 (arena rotated over n_rot copies); ms_gpu too when
- * queued_too. */
-static Timing bench_time2(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps, int queued_too) {
+/* Median ms of `reps` calls of a after 10 (arena rotated over n_rot copies), timed the ways of
+ * the mask. */
+static Timing bench_time2(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps, int ways) {
   return event_median2(
       10, 10 + reps,
       [&](int i) {
         a.arena = arenas[i % n_rot];
         CKQ(kc_attn_decode(&a, nullptr));
       },
-      queued_too);
+      ways);
 }
 static double bench_time(kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps) {
-  return bench_time2(a, arenas, n_rot, reps, 0).ms;
+  return bench_time2(a, arenas, n_rot, reps, T_IDLE).ms;
 }
 
 /* Copy bandwidth (read + write GB/s) from an idle GPU and (*gpu) queued. */
@@ -892,12 +897,12 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, 
   launch(0);
   CK(cudaGetLastError());
   CK(cudaMemcpy(xr, sink, sizeof *xr, cudaMemcpyDeviceToHost));
-  const double ms = event_median2(10, 110, launch).ms_gpu;
+  const double ms = event_median2(10, 110, launch, T_QUEUED).ms_gpu;
   CK(cudaFree(sink));
   return ms;
 }
 
-static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_seqs = 0,
+static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways, int gqa_seqs = 0,
                             int gqa_len = 0) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
@@ -912,7 +917,7 @@ static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int gqa_s
                          192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
       else
         bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
-    });
+    }, ways);
     best.ms = std::min(best.ms, t.ms), best.ms_gpu = std::min(best.ms_gpu, t.ms_gpu);
   }
   CK(cudaFree(sink));
@@ -966,7 +971,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     const int cw = cws[v] < 1 ? 1 : cws[v];
     if (v > 0 && cw == cw0) continue;
     a = dev_args(&pr, &d, cw);
-    const Timing tt = bench_time2(a, arenas.data(), n_rot, reps, v == 0);
+    const Timing tt = bench_time2(a, arenas.data(), n_rot, reps, v == 0 ? T_BOTH : T_IDLE);
     const double ms = tt.ms;
     if (v == 0) best.ms_gpu = tt.ms_gpu;
     a.flags = KC_ATTN_SKIP_COMBINE;
@@ -991,7 +996,7 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   if (n_full < 0 && !g_opt.pipes) { /* FullKV as the engine's FullKV cache runs it (no masses) */
     a = dev_args(&pr, &d, cw0);
     a.mass = nullptr;
-    const Timing t = bench_time2(a, arenas.data(), n_rot, reps, 1);
+    const Timing t = bench_time2(a, arenas.data(), n_rot, reps, T_BOTH);
     const double ms = t.ms, gbps = bytes / ms / 1e6;
     printf("{\"bench\": \"%s_no_masses\", \"chunk_win\": %d, \"ms\": %.4f, \"GBps\": %.1f, "
            "\"frac_copy_bw\": %.3f, \"over_with_masses\": %.3f, \"ms_gpu\": %.4f, "
@@ -1000,9 +1005,9 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
            bytes / t.ms_gpu / 1e6 / copy_gpu);
   }
   if (n_full < 0 && pr.arena_bytes >= (size_t)bytes) { /* FullKV: the read roofline */
-    const Timing rt = bench_read_ms(arenas.data(), n_rot, (size_t)bytes);
+    const Timing rt = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, T_BOTH);
     const double rms = rt.ms,
-                 gms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, n_seq, seq).ms;
+                 gms = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, T_IDLE, n_seq, seq).ms;
     printf("{\"bench\": \"%s_read_only\", \"ms\": %.4f, \"frac_copy_bw\": %.3f, "
            "\"attention_over_read\": %.3f, \"gqa_pattern_ms\": %.4f, \"gqa_frac_copy_bw\": %.3f, "
            "\"attention_over_gqa_read\": %.3f, \"ms_gpu\": %.4f, \"frac_copy_bw_gpu\": %.3f}\n",
@@ -1047,15 +1052,14 @@ static void tiered20(int omega, int n_win, int *nf, int *nq) {
 /* 1 when name contains one of filter's comma-separated substrings (NULL filter: every name). */
 static int shape_selected(const char *name, const char *filter) {
   if (!filter) return 1;
-  for (const char *f = filter; *f;) {
-    const char *e = strchr(f, ',');
-    const size_t n = e ? (size_t)(e - f) : strlen(f);
-    for (const char *s = name; n && strlen(s) >= n; s++)
-      if (!strncmp(s, f, n)) return 1;
-    if (!e) break;
-    f = e + 1;
+  const std::string f = filter;
+  for (size_t a = 0;;) {
+    const size_t e = f.find(',', a);
+    const std::string sub = f.substr(a, e == std::string::npos ? e : e - a);
+    if (!sub.empty() && strstr(name, sub.c_str())) return 1;
+    if (e == std::string::npos) return 0;
+    a = e + 1;
   }
-  return 0;
 }
 
 /* filter: run only the shapes shape_selected picks. */
