@@ -55,9 +55,19 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--rep", type=int, default=100)
     o = ap.parse_args()
-    s_ms = sleep_ms()
+    if o.rep < 1:
+        ap.error("--rep: at least 1")
+    shapes = []
     for shape in o.shapes.split(","):
-        batch, seq = map(int, shape.split("x"))
+        try:
+            batch, seq = map(int, shape.split("x"))
+        except ValueError:
+            ap.error(f"--shapes: {shape!r} is not BATCHxSEQ (e.g. 32x1280)")
+        if batch < 1 or seq < 1:
+            ap.error(f"--shapes: {shape!r}: batch and sequence must be positive")
+        shapes.append((batch, seq))
+    s_ms = sleep_ms()
+    for batch, seq in shapes:
         q = torch.randn(batch, o.hq, 1, o.dim, dtype=torch.bfloat16, device="cuda")
         k = torch.randn(batch, o.hkv, seq, o.dim, dtype=torch.bfloat16, device="cuda")
         v = torch.randn_like(k)
