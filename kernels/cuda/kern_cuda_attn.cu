@@ -61,12 +61,15 @@ template <int HD, int BITS, int R, int PK, int VG> static int *kca_occ(void) {
  * shift: kca_vg). Windows of 4 (PK 4) only where no key is turned (kca_check_geom refuses the
  * rest). */
 template <int HD, int BITS, int R, int VG> static kca_kern_t kca_pick_pk(int pk) {
-  const int smem = R == KCA_ROT_ABS ? kca_lay<HD, BITS>::rotless : kca_lay<HD, BITS>::total;
-  if (pk == 2) return {kca_chunk_kernel<HD, BITS, R, 2, VG>, smem, kca_occ<HD, BITS, R, 2, VG>()};
+  if (pk == 2)
+    return {kca_chunk_kernel<HD, BITS, R, 2, VG>, kca_smem_bytes<HD, BITS, R, 2>(),
+            kca_occ<HD, BITS, R, 2, VG>()};
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
     if (pk == 4)
-      return {kca_chunk_kernel<HD, BITS, R, 4, VG>, smem, kca_occ<HD, BITS, R, 4, VG>()};
-  return {kca_chunk_kernel<HD, BITS, R, 1, VG>, smem, kca_occ<HD, BITS, R, 1, VG>()};
+      return {kca_chunk_kernel<HD, BITS, R, 4, VG>, kca_smem_bytes<HD, BITS, R, 4>(),
+              kca_occ<HD, BITS, R, 4, VG>()};
+  return {kca_chunk_kernel<HD, BITS, R, 1, VG>, kca_smem_bytes<HD, BITS, R, 1>(),
+          kca_occ<HD, BITS, R, 1, VG>()};
 }
 
 template <int HD, int BITS, int R> static kca_kern_t kca_pick_vg(int pk, int vg) {

@@ -60,6 +60,15 @@
 #ifndef KCA_PMAGIC
 #define KCA_PMAGIC 1 /* INT2 codes to fp16 without shifts (kca_c2h): -2% on post-RoPE tiered */
 #endif
+#ifndef KCA_LIST /* tiered pair kernels (post-RoPE, omega 8): warps walk a list of the chunk's */
+#define KCA_LIST 1 /* attended windows, FULL ones first, tile j to warp j % KCA_NW (kca_list_build) */
+#endif
+#ifndef KCA_LSEG
+#define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
+#endif
+#ifndef KCA_LPF
+#define KCA_LPF 1 /* KCA_LIST: tiles ahead whose descriptors are prefetched into L1 */
+#endif
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
@@ -176,6 +185,7 @@ KCA_FN void kca_fence(void) { __threadfence(); }
 KCA_FN float kca_ldcg(const float *p) { return __ldcg(p); }
 KCA_FN uint32_t kca_ballot(int pred) { return __ballot_sync(0xffffffffu, pred); }
 KCA_FN int kca_ctz(uint32_t m) { return __ffs((int)m) - 1; }
+KCA_FN int kca_popc(uint32_t m) { return __popc(m); }
 
 KCA_FN float kca_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 KCA_FN float kca_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
@@ -361,6 +371,7 @@ KCA_FN void kca_fence(void) {}
 KCA_FN float kca_ldcg(const float *p) { return *p; }
 KCA_FN uint32_t kca_ballot(int pred) { return kca_emu_ballot(pred); }
 KCA_FN int kca_ctz(uint32_t m) { return __builtin_ctz(m); }
+KCA_FN int kca_popc(uint32_t m) { return __builtin_popcount(m); }
 KCA_FN float kca_shfl_xor(float v, int m) { return kca_emu_shfl(v, m, 1); }
 KCA_FN float kca_shfl(float v, int src) { return kca_emu_shfl(v, src, 0); }
 KCA_FN int kca_any(int pred) { return kca_emu_any(pred); }
@@ -636,7 +647,17 @@ KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int t
  *   (rotless: the end for kernels that turn no key, FULL-only and post-RoPE)
  *   off    QUANT: [16][HD + 4] words, the rotation by row offsets 0..15 (kca_off_init)
  *   base   QUANT: [KCA_NW][HD] words, each warp's rotation by its tile's base position
+ *   lst    (at rotless, instead of off and base) KCA_LIST kernels: kca_lst_t
  * The epilogue's per-warp outputs [KCA_NW][KCA_GMAX][HD] floats reuse the stage area. */
+#define KCA_LG  (KCA_LSEG / 32)  /* groups of 32 windows a segment */
+#define KCA_LGL ((KCA_LG + 31) / 32) /* groups a lane of the list's scan */
+typedef struct {
+  uint32_t mf[KCA_LG], mq[KCA_LG]; /* a group's FULL and QUANT windows (bit i: window 32 q + i) */
+  uint32_t pre[KCA_LG];            /* FULL | QUANT windows of the groups before it << 16 */
+  int nf, nq, pad[2];              /* attended windows of the segment by tier */
+  uint16_t ent[KCA_LSEG];          /* FULL windows then QUANT ones, in position order: offsets */
+} kca_lst_t;
+
 template <int HD, int BITS> struct kca_lay {
   static constexpr int half = 32 * HD;
   static constexpr int stage = 2 * half;
@@ -644,9 +665,12 @@ template <int HD, int BITS> struct kca_lay {
   static constexpr int ml = KCA_NW * warp;
   static constexpr int flag = ml + KCA_NW * KCA_GMAX * 2 * 4;
   static constexpr int rotless = flag + 16;
+  static constexpr int lst = rotless; /* KCA_LIST kernels (post-RoPE: no off or base): the list */
+  static constexpr int listed = lst + (BITS ? (int)sizeof(kca_lst_t) : 0);
   static constexpr int off = rotless;
   static constexpr int base = off + (BITS ? 16 * (HD + 4) * 4 : 0);
-  static constexpr int total = base + (BITS ? KCA_NW * HD * 4 : 0);
+  static constexpr int total_rot = base + (BITS ? KCA_NW * HD * 4 : 0);
+  static constexpr int total = total_rot > listed ? total_rot : listed;
   static constexpr int rb = HD * (BITS ? BITS : 2) / 8; /* code bytes per row */
   static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
   static constexpr int km2 = vm + 16 * 16 * 2; /* PK 4: the key metadata of the half's rows 4-7 */
@@ -692,7 +716,10 @@ typedef struct {
   uint32_t mask;  /* live units kbase .. kbase + 31 (PK 4: the FULL ones) */
   uint32_t qmask; /* PK 4: the QUANT ones */
   int c_end;
-  int wbase; /* the chunk's first window + PK warp, pinned: the warp's first walk position's */
+  int wbase; /* the chunk's first window + PK warp, pinned: the warp's first walk position's
+               (KCA_LIST: the segment's first window) */
+  const uint16_t *ent; /* KCA_LIST: the segment's list (kca_lst_t), its FULL entries, all */
+  int nf, nl, tf, jt;  /* entries, FULL tiles, and the warp's last tile handed out */
 } kca_live_t;
 
 /* ---------------------------------------------------------------- code unpacking */
@@ -796,6 +823,25 @@ KCA_FN void kca_rot_q(const uint32_t (&q)[HD / 32][4], const uint32_t *base, int
  * of the sequence 2u, 2u + 1 over its units u (both windows of a unit, then the next unit). */
 template <int PK> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
   return L.wbase + PK * KCA_NW * (k / PK) + k % PK;
+}
+
+/* KCA_LIST: the walk of the tiered pair kernels (post-RoPE keys, omega 8). The old walk gave
+ * warp w the units (window pairs) w, w + KCA_NW, ... of the chunk and paired its live windows,
+ * so a warp's share of attended windows and of INT2 ones varied with the tiers, and its next
+ * tile came from a ballot over descriptors. Here the block first lists the segment's attended
+ * windows (kca_list_build: FULL ones, then QUANT ones, each in position order), then tile j
+ * (entries 2j, 2j + 1 of one tier) goes to warp j % KCA_NW: shares within a tile, one tier a
+ * tile but at the FULL / QUANT seam of odd counts, and the walk is two shared loads a tile. */
+template <int BITS, int ROT, int PK> struct kca_ls {
+  static constexpr bool v = KCA_LIST && BITS != 0 && PK == 2 && ROT == KCA_ROT_ABS;
+};
+
+/* The windows of list tile j: wa, and wb (-1 when j is its tier's odd last entry). */
+KCA_FN void kca_list_pair(const kca_live_t &L, int j, int *wa, int *wb) {
+  const bool f = j < L.tf;
+  const int e = f ? 2 * j : L.nf + 2 * (j - L.tf), end = f ? L.nf : L.nl;
+  *wa = L.wbase + L.ent[e];
+  *wb = e + 1 < end ? L.wbase + L.ent[e + 1] : -1;
 }
 
 /* ---------------------------------------------------------------- issuing a tile */
@@ -1075,9 +1121,9 @@ KCA_FN kca_tile_t kca_issue1(const kca_params_t &p, uint8_t *stage, int soff, co
   return t;
 }
 
-/* Issues the tile (unit k, tile j) into stage; returns its description, *ntile = tiles of the
- * unit. Descriptors were prefetched into L1 one iteration earlier. */
-template <int HD, int BITS, int PK, bool PL>
+/* Issues the tile (unit k, tile j; LS: windows k and j) into stage; returns its description,
+ * *ntile = tiles of the unit. Descriptors were prefetched into L1 one iteration earlier. */
+template <int HD, int BITS, int PK, bool PL, bool LS>
 KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, const kca_plan_t &pl,
                             const kca_live_t &L, kca_cur_t cu, int kvh, int lane, int gs,
                             int *ntile) {
@@ -1089,7 +1135,8 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
   }
   const int ln = PL ? pl.lane : lane; /* (the plan's copy is pinned) */
   if (PK == 2) {
-    const int wa = kca_pos_win<PK>(L, cu.k), wb = cu.j >= 0 ? kca_pos_win<PK>(L, cu.j) : -1;
+    const int wa = LS ? cu.k : kca_pos_win<PK>(L, cu.k);
+    const int wb = LS ? cu.j : cu.j >= 0 ? kca_pos_win<PK>(L, cu.j) : -1;
     using WT = typename kca_wt<PL>::T;
     const WT A = kca_getwin<PL, BITS>(p, wa, ln);
     WT B = kca_getwin<PL, BITS>(p, wb >= 0 ? wb : wa, ln); /* (loaded alongside A's) */
@@ -1191,6 +1238,90 @@ KCA_FN kca_cur_t kca_advance(const kca_params_t &p, kca_live_t &L, kca_cur_t cu,
     }
   }
   return kca_tile_at<PK>(p, L, kca_next_live<PK>(p, L, last, lane), lane);
+}
+
+/* KCA_LIST: exclusive prefix counts of the ng groups' FULL and QUANT windows into pre, totals
+ * into nf, nq (one warp; lane l takes groups KCA_LGL l ..; sums exact in floats: < 2^24). */
+KCA_FN void kca_list_scan(kca_lst_t *ls, int ng, int lane) {
+  int cf[KCA_LGL], cq[KCA_LGL];
+  float sf = 0.0f, sq = 0.0f;
+  KCA_UNROLL
+  for (int i = 0; i < KCA_LGL; i++) {
+    const int q = KCA_LGL * lane + i;
+    cf[i] = q < ng ? kca_popc(ls->mf[q]) : 0, cq[i] = q < ng ? kca_popc(ls->mq[q]) : 0;
+    sf += (float)cf[i], sq += (float)cq[i];
+  }
+  KCA_UNROLL
+  for (int d = 1; d < 32; d <<= 1) { /* inclusive sums over the lanes */
+    const int src = lane >= d ? lane - d : 0;
+    const float xf = kca_shfl(sf, src), xq = kca_shfl(sq, src);
+    sf += lane >= d ? xf : 0.0f, sq += lane >= d ? xq : 0.0f;
+  }
+  int ef = (int)sf, eq = (int)sq;
+  if (lane == 31) ls->nf = ef, ls->nq = eq;
+  KCA_UNROLL
+  for (int i = 0; i < KCA_LGL; i++) ef -= cf[i], eq -= cq[i];
+  KCA_UNROLL
+  for (int i = 0; i < KCA_LGL; i++) {
+    const int q = KCA_LGL * lane + i;
+    if (q < ng) ls->pre[q] = (uint32_t)ef | (uint32_t)eq << 16;
+    ef += cf[i], eq += cq[i];
+  }
+}
+
+/* KCA_LIST: lists the attended windows of [s0, s1) (at most KCA_LSEG) in ls, FULL ones first,
+ * each tier in position order (the block; ends with a barrier). The caller's warps are done
+ * with the previous segment's list: the first barrier comes before any entry is written. */
+KCA_FN void kca_list_build(const kca_params_t &p, kca_lst_t *ls, int s0, int s1, int tid) {
+  constexpr int QW = (KCA_LG + KCA_NW - 1) / KCA_NW; /* groups a warp */
+  const int lane = tid & 31, warp = tid >> 5, ng = (s1 - s0 + 31) >> 5;
+  int tier[QW]; /* every descriptor load in flight before the first ballot */
+  KCA_UNROLL
+  for (int i = 0; i < QW; i++) {
+    const int w = s0 + 32 * (warp + KCA_NW * i) + lane;
+    tier[i] = w < s1 ? kca_win_tier(p, w) : KERN_PW_EVICTED;
+  }
+  KCA_UNROLL
+  for (int i = 0; i < QW; i++) {
+    const int q = warp + KCA_NW * i;
+    const uint32_t f = kca_ballot(tier[i] == KERN_PW_FULL);
+    const uint32_t u = kca_ballot(tier[i] == KERN_PW_QUANT);
+    if (lane == 0 && q < ng) ls->mf[q] = f, ls->mq[q] = u;
+  }
+  kca_syncthreads();
+  if (warp == 0) kca_list_scan(ls, ng, lane);
+  kca_syncthreads();
+  const uint32_t lt = (1u << lane) - 1u;
+  for (int q = warp; q < ng; q += KCA_NW) {
+    const uint32_t f = ls->mf[q], u = ls->mq[q], pr = ls->pre[q];
+    const uint16_t e = (uint16_t)(32 * q + lane);
+    if (f >> lane & 1) ls->ent[(pr & 0xffffu) + kca_popc(f & lt)] = e;
+    if (u >> lane & 1) ls->ent[ls->nf + (pr >> 16) + kca_popc(u & lt)] = e;
+  }
+  kca_syncthreads();
+}
+
+/* KCA_LIST: the walk state of a segment from s0 listed in ls; the warp's first tile is warp. */
+KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, kca_live_t &L) {
+  L.ent = ls->ent, L.wbase = s0, L.nf = ls->nf, L.nl = ls->nf + ls->nq;
+  L.tf = (ls->nf + 1) >> 1, L.nk = L.tf + ((ls->nq + 1) >> 1), L.jt = warp - KCA_NW;
+}
+
+/* KCA_LIST: the warp's next tile (k, j: its windows; k -1: done), descriptors prefetched. */
+KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
+  L.jt += KCA_NW;
+  if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
+  kca_cur_t n;
+  kca_list_pair(L, L.jt, &n.k, &n.j);
+  kca_prefetch(p.win + n.k);
+  if (n.j >= 0) kca_prefetch(p.win + n.j);
+  if (KCA_LPF > 1 && L.jt + KCA_NW < L.nk) { /* and the warp's tile after it */
+    int a, b;
+    kca_list_pair(L, L.jt + KCA_NW, &a, &b);
+    kca_prefetch(p.win + a);
+    if (b >= 0) kca_prefetch(p.win + b);
+  }
+  return n;
 }
 
 /* ---------------------------------------------------------------- computing a tile */
@@ -1738,10 +1869,57 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
   if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
+/* One walk of a warp's tiles (the chunk's; KCA_LIST: a segment's): a two-stage cp.async
+ * pipeline, tile i + 1 in flight while tile i is computed. qload: Q is still to be loaded
+ * (KCA_QLATE: after the first tile's copies are issued). */
+template <int HD, int BITS, int ROT, int PK, bool PL, bool LS>
+KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st, kca_live_t &L,
+                     const kca_plan_t &pl, int b, int kvh, int tid, int gs, bool &qload) {
+  using Ly = kca_lay<HD, BITS>;
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+  uint8_t *stages = smem + warp * Ly::warp;
+  kca_cur_t cur = LS ? kca_list_next(p, L) : kca_first<PK>(p, L, lane), nxt = {-1, 0};
+  kca_tile_t tc, tn;
+  int nt = 0, stage = 0;
+  float wsum[2] = {0.0f, 0.0f};
+  float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
+  if (cur.k >= 0) {
+    tc = kca_issue<HD, BITS, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
+    kca_cp_commit();
+    nxt = LS ? kca_list_next(p, L) : kca_advance<PK>(p, L, cur, nt, lane);
+  }
+  if (KCA_QLATE && qload) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first copies */
+  qload = false;
+  constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
+  typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
+  if (DREG && nxt.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nxt.k), lane);
+  while (cur.k >= 0) {
+    const int so = (stage ^ 1) * Ly::stage;
+    if (nxt.k >= 0) {
+      if constexpr (DREG)
+        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
+                                      16 * nxt.j, kvh, lane, gs, &nt);
+      else
+        tn = kca_issue<HD, BITS, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane, gs, &nt);
+    }
+    kca_cp_commit();
+    kca_cur_t nn = nxt;
+    if (nxt.k >= 0) nn = LS ? kca_list_next(p, L) : kca_advance<PK>(p, L, nxt, nt, lane);
+    if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
+    kca_cp_wait1();
+    kca_syncwarp();
+    const kca_tp_t r =
+        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
+    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
+    kca_syncwarp(); /* the stage is free for the tile after next */
+    cur = nxt, tc = tn, nxt = nn, stage ^= 1;
+  }
+}
+
 /* The chunk kernel's body: block (chunk, kvh, b), thread tid, dynamic shared memory smem of
- * kca_lay<HD, BITS>::total bytes. PAIR: omega is 8 (units of two windows), else a multiple of
- * 16. Each warp runs a two-stage cp.async pipeline over its tiles: tile i + 1 is in flight
- * while tile i is computed. */
+ * kca_smem_bytes bytes. PAIR: omega is 8 (units of two windows), else a multiple of 16. Each
+ * warp walks its tiles (kca_walk); KCA_LIST kernels list the chunk's attended windows first, a
+ * segment of KCA_LSEG windows at a time. */
 template <int HD, int BITS, int ROT, int PK, int VG>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
@@ -1763,52 +1941,34 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_off_init<HD, ROT == KCA_ROT_NEOX>(p, (uint32_t *)(smem + Ly::off), tid);
     kca_syncthreads();
   }
-  constexpr int per = PK;
-  const int n_units = (c_end - c_beg + per - 1) / per; /* PK walk positions each */
-  kca_live_t L;
-  L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * per;
-  L.kbase = -64, L.mask = L.qmask = 0, L.c_end = c_end;
-  L.wbase = kca_pin(c_beg + PK * warp);
-  uint8_t *stages = smem + warp * Ly::warp;
   constexpr bool PL = KCA_PLAN && kca_has_plan<HD, BITS, ROT, PK>::v;
+  constexpr bool LS = kca_ls<BITS, ROT, PK>::v;
   kca_plan_t pl;
-  if (PL) pl = kca_plan<HD, BITS>(p, stages, kvh, lane);
-  kca_cur_t cur = kca_first<PK>(p, L, lane), nxt = {-1, 0};
-  kca_tile_t tc, tn;
-  int nt = 0, stage = 0;
-  float wsum[2] = {0.0f, 0.0f};
-  float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
-  if (cur.k >= 0) {
-    tc = kca_issue<HD, BITS, PK, PL>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
-    kca_cp_commit();
-    nxt = kca_advance<PK>(p, L, cur, nt, lane);
-  }
-  if (KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first tile's copies */
-  constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
-  typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
-  if (DREG && nxt.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nxt.k), lane);
-  while (cur.k >= 0) {
-    const int so = (stage ^ 1) * Ly::stage;
-    if (nxt.k >= 0) {
-      if constexpr (DREG)
-        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
-                                      16 * nxt.j, kvh, lane, gs, &nt);
-      else
-        tn = kca_issue<HD, BITS, PK, PL>(p, stages + so, so, pl, L, nxt, kvh, lane, gs, &nt);
+  if (PL) pl = kca_plan<HD, BITS>(p, smem + warp * Ly::warp, kvh, lane);
+  kca_live_t L;
+  bool qload = true;
+  if constexpr (LS) {
+    kca_lst_t *ls = (kca_lst_t *)(smem + Ly::lst);
+    for (int s0 = c_beg; s0 < c_end; s0 += KCA_LSEG) {
+      kca_list_build(p, ls, s0, kca_mini(s0 + KCA_LSEG, c_end), tid);
+      kca_list_live(ls, s0, warp, L);
+      kca_walk<HD, BITS, ROT, PK, PL, LS>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
     }
-    kca_cp_commit();
-    const kca_cur_t nn = nxt.k >= 0 ? kca_advance<PK>(p, L, nxt, nt, lane) : nxt;
-    if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
-    kca_cp_wait1();
-    kca_syncwarp();
-    const kca_tp_t r =
-        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
-    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
-    kca_syncwarp(); /* the stage is free for the tile after next */
-    cur = nxt, tc = tn, nxt = nn, stage ^= 1;
+  } else {
+    const int n_units = (c_end - c_beg + PK - 1) / PK; /* PK walk positions each */
+    L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * PK;
+    L.kbase = -64, L.mask = L.qmask = 0, L.c_end = c_end;
+    L.wbase = kca_pin(c_beg + PK * warp);
+    kca_walk<HD, BITS, ROT, PK, PL, LS>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
   }
   const kca_ml_t *ml = kca_epilogue<HD, BITS>(p, smem, st, b, chunk, kvh, tid, alone);
   if (alone && p.mass) kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
+}
+
+/* Dynamic shared memory of the chunk kernel <HD, BITS, ROT, PK>. */
+template <int HD, int BITS, int ROT, int PK> constexpr int kca_smem_bytes(void) {
+  using Ly = kca_lay<HD, BITS>;
+  return ROT != KCA_ROT_ABS ? Ly::total_rot : kca_ls<BITS, ROT, PK>::v ? Ly::listed : Ly::rotless;
 }
 
 /* ---------------------------------------------------------------- the combine block */

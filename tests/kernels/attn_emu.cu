@@ -17,6 +17,7 @@
 #include <vector>
 
 #define KCA_EMU 1
+#define KCA_LSEG 64 /* KCA_LIST kernels: chunks of more than 64 windows walk several segments */
 extern "C" {
 #include "attn_ref.h"
 }
@@ -28,13 +29,14 @@ extern "C" {
 
 template <int HD, int BITS, int ROT, int PK, int VG>
 static int emu_chunks(const kca_params_t &p, int n_seq) {
-  std::vector<uint64_t> smem(kca_lay<HD, BITS>::total / 8 + 2);
+  constexpr int nb = kca_smem_bytes<HD, BITS, ROT, PK>();
+  std::vector<uint64_t> smem(nb / 8 + 2);
   uint8_t *sm = (uint8_t *)smem.data();
   int rc = 0;
   for (int z = 0; z < n_seq && !rc; z++)
     for (int y = 0; y < p.n_kv && !rc; y++)
       for (int x = 0; x < p.n_chunk && !rc; x++) {
-        memset(sm, 0xa5, kca_lay<HD, BITS>::total); /* garbage, as on the GPU */
+        memset(sm, 0xa5, nb); /* garbage, as on the GPU */
         rc = emu_block(KCA_NT,
                        [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK, VG>(p, sm, x, y, z, tid); });
       }
