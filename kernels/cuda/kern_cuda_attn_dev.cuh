@@ -66,9 +66,6 @@
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
-#ifndef KCA_LPF
-#define KCA_LPF 1 /* KCA_LIST: tiles ahead whose descriptors are prefetched into L1 */
-#endif
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
@@ -1315,12 +1312,6 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   kca_list_pair(L, L.jt, &n.k, &n.j);
   kca_prefetch(p.win + n.k);
   if (n.j >= 0) kca_prefetch(p.win + n.j);
-  if (KCA_LPF > 1 && L.jt + KCA_NW < L.nk) { /* and the warp's tile after it */
-    int a, b;
-    kca_list_pair(L, L.jt + KCA_NW, &a, &b);
-    kca_prefetch(p.win + a);
-    if (b >= 0) kca_prefetch(p.win + b);
-  }
   return n;
 }
 
