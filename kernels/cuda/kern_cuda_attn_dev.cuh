@@ -715,8 +715,9 @@ typedef struct {
   int c_end;
   int wbase; /* the chunk's first window + PK warp, pinned: the warp's first walk position's
                (KCA_LIST: the segment's first window) */
-  const uint16_t *ent; /* KCA_LIST: the segment's list (kca_lst_t), its FULL entries, all */
-  int nf, nl, tf, jt;  /* entries, FULL tiles, and the warp's last tile handed out */
+  const uint16_t *ent; /* KCA_LIST: the segment's list entries (kca_lst_t) */
+  int nf, nl;          /* KCA_LIST: its FULL entries, and all of them */
+  int tf, jt;          /* KCA_LIST: its FULL tiles, and the warp's last tile handed out */
 } kca_live_t;
 
 /* ---------------------------------------------------------------- code unpacking */
@@ -827,8 +828,8 @@ template <int PK> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
  * so a warp's share of attended windows and of INT2 ones varied with the tiers, and its next
  * tile came from a ballot over descriptors. Here the block first lists the segment's attended
  * windows (kca_list_build: FULL ones, then QUANT ones, each in position order), then tile j
- * (entries 2j, 2j + 1 of one tier) goes to warp j % KCA_NW: shares within a tile, one tier a
- * tile but at the FULL / QUANT seam of odd counts, and the walk is two shared loads a tile. */
+ * (entries 2j, 2j + 1 of one tier; a tier's odd last entry alone) goes to warp j % KCA_NW:
+ * every warp's share is the same to within one tile, and the walk is two shared loads a tile. */
 template <int BITS, int ROT, int PK> struct kca_ls {
   static constexpr bool v = KCA_LIST && BITS != 0 && PK == 2 && ROT == KCA_ROT_ABS;
 };
