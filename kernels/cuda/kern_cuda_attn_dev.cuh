@@ -666,8 +666,7 @@ template <int HD, int BITS> struct kca_lay {
   static constexpr int listed = lst + (BITS ? (int)sizeof(kca_lst_t) : 0);
   static constexpr int off = rotless;
   static constexpr int base = off + (BITS ? 16 * (HD + 4) * 4 : 0);
-  static constexpr int total_rot = base + (BITS ? KCA_NW * HD * 4 : 0);
-  static constexpr int total = total_rot > listed ? total_rot : listed;
+  static constexpr int total = base + (BITS ? KCA_NW * HD * 4 : 0);
   static constexpr int rb = HD * (BITS ? BITS : 2) / 8; /* code bytes per row */
   static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
   static constexpr int km2 = vm + 16 * 16 * 2; /* PK 4: the key metadata of the half's rows 4-7 */
@@ -1960,7 +1959,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 /* Dynamic shared memory of the chunk kernel <HD, BITS, ROT, PK>. */
 template <int HD, int BITS, int ROT, int PK> constexpr int kca_smem_bytes(void) {
   using Ly = kca_lay<HD, BITS>;
-  return ROT != KCA_ROT_ABS ? Ly::total_rot : kca_ls<BITS, ROT, PK>::v ? Ly::listed : Ly::rotless;
+  return ROT != KCA_ROT_ABS ? Ly::total : kca_ls<BITS, ROT, PK>::v ? Ly::listed : Ly::rotless;
 }
 
 /* ---------------------------------------------------------------- the combine block */
