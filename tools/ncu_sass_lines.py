@@ -45,14 +45,19 @@ def opcode(text):
     return re.sub(r"^@!?U?P\w+\s+", "", text.strip()).split()[0].split(".")[0]
 
 
-def sass_rows(path, chains, ops):
-    """(offset, instructions, samples, chain, text, top stall reason) of every SASS row."""
+def read_page(path):
+    """The source page's header, column index, full rows, and stall-reason columns."""
     text = open(path).read().splitlines()
     i = next(k for k, l in enumerate(text) if l.startswith('"Address"'))
     rows = list(csv.reader(text[i:]))
     hdr, rows = rows[0], [r for r in rows[1:] if len(r) >= len(rows[0])]
-    ix = {h: k for k, h in enumerate(hdr)}
     stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+    return hdr, {h: k for k, h in enumerate(hdr)}, rows, stalls
+
+
+def sass_rows(path, chains, ops):
+    """(offset, instructions, samples, chain, text, top stall reason) of every SASS row."""
+    hdr, ix, rows, stalls = read_page(path)
     base = int(rows[0][0], 16)
     out, mismatched = [], 0
     for r in rows:
