@@ -66,9 +66,6 @@
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
-#ifndef KCA_SCH /* the scores' mma chains a tile (post-RoPE keys): 4, each half as deep as 2's */
-#define KCA_SCH 4 /* (H200 2026-12-04: -0.7% on the tiered kernels, 148 registers against 158) */
-#endif
 #ifndef KCA_MINB
 #define KCA_MINB 2 /* the chunk kernel's launch bound: resident blocks per multiprocessor */
 #endif
@@ -1420,8 +1417,7 @@ KCA_FN void kca_qk(const kca_params_t &p, const uint32_t (&B)[HD / 32][4], const
                    const uint32_t *off, int h, int g, int c, float *s) {
   using L = kca_lay<HD, BITS>;
   constexpr int NI = ROT == KCA_ROT_NEOX ? 2 : 1;
-  constexpr bool S4 = KCA_SCH == 4 && ROT == KCA_ROT_ABS;
-  float s2[4] = {0, 0, 0, 0}, s3[4] = {0, 0, 0, 0}, s4[4] = {0, 0, 0, 0};
+  float s2[4] = {0, 0, 0, 0};
   s[0] = s[1] = s[2] = s[3] = 0.0f;
   const int km = PK == 4 && g >= 4 ? L::km2 : L::km; /* the key metadata of row g's window */
   KCA_UNROLL
@@ -1441,9 +1437,9 @@ KCA_FN void kca_qk(const kca_params_t &p, const uint32_t (&B)[HD / 32][4], const
     KCA_UNROLL
     for (int x = 0; x < NI; x++) {
       const int i = ig + x * (HD / 64);
+      float *d = i & 1 ? s2 : s;
       KCA_UNROLL
       for (int hh = 0; hh < 2; hh++) {
-        float *d = S4 && hh ? (i & 1 ? s4 : s3) : i & 1 ? s2 : s;
         if constexpr (BITS == 0)
           kca_mma16_bf(d, k[0][x][2 * hh], k[1][x][2 * hh], k[0][x][2 * hh + 1],
                        k[1][x][2 * hh + 1], B[i][2 * hh], B[i][2 * hh + 1]);
@@ -1453,8 +1449,6 @@ KCA_FN void kca_qk(const kca_params_t &p, const uint32_t (&B)[HD / 32][4], const
       }
     }
   }
-  if (S4) s2[0] += s4[0], s2[1] += s4[1], s2[2] += s4[2], s2[3] += s4[3];
-  if (S4) s[0] += s3[0], s[1] += s3[1], s[2] += s3[2], s[3] += s3[3];
   s[0] += s2[0], s[1] += s2[1], s[2] += s2[2], s[3] += s2[3];
 }
 
