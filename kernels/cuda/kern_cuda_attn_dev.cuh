@@ -63,6 +63,9 @@
 #ifndef KCA_LIST /* tiered pair kernels (post-RoPE, omega 8): warps walk a list of the chunk's */
 #define KCA_LIST 1 /* attended windows, FULL ones first, tile j to warp j % KCA_NW (kca_list_build) */
 #endif
+#ifndef KCA_QUAD /* KCA_LIST kernels, INT2 at head_dim 128: an INT2 tile takes four windows (two */
+#define KCA_QUAD 1 /* pairs in one stage, at 0 and kca_lay::qo of each half), one softmax step */
+#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -670,7 +673,9 @@ template <int HD, int BITS> struct kca_lay {
   static constexpr int rb = HD * (BITS ? BITS : 2) / 8; /* code bytes per row */
   static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
   static constexpr int km2 = vm + 16 * 16 * 2; /* PK 4: the key metadata of the half's rows 4-7 */
+  static constexpr int qo = half / 2; /* KCA_QUAD: the second pair's offset in each half */
   static_assert(km2 + 4 * HD <= half, "a QUANT half tile fits its stage");
+  static_assert(!(HD == 128 && BITS == 2) || vm + 16 * 32 <= qo, "two INT2 windows fit a half");
   static_assert(KCA_NW * KCA_GMAX * HD * 4 <= ml, "the epilogue fits the stage area");
 };
 
@@ -692,14 +697,21 @@ typedef struct {
 } kca_tile_t;
 
 KCA_FN int kca_tn(const kca_tile_t &t, int h) { return (t.bits >> (4 * h)) & 15; }
+/* Tokens of half h < 4 (KCA_QUAD: a quad's halves 2 and 3 at bits 12 and 16; its windows are w[0],
+ * w[1], base[0], base[1], and bit 11 marks it). */
+KCA_FN int kca_tn4(const kca_tile_t &t, int h) {
+  return (t.bits >> (h < 2 ? 4 * h : 4 * h + 4)) & 15;
+}
+KCA_FN bool kca_is_quad(const kca_tile_t &t) { return t.bits >> 11 & 1; }
 KCA_FN int kca_tq(const kca_tile_t &t, int h) { return (t.bits >> (8 + h)) & 1; }
 
-/* Probabilities of a tile: p[2 half + e] of token g of the half, head 2c + e, and the factors
- * the running sums of heads 2c, 2c + 1 were rescaled by. */
-typedef struct {
-  float p[4];
+/* Probabilities of a tile of NH halves: p[2 half + e] of token g of the half, head 2c + e, and
+ * the factors the running sums of heads 2c, 2c + 1 were rescaled by. */
+template <int NH> struct kca_tpn {
+  float p[2 * NH];
   float alpha[2];
-} kca_tp_t;
+};
+using kca_tp_t = kca_tpn<2>;
 
 /* The warp's position in its units (u = warp + k * KCA_NW) and the units' liveness. */
 typedef struct {
@@ -832,6 +844,23 @@ template <int PK> KCA_FN int kca_pos_win(const kca_live_t &L, int k) {
 template <int BITS, int ROT, int PK> struct kca_ls {
   static constexpr bool v = KCA_LIST && BITS != 0 && PK == 2 && ROT == KCA_ROT_ABS;
 };
+
+/* KCA_QUAD: the INT2 tiles of the list are quads (entries 4j' .. 4j' + 3 of the QUANT tier), the
+ * FULL ones pairs: a quad shares a tile's fixed work (walk, wait, softmax step) among four
+ * windows, and its two pairs' score chains are independent. */
+template <int HD, int BITS, int ROT, int PK> struct kca_qd {
+  static constexpr bool v = KCA_QUAD && KCA_PLAN && kca_ls<BITS, ROT, PK>::v && HD == 128 &&
+                            BITS == 2;
+};
+
+/* KCA_QUAD: the windows of list tile j: a FULL pair (w[1] -1 when j is the tier's odd last
+ * entry; w[2], w[3] -1), or up to four QUANT windows (-1 past the tier's end). */
+KCA_FN void kca_list_quad(const kca_live_t &L, int j, int (&w)[4]) {
+  const bool f = j < L.tf;
+  const int e = f ? 2 * j : L.nf + 4 * (j - L.tf), end = f ? L.nf : L.nl, n = f ? 2 : 4;
+  KCA_UNROLL
+  for (int x = 0; x < 4; x++) w[x] = x < n && e + x < end ? L.wbase + L.ent[e + x] : -1;
+}
 
 /* The windows of list tile j: wa, and wb (-1 when j is its tier's odd last entry). */
 KCA_FN void kca_list_pair(const kca_live_t &L, int j, int *wa, int *wb) {
@@ -1154,6 +1183,36 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
   return t;
 }
 
+/* KCA_QUAD: issues list tile j into stage: a FULL pair as kca_issue does, or a quad of INT2
+ * windows, pair x (windows 2x, 2x + 1) at x kca_lay::qo in the halves (n = 0 past the tier). */
+template <int HD, int BITS>
+KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
+                               const kca_plan_t &pl, const kca_live_t &L, int j, int kvh, int lane,
+                               int gs) {
+  using Ly = kca_lay<HD, BITS>;
+  int w[4], nt;
+  kca_list_quad(L, j, w);
+  if (j < L.tf)
+    return kca_issue<HD, BITS, 2, true, true>(p, stage, soff, pl, L, (kca_cur_t){w[0], w[1]}, kvh,
+                                              lane, gs, &nt);
+  const bool vpair = gs == 5; /* the value metadata in one copy a lane */
+  kca_tile_t t;
+  int bits = 3 << 8 | 1 << 10 | 1 << 11;
+  KCA_UNROLL
+  for (int x = 0; x < 2; x++) {
+    const int wa = w[2 * x], wb = w[2 * x + 1], so = soff + x * Ly::qo;
+    kca_lwin_t A = kca_lwin(p, wa >= 0 ? wa : w[0], pl.lane, true);
+    kca_lwin_t B = kca_lwin(p, wb >= 0 ? wb : w[0], pl.lane, true); /* (w[0]: any valid one) */
+    A.n = wa >= 0 ? A.n : 0, B.n = wb >= 0 ? B.n : 0;
+    kca_issue_half_pl<HD, BITS>(p, pl, so, A, 0, A.n, true, !vpair, gs);
+    kca_issue_half_pl<HD, BITS>(p, pl, so + Ly::half, B, 0, B.n, true, !vpair, gs);
+    if (vpair) kca_issue_vpair_pl<HD, BITS>(pl, so, A, B);
+    bits |= x ? A.n << 12 | B.n << 16 : A.n | B.n << 4;
+  }
+  t.w[0] = w[0], t.w[1] = w[1], t.base[0] = w[2], t.base[1] = w[3], t.bits = bits;
+  return t;
+}
+
 /* ---------------------------------------------------------------- walking the units */
 
 /* 1 when the window at walk position k is attended. */
@@ -1298,10 +1357,12 @@ KCA_FN void kca_list_build(const kca_params_t &p, kca_lst_t *ls, int s0, int s1,
   kca_syncthreads();
 }
 
-/* KCA_LIST: the walk state of a segment from s0 listed in ls; the warp's first tile is warp. */
-KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, kca_live_t &L) {
+/* KCA_LIST: the walk state of a segment from s0 listed in ls; the warp's first tile is warp.
+ * quad: the INT2 tiles are quads (KCA_QUAD). */
+KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, kca_live_t &L) {
   L.ent = ls->ent, L.wbase = s0, L.nf = ls->nf, L.nl = ls->nf + ls->nq;
-  L.tf = (ls->nf + 1) >> 1, L.nk = L.tf + ((ls->nq + 1) >> 1), L.jt = warp - KCA_NW;
+  L.tf = (ls->nf + 1) >> 1, L.jt = warp - KCA_NW;
+  L.nk = L.tf + (quad ? (ls->nq + 3) >> 2 : (ls->nq + 1) >> 1);
 }
 
 /* KCA_LIST: the warp's next tile (k, j: its windows; k -1: done), descriptors prefetched. */
@@ -1315,21 +1376,36 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   return n;
 }
 
+/* KCA_QUAD: the warp's next tile (k: its index in the list, -1: done), descriptors prefetched. */
+KCA_FN kca_cur_t kca_list_nextq(const kca_params_t &p, kca_live_t &L) {
+  L.jt += KCA_NW;
+  if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
+  int w[4];
+  kca_list_quad(L, L.jt, w);
+  KCA_UNROLL
+  for (int x = 0; x < 4; x++)
+    if (w[x] >= 0) kca_prefetch(p.win + w[x]);
+  return (kca_cur_t){L.jt, 0};
+}
+
 /* ---------------------------------------------------------------- computing a tile */
 
 /* The online-softmax step over S (see kca_qk): masks, exponentials, running sums. The running
  * max of a head moves only when a score exceeds it by more than KCA_SLACK (log2 units; a vote,
  * not a reduction, on most tiles), so probabilities stay below 2^KCA_SLACK. */
 #define KCA_SLACK 8.0f
-template <int HD, int BITS>
-KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[4], const kca_tile_t &t, int g) {
-  kca_tp_t r;
+template <int HD, int BITS, int NH = 2>
+KCA_FN kca_tpn<NH> kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[2 * NH], const kca_tile_t &t,
+                               int g) {
+  kca_tpn<NH> r;
   float mt[2];
   KCA_UNROLL
   for (int e = 0; e < 2; e++) {
-    s[e] = g < kca_tn(t, 0) ? s[e] : KCA_NEGINF;
-    s[2 + e] = g < kca_tn(t, 1) ? s[2 + e] : KCA_NEGINF;
+    KCA_UNROLL
+    for (int h = 0; h < NH; h++) s[2 * h + e] = g < kca_tn4(t, h) ? s[2 * h + e] : KCA_NEGINF;
     mt[e] = kca_maxf(s[e], s[2 + e]);
+    KCA_UNROLL
+    for (int h = 2; h < NH; h++) mt[e] = kca_maxf(mt[e], s[2 * h + e]);
   }
   r.alpha[0] = r.alpha[1] = 1.0f;
   if (kca_any(mt[0] > st.m[0] + KCA_SLACK || mt[1] > st.m[1] + KCA_SLACK)) {
@@ -1350,8 +1426,11 @@ KCA_FN kca_tp_t kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[4], const kca_til
   }
   KCA_UNROLL
   for (int e = 0; e < 2; e++) {
-    r.p[e] = kca_ex2(s[e] - st.m[e]), r.p[2 + e] = kca_ex2(s[2 + e] - st.m[e]);
-    st.l[e] = st.l[e] * r.alpha[e] + (r.p[e] + r.p[2 + e]);
+    KCA_UNROLL
+    for (int h = 0; h < NH; h++) r.p[2 * h + e] = kca_ex2(s[2 * h + e] - st.m[e]);
+    float ps = r.p[e] + r.p[2 + e];
+    if constexpr (NH == 4) ps += r.p[4 + e] + r.p[6 + e];
+    st.l[e] = st.l[e] * r.alpha[e] + ps;
   }
   return r;
 }
@@ -1717,6 +1796,17 @@ KCA_FN float *kca_wl2(const kca_params_t &p, int kvh, int lane) {
   return p.wlse && !(g & 1) && head < p.grp_q ? p.wlse + kvh * p.grp_q + head : (float *)0;
 }
 
+/* PK 2: the masses of a pair of windows wa, wb (na, nb tokens; 0: none) from v[2 h + e], the
+ * probabilities of half h, head 2c + e; wl: kca_wl2. */
+template <int HD, int BITS>
+KCA_FN void kca_mass_pair(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const float (&v)[4],
+                          int wa, int wb, int na, int nb, int g, float *wl) {
+  const float tot = kca_sum4(v, g); /* v[2 h + e]: window of half h, head 2c + e */
+  const int h = g >> 2 & 1;
+  const float m = g & 2 ? st.m[1] : st.m[0]; /* selects: a dynamic index would demote st */
+  if (wl && (h ? nb : na)) wl[(size_t)(h ? wb : wa) * p.n_head] = m + kca_lg2(tot);
+}
+
 /* After a tile: a pair's two windows are done; a wide window accumulates its lane partials
  * (heads 2c, 2c + 1) until its last tile. */
 template <int HD, int BITS, int PK>
@@ -1727,10 +1817,7 @@ KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, cons
   if constexpr (PK == 4) {
     kca_masses4(p, st, t, r, kvh, lane);
   } else if constexpr (PK == 2) { /* wl: kca_wl2 */
-    const float tot = kca_sum4(r.p, g); /* v[2 h + e]: window of half h, head 2c + e */
-    const int h = g >> 2 & 1;
-    const float m = g & 2 ? st.m[1] : st.m[0]; /* selects: a dynamic index would demote st */
-    if (wl && kca_tn(t, h)) wl[(size_t)(h ? t.w[1] : t.w[0]) * p.n_head] = m + kca_lg2(tot);
+    kca_mass_pair<HD, BITS>(p, st, r.p, t.w[0], t.w[1], kca_tn(t, 0), kca_tn(t, 1), g, wl);
   } else {
     KCA_UNROLL
     for (int e = 0; e < 2; e++) wsum[e] = wsum[e] * r.alpha[e] + (r.p[e] + r.p[2 + e]);
@@ -1740,6 +1827,32 @@ KCA_FN void kca_masses(const kca_params_t &p, const kca_st_t<HD, BITS> &st, cons
       if (!(g & 3)) kca_put_wlse(p, e ? st.m[1] : st.m[0], t.w[0], kvh, 2 * c + e, tot);
       wsum[0] = wsum[1] = 0.0f;
     }
+  }
+}
+
+/* KCA_QUAD: a quad tile (kca_issue_lq): both pairs' scores (two independent mma chains), one
+ * softmax step over the four halves, the P.V of its live halves, and its windows' masses. */
+template <int HD, int BITS, int ROT, int PK>
+KCA_FN void kca_compute_quad(const kca_params_t &p, const uint8_t *stage, kca_st_t<HD, BITS> &st,
+                             const kca_tile_t &t, int lane, int gs, float *wl) {
+  using L = kca_lay<HD, BITS>;
+  const int g = lane >> 2, c = lane & 3;
+  float s[8];
+  kca_qk<HD, BITS, ROT, PK, 3, true>(p, st.q, stage, nullptr, 0, g, c, s);
+  kca_qk<HD, BITS, ROT, PK, 3, true>(p, st.q, stage + L::qo, nullptr, 0, g, c, s + 4);
+  const kca_tpn<4> r = kca_softmax<HD, BITS, 4>(st, s, t, g);
+  KCA_UNROLL
+  for (int h = 0; h < 4; h++) {
+    if (!kca_tn4(t, h)) continue; /* (a half past the tier's end: its stage bytes are stale) */
+    const uint32_t pb = kca_movt(kca_pack_h(r.p[2 * h], r.p[2 * h + 1]), lane);
+    kca_pv_quant<HD, BITS>(p, st, stage + (h & 1) * L::half + (h >> 1) * L::qo, pb, g, c, gs);
+  }
+  if (!p.wlse) return;
+  KCA_UNROLL
+  for (int x = 0; x < 2; x++) {
+    const float v[4] = {r.p[4 * x], r.p[4 * x + 1], r.p[4 * x + 2], r.p[4 * x + 3]};
+    kca_mass_pair<HD, BITS>(p, st, v, x ? t.base[0] : t.w[0], x ? t.base[1] : t.w[1],
+                            kca_tn4(t, 2 * x), kca_tn4(t, 2 * x + 1), g, wl);
   }
 }
 
@@ -1860,6 +1973,28 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
   if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
+/* The walk's next tile after cu (ntile: tiles of cu's unit) and its issue, by the kernel's walk:
+ * KCA_QUAD, KCA_LIST, or the units'. */
+template <int HD, int BITS, int ROT, int PK, bool LS>
+KCA_FN kca_cur_t kca_walk_next(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
+                               int lane) {
+  if constexpr (kca_qd<HD, BITS, ROT, PK>::v)
+    return kca_list_nextq(p, L);
+  else if constexpr (LS)
+    return kca_list_next(p, L);
+  else
+    return cu.k < -1 ? kca_first<PK>(p, L, lane) : kca_advance<PK>(p, L, cu, ntile, lane);
+}
+template <int HD, int BITS, int ROT, int PK, bool PL, bool LS>
+KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff,
+                                 const kca_plan_t &pl, const kca_live_t &L, kca_cur_t cu, int kvh,
+                                 int lane, int gs, int *ntile) {
+  if constexpr (kca_qd<HD, BITS, ROT, PK>::v)
+    return kca_issue_lq<HD, BITS>(p, stage, soff, pl, L, cu.k, kvh, lane, gs);
+  else
+    return kca_issue<HD, BITS, PK, PL, LS>(p, stage, soff, pl, L, cu, kvh, lane, gs, ntile);
+}
+
 /* One walk of a warp's tiles (the chunk's; KCA_LIST: a segment's): a two-stage cp.async
  * pipeline, tile i + 1 in flight while tile i is computed. qload: Q is still to be loaded
  * (KCA_QLATE: after the first tile's copies are issued). */
@@ -1869,15 +2004,16 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   using Ly = kca_lay<HD, BITS>;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = LS ? kca_list_next(p, L) : kca_first<PK>(p, L, lane), nxt = {-1, 0};
+  kca_cur_t cur = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, (kca_cur_t){-2, 0}, 0, lane);
+  kca_cur_t nxt = {-1, 0};
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
   if (cur.k >= 0) {
-    tc = kca_issue<HD, BITS, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
+    tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
     kca_cp_commit();
-    nxt = LS ? kca_list_next(p, L) : kca_advance<PK>(p, L, cur, nt, lane);
+    nxt = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, cur, nt, lane);
   }
   if (KCA_QLATE && qload) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first copies */
   qload = false;
@@ -1891,17 +2027,25 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
         tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
                                       16 * nxt.j, kvh, lane, gs, &nt);
       else
-        tn = kca_issue<HD, BITS, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane, gs, &nt);
+        tn = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane,
+                                                        gs, &nt);
     }
     kca_cp_commit();
     kca_cur_t nn = nxt;
-    if (nxt.k >= 0) nn = LS ? kca_list_next(p, L) : kca_advance<PK>(p, L, nxt, nt, lane);
+    if (nxt.k >= 0) nn = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, nxt, nt, lane);
     if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
     kca_cp_wait1();
     kca_syncwarp();
-    const kca_tp_t r =
-        kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane, gs);
-    kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
+    bool done = false;
+    if constexpr (kca_qd<HD, BITS, ROT, PK>::v) {
+      if ((done = kca_is_quad(tc)))
+        kca_compute_quad<HD, BITS, ROT, PK>(p, stages + stage * Ly::stage, st, tc, lane, gs, wl);
+    }
+    if (!done) {
+      const kca_tp_t r = kca_compute<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc,
+                                                        warp, lane, gs);
+      kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
+    }
     kca_syncwarp(); /* the stage is free for the tile after next */
     cur = nxt, tc = tn, nxt = nn, stage ^= 1;
   }
@@ -1942,7 +2086,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_lst_t *ls = (kca_lst_t *)(smem + Ly::lst);
     for (int s0 = c_beg; s0 < c_end; s0 += KCA_LSEG) {
       kca_list_build(p, ls, s0, kca_mini(s0 + KCA_LSEG, c_end), tid);
-      kca_list_live(ls, s0, warp, L);
+      kca_list_live(ls, s0, warp, kca_qd<HD, BITS, ROT, PK>::v, L);
       kca_walk<HD, BITS, ROT, PK, PL, LS>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
     }
   } else {
