@@ -134,6 +134,17 @@ KCA_FN kca_u4 kca_ld128(const void *p) {
   return r;
 }
 KCA_FN void kca_prefetch(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+/* Cached 8- and 4-byte global loads (descriptor words). */
+KCA_FN uint64_t kca_ld64(const void *p) {
+  uint32_t lo, hi;
+  asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(p));
+  return (uint64_t)hi << 32 | lo;
+}
+KCA_FN uint32_t kca_ld32(const void *p) {
+  uint32_t r;
+  asm("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+}
 KCA_FN void kca_ldq8(const float *p, float *x) { /* 8 floats from 16-byte aligned p */
   const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
   x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
@@ -333,6 +344,16 @@ KCA_FN kca_u4 kca_ld128(const void *p) {
   return r;
 }
 KCA_FN void kca_prefetch(const void *p) { (void)p; }
+KCA_FN uint64_t kca_ld64(const void *p) {
+  uint64_t r;
+  memcpy(&r, p, 8);
+  return r;
+}
+KCA_FN uint32_t kca_ld32(const void *p) {
+  uint32_t r;
+  memcpy(&r, p, 4);
+  return r;
+}
 KCA_FN void kca_ldq8(const float *p, float *x) { memcpy(x, p, 8 * sizeof *x); }
 KCA_FN void kca_cp16(void *dst, const void *src, int ok) {
   if (ok)
@@ -531,6 +552,21 @@ KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quan
   r.pos0 = (int)e.v[0];
   r.n = live ? kca_mini(ntok, p.omega) : 0;
   r.quant = q;
+  return r;
+}
+
+#ifndef KCA_QLEAN /* KCA_QUAD: a quad's windows read as QUANT (the list says so): each lane loads */
+#define KCA_QLEAN 0  /* the three 8-byte words and the token count it uses, not 64 bytes */
+#endif
+/* KCA_QLEAN: window w, attended and QUANT, as kca_lwin reads it for the lane (pos0 not read). */
+KCA_FN kca_lwin_t kca_lwin_q(const kca_params_t &p, int w, int lane) {
+  const uint8_t *d = (const uint8_t *)(p.win + w);
+  const int hi = lane >> 4 & 1, z = lane >> 3 & 1;
+  const uint64_t a = kca_ld64(d + 8 * hi), b = kca_ld64(d + 16 + 8 * hi);
+  const uint64_t c = kca_ld64(d + 32 + 8 * z);
+  kca_lwin_t r;
+  r.p0 = p.arena + a, r.p1 = p.arena + b, r.p2 = p.arena + c;
+  r.pos0 = 0, r.n = kca_mini((int)kca_ld32(d + 52), p.omega), r.quant = 1;
   return r;
 }
 
@@ -1201,8 +1237,9 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
   KCA_UNROLL
   for (int x = 0; x < 2; x++) {
     const int wa = w[2 * x], wb = w[2 * x + 1], so = soff + x * Ly::qo;
-    kca_lwin_t A = kca_lwin(p, wa >= 0 ? wa : w[0], pl.lane, true);
-    kca_lwin_t B = kca_lwin(p, wb >= 0 ? wb : w[0], pl.lane, true); /* (w[0]: any valid one) */
+    const int ia = wa >= 0 ? wa : w[0], ib = wb >= 0 ? wb : w[0]; /* (w[0]: any valid one) */
+    kca_lwin_t A = KCA_QLEAN ? kca_lwin_q(p, ia, pl.lane) : kca_lwin(p, ia, pl.lane, true);
+    kca_lwin_t B = KCA_QLEAN ? kca_lwin_q(p, ib, pl.lane) : kca_lwin(p, ib, pl.lane, true);
     A.n = wa >= 0 ? A.n : 0, B.n = wb >= 0 ? B.n : 0;
     kca_issue_half_pl<HD, BITS>(p, pl, so, A, 0, A.n, true, !vpair, gs);
     kca_issue_half_pl<HD, BITS>(p, pl, so + Ly::half, B, 0, B.n, true, !vpair, gs);
