@@ -340,22 +340,15 @@ void kca_emu_syncthreads(void);
 /* d += A B for one lane; k = 16 or 8; f16: operands fp16 (else bf16). */
 void kca_emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k, int f16);
 
-KCA_FN kca_u4 kca_ld128(const void *p) {
-  kca_u4 r;
-  memcpy(r.v, p, 16);
+template <typename T> KCA_FN T kca_ldu(const void *p) { /* the loads below, any alignment */
+  T r;
+  memcpy(&r, p, sizeof r);
   return r;
 }
+KCA_FN kca_u4 kca_ld128(const void *p) { return kca_ldu<kca_u4>(p); }
 KCA_FN void kca_prefetch(const void *p) { (void)p; }
-KCA_FN uint64_t kca_ld64(const void *p) {
-  uint64_t r;
-  memcpy(&r, p, 8);
-  return r;
-}
-KCA_FN uint32_t kca_ld32(const void *p) {
-  uint32_t r;
-  memcpy(&r, p, 4);
-  return r;
-}
+KCA_FN uint64_t kca_ld64(const void *p) { return kca_ldu<uint64_t>(p); }
+KCA_FN uint32_t kca_ld32(const void *p) { return kca_ldu<uint32_t>(p); }
 KCA_FN void kca_ldq8(const float *p, float *x) { memcpy(x, p, 8 * sizeof *x); }
 KCA_FN void kca_cp16(void *dst, const void *src, int ok) {
   if (ok)
