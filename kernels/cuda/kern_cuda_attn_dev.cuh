@@ -10,10 +10,10 @@
  * skipping dead units with a ballot over 32 descriptors at a time. A warp walks its units in
  * TILES of 16 token rows, two HALVES of 8 rows each (tokens t0 .. t0 + 7 of one window; omega 4:
  * two windows a half, four live windows of one tier a tile, each tier of 32 walk positions in
- * turn, PK = 4), and keeps an online softmax for
- * the group's query heads (G = n_head / n_kv <= 8). The tiered pair kernels (omega 8, post-RoPE
- * keys) instead list the chunk's attended windows and deal the list's tiles to the warps in turn
- * (KCA_LIST): FULL pairs, then INT2 quads of four windows, two pairs in one stage (KCA_QUAD). Each warp runs a two-stage cp.async pipeline:
+ * turn, PK = 4), and keeps an online softmax for the group's query heads (G = n_head / n_kv <=
+ * 8). The tiered pair kernels (omega 8, post-RoPE keys) instead list the chunk's attended windows
+ * and deal the list's tiles to the warps in turn (KCA_LIST): FULL pairs, then INT2 quads of four
+ * windows, two pairs in one stage (KCA_QUAD). Each warp runs a two-stage cp.async pipeline:
  * tile i + 1's bytes (FULL rows, or QUANT codes and metadata) stream into its shared-memory stage
  * while tile i is computed from the other, so no register holds data in flight.
  *
