@@ -977,12 +977,13 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     a.flags = KC_ATTN_SKIP_COMBINE;
     const double ms_main = bench_time(a, arenas.data(), n_rot, reps);
     const double gbps = bytes / ms / 1e6;
-    printf("{\"bench\": \"%s\", \"batch\": %d, \"seq\": %d, \"chunk_win\": %d, \"auto\": %s, "
+    printf("{\"bench\": \"%s\", \"batch\": %d, \"seq\": %d, \"chunk_win\": %d, "
+           "\"chunks_per_seq\": %d, \"auto\": %s, "
            "\"l2_rotation\": %d, \"windows\": {\"full\": %d, \"int2\": %d, \"evicted\": %d}, "
            "\"ms\": %.4f, \"ms_chunk_kernel_only\": %.4f, \"bytes_read\": %.0f, \"GBps\": %.1f, "
            "\"frac_copy_bw\": %.3f",
-           name, n_seq, seq, cw, v == 0 ? "true" : "false", n_rot, pr.n_full, pr.n_quant,
-           pr.n_evicted, ms, ms_main, bytes, gbps, gbps / copy_gbps);
+           name, n_seq, seq, cw, (a.max_win + cw - 1) / cw, v == 0 ? "true" : "false", n_rot,
+           pr.n_full, pr.n_quant, pr.n_evicted, ms, ms_main, bytes, gbps, gbps / copy_gbps);
     if (full_ms > 0) printf(", \"ratio_to_full\": %.3f", ms / full_ms);
     if (v == 0) {
       printf(", \"ms_gpu\": %.4f, \"frac_copy_bw_gpu\": %.3f", tt.ms_gpu,
