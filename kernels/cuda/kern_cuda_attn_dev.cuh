@@ -884,21 +884,14 @@ template <int HD, int BITS, int ROT, int PK> struct kca_qd {
                             BITS == 2;
 };
 
-/* KCA_QUAD: the windows of list tile j: a FULL pair (w[1] -1 when j is the tier's odd last
- * entry; w[2], w[3] -1), or up to four QUANT windows (-1 past the tier's end). */
-KCA_FN void kca_list_quad(const kca_live_t &L, int j, int (&w)[4]) {
+/* The windows of list tile j, whose QUANT tiles take NQ windows (2, or 4 with KCA_QUAD): a FULL
+ * pair (w[1] -1 when j is the tier's odd last entry; w[2] .. -1), or up to NQ QUANT windows (-1
+ * past the tier's end). w[0] always exists. */
+template <int NQ> KCA_FN void kca_list_tile(const kca_live_t &L, int j, int (&w)[NQ]) {
   const bool f = j < L.tf;
-  const int e = f ? 2 * j : L.nf + 4 * (j - L.tf), end = f ? L.nf : L.nl, n = f ? 2 : 4;
+  const int e = f ? 2 * j : L.nf + NQ * (j - L.tf), end = f ? L.nf : L.nl, n = f ? 2 : NQ;
   KCA_UNROLL
-  for (int x = 0; x < 4; x++) w[x] = x < n && e + x < end ? L.wbase + L.ent[e + x] : -1;
-}
-
-/* The windows of list tile j: wa, and wb (-1 when j is its tier's odd last entry). */
-KCA_FN void kca_list_pair(const kca_live_t &L, int j, int *wa, int *wb) {
-  const bool f = j < L.tf;
-  const int e = f ? 2 * j : L.nf + 2 * (j - L.tf), end = f ? L.nf : L.nl;
-  *wa = L.wbase + L.ent[e];
-  *wb = e + 1 < end ? L.wbase + L.ent[e + 1] : -1;
+  for (int x = 0; x < NQ; x++) w[x] = x < n && e + x < end ? L.wbase + L.ent[e + x] : -1;
 }
 
 /* ---------------------------------------------------------------- issuing a tile */
@@ -1222,7 +1215,7 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
                                int gs) {
   using Ly = kca_lay<HD, BITS>;
   int w[4], nt;
-  kca_list_quad(L, j, w);
+  kca_list_tile<4>(L, j, w);
   if (j < L.tf)
     return kca_issue<HD, BITS, 2, true, true>(p, stage, soff, pl, L, (kca_cur_t){w[0], w[1]}, kvh,
                                               lane, gs, &nt);
@@ -1397,27 +1390,18 @@ KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, kca_
   L.nk = L.tf + (quad ? (ls->nq + 3) >> 2 : (ls->nq + 1) >> 1);
 }
 
-/* KCA_LIST: the warp's next tile (k, j: its windows; k -1: done), descriptors prefetched. */
-KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
+/* KCA_LIST: the warp's next tile (k -1: done), its descriptors prefetched. NQ 2: k, j are its
+ * windows; NQ 4 (KCA_QUAD): k is its index in the list (kca_issue_lq reads the windows again). */
+template <int NQ> KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   L.jt += KCA_NW;
   if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
-  kca_cur_t n;
-  kca_list_pair(L, L.jt, &n.k, &n.j);
-  kca_prefetch(p.win + n.k);
-  if (n.j >= 0) kca_prefetch(p.win + n.j);
-  return n;
-}
-
-/* KCA_QUAD: the warp's next tile (k: its index in the list, -1: done), descriptors prefetched. */
-KCA_FN kca_cur_t kca_list_nextq(const kca_params_t &p, kca_live_t &L) {
-  L.jt += KCA_NW;
-  if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
-  int w[4];
-  kca_list_quad(L, L.jt, w);
+  int w[NQ];
+  kca_list_tile<NQ>(L, L.jt, w);
+  kca_prefetch(p.win + w[0]);
   KCA_UNROLL
-  for (int x = 0; x < 4; x++)
+  for (int x = 1; x < NQ; x++)
     if (w[x] >= 0) kca_prefetch(p.win + w[x]);
-  return (kca_cur_t){L.jt, 0};
+  return NQ == 2 ? (kca_cur_t){w[0], w[1]} : (kca_cur_t){L.jt, 0};
 }
 
 /* ---------------------------------------------------------------- computing a tile */
@@ -2005,17 +1989,22 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
   if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
-/* The walk's next tile after cu (ntile: tiles of cu's unit) and its issue, by the kernel's walk:
- * KCA_QUAD, KCA_LIST, or the units'. */
+/* The walk's first tile, the tile after cu (ntile: tiles of cu's unit) and a tile's issue, by
+ * the kernel's walk: KCA_LIST (with KCA_QUAD: quads), or the units'. */
+template <int HD, int BITS, int ROT, int PK, bool LS>
+KCA_FN kca_cur_t kca_walk_first(const kca_params_t &p, kca_live_t &L, int lane) {
+  if constexpr (LS)
+    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2>(p, L);
+  else
+    return kca_first<PK>(p, L, lane);
+}
 template <int HD, int BITS, int ROT, int PK, bool LS>
 KCA_FN kca_cur_t kca_walk_next(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
                                int lane) {
-  if constexpr (kca_qd<HD, BITS, ROT, PK>::v)
-    return kca_list_nextq(p, L);
-  else if constexpr (LS)
-    return kca_list_next(p, L);
+  if constexpr (LS)
+    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2>(p, L);
   else
-    return cu.k < -1 ? kca_first<PK>(p, L, lane) : kca_advance<PK>(p, L, cu, ntile, lane);
+    return kca_advance<PK>(p, L, cu, ntile, lane);
 }
 template <int HD, int BITS, int ROT, int PK, bool PL, bool LS>
 KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff,
@@ -2036,8 +2025,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   using Ly = kca_lay<HD, BITS>;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, (kca_cur_t){-2, 0}, 0, lane);
-  kca_cur_t nxt = {-1, 0};
+  kca_cur_t cur = kca_walk_first<HD, BITS, ROT, PK, LS>(p, L, lane), nxt = {-1, 0};
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
