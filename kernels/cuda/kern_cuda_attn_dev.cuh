@@ -727,10 +727,9 @@ typedef struct {
   int bits;    /* n0 | n1 << 4 | quant0 << 8 | quant1 << 9 | last << 10 (ends its window) */
 } kca_tile_t;
 
-KCA_FN int kca_tn(const kca_tile_t &t, int h) { return (t.bits >> (4 * h)) & 15; }
 /* Tokens of half h < 4 (KCA_QUAD: a quad's halves 2 and 3 at bits 12 and 16; its windows are w[0],
  * w[1], base[0], base[1], and bit 11 marks it). */
-KCA_FN int kca_tn4(const kca_tile_t &t, int h) {
+KCA_FN int kca_tn(const kca_tile_t &t, int h) {
   return (t.bits >> (h < 2 ? 4 * h : 4 * h + 4)) & 15;
 }
 KCA_FN bool kca_is_quad(const kca_tile_t &t) { return t.bits >> 11 & 1; }
@@ -1418,7 +1417,7 @@ KCA_FN kca_tpn<NH> kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[2 * NH], const
   KCA_UNROLL
   for (int e = 0; e < 2; e++) {
     KCA_UNROLL
-    for (int h = 0; h < NH; h++) s[2 * h + e] = g < kca_tn4(t, h) ? s[2 * h + e] : KCA_NEGINF;
+    for (int h = 0; h < NH; h++) s[2 * h + e] = g < kca_tn(t, h) ? s[2 * h + e] : KCA_NEGINF;
     mt[e] = kca_maxf(s[e], s[2 + e]);
     KCA_UNROLL
     for (int h = 2; h < NH; h++) mt[e] = kca_maxf(mt[e], s[2 * h + e]);
@@ -1859,7 +1858,7 @@ KCA_FN void kca_compute_quad(const kca_params_t &p, const uint8_t *stage, kca_st
   const kca_tpn<4> r = kca_softmax<HD, BITS, 4>(st, s, t, g);
   KCA_UNROLL
   for (int h = 0; h < 4; h++) {
-    if (!kca_tn4(t, h)) continue; /* (a half past the tier's end: its stage bytes are stale) */
+    if (!kca_tn(t, h)) continue; /* (a half past the tier's end: its stage bytes are stale) */
     const uint32_t pb = kca_movt(kca_pack_h(r.p[2 * h], r.p[2 * h + 1]), lane);
     kca_pv_quant<HD, BITS>(p, st, stage + (h & 1) * L::half + (h >> 1) * L::qo, pb, g, c, gs);
   }
@@ -1868,7 +1867,7 @@ KCA_FN void kca_compute_quad(const kca_params_t &p, const uint8_t *stage, kca_st
   for (int x = 0; x < 2; x++) {
     const float v[4] = {r.p[4 * x], r.p[4 * x + 1], r.p[4 * x + 2], r.p[4 * x + 3]};
     kca_mass_pair<HD, BITS>(p, st, v, x ? t.base[0] : t.w[0], x ? t.base[1] : t.w[1],
-                            kca_tn4(t, 2 * x), kca_tn4(t, 2 * x + 1), g, wl);
+                            kca_tn(t, 2 * x), kca_tn(t, 2 * x + 1), g, wl);
   }
 }
 
