@@ -24,12 +24,12 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 
 /* ---------------------------------------------------------------- kernels */
 
-template <int HD, int BITS, int ROT, int PK, int VG>
+template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 __global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
-  kca_chunk_body<HD, BITS, ROT, PK, VG>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
-                                        threadIdx.x);
+  kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
+                                            threadIdx.x);
 }
 
 __global__ void __launch_bounds__(KCA_CT)
@@ -52,50 +52,55 @@ typedef struct {
 } kca_kern_t;
 
 /* The occupancy slots of one chunk kernel instantiation. */
-template <int HD, int BITS, int R, int PK, int VG> static int *kca_occ(void) {
+template <int HD, int BITS, int R, int PK, int VG, bool G4> static int *kca_occ(void) {
   static int occ[64];
   return occ;
 }
 
+template <int HD, int BITS, int R, int PK, int VG, bool G4> static kca_kern_t kca_kern(void) {
+  return {kca_chunk_kernel<HD, BITS, R, PK, VG, G4>, kca_smem_bytes<HD, BITS, R, PK>(),
+          kca_occ<HD, BITS, R, PK, VG, G4>()};
+}
+
 /* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, windows per tile: kca_pk, value-group
- * shift: kca_vg). Windows of 4 (PK 4) only where no key is turned (kca_check_geom refuses the
- * rest). */
-template <int HD, int BITS, int R, int VG> static kca_kern_t kca_pick_pk(int pk) {
-  if (pk == 2)
-    return {kca_chunk_kernel<HD, BITS, R, 2, VG>, kca_smem_bytes<HD, BITS, R, 2>(),
-            kca_occ<HD, BITS, R, 2, VG>()};
+ * shift: kca_vg, GQA <= 4: g4). Windows of 4 (PK 4) only where no key is turned (kca_check_geom
+ * refuses the rest); the KCA_G4 build where the kernel has one and g4. */
+template <int HD, int BITS, int R, int VG> static kca_kern_t kca_pick_pk(int pk, bool g4) {
+  if (pk == 2) {
+    if constexpr (kca_g4<HD, BITS, R, 2>::v)
+      if (g4) return kca_kern<HD, BITS, R, 2, VG, true>();
+    return kca_kern<HD, BITS, R, 2, VG, false>();
+  }
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4)
-      return {kca_chunk_kernel<HD, BITS, R, 4, VG>, kca_smem_bytes<HD, BITS, R, 4>(),
-              kca_occ<HD, BITS, R, 4, VG>()};
-  return {kca_chunk_kernel<HD, BITS, R, 1, VG>, kca_smem_bytes<HD, BITS, R, 1>(),
-          kca_occ<HD, BITS, R, 1, VG>()};
+    if (pk == 4) return kca_kern<HD, BITS, R, 4, VG, false>();
+  return kca_kern<HD, BITS, R, 1, VG, false>();
 }
 
-template <int HD, int BITS, int R> static kca_kern_t kca_pick_vg(int pk, int vg) {
+template <int HD, int BITS, int R> static kca_kern_t kca_pick_vg(int pk, int vg, bool g4) {
   if constexpr (HD == 128 && BITS == 2)
-    if (vg == 5) return kca_pick_pk<HD, BITS, R, 5>(pk);
-  return kca_pick_pk<HD, BITS, R, 0>(pk);
+    if (vg == 5) return kca_pick_pk<HD, BITS, R, 5>(pk, g4);
+  return kca_pick_pk<HD, BITS, R, 0>(pk, g4);
 }
 
-template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pk, int vg) {
-  if (BITS == 0 || rot == KCA_ROT_NORM) return kca_pick_vg<HD, BITS, KCA_ROT_NORM>(pk, vg);
-  if (rot == KCA_ROT_NEOX) return kca_pick_vg<HD, BITS, KCA_ROT_NEOX>(pk, vg);
-  return kca_pick_vg<HD, BITS, KCA_ROT_ABS>(pk, vg);
+template <int HD, int BITS> static kca_kern_t kca_pick_rot(int rot, int pk, int vg, bool g4) {
+  if (BITS == 0 || rot == KCA_ROT_NORM) return kca_pick_vg<HD, BITS, KCA_ROT_NORM>(pk, vg, g4);
+  if (rot == KCA_ROT_NEOX) return kca_pick_vg<HD, BITS, KCA_ROT_NEOX>(pk, vg, g4);
+  return kca_pick_vg<HD, BITS, KCA_ROT_ABS>(pk, vg, g4);
 }
 
-template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pk, int vg) {
-  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pk, vg);
-  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pk, vg);
-  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pk, vg);
-  return kca_pick_rot<HD, 8>(rot, pk, vg);
+template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pk, int vg, bool g4) {
+  if (bits == 0) return kca_pick_rot<HD, 0>(rot, pk, vg, g4);
+  if (bits == 2) return kca_pick_rot<HD, 2>(rot, pk, vg, g4);
+  if (bits == 4) return kca_pick_rot<HD, 4>(rot, pk, vg, g4);
+  return kca_pick_rot<HD, 8>(rot, pk, vg, g4);
 }
 
 static kca_kern_t kca_pick(const kc_attn_args_t *a) {
   const int bits = a->has_quant ? a->geom.bits : 0, pk = kca_pk(a->geom.omega);
   const int rot = kca_rot_kind(a), vg = kca_vg(a);
-  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pk, vg)
-                                : kca_pick_hd<128>(bits, rot, pk, vg);
+  const bool g4 = a->n_head <= 4 * a->geom.n_kv;
+  return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pk, vg, g4)
+                                : kca_pick_hd<128>(bits, rot, pk, vg, g4);
 }
 
 /* ---------------------------------------------------------------- checks */

@@ -68,6 +68,9 @@
 #ifndef KCA_QUAD /* KCA_LIST kernels, INT2 at head_dim 128: an INT2 tile takes four windows (two */
 #define KCA_QUAD 1 /* pairs in one stage, at 0 and kca_lay::qo of each half), one softmax step */
 #endif
+#ifndef KCA_G4 /* KCA_QUAD kernels at GQA <= 4: a pair's second window in the mma's padding */
+#define KCA_G4 1  /* columns 4-7, INT2 key scales folded into the query (see kca_g4) */
+#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -883,6 +886,20 @@ template <int HD, int BITS, int ROT, int PK> struct kca_qd {
                             BITS == 2;
 };
 
+/* KCA_G4: the quad kernels at GQA <= 4 (the launcher picks them by grp_q). At GQA <= 4 the mma
+ * columns 4-7 (heads 4-7) are padding, so lanes g >= 4 hold Q of head g - 4 (column n is head
+ * n & 3) and a pair's two windows use the columns in turn: after the scores, lane (g, c) keeps
+ * token g of the pair's window c / 2 (its first for c < 2, rows g; its second, rows g + 8) for
+ * heads (2c + e) & 3, two scores a pair instead of four, and the P.V puts the first window's
+ * tokens in columns 0-3 and the second's in 4-7 (the epilogue adds column h + 4 to h). Lanes c
+ * and c ^ 2 hold the same heads' running max. In a quad the INT2 keys are not dequantized: the
+ * column of the pair's window takes its key scales into Q (kca_qk_fold), the codes enter the mma
+ * as they are, and the zero points' part comes from one mma over the four windows' zeros
+ * (kca_kzero). */
+template <int HD, int BITS, int ROT, int PK> struct kca_g4 {
+  static constexpr bool v = KCA_G4 && kca_qd<HD, BITS, ROT, PK>::v;
+};
+
 /* The windows of list tile j, whose QUANT tiles take NQ windows (2, or 4 with KCA_QUAD): a FULL
  * pair (w[1] -1 when j is the tier's odd last entry; w[2] .. -1), or up to NQ QUANT windows (-1
  * past the tier's end). w[0] always exists. */
@@ -1567,10 +1584,11 @@ KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, uint32_t pb, 
 }
 
 /* The value codes of rows 2c, 2c + 1, chunk ch (8 channels), dequantized with the token pair's
- * scales sc and zeros zr (fp16 pairs), into O^T's accumulators of u. */
+ * scales sc and zeros zr (fp16 pairs): a[2r], a[2r + 1], the A operand of O^T's accumulators
+ * 4u + r (rows g, g + 8). */
 template <int HD, int BITS>
-KCA_FN void kca_pv_codes(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
-                         uint32_t ph, int c, int ch, int u, uint32_t sc, uint32_t zr) {
+KCA_FN void kca_vwords(const kca_params_t &p, const uint8_t *hs, int c, int ch, uint32_t sc,
+                       uint32_t zr, uint32_t (&a)[8]) {
   using L = kca_lay<HD, BITS>;
   uint32_t x0, x1, y0, y1;
   kca_codes<BITS>(hs + L::vc + 2 * c * L::rb + ch * BITS, &x0, &x1);
@@ -1583,26 +1601,20 @@ KCA_FN void kca_pv_codes(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
                            kca_c2h<6>(zlo, p), kca_c2h<8>(zlo, p), kca_c2h<0>(z10, p),
                            kca_c2h<2>(z10, p), kca_c2h<4>(z10, p)};
     KCA_UNROLL
-    for (int r = 0; r < 4; r++)
-      kca_mma8_h(st.acc[4 * u + r], kca_h2fma(v[2 * r], sc, zr), kca_h2fma(v[2 * r + 1], sc, zr),
-                 ph);
+    for (int k = 0; k < 8; k++) a[k] = kca_h2fma(v[k], sc, zr);
   } else {
     KCA_UNROLL
-    for (int r = 0; r < 4; r++) {
-      const uint32_t lo =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r, p.mags[0]), KCA_MAGIC);
-      const uint32_t hi =
-          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, 2 * r + 1, p.mags[0]), KCA_MAGIC);
-      kca_mma8_h(st.acc[4 * u + r], kca_h2fma(lo, sc, zr), kca_h2fma(hi, sc, zr), ph);
-    }
+    for (int k = 0; k < 8; k++)
+      a[k] = kca_h2fma(kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, k, p.mags[0]), KCA_MAGIC),
+                       sc, zr);
   }
 }
 
-/* O^T += V^T P^T for a QUANT half: codes of rows 2c, 2c + 1 dequantized as token pairs. gs: log2
- * of the value group. */
+/* The value scales sc[u] and zeros zr[u] (fp16 pairs: rows 2c, 2c + 1) of a QUANT half's chunks
+ * g + 8u. gs: log2 of the value group. */
 template <int HD, int BITS>
-KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
-                         uint32_t ph, int g, int c, int gs) {
+KCA_FN void kca_vmeta(const uint8_t *hs, int g, int c, int gs, uint32_t (&sc)[HD / 64],
+                      uint32_t (&zr)[HD / 64]) {
   using L = kca_lay<HD, BITS>;
   if constexpr (HD == 128 && BITS == 2) {
     if (gs == 5) { /* 8-byte metadata rows: rows 2c, 2c + 1 in one 16-byte load; chunk g + 8u's
@@ -1611,8 +1623,7 @@ KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
       const uint32_t sel = g & 4 ? 0x7632u : 0x5410u;
       KCA_UNROLL
       for (int u = 0; u < 2; u++)
-        kca_pv_codes<HD, BITS>(p, st, hs, ph, c, g + 8 * u, u, kca_prmt(s.v[u], s.v[2 + u], sel),
-                               kca_prmt(z.v[u], z.v[2 + u], sel));
+        sc[u] = kca_prmt(s.v[u], s.v[2 + u], sel), zr[u] = kca_prmt(z.v[u], z.v[2 + u], sel);
       return;
     }
   }
@@ -1620,12 +1631,51 @@ KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const ui
   const uint8_t *vm = hs + L::vm + 2 * c * mb;
   KCA_UNROLL
   for (int u = 0; u < HD / 64; u++) {
-    const int ch = g + 8 * u, gi = (8 * ch) >> gs;
-    const uint32_t sc =
-        *(const uint16_t *)(vm + 2 * gi) | (uint32_t) * (const uint16_t *)(vm + mb + 2 * gi) << 16;
-    const uint32_t zr = *(const uint16_t *)(vm + 8 * mb + 2 * gi) |
-                        (uint32_t) * (const uint16_t *)(vm + 9 * mb + 2 * gi) << 16;
-    kca_pv_codes<HD, BITS>(p, st, hs, ph, c, ch, u, sc, zr);
+    const int gi = (8 * (g + 8 * u)) >> gs;
+    sc[u] = *(const uint16_t *)(vm + 2 * gi) | (uint32_t) * (const uint16_t *)(vm + mb + 2 * gi)
+                                                    << 16;
+    zr[u] = *(const uint16_t *)(vm + 8 * mb + 2 * gi) |
+            (uint32_t) * (const uint16_t *)(vm + 9 * mb + 2 * gi) << 16;
+  }
+}
+
+/* O^T += V^T P^T for a QUANT half: codes of rows 2c, 2c + 1 dequantized as token pairs. */
+template <int HD, int BITS>
+KCA_FN void kca_pv_quant(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *hs,
+                         uint32_t ph, int g, int c, int gs) {
+  uint32_t sc[HD / 64], zr[HD / 64];
+  kca_vmeta<HD, BITS>(hs, g, c, gs, sc, zr);
+  KCA_UNROLL
+  for (int u = 0; u < HD / 64; u++) {
+    uint32_t a[8];
+    kca_vwords<HD, BITS>(p, hs, c, g + 8 * u, sc[u], zr[u], a);
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) kca_mma8_h(st.acc[4 * u + r], a[2 * r], a[2 * r + 1], ph);
+  }
+}
+
+/* KCA_G4: O^T += V^T P^T for a pair of QUANT windows (halves at ps and ps + half) in one
+ * m16n8k16 a chunk: k 0-7 are the first window's tokens, read by columns 0-3 (b0: pb in lanes
+ * g < 4), k 8-15 the second's, read by columns 4-7 (b1: pb in lanes g >= 4). A second window
+ * that is not there (two false: the tier's end) is dequantized with zero scales and zeros, since
+ * its stage bytes are stale. */
+template <int HD, int BITS>
+KCA_FN void kca_pv_pair(const kca_params_t &p, kca_st_t<HD, BITS> &st, const uint8_t *ps,
+                        uint32_t pb, int g, int c, int gs, bool two) {
+  using L = kca_lay<HD, BITS>;
+  uint32_t sc[2][HD / 64], zr[2][HD / 64];
+  kca_vmeta<HD, BITS>(ps, g, c, gs, sc[0], zr[0]);
+  kca_vmeta<HD, BITS>(ps + L::half, g, c, gs, sc[1], zr[1]);
+  const uint32_t b0 = g < 4 ? pb : 0u, b1 = g < 4 ? 0u : pb;
+  KCA_UNROLL
+  for (int u = 0; u < HD / 64; u++) {
+    uint32_t a[8], a2[8];
+    kca_vwords<HD, BITS>(p, ps, c, g + 8 * u, sc[0][u], zr[0][u], a);
+    kca_vwords<HD, BITS>(p, ps + L::half, c, g + 8 * u, two ? sc[1][u] : 0u, two ? zr[1][u] : 0u,
+                         a2);
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++)
+      kca_mma16_h(st.acc[4 * u + r], a[2 * r], a[2 * r + 1], a2[2 * r], a2[2 * r + 1], b0, b1);
   }
 }
 
@@ -1871,14 +1921,194 @@ KCA_FN void kca_compute_quad(const kca_params_t &p, const uint8_t *stage, kca_st
   }
 }
 
+/* ---------------------------------------------------------------- KCA_G4 tiles */
+
+/* KCA_G4: the online-softmax step of a tile of NP pairs (see kca_softmax): lane (g, c) holds
+ * s[2x + e], token g of half 2x + c / 2 for head (2c + e) & 3; the max is reduced over lanes c
+ * and c ^ 2 too, so both keep the heads' running max. */
+template <int HD, int BITS, int NP>
+KCA_FN kca_tpn<NP> kca_softmax_g4(kca_st_t<HD, BITS> &st, float (&s)[2 * NP], const kca_tile_t &t,
+                                  int g, int c) {
+  kca_tpn<NP> r;
+  float mt[2];
+  KCA_UNROLL
+  for (int e = 0; e < 2; e++) {
+    KCA_UNROLL
+    for (int x = 0; x < NP; x++)
+      s[2 * x + e] = g < kca_tn(t, 2 * x + (c >> 1)) ? s[2 * x + e] : KCA_NEGINF;
+    mt[e] = s[e];
+    KCA_UNROLL
+    for (int x = 1; x < NP; x++) mt[e] = kca_maxf(mt[e], s[2 * x + e]);
+  }
+  r.alpha[0] = r.alpha[1] = 1.0f;
+  if (kca_any(mt[0] > st.m[0] + KCA_SLACK || mt[1] > st.m[1] + KCA_SLACK)) {
+    KCA_UNROLL
+    for (int e = 0; e < 2; e++) {
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 2));
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 4));
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 8));
+      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 16));
+      const float mn = kca_maxf(st.m[e], mt[e]); /* finite: the tile's first window has a row */
+      r.alpha[e] = kca_ex2(st.m[e] - mn);
+      st.m[e] = mn;
+    }
+    KCA_UNROLL
+    for (int j = 0; j < HD / 16; j++) {
+      st.acc[j][0] *= r.alpha[0], st.acc[j][1] *= r.alpha[1];
+      st.acc[j][2] *= r.alpha[0], st.acc[j][3] *= r.alpha[1];
+    }
+  }
+  KCA_UNROLL
+  for (int e = 0; e < 2; e++) {
+    float ps = 0.0f;
+    KCA_UNROLL
+    for (int x = 0; x < NP; x++) ps += r.p[2 * x + e] = kca_ex2(s[2 * x + e] - st.m[e]);
+    st.l[e] = st.l[e] * r.alpha[e] + ps;
+  }
+  return r;
+}
+
+/* KCA_G4 quads: the scores of the INT2 pair at ps (halves ps, ps + half) added to d (lane (g, c):
+ * d[0..1] row g, the first window, d[2..3] row g + 8, the second; columns 2c, 2c + 1). Column n
+ * holds Q of head n & 3 times the key scales of the pair's window n / 4, the A operand the codes
+ * (0..3 exactly), so only rows g of columns 0-3 and rows g + 8 of columns 4-7 are scores. */
+template <int HD>
+KCA_FN void kca_qk_fold(const kca_params_t &p, const uint32_t (&q)[HD / 32][4], const uint8_t *ps,
+                        int g, int c, float (&d)[4]) {
+  using L = kca_lay<HD, 2>;
+  float d2[4] = {0, 0, 0, 0};
+  const uint8_t *ks = ps + (g >> 2) * L::half + L::km; /* column g's window's key scales */
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++) {
+    const kca_u4 sc = kca_sld128(ks + (c + 4 * i) * 16);
+    uint32_t b[4], k[2][4];
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) b[r] = kca_h2mul(q[i][r], sc.v[r]);
+    KCA_UNROLL
+    for (int h = 0; h < 2; h++) { /* codes 2r, 2r + 1 at bits 4r of ws's halves (kca_kwords) */
+      uint32_t w0, w1;
+      kca_codes<2>(ps + h * L::half + g * L::rb + (c + 4 * i) * 2, &w0, &w1);
+      const uint32_t ws = w0 | w0 << 14;
+      k[h][0] = kca_c2h<0>(ws, p), k[h][1] = kca_c2h<4>(ws, p);
+      k[h][2] = kca_c2h<8>(ws, p), k[h][3] = kca_c2h<0>(ws >> 12, p);
+    }
+    float *dd = i & 1 ? d2 : d;
+    KCA_UNROLL
+    for (int hh = 0; hh < 2; hh++)
+      kca_mma16_h(dd, k[0][2 * hh], k[1][2 * hh], k[0][2 * hh + 1], k[1][2 * hh + 1], b[2 * hh],
+                  b[2 * hh + 1]);
+  }
+  d[0] += d2[0], d[1] += d2[1], d[2] += d2[2], d[3] += d2[3];
+}
+
+/* KCA_G4 quads: the zero points' part of the quad's scores, C[w][h] = z_w . Q_h for its windows
+ * w = 2x + y (pair x, half y; rows 0-3 of one mma, lane (g, c) loading window g & 3's zeros),
+ * given to the lanes that hold window 2x + c / 2: z[2x + e] for head (2c + e) & 3. */
+template <int HD>
+KCA_FN void kca_kzero(const uint8_t *stage, const uint32_t (&q)[HD / 32][4], int g, int c,
+                      float (&z)[4]) {
+  using L = kca_lay<HD, 2>;
+  const int w = g & 3;
+  const uint8_t *zp = stage + (w & 1) * L::half + (w >> 1) * L::qo + L::km + 2 * HD;
+  float d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  KCA_UNROLL
+  for (int i = 0; i < HD / 32; i++) {
+    const kca_u4 kz = kca_sld128(zp + (c + 4 * i) * 16);
+    KCA_UNROLL
+    for (int hh = 0; hh < 2; hh++)
+      kca_mma16_h(d[i & 1], kz.v[2 * hh], 0u, kz.v[2 * hh + 1], 0u, q[i][2 * hh], q[i][2 * hh + 1]);
+  }
+  KCA_UNROLL
+  for (int x = 0; x < 2; x++) {
+    const int src = 4 * (2 * x + (c >> 1)) + c;
+    z[2 * x] = kca_shfl(d[0][0] + d[1][0], src), z[2 * x + 1] = kca_shfl(d[0][1] + d[1][1], src);
+  }
+}
+
+/* KCA_G4: lane (g, c)'s wlse row when it writes one (g % 4 == 0: head (2c + g / 4) & 3 of the
+ * pair's window c / 2), else NULL. */
+KCA_FN float *kca_wl_g4(const kca_params_t &p, int kvh, int lane) {
+  const int g = lane >> 2, c = lane & 3, head = (2 * c + (g >> 2)) & 3;
+  return p.wlse && !(g & 3) && head < p.grp_q ? p.wlse + kvh * p.grp_q + head : (float *)0;
+}
+
+/* KCA_G4: the masses of a pair of windows wa, wb (na, nb tokens) from v[e], lane (g, c)'s
+ * probabilities (window c / 2, head (2c + e) & 3); wl: kca_wl_g4. */
+template <int HD, int BITS>
+KCA_FN void kca_mass_g4(const kca_params_t &p, const kca_st_t<HD, BITS> &st, const float (&v)[2],
+                        int wa, int wb, int na, int nb, int g, int c, float *wl) {
+  const float tot = kca_sum2(v, g); /* of v[g / 4] */
+  const float m = g & 4 ? st.m[1] : st.m[0];
+  if (wl && (c >> 1 ? nb : na)) wl[(size_t)(c >> 1 ? wb : wa) * p.n_head] = m + kca_lg2(tot);
+}
+
+/* KCA_G4: a pair tile (FULL, or INT2 through kca_scores): scores, softmax, P.V, masses. */
+template <int HD, int BITS, int ROT, int PK>
+KCA_FN void kca_compute_g4(const kca_params_t &p, uint8_t *smem, const uint8_t *stage,
+                           kca_st_t<HD, BITS> &st, const kca_tile_t &t, int warp, int lane, int gs,
+                           float *wl) {
+  using L = kca_lay<HD, BITS>;
+  const int g = lane >> 2, c = lane & 3;
+  float s[4] = {0, 0, 0, 0};
+  const int live = (kca_tn(t, 0) ? 1 : 0) | (kca_tn(t, 1) ? 2 : 0);
+  kca_scores<HD, BITS, ROT, PK>(p, smem, stage, st, t, live, warp, lane, s);
+  float sp[2] = {c < 2 ? s[0] : s[2], c < 2 ? s[1] : s[3]};
+  const kca_tpn<1> r = kca_softmax_g4<HD, BITS, 1>(st, sp, t, g, c);
+  const uint32_t pb = kca_movt(kca_pack_h(r.p[0], r.p[1]), lane);
+  KCA_UNROLL
+  for (int h = 0; h < 2; h++) {
+    if (!(live >> h & 1)) continue;
+    const uint32_t ph = (g < 4) == (h == 0) ? pb : 0u; /* half h's columns */
+    if (kca_tq(t, h))
+      kca_pv_quant<HD, BITS>(p, st, stage + h * L::half, ph, g, c, gs);
+    else
+      kca_pv_full<HD, BITS>(st, stage + h * L::half, ph, g, c);
+  }
+  if (p.wlse)
+    kca_mass_g4<HD, BITS>(p, st, r.p, t.w[0], t.w[1], kca_tn(t, 0), kca_tn(t, 1), g, c, wl);
+}
+
+/* KCA_G4: a quad tile: the zero points' part, both pairs' folded scores, one softmax step, each
+ * live pair's P.V in one set of mma, the masses. */
+template <int HD, int BITS>
+KCA_FN void kca_compute_quad_g4(const kca_params_t &p, const uint8_t *stage,
+                                kca_st_t<HD, BITS> &st, const kca_tile_t &t, int lane, int gs,
+                                float *wl) {
+  using L = kca_lay<HD, BITS>;
+  const int g = lane >> 2, c = lane & 3;
+  float z[4], s[4];
+  kca_kzero<HD>(stage, st.q, g, c, z);
+  KCA_UNROLL
+  for (int x = 0; x < 2; x++) {
+    float d[4] = {z[2 * x], z[2 * x + 1], z[2 * x], z[2 * x + 1]};
+    kca_qk_fold<HD>(p, st.q, stage + x * L::qo, g, c, d);
+    s[2 * x] = c < 2 ? d[0] : d[2], s[2 * x + 1] = c < 2 ? d[1] : d[3];
+  }
+  const kca_tpn<2> r = kca_softmax_g4<HD, BITS, 2>(st, s, t, g, c);
+  KCA_UNROLL
+  for (int x = 0; x < 2; x++) {
+    if (!kca_tn(t, 2 * x)) continue; /* (past the tier's end: its stage bytes are stale) */
+    const uint32_t pb = kca_movt(kca_pack_h(r.p[2 * x], r.p[2 * x + 1]), lane);
+    kca_pv_pair<HD, BITS>(p, st, stage + x * L::qo, pb, g, c, gs, kca_tn(t, 2 * x + 1) != 0);
+  }
+  if (!p.wlse) return;
+  KCA_UNROLL
+  for (int x = 0; x < 2; x++) {
+    const float v[2] = {r.p[2 * x], r.p[2 * x + 1]};
+    kca_mass_g4<HD, BITS>(p, st, v, x ? t.base[0] : t.w[0], x ? t.base[1] : t.w[1],
+                          kca_tn(t, 2 * x), kca_tn(t, 2 * x + 1), g, c, wl);
+  }
+}
+
 /* ---------------------------------------------------------------- the chunk block */
 
-/* Q of head kvh * G + g, channels of chunks c + 4i, scaled by scale * log2(e). */
-template <int HD, int BITS>
+/* Q of head kvh * G + g (G4: g & 3), channels of chunks c + 4i, scaled by scale * log2(e). */
+template <int HD, int BITS, bool G4>
 KCA_FN void kca_load_q(const kca_params_t &p, kca_st_t<HD, BITS> &st, int b, int kvh, int g,
                        int c) {
-  const bool ok = g < p.grp_q;
-  const float *qp = p.q + ((size_t)b * p.n_head + kvh * p.grp_q + (ok ? g : 0)) * HD;
+  const int hq = G4 ? g & 3 : g;
+  const bool ok = hq < p.grp_q;
+  const float *qp = p.q + ((size_t)b * p.n_head + kvh * p.grp_q + (ok ? hq : 0)) * HD;
   KCA_UNROLL
   for (int i = 0; i < HD / 32; i++) {
     float x[8];
@@ -1911,8 +2141,9 @@ KCA_FN float kca_head_lse(const kca_ml_t *ml, int hh) {
 }
 
 /* Block epilogue: merges the warps' softmax states and writes the chunk's partial, or (alone:
- * the sequence's only chunk) the heads' outputs. Returns the warps' max and sum (shared). */
-template <int HD, int BITS>
+ * the sequence's only chunk) the heads' outputs. Returns the warps' max and sum (shared). G4:
+ * column h + 4 is added to h first (kca_g4). */
+template <int HD, int BITS, bool G4>
 KCA_FN const kca_ml_t *kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st,
                                     int b, int chunk, int kvh, int tid, bool alone) {
   using L = kca_lay<HD, BITS>;
@@ -1925,6 +2156,12 @@ KCA_FN const kca_ml_t *kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st
     l[e] += kca_shfl_xor(l[e], 4);
     l[e] += kca_shfl_xor(l[e], 8);
     l[e] += kca_shfl_xor(l[e], 16);
+    if (G4) l[e] += kca_shfl_xor(l[e], 2);
+  }
+  if constexpr (G4) {
+    KCA_UNROLL
+    for (int j = 0; j < HD / 16; j++) KCA_UNROLL
+    for (int k = 0; k < 4; k++) st.acc[j][k] += kca_shfl_xor(st.acc[j][k], 2);
   }
   kca_syncthreads(); /* every warp is done with its stages */
   if (g == 0) {
@@ -2018,7 +2255,7 @@ KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff
 /* One walk of a warp's tiles (the chunk's; KCA_LIST: a segment's): a two-stage cp.async
  * pipeline, tile i + 1 in flight while tile i is computed. qload: Q is still to be loaded
  * (KCA_QLATE: after the first tile's copies are issued). */
-template <int HD, int BITS, int ROT, int PK, bool PL, bool LS>
+template <int HD, int BITS, int ROT, int PK, bool PL, bool LS, bool G4>
 KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st, kca_live_t &L,
                      const kca_plan_t &pl, int b, int kvh, int tid, int gs, bool &qload) {
   using Ly = kca_lay<HD, BITS>;
@@ -2028,13 +2265,13 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
-  float *const wl = PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
+  float *const wl = G4 ? kca_wl_g4(p, kvh, lane) : PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
   if (cur.k >= 0) {
     tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
     kca_cp_commit();
     nxt = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, cur, nt, lane);
   }
-  if (KCA_QLATE && qload) kca_load_q<HD, BITS>(p, st, b, kvh, g, c); /* after the first copies */
+  if (KCA_QLATE && qload) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c); /* after the copies */
   qload = false;
   constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
   typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
@@ -2056,7 +2293,14 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
     kca_cp_wait1();
     kca_syncwarp();
     bool done = false;
-    if constexpr (kca_qd<HD, BITS, ROT, PK>::v) {
+    if constexpr (G4) {
+      if (kca_is_quad(tc))
+        kca_compute_quad_g4<HD, BITS>(p, stages + stage * Ly::stage, st, tc, lane, gs, wl);
+      else
+        kca_compute_g4<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane,
+                                          gs, wl);
+      done = true;
+    } else if constexpr (kca_qd<HD, BITS, ROT, PK>::v) {
       if ((done = kca_is_quad(tc)))
         kca_compute_quad<HD, BITS, ROT, PK>(p, stages + stage * Ly::stage, st, tc, lane, gs, wl);
     }
@@ -2074,7 +2318,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
  * kca_smem_bytes bytes. PAIR: omega is 8 (units of two windows), else a multiple of 16. Each
  * warp walks its tiles (kca_walk); KCA_LIST kernels list the chunk's attended windows first, a
  * segment of KCA_LSEG windows at a time. */
-template <int HD, int BITS, int ROT, int PK, int VG>
+template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
@@ -2087,7 +2331,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   const int c_end = kca_mini(c_beg + cw, w_end);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   kca_st_t<HD, BITS> st;
-  if (!KCA_QLATE) kca_load_q<HD, BITS>(p, st, b, kvh, g, c);
+  if (!KCA_QLATE) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c);
   KCA_UNROLL
   for (int j = 0; j < HD / 16; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0;
   st.m[0] = st.m[1] = KCA_NEGINF, st.l[0] = st.l[1] = 0.0f;
@@ -2106,16 +2350,16 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     for (int s0 = c_beg; s0 < c_end; s0 += KCA_LSEG) {
       kca_list_build(p, ls, s0, kca_mini(s0 + KCA_LSEG, c_end), tid);
       kca_list_live(ls, s0, warp, kca_qd<HD, BITS, ROT, PK>::v, L);
-      kca_walk<HD, BITS, ROT, PK, PL, LS>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
+      kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
     }
   } else {
     const int n_units = (c_end - c_beg + PK - 1) / PK; /* PK walk positions each */
     L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * PK;
     L.kbase = -64, L.mask = L.qmask = 0, L.c_end = c_end;
     L.wbase = kca_pin(c_beg + PK * warp);
-    kca_walk<HD, BITS, ROT, PK, PL, LS>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
+    kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
   }
-  const kca_ml_t *ml = kca_epilogue<HD, BITS>(p, smem, st, b, chunk, kvh, tid, alone);
+  const kca_ml_t *ml = kca_epilogue<HD, BITS, G4>(p, smem, st, b, chunk, kvh, tid, alone);
   if (alone && p.mass) kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
 }
 

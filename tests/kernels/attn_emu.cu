@@ -27,7 +27,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- running the kernels */
 
-template <int HD, int BITS, int ROT, int PK, int VG>
+template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 static int emu_chunks(const kca_params_t &p, int n_seq) {
   constexpr int nb = kca_smem_bytes<HD, BITS, ROT, PK>();
   std::vector<uint64_t> smem(nb / 8 + 2);
@@ -38,17 +38,21 @@ static int emu_chunks(const kca_params_t &p, int n_seq) {
       for (int x = 0; x < p.n_chunk && !rc; x++) {
         memset(sm, 0xa5, nb); /* garbage, as on the GPU */
         rc = emu_block(KCA_NT,
-                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK, VG>(p, sm, x, y, z, tid); });
+                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, sm, x, y, z, tid); });
       }
   return rc;
 }
 
 template <int HD, int BITS, int R, int VG>
 static int emu_pick_pk(const kca_params_t &p, int n_seq, int pk) {
-  if (pk == 2) return emu_chunks<HD, BITS, R, 2, VG>(p, n_seq);
+  if (pk == 2) {
+    if constexpr (kca_g4<HD, BITS, R, 2>::v)
+      if (p.grp_q <= 4) return emu_chunks<HD, BITS, R, 2, VG, true>(p, n_seq);
+    return emu_chunks<HD, BITS, R, 2, VG, false>(p, n_seq);
+  }
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4) return emu_chunks<HD, BITS, R, 4, VG>(p, n_seq);
-  return emu_chunks<HD, BITS, R, 1, VG>(p, n_seq);
+    if (pk == 4) return emu_chunks<HD, BITS, R, 4, VG, false>(p, n_seq);
+  return emu_chunks<HD, BITS, R, 1, VG, false>(p, n_seq);
 }
 
 template <int HD, int BITS, int R>
@@ -298,6 +302,11 @@ int main(int argc, char **argv) {
       {"mha300 d64 w16 full kv300", 300, 300, 64, 16, 2, 16, NORM, 64, 0, 0, 0.7, 0.0, {40, 23}, 1},
       {"abs gqa8 d64 w4 int4 quads", 16, 2, 64, 4, 4, 16, NORM, 64, 2, 1, 0.3, 0.5, {157, 9}, 6, 0,
        1},
+      /* the quad kernels at GQA 8 (no KCA_G4) and at GQA 3 (KCA_G4 with a padding head) */
+      {"abs gqa8 d128 w8 int2 quads", 16, 2, 128, 8, 2, 32, NORM, 128, 5, 1, 0.3, 0.5, {260, 45}, 7,
+       0, 1},
+      {"abs gqa3 d128 w8 int2 quads", 6, 2, 128, 8, 2, 32, NORM, 128, 3, 1, 0.2, 0.6, {230, 61}, 6,
+       0, 1},
       {"abs gqa2 d128 w4 int8 quads", 4, 2, 128, 4, 8, 32, NORM, 128, 1, 1, 0.25, 0.5, {130, 3}, 10,
        0, 1},
   };
