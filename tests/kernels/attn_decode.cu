@@ -456,6 +456,11 @@ static int check_all(int small, const char *only) {
        {2000, 31}, 0, 0, 1},
       {"abs gqa4 d128 w8 int2 32k", 8, 2, 128, 8, 2, 32, NORM, 128, 500000.f, 5, 4, 0.06, 0.5,
        {32768}, 0, 0, 1},
+      /* the INT2 quad kernels at GQA 8 (no KCA_G4) and GQA 3 (KCA_G4 with a padding head) */
+      {"abs gqa8 d128 w8 int2 quads", 16, 2, 128, 8, 2, 32, NORM, 128, 500000.f, 5, 2, 0.3, 0.5,
+       {2600, 45}, 1, 0, 1},
+      {"abs gqa3 d128 w8 int2 quads", 6, 2, 128, 8, 2, 32, NORM, 128, 500000.f, 3, 1, 0.2, 0.6,
+       {2300, 61}, 1, 0, 1},
       /* windows of 4 (post-RoPE keys, or FULL only): four windows of one tier per tile */
       {"abs gqa4 d128 w4 int2 quads", 32, 8, 128, 4, 2, 32, NORM, 128, 500000.f, 3, 2, 0.3, 0.5,
        {3000, 130, 9}, 1, 0, 1},
