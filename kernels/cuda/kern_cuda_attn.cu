@@ -24,7 +24,7 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 
 /* ---------------------------------------------------------------- kernels */
 
-template <int HD, int BITS, int ROT, int PK, int VG, int G4>
+template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 __global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
@@ -52,29 +52,28 @@ typedef struct {
 } kca_kern_t;
 
 /* The occupancy slots of one chunk kernel instantiation. */
-template <int HD, int BITS, int R, int PK, int VG, int G4> static int *kca_occ(void) {
+template <int HD, int BITS, int R, int PK, int VG, bool G4> static int *kca_occ(void) {
   static int occ[64];
   return occ;
 }
 
-template <int HD, int BITS, int R, int PK, int VG, int G4> static kca_kern_t kca_kern(void) {
+template <int HD, int BITS, int R, int PK, int VG, bool G4> static kca_kern_t kca_kern(void) {
   return {kca_chunk_kernel<HD, BITS, R, PK, VG, G4>, kca_smem_bytes<HD, BITS, R, PK>(),
           kca_occ<HD, BITS, R, PK, VG, G4>()};
 }
 
 /* The chunk kernel for (head_dim, bits or 0, KCA_ROT_*, windows per tile: kca_pk, value-group
  * shift: kca_vg, GQA <= 4: g4). Windows of 4 (PK 4) only where no key is turned (kca_check_geom
- * refuses the rest); the KCA_G4 build where the kernel has one and g4, with INT2 tiles of three
- * pairs at value groups of 32 (KCA_HEXA), else of two. */
+ * refuses the rest); the KCA_G4 build where the kernel has one and g4. */
 template <int HD, int BITS, int R, int VG> static kca_kern_t kca_pick_pk(int pk, bool g4) {
   if (pk == 2) {
     if constexpr (kca_g4<HD, BITS, R, 2>::v)
-      if (g4) return kca_kern<HD, BITS, R, 2, VG, VG == 5 && KCA_HEXA ? 3 : 2>();
-    return kca_kern<HD, BITS, R, 2, VG, 0>();
+      if (g4) return kca_kern<HD, BITS, R, 2, VG, true>();
+    return kca_kern<HD, BITS, R, 2, VG, false>();
   }
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4) return kca_kern<HD, BITS, R, 4, VG, 0>();
-  return kca_kern<HD, BITS, R, 1, VG, 0>();
+    if (pk == 4) return kca_kern<HD, BITS, R, 4, VG, false>();
+  return kca_kern<HD, BITS, R, 1, VG, false>();
 }
 
 template <int HD, int BITS, int R> static kca_kern_t kca_pick_vg(int pk, int vg, bool g4) {

@@ -71,9 +71,6 @@
 #ifndef KCA_G4 /* KCA_QUAD kernels at GQA <= 4: a pair's second window in the mma's padding */
 #define KCA_G4 1  /* columns 4-7, INT2 key scales folded into the query (see kca_g4) */
 #endif
-#ifndef KCA_HEXA /* KCA_G4 kernels with value groups of 32: INT2 tiles of three pairs (six windows */
-#define KCA_HEXA 1  /* of 1,152 bytes in a stage's halves, kca_lay::qoff<3>) */
-#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -711,11 +708,8 @@ template <int HD, int BITS> struct kca_lay {
   static constexpr int vc = 8 * rb, km = 16 * rb, vm = 16 * rb + 4 * HD;
   static constexpr int km2 = vm + 16 * 16 * 2; /* PK 4: the key metadata of the half's rows 4-7 */
   static constexpr int qo = half / 2; /* KCA_QUAD: the second pair's offset in each half */
-  /* the pairs' offset in an INT2 tile of NP (three: windows of value groups of 32, 1,152 bytes) */
-  template <int NP> static constexpr int qoff = NP == 3 ? vm + 128 : qo;
   static_assert(km2 + 4 * HD <= half, "a QUANT half tile fits its stage");
   static_assert(!(HD == 128 && BITS == 2) || vm + 16 * 32 <= qo, "two INT2 windows fit a half");
-  static_assert(!(HD == 128 && BITS == 2) || 3 * (vm + 128) <= half, "three fit a half");
   static_assert(KCA_NW * KCA_GMAX * HD * 4 <= ml, "the epilogue fits the stage area");
 };
 
@@ -734,11 +728,10 @@ typedef struct {
   int w[2];    /* the halves' windows (omega >= 16: both the same) */
   int base[2]; /* their RoPE base positions */
   int bits;    /* n0 | n1 << 4 | quant0 << 8 | quant1 << 9 | last << 10 (ends its window) */
-  int wx[2];   /* KCA_HEXA: a hexa's windows 4 and 5 */
 } kca_tile_t;
 
-/* Tokens of half h < 6 (KCA_QUAD: a quad's halves 2 and 3 at bits 12 and 16, a hexa's 4 and 5 at
- * 20 and 24; its windows are w[0], w[1], base[0], base[1], wx[0], wx[1], and bit 11 marks it). */
+/* Tokens of half h < 4 (KCA_QUAD: a quad's halves 2 and 3 at bits 12 and 16; its windows are w[0],
+ * w[1], base[0], base[1], and bit 11 marks it). */
 KCA_FN int kca_tn(const kca_tile_t &t, int h) {
   return (t.bits >> (h < 2 ? 4 * h : 4 * h + 4)) & 15;
 }
@@ -1230,16 +1223,15 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
   return t;
 }
 
-/* KCA_QUAD: issues list tile j into stage: a FULL pair as kca_issue does, or NP pairs of INT2
- * windows (a quad; KCA_HEXA, NP 3: a hexa), pair x (windows 2x, 2x + 1) at x kca_lay::qoff<NP>
- * in the halves (n = 0 past the tier). */
-template <int HD, int BITS, int NP>
+/* KCA_QUAD: issues list tile j into stage: a FULL pair as kca_issue does, or a quad of INT2
+ * windows, pair x (windows 2x, 2x + 1) at x kca_lay::qo in the halves (n = 0 past the tier). */
+template <int HD, int BITS>
 KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
                                const kca_plan_t &pl, const kca_live_t &L, int j, int kvh, int lane,
                                int gs) {
   using Ly = kca_lay<HD, BITS>;
-  int w[2 * NP], nt;
-  kca_list_tile<2 * NP>(L, j, w);
+  int w[4], nt;
+  kca_list_tile<4>(L, j, w);
   if (j < L.tf)
     return kca_issue<HD, BITS, 2, true, true>(p, stage, soff, pl, L, (kca_cur_t){w[0], w[1]}, kvh,
                                               lane, gs, &nt);
@@ -1247,8 +1239,8 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
   kca_tile_t t;
   int bits = 3 << 8 | 1 << 10 | 1 << 11;
   KCA_UNROLL
-  for (int x = 0; x < NP; x++) {
-    const int wa = w[2 * x], wb = w[2 * x + 1], so = soff + x * Ly::template qoff<NP>;
+  for (int x = 0; x < 2; x++) {
+    const int wa = w[2 * x], wb = w[2 * x + 1], so = soff + x * Ly::qo;
     const int ia = wa >= 0 ? wa : w[0], ib = wb >= 0 ? wb : w[0]; /* (w[0]: any valid one) */
     kca_lwin_t A = KCA_QLEAN ? kca_lwin_q(p, ia, pl.lane) : kca_lwin(p, ia, pl.lane, true);
     kca_lwin_t B = KCA_QLEAN ? kca_lwin_q(p, ib, pl.lane) : kca_lwin(p, ib, pl.lane, true);
@@ -1256,10 +1248,9 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
     kca_issue_half_pl<HD, BITS>(p, pl, so, A, 0, A.n, true, !vpair, gs);
     kca_issue_half_pl<HD, BITS>(p, pl, so + Ly::half, B, 0, B.n, true, !vpair, gs);
     if (vpair) kca_issue_vpair_pl<HD, BITS>(pl, so, A, B);
-    bits |= x ? A.n << (8 * x + 4) | B.n << (8 * x + 8) : A.n | B.n << 4;
+    bits |= x ? A.n << 12 | B.n << 16 : A.n | B.n << 4;
   }
   t.w[0] = w[0], t.w[1] = w[1], t.base[0] = w[2], t.base[1] = w[3], t.bits = bits;
-  if constexpr (NP == 3) t.wx[0] = w[4], t.wx[1] = w[5];
   return t;
 }
 
@@ -1409,10 +1400,10 @@ KCA_FN void kca_list_build(const kca_params_t &p, kca_lst_t *ls, int s0, int s1,
 
 /* KCA_LIST: the walk state of a segment from s0 listed in ls; the warp's first tile is warp.
  * quad: the INT2 tiles are quads (KCA_QUAD). */
-KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, int nq, kca_live_t &L) {
+KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, kca_live_t &L) {
   L.ent = ls->ent, L.wbase = s0, L.nf = ls->nf, L.nl = ls->nf + ls->nq;
   L.tf = (ls->nf + 1) >> 1, L.jt = warp - KCA_NW;
-  L.nk = L.tf + (ls->nq + nq - 1) / nq; /* nq: windows an INT2 tile takes */
+  L.nk = L.tf + (quad ? (ls->nq + 3) >> 2 : (ls->nq + 1) >> 1);
 }
 
 /* KCA_LIST: the warp's next tile (k -1: done), its descriptors prefetched. NQ 2: k, j are its
@@ -2010,15 +2001,15 @@ KCA_FN void kca_qk_fold(const kca_params_t &p, const uint32_t (&q)[HD / 32][4], 
   d[0] += d2[0], d[1] += d2[1], d[2] += d2[2], d[3] += d2[3];
 }
 
-/* KCA_G4 quads (NP 2) and hexas (3): the zero points' part of the tile's scores, C[w][h] = z_w .
- * Q_h for its windows w = 2x + y (pair x, half y; rows w of one mma, lane (g, c) loading g's),
+/* KCA_G4 quads: the zero points' part of the quad's scores, C[w][h] = z_w . Q_h for its windows
+ * w = 2x + y (pair x, half y; rows 0-3 of one mma, lane (g, c) loading window g & 3's zeros),
  * given to the lanes that hold window 2x + c / 2: z[2x + e] for head (2c + e) & 3. */
-template <int HD, int NP>
+template <int HD>
 KCA_FN void kca_kzero(const uint8_t *stage, const uint32_t (&q)[HD / 32][4], int g, int c,
-                      float (&z)[2 * NP]) {
+                      float (&z)[4]) {
   using L = kca_lay<HD, 2>;
-  const int w = g < 2 * NP ? g : 0; /* (rows past the tile's windows: any valid address) */
-  const uint8_t *zp = stage + (w & 1) * L::half + (w >> 1) * L::template qoff<NP> + L::km + 2 * HD;
+  const int w = g & 3;
+  const uint8_t *zp = stage + (w & 1) * L::half + (w >> 1) * L::qo + L::km + 2 * HD;
   float d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
   KCA_UNROLL
   for (int i = 0; i < HD / 32; i++) {
@@ -2028,7 +2019,7 @@ KCA_FN void kca_kzero(const uint8_t *stage, const uint32_t (&q)[HD / 32][4], int
       kca_mma16_h(d[i & 1], kz.v[2 * hh], 0u, kz.v[2 * hh + 1], 0u, q[i][2 * hh], q[i][2 * hh + 1]);
   }
   KCA_UNROLL
-  for (int x = 0; x < NP; x++) {
+  for (int x = 0; x < 2; x++) {
     const int src = 4 * (2 * x + (c >> 1)) + c;
     z[2 * x] = kca_shfl(d[0][0] + d[1][0], src), z[2 * x + 1] = kca_shfl(d[0][1] + d[1][1], src);
   }
@@ -2077,44 +2068,42 @@ KCA_FN void kca_compute_g4(const kca_params_t &p, uint8_t *smem, const uint8_t *
     kca_mass_g4<HD, BITS>(p, st, r.p, t.w[0], t.w[1], kca_tn(t, 0), kca_tn(t, 1), g, c, wl);
 }
 
-/* KCA_G4: an INT2 tile of NP pairs (a quad; KCA_HEXA: a hexa): the zero points' part, each
- * pair's folded scores (independent mma chains), one softmax step, each live pair's P.V in one set
- * of mma, the masses. */
-template <int HD, int BITS, int NP>
+/* KCA_G4: a quad tile: the zero points' part, both pairs' folded scores, one softmax step, each
+ * live pair's P.V in one set of mma, the masses. */
+template <int HD, int BITS>
 KCA_FN void kca_compute_quad_g4(const kca_params_t &p, const uint8_t *stage,
                                 kca_st_t<HD, BITS> &st, const kca_tile_t &t, int lane, int gs,
                                 float *wl) {
-  constexpr int QO = kca_lay<HD, BITS>::template qoff<NP>;
+  using L = kca_lay<HD, BITS>;
   const int g = lane >> 2, c = lane & 3;
-  float z[2 * NP], s[2 * NP];
-  kca_kzero<HD, NP>(stage, st.q, g, c, z);
+  float z[4], s[4];
+  kca_kzero<HD>(stage, st.q, g, c, z);
   KCA_UNROLL
-  for (int x = 0; x < NP; x++) {
+  for (int x = 0; x < 2; x++) {
     float d[4] = {z[2 * x], z[2 * x + 1], z[2 * x], z[2 * x + 1]};
-    kca_qk_fold<HD>(p, st.q, stage + x * QO, g, c, d);
+    kca_qk_fold<HD>(p, st.q, stage + x * L::qo, g, c, d);
     s[2 * x] = c < 2 ? d[0] : d[2], s[2 * x + 1] = c < 2 ? d[1] : d[3];
   }
-  const kca_tpn<NP> r = kca_softmax_g4<HD, BITS, NP>(st, s, t, g, c);
+  const kca_tpn<2> r = kca_softmax_g4<HD, BITS, 2>(st, s, t, g, c);
   KCA_UNROLL
-  for (int x = 0; x < NP; x++) {
+  for (int x = 0; x < 2; x++) {
     if (!kca_tn(t, 2 * x)) continue; /* (past the tier's end: its stage bytes are stale) */
     const uint32_t pb = kca_movt(kca_pack_h(r.p[2 * x], r.p[2 * x + 1]), lane);
-    kca_pv_pair<HD, BITS>(p, st, stage + x * QO, pb, g, c, gs, kca_tn(t, 2 * x + 1) != 0);
+    kca_pv_pair<HD, BITS>(p, st, stage + x * L::qo, pb, g, c, gs, kca_tn(t, 2 * x + 1) != 0);
   }
   if (!p.wlse) return;
   KCA_UNROLL
-  for (int x = 0; x < NP; x++) {
+  for (int x = 0; x < 2; x++) {
     const float v[2] = {r.p[2 * x], r.p[2 * x + 1]};
-    const int wa = x == 2 ? t.wx[0] : x ? t.base[0] : t.w[0];
-    const int wb = x == 2 ? t.wx[1] : x ? t.base[1] : t.w[1];
-    kca_mass_g4<HD, BITS>(p, st, v, wa, wb, kca_tn(t, 2 * x), kca_tn(t, 2 * x + 1), g, c, wl);
+    kca_mass_g4<HD, BITS>(p, st, v, x ? t.base[0] : t.w[0], x ? t.base[1] : t.w[1],
+                          kca_tn(t, 2 * x), kca_tn(t, 2 * x + 1), g, c, wl);
   }
 }
 
 /* ---------------------------------------------------------------- the chunk block */
 
 /* Q of head kvh * G + g (G4: g & 3), channels of chunks c + 4i, scaled by scale * log2(e). */
-template <int HD, int BITS, int G4>
+template <int HD, int BITS, bool G4>
 KCA_FN void kca_load_q(const kca_params_t &p, kca_st_t<HD, BITS> &st, int b, int kvh, int g,
                        int c) {
   const int hq = G4 ? g & 3 : g;
@@ -2154,7 +2143,7 @@ KCA_FN float kca_head_lse(const kca_ml_t *ml, int hh) {
 /* Block epilogue: merges the warps' softmax states and writes the chunk's partial, or (alone:
  * the sequence's only chunk) the heads' outputs. Returns the warps' max and sum (shared). G4:
  * column h + 4 is added to h first (kca_g4). */
-template <int HD, int BITS, int G4>
+template <int HD, int BITS, bool G4>
 KCA_FN const kca_ml_t *kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st,
                                     int b, int chunk, int kvh, int tid, bool alone) {
   using L = kca_lay<HD, BITS>;
@@ -2236,35 +2225,29 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
   if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
-/* Windows an INT2 list tile takes: 2 (pairs), 4 (KCA_QUAD) or 2 G4 (KCA_G4's pairs). */
-template <int HD, int BITS, int ROT, int PK, int G4> struct kca_nq {
-  static constexpr int v = G4 ? 2 * G4 : kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2;
-};
-
 /* The walk's first tile, the tile after cu (ntile: tiles of cu's unit) and a tile's issue, by
- * the kernel's walk: KCA_LIST (with KCA_QUAD: quads; KCA_HEXA: hexas), or the units'. */
-template <int HD, int BITS, int ROT, int PK, bool LS, int G4>
+ * the kernel's walk: KCA_LIST (with KCA_QUAD: quads), or the units'. */
+template <int HD, int BITS, int ROT, int PK, bool LS>
 KCA_FN kca_cur_t kca_walk_first(const kca_params_t &p, kca_live_t &L, int lane) {
   if constexpr (LS)
-    return kca_list_next<kca_nq<HD, BITS, ROT, PK, G4>::v>(p, L);
+    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2>(p, L);
   else
     return kca_first<PK>(p, L, lane);
 }
-template <int HD, int BITS, int ROT, int PK, bool LS, int G4>
+template <int HD, int BITS, int ROT, int PK, bool LS>
 KCA_FN kca_cur_t kca_walk_next(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
                                int lane) {
   if constexpr (LS)
-    return kca_list_next<kca_nq<HD, BITS, ROT, PK, G4>::v>(p, L);
+    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2>(p, L);
   else
     return kca_advance<PK>(p, L, cu, ntile, lane);
 }
-template <int HD, int BITS, int ROT, int PK, bool PL, bool LS, int G4>
+template <int HD, int BITS, int ROT, int PK, bool PL, bool LS>
 KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff,
                                  const kca_plan_t &pl, const kca_live_t &L, kca_cur_t cu, int kvh,
                                  int lane, int gs, int *ntile) {
   if constexpr (kca_qd<HD, BITS, ROT, PK>::v)
-    return kca_issue_lq<HD, BITS, kca_nq<HD, BITS, ROT, PK, G4>::v / 2>(p, stage, soff, pl, L, cu.k,
-                                                                       kvh, lane, gs);
+    return kca_issue_lq<HD, BITS>(p, stage, soff, pl, L, cu.k, kvh, lane, gs);
   else
     return kca_issue<HD, BITS, PK, PL, LS>(p, stage, soff, pl, L, cu, kvh, lane, gs, ntile);
 }
@@ -2272,21 +2255,21 @@ KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff
 /* One walk of a warp's tiles (the chunk's; KCA_LIST: a segment's): a two-stage cp.async
  * pipeline, tile i + 1 in flight while tile i is computed. qload: Q is still to be loaded
  * (KCA_QLATE: after the first tile's copies are issued). */
-template <int HD, int BITS, int ROT, int PK, bool PL, bool LS, int G4>
+template <int HD, int BITS, int ROT, int PK, bool PL, bool LS, bool G4>
 KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st, kca_live_t &L,
                      const kca_plan_t &pl, int b, int kvh, int tid, int gs, bool &qload) {
   using Ly = kca_lay<HD, BITS>;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = kca_walk_first<HD, BITS, ROT, PK, LS, G4>(p, L, lane), nxt = {-1, 0};
+  kca_cur_t cur = kca_walk_first<HD, BITS, ROT, PK, LS>(p, L, lane), nxt = {-1, 0};
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   float *const wl = G4 ? kca_wl_g4(p, kvh, lane) : PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
   if (cur.k >= 0) {
-    tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS, G4>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
+    tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
     kca_cp_commit();
-    nxt = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, cur, nt, lane);
+    nxt = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, cur, nt, lane);
   }
   if (KCA_QLATE && qload) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c); /* after the copies */
   qload = false;
@@ -2300,19 +2283,19 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
         tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
                                       16 * nxt.j, kvh, lane, gs, &nt);
       else
-        tn = kca_walk_issue<HD, BITS, ROT, PK, PL, LS, G4>(p, stages + so, so, pl, L, nxt, kvh, lane,
+        tn = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane,
                                                         gs, &nt);
     }
     kca_cp_commit();
     kca_cur_t nn = nxt;
-    if (nxt.k >= 0) nn = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, nxt, nt, lane);
+    if (nxt.k >= 0) nn = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, nxt, nt, lane);
     if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
     kca_cp_wait1();
     kca_syncwarp();
     bool done = false;
     if constexpr (G4) {
       if (kca_is_quad(tc))
-        kca_compute_quad_g4<HD, BITS, G4>(p, stages + stage * Ly::stage, st, tc, lane, gs, wl);
+        kca_compute_quad_g4<HD, BITS>(p, stages + stage * Ly::stage, st, tc, lane, gs, wl);
       else
         kca_compute_g4<HD, BITS, ROT, PK>(p, smem, stages + stage * Ly::stage, st, tc, warp, lane,
                                           gs, wl);
@@ -2335,7 +2318,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
  * kca_smem_bytes bytes. PAIR: omega is 8 (units of two windows), else a multiple of 16. Each
  * warp walks its tiles (kca_walk); KCA_LIST kernels list the chunk's attended windows first, a
  * segment of KCA_LSEG windows at a time. */
-template <int HD, int BITS, int ROT, int PK, int VG, int G4>
+template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int kvh, int b,
                            int tid) {
   using Ly = kca_lay<HD, BITS>;
@@ -2366,7 +2349,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_lst_t *ls = (kca_lst_t *)(smem + Ly::lst);
     for (int s0 = c_beg; s0 < c_end; s0 += KCA_LSEG) {
       kca_list_build(p, ls, s0, kca_mini(s0 + KCA_LSEG, c_end), tid);
-      kca_list_live(ls, s0, warp, kca_nq<HD, BITS, ROT, PK, G4>::v, L);
+      kca_list_live(ls, s0, warp, kca_qd<HD, BITS, ROT, PK>::v, L);
       kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
     }
   } else {

@@ -27,7 +27,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- running the kernels */
 
-template <int HD, int BITS, int ROT, int PK, int VG, int G4>
+template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 static int emu_chunks(const kca_params_t &p, int n_seq) {
   constexpr int nb = kca_smem_bytes<HD, BITS, ROT, PK>();
   std::vector<uint64_t> smem(nb / 8 + 2);
@@ -47,12 +47,12 @@ template <int HD, int BITS, int R, int VG>
 static int emu_pick_pk(const kca_params_t &p, int n_seq, int pk) {
   if (pk == 2) {
     if constexpr (kca_g4<HD, BITS, R, 2>::v)
-      if (p.grp_q <= 4) return emu_chunks<HD, BITS, R, 2, VG, VG == 5 && KCA_HEXA ? 3 : 2>(p, n_seq);
-    return emu_chunks<HD, BITS, R, 2, VG, 0>(p, n_seq);
+      if (p.grp_q <= 4) return emu_chunks<HD, BITS, R, 2, VG, true>(p, n_seq);
+    return emu_chunks<HD, BITS, R, 2, VG, false>(p, n_seq);
   }
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
-    if (pk == 4) return emu_chunks<HD, BITS, R, 4, VG, 0>(p, n_seq);
-  return emu_chunks<HD, BITS, R, 1, VG, 0>(p, n_seq);
+    if (pk == 4) return emu_chunks<HD, BITS, R, 4, VG, false>(p, n_seq);
+  return emu_chunks<HD, BITS, R, 1, VG, false>(p, n_seq);
 }
 
 template <int HD, int BITS, int R>
