@@ -13,7 +13,9 @@
  * turn, PK = 4), and keeps an online softmax for the group's query heads (G = n_head / n_kv <=
  * 8). The tiered pair kernels (omega 8, post-RoPE keys) instead list the chunk's attended windows
  * and deal the list's tiles to the warps in turn (KCA_LIST): FULL pairs, then INT2 quads of four
- * windows, two pairs in one stage (KCA_QUAD). Each warp runs a two-stage cp.async pipeline:
+ * windows, two pairs in one stage (KCA_QUAD); at G <= 4 the quad kernels use the mma's padding
+ * columns for each pair's second window and fold the INT2 key scales into Q (KCA_G4, see
+ * kca_g4). Each warp runs a two-stage cp.async pipeline:
  * tile i + 1's bytes (FULL rows, or QUANT codes and metadata) stream into its shared-memory stage
  * while tile i is computed from the other, so no register holds data in flight.
  *
