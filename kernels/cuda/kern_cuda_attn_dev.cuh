@@ -1428,6 +1428,31 @@ template <int NQ> KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live
  * max of a head moves only when a score exceeds it by more than KCA_SLACK (log2 units; a vote,
  * not a reduction, on most tiles), so probabilities stay below 2^KCA_SLACK. */
 #define KCA_SLACK 8.0f
+
+/* The vote: when a lane's tile max mt[e] passes its running max by more than KCA_SLACK, the heads'
+ * maxima are reduced over the tokens (G4: and over lanes c, c ^ 2, the pair's other window), and
+ * the running sums' factors alpha applied to O^T. */
+template <int HD, int BITS, bool G4>
+KCA_FN void kca_vote(kca_st_t<HD, BITS> &st, float (&mt)[2], float (&alpha)[2]) {
+  alpha[0] = alpha[1] = 1.0f;
+  if (!kca_any(mt[0] > st.m[0] + KCA_SLACK || mt[1] > st.m[1] + KCA_SLACK)) return;
+  KCA_UNROLL
+  for (int e = 0; e < 2; e++) {
+    if (G4) mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 2));
+    mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 4));
+    mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 8));
+    mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 16));
+    const float mn = kca_maxf(st.m[e], mt[e]); /* finite: the tile has a valid row */
+    alpha[e] = kca_ex2(st.m[e] - mn);          /* 0 on the first tile (m = -inf) */
+    st.m[e] = mn;
+  }
+  KCA_UNROLL
+  for (int j = 0; j < HD / 16; j++) {
+    st.acc[j][0] *= alpha[0], st.acc[j][1] *= alpha[1];
+    st.acc[j][2] *= alpha[0], st.acc[j][3] *= alpha[1];
+  }
+}
+
 template <int HD, int BITS, int NH = 2>
 KCA_FN kca_tpn<NH> kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[2 * NH], const kca_tile_t &t,
                                int g) {
@@ -1441,23 +1466,7 @@ KCA_FN kca_tpn<NH> kca_softmax(kca_st_t<HD, BITS> &st, float (&s)[2 * NH], const
     KCA_UNROLL
     for (int h = 2; h < NH; h++) mt[e] = kca_maxf(mt[e], s[2 * h + e]);
   }
-  r.alpha[0] = r.alpha[1] = 1.0f;
-  if (kca_any(mt[0] > st.m[0] + KCA_SLACK || mt[1] > st.m[1] + KCA_SLACK)) {
-    KCA_UNROLL
-    for (int e = 0; e < 2; e++) {
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 4));
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 8));
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 16));
-      const float mn = kca_maxf(st.m[e], mt[e]); /* finite: the tile has a valid row */
-      r.alpha[e] = kca_ex2(st.m[e] - mn);        /* 0 on the first tile (m = -inf) */
-      st.m[e] = mn;
-    }
-    KCA_UNROLL
-    for (int j = 0; j < HD / 16; j++) {
-      st.acc[j][0] *= r.alpha[0], st.acc[j][1] *= r.alpha[1];
-      st.acc[j][2] *= r.alpha[0], st.acc[j][3] *= r.alpha[1];
-    }
-  }
+  kca_vote<HD, BITS, false>(st, mt, r.alpha);
   KCA_UNROLL
   for (int e = 0; e < 2; e++) {
     KCA_UNROLL
@@ -1942,29 +1951,15 @@ KCA_FN kca_tpn<NP> kca_softmax_g4(kca_st_t<HD, BITS> &st, float (&s)[2 * NP], co
     KCA_UNROLL
     for (int x = 1; x < NP; x++) mt[e] = kca_maxf(mt[e], s[2 * x + e]);
   }
-  r.alpha[0] = r.alpha[1] = 1.0f;
-  if (kca_any(mt[0] > st.m[0] + KCA_SLACK || mt[1] > st.m[1] + KCA_SLACK)) {
-    KCA_UNROLL
-    for (int e = 0; e < 2; e++) {
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 2));
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 4));
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 8));
-      mt[e] = kca_maxf(mt[e], kca_shfl_xor(mt[e], 16));
-      const float mn = kca_maxf(st.m[e], mt[e]); /* finite: the tile's first window has a row */
-      r.alpha[e] = kca_ex2(st.m[e] - mn);
-      st.m[e] = mn;
-    }
-    KCA_UNROLL
-    for (int j = 0; j < HD / 16; j++) {
-      st.acc[j][0] *= r.alpha[0], st.acc[j][1] *= r.alpha[1];
-      st.acc[j][2] *= r.alpha[0], st.acc[j][3] *= r.alpha[1];
-    }
-  }
+  kca_vote<HD, BITS, true>(st, mt, r.alpha);
   KCA_UNROLL
   for (int e = 0; e < 2; e++) {
     float ps = 0.0f;
     KCA_UNROLL
-    for (int x = 0; x < NP; x++) ps += r.p[2 * x + e] = kca_ex2(s[2 * x + e] - st.m[e]);
+    for (int x = 0; x < NP; x++) {
+      r.p[2 * x + e] = kca_ex2(s[2 * x + e] - st.m[e]);
+      ps += r.p[2 * x + e];
+    }
     st.l[e] = st.l[e] * r.alpha[e] + ps;
   }
   return r;
