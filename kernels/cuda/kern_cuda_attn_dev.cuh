@@ -894,10 +894,10 @@ template <int HD, int BITS, int ROT, int PK> struct kca_qd {
  * token g of the pair's window c / 2 (its first for c < 2, rows g; its second, rows g + 8) for
  * heads (2c + e) & 3, two scores a pair instead of four, and the P.V puts the first window's
  * tokens in columns 0-3 and the second's in 4-7 (the epilogue adds column h + 4 to h). Lanes c
- * and c ^ 2 hold the same heads' running max. In a quad the INT2 keys are not dequantized: the
- * column of the pair's window takes its key scales into Q (kca_qk_fold), the codes enter the mma
- * as they are, and the zero points' part comes from one mma over the four windows' zeros
- * (kca_kzero). */
+ * and c ^ 2 hold the same heads' running max. In a quad the INT2 keys are not scaled and shifted
+ * element by element: the column of the pair's window takes its key scales into Q (kca_qk_fold),
+ * the codes enter the mma as 0..3, and the zero points' part comes from one mma over the four
+ * windows' zeros (kca_kzero). */
 template <int HD, int BITS, int ROT, int PK> struct kca_g4 {
   static constexpr bool v = KCA_G4 && kca_qd<HD, BITS, ROT, PK>::v;
 };
