@@ -73,6 +73,10 @@
 #ifndef KCA_G4 /* KCA_QUAD kernels at GQA <= 4: a pair's second window in the mma's padding */
 #define KCA_G4 1  /* columns 4-7, INT2 key scales folded into the query (see kca_g4) */
 #endif
+#ifndef KCA_DRING4 /* KCA_G4: a quad's four descriptors copied into a ring in the warp's shared */
+#define KCA_DRING4 1  /* memory two tiles ahead (kca_dfetch4), read from there at issue */
+#endif
+#define KCA_DRB4 1024 /* a warp's ring: 4 slots of a quad's four 64-byte descriptors */
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -193,6 +197,7 @@ KCA_FN kca_u4 kca_sld128(const void *p) {
   return r;
 }
 KCA_FN void kca_cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+KCA_FN void kca_cp_wait0(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 /* The ticket of a block that is done (its earlier global writes made visible device-wide
  * first), a fence, and an L2 load (data other blocks wrote). */
 KCA_FN uint32_t kca_ticket(uint32_t *t) {
@@ -387,6 +392,7 @@ KCA_FN kca_u4 kca_sld128(const void *p) {
   return r;
 }
 KCA_FN void kca_cp_wait1(void) {}
+KCA_FN void kca_cp_wait0(void) {}
 KCA_FN uint32_t kca_ticket(uint32_t *t) { return (*t)++; } /* blocks run one after another */
 KCA_FN void kca_fence(void) {}
 KCA_FN float kca_ldcg(const float *p) { return *p; }
@@ -558,15 +564,23 @@ KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quan
 #ifndef KCA_QLEAN /* KCA_QUAD: a quad's windows read as QUANT (the list says so): each lane loads */
 #define KCA_QLEAN 1  /* the three 8-byte words and the token count it uses, not 64 bytes (-2%) */
 #endif
-/* KCA_QLEAN: window w, attended and QUANT, as kca_lwin reads it for the lane (pos0 not read). */
-KCA_FN kca_lwin_t kca_lwin_q(const kca_params_t &p, int w, int lane) {
-  const uint8_t *d = (const uint8_t *)(p.win + w);
+/* KCA_QLEAN: an attended QUANT window's descriptor at d (p.win + w; SM: its copy in shared
+ * memory, KCA_DRING4) as kca_lwin reads it for the lane (pos0 not read). */
+template <bool SM> KCA_FN uint64_t kca_dw64(const uint8_t *d) {
+  if constexpr (SM)
+    return *(const uint64_t *)d;
+  else
+    return kca_ld64(d);
+}
+template <bool SM = false> KCA_FN kca_lwin_t kca_lwin_q(const kca_params_t &p, const uint8_t *d,
+                                                       int lane) {
   const int hi = lane >> 4 & 1, z = lane >> 3 & 1;
-  const uint64_t a = kca_ld64(d + 8 * hi), b = kca_ld64(d + 16 + 8 * hi);
-  const uint64_t c = kca_ld64(d + 32 + 8 * z);
+  const uint64_t a = kca_dw64<SM>(d + 8 * hi), b = kca_dw64<SM>(d + 16 + 8 * hi);
+  const uint64_t c = kca_dw64<SM>(d + 32 + 8 * z);
+  const int n = SM ? (int)*(const uint32_t *)(d + 52) : (int)kca_ld32(d + 52);
   kca_lwin_t r;
   r.p0 = p.arena + a, r.p1 = p.arena + b, r.p2 = p.arena + c;
-  r.pos0 = 0, r.n = kca_mini((int)kca_ld32(d + 52), p.omega), r.quant = 1;
+  r.pos0 = 0, r.n = kca_mini(n, p.omega), r.quant = 1;
   return r;
 }
 
@@ -703,6 +717,8 @@ template <int HD, int BITS> struct kca_lay {
   static constexpr int rotless = flag + 16;
   static constexpr int lst = rotless; /* KCA_LIST kernels (post-RoPE: no off or base): the list */
   static constexpr int listed = lst + (BITS ? (int)sizeof(kca_lst_t) : 0);
+  static constexpr int ring = listed; /* KCA_DRING4: the warps' descriptor rings */
+  static constexpr int ringed = ring + (KCA_DRING4 ? KCA_NW * KCA_DRB4 : 0);
   static constexpr int off = rotless;
   static constexpr int base = off + (BITS ? 16 * (HD + 4) * 4 : 0);
   static constexpr int total = base + (BITS ? KCA_NW * HD * 4 : 0);
@@ -1230,7 +1246,7 @@ KCA_FN kca_tile_t kca_issue(const kca_params_t &p, uint8_t *stage, int soff, con
 template <int HD, int BITS>
 KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
                                const kca_plan_t &pl, const kca_live_t &L, int j, int kvh, int lane,
-                               int gs) {
+                               int gs, const uint8_t *ds) {
   using Ly = kca_lay<HD, BITS>;
   int w[4], nt;
   kca_list_tile<4>(L, j, w);
@@ -1244,8 +1260,16 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
   for (int x = 0; x < 2; x++) {
     const int wa = w[2 * x], wb = w[2 * x + 1], so = soff + x * Ly::qo;
     const int ia = wa >= 0 ? wa : w[0], ib = wb >= 0 ? wb : w[0]; /* (w[0]: any valid one) */
-    kca_lwin_t A = KCA_QLEAN ? kca_lwin_q(p, ia, pl.lane) : kca_lwin(p, ia, pl.lane, true);
-    kca_lwin_t B = KCA_QLEAN ? kca_lwin_q(p, ib, pl.lane) : kca_lwin(p, ib, pl.lane, true);
+    kca_lwin_t A, B;
+    if (ds) { /* KCA_DRING4: the quad's descriptors in the warp's ring (window x at 64 x) */
+      A = kca_lwin_q<true>(p, ds + (wa >= 0 ? 2 * x : 0) * 64, pl.lane);
+      B = kca_lwin_q<true>(p, ds + (wb >= 0 ? 2 * x + 1 : 0) * 64, pl.lane);
+    } else {
+      A = KCA_QLEAN ? kca_lwin_q(p, (const uint8_t *)(p.win + ia), pl.lane)
+                    : kca_lwin(p, ia, pl.lane, true);
+      B = KCA_QLEAN ? kca_lwin_q(p, (const uint8_t *)(p.win + ib), pl.lane)
+                    : kca_lwin(p, ib, pl.lane, true);
+    }
     A.n = wa >= 0 ? A.n : 0, B.n = wb >= 0 ? B.n : 0;
     kca_issue_half_pl<HD, BITS>(p, pl, so, A, 0, A.n, true, !vpair, gs);
     kca_issue_half_pl<HD, BITS>(p, pl, so + Ly::half, B, 0, B.n, true, !vpair, gs);
@@ -1410,16 +1434,30 @@ KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, kca_
 
 /* KCA_LIST: the warp's next tile (k -1: done), its descriptors prefetched. NQ 2: k, j are its
  * windows; NQ 4 (KCA_QUAD): k is its index in the list (kca_issue_lq reads the windows again). */
-template <int NQ> KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
+template <int NQ, bool RING = false>
+KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   L.jt += KCA_NW;
   if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
   int w[NQ];
   kca_list_tile<NQ>(L, L.jt, w);
-  kca_prefetch(p.win + w[0]);
-  KCA_UNROLL
-  for (int x = 1; x < NQ; x++)
-    if (w[x] >= 0) kca_prefetch(p.win + w[x]);
+  if (!RING || L.jt < L.tf) { /* (RING: a quad's descriptors come through kca_dfetch4) */
+    kca_prefetch(p.win + w[0]);
+    KCA_UNROLL
+    for (int x = 1; x < NQ; x++)
+      if (w[x] >= 0) kca_prefetch(p.win + w[x]);
+  }
   return NQ == 2 ? (kca_cur_t){w[0], w[1]} : (kca_cur_t){L.jt, 0};
+}
+
+/* KCA_DRING4: copies list tile j's descriptors, when it is a quad, into slot o % 4 of the warp's
+ * ring (lane l < 16: window l / 4's 16-byte piece l % 4), in the caller's next cp.async group. */
+KCA_FN void kca_dfetch4(const kca_params_t &p, const kca_live_t &L, uint8_t *ring, int j, int o,
+                        int lane) {
+  if (j >= L.nk || j < L.tf || lane >= 16) return;
+  const int e = L.nf + 4 * (j - L.tf) + (lane >> 2);
+  if (e < L.nl)
+    kca_cp16(ring + (o & 3) * 256 + lane * 16,
+             (const uint8_t *)(p.win + L.wbase + L.ent[e]) + (lane & 3) * 16, 1);
 }
 
 /* ---------------------------------------------------------------- computing a tile */
@@ -2224,27 +2262,27 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
 
 /* The walk's first tile, the tile after cu (ntile: tiles of cu's unit) and a tile's issue, by
  * the kernel's walk: KCA_LIST (with KCA_QUAD: quads), or the units'. */
-template <int HD, int BITS, int ROT, int PK, bool LS>
+template <int HD, int BITS, int ROT, int PK, bool LS, bool G4>
 KCA_FN kca_cur_t kca_walk_first(const kca_params_t &p, kca_live_t &L, int lane) {
   if constexpr (LS)
-    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2>(p, L);
+    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2, G4 && KCA_DRING4>(p, L);
   else
     return kca_first<PK>(p, L, lane);
 }
-template <int HD, int BITS, int ROT, int PK, bool LS>
+template <int HD, int BITS, int ROT, int PK, bool LS, bool G4>
 KCA_FN kca_cur_t kca_walk_next(const kca_params_t &p, kca_live_t &L, kca_cur_t cu, int ntile,
                                int lane) {
   if constexpr (LS)
-    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2>(p, L);
+    return kca_list_next<kca_qd<HD, BITS, ROT, PK>::v ? 4 : 2, G4 && KCA_DRING4>(p, L);
   else
     return kca_advance<PK>(p, L, cu, ntile, lane);
 }
 template <int HD, int BITS, int ROT, int PK, bool PL, bool LS>
 KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff,
                                  const kca_plan_t &pl, const kca_live_t &L, kca_cur_t cu, int kvh,
-                                 int lane, int gs, int *ntile) {
+                                 int lane, int gs, int *ntile, const uint8_t *ds = nullptr) {
   if constexpr (kca_qd<HD, BITS, ROT, PK>::v)
-    return kca_issue_lq<HD, BITS>(p, stage, soff, pl, L, cu.k, kvh, lane, gs);
+    return kca_issue_lq<HD, BITS>(p, stage, soff, pl, L, cu.k, kvh, lane, gs, ds);
   else
     return kca_issue<HD, BITS, PK, PL, LS>(p, stage, soff, pl, L, cu, kvh, lane, gs, ntile);
 }
@@ -2258,15 +2296,27 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   using Ly = kca_lay<HD, BITS>;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   uint8_t *stages = smem + warp * Ly::warp;
-  kca_cur_t cur = kca_walk_first<HD, BITS, ROT, PK, LS>(p, L, lane), nxt = {-1, 0};
+  kca_cur_t cur = kca_walk_first<HD, BITS, ROT, PK, LS, G4>(p, L, lane), nxt = {-1, 0};
   kca_tile_t tc, tn;
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   float *const wl = G4 ? kca_wl_g4(p, kvh, lane) : PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
-  if (cur.k >= 0) {
-    tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt);
+  constexpr bool DR = G4 && KCA_DRING4; /* tile k's descriptors in ring slot k % 4 */
+  uint8_t *const ring = DR ? smem + Ly::ring + warp * KCA_DRB4 : nullptr;
+  int ord = 0; /* DR: the walk's tile being computed */
+  if (DR && cur.k >= 0) { /* the first two tiles' descriptors, before the walk */
+    kca_dfetch4(p, L, ring, L.jt, 0, lane);
+    kca_dfetch4(p, L, ring, L.jt + KCA_NW, 1, lane);
     kca_cp_commit();
-    nxt = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, cur, nt, lane);
+    kca_cp_wait0();
+    kca_syncwarp();
+  }
+  if (cur.k >= 0) {
+    tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt,
+                                                    ring);
+    if (DR) kca_dfetch4(p, L, ring, L.jt + 2 * KCA_NW, 2, lane); /* with tile 0's copies */
+    kca_cp_commit();
+    nxt = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, cur, nt, lane);
   }
   if (KCA_QLATE && qload) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c); /* after the copies */
   qload = false;
@@ -2281,11 +2331,12 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
                                       16 * nxt.j, kvh, lane, gs, &nt);
       else
         tn = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane,
-                                                        gs, &nt);
+                                                        gs, &nt, DR ? ring + ((ord + 1) & 3) * 256 : nullptr);
+      if (DR) kca_dfetch4(p, L, ring, L.jt + 2 * KCA_NW, ord + 3, lane); /* ready two waits on */
     }
     kca_cp_commit();
     kca_cur_t nn = nxt;
-    if (nxt.k >= 0) nn = kca_walk_next<HD, BITS, ROT, PK, LS>(p, L, nxt, nt, lane);
+    if (nxt.k >= 0) nn = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, nxt, nt, lane);
     if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
     kca_cp_wait1();
     kca_syncwarp();
@@ -2307,7 +2358,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
       kca_masses<HD, BITS, PK>(p, st, tc, r, wsum, kvh, lane, wl);
     }
     kca_syncwarp(); /* the stage is free for the tile after next */
-    cur = nxt, tc = tn, nxt = nn, stage ^= 1;
+    cur = nxt, tc = tn, nxt = nn, stage ^= 1, ord++;
   }
 }
 
@@ -2363,7 +2414,10 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
 /* Dynamic shared memory of the chunk kernel <HD, BITS, ROT, PK>. */
 template <int HD, int BITS, int ROT, int PK> constexpr int kca_smem_bytes(void) {
   using Ly = kca_lay<HD, BITS>;
-  return ROT != KCA_ROT_ABS ? Ly::total : kca_ls<BITS, ROT, PK>::v ? Ly::listed : Ly::rotless;
+  return ROT != KCA_ROT_ABS                        ? Ly::total
+         : kca_g4<HD, BITS, ROT, PK>::v && KCA_DRING4 ? Ly::ringed
+         : kca_ls<BITS, ROT, PK>::v                  ? Ly::listed
+                                                     : Ly::rotless;
 }
 
 /* ---------------------------------------------------------------- the combine block */
