@@ -15,7 +15,8 @@
  * and deal the list's tiles to the warps in turn (KCA_LIST): FULL pairs, then INT2 quads of four
  * windows, two pairs in one stage (KCA_QUAD); at G <= 4 the quad kernels use the mma's padding
  * columns for each pair's second window and fold the INT2 key scales into Q (KCA_G4, see
- * kca_g4). Each warp runs a two-stage cp.async pipeline:
+ * kca_g4) and read a quad's descriptors from a ring in shared memory (KCA_DRING4). Each warp
+ * runs a two-stage cp.async pipeline:
  * tile i + 1's bytes (FULL rows, or QUANT codes and metadata) stream into its shared-memory stage
  * while tile i is computed from the other, so no register holds data in flight.
  *
@@ -698,6 +699,8 @@ KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int t
  *   off    QUANT: [16][HD + 4] words, the rotation by row offsets 0..15 (kca_off_init)
  *   base   QUANT: [KCA_NW][HD] words, each warp's rotation by its tile's base position
  *   lst    (at rotless, instead of off and base) KCA_LIST kernels: kca_lst_t
+ *   ring   (after lst) KCA_G4 kernels with KCA_DRING4: [KCA_NW][4 slots][4 windows][64] bytes,
+ *          the descriptors of each warp's quads, copied two tiles ahead (kca_dfetch4)
  * The epilogue's per-warp outputs [KCA_NW][KCA_GMAX][HD] floats reuse the stage area. */
 #define KCA_LG  (KCA_LSEG / 32)  /* groups of 32 windows a segment */
 #define KCA_LGL ((KCA_LG + 31) / 32) /* groups a lane of the list's scan */
