@@ -98,7 +98,7 @@ template <int HD> static kca_kern_t kca_pick_hd(int bits, int rot, int pk, int v
 static kca_kern_t kca_pick(const kc_attn_args_t *a) {
   const int bits = a->has_quant ? a->geom.bits : 0, pk = kca_pk(a->geom.omega);
   const int rot = kca_rot_kind(a), vg = kca_vg(a);
-  const bool g4 = a->n_head <= 4 * a->geom.n_kv;
+  const bool g4 = kca_g4_grp(a->n_head / a->geom.n_kv);
   return a->geom.head_dim == 64 ? kca_pick_hd<64>(bits, rot, pk, vg, g4)
                                 : kca_pick_hd<128>(bits, rot, pk, vg, g4);
 }

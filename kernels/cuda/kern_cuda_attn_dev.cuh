@@ -77,7 +77,8 @@
 #ifndef KCA_DRING4 /* KCA_G4: a quad's four descriptors copied into a ring in the warp's shared */
 #define KCA_DRING4 1  /* memory two tiles ahead (kca_dfetch4), read from there at issue */
 #endif
-#define KCA_DRB4 1024 /* a warp's ring: 4 slots of a quad's four 64-byte descriptors */
+#define KCA_DRS4 256 /* a ring slot: a quad's four 64-byte descriptors */
+#define KCA_DRB4 (4 * KCA_DRS4) /* a warp's ring: 4 slots */
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -567,21 +568,22 @@ KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quan
 #endif
 /* KCA_QLEAN: an attended QUANT window's descriptor at d (p.win + w; SM: its copy in shared
  * memory, KCA_DRING4) as kca_lwin reads it for the lane (pos0 not read). */
-template <bool SM> KCA_FN uint64_t kca_dw64(const uint8_t *d) {
+template <typename T, bool SM> KCA_FN T kca_dw(const uint8_t *d) {
   if constexpr (SM)
-    return *(const uint64_t *)d;
-  else
+    return *(const T *)d;
+  else if constexpr (sizeof(T) == 8)
     return kca_ld64(d);
+  else
+    return kca_ld32(d);
 }
 template <bool SM = false> KCA_FN kca_lwin_t kca_lwin_q(const kca_params_t &p, const uint8_t *d,
                                                        int lane) {
   const int hi = lane >> 4 & 1, z = lane >> 3 & 1;
-  const uint64_t a = kca_dw64<SM>(d + 8 * hi), b = kca_dw64<SM>(d + 16 + 8 * hi);
-  const uint64_t c = kca_dw64<SM>(d + 32 + 8 * z);
-  const int n = SM ? (int)*(const uint32_t *)(d + 52) : (int)kca_ld32(d + 52);
+  const uint64_t a = kca_dw<uint64_t, SM>(d + 8 * hi), b = kca_dw<uint64_t, SM>(d + 16 + 8 * hi);
+  const uint64_t c = kca_dw<uint64_t, SM>(d + 32 + 8 * z);
   kca_lwin_t r;
   r.p0 = p.arena + a, r.p1 = p.arena + b, r.p2 = p.arena + c;
-  r.pos0 = 0, r.n = kca_mini(n, p.omega), r.quant = 1;
+  r.pos0 = 0, r.n = kca_mini((int)kca_dw<uint32_t, SM>(d + 52), p.omega), r.quant = 1;
   return r;
 }
 
@@ -1459,7 +1461,7 @@ KCA_FN void kca_dfetch4(const kca_params_t &p, const kca_live_t &L, uint8_t *rin
   if (j >= L.nk || j < L.tf || lane >= 16) return;
   const int e = L.nf + 4 * (j - L.tf) + (lane >> 2);
   if (e < L.nl)
-    kca_cp16(ring + (o & 3) * 256 + lane * 16,
+    kca_cp16(ring + (o & 3) * KCA_DRS4 + lane * 16,
              (const uint8_t *)(p.win + L.wbase + L.ent[e]) + (lane & 3) * 16, 1);
 }
 
@@ -1657,8 +1659,8 @@ KCA_FN void kca_vwords(const kca_params_t &p, const uint8_t *hs, int c, int ch, 
   } else {
     KCA_UNROLL
     for (int k = 0; k < 8; k++)
-      a[k] = kca_h2fma(kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, k, p.mags[0]), KCA_MAGIC),
-                       sc, zr);
+      a[k] = kca_h2fma(
+          kca_h2sub(kca_vpair<BITS>(x0, x1, y0, y1, zlo, zhi, k, p.mags[0]), KCA_MAGIC), sc, zr);
   }
 }
 
@@ -2334,7 +2336,9 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
                                       16 * nxt.j, kvh, lane, gs, &nt);
       else
         tn = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane,
-                                                        gs, &nt, DR ? ring + ((ord + 1) & 3) * 256 : nullptr);
+                                                        gs, &nt,
+                                                        DR ? ring + ((ord + 1) & 3) * KCA_DRS4
+                                                           : nullptr); /* its ring slot */
       if (DR) kca_dfetch4(p, L, ring, L.jt + 2 * KCA_NW, ord + 3, lane); /* ready two waits on */
     }
     kca_cp_commit();
@@ -2619,6 +2623,9 @@ static inline int kca_rope_fill(const kern_rope_t *r, float *tab, kc_attn_rope_t
 
 /* Windows per tile and walk unit for windows of omega tokens: 4 (omega 4), 2 (omega 8), else 1. */
 static inline int kca_pk(int omega) { return omega == 4 ? 4 : omega == 8 ? 2 : 1; }
+
+/* The KCA_G4 kernels serve GQA <= 4 (query heads per KV head). */
+static inline bool kca_g4_grp(int grp_q) { return grp_q <= 4; }
 
 /* The value-group shift a kernel is built for (its VG): 5 for INT2 keys at head_dim 128 with
  * value groups of 32 (the default ledger: its value metadata addressed by constants), else 0

@@ -37,8 +37,9 @@ static int emu_chunks(const kca_params_t &p, int n_seq) {
     for (int y = 0; y < p.n_kv && !rc; y++)
       for (int x = 0; x < p.n_chunk && !rc; x++) {
         memset(sm, 0xa5, nb); /* garbage, as on the GPU */
-        rc = emu_block(KCA_NT,
-                       [&](int tid) { kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, sm, x, y, z, tid); });
+        rc = emu_block(KCA_NT, [&](int tid) {
+          kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, sm, x, y, z, tid);
+        });
       }
   return rc;
 }
@@ -47,7 +48,7 @@ template <int HD, int BITS, int R, int VG>
 static int emu_pick_pk(const kca_params_t &p, int n_seq, int pk) {
   if (pk == 2) {
     if constexpr (kca_g4<HD, BITS, R, 2>::v)
-      if (p.grp_q <= 4) return emu_chunks<HD, BITS, R, 2, VG, true>(p, n_seq);
+      if (kca_g4_grp(p.grp_q)) return emu_chunks<HD, BITS, R, 2, VG, true>(p, n_seq);
     return emu_chunks<HD, BITS, R, 2, VG, false>(p, n_seq);
   }
   if constexpr (BITS == 0 || R == KCA_ROT_ABS)
