@@ -77,6 +77,12 @@
 #ifndef KCA_DRING4 /* KCA_G4: a quad's four descriptors copied into a ring in the warp's shared */
 #define KCA_DRING4 1  /* memory two tiles ahead (kca_dfetch4), read from there at issue */
 #endif
+#ifndef KCA_DRINGF /* KCA_DRING4: a FULL pair's two descriptors through the ring too */
+#define KCA_DRINGF 1
+#endif
+#ifndef KCA_PVF16 /* KCA_G4: a FULL pair's P.V in one m16n8k16 a chunk (kca_pv_full2) */
+#define KCA_PVF16 1
+#endif
 #define KCA_DRS4 256 /* a ring slot: a quad's four 64-byte descriptors */
 #define KCA_DRB4 (4 * KCA_DRS4) /* a warp's ring: 4 slots */
 #ifndef KCA_LSEG
@@ -575,6 +581,15 @@ template <typename T, bool SM> KCA_FN T kca_dw(const uint8_t *d) {
     return kca_ld64(d);
   else
     return kca_ld32(d);
+}
+/* KCA_DRINGF: an attended FULL window's descriptor at d (in the warp's ring) as kca_lwin reads
+ * it for the lane (pos0 not read: list kernels keep post-RoPE keys). */
+KCA_FN kca_lwin_t kca_lwin_f(const kca_params_t &p, const uint8_t *d) {
+  kca_lwin_t r;
+  r.p0 = p.arena + kca_dw<uint64_t, true>(d), r.p1 = p.arena + kca_dw<uint64_t, true>(d + 8);
+  r.p2 = r.p0, r.pos0 = 0, r.n = kca_mini((int)kca_dw<uint32_t, true>(d + 52), p.omega);
+  r.quant = 0;
+  return r;
 }
 template <bool SM = false> KCA_FN kca_lwin_t kca_lwin_q(const kca_params_t &p, const uint8_t *d,
                                                        int lane) {
@@ -1255,6 +1270,14 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
   using Ly = kca_lay<HD, BITS>;
   int w[4], nt;
   kca_list_tile<4>(L, j, w);
+  if (j < L.tf && KCA_DRINGF && ds) { /* a FULL pair, its descriptors in the ring */
+    const kca_lwin_t A = kca_lwin_f(p, ds);
+    kca_lwin_t B = kca_lwin_f(p, ds + (w[1] >= 0 ? 64 : 0));
+    B.n = w[1] >= 0 ? B.n : 0;
+    kca_issue_half_pl<HD, BITS>(p, pl, soff, A, 0, A.n, true, true, gs);
+    kca_issue_half_pl<HD, BITS>(p, pl, soff + Ly::half, B, 0, B.n, true, true, gs);
+    return (kca_tile_t){{w[0], w[1]}, {0, 0}, A.n | B.n << 4 | 1 << 10};
+  }
   if (j < L.tf)
     return kca_issue<HD, BITS, 2, true, true>(p, stage, soff, pl, L, (kca_cur_t){w[0], w[1]}, kvh,
                                               lane, gs, &nt);
@@ -1445,7 +1468,7 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
   int w[NQ];
   kca_list_tile<NQ>(L, L.jt, w);
-  if (!RING || L.jt < L.tf) { /* (RING: a quad's descriptors come through kca_dfetch4) */
+  if (!RING || (!KCA_DRINGF && L.jt < L.tf)) { /* (RING: they come through kca_dfetch4) */
     kca_prefetch(p.win + w[0]);
     KCA_UNROLL
     for (int x = 1; x < NQ; x++)
@@ -1454,13 +1477,15 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   return NQ == 2 ? (kca_cur_t){w[0], w[1]} : (kca_cur_t){L.jt, 0};
 }
 
-/* KCA_DRING4: copies list tile j's descriptors, when it is a quad, into slot o % 4 of the warp's
- * ring (lane l < 16: window l / 4's 16-byte piece l % 4), in the caller's next cp.async group. */
+/* KCA_DRING4: copies list tile j's descriptors, when it is a quad (KCA_DRINGF: or a FULL pair),
+ * into slot o % 4 of the warp's ring (lane l < 16: window l / 4's 16-byte piece l % 4), in the
+ * caller's next cp.async group. */
 KCA_FN void kca_dfetch4(const kca_params_t &p, const kca_live_t &L, uint8_t *ring, int j, int o,
                         int lane) {
-  if (j >= L.nk || j < L.tf || lane >= 16) return;
-  const int e = L.nf + 4 * (j - L.tf) + (lane >> 2);
-  if (e < L.nl)
+  const bool f = j < L.tf;
+  if (j >= L.nk || lane >= (f ? KCA_DRINGF ? 8 : 0 : 16)) return;
+  const int e = f ? 2 * j + (lane >> 2) : L.nf + 4 * (j - L.tf) + (lane >> 2);
+  if (e < (f ? L.nf : L.nl))
     kca_cp16(ring + (o & 3) * KCA_DRS4 + lane * 16,
              (const uint8_t *)(p.win + L.wbase + L.ent[e]) + (lane & 3) * 16, 1);
 }
@@ -1633,6 +1658,31 @@ KCA_FN void kca_pv_full(kca_st_t<HD, BITS> &st, const uint8_t *hs, uint32_t pb, 
         kca_mma8_bf(st.acc[4 * u + r], lo, hi, pb);
       else
         kca_mma8_h(st.acc[4 * u + r], kca_bf2h(lo), kca_bf2h(hi), pb);
+    }
+  }
+}
+
+/* KCA_PVF16: O^T += V^T P^T for a pair of FULL halves (stage, stage + half) in one m16n8k16 a
+ * chunk, as kca_pv_pair: k 0-7 the first half's tokens (columns 0-3), k 8-15 the second's. */
+template <int HD, int BITS>
+KCA_FN void kca_pv_full2(kca_st_t<HD, BITS> &st, const uint8_t *stage, uint32_t pb, int g, int c) {
+  const uint8_t *v0 = stage + 16 * HD + 2 * c * HD * 2, *v1 = v0 + kca_lay<HD, BITS>::half;
+  const uint32_t b0 = g < 4 ? pb : 0u, b1 = g < 4 ? 0u : pb;
+  KCA_UNROLL
+  for (int u = 0; u < HD / 64; u++) {
+    const int sw = ((g + 8 * u) ^ (2 * c & 6)) << 4;
+    const kca_u4 x = *(const kca_u4 *)(v0 + sw), y = *(const kca_u4 *)(v0 + HD * 2 + sw);
+    const kca_u4 x1 = *(const kca_u4 *)(v1 + sw), y1 = *(const kca_u4 *)(v1 + HD * 2 + sw);
+    KCA_UNROLL
+    for (int r = 0; r < 4; r++) {
+      const uint32_t a0 = kca_prmt(x.v[r], y.v[r], 0x5410), a1 = kca_prmt(x.v[r], y.v[r], 0x7632);
+      const uint32_t a2 = kca_prmt(x1.v[r], y1.v[r], 0x5410);
+      const uint32_t a3 = kca_prmt(x1.v[r], y1.v[r], 0x7632);
+      if constexpr (BITS == 0)
+        kca_mma16_bf(st.acc[4 * u + r], a0, a1, a2, a3, b0, b1);
+      else
+        kca_mma16_h(st.acc[4 * u + r], kca_bf2h(a0), kca_bf2h(a1), kca_bf2h(a2), kca_bf2h(a3), b0,
+                    b1);
     }
   }
 }
@@ -2095,14 +2145,18 @@ KCA_FN void kca_compute_g4(const kca_params_t &p, uint8_t *smem, const uint8_t *
   float sp[2] = {c < 2 ? s[0] : s[2], c < 2 ? s[1] : s[3]};
   const kca_tpn<1> r = kca_softmax_g4<HD, BITS, 1>(st, sp, t, g, c);
   const uint32_t pb = kca_movt(kca_pack_h(r.p[0], r.p[1]), lane);
-  KCA_UNROLL
-  for (int h = 0; h < 2; h++) {
-    if (!(live >> h & 1)) continue;
-    const uint32_t ph = (g < 4) == (h == 0) ? pb : 0u; /* half h's columns */
-    if (kca_tq(t, h))
-      kca_pv_quant<HD, BITS>(p, st, stage + h * L::half, ph, g, c, gs);
-    else
-      kca_pv_full<HD, BITS>(st, stage + h * L::half, ph, g, c);
+  if (KCA_PVF16 && live == 3 && !kca_tq(t, 0) && !kca_tq(t, 1)) {
+    kca_pv_full2<HD, BITS>(st, stage, pb, g, c);
+  } else {
+    KCA_UNROLL
+    for (int h = 0; h < 2; h++) {
+      if (!(live >> h & 1)) continue;
+      const uint32_t ph = (g < 4) == (h == 0) ? pb : 0u; /* half h's columns */
+      if (kca_tq(t, h))
+        kca_pv_quant<HD, BITS>(p, st, stage + h * L::half, ph, g, c, gs);
+      else
+        kca_pv_full<HD, BITS>(st, stage + h * L::half, ph, g, c);
+    }
   }
   if (p.wlse)
     kca_mass_g4<HD, BITS>(p, st, r.p, t.w[0], t.w[1], kca_tn(t, 0), kca_tn(t, 1), g, c, wl);
