@@ -142,6 +142,7 @@ typedef struct {
 
 #ifndef KCA_EMU
 #define KCA_FN      __device__ __forceinline__
+#define KCA_NOINL   __device__ __noinline__ /* block tails: one copy, not one per kernel */
 #define KCA_UNROLL  _Pragma("unroll")
 #define KCA_UNROLL1 _Pragma("unroll 1")
 #define KCA_UNROLL4 _Pragma("unroll 4")
@@ -343,6 +344,7 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
 
 #else /* KCA_EMU: host implementations; the warp operations live in the test's emulator */
 #define KCA_FN static inline
+#define KCA_NOINL static
 #define KCA_UNROLL
 #define KCA_UNROLL1
 #define KCA_UNROLL4
@@ -2318,8 +2320,8 @@ KCA_FN void kca_mass_sum(const kca_params_t &p, int b, int tid, int *last) {
 
 /* A sequence alone in its chunk, with masses: this block's KV head's share of each window's mass
  * (kvmass), then the masses (kca_mass_sum). */
-KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, int kvh, int tid,
-                             int *last) {
+KCA_NOINL void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, int kvh, int tid,
+                                int *last) {
   float lse[KCA_GMAX];
   KCA_UNROLL
   for (int hh = 0; hh < KCA_GMAX; hh++) lse[hh] = hh < p.grp_q ? kca_head_lse(ml, hh) : KCA_NEGINF;
@@ -2357,7 +2359,7 @@ KCA_FN void kca_chunks_out(const kca_params_t &p, int b, int h, int d, int hd, i
  * (with masses) its share of each window's mass, then kca_mass_sum. lse_s: G floats of shared
  * memory that nothing reads any more. */
 template <int HD>
-KCA_FN void kca_finish(const kca_params_t &p, int b, int kvh, int tid, int *last, float *lse_s) {
+KCA_NOINL void kca_finish(const kca_params_t &p, int b, int kvh, int tid, int *last, float *lse_s) {
   uint32_t *tk = p.tickets + (size_t)b * (p.n_kv + 1) + 1 + kvh;
   const int nc = kca_seq_chunks(p, b), G = p.grp_q;
   kca_fence();
