@@ -404,7 +404,7 @@ static int gpu_fixed_mode(kv_cache_t *kv, const kv_fixed_t *f) {
   g->fixed = 0, g->n_segs = 0;
   if (!f) return 0;
   if (f->bucket < 1 || f->bucket > f->stride || f->n_min < 1 || f->n_min > f->bucket || !f->dev ||
-      (size_t)f->bucket * (g->base.geom.n_kv_head + 1) > g->d_tk.cap / sizeof(uint32_t))
+      (size_t)f->bucket > g->d_tk.cap / sizeof(uint32_t))
     return qe_errf(QE_EINVAL, "kv_gpu: fixed mode for a bucket of %d rows", f->bucket);
   int mc = fixed_chunks(g, f), rc = mc < 0 ? mc : 0;
   kc_attn_args_t a = fixed_args(g, f, 0, mc > 0 ? mc : 1);
@@ -575,8 +575,7 @@ static int alloc_device(kv_gpu_t *g, size_t pool_bytes) {
                    pool_bytes, tab);
   const int n_tk = ge->max_seqs > 1024 ? ge->max_seqs : 1024; /* eager rows, or a fixed bucket */
   int rc = kv_gpu__buf_need(g, &g->d_seqwin, sizeof(int32_t) * 2 * (size_t)ge->max_seqs);
-  if (!rc) /* (kc_attn_args_t.tickets: n_kv + 1 counters a row) */
-    rc = kv_gpu__buf_need(g, &g->d_tk, sizeof(uint32_t) * (size_t)n_tk * (ge->n_kv_head + 1));
+  if (!rc) rc = kv_gpu__buf_need(g, &g->d_tk, sizeof(uint32_t) * (size_t)n_tk);
   return rc ? rc : kc_memset_async(g->d_tk.p, 0, g->d_tk.cap, g->stream);
 }
 

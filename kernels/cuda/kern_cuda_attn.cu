@@ -1,8 +1,8 @@
 /* kern_cuda_attn: decode attention over tiered paged KV on the GPU (see kern_cuda_attn.h for the
  * contract and kern_cuda_attn_dev.cuh for the kernels' design). This file holds the launchers:
- * argument checks, the chunking plan, the RoPE table of the CPU formula, and the launches (chunk
- * kernel, then, when kca_needs_combine, the combine kernel as a programmatic dependent launch on
- * sm_90). */
+ * argument checks, the chunking plan, the RoPE table of the CPU formula, and the two launches
+ * (chunk kernel, then, unless every sequence is one chunk, the combine kernel as a programmatic
+ * dependent launch on sm_90). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -328,6 +328,6 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   if (kca_slots(a, &slots)) return QE_EBACKEND;
   k.fn<<<grid, KCA_NT, (size_t)k.smem, s>>>(p);
   if (KCA_CUDA(cudaGetLastError())) return QE_EBACKEND;
-  if (!kca_needs_combine(a, w.n_chunk)) return 0;
+  if ((a->flags & KC_ATTN_SKIP_COMBINE) || (w.n_chunk == 1 && (!a->mass || a->tickets))) return 0;
   return kca_launch_combine(a, &p, s);
 }

@@ -4,9 +4,9 @@
  * One query token per sequence attends to its FULL and QUANT windows (EVICTED ones are skipped):
  *   out[b][h] = sum_t softmax_t(scale * q[b][h] . k_t) v_t over the live tokens of sequence b,
  * GQA-aware: one block handles one (sequence, KV head, chunk of windows) and all n_head / n_kv
- * query heads of that KV head, so each K/V byte is read once. Chunks are merged with a
- * log-sum-exp merge (by the last chunk block of each KV head when the call has tickets, else by
- * a second, combine, kernel), which also writes the attention mass of every window:
+ * query heads of that KV head, so each K/V byte is read once. Chunks are merged by a second
+ * (combine) kernel with a log-sum-exp merge, which also writes the attention mass of every
+ * window:
  *   mass[w] = (1/n_head) * sum_h sum_{t in w} p_h(t)      (0 for evicted windows).
  * Precision: q is fp32 in, out and mass fp32 out. q is scaled by scale * log2(e) and rounded to
  * bf16 (tensor-core products, fp32 accumulation) when no window is QUANT (has_quant = 0); with
@@ -77,14 +77,12 @@ typedef struct {
   const float *q;          /* device [n_seq][n_head][head_dim] fp32, 16-byte aligned */
   float *out;              /* device [n_seq][n_head][head_dim] fp32 */
   float *mass;             /* device [n_win] fp32, or NULL */
-  uint32_t *tickets;       /* device [n_seq * (n_kv + 1)] counters, zero before the first call
-                              (each call leaves them zero), or NULL. With tickets the chunk
-                              kernel finishes every sequence itself (the last block of each
-                              KV head merges its chunks, the last of the KV heads sums the
-                              masses) and no combine kernel is launched; without, a sequence
-                              of several chunks (or of one, with masses) is finished by the
-                              combine kernel. Outputs and masses are the same bits either
-                              way. */
+  uint32_t *tickets;       /* device [n_seq] counters, zero before the first call (each call
+                              leaves them zero), or NULL. A sequence whose windows form one
+                              chunk needs no combine pass: the chunk kernel writes its outputs,
+                              and with tickets its masses too (the last of its n_kv blocks
+                              sums them); a call in which every sequence is such launches no
+                              combine kernel. The masses are the same bits either way. */
   void *ws;                /* device workspace of kc_attn_ws_bytes(this) bytes (256-aligned) */
   size_t ws_bytes;
   int chunk_win; /* windows per chunk; 0 picks one from the device's size (kc_attn_chunk_win) */

@@ -82,9 +82,6 @@
 #endif
 #define KCA_DRS4 256 /* a ring slot: a quad's four 64-byte descriptors */
 #define KCA_DRB4 (4 * KCA_DRS4) /* a warp's ring: 4 slots */
-#ifndef KCA_FUSE /* with tickets, the last chunk block of (sequence, KV head) merges its chunks */
-#define KCA_FUSE 1 /* (kca_finish): no combine kernel */
-#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -116,14 +113,12 @@ typedef struct {
   float *part_lse;         /* [n_seq][n_chunk][n_head], log2 domain */
   float *wlse;             /* [n_win][n_head] log2 domain, or NULL */
   float *kvmass;           /* [n_win][n_kv]: masses per KV head (single-chunk sequences) */
-  uint32_t *tickets;       /* [n_seq][n_kv + 1] or NULL: per sequence, its KV-head blocks done
-                              (kca_mass_sum), then per KV head its chunk blocks done (fuse) */
+  uint32_t *tickets;       /* [n_seq]: KV-head blocks of a single-chunk sequence done, or NULL */
   const float *rope_tab;   /* [n_rot / 2][2]: freq, YaRN mix */
   const int32_t *cw_dev;   /* [1]: windows per chunk read at run time, or NULL (chunk_win) */
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
-  int fuse; /* the chunk kernel merges a sequence's chunks (kca_finish): KCA_FUSE with tickets */
   uint32_t mags[5]; /* KCA_MAG(0, 2, 4, 6, 8), read from the parameters so that they stay
                        operands (mags[0] = KCA_MAGIC) */
   float qscale;   /* scale * log2(e) */
@@ -142,7 +137,6 @@ typedef struct {
 
 #ifndef KCA_EMU
 #define KCA_FN      __device__ __forceinline__
-#define KCA_NOINL   __device__ __noinline__ /* block tails: one copy, not one per kernel */
 #define KCA_UNROLL  _Pragma("unroll")
 #define KCA_UNROLL1 _Pragma("unroll 1")
 #define KCA_UNROLL4 _Pragma("unroll 4")
@@ -344,7 +338,6 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
 
 #else /* KCA_EMU: host implementations; the warp operations live in the test's emulator */
 #define KCA_FN static inline
-#define KCA_NOINL static
 #define KCA_UNROLL
 #define KCA_UNROLL1
 #define KCA_UNROLL4
@@ -643,7 +636,7 @@ KCA_FN float kca_kv_mass(const kca_params_t &p, int w, int kvh, const float (&ls
   float s = 0.0f;
   KCA_UNROLL
   for (int hh = 0; hh < KCA_GMAX; hh++)
-    if (hh < p.grp_q && lse[hh] != KCA_NEGINF) s += kca_ex2(kca_ldcg(wl + hh) - lse[hh]);
+    if (hh < p.grp_q && lse[hh] != KCA_NEGINF) s += kca_ex2(wl[hh] - lse[hh]);
   return s;
 }
 
@@ -715,8 +708,7 @@ KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int t
  *          QUANT: key codes [8][HD BITS / 8] at 0, value codes at vc, key scales then zeros
  *                 ([HD] fp16 each) at km, value scales [8][ng] then zeros at vm.
  *   ml     [KCA_NW][KCA_GMAX][2] floats, the warps' max and sum (epilogue)
- *   flag   one int: the block is its sequence's or (sequence, KV head)'s last (kca_mass_sum,
- *          kca_finish)
+ *   flag   one int: the block is its sequence's last (kca_alone_masses)
  *   (rotless: the end for kernels that turn no key, FULL-only and post-RoPE)
  *   off    QUANT: [16][HD + 4] words, the rotation by row offsets 0..15 (kca_off_init)
  *   base   QUANT: [KCA_NW][HD] words, each warp's rotation by its tile's base position
@@ -2271,114 +2263,28 @@ KCA_FN const kca_ml_t *kca_epilogue(const kca_params_t &p, uint8_t *smem, kca_st
   return ml;
 }
 
-/* Sequence b's windows' masses from KV head kvh's heads (lse: their final log-sum-exps) into
- * kvmass, KCA_MU windows a thread at a time (their loads before their stores). */
-#define KCA_MU 8
-KCA_FN void kca_kvmass_all(const kca_params_t &p, int b, int kvh, const float (&lse)[KCA_GMAX],
-                           int tid) {
-  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
-  for (int w0 = w_beg + tid; w0 < w_end; w0 += KCA_MU * KCA_NT) {
-    float m[KCA_MU];
-    KCA_UNROLL
-    for (int u = 0; u < KCA_MU; u++) {
-      const int w = w0 + u * KCA_NT;
-      m[u] = w < w_end && kca_win_live(p, w) ? kca_kv_mass(p, w, kvh, lse) : 0.0f;
-    }
-    KCA_UNROLL
-    for (int u = 0; u < KCA_MU; u++)
-      if (w0 + u * KCA_NT < w_end) p.kvmass[(size_t)(w0 + u * KCA_NT) * p.n_kv + kvh] = m[u];
-  }
-}
-
-/* After each KV head's kvmass of sequence b: in the last of its n_kv blocks (ticket tk[0]), the
- * masses (the combine's sums, in its order). */
-KCA_FN void kca_mass_sum(const kca_params_t &p, int b, int tid, int *last) {
-  uint32_t *tk = p.tickets + (size_t)b * (p.n_kv + 1);
-  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
-  kca_fence();
-  kca_syncthreads();
-  if (tid == 0) *last = kca_ticket(tk) == (uint32_t)(p.n_kv - 1);
-  kca_syncthreads();
-  if (!*last) return;
-  kca_fence();
-  for (int w0 = w_beg + tid; w0 < w_end; w0 += KCA_MU * KCA_NT) {
-    float m[KCA_MU];
-    KCA_UNROLL
-    for (int u = 0; u < KCA_MU; u++) {
-      const int w = w0 + u * KCA_NT;
-      float s = 0.0f;
-      for (int k = 0; k < p.n_kv && w < w_end; k++)
-        s += kca_ldcg(p.kvmass + (size_t)w * p.n_kv + k);
-      m[u] = (p.mass_acc && w < w_end ? p.mass[w] : 0.0f) + s / (float)p.n_head;
-    }
-    KCA_UNROLL
-    for (int u = 0; u < KCA_MU; u++)
-      if (w0 + u * KCA_NT < w_end) p.mass[w0 + u * KCA_NT] = m[u];
-  }
-  if (tid == 0) tk[0] = 0; /* ready for the next call */
-}
-
 /* A sequence alone in its chunk, with masses: this block's KV head's share of each window's mass
- * (kvmass), then the masses (kca_mass_sum). */
-KCA_NOINL void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, int kvh, int tid,
-                                int *last) {
+ * (kvmass), then, in the last of the sequence's n_kv blocks, the masses (the combine's sums). */
+KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, int kvh, int tid,
+                             int *last) {
+  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   float lse[KCA_GMAX];
   KCA_UNROLL
   for (int hh = 0; hh < KCA_GMAX; hh++) lse[hh] = hh < p.grp_q ? kca_head_lse(ml, hh) : KCA_NEGINF;
-  kca_kvmass_all(p, b, kvh, lse, tid);
-  kca_mass_sum(p, b, tid, last);
-}
-
-/* Head h's final log-sum-exp over sequence b's nc chunk partials (the combine's order). */
-KCA_FN float kca_chunks_lse(const kca_params_t &p, int b, int h, int nc) {
-  const float *pl = p.part_lse + (size_t)b * p.n_chunk * p.n_head + h;
-  float mx = KCA_NEGINF, L = 0.0f;
-  KCA_UNROLL4
-  for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, kca_ldcg(pl + (size_t)ch * p.n_head));
-  KCA_UNROLL4
-  for (int ch = 0; ch < nc; ch++) /* (every term 0 or NaN when mx is -inf: not used then) */
-    L += kca_ex2(kca_ldcg(pl + (size_t)ch * p.n_head) - mx);
-  return mx == KCA_NEGINF ? mx : mx + kca_lg2(L);
-}
-
-/* Output (b, h, d) merged from the nc chunk partials (lse: head h's, kca_chunks_lse). */
-KCA_FN void kca_chunks_out(const kca_params_t &p, int b, int h, int d, int hd, int nc, float lse) {
-  const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
-  float o = 0.0f;
-  KCA_UNROLL4
-  for (int ch = 0; ch < nc; ch++) { /* loads not behind a branch: chains of 4 overlap */
-    const size_t r = pc + (size_t)ch * p.n_head + h;
-    const float f = kca_ex2(kca_ldcg(p.part_lse + r) - lse), x = kca_ldcg(p.part_o + r * hd + d);
-    o += f > 0.0f ? f * x : 0.0f; /* an empty chunk's f is 0 and its partial unwritten */
-  }
-  p.out[((size_t)b * p.n_head + h) * hd + d] = lse != KCA_NEGINF ? o : 0.0f;
-}
-
-/* KCA_FUSE (p.fuse): after a chunk block of a sequence of several chunks wrote its partials, the
- * last of the chunk blocks of (b, kvh) (ticket tk[1 + kvh]) merges them: kvh's heads' outputs and
- * (with masses) its share of each window's mass, then kca_mass_sum. lse_s: G floats of shared
- * memory that nothing reads any more. */
-template <int HD>
-KCA_NOINL void kca_finish(const kca_params_t &p, int b, int kvh, int tid, int *last, float *lse_s) {
-  uint32_t *tk = p.tickets + (size_t)b * (p.n_kv + 1) + 1 + kvh;
-  const int nc = kca_seq_chunks(p, b), G = p.grp_q;
+  for (int w = w_beg + tid; w < w_end; w += KCA_NT)
+    p.kvmass[(size_t)w * p.n_kv + kvh] = kca_win_live(p, w) ? kca_kv_mass(p, w, kvh, lse) : 0.0f;
   kca_fence();
   kca_syncthreads();
-  if (tid == 0) *last = kca_ticket(tk) == (uint32_t)(nc - 1);
+  if (tid == 0) *last = kca_ticket(p.tickets + b) == (uint32_t)(p.n_kv - 1);
   kca_syncthreads();
   if (!*last) return;
   kca_fence();
-  if (tid < G) lse_s[tid] = kca_chunks_lse(p, b, kvh * G + tid, nc);
-  if (tid == 0) *tk = 0; /* ready for the next call */
-  kca_syncthreads();
-  for (int e = tid; e < G * HD; e += KCA_NT)
-    kca_chunks_out(p, b, kvh * G + e / HD, e % HD, HD, nc, lse_s[e / HD]);
-  if (!p.mass) return;
-  float lse[KCA_GMAX];
-  KCA_UNROLL
-  for (int hh = 0; hh < KCA_GMAX; hh++) lse[hh] = hh < G ? lse_s[hh] : KCA_NEGINF;
-  kca_kvmass_all(p, b, kvh, lse, tid);
-  kca_mass_sum(p, b, tid, last);
+  for (int w = w_beg + tid; w < w_end; w += KCA_NT) {
+    float s = 0.0f;
+    for (int k = 0; k < p.n_kv; k++) s += kca_ldcg(p.kvmass + (size_t)w * p.n_kv + k);
+    p.mass[w] = (p.mass_acc ? p.mass[w] : 0.0f) + s / (float)p.n_head;
+  }
+  if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
 /* The walk's first tile, the tile after cu (ntile: tiles of cu's unit) and a tile's issue, by
@@ -2531,10 +2437,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
   }
   const kca_ml_t *ml = kca_epilogue<HD, BITS, G4>(p, smem, st, b, chunk, kvh, tid, alone);
-  if (alone && p.mass)
-    kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
-  else if (!alone && p.fuse)
-    kca_finish<HD>(p, b, kvh, tid, (int *)(smem + Ly::flag), (float *)smem);
+  if (alone && p.mass) kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
 }
 
 /* Dynamic shared memory of the chunk kernel <HD, BITS, ROT, PK>. */
@@ -2597,12 +2500,31 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
   if (kca_seq_alone(p, b)) return; /* the chunk kernel finished it */
   const int nc = kca_seq_chunks(p, b);
-  for (int h = tid; h < p.n_head; h += KCA_CT) lse_s[h] = kca_chunks_lse(p, b, h, nc);
+  const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
+  for (int h = tid; h < p.n_head; h += KCA_CT) {
+    float mx = KCA_NEGINF, L = 0.0f;
+    KCA_UNROLL4
+    for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
+    KCA_UNROLL4
+    for (int ch = 0; ch < nc; ch++) /* (every term 0 or NaN when mx is -inf: not used then) */
+      L += kca_ex2(p.part_lse[pc + (size_t)ch * p.n_head + h] - mx);
+    lse_s[h] = mx == KCA_NEGINF ? mx : mx + kca_lg2(L);
+  }
   kca_syncthreads();
   const int n_out = p.n_head * hd, per = (n_out + n_part - 1) / n_part;
   const int o_end = kca_mini(n_out, (part + 1) * per);
-  for (int e = part * per + tid; e < o_end; e += KCA_CT)
-    kca_chunks_out(p, b, e / hd, e % hd, hd, nc, lse_s[e / hd]);
+  for (int e = part * per + tid; e < o_end; e += KCA_CT) {
+    const int h = e / hd, d = e % hd;
+    const float lse = lse_s[h];
+    float o = 0.0f;
+    KCA_UNROLL4
+    for (int ch = 0; ch < nc; ch++) { /* loads not behind a branch: chains of 4 overlap */
+      const size_t r = pc + (size_t)ch * p.n_head + h;
+      const float f = kca_ex2(p.part_lse[r] - lse), x = p.part_o[r * hd + d];
+      o += f > 0.0f ? f * x : 0.0f; /* an empty chunk's f is 0 and its partial unwritten */
+    }
+    p.out[((size_t)b * p.n_head + h) * hd + d] = lse != KCA_NEGINF ? o : 0.0f;
+  }
   if (!p.mass) return;
   const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
   const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
@@ -2666,8 +2588,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
   p.part_lse = (float *)((uint8_t *)a->ws + w.lse);
   p.wlse = a->mass ? (float *)((uint8_t *)a->ws + w.wlse) : (float *)0;
   p.kvmass = a->mass && a->tickets ? (float *)((uint8_t *)a->ws + w.kvm) : (float *)0;
-  p.fuse = KCA_FUSE && a->tickets && !(a->flags & KC_ATTN_SKIP_COMBINE);
-  p.tickets = a->mass || p.fuse ? a->tickets : (uint32_t *)0;
+  p.tickets = a->mass ? a->tickets : (uint32_t *)0;
   p.rope_tab = a->rope.table;
   p.cw_dev = a->chunk_dev;
   p.n_kv = a->geom.n_kv;
@@ -2739,14 +2660,6 @@ static inline int kca_vg(const kc_attn_args_t *a) {
 /* The call's KCA_ROT_* (how its QUANT keys are turned). */
 static inline int kca_rot_kind(const kc_attn_args_t *a) {
   return a->abs_keys ? KCA_ROT_ABS : a->rope.mode == KERN_ROPE_NEOX ? KCA_ROT_NEOX : KCA_ROT_NORM;
-}
-
-/* Whether a checked call of n_chunk chunks per sequence launches the combine kernel: not when
- * skipped, nor when the chunk kernel finishes every sequence (KCA_FUSE with tickets, or one
- * chunk each with tickets or no masses). */
-static inline bool kca_needs_combine(const kc_attn_args_t *a, int n_chunk) {
-  if ((a->flags & KC_ATTN_SKIP_COMBINE) || (KCA_FUSE && a->tickets)) return false;
-  return !(n_chunk == 1 && (!a->mass || a->tickets));
 }
 
 /* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses 32

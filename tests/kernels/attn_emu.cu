@@ -86,7 +86,6 @@ static int emu_decode(const kc_attn_args_t *a) {
   const int pk = kca_pk(a->geom.omega), vg = kca_vg(a);
   int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
                                   : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk, vg);
-  if (!kca_needs_combine(a, p.n_chunk)) return rc;
   const int parts = kca_combine_parts(a);
   std::vector<float> lse_s(kca_combine_smem(a->n_head));
   for (int b = 0; b < a->n_seq && !rc; b++)
@@ -117,7 +116,7 @@ static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, f
                    int *tk_left, int skip = -1) {
   const size_t n_out = (size_t)pr.n_seq * pr.n_head * pr.geom.head_dim;
   std::vector<float> tab(pr.geom.head_dim + 2);
-  std::vector<uint32_t> tk((size_t)pr.n_seq * (pr.geom.n_kv + 1), 0u);
+  std::vector<uint32_t> tk(pr.n_seq, 0u);
   kc_attn_args_t a;
   memset(&a, 0, sizeof a);
   if (kca_rope_fill(&pr.rope, tab.data(), &a.rope)) return 1;
@@ -138,7 +137,7 @@ static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, f
   const int rc = emu_decode(&a);
   for (int w = 0; acc && w < pr.n_win; w++) out[n_out + w] -= 0.25f;
   *tk_left = 0;
-  for (uint32_t t : tk) *tk_left += t != 0;
+  for (int b = 0; b < pr.n_seq; b++) *tk_left += tk[b] != 0;
   return rc;
 }
 
@@ -180,17 +179,14 @@ static int emu_case(const Case &cs, uint64_t seed) {
   const size_t n_out = (size_t)pr.n_seq * pr.n_head * cs.hd;
   std::vector<double> ref(n_out), rmass(pr.n_win + 1);
   int fail = attn_ref_run(&pr, ref.data(), rmass.data()) != 0;
-  /* the case's chunking with tickets (the chunk kernel merges the chunks), one chunk per
-   * sequence accumulating masses with tickets (the chunk kernel alone) and without (the combine
-   * kernel), then the case's chunking without tickets (the combine kernel): runs 1 and 2 the
-   * same bits, and 3 the same as 0 */
+  /* the case's chunking, then one chunk per sequence accumulating masses with tickets (the
+   * chunk kernel alone) and without (the combine kernel): those two the same bits */
   const int one = pr.max_win > 0 ? pr.max_win : 1;
-  const int cws[4] = {cs.chunk_win, one, one, cs.chunk_win}, tks[4] = {1, 1, 0, 0};
-  std::vector<float> got[4];
-  for (int v = 0; v < 4; v++) {
+  const int cws[3] = {cs.chunk_win, one, one}, tks[3] = {1, 1, 0};
+  std::vector<float> got[3];
+  for (int v = 0; v < 3; v++) {
     std::vector<float> out(n_out + pr.n_win);
-    const int acc = v == 1 || v == 2;
-    int tk_left = 0, f = emu_run(pr, cws[v], tks[v], acc, out.data(), &tk_left);
+    int tk_left = 0, f = emu_run(pr, cws[v], tks[v], v > 0, out.data(), &tk_left);
     double num = 0, den = 0, merr = 0;
     int bad = 0;
     for (size_t i = 0; i < n_out; i++) {
@@ -202,15 +198,13 @@ static int emu_case(const Case &cs, uint64_t seed) {
       merr = fmax(merr, fabs(out[n_out + w] - rmass[w]));
     }
     const double err = den > 0 ? sqrt(num / den) : sqrt(num);
-    const int same = v < 2 || got[v == 2 ? 1 : 0] == out; /* (no NaN left: bad counts them) */
+    const int same = v < 2 || got[1] == out; /* (no NaN left: bad counts them) */
     f |= bad || tk_left || !same || !(err < 1e-2) || !(merr < 1e-3);
     printf("%s %-40s wins %4d (F %d Q %d E %d) chunk %3d%s  err %.2e  mass %.2e  nonfinite %d"
            "%s%s\n",
            f ? "FAIL" : "ok  ", cs.name, pr.n_win, pr.n_full, pr.n_quant, pr.n_evicted, cws[v],
            tks[v] ? "" : " no tickets", err, merr, bad, tk_left ? "  tickets left" : "",
-           v == 2   ? (same ? "  = alone" : "  DIFFERS from alone")
-           : v == 3 ? (same ? "  = merged by the chunk kernel" : "  DIFFERS from the chunk kernel's")
-                    : "");
+           v == 2 ? (same ? "  = alone" : "  DIFFERS from alone") : "");
     got[v] = out, fail |= f;
   }
   fail |= pr.n_seq > 1 && emu_skip(pr, cs, got[0]);
