@@ -82,6 +82,12 @@
 #endif
 #define KCA_DRS4 256 /* a ring slot: a quad's four 64-byte descriptors */
 #define KCA_DRB4 (4 * KCA_DRS4) /* a warp's ring: 4 slots */
+#ifndef KCA_CPRE /* the combine loads its windows' rows before the heads' log-sum-exps */
+#define KCA_CPRE 1
+#endif
+#ifndef KCA_PDLE /* sm_90: the chunk kernel lets the combine kernel launch at once (its blocks */
+#define KCA_PDLE 1 /* take the multiprocessors the chunk blocks leave, then wait for them) */
+#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -2457,22 +2463,38 @@ template <int HD, int BITS, int ROT, int PK> constexpr int kca_smem_bytes(void) 
  * kca_kv_mass's order (heads of a KV head in turn, then the KV heads in turn; a head without any
  * mass adds +0), so that the bits are those of the one-chunk path. */
 #define KCA_ROWS (32 * 33)
+/* A warp's windows w0 .. w0 + 31 for kca_combine_rows: lane l's log-sum-exps of head l, loaded
+ * for every window (a dead window's are never used), whether lane l's window is live, and
+ * (accumulating) its mass so far. Loaded before they are needed (KCA_CPRE). */
+typedef struct {
+  float x[32];
+  uint32_t live;
+  float acc;
+} kca_rows_t;
+
+KCA_FN void kca_rows_load(const kca_params_t &p, int w0, int m_end, int lane, kca_rows_t &r) {
+  const float *src = p.wlse + (size_t)w0 * p.n_head + lane;
+  KCA_UNROLL
+  for (int u = 0; u < 32; u++)
+    r.x[u] = lane < p.n_head && w0 + u < m_end ? src[(size_t)u * p.n_head] : 0.0f;
+  const int wl = w0 + lane;
+  r.acc = p.mass_acc && wl < m_end ? p.mass[wl] : 0.0f;
+  r.live = wl < m_end && kca_win_live(p, wl); /* (the lane's; kca_combine_rows votes) */
+}
+
+/* The masses of windows m_beg .. m_end - 1, 32 a warp at a time (pre: the warp's first 32,
+ * loaded). */
 KCA_FN void kca_combine_rows(const kca_params_t &p, const float *lse_s, float *rows, int m_beg,
-                             int m_end, int tid) {
-  const int lane = tid & 31, G = p.grp_q;
+                             int m_end, int tid, kca_rows_t &r) {
+  const int lane = tid & 31, G = p.grp_q, first = m_beg + (tid >> 5) * 32;
   const float lse = lane < p.n_head ? lse_s[lane] : KCA_NEGINF;
   rows += (tid >> 5) * KCA_ROWS;
-  for (int w0 = m_beg + (tid >> 5) * 32; w0 < m_end; w0 += KCA_CT) {
-    const int wl = w0 + lane;
-    const uint32_t live = kca_ballot(wl < m_end && kca_win_live(p, wl));
+  for (int w0 = first; w0 < m_end; w0 += KCA_CT) {
+    if (w0 != first) kca_rows_load(p, w0, m_end, lane, r);
+    const uint32_t live = kca_ballot(r.live != 0);
     const uint32_t ok = lse != KCA_NEGINF ? live : 0u; /* (lse: -inf past n_head) */
-    const float *src = p.wlse + (size_t)w0 * p.n_head + lane;
-    float x[32]; /* every load before the first store: a store to rows could alias src for all
-                    the compiler knows, and would hold each load back until the one before */
     KCA_UNROLL
-    for (int u = 0; u < 32; u++) x[u] = ok >> u & 1 ? src[(size_t)u * p.n_head] : 0.0f;
-    KCA_UNROLL
-    for (int u = 0; u < 32; u++) rows[u * 33 + lane] = ok >> u & 1 ? kca_ex2(x[u] - lse) : 0.0f;
+    for (int u = 0; u < 32; u++) rows[u * 33 + lane] = ok >> u & 1 ? kca_ex2(r.x[u] - lse) : 0.0f;
     kca_syncwarp();
     float s = 0.0f;
     for (int k = 0; k < p.n_kv; k++) {
@@ -2480,7 +2502,7 @@ KCA_FN void kca_combine_rows(const kca_params_t &p, const float *lse_s, float *r
       for (int hh = 0; hh < G; hh++) sk += rows[lane * 33 + k * G + hh];
       s += sk;
     }
-    if (wl < m_end) p.mass[wl] = (p.mass_acc ? p.mass[wl] : 0.0f) + s / (float)p.n_head;
+    if (w0 + lane < m_end) p.mass[w0 + lane] = r.acc + s / (float)p.n_head;
     kca_syncwarp(); /* the rows are read before the next windows overwrite them */
   }
 }
@@ -2491,9 +2513,22 @@ static inline int kca_combine_smem(int n_head) {
   return n_head <= 32 ? 32 + (KCA_CT / 32) * KCA_ROWS : n_head;
 }
 
-/* Block (b, part) of n_part, for a sequence of several chunks: the heads' final log-sum-exps (all
- * parts compute them, into lse_s [n_head]), then the part's share of out[b] and of b's window
- * masses (kca_combine_rows; past 32 heads a thread per window). */
+/* Head h's final log-sum-exp over the nc chunk partials of the sequence whose first partial row
+ * is pc. */
+KCA_FN float kca_chunks_lse(const kca_params_t &p, size_t pc, int h, int nc) {
+  float mx = KCA_NEGINF, L = 0.0f;
+  KCA_UNROLL4
+  for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
+  KCA_UNROLL4
+  for (int ch = 0; ch < nc; ch++) /* (every term 0 or NaN when mx is -inf: not used then) */
+    L += kca_ex2(p.part_lse[pc + (size_t)ch * p.n_head + h] - mx);
+  return mx == KCA_NEGINF ? mx : mx + kca_lg2(L);
+}
+
+/* Block (b, part) of n_part, for a sequence of several chunks: the part's share of out[b] (each
+ * output merged with its head's final log-sum-exp, kca_chunks_lse) and of b's window masses
+ * (kca_combine_rows, its first rows loaded first (KCA_CPRE); past 32 heads a thread per window),
+ * with the heads' log-sum-exps in lse_s [n_head]. */
 KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int n_part, int tid,
                              float *lse_s) {
   if (kca_seq_skipped(p, b)) return;
@@ -2501,21 +2536,19 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   if (kca_seq_alone(p, b)) return; /* the chunk kernel finished it */
   const int nc = kca_seq_chunks(p, b);
   const size_t pc = (size_t)b * p.n_chunk * p.n_head; /* first partial row of b */
-  for (int h = tid; h < p.n_head; h += KCA_CT) {
-    float mx = KCA_NEGINF, L = 0.0f;
-    KCA_UNROLL4
-    for (int ch = 0; ch < nc; ch++) mx = kca_maxf(mx, p.part_lse[pc + (size_t)ch * p.n_head + h]);
-    KCA_UNROLL4
-    for (int ch = 0; ch < nc; ch++) /* (every term 0 or NaN when mx is -inf: not used then) */
-      L += kca_ex2(p.part_lse[pc + (size_t)ch * p.n_head + h] - mx);
-    lse_s[h] = mx == KCA_NEGINF ? mx : mx + kca_lg2(L);
-  }
-  kca_syncthreads();
+  const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
+  const int m_beg = w_beg + part * wper, m_end = w_beg + kca_mini(nw, (part + 1) * wper);
+  const bool rows = p.mass && p.n_head <= 32;
+  kca_rows_t r; /* rows: the warp's first windows, loaded before the heads' log-sum-exps */
+  if (KCA_CPRE && rows && m_beg + (tid >> 5) * 32 < m_end)
+    kca_rows_load(p, m_beg + (tid >> 5) * 32, m_end, tid & 31, r);
+  if (rows) /* the heads' log-sum-exps, for the masses */
+    for (int h = tid; h < p.n_head; h += KCA_CT) lse_s[h] = kca_chunks_lse(p, pc, h, nc);
   const int n_out = p.n_head * hd, per = (n_out + n_part - 1) / n_part;
   const int o_end = kca_mini(n_out, (part + 1) * per);
   for (int e = part * per + tid; e < o_end; e += KCA_CT) {
     const int h = e / hd, d = e % hd;
-    const float lse = lse_s[h];
+    const float lse = kca_chunks_lse(p, pc, h, nc); /* (its own: no wait for lse_s) */
     float o = 0.0f;
     KCA_UNROLL4
     for (int ch = 0; ch < nc; ch++) { /* loads not behind a branch: chains of 4 overlap */
@@ -2526,13 +2559,16 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
     p.out[((size_t)b * p.n_head + h) * hd + d] = lse != KCA_NEGINF ? o : 0.0f;
   }
   if (!p.mass) return;
-  const int nw = w_end - w_beg, wper = (nw + n_part - 1) / n_part;
-  const int m_end = w_beg + kca_mini(nw, (part + 1) * wper);
-  if (p.n_head <= 32) {
-    kca_combine_rows(p, lse_s, lse_s + 32, w_beg + part * wper, m_end, tid);
+  if (!rows)
+    for (int h = tid; h < p.n_head; h += KCA_CT) lse_s[h] = kca_chunks_lse(p, pc, h, nc);
+  kca_syncthreads();
+  if (rows) {
+    if (!KCA_CPRE && m_beg + (tid >> 5) * 32 < m_end)
+      kca_rows_load(p, m_beg + (tid >> 5) * 32, m_end, tid & 31, r);
+    kca_combine_rows(p, lse_s, lse_s + 32, m_beg, m_end, tid, r);
     return;
   }
-  for (int w = w_beg + part * wper + tid; w < m_end; w += KCA_CT) { /* a thread per window */
+  for (int w = m_beg + tid; w < m_end; w += KCA_CT) { /* a thread per window */
     float s = 0.0f;
     const int live = kca_win_live(p, w);
     for (int k = 0; k < p.n_kv && live; k++) {
