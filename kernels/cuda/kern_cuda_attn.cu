@@ -27,9 +27,6 @@ static int kca_cuda_at(cudaError_t e, const char *what, const char *file, int li
 template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 __global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && KCA_PDLE
-  asm volatile("griddepcontrol.launch_dependents;"); /* (the combine still waits for the end) */
-#endif
   extern __shared__ __align__(16) uint8_t kca_smem[];
   kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
                                             threadIdx.x);

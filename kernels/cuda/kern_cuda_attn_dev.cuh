@@ -85,9 +85,6 @@
 #ifndef KCA_CPRE /* the combine loads its windows' rows before the heads' log-sum-exps */
 #define KCA_CPRE 1
 #endif
-#ifndef KCA_PDLE /* sm_90: the chunk kernel lets the combine kernel launch at once (its blocks */
-#define KCA_PDLE 1 /* take the multiprocessors the chunk blocks leave, then wait for them) */
-#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
