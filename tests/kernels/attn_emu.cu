@@ -80,13 +80,13 @@ static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int 
 }
 
 /* The whole call (both kernels) on host memory. */
-static int emu_decode(const kc_attn_args_t *a) {
+static int emu_decode(const kc_attn_args_t *a, int parts_only = 0) {
   const kca_params_t p = kca_params(a, a->chunk_win);
   const int bits = a->has_quant ? a->geom.bits : 0, rot = kca_rot_kind(a);
   const int pk = kca_pk(a->geom.omega), vg = kca_vg(a);
   int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
                                   : emu_pick_hd<128>(p, a->n_seq, bits, rot, pk, vg);
-  const int parts = kca_combine_parts(a);
+  const int parts = parts_only > 0 ? parts_only : kca_combine_parts(a);
   std::vector<float> lse_s(kca_combine_smem(a->n_head));
   for (int b = 0; b < a->n_seq && !rc; b++)
     for (int part = 0; part < parts && !rc; part++)
@@ -113,7 +113,7 @@ struct Case {
  * then the masses (outputs poisoned first; masses too, or with acc accumulated onto 0.25, which
  * is taken off again), *tk_left the counters not back to zero. */
 static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, float *out,
-                   int *tk_left, int skip = -1) {
+                   int *tk_left, int skip = -1, int parts = 0) {
   const size_t n_out = (size_t)pr.n_seq * pr.n_head * pr.geom.head_dim;
   std::vector<float> tab(pr.geom.head_dim + 2);
   std::vector<uint32_t> tk(pr.n_seq, 0u);
@@ -134,7 +134,7 @@ static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, f
   a.ws = ws.data(), a.ws_bytes = wl.total;
   for (size_t i = 0; i < n_out + pr.n_win; i++) out[i] = i < n_out || !acc ? NAN : 0.25f;
   a.flags = acc ? KC_ATTN_MASS_ACCUMULATE : 0; /* (the last block's sums are added once) */
-  const int rc = emu_decode(&a);
+  const int rc = emu_decode(&a, parts);
   for (int w = 0; acc && w < pr.n_win; w++) out[n_out + w] -= 0.25f;
   *tk_left = 0;
   for (int b = 0; b < pr.n_seq; b++) *tk_left += tk[b] != 0;
@@ -180,13 +180,16 @@ static int emu_case(const Case &cs, uint64_t seed) {
   std::vector<double> ref(n_out), rmass(pr.n_win + 1);
   int fail = attn_ref_run(&pr, ref.data(), rmass.data()) != 0;
   /* the case's chunking, then one chunk per sequence accumulating masses with tickets (the
-   * chunk kernel alone) and without (the combine kernel): those two the same bits */
+   * chunk kernel alone) and without (the combine kernel): those two the same bits; then the
+   * case's chunking again, its combine in one block a sequence (a warp's windows in several
+   * passes): the same bits as the first */
   const int one = pr.max_win > 0 ? pr.max_win : 1;
-  const int cws[3] = {cs.chunk_win, one, one}, tks[3] = {1, 1, 0};
-  std::vector<float> got[3];
-  for (int v = 0; v < 3; v++) {
+  const int cws[4] = {cs.chunk_win, one, one, cs.chunk_win}, tks[4] = {1, 1, 0, 1};
+  std::vector<float> got[4];
+  for (int v = 0; v < 4; v++) {
     std::vector<float> out(n_out + pr.n_win);
-    int tk_left = 0, f = emu_run(pr, cws[v], tks[v], v > 0, out.data(), &tk_left);
+    const int acc = v == 1 || v == 2;
+    int tk_left = 0, f = emu_run(pr, cws[v], tks[v], acc, out.data(), &tk_left, -1, v == 3);
     double num = 0, den = 0, merr = 0;
     int bad = 0;
     for (size_t i = 0; i < n_out; i++) {
@@ -198,13 +201,15 @@ static int emu_case(const Case &cs, uint64_t seed) {
       merr = fmax(merr, fabs(out[n_out + w] - rmass[w]));
     }
     const double err = den > 0 ? sqrt(num / den) : sqrt(num);
-    const int same = v < 2 || got[1] == out; /* (no NaN left: bad counts them) */
+    const int same = v < 2 || got[v == 2 ? 1 : 0] == out; /* (no NaN left: bad counts them) */
     f |= bad || tk_left || !same || !(err < 1e-2) || !(merr < 1e-3);
     printf("%s %-40s wins %4d (F %d Q %d E %d) chunk %3d%s  err %.2e  mass %.2e  nonfinite %d"
            "%s%s\n",
            f ? "FAIL" : "ok  ", cs.name, pr.n_win, pr.n_full, pr.n_quant, pr.n_evicted, cws[v],
            tks[v] ? "" : " no tickets", err, merr, bad, tk_left ? "  tickets left" : "",
-           v == 2 ? (same ? "  = alone" : "  DIFFERS from alone") : "");
+           v == 2   ? (same ? "  = alone" : "  DIFFERS from alone")
+           : v == 3 ? (same ? "  = one combine block" : "  DIFFERS with one combine block")
+                    : "");
     got[v] = out, fail |= f;
   }
   fail |= pr.n_seq > 1 && emu_skip(pr, cs, got[0]);
@@ -286,6 +291,9 @@ int main(int argc, char **argv) {
        1, 1},
       {"abs gqa2 d128 w32 int8", 4, 2, 128, 32, 8, 32, NORM, 96, 0, 1, 0.25, 0.5, {300, 31}, 3, 0, 1},
       /* the copy plan's other value groups (kca_issue_half_pl: the general value metadata) */
+      /* 288 windows in sequence 0: a combine block of the whole sequence passes twice */
+      {"abs gqa4 d128 w8 int2 long", 8, 2, 128, 8, 2, 32, NORM, 128, 5, 1, 0.3, 0.5, {2300, 600},
+       64, 0, 1},
       {"abs gqa4 d128 w8 int2 g16", 8, 2, 128, 8, 2, 16, NORM, 128, 1, 1, 0.3, 0.5, {93, 12}, 5, 0,
        1},
       {"abs gqa4 d128 w16 int2 g64", 8, 2, 128, 16, 2, 64, NORM, 128, 1, 1, 0.3, 0.5, {150, 9}, 4,
