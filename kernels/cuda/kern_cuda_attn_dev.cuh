@@ -85,9 +85,6 @@
 #ifndef KCA_CPRE /* the combine loads its windows' rows before the heads' log-sum-exps */
 #define KCA_CPRE 1
 #endif
-#ifndef KCA_CBLK /* > 0: the combine kernel's blocks capped near KCA_CBLK (kca_combine_parts) */
-#define KCA_CBLK 0
-#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -2706,11 +2703,7 @@ static inline int kca_combine_parts(const kc_attn_args_t *a) {
   const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
   const int wpp = a->n_head <= 32 ? KCA_CT : KCA_CT / 8; /* windows a part */
   const int mass_parts = a->mass ? (a->max_win + wpp - 1) / wpp : 1;
-  int parts = out_parts > mass_parts ? out_parts : mass_parts;
-  if (KCA_CBLK > 0) { /* about KCA_CBLK blocks in all: fewer, longer parts past that */
-    const int cap = (KCA_CBLK + a->n_seq - 1) / a->n_seq;
-    parts = parts < cap ? parts : cap > out_parts ? cap : out_parts;
-  }
+  const int parts = out_parts > mass_parts ? out_parts : mass_parts;
   return parts < 1 ? 1 : parts > 128 ? 128 : parts;
 }
 
