@@ -80,6 +80,9 @@
 #ifndef KCA_DRINGF /* KCA_DRING4: a FULL pair's two descriptors through the ring too */
 #define KCA_DRINGF 1
 #endif
+#ifndef KCA_DR0G /* KCA_DRING4: a walk's first tile reads its descriptors from global memory, */
+#define KCA_DR0G 1 /* the next two come through the ring meanwhile (no wait before the walk) */
+#endif
 #define KCA_DRS4 256 /* a ring slot: a quad's four 64-byte descriptors */
 #define KCA_DRB4 (4 * KCA_DRS4) /* a warp's ring: 4 slots */
 #ifndef KCA_CPRE /* the combine loads its windows' rows before the heads' log-sum-exps */
@@ -2334,7 +2337,11 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   constexpr bool DR = G4 && KCA_DRING4; /* tile k's descriptors in ring slot k % 4 */
   uint8_t *const ring = DR ? smem + Ly::ring + warp * KCA_DRB4 : nullptr;
   int ord = 0; /* DR: the walk's tile being computed */
-  if (DR && cur.k >= 0) { /* the first two tiles' descriptors, before the walk */
+  if (DR && cur.k >= 0 && KCA_DR0G) { /* tiles 1 and 2's descriptors (tile 0 reads its own) */
+    kca_dfetch4(p, L, ring, L.jt + KCA_NW, 1, lane);
+    kca_dfetch4(p, L, ring, L.jt + 2 * KCA_NW, 2, lane);
+    kca_cp_commit();
+  } else if (DR && cur.k >= 0) { /* the first two tiles' descriptors, before the walk */
     kca_dfetch4(p, L, ring, L.jt, 0, lane);
     kca_dfetch4(p, L, ring, L.jt + KCA_NW, 1, lane);
     kca_cp_commit();
@@ -2343,8 +2350,8 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   }
   if (cur.k >= 0) {
     tc = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages, 0, pl, L, cur, kvh, lane, gs, &nt,
-                                                    ring);
-    if (DR) kca_dfetch4(p, L, ring, L.jt + 2 * KCA_NW, 2, lane); /* with tile 0's copies */
+                                                    KCA_DR0G ? nullptr : ring);
+    if (DR && !KCA_DR0G) kca_dfetch4(p, L, ring, L.jt + 2 * KCA_NW, 2, lane); /* with tile 0's */
     kca_cp_commit();
     nxt = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, cur, nt, lane);
   }
@@ -2356,6 +2363,10 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   while (cur.k >= 0) {
     const int so = (stage ^ 1) * Ly::stage;
     if (nxt.k >= 0) {
+      if (DR && KCA_DR0G && ord == 0) { /* tiles 1 and 2's descriptors have landed */
+        kca_cp_wait1();
+        kca_syncwarp();
+      }
       if constexpr (DREG)
         tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
                                       16 * nxt.j, kvh, lane, gs, &nt);
