@@ -720,7 +720,7 @@ KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int t
  *   base   QUANT: [KCA_NW][HD] words, each warp's rotation by its tile's base position
  *   lst    (at rotless, instead of off and base) KCA_LIST kernels: kca_lst_t
  *   ring   (after lst) KCA_G4 kernels with KCA_DRING4: [KCA_NW][4 slots][4 windows][64] bytes,
- *          the descriptors of each warp's quads, copied two tiles ahead (kca_dfetch4)
+ *          the descriptors of each warp's quads and FULL pairs, copied two tiles ahead
  * The epilogue's per-warp outputs [KCA_NW][KCA_GMAX][HD] floats reuse the stage area. */
 #define KCA_LG  (KCA_LSEG / 32)  /* groups of 32 windows a segment */
 #define KCA_LGL ((KCA_LG + 31) / 32) /* groups a lane of the list's scan */
@@ -2334,7 +2334,8 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   int nt = 0, stage = 0;
   float wsum[2] = {0.0f, 0.0f};
   float *const wl = G4 ? kca_wl_g4(p, kvh, lane) : PK == 2 ? kca_wl2(p, kvh, lane) : (float *)0;
-  constexpr bool DR = G4 && KCA_DRING4; /* tile k's descriptors in ring slot k % 4 */
+  constexpr bool DR = G4 && KCA_DRING4; /* tile k's descriptors in ring slot k % 4 (KCA_DR0G:
+                                           tile 0 reads its own from global memory) */
   uint8_t *const ring = DR ? smem + Ly::ring + warp * KCA_DRB4 : nullptr;
   int ord = 0; /* DR: the walk's tile being computed */
   if (DR && cur.k >= 0 && KCA_DR0G) { /* tiles 1 and 2's descriptors (tile 0 reads its own) */
@@ -2490,8 +2491,8 @@ KCA_FN void kca_rows_load(const kca_params_t &p, int w0, int m_end, int lane, kc
   r.live = wl < m_end && kca_win_live(p, wl); /* (the lane's; kca_combine_rows votes) */
 }
 
-/* The masses of windows m_beg .. m_end - 1, 32 a warp at a time (pre: the warp's first 32,
- * loaded). */
+/* The masses of windows m_beg .. m_end - 1, 32 a warp at a time (r: the warp's first 32, loaded
+ * by kca_rows_load). */
 KCA_FN void kca_combine_rows(const kca_params_t &p, const float *lse_s, float *rows, int m_beg,
                              int m_end, int tid, kca_rows_t &r) {
   const int lane = tid & 31, G = p.grp_q, first = m_beg + (tid >> 5) * 32;

@@ -290,10 +290,10 @@ int main(int argc, char **argv) {
       {"abs gqa8 d64 w8 int4 pairs yarn", 16, 2, 64, 8, 4, 16, NORM, 64, 0, 0, 0.3, 0.5, {157, 9}, 4,
        1, 1},
       {"abs gqa2 d128 w32 int8", 4, 2, 128, 32, 8, 32, NORM, 96, 0, 1, 0.25, 0.5, {300, 31}, 3, 0, 1},
-      /* the copy plan's other value groups (kca_issue_half_pl: the general value metadata) */
       /* 288 windows in sequence 0: a combine block of the whole sequence passes twice */
       {"abs gqa4 d128 w8 int2 long", 8, 2, 128, 8, 2, 32, NORM, 128, 5, 1, 0.3, 0.5, {2300, 600},
        64, 0, 1},
+      /* the copy plan's other value groups (kca_issue_half_pl: the general value metadata) */
       {"abs gqa4 d128 w8 int2 g16", 8, 2, 128, 8, 2, 16, NORM, 128, 1, 1, 0.3, 0.5, {93, 12}, 5, 0,
        1},
       {"abs gqa4 d128 w16 int2 g64", 8, 2, 128, 16, 2, 64, NORM, 128, 1, 1, 0.3, 0.5, {150, 9}, 4,
