@@ -1486,7 +1486,7 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
 KCA_FN void kca_dfetch4(const kca_params_t &p, const kca_live_t &L, uint8_t *ring, int j, int o,
                         int lane) {
   const bool f = j < L.tf;
-  if (j >= L.nk || lane >= (f ? KCA_DRINGF ? 8 : 0 : 16)) return;
+  if (j >= L.nk || lane >= (f ? KCA_DRINGF ? 8 : 0 : 16)) return; /* (16 bytes a lane) */
   const int e = f ? 2 * j + (lane >> 2) : L.nf + 4 * (j - L.tf) + (lane >> 2);
   if (e < (f ? L.nf : L.nl))
     kca_cp16(ring + (o & 3) * KCA_DRS4 + lane * 16,
@@ -2551,7 +2551,7 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
   kca_rows_t r; /* rows: the warp's first windows, loaded before the heads' log-sum-exps */
   if (KCA_CPRE && rows && m_beg + (tid >> 5) * 32 < m_end)
     kca_rows_load(p, m_beg + (tid >> 5) * 32, m_end, tid & 31, r);
-  if (rows) /* the heads' log-sum-exps, for the masses */
+  if (p.mass) /* the heads' log-sum-exps, for the masses */
     for (int h = tid; h < p.n_head; h += KCA_CT) lse_s[h] = kca_chunks_lse(p, pc, h, nc);
   const int n_out = p.n_head * hd, per = (n_out + n_part - 1) / n_part;
   const int o_end = kca_mini(n_out, (part + 1) * per);
@@ -2568,8 +2568,6 @@ KCA_FN void kca_combine_body(const kca_params_t &p, int hd, int b, int part, int
     p.out[((size_t)b * p.n_head + h) * hd + d] = lse != KCA_NEGINF ? o : 0.0f;
   }
   if (!p.mass) return;
-  if (!rows)
-    for (int h = tid; h < p.n_head; h += KCA_CT) lse_s[h] = kca_chunks_lse(p, pc, h, nc);
   kca_syncthreads();
   if (rows) {
     if (!KCA_CPRE && m_beg + (tid >> 5) * 32 < m_end)
