@@ -277,7 +277,7 @@ static int load_rank(const lc_args_t *a, const tp_comm_t *c, lc_rank_t *r) {
     rc = qe_errf(QE_EINVAL, "--device %d, --tp %d: %d CUDA device(s) visible, one per rank",
                  a->device, c->size, n_dev);
   if (!rc) rc = kern_cuda_create((a->device + c->rank) % n_dev, &r->be);
-  model_load_opts_t mo = {r->be, c->rank, c->size, a->ctx > 4096 ? 4096 : a->ctx};
+  model_load_opts_t mo = {r->be, c->rank, c->size, a->ctx > 4096 ? 4096 : a->ctx, 0};
   if (!rc) rc = model_create_random(&hp, 1, &mo, &r->m);
   return rc;
 }

@@ -363,7 +363,7 @@ static int run_loaded(eval_cfg_t *c, eval_results_t *res) {
     max_len = c->lengths[i] > max_len ? c->lengths[i] : max_len;
   double t0 = now_s();
   int rc = make_backend(c, &x.be);
-  model_load_opts_t o = {x.be, 0, 1, max_len + 64};
+  model_load_opts_t o = {x.be, 0, 1, max_len + 64, 0};
   if (!rc) rc = model_load(c->model, &o, &x.m);
   if (!rc) rc = tp_comm_create_single(&x.comm);
   res->load_s = now_s() - t0;

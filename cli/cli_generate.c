@@ -297,7 +297,7 @@ static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t
   int rc = make_backend(a, rank, be);
   /* a whole prompt in one forward pass: each layer sees it all before it is routed */
   int max_batch = a->n_ids * a->batch > 512 ? a->n_ids * a->batch : 512;
-  model_load_opts_t o = {*be, rank, a->tp, max_batch};
+  model_load_opts_t o = {*be, rank, a->tp, max_batch, 0};
   model_hparams_t hp;
   if (!rc && a->shape) rc = model_shape_named(a->shape, &hp);
   if (!rc) rc = a->shape ? model_create_random(&hp, a->seed, &o, m) : model_load(a->model, &o, m);

@@ -503,7 +503,7 @@ int wrk_engine_load(wrk_t *w) {
     rc = c->tp > 1 ? tp_comm_create_cpu(c->tp_addr, c->rank, c->tp, 60000, &w->comm)
                    : tp_comm_create_single(&w->comm);
   if (rc) return rc;
-  model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch};
+  model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch, 0};
   rc = model_load(c->model, &o, &w->m);
   if (!rc) rc = wrk_cache_create(w->m, c->max_seqs, c->pool_bytes, &w->cache);
   rc = join_device_comm(w, rc);

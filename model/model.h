@@ -42,6 +42,8 @@ typedef struct {
   kern_backend_t *be; /* borrowed; must outlive the model */
   int rank, size;     /* tensor-parallel position (0, 1 for no TP) */
   int max_batch;      /* max tokens per forward call (scratch sizing); default 512 */
+  int out_rows;       /* rows of logits per output-layer GEMM (the logits scratch); 0: as many
+                         as MODEL_OUT_BYTES of logits hold, at least 64, at most max_batch */
 } model_load_opts_t;
 
 /* Reads hyperparameters only (cheap; used by `inspect` and validation). */

@@ -92,7 +92,7 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
 }
 
 /* Gathers the rows that want logits into tmp, normalizes them, and projects them onto the
- * vocabulary MODEL_OUT_CHUNK rows at a time (the logits scratch holds one chunk), copying each
+ * vocabulary m->out_rows rows at a time (the logits scratch holds one chunk), copying each
  * chunk's logits (or their argmax) to the host. */
 static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *segs, int n_segs,
                          const model_out_t *o) {
@@ -106,8 +106,8 @@ static int output_logits(model_t *m, const model_batch_t *b, const model_seg_t *
   }
   if (rc || !n_out) return rc;
   be->ops->rmsnorm(be, m->s.xn, m->s.tmp, m->out_norm, n_out, (int)E, m->hp.rms_eps);
-  for (int r0 = 0; r0 < n_out && !rc; r0 += MODEL_OUT_CHUNK) {
-    int nr = n_out - r0 < MODEL_OUT_CHUNK ? n_out - r0 : MODEL_OUT_CHUNK;
+  for (int r0 = 0; r0 < n_out && !rc; r0 += m->out_rows) {
+    int nr = n_out - r0 < m->out_rows ? n_out - r0 : m->out_rows;
     be->ops->matmul(be, m->s.logits, m->s.xn + (size_t)r0 * E, &m->out, NULL, nr, 0);
     if (o->ids_dev)
       rc = be->ops->argmax_dev(be, m->s.logits, nr, (int)V, o->ids_dev + r0);

@@ -209,7 +209,7 @@ static int prepare(model_t *m, kv_cache_t *kv, const model_batch_t *b, int logit
   int rc = graphs_get(m, &gr);
   if (rc) return rc;
   *lg = bucket_of(m, kv, b->n, f);
-  if (logits && f->bucket > MODEL_OUT_CHUNK) return *take = 0, 0; /* one logits chunk */
+  if (logits && f->bucket > m->out_rows) return *take = 0, 0; /* one logits chunk */
   if ((rc = stage(m, kv, f, b)) == QE_ERANGE) return gr->st.eager_steps++, *take = 0, 0;
   return rc;
 }

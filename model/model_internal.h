@@ -5,8 +5,12 @@
 
 #include "model.h"
 
-/* Rows of logits computed per output-layer call (the logits scratch size). */
-#define MODEL_OUT_CHUNK 64
+/* The logits scratch: rows of logits per output-layer call (model.out_rows) are, unless the load
+ * options set them, as many as MODEL_OUT_BYTES of fp32 logits hold, at least MODEL_OUT_MIN and
+ * at most max_batch. Every chunk of rows reads the whole output matrix (1 GiB in bf16 for
+ * Llama 3's vocabulary), so a decode step's rows should fit one chunk. */
+#define MODEL_OUT_BYTES ((size_t)128 << 20)
+#define MODEL_OUT_MIN   64
 #define MODEL_MAX_SEGS  1024
 
 /* A run of one sequence's tokens in the batch, rows [off, off + n). */
@@ -15,7 +19,7 @@ typedef struct {
 } model_seg_t;
 
 /* Where output rows go: logits [n_out][n_vocab] (host), their greedy ids [n_out] (host), or
- * ids_dev (backend memory, not waited for); keep: the logits of at most MODEL_OUT_CHUNK rows
+ * ids_dev (backend memory, not waited for); keep: the logits of at most out_rows rows
  * stay in the logits scratch. */
 typedef struct {
   float *logits;
@@ -39,7 +43,7 @@ typedef struct {
   float *q, *att;      /* [B][n_head_local * hd] */
   float *k, *v;        /* [B][n_kv_local * hd] */
   float *gate, *up;    /* [B][n_ff_local] */
-  float *logits;       /* [MODEL_OUT_CHUNK][n_vocab] (rank 0) */
+  float *logits;       /* [out_rows][n_vocab] (rank 0) */
   int32_t *ids, *pos;  /* [B] (a recorded step points them at its own buffer meanwhile) */
   float *host_tmp;     /* host [B][n_embd] for all-reduce on non-host backends */
 } model_scratch_t;
@@ -57,6 +61,7 @@ struct model {
   model_layer_t *layers;
   model_scratch_t s;
   int max_batch;
+  int out_rows; /* rows of logits per output-layer call (the logits scratch) */
   size_t weight_bytes; /* backend bytes of every weight and vector above */
   int graphs_on;       /* decode steps as recorded graphs where the backend has them */
   model_graphs_t *gr;  /* their state (NULL until the first one) */

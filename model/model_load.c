@@ -174,6 +174,7 @@ model_t *model__new(const model_load_opts_t *o) {
   if (!m) return NULL;
   m->be = o->be;
   m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
+  m->out_rows = o->out_rows > 0 ? o->out_rows : 0; /* (0: sized with the vocabulary) */
   const char *gv = getenv("QE_CUDA_GRAPHS"); /* "0": every step eager */
   m->graphs_on = !(gv && !strcmp(gv, "0"));
   return m;
@@ -387,10 +388,20 @@ static void *scratch_alloc(model_t *m, size_t floats, int *rc) {
   return p;
 }
 
+/* Rows of the logits scratch: the load options' count, or MODEL_OUT_BYTES of logits (at least
+ * MODEL_OUT_MIN rows); never more than a forward call has. */
+static int out_rows_of(const model_t *m) {
+  size_t r = m->out_rows;
+  if (!r) r = MODEL_OUT_BYTES / (sizeof(float) * (size_t)m->hp.n_vocab);
+  if (!m->out_rows && r < MODEL_OUT_MIN) r = MODEL_OUT_MIN;
+  return r < (size_t)m->max_batch ? (int)r : m->max_batch;
+}
+
 int model__alloc_scratch(model_t *m) {
   model_scratch_t *s = &m->s;
   size_t B = (size_t)m->max_batch, E = (size_t)m->hp.n_embd, hd = (size_t)m->hp.head_dim;
   int rc = 0;
+  m->out_rows = out_rows_of(m);
   s->x = scratch_alloc(m, B * E, &rc);
   s->xn = scratch_alloc(m, B * E, &rc);
   s->tmp = scratch_alloc(m, B * E, &rc);
@@ -401,7 +412,7 @@ int model__alloc_scratch(model_t *m) {
   s->gate = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->logits =
-      m->sh.rank == 0 ? scratch_alloc(m, (size_t)MODEL_OUT_CHUNK * m->hp.n_vocab, &rc) : NULL;
+      m->sh.rank == 0 ? scratch_alloc(m, (size_t)m->out_rows * m->hp.n_vocab, &rc) : NULL;
   s->ids = scratch_alloc(m, B, &rc);
   s->pos = scratch_alloc(m, B, &rc);
   s->host_tmp = malloc(sizeof(float) * B * E);

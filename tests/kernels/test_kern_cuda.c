@@ -556,7 +556,7 @@ static int mrig_open_any(mrig_t *r, kern_backend_t *be, const char *path, const 
                          uint64_t seed, int cap) {
   memset(r, 0, sizeof *r);
   r->be = be;
-  model_load_opts_t o = {be, 0, 1, cap};
+  model_load_opts_t o = {be, 0, 1, cap, 0};
   int rc = tp_comm_create_single(&r->c);
   if (!rc) rc = path ? model_load(path, &o, &r->m) : model_create_random(hp, seed, &o, &r->m);
   kv_geom_t g;

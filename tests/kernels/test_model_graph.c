@@ -199,7 +199,7 @@ int main(void) {
   tp_comm_t *c = NULL;
   model_hparams_t hp = shape();
   CHECK_OK(kern_cuda_create(0, &be));
-  model_load_opts_t o = {be, 0, 1, 4096}; /* every prompt in one step: the tiered GPU cache
+  model_load_opts_t o = {be, 0, 1, 4096, 0}; /* every prompt in one step: the tiered GPU cache
                                              takes a prompt in one piece */
   if (be) CHECK_OK(model_create_random(&hp, 7, &o, &m));
   CHECK_OK(tp_comm_create_single(&c));

@@ -18,7 +18,7 @@ int rig_open_ex(rig_t *r, const char *path, int rank, int size, tp_comm_t *c, in
   memset(r, 0, sizeof *r);
   r->c = c;
   int rc = kern_cpu_create_ex(1, weights, &r->be);
-  model_load_opts_t o = {r->be, rank, size, max_batch};
+  model_load_opts_t o = {r->be, rank, size, max_batch, 0};
   if (!rc) rc = model_load(path, &o, &r->m);
   if (!rc) {
     kv_geom_t g = model_kv_geom(r->m, 4);

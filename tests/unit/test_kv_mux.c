@@ -240,7 +240,7 @@ int main(void) {
   CHECK_OK(rand_model_write(&sp, path));
   CHECK_OK(kern_cpu_create(1, &w.be));
   CHECK_OK(tp_comm_create_single(&w.c));
-  model_load_opts_t o = {w.be, 0, 1, 128};
+  model_load_opts_t o = {w.be, 0, 1, 128, 0};
   CHECK_OK(model_load(path, &o, &w.m));
   unlink(path);
   if (!w.m) return tu_done("test_kv_mux");

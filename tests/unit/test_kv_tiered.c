@@ -440,7 +440,7 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   world_t wd = {0};
   CHECK_OK(kern_cpu_create(1, &wd.be));
   CHECK_OK(tp_comm_create_single(&wd.c));
-  model_load_opts_t o = {wd.be, 0, 1, 128};
+  model_load_opts_t o = {wd.be, 0, 1, 128, 0};
   CHECK_OK(model_load(path, &o, &wd.m));
   uint64_t s = 9 + sp->seed;
   for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);

@@ -137,7 +137,7 @@ static int load_err(const char *path) {
   kern_backend_t *be = NULL;
   model_t *m = NULL;
   kern_cpu_create(1, &be);
-  model_load_opts_t o = {be, 0, 1, 16};
+  model_load_opts_t o = {be, 0, 1, 16, 0};
   qe_errclear();
   int rc = model_load(path, &o, &m);
   if (rc) fprintf(stderr, "  expected error: %s: %s\n", qe_strerror(rc), qe_errmsg());
@@ -163,7 +163,7 @@ static void check_bad_models(void) {
   kern_backend_t *be = NULL;
   model_t *m = NULL;
   kern_cpu_create(1, &be);
-  model_load_opts_t o = {be, 0, 4, 16}; /* 4 ranks > 2 KV heads */
+  model_load_opts_t o = {be, 0, 4, 16, 0}; /* 4 ranks > 2 KV heads */
   CHECK(model_load(p, &o, &m) == QE_EINVAL);
   kern_destroy(be);
   unlink(p);

@@ -3,7 +3,8 @@
  * refused; the tiny model runs a prefill through a FullKV cache with finite logits, holds the
  * weight bytes its shape implies (one table for a tied output), is identical for one seed and
  * differs for another; two tensor-parallel ranks (forked, CPU socket collective) give the
- * 1-rank logits; and inconsistent shapes or shards are refused. */
+ * 1-rank logits; the output layer in chunks of rows gives the logits of one chunk; and
+ * inconsistent shapes or shards are refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,14 +51,19 @@ typedef struct {
   kv_cache_t *kv;
 } rrig_t;
 
-static int rrig_open(rrig_t *r, const model_hparams_t *hp, uint64_t seed, int rank, int size) {
+static int rrig_open_rows(rrig_t *r, const model_hparams_t *hp, uint64_t seed, int rank,
+                          int size, int out_rows) {
   memset(r, 0, sizeof *r);
   int rc = kern_cpu_create(1, &r->be);
-  model_load_opts_t o = {r->be, rank, size, 32};
+  model_load_opts_t o = {r->be, rank, size, 32, out_rows};
   if (!rc) rc = model_create_random(hp, seed, &o, &r->m);
   kv_geom_t g;
   if (!rc) g = model_kv_geom(r->m, 1), rc = kv_full_create(r->be, &g, &r->kv);
   return rc;
+}
+
+static int rrig_open(rrig_t *r, const model_hparams_t *hp, uint64_t seed, int rank, int size) {
+  return rrig_open_rows(r, hp, seed, rank, size, 0);
 }
 
 static void rrig_close(rrig_t *r) {
@@ -142,6 +148,28 @@ static void check_tied(void) {
   free(a);
 }
 
+/* The output layer in chunks of 3 rows (4 GEMMs for the prompt's 10 rows of logits) gives the
+ * logits of one chunk (the default: as many rows as a forward call has, here 32). */
+static void check_out_rows(void) {
+  model_hparams_t hp;
+  CHECK_OK(model_shape_named("tiny", &hp));
+  float *ref = logits_of(&hp, 3), *lg = malloc(sizeof(float) * NT * (size_t)hp.n_vocab);
+  rrig_t r;
+  tp_comm_t *c = NULL;
+  int rc = tp_comm_create_single(&c);
+  if (!rc) rc = rrig_open_rows(&r, &hp, 3, 0, 1, 3);
+  if (!rc) rc = rrig_prefill(&r, c, lg);
+  CHECK_OK(rc);
+  if (!rc && ref) {
+    const double e = tu_rel_err(lg, ref, (size_t)NT * hp.n_vocab);
+    fprintf(stderr, "tiny: logits in chunks of 3 rows vs one chunk: rel err %.3g\n", e);
+    CHECK(e <= 1e-6);
+  }
+  if (!rc) rrig_close(&r);
+  tp_comm_destroy(c);
+  free(ref), free(lg);
+}
+
 typedef struct {
   const model_hparams_t *hp;
   uint64_t seed;
@@ -203,7 +231,7 @@ static int create_err(const model_hparams_t *hp, int rank, int size) {
   kern_backend_t *be = NULL;
   model_t *m = NULL;
   CHECK_OK(kern_cpu_create(1, &be));
-  model_load_opts_t o = {be, rank, size, 8};
+  model_load_opts_t o = {be, rank, size, 8, 0};
   qe_errclear();
   int rc = model_create_random(hp, 1, &o, &m);
   if (rc) fprintf(stderr, "  expected error: %s: %s\n", qe_strerror(rc), qe_errmsg());
@@ -242,6 +270,7 @@ int main(void) {
   check_shapes();
   check_tiny();
   check_tied();
+  check_out_rows();
   check_tp();
   check_refusals();
   return tu_done("test_model_random");
