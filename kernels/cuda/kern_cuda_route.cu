@@ -5,6 +5,8 @@
 #include <float.h>
 #include <stdint.h>
 
+#include <cub/block/block_radix_sort.cuh>
+
 extern "C" {
 #include "qe_status.h"
 }
@@ -146,6 +148,21 @@ __global__ void kcr_masses_k(const kc_route_t r, int layer, int slot, const floa
   r.score[kcr_idx(r, layer, slot, w)] += s;
 }
 
+/* Block-wide ordered compaction: the rank of this thread's flag among the block's set flags
+ * (thread order) and, in *total, how many are set. Every thread calls it. */
+__device__ int kcr_block_rank(bool f, int *warp_cnt, int *total) {
+  const unsigned b = __ballot_sync(0xffffffffu, f);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if (lane == 0) warp_cnt[wid] = __popc(b);
+  __syncthreads();
+  int before = 0, tot = 0;
+  for (int k = 0; k < (int)(blockDim.x >> 5); k++)
+    before += k < wid ? warp_cnt[k] : 0, tot += warp_cnt[k];
+  __syncthreads();
+  *total = tot;
+  return before + __popc(b & ((1u << lane) - 1u));
+}
+
 /* ---- decide ---------------------------------------------------------------------------------- */
 
 /* Windows of slot s aged (routing candidates, sink included) at its current length. */
@@ -191,53 +208,109 @@ __device__ void kcr_full_costs(const kc_route_t &r, int layer, int slot, const i
   __syncthreads();
 }
 
-/* Thread 0: kv_route_decide's greedy fill over the sorted candidates (FULL costs fc from
- * kcr_full_costs); tiers into tier[]. */
+/* Warp 0: kv_route_decide's greedy fill over the sorted candidates (FULL costs fc from
+ * kcr_full_costs, -1 where a candidate may not be FULL); tiers into tier[]. FULL: a candidate is
+ * taken when it fits after every one taken before it; a chunk of 32 candidates at a time, each
+ * round taking the pending lanes before the first that overflows (prefix sums) and rejecting it,
+ * until nothing can fit (every FULL cost is at least page + meta bytes). QUANT: the first
+ * (B_hist - FULL bytes) / (ledger + meta) candidates that are not FULL. */
 __device__ void kcr_fill(const kc_route_t &r, const int32_t *fc, int n, int64_t b_hist,
                          int8_t *tier) {
-  const int64_t L = (int64_t)r.lay.total, M = (int64_t)r.meta_bytes;
+  const int lane = threadIdx.x & 31;
+  const int64_t LM = (int64_t)r.lay.total + (int64_t)r.meta_bytes;
+  const int64_t lo = (int64_t)(r.page_bytes + r.meta_bytes);
   const int64_t full_cap = r.use_int2 ? (int64_t)((1.0 - (double)r.q) * (double)b_hist) : b_hist;
-  int64_t full_used = 0, q_used = 0;
-  for (int k = 0; k < n; k++) {
-    tier[k] = KCR_EVICTED;
-    if (fc[k] >= 0 && full_used + fc[k] <= full_cap) full_used += fc[k], tier[k] = KCR_FULL;
+  int64_t used = 0;
+  bool open = full_cap >= lo; /* (warp-uniform) */
+  for (int k0 = 0; k0 < n; k0 += 32) {
+    const int k = k0 + lane;
+    const int64_t c = k < n ? fc[k] : -1;
+    uint32_t pend = open ? __ballot_sync(0xffffffffu, c >= 0) : 0u, full = 0u;
+    while (pend) {
+      int64_t pre = pend >> lane & 1 ? c : 0;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t t = __shfl_up_sync(0xffffffffu, pre, o);
+        if (lane >= o) pre += t;
+      }
+      const uint32_t bad = pend & __ballot_sync(0xffffffffu, used + pre > full_cap);
+      const uint32_t first = bad & (0u - bad), take = bad ? pend & (first - 1u) : pend;
+      if (take) used += __shfl_sync(0xffffffffu, pre, 31 - __clz(take));
+      full |= take, pend &= ~(take | first);
+      if (full_cap - used < lo) open = false, pend = 0u;
+    }
+    if (k < n) tier[k] = full >> lane & 1 ? KCR_FULL : KCR_EVICTED;
   }
-  const int64_t q_cap = b_hist - full_used;
-  for (int k = 0; r.use_int2 && k < n; k++)
-    if (tier[k] != KCR_FULL && q_used + L + M <= q_cap) q_used += L + M, tier[k] = KCR_QUANT;
+  __syncwarp();
+  const int64_t q_cap = b_hist - used;
+  const int64_t K = !r.use_int2 || q_cap < 0 ? 0 : LM > 0 ? q_cap / LM : (int64_t)n;
+  int64_t before = 0;
+  for (int k0 = 0; k0 < n && before < K; k0 += 32) {
+    const int k = k0 + lane;
+    const bool nf = k < n && tier[k] != KCR_FULL;
+    const uint32_t b = __ballot_sync(0xffffffffu, nf);
+    if (nf && before + __popc(b & ((1u << lane) - 1u)) < K) tier[k] = KCR_QUANT;
+    before += __popc(b);
+  }
 }
 
-__global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P) {
+/* The decision's ranking of key[P], idx[P] (P a power of two): score descending, window ascending
+ * on ties. IT > 0 (P = KCR_NT IT): a stable block radix sort of the pairs, gathered in window
+ * order (so ties keep it; -0 was made +0); IT 0: the bitonic kc_sort_pairs. Ends with a barrier. */
+template <int IT> __device__ void kcr_sort(float *key, int *idx, int P) {
+  if constexpr (IT == 0) {
+    kc_sort_pairs(key, idx, P);
+  } else {
+    using S = cub::BlockRadixSort<float, KCR_NT, IT, int>;
+    __shared__ typename S::TempStorage ts;
+    float k[IT];
+    int v[IT];
+    const int t = threadIdx.x;
+    for (int i = 0; i < IT; i++) k[i] = key[t * IT + i], v[i] = idx[t * IT + i]; /* blocked */
+    S(ts).SortDescendingBlockedToStriped(k, v);
+    __syncthreads(); /* every thread has read its keys */
+    for (int i = 0; i < IT; i++) key[i * KCR_NT + t] = k[i], idx[i * KCR_NT + t] = v[i];
+    __syncthreads();
+  }
+}
+
+template <int IT> __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P) {
   extern __shared__ __align__(16) uint8_t kcr_sm[];
   float *key = (float *)kcr_sm;
   int *idx = (int *)(key + P);
   int8_t *tier = (int8_t *)(idx + P);
-  __shared__ int n_c;
+  __shared__ int cnt[KCR_NT / 32];
   __shared__ int64_t red[32];
   const int s = c.slots[blockIdx.x], l = c.layer0 + blockIdx.y, j = l * r.max_seqs + s;
   const int A = kcr_aged_now(r, c, s);
   __shared__ int go;
   if (threadIdx.x == 0) { /* one thread reads and writes aged: every thread sees one answer */
     go = c.force || A > r.aged[j];
-    r.routed[j] = go, n_c = 0;
+    r.routed[j] = go;
     if (go) r.aged[j] = A;
   }
   __syncthreads();
   if (!go) return;
   int64_t full = 0;
-  int quant = 0;
-  for (int w = r.sink_win + threadIdx.x; w < A; w += blockDim.x) {
-    const int64_t i = kcr_idx(r, l, s, w);
-    const kern_pwin_t d = r.win[i];
-    if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
-    const int k = atomicAdd(&n_c, 1);
+  int quant = 0, n = 0;
+  for (int w0 = r.sink_win; w0 < A; w0 += KCR_NT) { /* the candidates in window order */
+    const int w = w0 + threadIdx.x;
+    const int64_t i = w < A ? kcr_idx(r, l, s, w) : 0;
+    kern_pwin_t d = {};
+    if (w < A) d = r.win[i];
+    const bool f = w < A && d.n_tok > 0 && d.tier != KERN_PW_EVICTED;
+    int tot = 0;
+    const int k = n + kcr_block_rank(f, cnt, &tot);
+    n += tot;
+    if (!f) continue;
     const float sc = r.recency ? (float)w : r.gkv.on ? r.gkv.gscore[i] : r.score[i];
-    if (k < P) key[k] = sc == sc ? sc : -__int_as_float(0x7f800000), idx[k] = w; /* NaN: last */
+    /* NaN last; -0 as +0 (the radix sort would put it after +0) */
+    const float ks = sc != sc ? -__int_as_float(0x7f800000) : sc == 0.0f ? 0.0f : sc;
+    if (k < P) key[k] = ks, idx[k] = w;
     full += kcr_full_cost(r, i);
     quant |= d.tier == KERN_PW_QUANT;
   }
   full = kcr_block_sum(full, red);
-  const int anyq = __syncthreads_or(quant), n = n_c;
+  const int anyq = __syncthreads_or(quant);
   if (n > P) {
     if (threadIdx.x == 0) atomicOr(r.err_flag, 4), r.routed[j] = 0;
     return;
@@ -250,31 +323,16 @@ __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P)
   for (int k = n + threadIdx.x; k < P; k += blockDim.x)
     key[k] = -__int_as_float(0x7f800000), idx[k] = 0x7fffffff;
   __syncthreads();
-  kc_sort_pairs(key, idx, P);
+  kcr_sort<IT>(key, idx, P);
   int32_t *fc = (int32_t *)key; /* the sorted keys are not read again */
   kcr_full_costs(r, l, s, idx, n, fc);
-  if (threadIdx.x == 0) kcr_fill(r, fc, n, b_hist, tier);
+  if (threadIdx.x < 32) kcr_fill(r, fc, n, b_hist, tier);
   __syncthreads();
   for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = tier[k];
 }
 
 /* ---- GraphKV re-scoring ------------------------------------------------------------------------
  */
-
-/* Block-wide ordered compaction: the rank of this thread's flag among the block's set flags
- * (thread order) and, in *total, how many are set. Every thread calls it. */
-__device__ int kcr_block_rank(bool f, int *warp_cnt, int *total) {
-  const unsigned b = __ballot_sync(0xffffffffu, f);
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  if (lane == 0) warp_cnt[wid] = __popc(b);
-  __syncthreads();
-  int before = 0, tot = 0;
-  for (int k = 0; k < (int)(blockDim.x >> 5); k++)
-    before += k < wid ? warp_cnt[k] : 0, tot += warp_cnt[k];
-  __syncthreads();
-  *total = tot;
-  return before + __popc(b & ((1u << lane) - 1u));
-}
 
 /* GraphKV's "slots being filled": the windows B_hist holds at (1 - q) FULL and q QUANT (at most n;
  * cache/kv_tiered_route.c's budget_slots). */
@@ -513,6 +571,21 @@ __global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph,
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
+typedef void (*kcr_decide_fn)(kc_route_t, kc_route_call_t, int);
+
+/* The decide kernel for P candidates: the radix sort's up to 8,192 (KCR_NT 32), else bitonic. */
+static kcr_decide_fn kcr_decide_of(int P) {
+  switch (P) {
+  case KCR_NT: return kcr_decide_k<1>;
+  case 2 * KCR_NT: return kcr_decide_k<2>;
+  case 4 * KCR_NT: return kcr_decide_k<4>;
+  case 8 * KCR_NT: return kcr_decide_k<8>;
+  case 16 * KCR_NT: return kcr_decide_k<16>;
+  case 32 * KCR_NT: return kcr_decide_k<32>;
+  default: return kcr_decide_k<0>;
+  }
+}
+
 static int kcr_pow2(int n) {
   int p = 1;
   while (p < n) p <<= 1;
@@ -526,8 +599,15 @@ extern "C" size_t kc_route_gkv_bytes(int max_seqs, int max_win, int row, int chu
   return e * per + groups * 2 * sizeof(int32_t);
 }
 
-extern "C" size_t kc_route_smem(int max_win) {
+/* Candidates a decide block ranks: max_win rounded up to a power of two, at least KCR_NT (one
+ * key a thread for the radix sort). */
+static int kcr_sort_p(int max_win) {
   const int P = kcr_pow2(max_win > 1 ? max_win : 1);
+  return P > KCR_NT ? P : KCR_NT;
+}
+
+extern "C" size_t kc_route_smem(int max_win) {
+  const int P = kcr_sort_p(max_win);
   return (size_t)P * (sizeof(float) + sizeof(int) + 1);
 }
 
@@ -630,12 +710,13 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
                    r->n_units);
   if (!c->n_slots) return 0;
   cudaStream_t st = (cudaStream_t)stream;
-  const int P = kcr_pow2(r->max_win);
+  const int P = kcr_sort_p(r->max_win);
   if (P > KCR_MAX_P)
     return qe_errf(QE_EUNSUPPORTED, "kc_route: %d windows per sequence (at most %d)", r->max_win,
                    KCR_MAX_P);
   const size_t smem = kc_route_smem(r->max_win);
-  if (KCR_CUDA(cudaFuncSetAttribute(kcr_decide_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const kcr_decide_fn decide = kcr_decide_of(P);
+  if (KCR_CUDA(cudaFuncSetAttribute(decide, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem)))
     return QE_EBACKEND;
   const dim3 grid((unsigned)c->n_slots, (unsigned)c->n_layers);
@@ -648,7 +729,7 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
     const int rc = kcr_gkv(r, c, qa, st);
     if (rc) return rc;
   }
-  kcr_decide_k<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
+  decide<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
   if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)) ||
       KCR_CUDA(cudaMemsetAsync(r->led_need, 0, sizeof(int32_t), st)))
     return QE_EBACKEND;

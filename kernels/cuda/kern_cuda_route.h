@@ -154,7 +154,8 @@ int kc_route_run(const kc_route_t *r, const kc_route_call_t *c, const kc_quant_a
  * max_win floats). */
 size_t kc_route_gkv_bytes(int max_seqs, int max_win, int row, int chunk);
 
-/* Dynamic shared memory the decide kernel needs for up to max_cand candidates (pow2 padded). */
+/* Dynamic shared memory the decide kernel needs for max_win candidates (padded to a power of two,
+ * at least 256). */
 size_t kc_route_smem(int max_win);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 /* kern_cuda_sort: a block-wide bitonic sort of (key, index) pairs in shared memory, by key
  * descending and index ascending on ties (a strict total order for non-NaN keys): the ranking
- * of the routing decision (kern_cuda_route) and of GraphKV's sources (kern_cuda_graphkv). Device
- * code only; every thread of the block must call it. */
+ * of GraphKV's sources (kern_cuda_graphkv) and of the routing decision past 8,192 candidates
+ * (kern_cuda_route; below, a block radix sort). Device code only; every thread of the block must
+ * call it. */
 #ifndef QE_KERN_CUDA_SORT_CUH
 #define QE_KERN_CUDA_SORT_CUH
 
