@@ -61,7 +61,7 @@ struct model {
   model_layer_t *layers;
   model_scratch_t s;
   int max_batch;
-  int out_rows; /* rows of logits per output-layer call (the logits scratch) */
+  int out_rows;        /* rows of logits per output-layer call (the logits scratch) */
   size_t weight_bytes; /* backend bytes of every weight and vector above */
   int graphs_on;       /* decode steps as recorded graphs where the backend has them */
   model_graphs_t *gr;  /* their state (NULL until the first one) */

@@ -175,7 +175,7 @@ model_t *model__new(const model_load_opts_t *o) {
   m->be = o->be;
   m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
   m->out_rows = o->out_rows > 0 ? o->out_rows : 0; /* (0: sized with the vocabulary) */
-  const char *gv = getenv("QE_CUDA_GRAPHS"); /* "0": every step eager */
+  const char *gv = getenv("QE_CUDA_GRAPHS");       /* "0": every step eager */
   m->graphs_on = !(gv && !strcmp(gv, "0"));
   return m;
 }
@@ -411,8 +411,7 @@ int model__alloc_scratch(model_t *m) {
   s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   s->gate = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
-  s->logits =
-      m->sh.rank == 0 ? scratch_alloc(m, (size_t)m->out_rows * m->hp.n_vocab, &rc) : NULL;
+  s->logits = m->sh.rank == 0 ? scratch_alloc(m, (size_t)m->out_rows * m->hp.n_vocab, &rc) : NULL;
   s->ids = scratch_alloc(m, B, &rc);
   s->pos = scratch_alloc(m, B, &rc);
   s->host_tmp = malloc(sizeof(float) * B * E);

@@ -51,8 +51,8 @@ typedef struct {
   kv_cache_t *kv;
 } rrig_t;
 
-static int rrig_open_rows(rrig_t *r, const model_hparams_t *hp, uint64_t seed, int rank,
-                          int size, int out_rows) {
+static int rrig_open_rows(rrig_t *r, const model_hparams_t *hp, uint64_t seed, int rank, int size,
+                          int out_rows) {
   memset(r, 0, sizeof *r);
   int rc = kern_cpu_create(1, &r->be);
   model_load_opts_t o = {r->be, rank, size, 32, out_rows};
