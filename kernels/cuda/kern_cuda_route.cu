@@ -17,6 +17,8 @@ extern "C" {
 #define KCR_NT      256
 #define KCR_MAX_P   16384 /* candidates one decide block sorts (pow2) */
 #define KCR_NEWLED  0x10  /* plan flag: the window took a new ledger (first quantization) */
+#define KCR_MOVE    0x20  /* plan flag: the planned tier is not the window's tier (the phases
+                             read the descriptors of these windows only) */
 #define KCR_ROUNDS  3     /* rounds of the ledger and demote phases per routing pass */
 #define KCR_TIER(p) ((p)&0x0f)
 
@@ -273,6 +275,12 @@ template <int IT> __device__ void kcr_sort(float *key, int *idx, int P) {
   }
 }
 
+/* Candidate i's planned tier t, flagged KCR_MOVE when it is not the window's tier now. */
+__device__ __forceinline__ void kcr_plan(const kc_route_t &r, int64_t i, int t) {
+  const int cur = r.win[i].tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT; /* (a candidate) */
+  r.plan[i] = (int8_t)(t | (t != cur ? KCR_MOVE : 0));
+}
+
 template <int IT> __global__ void kcr_decide_k(const kc_route_t r, const kc_route_call_t c, int P) {
   extern __shared__ __align__(16) uint8_t kcr_sm[];
   float *key = (float *)kcr_sm;
@@ -317,7 +325,8 @@ template <int IT> __global__ void kcr_decide_k(const kc_route_t r, const kc_rout
   }
   const int64_t b_hist = c.b_hist[j];
   if (kcr_relaxed(r, full, anyq, b_hist)) { /* no pressure: all FULL */
-    for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = KCR_FULL;
+    for (int k = threadIdx.x; k < n; k += blockDim.x)
+      kcr_plan(r, kcr_idx(r, l, s, idx[k]), KCR_FULL);
     return;
   }
   for (int k = n + threadIdx.x; k < P; k += blockDim.x)
@@ -328,7 +337,7 @@ template <int IT> __global__ void kcr_decide_k(const kc_route_t r, const kc_rout
   kcr_full_costs(r, l, s, idx, n, fc);
   if (threadIdx.x < 32) kcr_fill(r, fc, n, b_hist, tier);
   __syncthreads();
-  for (int k = threadIdx.x; k < n; k += blockDim.x) r.plan[kcr_idx(r, l, s, idx[k])] = tier[k];
+  for (int k = threadIdx.x; k < n; k += blockDim.x) kcr_plan(r, kcr_idx(r, l, s, idx[k]), tier[k]);
 }
 
 /* ---- GraphKV re-scoring ------------------------------------------------------------------------
@@ -436,11 +445,11 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int last, int j, int64_t i
     const int led = k < r.job_cap ? kcr_pop_ledger(r, last) : -1;
     if (k >= r.job_cap) atomicOr(r.err_flag, 8);
     if (led < 0) { /* no ledger: the next round, or (last) the demotion becomes an eviction */
-      if (last) r.plan[i] = KCR_EVICTED;
+      if (last) r.plan[i] = KCR_EVICTED | KCR_MOVE;
       if (k < r.job_cap) r.qjobs[k] = kc_quant_job_t{};
       return;
     }
-    r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_NEWLED;
+    r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_NEWLED | KCR_MOVE;
     r.qjobs[k] = kcr_job(r, r.page[i], led, w, d.n_tok);
     atomicAdd(&st->quantizations, 1);
   } else if (ph == KCR_PH_DEMOTE && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
@@ -459,7 +468,7 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int last, int j, int64_t i
     const int k = pg < 0 ? 0 : atomicAdd(r.n_djobs, 1);
     if (pg >= 0 && k >= r.job_cap) atomicOr(r.err_flag, 8); /* not with job_cap >= n_units */
     if (pg < 0 || k >= r.job_cap) { /* no page (or no job): stays INT2 */
-      r.plan[i] = KCR_QUANT;
+      r.plan[i] = KCR_QUANT | KCR_MOVE; /* (COMMIT clears it) */
       return;
     }
     r.page[i] = pg;
@@ -557,10 +566,13 @@ __global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph,
   if (!r.routed[j]) return;
   for (int w = r.sink_win + threadIdx.x; w < r.aged[j]; w += blockDim.x) {
     const int64_t i = kcr_idx(r, l, s, w);
+    const int pl = r.plan[i];
+    if (!(pl & KCR_MOVE)) continue; /* (its descriptor is not read) */
     const kern_pwin_t d = r.win[i];
-    if (d.n_tok <= 0 || d.tier == KERN_PW_EVICTED) continue;
-    const int cur = d.tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT, nt = KCR_TIER(r.plan[i]);
-    if (nt != cur) kcr_step(r, ph, last, j, i, w, d, cur, nt);
+    if (d.n_tok > 0 && d.tier != KERN_PW_EVICTED) {
+      const int cur = d.tier == KERN_PW_FULL ? KCR_FULL : KCR_QUANT, nt = KCR_TIER(pl);
+      if (nt != cur) kcr_step(r, ph, last, j, i, w, d, cur, nt);
+    }
     if (ph == KCR_PH_COMMIT) r.plan[i] = 0;
   }
   if (ph == KCR_PH_COMMIT) {
