@@ -12,6 +12,7 @@ extern "C" {
 }
 #include "kern_cuda_graphkv.h"
 #include "kern_cuda_route.h"
+#include "kern_cuda_route_fill.cuh"
 #include "kern_cuda_sort.cuh"
 
 #define KCR_NT      256
@@ -22,7 +23,6 @@ extern "C" {
 #define KCR_ROUNDS  3     /* rounds of the ledger and demote phases per routing pass */
 #define KCR_TIER(p) ((p)&0x0f)
 
-enum { KCR_FULL = 0, KCR_QUANT = 1, KCR_EVICTED = 2 }; /* kv_route.h's KV_TIER_* */
 
 static int kcr_cuda_at(cudaError_t e, const char *what, const char *file, int line) {
   if (e == cudaSuccess) return 0;
@@ -208,51 +208,6 @@ __device__ void kcr_full_costs(const kc_route_t &r, int layer, int slot, const i
     fc[k] = (int32_t)kcr_full_cost(r, i); /* a window's bytes: well under 2^31 */
   }
   __syncthreads();
-}
-
-/* Warp 0: kv_route_decide's greedy fill over the sorted candidates (FULL costs fc from
- * kcr_full_costs, -1 where a candidate may not be FULL); tiers into tier[]. FULL: a candidate is
- * taken when it fits after every one taken before it; a chunk of 32 candidates at a time, each
- * round taking the pending lanes before the first that overflows (prefix sums) and rejecting it,
- * until nothing can fit (every FULL cost is at least page + meta bytes). QUANT: the first
- * (B_hist - FULL bytes) / (ledger + meta) candidates that are not FULL. */
-__device__ void kcr_fill(const kc_route_t &r, const int32_t *fc, int n, int64_t b_hist,
-                         int8_t *tier) {
-  const int lane = threadIdx.x & 31;
-  const int64_t LM = (int64_t)r.lay.total + (int64_t)r.meta_bytes;
-  const int64_t lo = (int64_t)(r.page_bytes + r.meta_bytes);
-  const int64_t full_cap = r.use_int2 ? (int64_t)((1.0 - (double)r.q) * (double)b_hist) : b_hist;
-  int64_t used = 0;
-  bool open = full_cap >= lo; /* (warp-uniform) */
-  for (int k0 = 0; k0 < n; k0 += 32) {
-    const int k = k0 + lane;
-    const int64_t c = k < n ? fc[k] : -1;
-    uint32_t pend = open ? __ballot_sync(0xffffffffu, c >= 0) : 0u, full = 0u;
-    while (pend) {
-      int64_t pre = pend >> lane & 1 ? c : 0;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t t = __shfl_up_sync(0xffffffffu, pre, o);
-        if (lane >= o) pre += t;
-      }
-      const uint32_t bad = pend & __ballot_sync(0xffffffffu, used + pre > full_cap);
-      const uint32_t first = bad & (0u - bad), take = bad ? pend & (first - 1u) : pend;
-      if (take) used += __shfl_sync(0xffffffffu, pre, 31 - __clz(take));
-      full |= take, pend &= ~(take | first);
-      if (full_cap - used < lo) open = false, pend = 0u;
-    }
-    if (k < n) tier[k] = full >> lane & 1 ? KCR_FULL : KCR_EVICTED;
-  }
-  __syncwarp();
-  const int64_t q_cap = b_hist - used;
-  const int64_t K = !r.use_int2 || q_cap < 0 ? 0 : LM > 0 ? q_cap / LM : (int64_t)n;
-  int64_t before = 0;
-  for (int k0 = 0; k0 < n && before < K; k0 += 32) {
-    const int k = k0 + lane;
-    const bool nf = k < n && tier[k] != KCR_FULL;
-    const uint32_t b = __ballot_sync(0xffffffffu, nf);
-    if (nf && before + __popc(b & ((1u << lane) - 1u)) < K) tier[k] = KCR_QUANT;
-    before += __popc(b);
-  }
 }
 
 /* The decision's ranking of key[P], idx[P] (P a power of two): score descending, window ascending
