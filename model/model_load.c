@@ -391,9 +391,11 @@ static void *scratch_alloc(model_t *m, size_t floats, int *rc) {
 /* Rows of the logits scratch: the load options' count, or MODEL_OUT_BYTES of logits (at least
  * MODEL_OUT_MIN rows); never more than a forward call has. */
 static int out_rows_of(const model_t *m) {
-  size_t r = m->out_rows;
-  if (!r) r = MODEL_OUT_BYTES / (sizeof(float) * (size_t)m->hp.n_vocab);
-  if (!m->out_rows && r < MODEL_OUT_MIN) r = MODEL_OUT_MIN;
+  size_t r = m->out_rows; /* (the options' count here; 0: automatic) */
+  if (!r) {
+    r = MODEL_OUT_BYTES / (sizeof(float) * (size_t)m->hp.n_vocab);
+    r = r > MODEL_OUT_MIN ? r : MODEL_OUT_MIN;
+  }
   return r < (size_t)m->max_batch ? (int)r : m->max_batch;
 }
 

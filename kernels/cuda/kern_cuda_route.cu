@@ -195,8 +195,8 @@ __device__ int64_t kcr_block_sum(int64_t v, int64_t *sh) {
 }
 
 /* Every thread: the FULL cost of sorted candidate k into fc[k] (its kept ledger included), or
- * -1 where it may not be FULL; read from global memory in parallel so that kcr_fill's serial
- * scan touches shared memory only (one thread's dependent global reads over ~2,300 candidates
+ * -1 where it may not be FULL; read from global memory in parallel so that kcr_fill's warp
+ * touches shared memory only (one thread's dependent global reads over ~2,300 candidates
  * took 18 ms a pass at 122 slots of 32K tokens, H200 2026-12-03). Syncs after. */
 __device__ void kcr_full_costs(const kc_route_t &r, int layer, int slot, const int *idx, int n,
                                int32_t *fc) {
