@@ -331,3 +331,63 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   if ((a->flags & KC_ATTN_SKIP_COMBINE) || (w.n_chunk == 1 && (!a->mass || a->tickets))) return 0;
   return kca_launch_combine(a, &p, s);
 }
+
+#if KCA_TRACE
+#include <algorithm>
+#include <vector>
+
+/* Diagnostics builds (-DKCA_TRACE=1): clears kca_trace before a traced call. */
+int kc_attn_trace_reset(void) {
+  void *t = nullptr;
+  if (KCA_CUDA(cudaGetSymbolAddress(&t, kca_trace))) return QE_EBACKEND;
+  return KCA_CUDA(cudaMemset(t, 0, sizeof kca_trace));
+}
+
+/* Prints one JSON line of the traced call's block timeline (us; means over its blocks): the
+ * span of the launch, a block's time, its list, its warps' first compute (the earliest and the
+ * latest warp), their walk ends, and the block's end after its last walk (the epilogue). */
+int kc_attn_trace_report(const char *name) {
+  static unsigned long long h[KCA_TR_MAX * KCA_TR_N];
+  int dev = 0, khz = 0;
+  if (KCA_CUDA(cudaMemcpyFromSymbol(h, kca_trace, sizeof h)) || KCA_CUDA(cudaGetDevice(&dev)) ||
+      KCA_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev)))
+    return QE_EBACKEND;
+  const double cyc = khz / 1e3; /* cycles a microsecond */
+  double n = 0, dur = 0, lst = 0, f0 = 0, f1 = 0, e0 = 0, e1 = 0, epi = 0, ld = 0, sc = 0, gd = 0;
+  std::vector<double> ends;
+  unsigned long long g0 = ~0ull, g1 = 0, gs1 = 0;
+  for (int k = 0; k < KCA_TR_MAX; k++) {
+    const unsigned long long *r = h + (size_t)k * KCA_TR_N;
+    if (!r[0] || !r[4]) continue;
+    double a = 1e30, b = 0, c = 1e30, d = 0;
+    for (int w = 0; w < KCA_NW; w++) {
+      const unsigned long long f = r[9 + w], e = r[9 + KCA_NW + w];
+      if (f) a = fmin(a, (double)(f - r[2])), b = fmax(b, (double)(f - r[2]));
+      if (e) c = fmin(c, (double)(e - r[2])), d = fmax(d, (double)(e - r[2]));
+    }
+    n++, dur += (double)(r[4] - r[2]), lst += (double)(r[3] - r[2]);
+    f0 += a < 1e30 ? a : 0, f1 += b, e0 += c < 1e30 ? c : 0, e1 += d;
+    epi += (double)(r[4] - r[2]) - d, gd += (double)(r[5] - r[0]);
+    ld += r[6] > r[2] ? (double)(r[6] - r[2]) : 0, sc += r[7] > r[2] ? (double)(r[7] - r[2]) : 0;
+    g0 = r[0] < g0 ? r[0] : g0, g1 = r[5] > g1 ? r[5] : g1, gs1 = r[0] > gs1 ? r[0] : gs1;
+  }
+  if (n == 0) return qe_errf(QE_EBACKEND, "kca_trace: no block stamped");
+  for (int k = 0; k < KCA_TR_MAX; k++) {
+    const unsigned long long *r = h + (size_t)k * KCA_TR_N;
+    if (!r[0] || !r[4]) continue;
+    ends.push_back((double)(r[5] - g0) / 1e3);
+    if (getenv("KCA_TRACE_BLOCKS")) /* block, SM, start and end ns, cycles, FULL, QUANT */
+      printf("tr %s %d %llu %llu %llu %llu %llu %llu\n", name, k, r[1] & 0xffffffffull, r[0] - g0,
+             r[5] - g0, r[4] - r[2], r[8] & 0xffffffffull, r[8] >> 32);
+  }
+  std::sort(ends.begin(), ends.end());
+  const double u = n * cyc, q50 = ends[ends.size() / 2], q90 = ends[ends.size() * 9 / 10];
+  printf("{\"trace\": \"%s\", \"blocks\": %.0f, \"span_us\": %.2f, \"start_spread_us\": %.2f, "
+         "\"block_us\": %.2f, \"block_gt_us\": %.2f, \"end_us_p50_p90_max\": [%.2f, %.2f, %.2f], "
+         "\"list_us\": [%.2f, %.2f, %.2f], \"first_compute_us\": [%.2f, %.2f], "
+         "\"walk_end_us\": [%.2f, %.2f], \"after_walks_us\": %.2f}\n",
+         name, n, (g1 - g0) / 1e3, (gs1 - g0) / 1e3, dur / u, gd / n / 1e3, q50, q90, ends.back(),
+         ld / u, sc / u, lst / u, f0 / u, f1 / u, e0 / u, e1 / u, epi / u);
+  return 0;
+}
+#endif

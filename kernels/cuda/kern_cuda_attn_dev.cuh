@@ -88,6 +88,9 @@
 #ifndef KCA_CPRE /* the combine loads its windows' rows before the heads' log-sum-exps */
 #define KCA_CPRE 1
 #endif
+#ifndef KCA_COUT /* outputs a combine thread merges, at most (each one a chain of dependent loads) */
+#define KCA_COUT 1
+#endif
 #ifndef KCA_LSEG
 #define KCA_LSEG 4096 /* windows listed at a time (a longer chunk is walked in segments) */
 #endif
@@ -502,6 +505,30 @@ KCA_FN void kca_sincos_fast(float x, float *s, float *c) {
   *s = sinf(r);
   *c = cosf(r);
 }
+#endif
+
+/* KCA_TRACE (diagnostics builds only): each chunk block stamps its SM clock at its start, when
+ * its (first) list is built, each warp's first compute and walk end, and its end, plus the
+ * global timer at its start and end, into kca_trace (kc_attn_trace_report reads them). */
+#ifndef KCA_TRACE
+#define KCA_TRACE 0
+#endif
+#define KCA_TR_N   (9 + 2 * KCA_NW) /* stamps a block: 0 start ns, 1 SM, 2 start, 3 list, 4 end, */
+#define KCA_TR_MAX 65536 /* 5 end ns, 6 and 7: the list's tiers loaded and its scan done, 8: its
+                            FULL and QUANT counts, 9 + w: warp w's first compute, 9 + KCA_NW + w:
+                            its walk end */
+#if KCA_TRACE && !defined(KCA_EMU)
+static __device__ unsigned long long kca_trace[KCA_TR_MAX * KCA_TR_N];
+KCA_FN void kca_tr(int slot, unsigned long long x = 0) {
+  const unsigned blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned long long v = clock64();
+  if (slot == 0 || slot == 5) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+  if (slot == 1) asm volatile("mov.u32 %0, %%smid;" : "=r"(*(unsigned *)&v));
+  if (slot == 8) v = x;
+  if (blk < KCA_TR_MAX) kca_trace[(size_t)blk * KCA_TR_N + slot] = v;
+}
+#else
+#define kca_tr(...) ((void)0)
 #endif
 
 /* ---------------------------------------------------------------- small helpers */
@@ -1443,8 +1470,10 @@ KCA_FN void kca_list_build(const kca_params_t &p, kca_lst_t *ls, int s0, int s1,
     if (lane == 0 && q < ng) ls->mf[q] = f, ls->mq[q] = u;
   }
   kca_syncthreads();
+  if (KCA_TRACE && tid == 0) kca_tr(6);
   if (warp == 0) kca_list_scan(ls, ng, lane);
   kca_syncthreads();
+  if (KCA_TRACE && tid == 0) kca_tr(7), kca_tr(8, ls->nf | (unsigned long long)ls->nq << 32);
   const uint32_t lt = (1u << lane) - 1u;
   for (int q = warp; q < ng; q += KCA_NW) {
     const uint32_t f = ls->mf[q], u = ls->mq[q], pr = ls->pre[q];
@@ -2384,6 +2413,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
     if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
     kca_cp_wait1();
     kca_syncwarp();
+    if (KCA_TRACE && ord == 0 && lane == 0) kca_tr(9 + warp);
     bool done = false;
     if constexpr (G4) {
       if (kca_is_quad(tc))
@@ -2422,6 +2452,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   if (c_beg >= w_end && (chunk > 0 || !alone)) return; /* past the sequence's chunks */
   const int c_end = kca_mini(c_beg + cw, w_end);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+  if (KCA_TRACE && tid == 0) kca_tr(0), kca_tr(1), kca_tr(2);
   kca_st_t<HD, BITS> st;
   if (!KCA_QLATE) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c);
   KCA_UNROLL
@@ -2441,6 +2472,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     kca_lst_t *ls = (kca_lst_t *)(smem + Ly::lst);
     for (int s0 = c_beg; s0 < c_end; s0 += KCA_LSEG) {
       kca_list_build(p, ls, s0, kca_mini(s0 + KCA_LSEG, c_end), tid);
+      if (KCA_TRACE && tid == 0 && s0 == c_beg) kca_tr(3);
       kca_list_live(ls, s0, warp, kca_qd<HD, BITS, ROT, PK>::v, L);
       kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
     }
@@ -2449,10 +2481,13 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     L.nk = (n_units > warp ? (n_units - warp + KCA_NW - 1) / KCA_NW : 0) * PK;
     L.kbase = -64, L.mask = L.qmask = 0, L.c_end = c_end;
     L.wbase = kca_pin(c_beg + PK * warp);
+    if (KCA_TRACE && tid == 0) kca_tr(3);
     kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
   }
+  if (KCA_TRACE && lane == 0) kca_tr(9 + KCA_NW + warp);
   const kca_ml_t *ml = kca_epilogue<HD, BITS, G4>(p, smem, st, b, chunk, kvh, tid, alone);
   if (alone && p.mass) kca_alone_masses(p, ml, b, kvh, tid, (int *)(smem + Ly::flag));
+  if (KCA_TRACE && tid == 0) kca_tr(4), kca_tr(5);
 }
 
 /* Dynamic shared memory of the chunk kernel <HD, BITS, ROT, PK>. */
@@ -2705,12 +2740,13 @@ static inline int kca_rot_kind(const kc_attn_args_t *a) {
   return a->abs_keys ? KCA_ROT_ABS : a->rope.mode == KERN_ROPE_NEOX ? KCA_ROT_NEOX : KCA_ROT_NORM;
 }
 
-/* Blocks of the combine kernel per sequence: about 4 outputs per thread, and with masses 32
- * windows per block (a thread per window; a window's loads are a chain: with 4 parts of 8 warps
- * a sequence of 4,096 windows took ~110 us on the H200, longer than its chunk kernel's 0.2 ms
- * would suggest). */
+/* Blocks of the combine kernel per sequence: at most KCA_COUT outputs a thread (each output is a
+ * chain of dependent loads, and a thread's outputs run in turn), and with masses KCA_CT windows a
+ * block (32 past 32 heads: a thread per window, its loads a chain; with 4 parts of 8 warps a
+ * sequence of 4,096 windows once took ~110 us on the H200). */
 static inline int kca_combine_parts(const kc_attn_args_t *a) {
-  const int out_parts = (a->n_head * a->geom.head_dim + 4 * KCA_CT - 1) / (4 * KCA_CT);
+  const int per = KCA_COUT * KCA_CT; /* outputs a block */
+  const int out_parts = (a->n_head * a->geom.head_dim + per - 1) / per;
   const int wpp = a->n_head <= 32 ? KCA_CT : KCA_CT / 8; /* windows a part */
   const int mass_parts = a->mass ? (a->max_win + wpp - 1) / wpp : 1;
   const int parts = out_parts > mass_parts ? out_parts : mass_parts;

@@ -930,6 +930,24 @@ static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways,
 }
 
 /* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
+#if KCA_TRACE
+int kc_attn_trace_reset(void);
+int kc_attn_trace_report(const char *name);
+
+/* Diagnostics builds: one traced call of a (after a warm one), and (nomass) one without masses. */
+static void bench_trace(const char *name, kc_attn_args_t a, uint8_t **arenas, bool nomass) {
+  for (int m = 0; m < (nomass ? 2 : 1); m++) {
+    if (m) a.mass = nullptr;
+    a.arena = arenas[0];
+    CKQ(kc_attn_decode(&a, nullptr));
+    CKQ(kc_attn_trace_reset());
+    CKQ(kc_attn_decode(&a, nullptr));
+    CK(cudaDeviceSynchronize());
+    CKQ(kc_attn_trace_report(m ? (std::string(name) + "_no_masses").c_str() : name));
+  }
+}
+#endif
+
 static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
                           double copy_gbps, double copy_gpu, double full_ms, double full_gpu,
                           int hot, int abs_keys) {
@@ -973,14 +991,28 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   Result best = {name, 1e30, bytes, 0};
   /* the automatic chunking, then 1, 2, 3, 4, 6 and 8 chunks a sequence (chunks a multiple of
      4 windows, so every unit of kca_pk fits whole) */
-  const int n_ch[] = {0, 1, 2, 3, 4, 6, 8};
-  for (int v = 0; v < (g_opt.pipes ? 0 : (int)(sizeof n_ch / sizeof n_ch[0])); v++) {
+  std::vector<int> n_ch = {0, 1, 2, 3, 4, 6, 8};
+  if (const char *e = getenv("ATTN_CHUNKS")) { /* e.g. "4,8,16": the sweep's counts instead */
+    n_ch = {0};
+    for (const char *c = e; *c; c += *c == ',')
+      n_ch.push_back(std::max(1, (int)strtol(c, (char **)&c, 10)));
+  }
+  for (int v = 0; v < (g_opt.pipes ? 0 : (int)n_ch.size()); v++) {
     const int cw = v ? ((a.max_win + n_ch[v] - 1) / n_ch[v] + 3) / 4 * 4 : cw0;
     if (v > 0 && cw == cw0) continue;
     a = dev_args(&pr, &d, cw);
     const Timing tt = bench_time2(a, arenas.data(), n_rot, reps, T_BOTH);
     const double ms = tt.ms;
     if (v == 0) best.ms_gpu = tt.ms_gpu;
+    if (n_full < 0 && getenv("ATTN_CHUNKS")) { /* FullKV: the engine's (no masses) too */
+      kc_attn_args_t b = a;
+      b.mass = nullptr;
+      const double t0 = bench_time2(b, arenas.data(), n_rot, reps, T_QUEUED).ms_gpu;
+      b.flags = KC_ATTN_SKIP_COMBINE;
+      const double t1 = bench_time2(b, arenas.data(), n_rot, reps, T_QUEUED).ms_gpu;
+      printf("{\"bench\": \"%s_no_masses\", \"chunk_win\": %d, \"ms_gpu\": %.4f, "
+             "\"ms_gpu_chunk_kernel_only\": %.4f}\n", name, cw, t0, t1);
+    }
     a.flags = KC_ATTN_SKIP_COMBINE;
     const double ms_main = bench_time(a, arenas.data(), n_rot, reps);
     const double gbps = bytes / ms / 1e6;
@@ -999,6 +1031,9 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
     fflush(stdout);
     if (ms < best.ms) best.ms = ms;
   }
+#if KCA_TRACE
+  bench_trace(name, dev_args(&pr, &d, cw0), arenas.data(), n_full < 0);
+#endif
   if (n_full < 0 && !g_opt.pipes) { /* FullKV as the engine's FullKV cache runs it (no masses) */
     a = dev_args(&pr, &d, cw0);
     a.mass = nullptr;
