@@ -221,34 +221,56 @@ int kc_attn_split(void) {
   return s;
 }
 
-int kc_attn_chunk_win(const kc_attn_args_t *a) {
-  int rc = kca_check_geom(a), slots = 0;
-  if (rc) return rc;
-  if (a->chunk_win > 0) return a->chunk_win;
-  if ((rc = kca_slots(a, &slots))) return rc;
-  /* one wave: about `slots` blocks of (sequence, KV head, chunk); at least 8 units per block.
-   * Past one wave, long sequences in KC_ATTN_SPLIT chunks (kern_cuda_attn.h) */
-  const long pairs = (long)a->n_seq * a->geom.n_kv;
-  const int unit = kca_pk(a->geom.omega), mw = a->max_win > 0 ? a->max_win : 1;
-  long per_seq = slots / pairs > 1 ? slots / pairs : 1;
-  if (pairs > slots && mw >= 2 * KC_ATTN_SPLIT_MIN) per_seq = kc_attn_split();
+/* Chunks a sequence of the call's n_seq sequences with windows mw (slots: resident chunk blocks of
+ * the device). One wave: about `slots` blocks of (sequence, KV head, chunk). Past one wave (with
+ * masses, past half of one), long sequences in KC_ATTN_SPLIT chunks (kern_cuda_attn.h). */
+static long kca_per_seq(const kc_attn_args_t *a, int slots, long n_seq, int mw) {
+  const long pairs = n_seq * a->geom.n_kv;
+  const bool split = pairs > slots || (a->mass && 2 * pairs > slots);
+  if (split && mw >= 2 * KC_ATTN_SPLIT_MIN) return kc_attn_split();
+  return slots / pairs > 1 ? slots / pairs : 1;
+}
+
+/* The chunk size (windows) of per_seq chunks over mw windows: at least 8 units, whole units. */
+static int kca_cw(const kc_attn_args_t *a, long per_seq, int mw) {
+  const int unit = kca_pk(a->geom.omega);
   int cw = (int)((mw + per_seq - 1) / per_seq);
   cw = cw < 8 * unit ? 8 * unit : cw;
   return (cw + unit - 1) / unit * unit;
 }
 
+int kc_attn_chunk_win(const kc_attn_args_t *a) {
+  int rc = kca_check_geom(a), slots = 0;
+  if (rc) return rc;
+  if (a->chunk_win > 0) return a->chunk_win;
+  if ((rc = kca_slots(a, &slots))) return rc;
+  const int mw = a->max_win > 0 ? a->max_win : 1;
+  return kca_cw(a, kca_per_seq(a, slots, a->n_seq, mw), mw);
+}
+
 int kc_attn_max_chunks(const kc_attn_args_t *a, int n_seq_min) {
-  if (!a || n_seq_min < 1 || n_seq_min > a->n_seq)
+  int slots = 0, rc = kca_check_geom(a);
+  if (rc) return rc;
+  if (n_seq_min < 1 || n_seq_min > a->n_seq)
     return qe_errf(QE_EINVAL, "kc_attn_max_chunks: n_seq_min must be in 1..n_seq");
-  /* fewer sequences get more chunks each: the smallest count bounds the others */
-  kc_attn_args_t b = *a;
-  b.n_seq = n_seq_min, b.chunk_win = 0;
-  int most = 1;
-  for (int mw = 1; mw <= (a->max_win > 0 ? a->max_win : 1); mw++) {
-    b.max_win = mw;
-    const int cw = kc_attn_chunk_win(&b);
-    if (cw < 0) return cw;
-    most = (mw + cw - 1) / cw > most ? (mw + cw - 1) / cw : most;
+  if ((rc = kca_slots(a, &slots))) return rc;
+  /* each n_seq's chunks a sequence below and from the split's length (lo, hi); the count is not
+     monotonic in n_seq (one chunk up to a wave, KC_ATTN_SPLIT past it), so each distinct pair is
+     walked over every max_win */
+  const int top = a->max_win > 0 ? a->max_win : 1;
+  long seen[64][2];
+  int n_seen = 0, most = 1;
+  for (long n = n_seq_min; n <= a->n_seq; n++) {
+    const long lo = kca_per_seq(a, slots, n, 1);
+    const long hi = kca_per_seq(a, slots, n, 2 * KC_ATTN_SPLIT_MIN);
+    int k = 0;
+    while (k < n_seen && (seen[k][0] != lo || seen[k][1] != hi)) k++;
+    if (k < n_seen) continue;
+    if (n_seen < 64) seen[n_seen][0] = lo, seen[n_seen][1] = hi, n_seen++;
+    for (int mw = 1; mw <= top; mw++) {
+      const int cw = kca_cw(a, mw >= 2 * KC_ATTN_SPLIT_MIN ? hi : lo, mw);
+      most = (mw + cw - 1) / cw > most ? (mw + cw - 1) / cw : most;
+    }
   }
   return most;
 }

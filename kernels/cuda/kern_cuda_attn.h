@@ -104,7 +104,9 @@ int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *o
 
 /* Past one wave of blocks, sequences of at least 2 KC_ATTN_SPLIT_MIN windows are cut in
  * KC_ATTN_SPLIT chunks ($QE_CUDA_ATTN_SPLIT, 1..8, read once, overrides): the last wave's
- * tail is a block's time (H200, 122 x 32K tokens at QEvict 20%: 63.1 -> 61.3 ms a step). */
+ * tail is a block's time (H200, 122 x 32K tokens at QEvict 20%: 63.1 -> 61.3 ms a step). With
+ * masses, past half a wave too: one chunk a sequence sums its masses in its last block (H200,
+ * 32 x 32K tokens at QEvict 20%: 0.356 ms in one chunk, 0.330 in two). */
 #define KC_ATTN_SPLIT     2
 #define KC_ATTN_SPLIT_MIN 1024
 

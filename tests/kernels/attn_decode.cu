@@ -1034,15 +1034,17 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
 #if KCA_TRACE
   bench_trace(name, dev_args(&pr, &d, cw0), arenas.data(), n_full < 0);
 #endif
-  if (n_full < 0 && !g_opt.pipes) { /* FullKV as the engine's FullKV cache runs it (no masses) */
-    a = dev_args(&pr, &d, cw0);
+  if (n_full < 0 && !g_opt.pipes) { /* FullKV as the engine's FullKV cache runs it (no masses,
+                                        its own automatic chunking) */
+    a = dev_args(&pr, &d, 0);
     a.mass = nullptr;
+    const int cw_nm = kc_attn_chunk_win(&a);
     const Timing t = bench_time2(a, arenas.data(), n_rot, reps, T_BOTH);
     const double ms = t.ms, gbps = bytes / ms / 1e6;
     printf("{\"bench\": \"%s_no_masses\", \"chunk_win\": %d, \"ms\": %.4f, \"GBps\": %.1f, "
            "\"frac_copy_bw\": %.3f, \"over_with_masses\": %.3f, \"ms_gpu\": %.4f, "
            "\"frac_copy_bw_gpu\": %.3f}\n",
-           name, cw0, ms, gbps, gbps / copy_gbps, ms / best.ms, t.ms_gpu,
+           name, cw_nm, ms, gbps, gbps / copy_gbps, ms / best.ms, t.ms_gpu,
            bytes / t.ms_gpu / 1e6 / copy_gpu);
   }
   if (n_full < 0 && pr.arena_bytes >= (size_t)bytes) { /* FullKV: the read roofline */
@@ -1136,7 +1138,11 @@ static int bench_all(const char *filter) {
             {"lc_fkv_b29_s32768", 29, 32768, 16, -1, -1, 0, -1, 0},
             {"lc_q20_w8_b122_s32768", 122, 32768, 8, nf8, nq8, 0, 11, 1},
             /* the 121 of long_ctx's QEvict run since the ninth session */
-            {"lc_q20_w8_b121_s32768", 121, 32768, 8, nf8, nq8, 0, 11, 1}};
+            {"lc_q20_w8_b121_s32768", 121, 32768, 8, nf8, nq8, 0, 11, 1},
+            /* the 32K ratio past one wave of blocks (B=8 fills one: its blocks start, list and
+               end together, and its combine is a larger share) */
+            {"full_b32_s32768", 32, 32768, 16, -1, -1, 0, -1, 0},
+            {"abs_tiered20_w8_b32_s32768", 32, 32768, 8, nf8, nq8, 0, 14, 1}};
   const int n = (int)(sizeof sh / sizeof sh[0]);
   Result r[n];
   for (int i = 0; i < n; i++) {
@@ -1224,6 +1230,33 @@ static int api_checks(void) {
   return fails;
 }
 
+/* kc_attn_max_chunks bounds kc_attn_chunk_win's chunks for every batch of a bucket whose sizes
+ * cross one wave (and half of one), with and without masses, for several smallest batches. */
+static int max_chunk_checks(kc_attn_args_t a) {
+  static float m[1]; /* (the chunking looks at whether masses are asked, not at the buffer) */
+  int fails = 0, cases = 0;
+  for (int mass = 0; mass < 2; mass++)
+    for (int n_min : {1, 5, 17, 20, 33, 40}) {
+      a.mass = mass ? m : nullptr, a.n_seq = 80, a.max_win = 3 * KC_ATTN_SPLIT_MIN;
+      const int mc = kc_attn_max_chunks(&a, n_min);
+      for (int n = n_min; n <= 80; n++)
+        for (int mw : {1, 100, 2 * KC_ATTN_SPLIT_MIN - 1, 2 * KC_ATTN_SPLIT_MIN, a.max_win}) {
+          kc_attn_args_t b = a;
+          b.n_seq = n, b.max_win = mw;
+          const int cw = kc_attn_chunk_win(&b);
+          cases++;
+          if (cw <= 0 || mc < 1 || (mw + cw - 1) / cw > mc) {
+            if (fails++ < 3)
+              printf("FAIL max chunks: masses %d, n %d of [%d, 80], %d windows: %d chunks, at "
+                     "most %d\n", mass, n, n_min, mw, cw > 0 ? (mw + cw - 1) / cw : cw, mc);
+          }
+        }
+    }
+  printf("%s max chunks of a bucket: %d cases, %d failure(s)\n", fails ? "FAIL" : "ok  ", cases,
+         fails);
+  return fails;
+}
+
 /* The automatic chunking past one wave (kc_attn_chunk_win, on the current device): sequences of
  * 2 KC_ATTN_SPLIT_MIN windows or more in kc_attn_split() chunks, shorter ones whole. */
 static int split_checks(void) {
@@ -1240,7 +1273,7 @@ static int split_checks(void) {
   const int cw_short = kc_attn_chunk_win(&a), fails = (cw != want) + (cw_short != a.max_win);
   printf("%s chunking past one wave: %d a chunk of %d windows (want %d), %d of %d (want %d)\n",
          fails ? "FAIL" : "ok  ", cw, 4 * KC_ATTN_SPLIT_MIN, want, cw_short, a.max_win, a.max_win);
-  return fails;
+  return fails + max_chunk_checks(a);
 }
 
 int main(int argc, char **argv) {
