@@ -74,7 +74,7 @@ if [ -f "$PEERS" ]; then
   python3 "$PEERS" sdpa-decode --batch 32 --seq 1280 >> "$OUT/peer.log" 2>&1
   python3 "$PEERS" sdpa-decode --batch 8 --seq 32768 >> "$OUT/peer.log" 2>&1
   # the same shapes timed both ways attn_decode --bench times qevict (idle and queued)
-  python3 bench/sdpa_queued.py > "$OUT/peer_queued.log" 2>&1
+  python3 bench/sdpa_queued.py --shapes 32x1280,8x32768,32x32768 > "$OUT/peer_queued.log" 2>&1
 else
   echo "peers.py not found at $PEERS: no peer numbers" | tee -a "$OUT/peer.log"
 fi
@@ -111,7 +111,8 @@ shapes = [("full_b32_s1280", (32, 1280)), ("full_b32_s1280_hot", (32, 1280)),
           ("full_b8_s32768", (8, 32768)), ("tiered20_b8_s32768", (8, 32768)),
           ("tiered20_w8_b8_s32768", (8, 32768)), ("tiered20_w8_b32_s1280", (32, 1280)),
           ("abs_tiered20_b8_s32768", (8, 32768)), ("abs_tiered20_w8_b8_s32768", (8, 32768)),
-          ("abs_tiered20_w8_b32_s1280", (32, 1280))]
+          ("abs_tiered20_w8_b32_s1280", (32, 1280)), ("full_b32_s32768", (32, 32768)),
+          ("abs_tiered20_w8_b32_s32768", (32, 32768))]
 for n, shape in shapes:
     if n not in best: continue
     b, a = best[n], auto.get(n, best[n])
@@ -120,7 +121,7 @@ for n, shape in shapes:
     f = lambda x: f"{x:9.4f}" if x else f"{'n/a':>9}"
     print(f"{n:<30} {a['ms']:9.4f} {b['ms']:9.4f} {b['chunk_win']:6d} {b['GBps']:8.1f} "
           f"{b['frac_copy_bw']:8.3f} {f(cd)} {f(fl)} {r(cd)} {r(fl)}")
-for n, shape in shapes[:3]:  # FullKV as the engine calls it (no masses; cuDNN computes none)
+for n, shape in shapes[:3] + shapes[-2:-1]:  # FullKV as the engine calls it (no masses)
     nm = best.get(n + "_no_masses")
     if not nm: continue
     cd = peer.get(("torch-sdpa-cudnn",) + shape)
@@ -143,11 +144,12 @@ if copy_gpu:
     print(f"GPU time (queued launches; copy {copy_gpu:.1f} GB/s queued):")
     print(f"{'shape':<30} {'gpu ms':>9} {'of copy':>8} {'cuDNN gpu':>10} {'vs cuDNN':>9} "
           f"{'/ full':>7}")
-    for n, shape in shapes + [(s[0] + "_no_masses", s[1]) for s in shapes[:3]]:
+    for n, shape in shapes + [(s[0] + "_no_masses", s[1]) for s in shapes[:3] + shapes[-2:-1]]:
         a = auto.get(n) if not n.endswith("_no_masses") else best.get(n)
         if not a or "ms_gpu" not in a: continue
         cd = pq.get(("torch-sdpa-cudnn",) + shape, {}).get("ms_gpu")
-        ref = auto.get("full_b8_s32768" if "32768" in n else "full_b32_s1280", {}).get("ms_gpu")
+        ref = auto.get("full_b32_s32768" if "b32_s32768" in n else
+                       "full_b8_s32768" if "32768" in n else "full_b32_s1280", {}).get("ms_gpu")
         print(f"{n:<30} {a['ms_gpu']:9.4f} {a['frac_copy_bw_gpu']:8.3f} "
               + (f"{cd:10.4f} {a['ms_gpu'] / cd:9.3f} " if cd else f"{'n/a':>10} {'':>9} ")
               + (f"{a['ms_gpu'] / ref:7.3f}" if ref and "tiered" in n else ""))
