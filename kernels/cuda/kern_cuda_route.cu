@@ -17,7 +17,6 @@ extern "C" {
 
 #define KCR_NT      256
 #define KCR_MAX_P   16384 /* candidates one decide block sorts (pow2) */
-#define KCR_NEWLED  0x10  /* plan flag: the window took a new ledger (first quantization) */
 #define KCR_MOVE    0x20  /* plan flag: the planned tier is not the window's tier (the phases
                              read the descriptors of these windows only) */
 #define KCR_ROUNDS  3     /* rounds of the ledger and demote phases per routing pass */
@@ -404,7 +403,7 @@ __device__ void kcr_step(const kc_route_t &r, int ph, int last, int j, int64_t i
       if (k < r.job_cap) r.qjobs[k] = kc_quant_job_t{};
       return;
     }
-    r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_NEWLED | KCR_MOVE;
+    r.ledger[i] = led, r.plan[i] = KCR_QUANT | KCR_MOVE;
     r.qjobs[k] = kcr_job(r, r.page[i], led, w, d.n_tok);
     atomicAdd(&st->quantizations, 1);
   } else if (ph == KCR_PH_DEMOTE && cur == KCR_FULL && nt == KCR_QUANT && r.ledger[i] < 0) {
