@@ -929,7 +929,6 @@ static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways,
   return best;
 }
 
-/* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
 #if KCA_TRACE
 int kc_attn_trace_reset(void);
 int kc_attn_trace_report(const char *name);
@@ -948,6 +947,7 @@ static void bench_trace(const char *name, kc_attn_args_t a, uint8_t **arenas, bo
 }
 #endif
 
+/* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
 static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
                           double copy_gbps, double copy_gpu, double full_ms, double full_gpu,
                           int hot, int abs_keys) {
