@@ -994,8 +994,16 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
   std::vector<int> n_ch = {0, 1, 2, 3, 4, 6, 8};
   if (const char *e = getenv("ATTN_CHUNKS")) { /* e.g. "4,8,16": the sweep's counts instead */
     n_ch = {0};
-    for (const char *c = e; *c; c += *c == ',')
-      n_ch.push_back(std::max(1, (int)strtol(c, (char **)&c, 10)));
+    for (const char *c = e; *c; c += *c == ',') {
+      char *end = nullptr;
+      const long k = strtol(c, &end, 10);
+      if (end == c || k < 1 || k > 4096 || (*end && *end != ',')) {
+        fprintf(stderr, "attn_decode: ATTN_CHUNKS='%s': expected chunk counts 1..4096 separated "
+                        "by commas\n", e);
+        exit(2);
+      }
+      n_ch.push_back((int)k), c = end;
+    }
   }
   for (int v = 0; v < (g_opt.pipes ? 0 : (int)n_ch.size()); v++) {
     const int cw = v ? ((a.max_win + n_ch[v] - 1) / n_ch[v] + 3) / 4 * 4 : cw0;
