@@ -28,8 +28,9 @@ template <int HD, int BITS, int ROT, int PK, int VG, bool G4>
 __global__ void __launch_bounds__(KCA_NT, KCA_MINB)
     kca_chunk_kernel(const __grid_constant__ kca_params_t p) {
   extern __shared__ __align__(16) uint8_t kca_smem[];
-  kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, kca_smem, blockIdx.x, blockIdx.y, blockIdx.z,
-                                            threadIdx.x);
+  const unsigned c = p.cmaj ? blockIdx.z : blockIdx.x, k = p.cmaj ? blockIdx.x : blockIdx.y;
+  kca_chunk_body<HD, BITS, ROT, PK, VG, G4>(p, kca_smem, (int)c, (int)k,
+                                            (int)(p.cmaj ? blockIdx.y : blockIdx.z), threadIdx.x);
 }
 
 __global__ void __launch_bounds__(KCA_CT)
@@ -175,7 +176,7 @@ int kc_attn_check(const kc_attn_args_t *a) {
 
 /* Multiprocessors of the current device and resident chunk blocks per multiprocessor of the
  * call's kernel (both cached; benign races write the same values). */
-static int kca_slots(const kc_attn_args_t *a, int *slots) {
+static int kca_slots(const kc_attn_args_t *a, int *slots, int *n_sm = NULL) {
   static int sms[64];
   int dev = 0;
   if (KCA_CUDA(cudaGetDevice(&dev))) return QE_EBACKEND;
@@ -196,20 +197,19 @@ static int kca_slots(const kc_attn_args_t *a, int *slots) {
     __atomic_store_n(o, v > 0 ? v : 1, __ATOMIC_RELAXED);
   }
   *slots = __atomic_load_n(&sms[d], __ATOMIC_RELAXED) * __atomic_load_n(o, __ATOMIC_RELAXED);
+  if (n_sm) *n_sm = __atomic_load_n(&sms[d], __ATOMIC_RELAXED);
   return 0;
 }
 
-/* $QE_CUDA_ATTN_SPLIT parsed: 1..8, or KC_ATTN_SPLIT when unset; anything else is ignored with
- * a warning. */
-static int kca_split_env(void) {
-  const char *e = getenv("QE_CUDA_ATTN_SPLIT");
+/* $name parsed: lo..hi, or dflt when unset; anything else is ignored with a warning. */
+static int kca_env_int(const char *name, int lo, int hi, int dflt) {
+  const char *e = getenv(name);
   char *end = NULL;
   const long v = e ? strtol(e, &end, 10) : 0;
-  if (!e || !*e) return KC_ATTN_SPLIT;
-  if (*end || v < 1 || v > 8) {
-    qe_log(QE_LOG_WARN, "QE_CUDA_ATTN_SPLIT='%s' ignored: chunks 1..8 are expected (using %d)", e,
-           KC_ATTN_SPLIT);
-    return KC_ATTN_SPLIT;
+  if (!e || !*e) return dflt;
+  if (*end || v < lo || v > hi) {
+    qe_log(QE_LOG_WARN, "%s='%s' ignored: %d..%d is expected (using %d)", name, e, lo, hi, dflt);
+    return dflt;
   }
   return (int)v;
 }
@@ -217,7 +217,9 @@ static int kca_split_env(void) {
 int kc_attn_split(void) {
   static int v; /* (benign race: every reader computes the same value) */
   int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
-  if (!s) __atomic_store_n(&v, s = kca_split_env(), __ATOMIC_RELAXED);
+  if (!s)
+    __atomic_store_n(&v, s = kca_env_int("QE_CUDA_ATTN_SPLIT", 1, 8, KC_ATTN_SPLIT),
+                     __ATOMIC_RELAXED);
   return s;
 }
 
@@ -330,6 +332,29 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
   return KCA_CUDA(cudaGetLastError()) ? QE_EBACKEND : 0;
 }
 
+#ifndef KCA_LEAD_PM_FULL /* kca_lead's defaults, permille of a chunk */
+#define KCA_LEAD_PM_FULL 0
+#endif
+#ifndef KCA_LEAD_PM_QUANT
+#define KCA_LEAD_PM_QUANT 0
+#endif
+
+/* The lead of a launch (kca_chunk_beg): for an eager launch of one wave of blocks in which
+ * multiprocessors hold two of them, the permille of a chunk that the first-wave chunks take
+ * more ($QE_CUDA_ATTN_LEAD, 0..250, read once; else KCA_LEAD_PM_FULL or _QUANT by the cache's
+ * bits), in whole units of the walk; 0 otherwise. */
+static int kca_lead(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int n_sm) {
+  static int env; /* the permille + 2, 1 when unset (0: not read yet; benign race) */
+  int v = __atomic_load_n(&env, __ATOMIC_RELAXED);
+  if (!v)
+    __atomic_store_n(&env, v = kca_env_int("QE_CUDA_ATTN_LEAD", 0, 250, -1) + 2, __ATOMIC_RELAXED);
+  const int pm = v > 1 ? v - 2 : a->has_quant ? KCA_LEAD_PM_QUANT : KCA_LEAD_PM_FULL;
+  const long blocks = (long)a->n_seq * a->geom.n_kv * n_chunk;
+  if (a->chunk_dev || n_chunk < 2 || blocks > slots || blocks <= n_sm || slots < 2 * n_sm) return 0;
+  const int unit = kca_pk(a->geom.omega);
+  return (int)((long)cw * pm / 1000 / unit * unit);
+}
+
 int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   int rc = kc_attn_check(a);
   if (rc) return rc;
@@ -342,12 +367,14 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
     return qe_errf(QE_EINVAL, "kc_attn: workspace of %zu bytes, %zu needed", a->ws_bytes, w.total);
   if (w.n_chunk > 65535)
     return qe_errf(QE_EUNSUPPORTED, "kc_attn: %d chunks per sequence (at most 65535)", w.n_chunk);
-  const kca_params_t p = kca_params(a, cw);
+  kca_params_t p = kca_params(a, cw);
   cudaStream_t s = (cudaStream_t)stream;
-  const dim3 grid((unsigned)w.n_chunk, (unsigned)a->geom.n_kv, (unsigned)a->n_seq);
   const kca_kern_t k = kca_pick(a);
-  int slots = 0; /* also sets the kernel's shared-memory attribute on first use */
-  if (kca_slots(a, &slots)) return QE_EBACKEND;
+  int slots = 0, n_sm = 0; /* also sets the kernel's shared-memory attribute on first use */
+  if (kca_slots(a, &slots, &n_sm)) return QE_EBACKEND;
+  p.lead = kca_lead(a, cw, w.n_chunk, slots, n_sm), p.cmaj = p.lead > 0;
+  const unsigned nc = (unsigned)w.n_chunk, nk = (unsigned)a->geom.n_kv, ns = (unsigned)a->n_seq;
+  const dim3 grid = p.cmaj ? dim3(nk, ns, nc) : dim3(nc, nk, ns);
   k.fn<<<grid, KCA_NT, (size_t)k.smem, s>>>(p);
   if (KCA_CUDA(cudaGetLastError())) return QE_EBACKEND;
   if ((a->flags & KC_ATTN_SKIP_COMBINE) || (w.n_chunk == 1 && (!a->mass || a->tickets))) return 0;

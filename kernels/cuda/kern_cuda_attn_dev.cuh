@@ -128,6 +128,8 @@ typedef struct {
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
+  int lead; /* windows the first half of a sequence's chunks take more (kca_chunk_span), or 0 */
+  int cmaj; /* the grid is (KV head, sequence, chunk): chunk-major block order (with lead) */
   uint32_t mags[5]; /* KCA_MAG(0, 2, 4, 6, 8), read from the parameters so that they stay
                        operands (mags[0] = KCA_MAGIC) */
   float qscale;   /* scale * log2(e) */
@@ -681,6 +683,18 @@ KCA_FN bool kca_seq_skipped(const kca_params_t &p, int b) { return p.seq_nwin &&
 KCA_FN int kca_seq_chunks(const kca_params_t &p, int b) {
   const int cw = KCA_CHUNK_WIN(p);
   return (kca_seq_end(p, b) - p.seq_win[b] + cw - 1) / cw;
+}
+/* First window of chunk c of sequence b: c chunks of KCA_CHUNK_WIN(p) windows, shifted by
+ * p.lead * min(c, nc - c) for c < nc (nc: the sequence's chunks) when the sequence's last chunk
+ * has more than p.lead windows. So with p.lead the first half of the chunks take p.lead windows
+ * more each and the second half p.lead less: in a chunk-major grid of one wave the first half
+ * are the blocks that the block scheduler places first, and a multiprocessor's warp scheduler
+ * favours its older block (kca_lead_pm). Past the sequence's chunks: c chunks, unshifted. */
+KCA_FN int kca_chunk_beg(const kca_params_t &p, int b, int c) {
+  const int cw = KCA_CHUNK_WIN(p), n = kca_seq_end(p, b) - p.seq_win[b];
+  const int nc = (n + cw - 1) / cw;
+  const bool led = p.lead > 0 && c < nc && n - (nc - 1) * cw > p.lead;
+  return p.seq_win[b] + c * cw + (led ? p.lead * kca_mini(c, nc - c) : 0);
 }
 KCA_FN bool kca_seq_alone(const kca_params_t &p, int b) {
   return kca_seq_chunks(p, b) <= 1 && (!p.mass || p.tickets);
@@ -2446,11 +2460,10 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   using Ly = kca_lay<HD, BITS>;
   const int gs = VG ? VG : p.gshift; /* log2 of the value group: VG when the kernel has it */
   if (kca_seq_skipped(p, b)) return;
-  const int w_beg = p.seq_win[b], w_end = kca_seq_end(p, b);
-  const int cw = KCA_CHUNK_WIN(p), c_beg = w_beg + chunk * cw;
+  const int w_end = kca_seq_end(p, b), c_beg = kca_chunk_beg(p, b, chunk);
   const bool alone = kca_seq_alone(p, b); /* (an empty sequence too: its outputs are zero) */
   if (c_beg >= w_end && (chunk > 0 || !alone)) return; /* past the sequence's chunks */
-  const int c_end = kca_mini(c_beg + cw, w_end);
+  const int c_end = kca_mini(kca_chunk_beg(p, b, chunk + 1), w_end);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   if (KCA_TRACE && tid == 0) kca_tr(0), kca_tr(1), kca_tr(2);
   kca_st_t<HD, BITS> st;
@@ -2678,6 +2691,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
     if (a->geom.group == 1 << gs) p.gshift = gs;
   p.n_chunk = w.n_chunk;
   p.chunk_win = chunk_win;
+  p.lead = 0, p.cmaj = 0; /* (kc_attn_decode sets them for one-wave launches) */
   p.n_rot = a->rope.n_rot;
   p.yarn = a->rope.yarn;
   p.qscale = a->scale * 1.4426950408889634f;
