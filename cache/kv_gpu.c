@@ -392,7 +392,9 @@ static int gpu_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, cons
   if ((max_win + cw - 1) / cw > mc)
     return qe_errf(QE_ERANGE, "kv_gpu: %d chunks exceed the fixed launch's %d",
                    (max_win + cw - 1) / cw, mc);
-  in[4 * S] = cw;
+  const int lead = kc_attn_lead(&a); /* (the eager path's, for the same bits) */
+  if (lead < 0) return lead;
+  in[4 * S] = cw, in[4 * S + 1] = lead;
   for (int i = 0; i < n; i++)
     if (seq[i] != KV_FIXED_SKIP && pos[i] + 1 > g->seqs[seq[i]].len)
       g->seqs[seq[i]].len = pos[i] + 1;

@@ -332,27 +332,54 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
   return KCA_CUDA(cudaGetLastError()) ? QE_EBACKEND : 0;
 }
 
-#ifndef KCA_LEAD_PM_FULL /* kca_lead's defaults, permille of a chunk */
+#ifndef KCA_LEAD_PM_FULL /* the leads' permille of a chunk by default (kca_lead_pm) */
 #define KCA_LEAD_PM_FULL 0
 #endif
 #ifndef KCA_LEAD_PM_QUANT
-#define KCA_LEAD_PM_QUANT 0
+#define KCA_LEAD_PM_QUANT 75
 #endif
 
-/* The lead of a launch (kca_chunk_beg): for an eager launch of one wave of blocks in which
- * multiprocessors hold two of them, the permille of a chunk that the first-wave chunks take
- * more ($QE_CUDA_ATTN_LEAD, 0..250, read once; else KCA_LEAD_PM_FULL or _QUANT by the cache's
- * bits), in whole units of the walk; 0 otherwise. */
-static int kca_lead(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int n_sm) {
+/* The permille of a chunk that a call's lead may take: $QE_CUDA_ATTN_LEAD (0..250, read once;
+ * *forced 1: every call of two or more chunks takes it, whatever its waves), else
+ * KCA_LEAD_PM_FULL or _QUANT by the cache's tiers. */
+static int kca_lead_pm(const kc_attn_args_t *a, int *forced) {
   static int env; /* the permille + 2, 1 when unset (0: not read yet; benign race) */
   int v = __atomic_load_n(&env, __ATOMIC_RELAXED);
   if (!v)
     __atomic_store_n(&env, v = kca_env_int("QE_CUDA_ATTN_LEAD", 0, 250, -1) + 2, __ATOMIC_RELAXED);
-  const int pm = v > 1 ? v - 2 : a->has_quant ? KCA_LEAD_PM_QUANT : KCA_LEAD_PM_FULL;
+  *forced = v > 1;
+  return v > 1 ? v - 2 : a->has_quant ? KCA_LEAD_PM_QUANT : KCA_LEAD_PM_FULL;
+}
+
+/* The lead (kca_chunk_beg) of a call of n_chunk chunks of cw windows on slots resident blocks
+ * over n_sm multiprocessors: by default only for one wave in which some multiprocessors hold
+ * two blocks; in whole units of the walk. */
+static int kca_lead(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int n_sm) {
+  int forced = 0;
+  const int pm = kca_lead_pm(a, &forced), unit = kca_pk(a->geom.omega);
   const long blocks = (long)a->n_seq * a->geom.n_kv * n_chunk;
-  if (a->chunk_dev || n_chunk < 2 || blocks > slots || blocks <= n_sm || slots < 2 * n_sm) return 0;
-  const int unit = kca_pk(a->geom.omega);
+  if (pm == 0 || n_chunk < 2) return 0;
+  if (!forced && (blocks > slots || blocks <= n_sm || slots < 2 * n_sm)) return 0;
   return (int)((long)cw * pm / 1000 / unit * unit);
+}
+
+int kc_attn_lead(const kc_attn_args_t *a) {
+  const int cw = kc_attn_chunk_win(a);
+  int slots = 0, n_sm = 0;
+  if (cw < 0) return cw;
+  if (kca_slots(a, &slots, &n_sm)) return QE_EBACKEND;
+  const int mw = a->max_win > 0 ? a->max_win : 1;
+  return kca_lead(a, cw, (mw + cw - 1) / cw, slots, n_sm);
+}
+
+/* Whether a launch's grid is chunk-major (KCA_LEAD): with a lead; for chunk_dev launches
+ * (whose steps' leads come from chunk_dev[1]) when a lead may come and the launch's blocks fill
+ * at most two waves (or the lead is forced). */
+static int kca_cmaj(const kc_attn_args_t *a, int lead, int n_chunk, int slots) {
+  int forced = 0;
+  if (!a->chunk_dev) return lead > 0;
+  const long blocks = (long)a->n_seq * a->geom.n_kv * n_chunk;
+  return kca_lead_pm(a, &forced) > 0 && n_chunk > 1 && (forced || blocks <= 2L * slots);
 }
 
 int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
@@ -372,7 +399,8 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   const kca_kern_t k = kca_pick(a);
   int slots = 0, n_sm = 0; /* also sets the kernel's shared-memory attribute on first use */
   if (kca_slots(a, &slots, &n_sm)) return QE_EBACKEND;
-  p.lead = kca_lead(a, cw, w.n_chunk, slots, n_sm), p.cmaj = p.lead > 0;
+  p.lead = a->chunk_dev ? 0 : kca_lead(a, cw, w.n_chunk, slots, n_sm);
+  p.cmaj = kca_cmaj(a, p.lead, w.n_chunk, slots);
   const unsigned nc = (unsigned)w.n_chunk, nk = (unsigned)a->geom.n_kv, ns = (unsigned)a->n_seq;
   const dim3 grid = p.cmaj ? dim3(nk, ns, nc) : dim3(nc, nk, ns);
   k.fn<<<grid, KCA_NT, (size_t)k.smem, s>>>(p);
@@ -425,9 +453,14 @@ int kc_attn_trace_report(const char *name) {
     const unsigned long long *r = h + (size_t)k * KCA_TR_N;
     if (!r[0] || !r[4]) continue;
     ends.push_back((double)(r[5] - g0) / 1e3);
-    if (getenv("KCA_TRACE_BLOCKS")) /* block, SM, start and end ns, cycles, FULL, QUANT */
-      printf("tr %s %d %llu %llu %llu %llu %llu %llu\n", name, k, r[1] & 0xffffffffull, r[0] - g0,
+    if (getenv("KCA_TRACE_BLOCKS")) { /* block, SM, start and end ns, cycles, FULL, QUANT, then
+                                         each warp's walk end (cycles from the block's start) */
+      printf("tr %s %d %llu %llu %llu %llu %llu %llu", name, k, r[1] & 0xffffffffull, r[0] - g0,
              r[5] - g0, r[4] - r[2], r[8] & 0xffffffffull, r[8] >> 32);
+      for (int w = 0; w < KCA_NW; w++)
+        printf(" %lld", r[9 + KCA_NW + w] ? (long long)(r[9 + KCA_NW + w] - r[2]) : -1ll);
+      printf("\n");
+    }
   }
   std::sort(ends.begin(), ends.end());
   const double u = n * cyc, q50 = ends[ends.size() / 2], q90 = ends[ends.size() * 9 / 10];

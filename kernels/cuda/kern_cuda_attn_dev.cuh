@@ -128,8 +128,9 @@ typedef struct {
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
-  int lead; /* windows the first half of a sequence's chunks take more (kca_chunk_span), or 0 */
-  int cmaj; /* the grid is (KV head, sequence, chunk): chunk-major block order (with lead) */
+  int lead; /* windows the first half of a sequence's chunks take more (kca_chunk_beg; cw_dev:
+               cw_dev[1] instead), with cmaj only */
+  int cmaj; /* the grid is (KV head, sequence, chunk): chunk-major block order */
   uint32_t mags[5]; /* KCA_MAG(0, 2, 4, 6, 8), read from the parameters so that they stay
                        operands (mags[0] = KCA_MAGIC) */
   float qscale;   /* scale * log2(e) */
@@ -139,6 +140,8 @@ typedef struct {
 /* Windows per chunk of this launch: chunk_win, or the device value (CUDA graphs: the grid is
  * fixed for the bucket, the chunking follows the step). */
 #define KCA_CHUNK_WIN(p) ((p).cw_dev ? *(p).cw_dev : (p).chunk_win)
+/* The launch's lead (kca_chunk_beg): 0 unless the grid is chunk-major. */
+#define KCA_LEAD(p) (!(p).cmaj ? 0 : (p).cw_dev ? (p).cw_dev[1] : (p).lead)
 
 /* ---------------------------------------------------------------- the layer: GPU or host */
 
@@ -685,16 +688,16 @@ KCA_FN int kca_seq_chunks(const kca_params_t &p, int b) {
   return (kca_seq_end(p, b) - p.seq_win[b] + cw - 1) / cw;
 }
 /* First window of chunk c of sequence b: c chunks of KCA_CHUNK_WIN(p) windows, shifted by
- * p.lead * min(c, nc - c) for c < nc (nc: the sequence's chunks) when the sequence's last chunk
- * has more than p.lead windows. So with p.lead the first half of the chunks take p.lead windows
+ * KCA_LEAD(p) * min(c, nc - c) for c < nc (nc: the sequence's chunks) when the sequence's last chunk
+ * has more than that lead. So with a lead the first half of the chunks take p.lead windows
  * more each and the second half p.lead less: in a chunk-major grid of one wave the first half
  * are the blocks that the block scheduler places first, and a multiprocessor's warp scheduler
  * favours its older block (kca_lead_pm). Past the sequence's chunks: c chunks, unshifted. */
 KCA_FN int kca_chunk_beg(const kca_params_t &p, int b, int c) {
   const int cw = KCA_CHUNK_WIN(p), n = kca_seq_end(p, b) - p.seq_win[b];
-  const int nc = (n + cw - 1) / cw;
-  const bool led = p.lead > 0 && c < nc && n - (nc - 1) * cw > p.lead;
-  return p.seq_win[b] + c * cw + (led ? p.lead * kca_mini(c, nc - c) : 0);
+  const int nc = (n + cw - 1) / cw, lead = KCA_LEAD(p);
+  const bool led = lead > 0 && c < nc && n - (nc - 1) * cw > lead;
+  return p.seq_win[b] + c * cw + (led ? lead * kca_mini(c, nc - c) : 0);
 }
 KCA_FN bool kca_seq_alone(const kca_params_t &p, int b) {
   return kca_seq_chunks(p, b) <= 1 && (!p.mass || p.tickets);
