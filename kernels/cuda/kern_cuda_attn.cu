@@ -372,9 +372,10 @@ int kc_attn_lead(const kc_attn_args_t *a) {
   return kca_lead(a, cw, (mw + cw - 1) / cw, slots, n_sm);
 }
 
-/* Whether a launch's grid is chunk-major (KCA_LEAD): with a lead; for chunk_dev launches
- * (whose steps' leads come from chunk_dev[1]) when a lead may come and the launch's blocks fill
- * at most two waves (or the lead is forced). */
+/* Whether a launch's grid is chunk-major (so that a lead's longer chunks are placed first): with
+ * a lead; for chunk_dev launches (whose steps' leads come from chunk_dev[1]) when a lead may
+ * come and the launch's blocks fill at most two waves, or the lead is forced. (A bucket of more
+ * blocks keeps its order: a step of it that leads has the eager launch's bits, not its speed.) */
 static int kca_cmaj(const kc_attn_args_t *a, int lead, int n_chunk, int slots) {
   int forced = 0;
   if (!a->chunk_dev) return lead > 0;

@@ -129,8 +129,9 @@ typedef struct {
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
   int lead; /* windows the first half of a sequence's chunks take more (kca_chunk_beg; cw_dev:
-               cw_dev[1] instead), with cmaj only */
-  int cmaj; /* the grid is (KV head, sequence, chunk): chunk-major block order */
+               cw_dev[1] instead) */
+  int cmaj; /* the grid is (KV head, sequence, chunk): chunk-major block order (the order does
+               not change the bits; the lead does) */
   uint32_t mags[5]; /* KCA_MAG(0, 2, 4, 6, 8), read from the parameters so that they stay
                        operands (mags[0] = KCA_MAGIC) */
   float qscale;   /* scale * log2(e) */
@@ -140,8 +141,9 @@ typedef struct {
 /* Windows per chunk of this launch: chunk_win, or the device value (CUDA graphs: the grid is
  * fixed for the bucket, the chunking follows the step). */
 #define KCA_CHUNK_WIN(p) ((p).cw_dev ? *(p).cw_dev : (p).chunk_win)
-/* The launch's lead (kca_chunk_beg): 0 unless the grid is chunk-major. */
-#define KCA_LEAD(p) (!(p).cmaj ? 0 : (p).cw_dev ? (p).cw_dev[1] : (p).lead)
+/* The launch's lead (kca_chunk_beg): lead, or the device value (the step's eager lead, so that
+ * a graph's bits are the eager launch's whatever its grid order). */
+#define KCA_LEAD(p) ((p).cw_dev ? (p).cw_dev[1] : (p).lead)
 
 /* ---------------------------------------------------------------- the layer: GPU or host */
 
@@ -688,11 +690,12 @@ KCA_FN int kca_seq_chunks(const kca_params_t &p, int b) {
   return (kca_seq_end(p, b) - p.seq_win[b] + cw - 1) / cw;
 }
 /* First window of chunk c of sequence b: c chunks of KCA_CHUNK_WIN(p) windows, shifted by
- * KCA_LEAD(p) * min(c, nc - c) for c < nc (nc: the sequence's chunks) when the sequence's last chunk
- * has more than that lead. So with a lead the first half of the chunks take p.lead windows
- * more each and the second half p.lead less: in a chunk-major grid of one wave the first half
- * are the blocks that the block scheduler places first, and a multiprocessor's warp scheduler
- * favours its older block (kca_lead_pm). Past the sequence's chunks: c chunks, unshifted. */
+ * lead * min(c, nc - c) for c < nc (lead: KCA_LEAD(p); nc: the sequence's chunks) when the
+ * sequence's last chunk has more than lead windows. So with a lead the first half of the chunks
+ * take lead windows more each and the second half lead less: in a chunk-major grid of one wave
+ * the first half are the blocks that the block scheduler places first, and a multiprocessor's
+ * warp scheduler favours its older block (kca_lead_pm). Past the sequence's chunks: c chunks,
+ * unshifted. */
 KCA_FN int kca_chunk_beg(const kca_params_t &p, int b, int c) {
   const int cw = KCA_CHUNK_WIN(p), n = kca_seq_end(p, b) - p.seq_win[b];
   const int nc = (n + cw - 1) / cw, lead = KCA_LEAD(p);
@@ -2694,7 +2697,7 @@ static inline kca_params_t kca_params(const kc_attn_args_t *a, int chunk_win) {
     if (a->geom.group == 1 << gs) p.gshift = gs;
   p.n_chunk = w.n_chunk;
   p.chunk_win = chunk_win;
-  p.lead = 0, p.cmaj = 0; /* (kc_attn_decode sets them for one-wave launches) */
+  p.lead = 0, p.cmaj = 0; /* (kc_attn_decode sets them) */
   p.n_rot = a->rope.n_rot;
   p.yarn = a->rope.yarn;
   p.qscale = a->scale * 1.4426950408889634f;

@@ -83,7 +83,7 @@ static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int 
 /* The whole call (both kernels) on host memory. */
 static int emu_decode(const kc_attn_args_t *a, int parts_only = 0, int lead = 0) {
   kca_params_t p = kca_params(a, a->chunk_win);
-  p.lead = lead, p.cmaj = lead > 0; /* (cmaj: the emulator runs every block in any order) */
+  p.lead = lead; /* (the grid order, cmaj, is the GPU's: the emulator runs every block) */
   const int bits = a->has_quant ? a->geom.bits : 0, rot = kca_rot_kind(a);
   const int pk = kca_pk(a->geom.omega), vg = kca_vg(a);
   int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
