@@ -90,6 +90,10 @@ typedef struct kv_cache_ops {
   /* Changes whenever a buffer that fixed-mode launches read moved (launches recorded before
    * are stale). */
   unsigned long (*fixed_epoch)(const kv_cache_t *kv);
+  /* Optional (NULL: no limit): the most prompt tokens one forward pass may store, summed over
+   * its sequences, before the cache routes them (a pool sized for budgets holds one layer of a
+   * step's prompts at full precision at a time). Use kv_cache_prompt_room. */
+  int (*prompt_room)(const kv_cache_t *kv);
 } kv_cache_ops_t;
 
 /* Geometry shared by every implementation. */
@@ -118,5 +122,9 @@ void kv_cache_destroy(kv_cache_t *kv); /* NULL-safe */
  * is a no-op (0); QE_ENOMEM when the cache cannot hold the observer's state. The observer runs
  * on the thread that drives the cache, inside attend(). */
 int kv_cache_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud);
+
+/* The most prompt tokens a forward pass over kv may carry (kv_cache_ops_t.prompt_room), or 0:
+ * no limit. */
+int kv_cache_prompt_room(const kv_cache_t *kv);
 
 #endif

@@ -140,6 +140,10 @@ void kv_cache_destroy(kv_cache_t *kv) {
   if (kv) kv->ops->destroy(kv);
 }
 
+int kv_cache_prompt_room(const kv_cache_t *kv) {
+  return kv->ops->prompt_room ? kv->ops->prompt_room(kv) : 0;
+}
+
 int kv_cache_set_observer(kv_cache_t *kv, kv_obs_fn fn, void *ud) {
   if (kv->ops->set_observer) return kv->ops->set_observer(kv, fn, ud);
   return fn ? qe_errf(QE_EUNSUPPORTED, "kv_cache: a %s cache has no observations (diagnostics)",

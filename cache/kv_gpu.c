@@ -501,13 +501,15 @@ void kv_gpu__dispose(kv_gpu_t *g) {
 
 static void gpu_destroy(kv_cache_t *kv) { kv_gpu__dispose((kv_gpu_t *)kv); }
 
+static int gpu_prompt_room(const kv_cache_t *kv) { return ((const kv_gpu_t *)kv)->prompt_room; }
+
 /* The two modes' tables: the same functions; only the tiered mode takes an observer. */
 #define KV_GPU_OPS(NAME, OBS)                                                                      \
   {                                                                                                \
     .name = NAME, .seq_open = gpu_seq_open, .seq_close = gpu_seq_close, .store = gpu_store,        \
     .attend = gpu_attend, .seq_bytes = gpu_seq_bytes, .destroy = gpu_destroy, .set_observer = OBS, \
     .fixed_fill = gpu_fixed_fill, .fixed_mode = gpu_fixed_mode, .fixed_done = gpu_fixed_done,      \
-    .fixed_epoch = gpu_fixed_epoch                                                                 \
+    .fixed_epoch = gpu_fixed_epoch, .prompt_room = gpu_prompt_room                                 \
   }
 static const kv_cache_ops_t kv_gpu_ops = KV_GPU_OPS("gpu-full", NULL);
 static const kv_cache_ops_t kv_gpu_tiered_ops = KV_GPU_OPS("gpu-tiered", kv_gpu__obs_set);

@@ -82,6 +82,7 @@ typedef struct {
   unsigned fx_step;       /* fixed steps filled */
   int fx_chunks[3][32];   /* bucket, n_min, max chunks of its attention launch (cached) */
   int n_fx_chunks;
+  int prompt_room; /* tiered: prompt tokens a forward pass may store (kv_cache_prompt_room) */
 } kv_gpu_t;
 
 /* The tiered mode's state (kv_gpu_tiered.c; tests read it). */

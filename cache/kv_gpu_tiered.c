@@ -367,8 +367,9 @@ static int check_cfg(const kv_policy_cfg_t *c) {
  * FULL: B) and pressure ((1-q) B of pages, q B of ledgers at led_per to a unit: ledgers cost
  * unit / (led_per * ledger) of their charged bytes, about 1.18 at INT2; about 1.13 B in all at
  * q = 0.7). Prompts pass one layer at FULL before that layer is routed: room for every slot's
- * prompt, or for two prompts and a sixteenth of the steady units when that is less. */
-static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity) {
+ * prompt, or for two prompts and a sixteenth of the steady units when that is less (*room: those
+ * units; kv_gpu_create_tiered caps a forward pass's prompt tokens to fit them). */
+static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity, long *room) {
   const kv_gpu_tier_t *t = g->t;
   size_t per = budget / (size_t)g->base.geom.n_layer;
   double hist = per > t->floor ? (double)(per - t->floor) : 0.0;
@@ -380,8 +381,10 @@ static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity
   size_t steady = (size_t)(((double)t->floor + phys) / unit) + 3;
   size_t prompt = (size_t)(capacity + g->omega - 1) / (size_t)g->omega;
   size_t L = (size_t)g->base.geom.n_layer, n = (size_t)n_seqs;
-  size_t base = n * steady * L, room = base / 16 > 2 * prompt ? base / 16 : 2 * prompt;
-  return (int)(base + (n * prompt < room ? n * prompt : room));
+  size_t base = n * steady * L, extra = base / 16 > 2 * prompt ? base / 16 : 2 * prompt;
+  extra = n * prompt < extra ? n * prompt : extra;
+  *room = (long)extra;
+  return (int)(base + extra);
 }
 
 static int tier_init(kv_gpu_t *g, const kern_rope_t *rope, const kv_policy_cfg_t *cfg) {
@@ -443,6 +446,14 @@ void kv_gpu__tier_destroy(kv_gpu_t *g) {
   g->t = NULL;
 }
 
+/* Prompt tokens a forward pass may store when room units are free beyond the slots' routed
+ * ones: each sequence of the pass may start a window more than its tokens fill (at least one
+ * window of tokens, so that every pass makes progress). */
+static int prompt_room(const kv_gpu_t *g, long room) {
+  const long w = room - g->base.geom.max_seqs, t = (w > 1 ? w : 1) * (long)g->omega;
+  return t < INT32_MAX ? (int)t : INT32_MAX;
+}
+
 /* QEVICT_KV_GPU_POOL_SLACK=P (a workaround): P percent more units, 1..1000; anything else is
  * ignored with a warning. */
 static int pool_slack(void) {
@@ -472,8 +483,11 @@ int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_r
   int n_units = 0;
   if (!rc) {
     kv_gpu_set_budget_spec(&g->base, fraction, bytes);
-    n_units = pool_units(g, budget_for(g, 0, max_tokens), n_seqs, max_tokens);
-    n_units += (int)((long)n_units * pool_slack() / 100);
+    long room = 0;
+    n_units = pool_units(g, budget_for(g, 0, max_tokens), n_seqs, max_tokens, &room);
+    room += (long)n_units * pool_slack() / 100,
+        n_units += (int)((long)n_units * pool_slack() / 100);
+    g->prompt_room = prompt_room(g, room);
     size_t arena = (size_t)n_units * g->page_bytes;
     g->arena = kern_alloc(be, arena), g->arena_bytes = arena;
     if (!g->arena) rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool", arena);

@@ -277,6 +277,17 @@ static void mux_destroy(kv_cache_t *kv) {
   free(x);
 }
 
+/* The smallest limit of the children (0: none has one). */
+static int mux_prompt_room(const kv_cache_t *kv) {
+  const kv_mux_t *x = as_mux(kv);
+  int room = 0;
+  for (int i = 0; i < x->n_ch; i++) {
+    const int r = x->ch[i].kv ? kv_cache_prompt_room(x->ch[i].kv) : 0;
+    if (r > 0 && (room == 0 || r < room)) room = r;
+  }
+  return room;
+}
+
 static const kv_cache_ops_t mux_ops = {.name = "mux",
                                        .seq_open = mux_seq_open,
                                        .seq_close = mux_seq_close,
@@ -287,7 +298,8 @@ static const kv_cache_ops_t mux_ops = {.name = "mux",
                                        .fixed_fill = mux_fixed_fill,
                                        .fixed_mode = mux_fixed_mode,
                                        .fixed_done = mux_fixed_done,
-                                       .fixed_epoch = mux_fixed_epoch};
+                                       .fixed_epoch = mux_fixed_epoch,
+                                       .prompt_room = mux_prompt_room};
 
 /* ---- public -------------------------------------------------------------------------------- */
 

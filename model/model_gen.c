@@ -268,9 +268,13 @@ static void plan_decodes(gen_engine_t *e, int cap) {
   if (n_dec > cap) e->rr = (last + 1) % S;
 }
 
-/* Prompt chunks of the prefilling sequences in slot order; returns the prompt tokens taken. */
+/* Prompt chunks of the prefilling sequences in slot order, at most max_prompt_per_step and the
+ * cache's prompt room (a tiered GPU cache's pool holds one layer of a pass's prompts at full
+ * precision); returns the prompt tokens taken. */
 static int plan_prompts(gen_engine_t *e, int cap) {
-  int budget = e->o.max_prompt_per_step, taken = 0;
+  const int room = kv_cache_prompt_room(e->kv);
+  int budget = room > 0 && room < e->o.max_prompt_per_step ? room : e->o.max_prompt_per_step;
+  int taken = 0;
   for (int i = 0; i < e->n_slots && budget > taken && e->plan.n < cap; i++) {
     gen_slot_t *s = &e->slots[i];
     if (!s->busy || s->fed >= s->n_prompt) continue;

@@ -291,6 +291,7 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   check_pool_full(c.gpu, 0, 0);
   CHECK(kv_gpu_pool_usage(c.ref, &pu) == QE_EINVAL && pu.units_total == 0); /* not a GPU cache */
   CHECK(kv_cache_set_observer(c.gpu, obs_none, NULL) == QE_EUNSUPPORTED);   /* FullKV: no tiers */
+  CHECK(kv_cache_prompt_room(c.gpu) == 0 && kv_cache_prompt_room(c.ref) == 0); /* (no limit) */
   CHECK_OK(kv_cache_set_observer(c.gpu, NULL, NULL));
   for (int s = 0; s < 3; s++) {
     CHECK_OK(c.gpu->ops->seq_open(c.gpu, s, cap[s]));
@@ -809,6 +810,8 @@ static void check_pooled_masses(void) {
   if (!kv) return;
   kv_gpu_t *g = (kv_gpu_t *)kv;
   const kc_route_t *r = &g->t->rt;
+  /* a pass may carry a whole prompt: the pool's room is at least two prompts' windows */
+  CHECK(kv_cache_prompt_room(kv) >= CAP);
   CHECK_OK(kv->ops->seq_open(kv, 1, CAP));
   float *m = randv(N), got[(N + 7) / 8], ws[(N + 7) / 8];
   for (int t = 0; t < N; t++) m[t] = fabsf(m[t]);
