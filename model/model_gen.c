@@ -268,16 +268,18 @@ static void plan_decodes(gen_engine_t *e, int cap) {
   if (n_dec > cap) e->rr = (last + 1) % S;
 }
 
-/* Prompt chunks of the prefilling sequences in slot order, at most max_prompt_per_step and the
- * cache's prompt room (a tiered GPU cache's pool holds one layer of a pass's prompts at full
- * precision); returns the prompt tokens taken. */
+/* Prompt chunks of the prefilling sequences in slot order (at most max_prompt_per_step); a
+ * prompt not started yet waits for a later pass when it would take the pass past the cache's
+ * prompt room (a tiered GPU cache's pool holds one layer of a pass's prompts at full precision,
+ * and takes each prompt in one piece: prompts are never split for the room, and the pass's first
+ * one goes whatever its size). Returns the prompt tokens taken. */
 static int plan_prompts(gen_engine_t *e, int cap) {
   const int room = kv_cache_prompt_room(e->kv);
-  int budget = room > 0 && room < e->o.max_prompt_per_step ? room : e->o.max_prompt_per_step;
-  int taken = 0;
+  int budget = e->o.max_prompt_per_step, taken = 0;
   for (int i = 0; i < e->n_slots && budget > taken && e->plan.n < cap; i++) {
     gen_slot_t *s = &e->slots[i];
     if (!s->busy || s->fed >= s->n_prompt) continue;
+    if (room > 0 && s->fed == 0 && taken > 0 && taken + (long)s->n_prompt > room) break;
     int take = min3(s->n_prompt - s->fed, budget - taken, cap - e->plan.n);
     for (int j = s->fed; j < s->fed + take; j++)
       plan_push(&e->plan, s->prompt[j], j, i, j == s->n_prompt - 1);
