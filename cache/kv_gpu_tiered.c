@@ -368,7 +368,7 @@ static int check_cfg(const kv_policy_cfg_t *c) {
  * unit / (led_per * ledger) of their charged bytes, about 1.18 at INT2; about 1.13 B in all at
  * q = 0.7). Prompts pass one layer at FULL before that layer is routed: room for every slot's
  * prompt, or for two prompts and a sixteenth of the steady units when that is less (*room: those
- * units; kv_gpu_create_tiered caps a forward pass's prompt tokens to fit them). */
+ * units, which bound a forward pass's prompt tokens: kv_cache_prompt_room). */
 static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity, long *room) {
   const kv_gpu_tier_t *t = g->t;
   size_t per = budget / (size_t)g->base.geom.n_layer;
@@ -485,9 +485,9 @@ int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_r
     kv_gpu_set_budget_spec(&g->base, fraction, bytes);
     long room = 0;
     n_units = pool_units(g, budget_for(g, 0, max_tokens), n_seqs, max_tokens, &room);
-    room += (long)n_units * pool_slack() / 100,
-        n_units += (int)((long)n_units * pool_slack() / 100);
-    g->prompt_room = prompt_room(g, room);
+    const long more = (long)n_units * pool_slack() / 100; /* (all of it room for prompts) */
+    n_units += (int)more;
+    g->prompt_room = prompt_room(g, room + more);
     size_t arena = (size_t)n_units * g->page_bytes;
     g->arena = kern_alloc(be, arena), g->arena_bytes = arena;
     if (!g->arena) rc = qe_errf(QE_ENOSPC, "kv_gpu: no device memory for a %zu-byte pool", arena);
