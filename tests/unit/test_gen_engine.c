@@ -1,6 +1,7 @@
 /* test_gen_engine: the step engine on a random model. Sequences joining at different steps
  * while others decode give the tokens each gives alone (gen_run); teacher forcing resumes a
- * sampled run exactly; cancel frees a slot for reuse; long prompts are chunked; EOG and the
+ * sampled run exactly; cancel frees a slot for reuse; long prompts are chunked; a cache's prompt
+ * room defers whole prompts to later passes; EOG and the
  * context cap finish sequences; bad requests and refused opens leave the slot free; and two
  * tensor-parallel ranks (forked, CPU socket collective) agree on opens (argument bytes
  * included) and give the tokens of one rank, the follower's hooks seeing each close before
@@ -229,6 +230,52 @@ static void check_chunked(rig_t *r) {
   gen_engine_destroy(e);
 }
 
+/* (e) A cache with a prompt room (kv_cache_prompt_room; the tiered GPU cache has one): the rig's
+ * FullKV cache given a room of 25 tokens through a copy of its ops. Prompts of 12, 20 and 7
+ * tokens added together go in three passes, each whole; a 45-token prompt goes whole in a pass of
+ * its own (a pass's first prompt always goes); the tokens are gen_run's. */
+static int room25(const kv_cache_t *kv) {
+  (void)kv;
+  return 25;
+}
+
+static void check_prompt_room(rig_t *r) {
+  int32_t ref[4][MAXT];
+  const int32_t *ps[4] = {p0, p1, p2, plong};
+  const int np[4] = {12, 20, 7, 45};
+  int nr[4];
+  for (int i = 0; i < 4; i++) nr[i] = alone(r, ps[i], np[i], 6, greedy, 0, ref[i]);
+  const kv_cache_ops_t *own = r->kv->ops;
+  kv_cache_ops_t roomy = *own;
+  roomy.prompt_room = room25;
+  r->kv->ops = &roomy;
+  CHECK(kv_cache_prompt_room(r->kv) == 25);
+  rec_t rec;
+  gen_engine_t *e = engine(r, &rec, 0);
+  for (int i = 0; i < 4; i++) {
+    gen_req_t q = req(ps[i], np[i], 6, greedy, 0);
+    CHECK_OK(gen_engine_add(e, i, &q));
+  }
+  int fed[8] = {0}, k = 0, active = 1;
+  while (active && k < 8) {
+    gen_stats_t s0, s1;
+    gen_engine_stats(e, &s0);
+    CHECK_OK(gen_engine_step(e, &active));
+    gen_engine_stats(e, &s1);
+    fed[k++] = (int)(s1.n_prompt - s0.n_prompt);
+    rec.step++;
+  }
+  CHECK(fed[0] == 12 && fed[1] == 20 && fed[2] == 7 && fed[3] == 45 && fed[4] == 0);
+  CHECK(rec.first_step[0] == 0 && rec.first_step[1] == 1 && rec.first_step[2] == 2 &&
+        rec.first_step[3] == 3);
+  run_steps(e, &rec, 100);
+  for (int i = 0; i < 4; i++) CHECK(same(rec.tok[i], rec.n[i], ref[i], nr[i]));
+  fprintf(stderr, "prompt room 25: prompts of 12, 20, 7, 45 in passes of %d, %d, %d, %d\n", fed[0],
+          fed[1], fed[2], fed[3]);
+  gen_engine_destroy(e);
+  r->kv->ops = own;
+}
+
 /* Finishing on EOG and on the context; bad requests. */
 static int refuse_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *arg, size_t len) {
   if (len && *(const char *)arg == 'R') return qe_errf(QE_ENOSPC, "test: refused slot %d", slot);
@@ -440,6 +487,7 @@ int main(void) {
     check_resume(&r);
     check_cancel(&r);
     check_chunked(&r);
+    check_prompt_room(&r);
     check_finish_and_errors(&r);
     check_tp(&r, path);
   }
