@@ -180,6 +180,14 @@ static int gpu_stats(kv_cache_t *kv, kv_gpu_stats_t *s) {
 #endif
 }
 
+/* A GPU cache's warning when its pool ran out during the run (nothing otherwise). */
+static void pool_warning(const kv_gpu_stats_t *gs, FILE *f) {
+  if (gs->err_flags & 1)
+    fprintf(f, "qevict: warning: the GPU cache's pool ran out of units during the run: windows "
+               "were kept at a lower tier or (a new window) left unstored, so routing was not "
+               "exact; QEVICT_KV_GPU_POOL_SLACK=30 gives the pool 30%% more units (README)\n");
+}
+
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
   kv_gpu_stats_t gs;
   const int gpu = gpu_stats(kv, &gs);
@@ -190,10 +198,7 @@ void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
             "routing events %ld; pool faults %d\n",
             p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
             gs.promotions, gs.demotions, gs.evictions, gs.routings, gs.err_flags);
-  if (gpu && (gs.err_flags & 1))
-    fprintf(f, "qevict: warning: the GPU cache's pool ran out of units during the run: windows "
-               "were kept at a lower tier or (a new window) left unstored, so routing was not "
-               "exact; QEVICT_KV_GPU_POOL_SLACK=30 gives the pool 30%% more units (README)\n");
+  if (gpu) pool_warning(&gs, f);
   if (!is_tiered(kv)) return;
   kv_mem_stats_t s;
   kv_tiered_stats(kv, 0, &s);
@@ -248,6 +253,7 @@ void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
             p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
             gs.promotions, gs.demotions, gs.evictions, gs.quantizations, gs.routings, gs.err_flags);
     gpu_routing_json(kv, f);
+    pool_warning(&gs, stderr); /* (the JSON goes to f, the warning beside it) */
     return;
   }
   if (!is_tiered(kv)) {
