@@ -392,6 +392,7 @@ static int gpu_fixed_fill(kv_cache_t *kv, const kv_fixed_t *f, int32_t *in, cons
   if ((max_win + cw - 1) / cw > mc)
     return qe_errf(QE_ERANGE, "kv_gpu: %d chunks exceed the fixed launch's %d",
                    (max_win + cw - 1) / cw, mc);
+  a.chunk_win = cw; /* (the lead's call takes this chunking, not a second search for it) */
   const int lead = kc_attn_lead(&a); /* (the eager path's, for the same bits) */
   if (lead < 0) return lead;
   in[4 * S] = cw, in[4 * S + 1] = lead;
