@@ -1,10 +1,10 @@
 # pool_sim.py: a CPU model (numpy) of the tiered GPU cache's unit allocator and QEvict routing
 # (kernels/cuda/kern_cuda_route.cu) for the Llama-3.1-8B shape in a lockstep batch, written on
-# 2026-11-30 to find why the pool ran out on long decodes (README, "Fixed 2026-11-30"). It
-# reproduced the measured peaks (54,272 units at 1,024 new tokens) before the fix; fix=True models
-# the slab cut before the ledger phase (not the later demotion rounds). A model, not a test:
-# its score model (lognormal importance times recency) is a guess. Usage: python3
-# tools/pool_sim.py [BATCH]
+# 2026-11-30 to find why the pool ran out on long decodes (bench/history.md, "The pool fault of
+# 2026-11-30"). It reproduced the measured peaks (54,272 units at 1,024 new tokens) before the
+# fix; fix=True models the slab cut before the ledger phase (not the later demotion rounds). A
+# model, not a test: its score model (lognormal importance times recency) is a guess. Usage:
+# python3 tools/pool_sim.py [BATCH]
 import numpy as np, sys, math
 FULL, QUANT, EVIC = 0, 1, 2
 PAGE = 32768; META = 77; LT = 9216; LED_PER = PAGE // LT; OMEGA = 8; SINK_WIN = 1; N_LOCAL = 32
