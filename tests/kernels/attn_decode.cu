@@ -24,7 +24,8 @@
  * and "ms_gpu", the launch queued behind a kernel that holds the stream until the host has
  * enqueued it (bench_block; nvbench's method), the GPU's own time. --tma adds a pipeline of
  * Hopper tensor copies to the FullKV shapes' pipelines, --pipes times only those reads and
- * pipelines, $QE_BENCH_QUICK=1 times one launch a measurement (for compute-sanitizer). */
+ * pipelines, $QE_BENCH_QUICK=1 times one launch a measurement (for compute-sanitizer),
+ * $ATTN_FIXED=M also times the automatic chunking as CUDA graph steps launch it (bench_fixed). */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -947,6 +948,59 @@ static void bench_trace(const char *name, kc_attn_args_t a, uint8_t **arenas, bo
 }
 #endif
 
+/* $ATTN_FIXED=M: the automatic chunking launched as a CUDA graph step launches it (chunk_dev
+ * holding the step's windows a chunk and lead, a grid of M chunks a sequence whose surplus blocks
+ * exit), eagerly and replayed from a graph captured on a stream, GPU time each; with and without
+ * masses for FullKV shapes. The engine's graphs hold a bucket's most chunks (6 at B=8 32K on the
+ * H200) where a step uses 4: this isolates what those surplus blocks cost in either grid order
+ * ($QE_CUDA_ATTN_LEAD=0 keeps the old order; a forced lead, chunk-major). */
+static void bench_fixed(const char *name, kc_attn_args_t a, uint8_t **arenas, int n_rot, int reps,
+                        int max_chunk, bool full) {
+  const int cw = kc_attn_chunk_win(&a), lead = kc_attn_lead(&a);
+  if (cw < 1 || lead < 0 || (a.max_win + cw - 1) / cw > max_chunk) {
+    printf("{\"bench\": \"%s_fixed\", \"skipped\": \"ATTN_FIXED=%d below the step's %d chunks\"}\n",
+           name, max_chunk, cw > 0 ? (a.max_win + cw - 1) / cw : cw);
+    return;
+  }
+  const int32_t h[2] = {cw, lead};
+  int32_t *dc = dev_upload(h, 2);
+  void *ws = nullptr; /* (the workspace laid out for max_chunk chunks) */
+  a.chunk_dev = dc, a.max_chunk = max_chunk;
+  CKQ(kc_attn_ws_bytes(&a, &a.ws_bytes));
+  CK(cudaMalloc(&ws, a.ws_bytes));
+  a.ws = ws, a.chunk_dev = nullptr, a.max_chunk = 0;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int m = 0; m < (full ? 2 : 1); m++) {
+    kc_attn_args_t b = a;
+    if (m) b.mass = nullptr;
+    b.chunk_dev = dc, b.max_chunk = max_chunk, b.chunk_win = 0;
+    const double eager = bench_time2(b, arenas, n_rot, reps, T_QUEUED).ms_gpu;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    b.arena = arenas[0]; /* (a graph's arguments are fixed: no rotation) */
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CKQ(kc_attn_decode(&b, s));
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    const double graph =
+        event_median2(10, 10 + reps, [&](int) { CK(cudaGraphLaunch(ge, 0)); }, T_QUEUED).ms_gpu;
+    b.chunk_dev = nullptr, b.chunk_win = cw;
+    const double exact = bench_time2(b, arenas, n_rot, reps, T_QUEUED).ms_gpu;
+    printf("{\"bench\": \"%s_fixed%s\", \"chunk_win\": %d, \"lead\": %d, \"chunks\": %d, "
+           "\"max_chunk\": %d, \"ms_gpu_exact_grid\": %.4f, \"ms_gpu_fixed\": %.4f, "
+           "\"ms_gpu_fixed_graph\": %.4f, \"fixed_over_exact\": %.3f}\n",
+           name, m ? "_no_masses" : "", cw, lead, (a.max_win + cw - 1) / cw, max_chunk, exact,
+           eager, graph, eager / exact);
+    fflush(stdout);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+  }
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(dc));
+  CK(cudaFree(ws));
+}
+
 /* One benchmark shape: builds the window tables, fills arenas on the GPU, times variants. */
 static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n_full, int n_quant,
                           double copy_gbps, double copy_gpu, double full_ms, double full_gpu,
@@ -1042,6 +1096,14 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
 #if KCA_TRACE
   bench_trace(name, dev_args(&pr, &d, cw0), arenas.data(), n_full < 0);
 #endif
+  if (const char *e = getenv("ATTN_FIXED")) {
+    const int mc = atoi(e);
+    if (mc < 1 || mc > 4096) {
+      fprintf(stderr, "attn_decode: ATTN_FIXED='%s': expected a chunk count 1..4096\n", e);
+      exit(2);
+    }
+    bench_fixed(name, dev_args(&pr, &d, 0), arenas.data(), n_rot, reps, mc, n_full < 0);
+  }
   if (n_full < 0 && !g_opt.pipes) { /* FullKV as the engine's FullKV cache runs it (no masses,
                                         its own automatic chunking) */
     a = dev_args(&pr, &d, 0);
