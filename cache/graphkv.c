@@ -45,7 +45,9 @@ int graphkv_check(const graphkv_params_t *p) {
     return qe_errf(QE_EINVAL, "graphkv: source_frac must be in (0, 1] (got %g)",
                    (double)p->source_frac);
   if (p->m < 1) return qe_errf(QE_EINVAL, "graphkv: m (neighbours) must be >= 1 (got %d)", p->m);
-  if (p->rounds < 1) return qe_errf(QE_EINVAL, "graphkv: rounds must be >= 1 (got %d)", p->rounds);
+  if (p->rounds < 1 || p->rounds > GRAPHKV_MAX_ROUNDS)
+    return qe_errf(QE_EINVAL, "graphkv: rounds must be in 1..%d (got %d)", GRAPHKV_MAX_ROUNDS,
+                   p->rounds);
   return 0;
 }
 

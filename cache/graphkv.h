@@ -18,9 +18,14 @@ typedef struct {
   int rounds;        /* default 1 */
 } graphkv_params_t;
 
+/* The most rounds graphkv_check takes: a round multiplies every score by the same decay again,
+ * so more rounds only push the neighbours' scores further toward 0, and each costs a pass. */
+#define GRAPHKV_MAX_ROUNDS 64
+
 /* Default parameters (source_frac 0.3, m = 8, rounds 1). */
 graphkv_params_t graphkv_defaults(void);
-/* QE_EINVAL with a detail naming the field for source_frac outside (0, 1], m < 1, rounds < 1. */
+/* QE_EINVAL with a detail naming the field for source_frac outside (0, 1], m < 1, rounds outside
+ * 1..GRAPHKV_MAX_ROUNDS. */
 int graphkv_check(const graphkv_params_t *p);
 
 /* Number of sources k for n candidates and n_slots kept: ceil(source_frac * n_slots), clamped

@@ -28,10 +28,14 @@ int cli_worker(int argc, char **argv);
 int cli_fail(const char *what, int rc);
 /* Prints "qevict <cmd>: <msg>" plus a hint to --help and returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Strict numeric parsing: the whole string must be a number within [lo, hi]. 0 or -1. */
+/* Strict numeric parsing: the whole string must be a number within [lo, hi], without leading
+ * blanks. 0 or -1. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
 int cli_parse_u64(const char *s, uint64_t *out);
+/* A --graphkv value "k,m,T": source fraction k in (0, 1], m in 1..2^20 neighbours, T in
+ * 1..GRAPHKV_MAX_ROUNDS rounds. 0 or -1. */
+int cli_parse_graphkv(const char *s, double *k, long *m, long *t);
 /* --cpu-weights: "f32" (KERN_WEIGHT_F32) or "packed" (KERN_WEIGHT_PACKED). 0 or -1. */
 int cli_parse_cpu_weights(const char *s, int *out);
 /* Help line of --cpu-weights, shared by the commands that take it. */

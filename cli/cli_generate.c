@@ -136,7 +136,9 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) return fputs(gen_help, stdout), -1;
     if (!strncmp(f, "--graphkv", 9) && (f[9] == '\0' || f[9] == '=')) {
       if (cli_policy_parse(&a->pol, "--graphkv", f[9] ? f + 10 : NULL))
-        return cli_usage_error("generate", "bad value '%s' for --graphkv (k,m,T)", f + 10);
+        return cli_usage_error("generate",
+                               "bad value '%s' for --graphkv (k in (0, 1], m in 1..%d, T in 1..%d)",
+                               f + 10, 1 << 20, GRAPHKV_MAX_ROUNDS);
     } else if (!strcmp(f, "--chat"))
       a->chat = 1;
     else if (!strcmp(f, "--json"))
@@ -174,6 +176,9 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
                            "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
+  if (a->time_allreduce && a->device < 0)
+    return cli_usage_error("generate",
+                           "--time-allreduce times NCCL all-reduces: it needs --device");
   if (a->device >= 0 && a->cpu_weights != KERN_WEIGHT_F32)
     return cli_usage_error("generate", "--cpu-weights is for the CPU backend, not --device");
   const char *gv = getenv("QE_CUDA_GRAPHS");
@@ -258,6 +263,9 @@ static int prepare(gen_args_t *a) {
   if (!rc && !a->shape) rc = model_read_hparams(g, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
+  if (!rc && d.full && cli_policy_stray(&a->pol))
+    rc = qe_errf(QE_EINVAL, "%s needs --policy (policy %s keeps every token at full precision)",
+                 cli_policy_stray(&a->pol), a->pol.name);
   if (!rc && !a->shape) rc = tok_create(g, &tok);
   if (!rc && !a->shape) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)
@@ -337,9 +345,10 @@ static int join_device_comm(const gen_args_t *a, kern_backend_t *be, tp_comm_t *
 }
 
 /* Every rank reports whether it loaded; all fail together if any did not (rank 0 reports). */
-static int load_barrier(tp_comm_t *c, int lrc) {
+static int load_barrier(tp_comm_t *c, int lrc, int *r0_failed) {
   int ok = lrc == 0, all[256];
   int rc = tp_allgather(c, &ok, all, sizeof ok);
+  *r0_failed = !rc && !all[0];
   for (int r = 0; !rc && r < c->size; r++)
     if (!all[r]) rc = lrc ? lrc : qe_errf(QE_ECOMM, "tensor-parallel rank %d failed to load", r);
   return rc;
@@ -354,14 +363,16 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   int fds[1] = {fd};
   int rc = tp_comm_create_cpu_fds(fds, rank, a->tp, &c);
   tp_comm_t *nc = NULL;
-  int lrc = rc ? rc : load_rank(a, rank, &be, &m, &kv), brc = 0;
-  if (!rc) rc = brc = load_barrier(c, lrc);
+  int lrc = rc ? rc : load_rank(a, rank, &be, &m, &kv), brc = 0, r0_failed = 0;
+  if (!rc) rc = brc = load_barrier(c, lrc, &r0_failed);
   if (!rc) rc = join_device_comm(a, be, c, &nc);
   if (!rc) rc = gen_follow(m, kv, c);
   gen_rank_report_t mine, all[256];
   if (!rc && a->json) rc = gen_report_fill(be, m, kv, c, nc, &mine);
   if (!rc && a->json) rc = tp_allgather(c, &mine, all, sizeof mine);
-  if (rc && (lrc || !brc)) cli_fail("generate (tp rank)", rc); /* its own failure only */
+  /* its own failure only, and a failure to load only when rank 0 loaded (else rank 0's message,
+     most often the same, is the one line) */
+  if (rc && (lrc ? !r0_failed : !brc)) cli_fail("generate (tp rank)", rc);
   if (m) model_set_graphs(m, 0); /* graphs that recorded NCCL calls go before nc */
   tp_comm_destroy(c);
   tp_comm_destroy(nc);
@@ -389,19 +400,22 @@ static int spawn_ranks(const gen_args_t *a, pid_t *pids, tp_comm_t **c) {
   return a->tp > 1 ? tp_comm_create_cpu_fds(fds, 0, a->tp, c) : tp_comm_create_single(c);
 }
 
+/* Waits for ranks 1..tp-1; 1 when any failed (the message is set by the caller, so that an
+ * earlier failure's stays). */
 static int wait_ranks(const gen_args_t *a, const pid_t *pids) {
   int bad = 0;
   for (int r = 1; r < a->tp; r++) {
     int st = 0;
     if (pids[r] > 0 && (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))) bad = 1;
   }
-  return bad ? qe_errf(QE_ECOMM, "a tensor-parallel rank failed") : 0;
+  return bad;
 }
 
 typedef struct {
   const tok_t *tok;
   tok_stream_t stream;
   int stream_out;
+  int n_ids;                    /* ids printed (--shape: no tokenizer, the output is ids) */
   gen_top2_t top2;              /* --top2: sequence 0's */
   gen_rank_report_t ranks[256]; /* --json: every rank's, gathered after the run */
 } gen_out_t;
@@ -414,7 +428,11 @@ static void on_logits(void *ud, int seq, const float *logits, int n_vocab) {
 static void on_token(void *ud, int seq, int id) {
   gen_out_t *o = ud;
   char buf[256];
-  if (seq != 0 || !o->stream_out || !o->tok) return;
+  if (seq != 0 || !o->stream_out) return;
+  if (!o->tok) {
+    printf("%s%d", o->n_ids++ ? " " : "", id);
+    return;
+  }
   int n = tok_stream_push(&o->stream, id, buf, sizeof buf);
   if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
   fflush(stdout);
@@ -476,7 +494,7 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
   gen_stats_t st;
   gen_out_t out;
   init_seqs(a, seqs);
-  out = (gen_out_t){model_tok(m), {0}, !a->json, {NULL, 0, 0}, {{0}}};
+  out = (gen_out_t){.tok = model_tok(m), .stream_out = !a->json};
   tok_stream_init(&out.stream, out.tok, 0, 1);
   gen_opts_t o = {(int)a->n_predict,         a->sampler, a->seed, a->ignore_eos, on_token, &out,
                   a->top2 ? on_logits : NULL};
@@ -492,8 +510,9 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
   if (!rc && a->json) print_json(a, m, kv, &seqs[0], &st, &out);
   if (!rc && !a->json) {
     char buf[64];
-    int k = tok_stream_flush(&out.stream, buf, sizeof buf);
+    int k = out.tok ? tok_stream_flush(&out.stream, buf, sizeof buf) : 0;
     if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
+    if (out.n_ids) putchar('\n');
     fflush(stdout);
     print_summary(a, &seqs[0], &st);
     cli_policy_print(&a->pol, kv, stderr);
@@ -557,8 +576,8 @@ int cli_generate(int argc, char **argv) {
   }
   rc = spawn_ranks(&a, pids, &c);
   tp_comm_t *nc = NULL;
-  int lrc = load_rank(&a, 0, &be, &m, &kv);
-  if (!rc) rc = load_barrier(c, lrc);
+  int lrc = load_rank(&a, 0, &be, &m, &kv), r0_failed = 0;
+  if (!rc) rc = load_barrier(c, lrc, &r0_failed);
   if (!rc) rc = join_device_comm(&a, be, c, &nc);
   if (!rc) rc = a.diag ? run_diagnostics(&a, m, be, kv, c) : run_rank0(&a, be, m, kv, c, nc);
   if (m) model_set_graphs(m, 0); /* graphs that recorded NCCL calls go before nc */
@@ -569,6 +588,6 @@ int cli_generate(int argc, char **argv) {
   if (a.trace) fclose(a.trace);
   free(a.ids);
   free(a.forced);
-  if (!rc) rc = wrc;
+  if (!rc && wrc) rc = qe_errf(QE_ECOMM, "a tensor-parallel rank failed");
   return rc ? cli_fail("generate", rc) : 0;
 }

@@ -12,6 +12,7 @@ typedef struct {
 } kv_gpu_stats_t; /* kv_gpu.h's, for builds without it (never filled) */
 #endif
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,8 +39,9 @@ static int parse_budget(cli_policy_t *p, const char *v) {
   long long b;
   char *end;
   if (!cli_parse_float(v, 1e-9, 1.0, &d)) return p->frac = d, p->bytes = 0, 0;
+  errno = 0;
   b = strtoll(v, &end, 10);
-  if (*end || b <= 1) return 2;
+  if (!*v || *end || errno || b <= 1) return 2;
   p->bytes = (size_t)b;
   return 0;
 }
@@ -48,10 +50,10 @@ static int parse_budget(cli_policy_t *p, const char *v) {
 static int parse_graphkv(cli_policy_t *p, const char *v) {
   p->graphkv = 1;
   if (!v) return 0;
-  float k;
-  int m, t, used = 0;
-  if (sscanf(v, "%f,%d,%d%n", &k, &m, &t, &used) != 3 || v[used]) return 2;
-  p->gkv = (graphkv_params_t){k, m, t};
+  double k;
+  long m, t;
+  if (cli_parse_graphkv(v, &k, &m, &t)) return 2;
+  p->gkv = (graphkv_params_t){(float)k, (int)m, (int)t};
   return 0;
 }
 
@@ -81,8 +83,8 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
     return parse_budget(p, v);
   else if (!strcmp(f, "--trace"))
     p->trace = v;
-  else if (!strcmp(f, "--q")) {
-    if (cli_parse_float(v, -1e9, 1e9, &d)) return 2;
+  else if (!strcmp(f, "--q")) { /* (-1, the unset mark, is no value a user can give) */
+    if (cli_parse_float(v, 0.0, 1.0, &d)) return 2;
     p->q = (float)d;
     return 0;
   } else {
@@ -92,7 +94,7 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
                : !strcmp(f, "--local") ? &p->local
                                        : NULL;
     if (!dst) return 1;
-    if (cli_parse_int(v, -1000000, 1000000, &l)) return 2;
+    if (cli_parse_int(v, 0, 1000000, &l)) return 2;
     *dst = (int)l;
   }
   return 0;
@@ -117,6 +119,25 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d)
 
   *c = kv_policy_fit(c, head_dim);
   return kv_policy_check(c, head_dim);
+}
+
+const char *cli_policy_stray(const cli_policy_t *p) {
+  const struct {
+    int set;
+    const char *flag;
+  } opts[] = {{p->frac != 1.0 || p->bytes, "--budget"},
+              {p->q != -1, "--q"},
+              {p->omega != -1, "--window"},
+              {p->bits != -1, "--bits"},
+              {p->sink != -1, "--sink"},
+              {p->local != -1, "--local"},
+              {p->scorer != -1, "--scorer"},
+              {p->key_frame != -1, "--key-frame"},
+              {p->graphkv, "--graphkv"},
+              {p->trace != NULL, "--trace"}};
+  for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+    if (opts[i].set) return opts[i].flag;
+  return NULL;
 }
 
 static void trace_event(void *ud, const kv_route_event_t *e) {

@@ -27,6 +27,9 @@ void cli_policy_init(cli_policy_t *p);
 /* 0: handled; 1: not a policy flag; 2: bad value (usage error printed by the caller). A flag
  * without a value (--graphkv) is passed with v == NULL. */
 int cli_policy_parse(cli_policy_t *p, const char *flag, const char *v);
+/* The first cache option p sets that only a policy with windows takes (--budget, --q, --window,
+ * --bits, --sink, --local, --scorer, --key-frame, --graphkv, --trace), or NULL. */
+const char *cli_policy_stray(const cli_policy_t *p);
 /* Resolves the policy descriptor with overrides; QE_EINVAL with a detail naming the field. */
 int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *out);
 /* Builds rank's cache for n_seqs sequences of up to capacity tokens (a tp-size share of a

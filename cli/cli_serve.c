@@ -3,6 +3,7 @@
  * one machine: a scheduler and local workers as child processes, supervised: a child that dies
  * is started again). */
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -81,7 +82,58 @@ static int parse_bytes(const char *s, size_t *out) {
   return 0;
 }
 
-static int want_value(const char *cmd, int i, int argc, char **argv) {
+/* Which commands take option f (S: sched, W: worker, V: serve); 0 when none does. */
+enum { OPT_S = 1, OPT_W = 2, OPT_V = 4 };
+static int opt_cmds(const char *f) {
+  static const struct {
+    const char *flag;
+    int cmds;
+  } t[] = {{"--model", OPT_S | OPT_W | OPT_V},
+           {"--listen", OPT_S | OPT_V},
+           {"--metrics-listen", OPT_S | OPT_V},
+           {"--worker-listen", OPT_S},
+           {"--state-dir", OPT_S | OPT_V},
+           {"--admin-key-file", OPT_S | OPT_V},
+           {"--ready-file", OPT_S | OPT_V},
+           {"--tls-cert", OPT_S | OPT_V},
+           {"--tls-key", OPT_S | OPT_V},
+           {"--tls-client-ca", OPT_S | OPT_V},
+           {"--max-message", OPT_S | OPT_V},
+           {"--keep-finished", OPT_S | OPT_V},
+           {"--worker-timeout", OPT_S},
+           {"--scheduler", OPT_W},
+           {"--group", OPT_W},
+           {"--name", OPT_W},
+           {"--rank", OPT_W},
+           {"--tp-addr", OPT_W},
+           {"--tp", OPT_W | OPT_V},
+           {"--threads", OPT_W | OPT_V},
+           {"--max-seqs", OPT_W | OPT_V},
+           {"--max-batch", OPT_W | OPT_V},
+           {"--pool-bytes", OPT_W | OPT_V},
+           {"--cpu-weights", OPT_W | OPT_V},
+           {"--device", OPT_W | OPT_V},
+           {"--workers", OPT_V}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (!strcmp(f, t[i].flag)) return t[i].cmds;
+  return 0;
+}
+
+/* Whether cmd takes option argv[i] with its value: 0, or the exit code after a usage error (an
+ * unknown option, one of another command, a missing value). */
+static int check_opt(const char *cmd, int i, int argc, char **argv) {
+  const int want = !strcmp(cmd, "sched") ? OPT_S : !strcmp(cmd, "worker") ? OPT_W : OPT_V;
+  const int cmds = opt_cmds(argv[i]);
+  if (!cmds) return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+  static const char *const of[] = {
+      "",      "sched",           "worker",           "sched and worker",
+      "serve", "sched and serve", "worker and serve", ""};
+  if (!(cmds & want))
+    return cli_usage_error(cmd, "%s is a%s option (of qevict %s)", argv[i],
+                           cmds & OPT_S   ? " scheduler"
+                           : cmds & OPT_W ? " worker"
+                                          : "n",
+                           of[cmds]);
   if (i + 1 < argc) return 0;
   return cli_usage_error(cmd, "%s needs a value", argv[i]);
 }
@@ -187,11 +239,13 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return printf("%s", help), -1;
     if (!strcmp(argv[i], "--cpu")) {
+      if (!strcmp(cmd, "sched"))
+        return cli_usage_error(cmd, "--cpu is a worker option (of qevict worker and serve)");
       o->cpu = 1;
       continue;
     }
-    if (want_value(cmd, i, argc, argv)) return 2;
-    int rc = parse_common(cmd, o, argv[i], argv[i + 1]);
+    int rc = check_opt(cmd, i, argc, argv);
+    if (!rc) rc = parse_common(cmd, o, argv[i], argv[i + 1]);
     if (rc == 1) return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
     if (rc) return rc;
     i++;
@@ -202,13 +256,8 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
     return cli_usage_error(cmd, "give both --tls-cert and --tls-key, or neither");
   if (o->s.tls_client_ca && !o->s.tls_cert)
     return cli_usage_error(cmd, "--tls-client-ca needs --tls-cert and --tls-key");
-  if (!strcmp(cmd, "worker") && o->s.tls_cert)
-    return cli_usage_error(cmd, "--tls-cert is a scheduler option (workers speak to it over "
-                                "their own link, not gRPC)");
-  if (o->w.cpu_weights != KERN_WEIGHT_F32 && (o->w.device >= 0 || !strcmp(cmd, "sched")))
+  if (o->w.cpu_weights != KERN_WEIGHT_F32 && o->w.device >= 0)
     return cli_usage_error(cmd, "--cpu-weights is for CPU workers");
-  if (!strcmp(cmd, "sched") && o->w.device >= 0)
-    return cli_usage_error(cmd, "--device is a worker option (the scheduler holds no GPU)");
   return strcmp(cmd, "sched") ? check_device(cmd, o, &o->n_gpus) : 0;
 }
 
@@ -374,6 +423,12 @@ static int make_state(serve_opts_t *o, char *dir, size_t n, int *temp) {
   return 0;
 }
 
+/* nftw's callback removing the temporary state directory depth first (no shell). */
+static int remove_entry(const char *path, const struct stat *st, int kind, struct FTW *ftw) {
+  (void)st, (void)kind, (void)ftw;
+  return remove(path);
+}
+
 int cli_serve(int argc, char **argv) {
   serve_opts_t o;
   int rc = parse_all("serve", serve_help, argc, argv, &o);
@@ -406,10 +461,7 @@ int cli_serve(int argc, char **argv) {
   int failed = 0;
   supervise(ch, n, &failed);
   stop_children(ch, n);
-  if (temp) {
-    char *cmd = fmt("rm -rf '%s'", state);
-    if (system(cmd)) fprintf(stderr, "qevict serve: could not remove %s\n", state);
-    free(cmd);
-  }
+  if (temp && nftw(state, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
+    fprintf(stderr, "qevict serve: could not remove %s: %s\n", state, strerror(errno));
   return failed;
 }

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "cli_rpc.h"
+#include "graphkv.h"
 #include "qe_json.h"
 #include "qe_status.h"
 
@@ -84,15 +85,14 @@ static const char *cancel_help =
 
 /* --graphkv[=k,m,T]: present without a value keeps the policy's parameters. */
 static int sub_graphkv(sub_args_t *a, const char *v) {
-  float k;
-  unsigned m, t;
-  int used = 0;
+  double k;
+  long m, t;
   a->policy.graphkv = &a->gkv, a->has_policy = 1;
   if (!v) return 0;
-  if (sscanf(v, "%f,%u,%u%n", &k, &m, &t, &used) != 3 || v[used] || !(k > 0 && k <= 1) || !m ||
-      !t || strchr(v, '-'))
-    return cli_usage_error("submit", "bad value '%s' for --graphkv (k in (0, 1], m >= 1, T >= 1)",
-                           v),
+  if (cli_parse_graphkv(v, &k, &m, &t))
+    return cli_usage_error("submit",
+                           "bad value '%s' for --graphkv (k in (0, 1], m in 1..%d, T in 1..%d)", v,
+                           1 << 20, GRAPHKV_MAX_ROUNDS),
            CLI_OPT_PRINTED;
   a->gkv.k_opt_case = QEVICT__V1__GRAPH_KV__K_OPT_K, a->gkv.k = k;
   a->gkv.m_opt_case = QEVICT__V1__GRAPH_KV__M_OPT_M, a->gkv.m = m;

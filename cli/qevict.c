@@ -1,4 +1,5 @@
 /* qevict: the command line entry point; dispatches to sub-commands. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "graphkv.h"
 #include "kern.h"
 #include "qe_status.h"
 
@@ -60,7 +62,7 @@ int cli_parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (!*s || *end || errno || v < lo || v > hi) return -1;
+  if (!*s || isspace((unsigned char)*s) || *end || errno || v < lo || v > hi) return -1;
   *out = v;
   return 0;
 }
@@ -69,7 +71,7 @@ int cli_parse_float(const char *s, double lo, double hi, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (!*s || *end || errno || !(v >= lo && v <= hi)) return -1;
+  if (!*s || isspace((unsigned char)*s) || *end || errno || !(v >= lo && v <= hi)) return -1;
   *out = v;
   return 0;
 }
@@ -78,9 +80,19 @@ int cli_parse_u64(const char *s, uint64_t *out) {
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (!*s || *end || errno || *s == '-') return -1;
+  if (!*s || isspace((unsigned char)*s) || *end || errno || *s == '-') return -1;
   *out = v;
   return 0;
+}
+
+int cli_parse_graphkv(const char *s, double *k, long *m, long *t) {
+  char buf[64], *m_s, *t_s;
+  if (strlen(s) >= sizeof buf) return -1;
+  memcpy(buf, s, strlen(s) + 1);
+  if (!(m_s = strchr(buf, ',')) || !(t_s = strchr(m_s + 1, ','))) return -1;
+  *m_s++ = 0, *t_s++ = 0;
+  if (cli_parse_float(buf, 0.0, 1.0, k) || !(*k > 0)) return -1;
+  return cli_parse_int(m_s, 1, 1 << 20, m) || cli_parse_int(t_s, 1, GRAPHKV_MAX_ROUNDS, t) ? -1 : 0;
 }
 
 int cli_parse_cpu_weights(const char *s, int *out) {

@@ -50,6 +50,7 @@ struct sreq {
   uint64_t id;
   char id_str[24];
   char tenant[SCHED_TENANT_ID_MAX + 1];
+  int orphan; /* its tenant was deleted: no later tenant of the same id finds it */
   char client_id[129];
   char policy[96]; /* resolved policy name */
   int state;
@@ -123,6 +124,7 @@ struct sched {
   sm_reg_t *metrics;
   gguf_t *gguf;
   tok_t *tok;
+  size_t max_piece; /* the longest vocabulary piece in bytes (0: not measured yet) */
   model_hparams_t hp;
   int chat_kind;
   sgroup_t *groups;
@@ -167,6 +169,9 @@ void sched_req_info(const sreq_t *r, Qevict__V1__RequestInfo *info, Qevict__V1__
 void sched_req_memory(const sreq_t *r, Qevict__V1__MemorySummary *out);
 void sched_req_destroy_all(sched_t *s);
 /* Cancels every queued or running request of tenant; returns how many. */
+/* Cancels a deleted tenant's unfinished requests (the count) and orphans all of its requests,
+ * finished ones too: a tenant created again under the same id neither watches nor attaches to
+ * them. */
 unsigned sched_req_cancel_tenant(sched_t *s, const char *tenant);
 void sched_admit_event(void *ud, uint64_t id, int status);
 

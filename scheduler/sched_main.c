@@ -3,6 +3,7 @@
  * signal. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,7 @@ static void cleanup(sched_t *s) {
 }
 
 int sched_run(const sched_config_t *c) {
+  signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write (a metrics scraper, a worker) is EPIPE */
   sched_t s;
   memset(&s, 0, sizeof s);
   s.cfg = *c;

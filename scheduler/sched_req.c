@@ -58,7 +58,7 @@ sreq_t *sched_req_find_str(sched_t *s, const char *id) {
 static sreq_t *find_client_id(sched_t *s, const char *tenant, const char *cid) {
   if (!*cid) return NULL;
   for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (!strcmp(r->client_id, cid) && !strcmp(r->tenant, tenant)) return r;
+    if (!r->orphan && !strcmp(r->client_id, cid) && !strcmp(r->tenant, tenant)) return r;
   return NULL;
 }
 
@@ -460,7 +460,7 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
 
 static sreq_t *lookup(sched_t *s, sgrpc_call_t *call, const char *tenant, const char *id) {
   sreq_t *r = sched_req_find_str(s, id);
-  if (!r || strcmp(r->tenant, tenant)) {
+  if (!r || r->orphan || strcmp(r->tenant, tenant)) {
     sched_rpc_error(call, GS(NOT_FOUND), "request_id: no request '%.64s'", id);
     return NULL;
   }
@@ -537,12 +537,15 @@ void sched_req_get_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, const
 
 unsigned sched_req_cancel_tenant(sched_t *s, const char *tenant) {
   unsigned n = 0;
-  for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (!strcmp(r->tenant, tenant) && r->state != SREQ_FINISHED) {
+  for (sreq_t *r = s->reqs; r; r = r->next_all) {
+    if (r->orphan || strcmp(r->tenant, tenant)) continue;
+    if (r->state != SREQ_FINISHED) {
       sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED, "tenant deleted",
                        1);
       n++;
     }
+    r->orphan = 1;
+  }
   return n;
 }
 

@@ -44,6 +44,7 @@ typedef struct shealth {
   sgrpc_call_t *call;
   int sending, sent_state, dirty;
   struct shealth *next;
+  int unknown; /* a service this server does not know: SERVICE_UNKNOWN, which never changes */
 } shealth_t;
 
 void sched_rpc_reply(sgrpc_call_t *call, const ProtobufCMessage *m) {
@@ -141,7 +142,8 @@ static int known_service(const char *svc) {
 
 static void health_send(sched_t *s, shealth_t *h) {
   Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  r.status = serving_status(s);
+  r.status = h->unknown ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
+                        : serving_status(s);
   uint8_t buf[16];
   size_t n = grpc__health__v1__health_check_response__pack(&r, buf);
   h->dirty = 0;
@@ -151,7 +153,7 @@ static void health_send(sched_t *s, shealth_t *h) {
 
 void sched_health_changed(sched_t *s) {
   for (shealth_t *h = s->health_watchers; h; h = h->next) {
-    if (h->sent_state == serving_status(s)) continue;
+    if (h->unknown || h->sent_state == serving_status(s)) continue;
     if (h->sending)
       h->dirty = 1;
     else
@@ -174,6 +176,7 @@ static void health_rpc(sched_t *s, sgrpc_call_t *call, int method, const uint8_t
   shealth_t *h = calloc(1, sizeof *h);
   if (!h) return sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
   h->call = call;
+  h->unknown = !known;
   h->next = s->health_watchers;
   s->health_watchers = h;
   sgrpc_call_set_data(call, h);

@@ -134,7 +134,7 @@ static int64_t now_ms(void) {
 
 static int id_char(int c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-         c == '-';
+         c == '-' || c == '.';
 }
 
 static int policy_char(int c) {
@@ -148,7 +148,7 @@ static int check_id(const char *id) {
     return qe_errf(QE_EINVAL, "tenant id: must be 1 to %d characters", SCHED_TENANT_ID_MAX);
   for (size_t i = 0; i < n; i++)
     if (!id_char((unsigned char)id[i]))
-      return qe_errf(QE_EINVAL, "tenant id: character %zu is not one of [A-Za-z0-9_-]", i + 1);
+      return qe_errf(QE_EINVAL, "tenant id: character %zu is not one of [A-Za-z0-9_.-]", i + 1);
   return 0;
 }
 

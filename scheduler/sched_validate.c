@@ -25,10 +25,40 @@ static int bad(sval_err_t *e, int status, const char *fmt, ...) {
   return -1;
 }
 
+/* The bytes of text that hold more tokens than the context, at the least: no token covers more
+ * text than its piece's bytes (a piece spells its text, or more: '▁' for ' ', <0xNN> for a byte).
+ */
+static size_t text_cap(sched_t *s) {
+  if (!s->max_piece) {
+    for (int id = 0; id < tok_n_vocab(s->tok); id++) {
+      const char *p = tok_piece(s->tok, id);
+      size_t n = p ? strlen(p) : 0;
+      s->max_piece = n > s->max_piece ? n : s->max_piece;
+    }
+    s->max_piece += !s->max_piece;
+  }
+  return ((size_t)s->hp.n_ctx_train + 2) * s->max_piece;
+}
+
+/* A text past text_cap: encodes only its first text_cap bytes (cut at a character), on the event
+ * loop a bounded time; refused when those alone are more tokens than the context holds. */
+static int refuse_long_text(sched_t *s, const char *text, size_t len, int special, sval_err_t *e) {
+  size_t cut = text_cap(s), n = 0;
+  int32_t *ids = NULL;
+  if (len <= cut) return 0;
+  while (cut > 0 && ((unsigned char)text[cut] & 0xc0) == 0x80) cut--;
+  int rc = tok_encode(s->tok, text, cut, 0, special, &ids, &n);
+  free(ids);
+  if (rc || n <= (size_t)s->hp.n_ctx_train + 1) return 0; /* (a failure: the whole text's say) */
+  return bad(e, SVAL_INVALID, "prompt: %zu bytes, more tokens than the context length (%d)", len,
+             s->hp.n_ctx_train);
+}
+
 static int prompt_from_text(sched_t *s, const char *text, int special, sreq_t *r, sval_err_t *e) {
-  size_t n = 0;
-  if (!sched_utf8_valid(text, strlen(text))) return bad(e, SVAL_INVALID, "prompt: not valid UTF-8");
-  if (tok_encode(s->tok, text, strlen(text), tok_add_bos(s->tok), special, &r->prompt, &n))
+  size_t n = 0, len = strlen(text);
+  if (!sched_utf8_valid(text, len)) return bad(e, SVAL_INVALID, "prompt: not valid UTF-8");
+  if (refuse_long_text(s, text, len, special, e)) return -1;
+  if (tok_encode(s->tok, text, len, tok_add_bos(s->tok), special, &r->prompt, &n))
     return bad(e, SVAL_INVALID, "prompt: %s", qe_errmsg());
   r->n_prompt = (int)n;
   return 0;
@@ -261,7 +291,7 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   uint64_t per_tok = sched_groups_bytes_per_token(s);
   r->full_kv_bytes = (int64_t)(per_tok * (uint64_t)cap);
   int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
-  if (explicit_bytes && (int64_t)bytes > t->kv_quota_bytes)
+  if (explicit_bytes && bytes > (uint64_t)t->kv_quota_bytes) /* (unsigned: 2^63 and up too) */
     return bad(e, SVAL_EXHAUSTED, "budget.bytes: %llu exceeds the tenant's quota (%lld bytes)",
                (unsigned long long)bytes, (long long)t->kv_quota_bytes);
   if (d.full) {

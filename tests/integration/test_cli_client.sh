@@ -103,6 +103,9 @@ expect_usage "--sink -1" "--sink" "$QEVICT" submit --prompt hi --sink -1
 expect_usage "--scorer bogus" "--scorer" "$QEVICT" submit --prompt hi --scorer bogus
 expect_usage "bad --graphkv" "--graphkv" "$QEVICT" submit --prompt hi --graphkv=1,x
 expect_usage "--graphkv k 0" "--graphkv" "$QEVICT" submit --prompt hi --graphkv=0,8,1
+expect_usage "--graphkv rounds 65" "--graphkv" "$QEVICT" submit --prompt hi --graphkv=0.3,8,65
+expect_usage "--graphkv m past int" "--graphkv" "$QEVICT" submit --prompt hi --graphkv=0.3,99999999999,1
+expect_usage "--graphkv T -1" "--graphkv" "$QEVICT" submit --prompt hi --graphkv=0.3,8,-1
 expect_usage "empty --stop" "--stop" "$QEVICT" submit --prompt hi --stop ""
 stops=()
 for i in $(seq 17); do stops+=(--stop "s$i"); done

@@ -9,6 +9,7 @@ usage: test_serving.py QEVICT_BINARY   (exit 77 = skipped)"""
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -188,6 +189,67 @@ def test_bad_input(srv, cl):
     C.ok(code == RE, "message over the limit: %s" % code)
     ev = cl.generate(cl.request(PROMPTS[1], 4))
     C.ok(finished_of(ev) is not None, "the daemon still serves after the bad input")
+
+
+def test_hardening(srv, admin, cl):
+    """Inputs an audit (2026-12-04) found mishandled: each is refused with the right code and a
+    message naming the field, or survived, and the daemon keeps serving."""
+    IA, RE = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def policy_req(name, budget=None, **over):
+        r = cl.request("hi", 8, name, budget)
+        for k, v in over.items():
+            if k.startswith("graphkv_"):
+                setattr(r.policy.graphkv, k[8:], v)
+            else:
+                setattr(r.policy, k, v)
+        return r
+    cases = [
+        ("budget.bytes 2^64-1", cl.request("hi", 8, "qevict", (1 << 64) - 1), RE, "budget.bytes"),
+        ("window 2^32-1", policy_req("qevict", window=(1 << 32) - 1), IA, "policy.window"),
+        ("sink 2^31", policy_req("qevict", sink=1 << 31), IA, "policy.sink"),
+        ("q on full", policy_req("full", q=0.5), IA, "policy.q"),
+        ("scorer on full", policy_req("full", scorer="nosuch"), IA, "policy.scorer"),
+        ("graphkv rounds 65", policy_req("h2o", 0.3, graphkv_t=65), IA, "policy: graphkv: rounds"),
+        ("q 2", policy_req("qevict", q=2.0), IA, "policy: q must"),
+        ("3 MB of text", cl.request("Once upon a time " * 200000, 4), IA, "prompt: "),
+    ]
+    for what, req, want, field in cases:
+        code, det = code_of(lambda: cl.generate(req, timeout=60))
+        C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    # a metrics client that pipelines two scrapes and leaves without reading (EPIPE, not SIGPIPE)
+    for _ in range(3):
+        sk = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
+        sk.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+        sk.close()
+    time.sleep(1)
+    ev = cl.generate(cl.request(PROMPTS[2], 4))
+    C.ok(finished_of(ev) is not None and "sched exited" not in srv.tail(20000),
+         "the scheduler outlives metrics clients that leave mid-reply")
+    # Health.Watch of a service this server does not know: SERVICE_UNKNOWN (the spec's)
+    w = hpbg.HealthStub(admin.ch).Watch(hpb.HealthCheckRequest(service="no.such.Service"),
+                                        timeout=10)
+    first = next(w, None)
+    w.cancel()
+    C.ok(first is not None and first.status == hpb.HealthCheckResponse.SERVICE_UNKNOWN,
+         "Health.Watch of an unknown service: %s" % (first.status if first else None))
+    # a tenant deleted and created again under its id (dots allowed, as the proto says) sees
+    # none of the old tenant's requests
+    old = Client(srv.addr, set_tenant(admin, "team.gone", 1 << 30).api_key)
+    job = old.gen.Submit(old.request(PROMPTS[3], 4, client_request_id="job-7"), metadata=old.md,
+                         timeout=30)
+    list(old.gen.Watch(pb.WatchRequest(request_id=job.request_id), metadata=old.md, timeout=60))
+    admin.adm.DeleteTenant(pb.DeleteTenantRequest(id="team.gone", force=True), metadata=admin.md,
+                           timeout=10)
+    new = Client(srv.addr, set_tenant(admin, "team.gone", 1 << 30).api_key)
+    code, _ = code_of(lambda: list(new.gen.Watch(pb.WatchRequest(request_id=job.request_id),
+                                                 metadata=new.md, timeout=30)))
+    C.ok(code == grpc.StatusCode.NOT_FOUND, "a recreated tenant's Watch of the old one's request: "
+         "%s" % code)
+    again = new.gen.Submit(new.request(PROMPTS[4], 4, client_request_id="job-7"), metadata=new.md,
+                           timeout=30)
+    C.ok(not again.attached and again.request_id != job.request_id,
+         "a recreated tenant's client_request_id starts a new request (attached %s)" % again.attached)
 
 
 def test_concurrency(srv, admin, keys, quota, per_req):
@@ -629,6 +691,7 @@ def main():
     test_equal_to_cli(cl)
     test_sampling_and_stop(cl)
     test_bad_input(srv, cl)
+    test_hardening(srv, admin, cl)
     test_concurrency(srv, admin, keys, quota, 150000)
     big = set_tenant(admin, "big", 1 << 30)
     bigc = Client(srv.addr, big.api_key)

@@ -364,6 +364,10 @@ static void test_bad_params(void) {
   expect_einval(graphkv_check(&p), "m (neighbours)");
   p = params(1.0f, 2, 0);
   expect_einval(graphkv_check(&p), "rounds");
+  p.rounds = GRAPHKV_MAX_ROUNDS + 1; /* (a round is a pass over the scores: 2^31 of them hung) */
+  expect_einval(graphkv_check(&p), "rounds");
+  p.rounds = GRAPHKV_MAX_ROUNDS;
+  CHECK_OK(graphkv_check(&p));
   expect_einval(graphkv_check(NULL), "params");
 
   float keys[3 * 2] = {1, 0, 1, 1, 0, 1}, s[3] = {1, 0.5f, 0.2f}, s0[3];

@@ -8,6 +8,38 @@
 
 #define P(x) QEVICT__WORKER__V1__POLICY__##x
 
+/* The first override p sets (its field's name), or NULL. */
+static const char *first_override(const tr_policy_t *p) {
+  return p->q_opt_case == P(Q_OPT_Q)                           ? "policy.q"
+         : p->window_opt_case == P(WINDOW_OPT_WINDOW)          ? "policy.window"
+         : p->bits_opt_case == P(BITS_OPT_BITS)                ? "policy.bits"
+         : p->sink_opt_case == P(SINK_OPT_SINK)                ? "policy.sink"
+         : p->local_opt_case == P(LOCAL_OPT_LOCAL)             ? "policy.local"
+         : p->scorer && *p->scorer                             ? "policy.scorer"
+         : p->graphkv_k_opt_case == P(GRAPHKV_K_OPT_GRAPHKV_K) ? "policy.graphkv.k"
+         : p->graphkv_m_opt_case == P(GRAPHKV_M_OPT_GRAPHKV_M) ? "policy.graphkv.m"
+         : p->graphkv_t_opt_case == P(GRAPHKV_T_OPT_GRAPHKV_T) ? "policy.graphkv.t"
+                                                               : NULL;
+}
+
+/* The whole-number overrides past an int (a uint32 on the wire): QE_EINVAL naming the field. */
+static int check_ranges(const tr_policy_t *p) {
+  const struct {
+    int set;
+    uint32_t v;
+    const char *field;
+  } f[] = {{p->window_opt_case == P(WINDOW_OPT_WINDOW), p->window, "policy.window"},
+           {p->bits_opt_case == P(BITS_OPT_BITS), p->bits, "policy.bits"},
+           {p->sink_opt_case == P(SINK_OPT_SINK), p->sink, "policy.sink"},
+           {p->local_opt_case == P(LOCAL_OPT_LOCAL), p->local, "policy.local"},
+           {p->graphkv_m_opt_case == P(GRAPHKV_M_OPT_GRAPHKV_M), p->graphkv_m, "policy.graphkv.m"},
+           {p->graphkv_t_opt_case == P(GRAPHKV_T_OPT_GRAPHKV_T), p->graphkv_t, "policy.graphkv.t"}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].set && f[i].v > (1u << 24))
+      return qe_errf(QE_EINVAL, "%s: %u is out of range", f[i].field, f[i].v);
+  return 0;
+}
+
 static void apply_overrides(const tr_policy_t *p, kv_policy_cfg_t *c) {
   if (p->q_opt_case == P(Q_OPT_Q)) c->q = p->q;
   if (p->window_opt_case == P(WINDOW_OPT_WINDOW)) c->omega = (int)p->window;
@@ -37,7 +69,14 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
   snprintf(name, sizeof name, "%s%s", base, graphkv ? "+graphkv" : "");
   if (kv_policy_find(name, out))
     return qe_errf(QE_EINVAL, "policy.name: unknown policy '%s'", name);
-  if (out->full || !p) return 0;
+  if (!p) return 0;
+  if (out->full && first_override(p))
+    return qe_errf(QE_EINVAL,
+                   "%s: policy full keeps every token at full precision and takes no "
+                   "cache options",
+                   first_override(p));
+  if (out->full) return 0;
+  if (check_ranges(p)) return QE_EINVAL;
   kv_policy_cfg_t *c = &out->cfg;
   apply_overrides(p, c);
   if (p->scorer && *p->scorer && scorer_of(p->scorer, &c->scorer)) return QE_EINVAL;
@@ -46,7 +85,7 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
   if (rc) {
     char d[200];
     snprintf(d, sizeof d, "%s", qe_errmsg());
-    return qe_errf(rc, "policy: %s", d);
+    return qe_errf(rc, "%s%s", strncmp(d, "policy", 6) ? "policy: " : "", d);
   }
   return 0;
 }
