@@ -1,6 +1,7 @@
 /* cli_eval: `qevict eval`: parses the grid (tasks, lengths, samples, policies, budgets,
  * ablations), loads the model once on the CPU backend, runs every sample (cli_eval_run.c,
  * cli_eval_ppl.c) and writes the JSON and markdown reports (cli_eval_report.c). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@ static const char *eval_help =
     "usage: qevict eval --model FILE [options]\n"
     "  --tasks a,b       niah_single, niah_multikey, niah_multivalue, vt, cwe, qa, ppl, or all\n"
     "                    (default: every generation task; ppl = teacher-forced perplexity)\n"
-    "  --lengths L,...   prompt lengths in tokens (default 1024,2048; at most the context)\n"
+    "  --lengths L,...   prompt lengths in tokens (default 1024,2048): each at least every\n"
+    "                    task's shortest prompt and, with the new tokens, at most the context\n"
     "  --samples N       samples per task and length (default 2)\n"
     "  --first-sample K  start at sample K (default 0): a grid split over processes gives\n"
     "                    the same samples as one run\n"
@@ -116,13 +118,19 @@ static int parse_policy_opts(const char *label, char *opt, long *w, int *key_fra
   return 0;
 }
 
-/* One --policies item: NAME with options. 0, -1 (too many) or -2 (usage error printed). */
+/* One --policies item: NAME with options. 0, -1 (too many) or -2 (usage error printed). An
+ * item longer than a label (only repeated options make one) is refused: cut, it could equal
+ * another and be dropped as its duplicate. */
 static int parse_policy(eval_cfg_t *c, char *item) {
-  char label[64], *colon = strchr(item, ':');
+  char label[sizeof c->variants[0].label], *colon = strchr(item, ':');
   long w = 0;
   int key_frame = -1;
   kv_policy_desc_t d;
   cli_policy_t *p;
+  if (strlen(item) >= sizeof label)
+    return cli_usage_error("eval", "policy '%.40s...' is longer than %d characters", item,
+                           (int)sizeof label - 1),
+           -2;
   snprintf(label, sizeof label, "%s", item);
   if (colon) *colon = '\0';
   if (colon && parse_policy_opts(label, colon + 1, &w, &key_frame)) return -2;
@@ -262,6 +270,28 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
   return 0;
 }
 
+/* Each task's new tokens at each length: a generation task's prompt and new tokens within the
+ * context n_ctx, ppl's scored tokens fewer than the length. 0, or 2 after a usage error. */
+static int check_new_tokens(const eval_cfg_t *c, int n_ctx) {
+  for (int t = 0; t < c->n_tasks; t++) {
+    const eval_task_t *k = eval_task_find(c->tasks[t]); /* NULL: ppl */
+    int n_new = c->n_new ? c->n_new : k ? eval_task_new_tokens(k) : EVAL_PPL_NEW;
+    for (int i = 0; i < c->n_lengths; i++) {
+      int len = c->lengths[i];
+      if (k && len + n_new > n_ctx)
+        return cli_usage_error("eval",
+                               "task %s: length %d + %d new tokens exceed the model "
+                               "context (%d)",
+                               c->tasks[t], len, n_new, n_ctx);
+      if (!k && n_new >= len)
+        return cli_usage_error(
+            "eval", "task ppl: length %d must be longer than the %d tokens it scores (--new)", len,
+            n_new);
+    }
+  }
+  return 0;
+}
+
 /* Resolves every variant's windows against the model and checks the lengths against its
  * context: 0, or 2 after a usage error. */
 static int check_model_cfg(eval_cfg_t *c, const model_hparams_t *hp) {
@@ -276,6 +306,7 @@ static int check_model_cfg(eval_cfg_t *c, const model_hparams_t *hp) {
     if (c->lengths[i] > hp->n_ctx_train)
       return cli_usage_error("eval", "length %d exceeds the model context (%d)", c->lengths[i],
                              hp->n_ctx_train);
+  if (check_new_tokens(c, hp->n_ctx_train)) return 2;
   if (!c->threads) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = cores > 0 ? (int)cores : 1;
@@ -295,28 +326,76 @@ static int has_ppl(const eval_cfg_t *c) {
   return 0;
 }
 
-/* Tokenizes the perplexity text (no BOS). */
-static int load_ppl_text(eval_ctx_t *x) {
-  FILE *f = fopen(x->cfg->ppl_text, "rb");
-  if (!f) return qe_errf(QE_EIO, "cannot open the ppl text '%s'", x->cfg->ppl_text);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  int rc = buf && fread(buf, 1, (size_t)n, f) == (size_t)n
-               ? 0
-               : qe_errf(QE_EIO, "cannot read '%s'", x->cfg->ppl_text);
-  fclose(f);
-  size_t nn = 0;
-  if (!rc) rc = tok_encode(model_tok(x->m), buf, (size_t)n, 0, 0, &x->ppl_ids, &nn);
-  x->n_ppl_ids = (int)nn;
+/* Tokenizes the perplexity text (no BOS) into *ids (malloc'd); QE_EINVAL when it is shorter
+ * than a window of some length (BOS, then the text). */
+static int load_ppl_text(const eval_cfg_t *c, const tok_t *tok, int32_t **ids, int *n) {
+  char *buf = NULL;
+  size_t len = 0, nn = 0;
+  int rc = cli_read_text_file(c->ppl_text, (size_t)1 << 30, &buf);
+  if (rc) {
+    char d[256];
+    snprintf(d, sizeof d, "%s", qe_errmsg());
+    return qe_errf(rc, "the ppl text '%s': %s", c->ppl_text, d);
+  }
+  len = strlen(buf);
+  rc = tok_encode(tok, buf, len, 0, 0, ids, &nn);
   free(buf);
+  *n = rc ? 0 : (int)nn;
+  int bos = tok_add_bos(tok) && tok_bos(tok) >= 0;
+  if (!rc && !nn) return qe_errf(QE_EINVAL, "the ppl text '%s' is empty", c->ppl_text);
+  for (int i = 0; !rc && i < c->n_lengths; i++)
+    if (c->lengths[i] - bos > *n)
+      rc = qe_errf(QE_EINVAL, "the ppl text '%s' has %d tokens, fewer than length %d needs (%d)",
+                   c->ppl_text, *n, c->lengths[i], c->lengths[i] - bos);
   return rc;
+}
+
+/* *need: the fewest tokens task t's samples of the grid take at length len (the first that
+ * fits, else the least of them all). */
+static int task_need(const eval_cfg_t *c, const eval_task_t *t, const eval_fmt_t *f, int len,
+                     int *need) {
+  *need = INT_MAX;
+  for (int s = c->first_sample; *need > len && s < c->first_sample + c->samples; s++) {
+    int n0, rc = eval_sample_min_tokens(t, f, eval_sample_seed(c->seed, eval_task_name(t), len, s),
+                                        &n0);
+    if (rc) return rc;
+    *need = n0 < *need ? n0 : *need;
+  }
+  return 0;
+}
+
+/* Each generation task at each length: some sample must fit (the rest are row errors). 0, 1
+ * after an error or 2 after a usage error. */
+static int check_task_lengths(const eval_cfg_t *c, const eval_fmt_t *f) {
+  for (int t = 0; t < c->n_tasks; t++) {
+    const eval_task_t *k = eval_task_find(c->tasks[t]);
+    for (int i = 0; k && i < c->n_lengths; i++) {
+      int need, rc = task_need(c, k, f, c->lengths[i], &need);
+      if (rc) return cli_fail("eval", rc);
+      if (need > c->lengths[i])
+        return cli_usage_error("eval", "task %s needs at least %d tokens: length %d is too short",
+                               c->tasks[t], need, c->lengths[i]);
+    }
+  }
+  return 0;
+}
+
+/* What the arguments rule out under the model's tokenizer, before it loads: lengths below a
+ * task's shortest prompt, a ppl text too short; the ppl text's tokens into *ids (malloc'd).
+ * 0, 1 after an error or 2 after a usage error. */
+static int check_data_cfg(const eval_cfg_t *c, const gguf_t *g, int32_t **ids, int *n) {
+  tok_t *tok = NULL;
+  int rc = tok_create(g, &tok), code = rc ? cli_fail("eval", rc) : 0;
+  eval_fmt_t f = {tok, g, chat_kind_of(g)};
+  if (!code) code = check_task_lengths(c, &f);
+  if (!code && has_ppl(c) && (rc = load_ppl_text(c, tok, ids, n))) code = cli_fail("eval", rc);
+  tok_destroy(tok);
+  return code;
 }
 
 static int run_grid(eval_ctx_t *x) {
   const eval_cfg_t *c = x->cfg;
-  int rc = has_ppl(c) ? load_ppl_text(x) : 0;
+  int rc = 0;
   for (int t = 0; !rc && t < c->n_tasks; t++)
     for (int l = 0; !rc && l < c->n_lengths; l++)
       for (int s = c->first_sample; !rc && s < c->first_sample + c->samples; s++)
@@ -355,9 +434,10 @@ static int make_backend(const eval_cfg_t *c, kern_backend_t **be) {
   return kern_cpu_create_ex(c->threads, c->cpu_weights, be);
 }
 
-/* Loads the model for prompts of up to the longest length in one forward pass and runs. */
-static int run_loaded(eval_cfg_t *c, eval_results_t *res) {
-  eval_ctx_t x = {.cfg = c, .res = res};
+/* Loads the model for prompts of up to the longest length in one forward pass and runs over
+ * the ppl text's tokens ppl_ids[n_ppl] (borrowed). */
+static int run_loaded(eval_cfg_t *c, eval_results_t *res, int32_t *ppl_ids, int n_ppl) {
+  eval_ctx_t x = {.cfg = c, .res = res, .ppl_ids = ppl_ids, .n_ppl_ids = n_ppl};
   int max_len = 512;
   for (int i = 0; i < c->n_lengths; i++)
     max_len = c->lengths[i] > max_len ? c->lengths[i] : max_len;
@@ -373,7 +453,6 @@ static int run_loaded(eval_cfg_t *c, eval_results_t *res) {
   }
   res->total_s = now_s() - t0;
   if (!rc) rc = write_reports(c, res);
-  free(x.ppl_ids);
   tp_comm_destroy(x.comm);
   model_destroy(x.m);
   kern_destroy(x.be);
@@ -385,6 +464,8 @@ int cli_eval(int argc, char **argv) {
   eval_results_t res = {0};
   gguf_t *g = NULL;
   model_hparams_t hp;
+  int32_t *ppl_ids = NULL;
+  int n_ppl = 0;
   if (!c) return cli_fail("eval", qe_errf(QE_ENOMEM, "out of memory"));
   int rc = parse_args(argc, argv, c), code = rc < 0 ? 0 : rc;
   if (rc) goto out;
@@ -398,9 +479,11 @@ int cli_eval(int argc, char **argv) {
   snprintf(res.model_name, sizeof res.model_name, "%s", base ? base + 1 : c->model);
   res.n_ctx = hp.n_ctx_train;
   if ((code = check_model_cfg(c, &hp))) goto out;
-  rc = run_loaded(c, &res);
+  if ((code = check_data_cfg(c, g, &ppl_ids, &n_ppl))) goto out;
+  rc = run_loaded(c, &res, ppl_ids, n_ppl);
   code = rc ? cli_fail("eval", rc) : 0;
 out:
+  free(ppl_ids);
   gguf_close(g);
   eval_results_dispose(&res);
   free(c);

@@ -16,6 +16,7 @@
 
 #define EVAL_MAX_LIST 32
 #define EVAL_TASK_PPL "ppl"
+#define EVAL_PPL_NEW  64 /* tokens the ppl task scores without --new */
 
 /* One policy configuration under evaluation (a policy, or an ablation of qevict). */
 typedef struct {

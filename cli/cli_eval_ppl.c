@@ -12,8 +12,6 @@
 #include "cli_eval.h"
 #include "qe_status.h"
 
-#define EVAL_PPL_NEW 64
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

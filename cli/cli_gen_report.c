@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "qe_status.h"
 #ifdef QE_HAVE_CUDA
 #include "cuda/kern_cuda.h"
@@ -111,21 +112,98 @@ static int push_id(int32_t **ids, int *n, int *cap, long v) {
   return 0;
 }
 
-int gen_read_ids(const char *path, int32_t **ids, int *n) {
-  FILE *f = fopen(path, "r");
-  if (!f) return qe_errf(QE_EIO, "cannot open the ids file '%s'", path);
-  int cap = 0, rc = 0, c;
-  *ids = NULL, *n = 0;
-  while (!rc && (c = fgetc(f)) != EOF) { /* a number is read whole: any '-' is a sign */
-    long v = 0;
-    if (c == '-') rc = qe_errf(QE_EINVAL, "'%s': a negative id", path);
-    if (!rc && isdigit(c))
-      rc = ungetc(c, f) != EOF && fscanf(f, "%ld", &v) == 1 && v <= INT32_MAX
-               ? push_id(ids, n, &cap, v)
-               : qe_errf(QE_EINVAL, "'%s': a bad id", path);
+/* A scanner over an ids file: the current token is t[0..k) (k 0 at the end). */
+typedef struct {
+  const char *path, *s, *t;
+  size_t len, pos, k;
+} ids_lex_t;
+
+static int is_sep(char c) { return c && strchr("[],", c); }
+
+/* To the next token after whitespace: '[', ']' or ',' alone, or a run of anything else. */
+static void lex(ids_lex_t *x) {
+  while (x->pos < x->len && isspace((unsigned char)x->s[x->pos])) x->pos++;
+  size_t b = x->pos;
+  x->t = x->s + b;
+  if (b < x->len && is_sep(x->s[b]))
+    x->pos++;
+  else
+    while (x->pos < x->len && !isspace((unsigned char)x->s[x->pos]) && !is_sep(x->s[x->pos]))
+      x->pos++;
+  x->k = x->pos - b;
+}
+
+static int lex_is(const ids_lex_t *x, char c) { return x->k == 1 && x->t[0] == c; }
+
+/* The token printably (at most 24 characters, '?' for control bytes) into out[32]. */
+static const char *shown(const char *tok, size_t n, char *out) {
+  size_t k = 0;
+  for (; k < n && k < 24; k++) out[k] = (unsigned char)tok[k] < 32 ? '?' : tok[k];
+  snprintf(out + k, 8, "%s", n > 24 ? "..." : "");
+  return out;
+}
+
+/* QE_EINVAL: `want` was expected at the current token, which is named. */
+static int bad_token(const ids_lex_t *x, const char *want) {
+  char b[32], got[40];
+  snprintf(got, sizeof got, "'%s'", shown(x->t, x->k, b));
+  return qe_errf(QE_EINVAL,
+                 "ids file '%s': expected %s, got %s (the ids are a JSON array of integers or "
+                 "integers separated by whitespace)",
+                 x->path, want, x->k ? got : "the end of the file");
+}
+
+/* The current token as an id (decimal digits, at most INT32_MAX) appended to *ids. */
+static int take_id(const ids_lex_t *x, int32_t **ids, int *n, int *cap) {
+  long v = 0;
+  if (x->k && x->t[0] == '-') return bad_token(x, "a non-negative id");
+  if (!x->k) return bad_token(x, "an id");
+  for (size_t i = 0; i < x->k; i++) {
+    if (!isdigit((unsigned char)x->t[i])) return bad_token(x, "an id");
+    if ((v = v * 10 + (x->t[i] - '0')) > INT32_MAX) return bad_token(x, "an id up to 2147483647");
   }
-  fclose(f);
-  if (!rc && !*n) rc = qe_errf(QE_EINVAL, "'%s' holds no ids", path);
+  return push_id(ids, n, cap, v);
+}
+
+/* After '[': "a, b, ...]" and nothing more. */
+static int parse_json(ids_lex_t *x, int32_t **ids, int *n, int *cap) {
+  lex(x);
+  int rc = 0, end = lex_is(x, ']');
+  while (!rc && !end) {
+    rc = take_id(x, ids, n, cap);
+    lex(x);
+    end = lex_is(x, ']');
+    if (!rc && !end && !lex_is(x, ',')) rc = bad_token(x, "',' or ']'");
+    if (!rc && !end) lex(x);
+  }
+  if (!rc) lex(x);
+  return rc ? rc : x->k ? bad_token(x, "nothing after ']'") : 0;
+}
+
+/* "[...]" or whitespace-separated ids. */
+static int parse_ids(ids_lex_t *x, int32_t **ids, int *n) {
+  int cap = 0, rc = 0;
+  lex(x);
+  if (lex_is(x, '[')) return parse_json(x, ids, n, &cap);
+  for (; !rc && x->k; lex(x)) rc = take_id(x, ids, n, &cap);
+  return rc;
+}
+
+int gen_read_ids(const char *path, int32_t **ids, int *n) {
+  char *buf = NULL;
+  size_t len = 0;
+  *ids = NULL, *n = 0;
+  int rc = cli_read_text_file(path, (size_t)1 << 30, &buf);
+  if (rc) {
+    char d[256];
+    snprintf(d, sizeof d, "%s", qe_errmsg());
+    return qe_errf(rc, "ids file '%s': %s", path, d);
+  }
+  len = strlen(buf);
+  ids_lex_t x = {path, buf, NULL, len, 0, 0};
+  if (!rc) rc = parse_ids(&x, ids, n);
+  free(buf);
+  if (!rc && !*n) rc = qe_errf(QE_EINVAL, "ids file '%s' holds no ids", path);
   if (rc) free(*ids), *ids = NULL, *n = 0;
   return rc;
 }

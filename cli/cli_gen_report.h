@@ -37,8 +37,10 @@ typedef struct {
 void gen_top2_push(gen_top2_t *t, const float *logits, int n_vocab);
 void gen_top2_json(const gen_top2_t *t, FILE *f); /* [[id1,l1,id2,l2],...] */
 
-/* Reads the integers of a file (any separators: a JSON array or whitespace) into *ids
- * (malloc'd). QE_EIO for a missing file, QE_EINVAL for no ids or a negative one. */
+/* Reads the ids of a file into *ids (malloc'd): a JSON array of integers or integers separated
+ * by whitespace, each in 0..INT32_MAX. QE_EIO for a file that cannot be read (missing, a
+ * directory), QE_EINVAL naming the file and the offending token for anything else (a sign, a
+ * fraction, hex, a word, a missing or extra bracket or comma) and for no ids. */
 int gen_read_ids(const char *path, int32_t **ids, int *n);
 
 #endif

@@ -196,21 +196,11 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
 /* Reads the prompt text (from the argument or the file) into a malloc'd string. */
 static int read_prompt(const gen_args_t *a, char **text) {
   if (a->prompt) return (*text = strdup(a->prompt)) ? 0 : QE_ENOMEM;
-  FILE *f = fopen(a->prompt_file, "rb");
-  if (!f) return qe_errf(QE_EIO, "cannot open prompt file '%s'", a->prompt_file);
-  size_t cap = 1 << 16, n = 0, r;
-  char *buf = malloc(cap + 1);
-  while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += r;
-    char *grown = n == cap ? realloc(buf, (cap *= 2) + 1) : buf;
-    if (!grown) free(buf);
-    buf = grown;
-  }
-  fclose(f);
-  if (!buf) return qe_errf(QE_ENOMEM, "prompt file too large");
-  buf[n] = '\0';
-  *text = buf;
-  return 0;
+  int rc = cli_read_text_file(a->prompt_file, (size_t)1 << 30, text);
+  if (!rc) return 0;
+  char d[256];
+  snprintf(d, sizeof d, "%s", qe_errmsg());
+  return qe_errf(rc, "prompt file '%s': %s", a->prompt_file, d);
 }
 
 /* Encodes the prompt, wrapped in the chat template with --chat. */

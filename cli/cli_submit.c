@@ -1,7 +1,6 @@
 /* cli_submit: `qevict submit` (Generate, or Submit with --detach), `qevict watch` (Watch) and
  * `qevict cancel` (Cancel) against qevict-sched: builds the GenerateRequest from the command
  * line, streams the text to stdout and a memory summary to stderr (or one JSON object). */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -251,26 +250,7 @@ static int sub_parse(int argc, char **argv, sub_args_t *a) {
 
 /* Reads the prompt file (at most 64 MiB less room for the rest of the request). */
 static int read_prompt_file(const char *path, char **out) {
-  const size_t max = CLI_RPC_MAX_MSG - (1 << 16);
-  FILE *f = fopen(path, "rb");
-  if (!f) return qe_errf(QE_EIO, "%s", strerror(errno));
-  size_t cap = 1 << 16, n = 0, r;
-  char *buf = malloc(cap + 1);
-  while (buf && n <= max && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += r;
-    char *grown = n == cap ? realloc(buf, (cap *= 2) + 1) : buf;
-    if (!grown) free(buf);
-    buf = grown;
-  }
-  int err = ferror(f) ? errno : 0;
-  fclose(f);
-  if (!buf) return QE_ENOMEM;
-  buf[n] = '\0';
-  if (err || n > max) free(buf);
-  if (err) return qe_errf(QE_EIO, "%s", strerror(err));
-  if (n > max) return qe_errf(QE_ERANGE, "larger than 64 MiB");
-  *out = buf;
-  return 0;
+  return cli_read_text_file(path, CLI_RPC_MAX_MSG - (1 << 16), out);
 }
 
 /* --ids 1,2,3 into a malloc'd array. */

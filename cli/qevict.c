@@ -85,6 +85,31 @@ int cli_parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
+int cli_read_text_file(const char *path, size_t max, char **out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return qe_errf(QE_EIO, "%s", strerror(errno));
+  size_t cap = 1 << 16, n = 0, r;
+  char *buf = malloc(cap + 1);
+  while (buf && n <= max && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += r;
+    char *grown = n == cap ? realloc(buf, (cap *= 2) + 1) : buf;
+    if (!grown) free(buf);
+    buf = grown;
+  }
+  const int err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (!buf) return qe_errf(QE_ENOMEM, "out of memory");
+  const char *nul = memchr(buf, 0, n);
+  const size_t at = nul ? (size_t)(nul - buf) : n; /* (n: none) */
+  buf[n] = '\0';
+  if (err || n > max || at < n) free(buf);
+  if (err) return qe_errf(QE_EIO, "%s", strerror(err));
+  if (n > max) return qe_errf(QE_ERANGE, "larger than %zu bytes", max);
+  if (at < n) return qe_errf(QE_EINVAL, "a NUL byte at offset %zu (not text)", at);
+  *out = buf;
+  return 0;
+}
+
 int cli_parse_graphkv(const char *s, double *k, long *m, long *t) {
   char buf[64], *m_s, *t_s;
   if (strlen(s) >= sizeof buf) return -1;

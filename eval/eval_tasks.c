@@ -125,6 +125,10 @@ int eval_sample_make(const eval_task_t *t, const eval_fmt_t *f, int n_tokens, ui
   return rc;
 }
 
+int eval_sample_min_tokens(const eval_task_t *t, const eval_fmt_t *f, uint64_t seed, int *n) {
+  return make_at(t, f, 0, seed, n, NULL);
+}
+
 void eval_sample_dispose(eval_sample_t *s) {
   if (!s) return;
   free(s->text);

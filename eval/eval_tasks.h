@@ -63,6 +63,9 @@ int eval_task_new_tokens(const eval_task_t *t);
 int eval_sample_make(const eval_task_t *t, const eval_fmt_t *f, int n_tokens, uint64_t seed,
                      eval_sample_t *out);
 void eval_sample_dispose(eval_sample_t *s); /* NULL-safe; leaves *s zeroed */
+/* *n: the tokens of task t's shortest prompt (no filler) for seed, the least n_tokens that
+ * eval_sample_make takes; QE_ENOMEM, the tokenizer's errors. */
+int eval_sample_min_tokens(const eval_task_t *t, const eval_fmt_t *f, uint64_t seed, int *n);
 
 /* The seed of sample `index` of task `name` at `length` tokens under a run's seed: distinct
  * (with overwhelming probability) across tasks, lengths and indexes. */

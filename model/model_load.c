@@ -1,5 +1,6 @@
 /* model_load: reads hyperparameters from GGUF metadata (llama, qwen2), checks every tensor's
  * shape, and dequantizes this rank's shard of the weights into the backend. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +24,22 @@ static int hp_u32(const gguf_t *g, const char *arch, const char *suffix, int req
   return 0;
 }
 
-static int hp_f32(const gguf_t *g, const char *arch, const char *suffix, float *out) {
+/* Kinds of value an hp_f32 key must hold. */
+enum { HP_NONNEG, HP_POS };
+
+/* Reads "<arch>.<suffix>" as f32 into *out (kept when absent); QE_EFORMAT naming the key unless
+ * the value is finite and >= 0 (HP_NONNEG) or > 0 (HP_POS). */
+static int hp_f32(const gguf_t *g, const char *arch, const char *suffix, int kind, float *out) {
   char key[128];
+  float v;
   snprintf(key, sizeof key, "%s.%s", arch, suffix);
-  int rc = gguf_get_f32(g, key, out);
-  return rc == QE_ENOTFOUND ? 0 : rc;
+  int rc = gguf_get_f32(g, key, &v);
+  if (rc) return rc == QE_ENOTFOUND ? 0 : rc;
+  if (!isfinite(v) || v < 0 || (kind == HP_POS && v == 0))
+    return qe_errf(QE_EFORMAT, "model: metadata '%s' = %g is not a finite %s number", key, v,
+                   kind == HP_POS ? "positive" : "non-negative");
+  *out = v;
+  return 0;
 }
 
 static int hp_arch(const gguf_t *g, model_hparams_t *hp, char *arch, size_t cap) {
@@ -50,11 +62,12 @@ static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *h
   char key[128];
   const char *s;
   size_t n;
-  float factor = 1.0f;
-  hp_f32(g, arch, "rope.scaling.factor", &factor);
+  float factor = 1.0f; /* 0: no scaling, as in llama.cpp */
+  int rc = hp_f32(g, arch, "rope.scaling.factor", HP_NONNEG, &factor);
+  if (rc) return rc;
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   if (gguf_get_str(g, key, &s, &n)) return 0;
-  if ((n == 4 && !memcmp(s, "none", 4)) || factor <= 0.0f) return 0;
+  if ((n == 4 && !memcmp(s, "none", 4)) || factor == 0.0f) return 0;
   hp->rope.freq_scale = 1.0f / factor;
   if (n == 6 && !memcmp(s, "linear", 6)) return 0;
   if (n == 4 && !memcmp(s, "yarn", 4)) {
@@ -75,10 +88,10 @@ static int hp_rope(const gguf_t *g, const char *arch, model_hparams_t *hp) {
                      .beta_slow = 1.0f,
                      .n_ctx_orig = hp->n_ctx_train};
   int rc = hp_u32(g, arch, "rope.dimension_count", 0, &r->n_rot);
-  if (!rc) rc = hp_f32(g, arch, "rope.freq_base", &r->theta);
+  if (!rc) rc = hp_f32(g, arch, "rope.freq_base", HP_POS, &r->theta);
   if (!rc) rc = hp_rope_scaling(g, arch, hp);
   if (rc) return rc;
-  if (r->n_rot > hp->head_dim || r->n_rot % 2 || r->n_rot / 2 > 512 || r->theta <= 0)
+  if (r->n_rot > hp->head_dim || r->n_rot % 2 || r->n_rot / 2 > 512 || !(r->theta > 0))
     return qe_errf(QE_EFORMAT, "model: bad rope parameters (n_rot %d, head_dim %d, theta %g)",
                    r->n_rot, hp->head_dim, r->theta);
   return 0;
@@ -107,7 +120,7 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
   hp->n_ctx_train = 2048;
   if (!rc) rc = hp_u32(g, arch, "context_length", 0, &hp->n_ctx_train);
   hp->rms_eps = 1e-5f;
-  if (!rc) rc = hp_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
+  if (!rc) rc = hp_f32(g, arch, "attention.layer_norm_rms_epsilon", HP_NONNEG, &hp->rms_eps);
   if (rc) return rc;
   if (hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv)
     return qe_errf(QE_EFORMAT, "model: n_embd %d, heads %d, kv heads %d are inconsistent",
@@ -358,6 +371,11 @@ static int load_rope_factors(model_t *m) {
   if (t->type != GGUF_T_F32 || t->n_elems != n)
     return qe_errf(QE_EFORMAT, "model: rope_freqs.weight must be F32 [%d]", n);
   memcpy(m->rope_factors, t->data, sizeof(float) * (size_t)n);
+  for (int i = 0; i < n; i++) /* each divides a frequency */
+    if (!isfinite(m->rope_factors[i]) || !(m->rope_factors[i] > 0))
+      return qe_errf(QE_EFORMAT,
+                     "model: rope_freqs.weight[%d] = %g is not a finite positive number", i,
+                     m->rope_factors[i]);
   m->hp.rope.factors = m->rope_factors;
   return 0;
 }

@@ -27,6 +27,14 @@ def gguf(kvs, infos, data, version=3):
     pad = (-len(head)) % 32
     return head + b"\0" * pad + data
 
+def set_f32(blob, key, value):
+    """blob with its f32 metadata `key` set to value (patched in place: same length)."""
+    k = s(key) + struct.pack("<I", 6)
+    i = blob.index(k) + len(k)
+    return blob[:i] + struct.pack("<f", value) + blob[i + 4:]
+
+EPS = "llama.attention.layer_norm_rms_epsilon"
+
 LLAMA = [kv_str("general.architecture", "llama"), kv_u32("llama.embedding_length", 64),
          kv_u32("llama.block_count", 1), kv_u32("llama.feed_forward_length", 128),
          kv_u32("llama.attention.head_count", 4)]
@@ -44,6 +52,9 @@ def main():
         "absurd_dims.gguf": gguf(LLAMA, [tensor_info("token_embd.weight", [1 << 40, 1 << 40], 0, 0)], b"\0" * 64),
         "missing_arch.gguf": gguf(LLAMA[1:], [tensor_info("token_embd.weight", [64, 8], 0, 0)], b"\0" * 2048),
         "empty.gguf": b"",
+        "nan_eps.gguf": set_f32(valid, EPS, float("nan")),
+        "inf_eps.gguf": set_f32(valid, EPS, float("inf")),
+        "negative_eps.gguf": set_f32(valid, EPS, -1e-5),
     }
     for name, blob in files.items():
         with open(os.path.join(out, name), "wb") as f:

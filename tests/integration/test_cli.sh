@@ -29,9 +29,18 @@ for f in "$TMP"/bad/*.gguf; do
   expect_error "inspect $(basename "$f")" "$QEVICT" inspect "$f"
   expect_error "generate $(basename "$f")" "$QEVICT" generate --model "$f" --prompt hi -n 2
 done
+for f in nan_eps inf_eps negative_eps; do # a bad epsilon is refused naming its key
+  "$QEVICT" generate --model "$TMP/bad/$f.gguf" --prompt hi -n 2 >/dev/null 2>"$TMP/err"
+  grep -q "llama.attention.layer_norm_rms_epsilon" "$TMP/err" || bad "$f.gguf: key not named"
+done
 expect_error "missing file" "$QEVICT" generate --model "$TMP/nope.gguf" --prompt hi
 python3 -c "print('Once upon a time ' * 700)" >"$TMP/long.txt"
 expect_error "prompt longer than context" "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP/long.txt"
+printf 'Once upon\0 a time' >"$TMP/nul.txt"
+expect_error "a NUL byte in the prompt file" "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP/nul.txt"
+grep -q "NUL byte at offset 9" "$TMP/err" || bad "NUL prompt file: $(cat "$TMP/err")"
+expect_error "prompt file is a directory" "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP"
+grep -q "Is a directory" "$TMP/err" || bad "directory prompt file: $(cat "$TMP/err")"
 expect_error "empty prompt" "$QEVICT" generate --model "$STORIES" --prompt ""
 expect_error "bad -n" "$QEVICT" generate --model "$STORIES" --prompt hi -n -3
 expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --top-p 2
@@ -82,6 +91,69 @@ echo "3 99999" >"$TMP/big.ids"
 expect_error "forced id outside the vocabulary" "$QEVICT" generate --model "$STORIES" --prompt hi --force-ids "$TMP/big.ids"
 : >"$TMP/empty.ids"
 expect_error "no forced ids" "$QEVICT" generate --model "$STORIES" --prompt hi --force-ids "$TMP/empty.ids"
+# --force-ids is parsed strictly: anything but a JSON array of integers or whitespace-separated
+# integers is refused, naming the file and the offending token (these once became other ids)
+for spec in "1.5 2|'1.5'" "0x10|'0x10'" "abc 7 xyz 9|'abc'" "[1, 2,]|']'" "[1 2]|'2'" \
+    "[1, 2] 3|'3'" "1,2|','" "+3|'+3'" "99999999999|'99999999999'"; do
+  printf '%s' "${spec%|*}" >"$TMP/bad.ids"
+  expect_error "forced ids '${spec%|*}'" "$QEVICT" generate --model "$STORIES" --prompt hi -n 2 \
+    --force-ids "$TMP/bad.ids"
+  grep -qF "ids file '$TMP/bad.ids': expected" "$TMP/err" && grep -qF "got ${spec#*|}" "$TMP/err" ||
+    bad "forced ids '${spec%|*}': $(cat "$TMP/err")"
+done
+expect_error "forced ids from a directory" "$QEVICT" generate --model "$STORIES" --prompt hi \
+  --force-ids "$TMP"
+grep -q "Is a directory" "$TMP/err" || bad "forced ids from a directory: $(cat "$TMP/err")"
+printf ' [ 5 ,\n 6 ]\n' >"$TMP/ok.ids"
+"$QEVICT" generate --model "$STORIES" --prompt hi -n 2 --json --force-ids "$TMP/ok.ids" \
+  >"$TMP/ok.json" 2>"$TMP/err" && grep -q '"tokens":\[5,6\]' "$TMP/ok.json" ||
+  bad "forced ids [5, 6]: $(cat "$TMP/err")"
+# values once taken silently (the audit of 2026-12-04): -1, the unset mark, as a value; cache
+# options without a policy; numbers past their type; leading blanks; GraphKV rounds past the cap
+G=(generate --model "$STORIES" --prompt hi -n 2)
+expect_error "--q -1" "$QEVICT" "${G[@]}" --policy qevict --q -1
+expect_error "--window -1" "$QEVICT" "${G[@]}" --policy qevict --window -1
+expect_error "--sink -1" "$QEVICT" "${G[@]}" --policy qevict --sink -1
+expect_error "--budget without --policy" "$QEVICT" "${G[@]}" --budget 0.2
+grep -q -- "--budget needs --policy" "$TMP/err" || bad "--budget without --policy: $(cat "$TMP/err")"
+expect_error "--bits without --policy" "$QEVICT" "${G[@]}" --bits 4
+expect_error "--budget past 2^63" "$QEVICT" "${G[@]}" --policy qevict --budget 99999999999999999999
+expect_error "--seed ' -1'" "$QEVICT" "${G[@]}" --seed " -1"
+expect_error "--graphkv rounds 65" "$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,8,65
+expect_error "--graphkv rounds 2^31-1" "$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,8,2147483647
+expect_error "--graphkv m past int" "$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,99999999999,1
+"$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,8,64 >/dev/null 2>"$TMP/err" ||
+  bad "--graphkv rounds 64: $(cat "$TMP/err")"
+expect_error "--time-allreduce without --device" "$QEVICT" "${G[@]}" --time-allreduce
+# a failure every rank shares is one line (rank 0's), not one a rank
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_error "--device 0 --tp 2 without a GPU" "$QEVICT" "${G[@]}" --device 0 --tp 2
+fi
+# --shape (no tokenizer): the output is the ids, one line
+"$QEVICT" generate --shape tiny --prompt-len 4 -n 5 >"$TMP/ids.out" 2>"$TMP/err" || bad "--shape tiny"
+[[ $(wc -w <"$TMP/ids.out") -eq 5 && $(wc -l <"$TMP/ids.out") -eq 1 ]] ||
+  bad "--shape tiny printed '$(cat "$TMP/ids.out")'"
+# serve, sched and worker take only their own options
+expect_error "serve --rank" "$QEVICT" serve --model "$STORIES" --rank 7
+expect_error "serve --worker-timeout" "$QEVICT" serve --model "$STORIES" --worker-timeout 100
+expect_error "worker --workers" "$QEVICT" worker --model "$STORIES" --workers 9
+expect_error "sched --cpu" "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st" --cpu
+expect_error "serve --bogus at the end" "$QEVICT" serve --model "$STORIES" --bogus
+grep -q "unknown option" "$TMP/err" || bad "serve --bogus: $(cat "$TMP/err")"
+# serve's temporary state directory goes without a shell: a quote in TMPDIR is part of a name
+QT="$TMP/q';touch $TMP/injected;'x"
+mkdir -p "$QT"
+free_port() { python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); \
+print(s.getsockname()[1])"; }
+TMPDIR="$QT" "$QEVICT" serve --model "$STORIES" --listen "127.0.0.1:$(free_port)" \
+  --metrics-listen "127.0.0.1:$(free_port)" --ready-file "$TMP/ready" 2>"$TMP/serve.err" &
+spid=$!
+for _ in $(seq 600); do [[ -f "$TMP/ready" ]] && break; sleep 0.1; done
+kill -TERM "$spid"
+wait "$spid" || bad "serve under a quoted TMPDIR: exit $?: $(tail -2 "$TMP/serve.err")"
+[[ -f "$TMP/ready" ]] || bad "serve under a quoted TMPDIR never got ready"
+[[ ! -e "$TMP/injected" ]] || bad "serve ran TMPDIR as shell code"
+[[ -z "$(ls -A "$QT")" ]] || bad "serve left its state directory: $(ls -A "$QT")"
 
 "$QEVICT" inspect "$STORIES" >"$TMP/inspect" || bad "inspect stories"
 grep -q "kv heads: 4" "$TMP/inspect" || bad "inspect shows kv heads"

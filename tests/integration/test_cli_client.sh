@@ -84,6 +84,8 @@ expect_usage "--prompt and --prompt-file" "--prompt-file" "$QEVICT" submit --pro
 expect_usage "no prompt" "--prompt" "$QEVICT" submit
 expect_usage "unreadable prompt file" "--prompt-file" "$QEVICT" submit --prompt-file "$TMP/absent.txt"
 expect_usage "prompt file is a directory" "--prompt-file" "$QEVICT" submit --prompt-file "$TMP"
+printf 'Once upon\0 a time' >"$TMP/nul.txt"
+expect_usage "a NUL byte in the prompt file" "NUL byte" "$QEVICT" submit --prompt-file "$TMP/nul.txt"
 : >"$TMP/empty.txt"
 expect_usage "empty prompt file" "empty" "$QEVICT" submit --prompt-file "$TMP/empty.txt"
 expect_usage "empty --prompt" "empty" "$QEVICT" submit --prompt ""

@@ -45,6 +45,25 @@ expect_exit 1 "missing model file" "$QEVICT" eval --model "$TMP/nope.gguf" --qui
 expect_exit 2 "bad policy option" "${E[@]}" --policies h2o:win=8
 expect_exit 2 "bad window value" "${E[@]}" --policies h2o:window=x
 expect_exit 2 "bad device" "${E[@]}" --device -1
+# what the arguments rule out is refused before any run (no progress, no table): a length below
+# a task's shortest prompt, ppl's scored tokens not below the length, a length whose new tokens
+# pass the context (2048), a ppl text too short for the length; a policy spec longer than a
+# label (cut, it equalled the next one, which was dropped as its duplicate)
+: >"$TMP/empty.txt"
+printf 'Once upon a time.' >"$TMP/short.txt"
+K="qevict:keyframe=pos:keyframe=abs:keyframe=pos:keyframe=abs"
+for t in "2|needs at least|--tasks niah_single --lengths 16" \
+    "2|must be longer than the 64 tokens|--tasks ppl --lengths 64 --new 64" \
+    "2|exceed the model context|--tasks qa --lengths 2048 --new 64" \
+    "1|is empty|--tasks ppl --lengths 64 --new 8 --ppl-text $TMP/empty.txt" \
+    "1|fewer than length 300 needs|--tasks ppl --lengths 300 --ppl-text $TMP/short.txt" \
+    "2|longer than 63 characters|--policies $K:window=8,$K:window=16"; do
+  IFS='|' read -r code msg args <<<"$t"
+  read -ra A <<<"$args"
+  expect_exit "$code" "impossible grid: $args" "${E[@]}" --samples 1 --budgets 0.5 "${A[@]}"
+  grep -qF -- "$msg" "$TMP/err" || bad "impossible grid: $args: $(cat "$TMP/err")"
+  [[ ! -s "$TMP/out" ]] || bad "impossible grid: $args: wrote a table"
+done
 # --device without a GPU: one error line (exit 1 in a CUDA build, 2 in a CPU-only build)
 "${E[@]}" --device 200 --tasks qa --lengths 300 >/dev/null 2>"$TMP/dev.err"
 rc=$?

@@ -250,6 +250,14 @@ def test_hardening(srv, admin, cl):
                            timeout=30)
     C.ok(not again.attached and again.request_id != job.request_id,
          "a recreated tenant's client_request_id starts a new request (attached %s)" % again.attached)
+    # a tenant's default fraction keeps its digits (%.6f once stored 1e-7 as 0: a full budget)
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "tiny.default", 1 << 30
+    r.tenant.default_policy.name, r.tenant.default_budget.fraction = "qevict", 1e-7
+    admin.adm.SetTenant(r, metadata=admin.md, timeout=10)
+    got = admin.adm.GetTenant(pb.GetTenantRequest(id="tiny.default"), metadata=admin.md, timeout=10)
+    f = got.default_budget.fraction
+    C.ok(abs(f - 1e-7) < 1e-12, "a default fraction of 1e-7 is kept (%g)" % f)
 
 
 def test_concurrency(srv, admin, keys, quota, per_req):

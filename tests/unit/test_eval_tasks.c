@@ -75,6 +75,16 @@ static void check_model(const char *path, const int *lens, int n_lens) {
   /* a length below the task's fixed text is refused */
   eval_sample_t s;
   CHECK(eval_sample_make(eval_task_find("cwe"), &f, 40, 1, &s) == QE_EINVAL);
+  /* eval_sample_min_tokens is the least length a sample takes (what `qevict eval` checks
+   * --lengths against before any run) */
+  for (const eval_task_t *const *t = eval_task_list(); *t; t++) {
+    int n0 = 0;
+    CHECK_OK(eval_sample_min_tokens(*t, &f, 5, &n0));
+    CHECK(n0 > 16 && eval_sample_make(*t, &f, n0 - 1, 5, &s) == QE_EINVAL);
+    CHECK_OK(eval_sample_make(*t, &f, n0, 5, &s));
+    CHECK(s.n_ids == n0);
+    eval_sample_dispose(&s);
+  }
   tok_destroy(tok);
   gguf_close(g);
 }

@@ -110,8 +110,10 @@ static void check_all_models(void) {
       }
 }
 
-/* A GGUF with llama metadata edited by `mutate` (a key to drop or override). */
-static int write_meta_only(const char *path, const char *arch, uint32_t embd) {
+/* A GGUF with metadata only: arch's sizes (embedding_length embd, absent when 0) and, when
+ * fkey is given, "<arch>.<fkey>" = fval as f32. */
+static int write_meta_f32(const char *path, const char *arch, uint32_t embd, const char *fkey,
+                          float fval) {
   gguf_writer_t *w = NULL;
   const char *toks[3] = {"<unk>", "<s>", "</s>"};
   char k[64];
@@ -128,9 +130,15 @@ static int write_meta_only(const char *path, const char *arch, uint32_t embd) {
   }
   snprintf(k, sizeof k, "%s.embedding_length", arch);
   if (!rc && embd) rc = gguf_writer_add_u32(w, k, embd);
+  snprintf(k, sizeof k, "%s.%s", arch, fkey ? fkey : "");
+  if (!rc && fkey) rc = gguf_writer_add_f32(w, k, fval);
   if (!rc) rc = gguf_writer_save(w, path);
   gguf_writer_destroy(w);
   return rc;
+}
+
+static int write_meta_only(const char *path, const char *arch, uint32_t embd) {
+  return write_meta_f32(path, arch, embd, NULL, 0);
 }
 
 static int load_err(const char *path) {
@@ -167,6 +175,43 @@ static void check_bad_models(void) {
   CHECK(model_load(p, &o, &m) == QE_EINVAL);
   kern_destroy(be);
   unlink(p);
+}
+
+/* model_read_hparams on a file whose f32 key `key` holds v: its error (the message naming the
+ * key), or 0 with the hyperparameters in *hp. */
+static int hparams_with(const char *key, float v, model_hparams_t *hp) {
+  const char *p = "/tmp/qe_test_hparams.gguf";
+  char full[96];
+  gguf_t *g = NULL;
+  CHECK_OK(write_meta_f32(p, "llama", 16, key, v));
+  CHECK_OK(gguf_open(p, &g));
+  qe_errclear();
+  int rc = g ? model_read_hparams(g, hp) : QE_EIO;
+  snprintf(full, sizeof full, "llama.%s", key);
+  if (rc) fprintf(stderr, "  expected error: %s\n", qe_errmsg());
+  CHECK(!rc || strstr(qe_errmsg(), full));
+  gguf_close(g);
+  unlink(p);
+  return rc;
+}
+
+/* Float hyperparameters: NaN, infinities and negatives are refused with the key named; a
+ * RoPE base of 0 too; good values are read. */
+static void check_bad_float_hparams(void) {
+  const char *eps = "attention.layer_norm_rms_epsilon", *base = "rope.freq_base";
+  const char *factor = "rope.scaling.factor";
+  const float bad_nonneg[] = {NAN, INFINITY, -INFINITY, -1e-5f};
+  model_hparams_t hp;
+  for (int i = 0; i < 4; i++) {
+    CHECK(hparams_with(eps, bad_nonneg[i], &hp) == QE_EFORMAT);
+    CHECK(hparams_with(base, bad_nonneg[i], &hp) == QE_EFORMAT);
+    CHECK(hparams_with(factor, bad_nonneg[i], &hp) == QE_EFORMAT);
+  }
+  CHECK(hparams_with(base, 0.0f, &hp) == QE_EFORMAT);
+  CHECK(hparams_with(eps, 0.0f, &hp) == 0 && hp.rms_eps == 0.0f);
+  CHECK(hparams_with(eps, 1e-6f, &hp) == 0 && hp.rms_eps == 1e-6f);
+  CHECK(hparams_with(base, 5e5f, &hp) == 0 && hp.rope.theta == 5e5f);
+  CHECK(hparams_with(factor, 0.0f, &hp) == 0 && hp.rope.freq_scale == 1.0f);
 }
 
 /* Generation: a prompt longer than the context is refused; sampling is seeded. */
@@ -207,6 +252,7 @@ static void check_generation(void) {
 int main(void) {
   check_all_models();
   check_bad_models();
+  check_bad_float_hparams();
   check_generation();
   return tu_done("test_model");
 }
