@@ -11,6 +11,9 @@
 enum { A_SET, A_GET, A_LIST, A_DELETE, A_REQUESTS, A_DRAIN };
 
 #define UNPACK(type, fn)                                                                           \
+  char nul_[128];                                                                                  \
+  if (sched_pb_nul_string(&fn##__descriptor, msg, n, nul_, sizeof nul_))                           \
+    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: holds a NUL byte", nul_);      \
   type *q = fn##__unpack(NULL, n, msg);                                                            \
   if (!q) return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf")
 

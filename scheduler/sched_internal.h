@@ -140,6 +140,11 @@ struct sched {
 uint64_t sched_now_us(void);
 int64_t sched_unix_ms(void);
 int sched_utf8_valid(const char *s, size_t n);
+/* The path ("prompt.text") of the first string field of message d's encoding b[n] (unpacked
+ * without error) that holds a NUL byte, into path[cap]; 0 when none does. protobuf-c's strings
+ * end at their first NUL, so such a field would be read cut short. */
+int sched_pb_nul_string(const ProtobufCMessageDescriptor *d, const uint8_t *b, size_t n, char *path,
+                        size_t cap);
 
 /* sched_req.c */
 /* Handles Generate (stream) and Submit (unary) after auth: validates, tokenizes, admits. */

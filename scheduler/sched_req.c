@@ -431,6 +431,11 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
                         size_t n, int submit) {
   Qevict__V1__GenerateRequest *g = qevict__v1__generate_request__unpack(NULL, n, msg);
   if (!g) return sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+  char nul[128];
+  if (sched_pb_nul_string(&qevict__v1__generate_request__descriptor, msg, n, nul, sizeof nul)) {
+    qevict__v1__generate_request__free_unpacked(g, NULL);
+    return sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+  }
   if (!sched_groups_up(s)) {
     qevict__v1__generate_request__free_unpacked(g, NULL);
     return sched_rpc_error(call, GS(UNAVAILABLE), "no worker is serving yet");

@@ -1,6 +1,8 @@
-/* sched_util: clocks and UTF-8 checking for the scheduler. */
+/* sched_util: clocks, UTF-8 checking and the wire's NUL bytes for the scheduler. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "sched_internal.h"
@@ -38,4 +40,50 @@ int sched_utf8_valid(const char *str, size_t n) {
     i += k;
   }
   return 1;
+}
+
+/* A varint at *p, which moves past it; -1 when it runs past end. */
+static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; *p < end && shift < 64; shift += 7) {
+    const uint8_t c = *(*p)++;
+    *v |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) return 0;
+  }
+  return -1;
+}
+
+/* One level of sched_pb_nul_string: 1 with path set when a string field below holds a NUL. */
+static int pb_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                  char *path, size_t cap, int depth) {
+  const size_t at = strlen(path);
+  uint64_t tag, len;
+  while (p < end && !pb_varint(&p, end, &tag)) {
+    const int wt = (int)(tag & 7);
+    if (wt == 0 && pb_varint(&p, end, &len)) return 0;
+    if (wt == 1 || wt == 5) p += wt == 1 ? 8 : 4;
+    if (wt != 2) {
+      if (wt != 0 && wt != 1 && wt != 5) return 0; /* (groups: not in our messages) */
+      continue;
+    }
+    if (pb_varint(&p, end, &len) || len > (uint64_t)(end - p)) return 0;
+    const ProtobufCFieldDescriptor *f =
+        tag >> 3 <= 0xffffffffu ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                                : NULL;
+    if (f) snprintf(path + at, cap - at, "%s%s", at ? "." : "", f->name);
+    if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)len)) return 1;
+    if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16 &&
+        pb_nul(f->descriptor, p, p + len, path, cap, depth + 1))
+      return 1;
+    path[at] = '\0';
+    p += len;
+  }
+  return 0;
+}
+
+int sched_pb_nul_string(const ProtobufCMessageDescriptor *d, const uint8_t *b, size_t n, char *path,
+                        size_t cap) {
+  if (!cap) return 0;
+  path[0] = '\0';
+  return pb_nul(d, b, b + n, path, cap, 0);
 }

@@ -213,10 +213,17 @@ def test_hardening(srv, admin, cl):
         ("graphkv rounds 65", policy_req("h2o", 0.3, graphkv_t=65), IA, "policy: graphkv: rounds"),
         ("q 2", policy_req("qevict", q=2.0), IA, "policy: q must"),
         ("3 MB of text", cl.request("Once upon a time " * 200000, 4), IA, "prompt: "),
+        ("a NUL in the prompt", cl.request("Once\x00 upon a time", 4), IA, "prompt.text: holds"),
+        ("a NUL in the policy name", policy_req("qevict\x00whatever"), IA, "policy.name: holds"),
     ]
     for what, req, want, field in cases:
         code, det = code_of(lambda: cl.generate(req, timeout=60))
         C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "a\x00b", 1 << 20
+    code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
+    C.ok(code == IA and det.startswith("tenant.id: holds"), "a NUL in a tenant id: %s '%s'" %
+         (code, det))
     # a metrics client that pipelines two scrapes and leaves without reading (EPIPE, not SIGPIPE)
     for _ in range(3):
         sk = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)

@@ -1,0 +1,98 @@
+/* test_sched_wire: sched_pb_nul_string, which finds a string field of an encoded request that
+ * holds a NUL byte (protobuf-c would hand the scheduler the string cut at it). Encodings packed
+ * by protobuf-c, then a byte of one string set to 0: the field's path is named; NUL bytes in
+ * other fields (token ids, numbers) are not strings; and random and cut-short encodings are
+ * walked without reading past them (ASan in CI). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+#include "test_util.h"
+
+/* A GenerateRequest with a text prompt, a policy, token-free fields; packed into *n bytes. */
+static uint8_t *packed(const char *text, const char *policy, size_t *n) {
+  Qevict__V1__GenerateRequest g = QEVICT__V1__GENERATE_REQUEST__INIT;
+  Qevict__V1__Prompt p = QEVICT__V1__PROMPT__INIT;
+  Qevict__V1__Policy pol = QEVICT__V1__POLICY__INIT;
+  p.kind_case = QEVICT__V1__PROMPT__KIND_TEXT, p.text = (char *)text;
+  pol.name = (char *)policy;
+  g.prompt = &p, g.policy = &pol, g.max_tokens = 4;
+  *n = qevict__v1__generate_request__get_packed_size(&g);
+  uint8_t *b = malloc(*n);
+  qevict__v1__generate_request__pack(&g, b);
+  return b;
+}
+
+/* Sets the byte of b[n] where needle's k-th character sits to 0. */
+static void nul_at(uint8_t *b, size_t n, const char *needle, size_t k) {
+  for (size_t i = 0; i + strlen(needle) <= n; i++)
+    if (!memcmp(b + i, needle, strlen(needle))) {
+      b[i + k] = 0;
+      return;
+    }
+  CHECK(!"needle found");
+}
+
+static int nul_in(const uint8_t *b, size_t n, char *path) {
+  return sched_pb_nul_string(&qevict__v1__generate_request__descriptor, b, n, path, 64);
+}
+
+static void test_named(void) {
+  char path[64];
+  size_t n;
+  uint8_t *b = packed("Once upon a time", "qevict", &n);
+  CHECK(!nul_in(b, n, path));
+  nul_at(b, n, "upon", 1);
+  CHECK(nul_in(b, n, path) && !strcmp(path, "prompt.text"));
+  free(b);
+  b = packed("Once upon a time", "qevict", &n);
+  nul_at(b, n, "qevict", 6 - 1);
+  CHECK(nul_in(b, n, path) && !strcmp(path, "policy.name"));
+  free(b);
+}
+
+static void test_not_strings(void) {
+  Qevict__V1__GenerateRequest g = QEVICT__V1__GENERATE_REQUEST__INIT;
+  Qevict__V1__Prompt p = QEVICT__V1__PROMPT__INIT;
+  Qevict__V1__TokenIds t = QEVICT__V1__TOKEN_IDS__INIT;
+  uint32_t ids[3] = {0, 5, 0};
+  t.n_ids = 3, t.ids = ids;
+  p.kind_case = QEVICT__V1__PROMPT__KIND_TOKEN_IDS, p.token_ids = &t;
+  g.prompt = &p, g.max_tokens = 0; /* (zeros on the wire, none in a string) */
+  uint8_t b[64];
+  size_t n = qevict__v1__generate_request__pack(&g, b);
+  char path[64];
+  CHECK(!nul_in(b, n, path));
+}
+
+static void test_random(void) {
+  char path[64];
+  size_t n;
+  uint8_t *good = packed("Once upon a time", "qevict:window=8", &n);
+  for (size_t k = 0; k <= n; k++) { /* every cut: a heap copy of exactly k bytes */
+    uint8_t *c = malloc(k ? k : 1);
+    memcpy(c, good, k);
+    nul_in(c, k, path);
+    free(c);
+  }
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (int t = 0; t < 20000; t++) {
+    size_t k = (size_t)(t % 97);
+    uint8_t *c = malloc(k ? k : 1);
+    for (size_t i = 0; i < k; i++) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      c[i] = t % 3 ? (uint8_t)s : i < n ? good[i] ^ (uint8_t)(s & (s >> 8) & 0x41) : 0;
+    }
+    nul_in(c, k, path);
+    CHECK(strlen(path) < 64);
+    free(c);
+  }
+  free(good);
+}
+
+int main(void) {
+  test_named();
+  test_not_strings();
+  test_random();
+  return tu_done("sched_wire");
+}
