@@ -140,7 +140,9 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
   if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;
+  if (!strcmp(argv[1], "version"))
+    return argc > 2 ? fprintf(stderr, "qevict version: takes no arguments (got '%s')\n", argv[2]),
+           2        : puts("qevict 0.1.0") < 0;
 #ifdef QE_HAVE_SERVING
   for (size_t i = 0; i < sizeof client_cmds / sizeof client_cmds[0]; i++)
     if (!strcmp(argv[1], client_cmds[i].name)) return client_cmds[i].fn(argc - 1, argv + 1);

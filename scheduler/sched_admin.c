@@ -93,7 +93,12 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
     snprintf(st.id, sizeof st.id, "%s", q->tenant->id);
     st.kv_quota_bytes = (int64_t)q->tenant->kv_quota_bytes;
     st.max_request_budget_bytes = (int64_t)q->tenant->max_request_budget_bytes;
-    if (st.kv_quota_bytes <= 0) rc = qe_errf(QE_EINVAL, "tenant.kv_quota_bytes: must be > 0");
+    if (q->tenant->kv_quota_bytes > INT64_MAX || q->tenant->max_request_budget_bytes > INT64_MAX)
+      rc = qe_errf(QE_EINVAL, "tenant.%s: at most 2^63 - 1",
+                   q->tenant->kv_quota_bytes > INT64_MAX ? "kv_quota_bytes"
+                                                         : "max_request_budget_bytes");
+    else if (st.kv_quota_bytes <= 0)
+      rc = qe_errf(QE_EINVAL, "tenant.kv_quota_bytes: must be > 0");
   }
   if (!rc) rc = default_of(q->tenant, st.default_policy, sizeof st.default_policy);
   unsigned flags = q->rotate_key ? SCHED_TENANT_ROTATE_KEY : 0;

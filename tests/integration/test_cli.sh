@@ -51,6 +51,7 @@ expect_error "--cpu-weights with --device" "$QEVICT" generate --model "$STORIES"
 expect_error "eval --cpu-weights bad" "$QEVICT" eval --model "$STORIES" --cpu-weights x
 expect_error "serve --cpu-weights bad" "$QEVICT" serve --model "$STORIES" --cpu-weights x
 expect_error "unknown command" "$QEVICT" frobnicate
+expect_error "version with an argument" "$QEVICT" version --bogus
 # CUDA graphs switch: --no-graphs takes no value; QE_CUDA_GRAPHS must be 0 or 1
 expect_error "--no-graphs with a value" "$QEVICT" generate --model "$STORIES" --prompt hi --no-graphs=1
 expect_error "QE_CUDA_GRAPHS=yes" env QE_CUDA_GRAPHS=yes "$QEVICT" generate --model "$STORIES" --prompt hi

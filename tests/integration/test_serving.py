@@ -220,6 +220,11 @@ def test_hardening(srv, admin, cl):
         code, det = code_of(lambda: cl.generate(req, timeout=60))
         C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
     r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "huge", (1 << 64) - 1
+    code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
+    C.ok(code == IA and det.startswith("tenant.kv_quota_bytes: at most"),
+         "a quota of 2^64-1: %s '%s'" % (code, det))
+    r = pb.SetTenantRequest()
     r.tenant.id, r.tenant.kv_quota_bytes = "a\x00b", 1 << 20
     code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
     C.ok(code == IA and det.startswith("tenant.id: holds"), "a NUL in a tenant id: %s '%s'" %
