@@ -85,14 +85,22 @@ int sched_rpc_status_of(int rc) {
   }
 }
 
-/* The bearer token of the call into key; 0, or -1 when absent or malformed. */
-static int bearer(const sgrpc_call_t *call, char *key, size_t n) {
+/* The bearer token of the call into key; 0, or an UNAUTHENTICATED answer (absent, or not
+ * "Bearer <key>" with a key shorter than n) and -1. who: "API" or "admin". */
+static int bearer(sgrpc_call_t *call, char *key, size_t n, const char *who) {
   char v[256];
-  if (sgrpc_call_metadata(call, "authorization", v, sizeof v)) return -1;
-  if (strncasecmp(v, "Bearer ", 7)) return -1;
+  if (sgrpc_call_metadata(call, "authorization", v, sizeof v))
+    return sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
+                           "missing %s key (metadata authorization: Bearer <key>)", who),
+           -1;
   const char *k = v + 7;
-  while (*k == ' ') k++;
-  if (strlen(k) >= n) return -1;
+  while (!strncasecmp(v, "Bearer ", 7) && *k == ' ') k++;
+  if (strncasecmp(v, "Bearer ", 7) || strlen(k) >= n)
+    return sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
+                           "malformed authorization metadata: want 'Bearer <%s key>', a key "
+                           "of at most %zu bytes",
+                           who, n - 1),
+           -1;
   strcpy(key, k);
   return 0;
 }
@@ -100,11 +108,7 @@ static int bearer(const sgrpc_call_t *call, char *key, size_t n) {
 /* Generation: the tenant of a valid key, or an UNAUTHENTICATED answer. */
 static int auth_tenant(sched_t *s, sgrpc_call_t *call, char tenant[SCHED_TENANT_ID_MAX + 1]) {
   char key[128];
-  if (bearer(call, key, sizeof key)) {
-    sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
-                    "missing API key (metadata authorization: Bearer <key>)");
-    return -1;
-  }
+  if (bearer(call, key, sizeof key, "API")) return -1;
   if (sched_tenants_verify_key(s->tenants, key, tenant)) {
     sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED, "invalid API key");
     return -1;
@@ -115,11 +119,7 @@ static int auth_tenant(sched_t *s, sgrpc_call_t *call, char tenant[SCHED_TENANT_
 /* Admin: the admin key; a tenant key is PERMISSION_DENIED, anything else UNAUTHENTICATED. */
 static int auth_admin(sched_t *s, sgrpc_call_t *call) {
   char key[128], tenant[SCHED_TENANT_ID_MAX + 1];
-  if (bearer(call, key, sizeof key)) {
-    sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
-                    "missing admin key (metadata authorization: Bearer <key>)");
-    return -1;
-  }
+  if (bearer(call, key, sizeof key, "admin")) return -1;
   if (!sched_tenants_verify_admin_key(s->tenants, key)) return 0;
   if (!sched_tenants_verify_key(s->tenants, key, tenant))
     sched_rpc_error(call, GRPC_STATUS_PERMISSION_DENIED, "tenant keys cannot use Admin");

@@ -229,6 +229,10 @@ def test_hardening(srv, admin, cl):
     code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
     C.ok(code == IA and det.startswith("tenant.id: holds"), "a NUL in a tenant id: %s '%s'" %
          (code, det))
+    long_key = Client(srv.addr, "qk_" + "0" * 300)
+    code, det = code_of(lambda: long_key.generate(long_key.request("hi", 2), timeout=10))
+    C.ok(code == grpc.StatusCode.UNAUTHENTICATED and det.startswith("malformed authorization"),
+         "a 303-byte bearer token: %s '%s'" % (code, det))
     # a metrics client that pipelines two scrapes and leaves without reading (EPIPE, not SIGPIPE)
     for _ in range(3):
         sk = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
