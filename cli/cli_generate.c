@@ -253,6 +253,10 @@ static int prepare(gen_args_t *a) {
   if (!rc && !a->shape) rc = model_read_hparams(g, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
+  if (!rc && !d.full && (d.cfg.n_sink > hp.n_ctx_train || d.cfg.n_local > hp.n_ctx_train))
+    rc = qe_errf(QE_EINVAL, "--%s %d exceeds the model context (%d)",
+                 d.cfg.n_sink > hp.n_ctx_train ? "sink" : "local",
+                 d.cfg.n_sink > hp.n_ctx_train ? d.cfg.n_sink : d.cfg.n_local, hp.n_ctx_train);
   if (!rc && d.full && cli_policy_stray(&a->pol))
     rc = qe_errf(QE_EINVAL, "%s needs --policy (policy %s keeps every token at full precision)",
                  cli_policy_stray(&a->pol), a->pol.name);

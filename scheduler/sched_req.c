@@ -474,6 +474,9 @@ static sreq_t *lookup(sched_t *s, sgrpc_call_t *call, const char *tenant, const 
 
 void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
                      size_t n) {
+  char nul[128];
+  if (sched_pb_nul_string(&qevict__v1__watch_request__descriptor, msg, n, nul, sizeof nul))
+    return sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
   Qevict__V1__WatchRequest *w = qevict__v1__watch_request__unpack(NULL, n, msg);
   if (!w) return sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
   sreq_t *r = lookup(s, call, tenant, w->request_id);
@@ -490,6 +493,11 @@ void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const u
  * layout); NULL after answering the call (malformed, or not this tenant's). */
 static sreq_t *lookup_msg(sched_t *s, sgrpc_call_t *call, const char *tenant,
                           const ProtobufCMessageDescriptor *d, const uint8_t *msg, size_t n) {
+  char nul[128];
+  if (sched_pb_nul_string(d, msg, n, nul, sizeof nul)) {
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+    return NULL;
+  }
   ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, n, msg);
   if (!m) {
     sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");

@@ -115,6 +115,7 @@ G=(generate --model "$STORIES" --prompt hi -n 2)
 expect_error "--q -1" "$QEVICT" "${G[@]}" --policy qevict --q -1
 expect_error "--window -1" "$QEVICT" "${G[@]}" --policy qevict --window -1
 expect_error "--sink -1" "$QEVICT" "${G[@]}" --policy qevict --sink -1
+expect_error "--sink past the context" "$QEVICT" "${G[@]}" --policy qevict --sink 1000000
 expect_error "--budget without --policy" "$QEVICT" "${G[@]}" --budget 0.2
 grep -q -- "--budget needs --policy" "$TMP/err" || bad "--budget without --policy: $(cat "$TMP/err")"
 expect_error "--bits without --policy" "$QEVICT" "${G[@]}" --bits 4

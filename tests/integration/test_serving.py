@@ -233,6 +233,11 @@ def test_hardening(srv, admin, cl):
     code, det = code_of(lambda: long_key.generate(long_key.request("hi", 2), timeout=10))
     C.ok(code == grpc.StatusCode.UNAUTHENTICATED and det.startswith("malformed authorization"),
          "a 303-byte bearer token: %s '%s'" % (code, det))
+    raw_watch = cl.ch.unary_stream("/qevict.v1.Generation/Watch", request_serializer=None,
+                                   response_deserializer=None)
+    code, det = code_of(lambda: list(raw_watch(b"\x0a\x03a\x00b", metadata=cl.md, timeout=10)))
+    C.ok(code == IA and det.startswith("request_id: holds"), "a NUL in a Watch's request_id: "
+         "%s '%s'" % (code, det))
     # a metrics client that pipelines two scrapes and leaves without reading (EPIPE, not SIGPIPE)
     for _ in range(3):
         sk = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
