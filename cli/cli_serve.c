@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -293,7 +294,15 @@ typedef struct {
   char **argv;
   time_t started;
   int restarts;
+  int quick_fails; /* exits within SERVE_QUICK_S of a start, in a row */
 } child_t;
+
+/* A child that exits within SERVE_QUICK_S seconds of starting has failed quickly; serve waits
+ * 1, 2, 4, ... s before each restart of such a child and stops everything once one has failed
+ * quickly SERVE_MAX_QUICK times in a row (a model file gone bad, a port taken for good), or at
+ * its first start without a signal. */
+#define SERVE_QUICK_S   3
+#define SERVE_MAX_QUICK 5
 
 static volatile sig_atomic_t g_stop;
 static void on_stop(int sig) { g_stop = sig; }
@@ -310,10 +319,15 @@ static char *fmt(const char *f, ...) {
 
 static pid_t spawn(char **argv) {
   fflush(NULL);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    /* a supervisor killed outright (SIGKILL) takes its children along: SIGTERM, their orderly
+       stop, instead of a scheduler and workers left serving on the ports */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent) _exit(1);
     execv("/proc/self/exe", argv);
     fprintf(stderr, "qevict serve: exec failed: %s\n", strerror(errno));
     _exit(127);
@@ -371,20 +385,26 @@ static void supervise(child_t *ch, int n, int *failed) {
     }
     for (int i = 0; i < n && !g_stop; i++) {
       if (ch[i].pid != pid) continue;
-      int quick = time(NULL) - ch[i].started < 3;
-      int giveup = ch[i].restarts == 0 && quick && !WIFSIGNALED(status);
+      const int quick = time(NULL) - ch[i].started < SERVE_QUICK_S;
+      ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
+      const int first = ch[i].restarts == 0 && quick && !WIFSIGNALED(status);
+      const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
       int w = ch[i].argv[1][0] == 'w';
       fprintf(stderr, "qevict serve: %s%s%s exited (%s %d)%s\n", ch[i].argv[1],
               w ? " of group " : "", w ? ch[i].argv[7] : "",
               WIFSIGNALED(status) ? "signal" : "code",
               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-              giveup ? "; it failed at start: stopping" : "; restarting");
+              first    ? "; it failed at start: stopping"
+              : giveup ? "; it failed within 3 s of each of its last 5 starts: stopping"
+              : quick  ? "; restarting after a pause"
+                       : "; restarting");
       if (giveup) {
         g_stop = SIGTERM;
         *failed = 1;
         return;
       }
-      if (quick) sleep(1);
+      if (quick) sleep(1u << (ch[i].quick_fails - 1)); /* (a signal ends it early) */
+      if (g_stop) break;
       ch[i].restarts++;
       ch[i].pid = spawn(ch[i].argv);
       ch[i].started = time(NULL);
@@ -446,6 +466,7 @@ int cli_serve(int argc, char **argv) {
   sa.sa_handler = on_stop;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL); /* (a closed terminal stops the children too) */
   ch[0].argv = sched_argv(&o, state, wsock);
   for (int g = 0, k = 1; g < o.workers; g++)
     for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);

@@ -79,7 +79,7 @@ static void tenant_msg(sched_t *s, sched_tenant_t *st, tenant_msg_t *m) {
   snprintf(m->prefix, sizeof m->prefix, "%s%.8s", *st->key_id ? "qk_" : "", st->key_id);
   m->t.api_key_prefix = m->prefix;
   m->t.created_unix_ms = st->created_at_ms;
-  m->t.key_created_unix_ms = st->updated_at_ms;
+  m->t.key_created_unix_ms = st->key_created_at_ms;
 }
 
 static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {

@@ -45,7 +45,8 @@ static const char *const migrations[SCHEMA_VERSION] = {
 
 #define TENANT_COLS                                                                                \
   "SELECT id, kv_quota_bytes, max_request_budget_bytes, default_policy, created_at_ms, "           \
-  "updated_at_ms, (SELECT key_id FROM api_keys WHERE tenant_id = tenants.id LIMIT 1) FROM tenants"
+  "updated_at_ms, (SELECT key_id FROM api_keys WHERE tenant_id = tenants.id LIMIT 1), "            \
+  "(SELECT created_at_ms FROM api_keys WHERE tenant_id = tenants.id LIMIT 1) FROM tenants"
 
 enum {
   ST_GET,
@@ -96,8 +97,10 @@ static int db_err(sched_tenants_t *ts, const char *what) {
 }
 
 static int exec(sched_tenants_t *ts, const char *sql) {
-  if (sqlite3_exec(ts->db, sql, NULL, NULL, NULL) != SQLITE_OK) return db_err(ts, sql);
-  return 0;
+  char what[48]; /* the statement's start: its whole text would crowd out SQLite's reason */
+  if (sqlite3_exec(ts->db, sql, NULL, NULL, NULL) == SQLITE_OK) return 0;
+  snprintf(what, sizeof what, "%.40s%s", sql, strlen(sql) > 40 ? "..." : "");
+  return db_err(ts, what);
 }
 
 /* A prepared statement, reset and with no bindings, ready to bind. */
@@ -425,6 +428,7 @@ static void read_row(sqlite3_stmt *s, sched_tenant_t *t) {
   copy_text(t->default_policy, sizeof t->default_policy, s, 3);
   t->created_at_ms = sqlite3_column_int64(s, 4);
   t->updated_at_ms = sqlite3_column_int64(s, 5);
+  t->key_created_at_ms = sqlite3_column_int64(s, 7); /* (NULL without a key: 0) */
   copy_text(t->key_id, sizeof t->key_id, s, 6);
 }
 

@@ -27,6 +27,7 @@ typedef struct sched_tenant {
   char default_policy[SCHED_POLICY_MAX + 1];
   /* Output only (ignored by sched_tenants_set): */
   int64_t created_at_ms, updated_at_ms; /* Unix time in milliseconds */
+  int64_t key_created_at_ms;            /* when the current API key was issued (0 if none) */
   char key_id[SCHED_KEY_ID_LEN + 1];    /* id of the tenant's current API key ("" if none) */
 } sched_tenant_t;
 

@@ -156,6 +156,42 @@ wait "$spid" || bad "serve under a quoted TMPDIR: exit $?: $(tail -2 "$TMP/serve
 [[ -f "$TMP/ready" ]] || bad "serve under a quoted TMPDIR never got ready"
 [[ ! -e "$TMP/injected" ]] || bad "serve ran TMPDIR as shell code"
 [[ -z "$(ls -A "$QT")" ]] || bad "serve left its state directory: $(ls -A "$QT")"
+# serve killed outright (SIGKILL) takes its scheduler and worker along (their parent-death
+# signal), and a worker that fails again within 3 s of each restart stops serve after 5 tries
+# (with pauses of 1, 2, 4 and 8 s), where it used to restart it every second forever
+cp "$STORIES" "$TMP/m.gguf"
+serve_up() { # STATE: serve on $TMP/m.gguf in the background ($spid), ready or a failure
+  rm -f "$TMP/ready"
+  "$QEVICT" serve --model "$TMP/m.gguf" --state-dir "$1" --listen "127.0.0.1:$(free_port)" \
+    --metrics-listen "127.0.0.1:$(free_port)" --ready-file "$TMP/ready" 2>"$TMP/serve.err" &
+  spid=$!
+  for _ in $(seq 600); do [[ -f "$TMP/ready" ]] && return 0; sleep 0.1; done
+  bad "serve on $1 never got ready: $(tail -2 "$TMP/serve.err")"
+}
+serve_up "$TMP/st_kill"
+kill -KILL "$spid"
+wait "$spid" 2>/dev/null
+for _ in $(seq 100); do pgrep -f "state-dir $TMP/st_kill" >/dev/null || break; sleep 0.1; done
+pgrep -f "state-dir $TMP/st_kill" >/dev/null && bad "serve's children outlived it: \
+$(pgrep -af "state-dir $TMP/st_kill")" && pkill -KILL -f "state-dir $TMP/st_kill"
+serve_up "$TMP/st_loop"
+echo "not a gguf" >"$TMP/m.gguf"
+pkill -KILL -f "qevict worker --model $TMP/m.gguf"
+for _ in $(seq 400); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$spid" 2>/dev/null; then
+  bad "serve still restarting a failing worker after 40 s"
+  kill -TERM "$spid"
+fi
+wait "$spid"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "each of its last 5 starts: stopping" "$TMP/serve.err" ||
+  bad "a worker failing at each restart: serve exit $rc: $(tail -2 "$TMP/serve.err")"
+# a gRPC port past 65535 is refused (gRPC took it modulo 65536)
+"$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st_port" --listen 127.0.0.1:99999 \
+  --metrics-listen "" --worker-listen "unix:$TMP/w.sock" 2>"$TMP/err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q 'bad port in "127.0.0.1:99999"' "$TMP/err" ||
+  bad "--listen 127.0.0.1:99999: exit $rc: $(cat "$TMP/err")"
 
 "$QEVICT" inspect "$STORIES" >"$TMP/inspect" || bad "inspect stories"
 grep -q "kv heads: 4" "$TMP/inspect" || bad "inspect shows kv heads"

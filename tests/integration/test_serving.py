@@ -279,6 +279,16 @@ def test_hardening(srv, admin, cl):
     got = admin.adm.GetTenant(pb.GetTenantRequest(id="tiny.default"), metadata=admin.md, timeout=10)
     f = got.default_budget.fraction
     C.ok(abs(f - 1e-7) < 1e-12, "a default fraction of 1e-7 is kept (%g)" % f)
+    # the key's "issued" time is the key's, not the tenant's last change
+    time.sleep(1.1)
+    r.tenant.default_budget.fraction = 0.5
+    admin.adm.SetTenant(r, metadata=admin.md, timeout=10)
+    again = admin.adm.GetTenant(pb.GetTenantRequest(id="tiny.default"), metadata=admin.md,
+                                timeout=10)
+    C.ok(again.key_created_unix_ms == got.key_created_unix_ms and got.key_created_unix_ms > 0
+         and again.default_budget.fraction == 0.5,
+         "a tenant's key keeps its issue time over a change (%d, then %d)" %
+         (got.key_created_unix_ms, again.key_created_unix_ms))
 
 
 def test_concurrency(srv, admin, keys, quota, per_req):
