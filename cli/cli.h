@@ -35,8 +35,8 @@ int cli_parse_float(const char *s, double lo, double hi, double *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 /* Reads a text file of at most max bytes into *out (malloc'd, NUL-terminated): QE_EIO (cannot
  * open or read, a directory too), QE_ERANGE (larger) or QE_EINVAL (it holds a NUL byte, which
- * would cut the text), each with a detail that does not name the file. */
-int cli_read_text_file(const char *path, size_t max, char **out);
+ * would cut the text), each with a detail "<what> '<path>': <reason>". */
+int cli_read_text_file(const char *what, const char *path, size_t max, char **out);
 /* A --graphkv value "k,m,T": source fraction k in (0, 1], m in 1..2^20 neighbours, T in
  * 1..GRAPHKV_MAX_ROUNDS rounds. 0 or -1. */
 int cli_parse_graphkv(const char *s, double *k, long *m, long *t);

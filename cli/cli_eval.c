@@ -331,12 +331,8 @@ static int has_ppl(const eval_cfg_t *c) {
 static int load_ppl_text(const eval_cfg_t *c, const tok_t *tok, int32_t **ids, int *n) {
   char *buf = NULL;
   size_t len = 0, nn = 0;
-  int rc = cli_read_text_file(c->ppl_text, (size_t)1 << 30, &buf);
-  if (rc) {
-    char d[256];
-    snprintf(d, sizeof d, "%s", qe_errmsg());
-    return qe_errf(rc, "the ppl text '%s': %s", c->ppl_text, d);
-  }
+  int rc = cli_read_text_file("the ppl text", c->ppl_text, (size_t)1 << 30, &buf);
+  if (rc) return rc;
   len = strlen(buf);
   rc = tok_encode(tok, buf, len, 0, 0, ids, &nn);
   free(buf);

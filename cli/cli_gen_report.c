@@ -193,12 +193,8 @@ int gen_read_ids(const char *path, int32_t **ids, int *n) {
   char *buf = NULL;
   size_t len = 0;
   *ids = NULL, *n = 0;
-  int rc = cli_read_text_file(path, (size_t)1 << 30, &buf);
-  if (rc) {
-    char d[256];
-    snprintf(d, sizeof d, "%s", qe_errmsg());
-    return qe_errf(rc, "ids file '%s': %s", path, d);
-  }
+  int rc = cli_read_text_file("ids file", path, (size_t)1 << 30, &buf);
+  if (rc) return rc;
   len = strlen(buf);
   ids_lex_t x = {path, buf, NULL, len, 0, 0};
   if (!rc) rc = parse_ids(&x, ids, n);

@@ -196,11 +196,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
 /* Reads the prompt text (from the argument or the file) into a malloc'd string. */
 static int read_prompt(const gen_args_t *a, char **text) {
   if (a->prompt) return (*text = strdup(a->prompt)) ? 0 : QE_ENOMEM;
-  int rc = cli_read_text_file(a->prompt_file, (size_t)1 << 30, text);
-  if (!rc) return 0;
-  char d[256];
-  snprintf(d, sizeof d, "%s", qe_errmsg());
-  return qe_errf(rc, "prompt file '%s': %s", a->prompt_file, d);
+  return cli_read_text_file("prompt file", a->prompt_file, (size_t)1 << 30, text);
 }
 
 /* Encodes the prompt, wrapped in the chat template with --chat. */
@@ -243,6 +239,20 @@ static int prepare_shape(gen_args_t *a, model_hparams_t *hp) {
   return 0;
 }
 
+/* A resolved policy d against the model's context n_ctx: its sink and local regions within it;
+ * for FullKV, no cache option given (they would be ignored). 0 or QE_EINVAL. */
+static int check_regions(const gen_args_t *a, const kv_policy_desc_t *d, int n_ctx) {
+  const char *stray = d->full ? cli_policy_stray(&a->pol) : NULL;
+  if (stray)
+    return qe_errf(QE_EINVAL, "%s needs --policy (policy %s keeps every token at full precision)",
+                   stray, a->pol.name);
+  const int sink = !d->full && d->cfg.n_sink > n_ctx;
+  if (sink || (!d->full && d->cfg.n_local > n_ctx))
+    return qe_errf(QE_EINVAL, "--%s %d exceeds the model context (%d)", sink ? "sink" : "local",
+                   sink ? d->cfg.n_sink : d->cfg.n_local, n_ctx);
+  return 0;
+}
+
 static int prepare(gen_args_t *a) {
   gguf_t *g = NULL;
   tok_t *tok = NULL;
@@ -253,13 +263,7 @@ static int prepare(gen_args_t *a) {
   if (!rc && !a->shape) rc = model_read_hparams(g, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
-  if (!rc && !d.full && (d.cfg.n_sink > hp.n_ctx_train || d.cfg.n_local > hp.n_ctx_train))
-    rc = qe_errf(QE_EINVAL, "--%s %d exceeds the model context (%d)",
-                 d.cfg.n_sink > hp.n_ctx_train ? "sink" : "local",
-                 d.cfg.n_sink > hp.n_ctx_train ? d.cfg.n_sink : d.cfg.n_local, hp.n_ctx_train);
-  if (!rc && d.full && cli_policy_stray(&a->pol))
-    rc = qe_errf(QE_EINVAL, "%s needs --policy (policy %s keeps every token at full precision)",
-                 cli_policy_stray(&a->pol), a->pol.name);
+  if (!rc) rc = check_regions(a, &d, hp.n_ctx_train);
   if (!rc && !a->shape) rc = tok_create(g, &tok);
   if (!rc && !a->shape) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)

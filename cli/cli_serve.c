@@ -389,15 +389,19 @@ static void supervise(child_t *ch, int n, int *failed) {
       ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
       const int first = ch[i].restarts == 0 && quick && !WIFSIGNALED(status);
       const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
+      char why[96]; /* (one fprintf: the children share this stderr) */
+      if (first)
+        snprintf(why, sizeof why, "it failed at start: stopping");
+      else if (giveup)
+        snprintf(why, sizeof why, "it failed within %d s of each of its last %d starts: stopping",
+                 SERVE_QUICK_S, SERVE_MAX_QUICK);
+      else
+        snprintf(why, sizeof why, "restarting%s", quick ? " after a pause" : "");
       int w = ch[i].argv[1][0] == 'w';
-      fprintf(stderr, "qevict serve: %s%s%s exited (%s %d)%s\n", ch[i].argv[1],
+      fprintf(stderr, "qevict serve: %s%s%s exited (%s %d); %s\n", ch[i].argv[1],
               w ? " of group " : "", w ? ch[i].argv[7] : "",
               WIFSIGNALED(status) ? "signal" : "code",
-              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-              first    ? "; it failed at start: stopping"
-              : giveup ? "; it failed within 3 s of each of its last 5 starts: stopping"
-              : quick  ? "; restarting after a pause"
-                       : "; restarting");
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), why);
       if (giveup) {
         g_stop = SIGTERM;
         *failed = 1;

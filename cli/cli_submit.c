@@ -248,11 +248,6 @@ static int sub_parse(int argc, char **argv, sub_args_t *a) {
   return 0;
 }
 
-/* Reads the prompt file (at most 64 MiB less room for the rest of the request). */
-static int read_prompt_file(const char *path, char **out) {
-  return cli_read_text_file(path, CLI_RPC_MAX_MSG - (1 << 16), out);
-}
-
 /* --ids 1,2,3 into a malloc'd array. */
 static int parse_ids(const char *s, uint32_t **out, size_t *n) {
   size_t cap = 1;
@@ -291,8 +286,10 @@ static int sub_build_prompt(const sub_args_t *a, sub_req_t *r) {
     r->prompt.kind_case = QEVICT__V1__PROMPT__KIND_TOKEN_IDS, r->prompt.token_ids = &r->tids;
     return 0;
   }
-  if (a->prompt_file && read_prompt_file(a->prompt_file, &r->text))
-    return cli_usage_error("submit", "bad --prompt-file '%s': %s", a->prompt_file, qe_errmsg());
+  /* (at most 64 MiB less room for the rest of the request) */
+  if (a->prompt_file &&
+      cli_read_text_file("--prompt-file", a->prompt_file, CLI_RPC_MAX_MSG - (1 << 16), &r->text))
+    return cli_usage_error("submit", "bad %s", qe_errmsg());
   if (a->prompt && !(r->text = strdup(a->prompt))) return cli_fail("submit", QE_ENOMEM);
   if (!*r->text) return cli_usage_error("submit", "the prompt is empty");
   if (!a->chat) {

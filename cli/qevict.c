@@ -85,9 +85,9 @@ int cli_parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
-int cli_read_text_file(const char *path, size_t max, char **out) {
+int cli_read_text_file(const char *what, const char *path, size_t max, char **out) {
   FILE *f = fopen(path, "rb");
-  if (!f) return qe_errf(QE_EIO, "%s", strerror(errno));
+  if (!f) return qe_errf(QE_EIO, "%s '%s': %s", what, path, strerror(errno));
   size_t cap = 1 << 16, n = 0, r;
   char *buf = malloc(cap + 1);
   while (buf && n <= max && (r = fread(buf + n, 1, cap - n, f)) > 0) {
@@ -98,14 +98,15 @@ int cli_read_text_file(const char *path, size_t max, char **out) {
   }
   const int err = ferror(f) ? errno : 0;
   fclose(f);
-  if (!buf) return qe_errf(QE_ENOMEM, "out of memory");
+  if (!buf) return qe_errf(QE_ENOMEM, "%s '%s': out of memory", what, path);
   const char *nul = memchr(buf, 0, n);
   const size_t at = nul ? (size_t)(nul - buf) : n; /* (n: none) */
   buf[n] = '\0';
   if (err || n > max || at < n) free(buf);
-  if (err) return qe_errf(QE_EIO, "%s", strerror(err));
-  if (n > max) return qe_errf(QE_ERANGE, "larger than %zu bytes", max);
-  if (at < n) return qe_errf(QE_EINVAL, "a NUL byte at offset %zu (not text)", at);
+  if (err) return qe_errf(QE_EIO, "%s '%s': %s", what, path, strerror(err));
+  if (n > max) return qe_errf(QE_ERANGE, "%s '%s': larger than %zu bytes", what, path, max);
+  if (at < n)
+    return qe_errf(QE_EINVAL, "%s '%s': a NUL byte at offset %zu (not text)", what, path, at);
   *out = buf;
   return 0;
 }
@@ -140,9 +141,9 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
   if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "version"))
-    return argc > 2 ? fprintf(stderr, "qevict version: takes no arguments (got '%s')\n", argv[2]),
-           2        : puts("qevict 0.1.0") < 0;
+  if (!strcmp(argv[1], "version") && argc > 2)
+    return fprintf(stderr, "qevict version: takes no arguments (got '%s')\n", argv[2]), 2;
+  if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;
 #ifdef QE_HAVE_SERVING
   for (size_t i = 0; i < sizeof client_cmds / sizeof client_cmds[0]; i++)
     if (!strcmp(argv[1], client_cmds[i].name)) return client_cmds[i].fn(argc - 1, argv + 1);

@@ -124,7 +124,7 @@ struct sched {
   sm_reg_t *metrics;
   gguf_t *gguf;
   tok_t *tok;
-  size_t max_piece; /* the longest vocabulary piece in bytes (0: not measured yet) */
+  size_t max_piece; /* the longest vocabulary piece in bytes (at least 1) */
   model_hparams_t hp;
   int chat_kind;
   sgroup_t *groups;

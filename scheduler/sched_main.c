@@ -86,12 +86,24 @@ static int load_tenants(sched_t *s) {
   return rc;
 }
 
+/* The longest piece of t's vocabulary in bytes, at least 1 (sched_validate's bound on how much
+ * text a long prompt's refusal tokenizes). */
+static size_t max_piece(const tok_t *t) {
+  size_t most = 1;
+  for (int id = 0; id < tok_n_vocab(t); id++) {
+    const char *p = tok_piece(t, id);
+    const size_t n = p ? strlen(p) : 0;
+    most = n > most ? n : most;
+  }
+  return most;
+}
+
 static int load_model(sched_t *s) {
   if (!s->cfg.model) return qe_errf(QE_EINVAL, "--model is required");
   int rc = gguf_open(s->cfg.model, &s->gguf);
   if (!rc) rc = model_read_hparams(s->gguf, &s->hp);
   if (!rc) rc = tok_create(s->gguf, &s->tok);
-  if (!rc) s->chat_kind = chat_kind_of(s->gguf);
+  if (!rc) s->chat_kind = chat_kind_of(s->gguf), s->max_piece = max_piece(s->tok);
   return rc;
 }
 

@@ -28,17 +28,7 @@ static int bad(sval_err_t *e, int status, const char *fmt, ...) {
 /* The bytes of text that hold more tokens than the context, at the least: no token covers more
  * text than its piece's bytes (a piece spells its text, or more: '▁' for ' ', <0xNN> for a byte).
  */
-static size_t text_cap(sched_t *s) {
-  if (!s->max_piece) {
-    for (int id = 0; id < tok_n_vocab(s->tok); id++) {
-      const char *p = tok_piece(s->tok, id);
-      size_t n = p ? strlen(p) : 0;
-      s->max_piece = n > s->max_piece ? n : s->max_piece;
-    }
-    s->max_piece += !s->max_piece;
-  }
-  return ((size_t)s->hp.n_ctx_train + 2) * s->max_piece;
-}
+static size_t text_cap(const sched_t *s) { return ((size_t)s->hp.n_ctx_train + 2) * s->max_piece; }
 
 /* A text past text_cap: encodes only its first text_cap bytes (cut at a character), on the event
  * loop a bounded time; refused when those alone are more tokens than the context holds. */

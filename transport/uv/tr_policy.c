@@ -70,11 +70,12 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
   if (kv_policy_find(name, out))
     return qe_errf(QE_EINVAL, "policy.name: unknown policy '%s'", name);
   if (!p) return 0;
-  if (out->full && first_override(p))
+  const char *over = out->full ? first_override(p) : NULL;
+  if (over)
     return qe_errf(QE_EINVAL,
                    "%s: policy full keeps every token at full precision and takes no "
                    "cache options",
-                   first_override(p));
+                   over);
   if (out->full) return 0;
   if (check_ranges(p)) return QE_EINVAL;
   kv_policy_cfg_t *c = &out->cfg;
