@@ -305,6 +305,46 @@ static void kv__lut2_ready(void) {
   pthread_once(&once, kv__lut2_init);
 }
 
+typedef int32_t kv__i32x8 __attribute__((vector_size(32)));
+typedef float kv__f32x8 __attribute__((vector_size(32), aligned(4)));
+
+static inline kv__f32x8 kv__ld8(const float *p) {
+  kv__f32x8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline kv__f32x8 kv__bc8(float f) { return (kv__f32x8){f, f, f, f, f, f, f, f}; }
+
+/* x[0..16) = c * s + z for the sixteen 2-bit codes of the four bytes at b (codes 0..7 with
+ * s_lo, z_lo; 8..15 with s_hi, z_hi): each code shifted out of the word in its lane. c * s is
+ * exact, so the one rounding of the sum is kv__recon's. */
+static inline void kv__dq16(const uint8_t *b, kv__f32x8 s_lo, kv__f32x8 z_lo, kv__f32x8 s_hi,
+                            kv__f32x8 z_hi, float *x) {
+  const kv__i32x8 shift = {0, 2, 4, 6, 8, 10, 12, 14};
+  uint32_t w;
+  memcpy(&w, b, sizeof w);
+  kv__i32x8 v = (kv__i32x8){1, 1, 1, 1, 1, 1, 1, 1} * (int32_t)(w & 0xffffu);
+  kv__i32x8 u = (kv__i32x8){1, 1, 1, 1, 1, 1, 1, 1} * (int32_t)(w >> 16);
+  kv__f32x8 lo = __builtin_convertvector((v >> shift) & 3, kv__f32x8) * s_lo + z_lo;
+  kv__f32x8 hi = __builtin_convertvector((u >> shift) & 3, kv__f32x8) * s_hi + z_hi;
+  memcpy(x, &lo, sizeof lo);
+  memcpy(x + 8, &hi, sizeof hi);
+}
+
+/* kv__dequant_run's 2-bit codes sixteen at a time (n % 16 == 0). */
+static void kv__dequant_run2v(const uint8_t *b, int n, const float *restrict s,
+                              const float *restrict z, int ss, float *restrict x) {
+  kv__f32x8 s8 = kv__bc8(s[0]), z8 = kv__bc8(z[0]);
+  for (int t = 0; t < n; t += 16) {
+    if (ss)
+      kv__dq16(b + t / 4, kv__ld8(s + t), kv__ld8(z + t), kv__ld8(s + t + 8), kv__ld8(z + t + 8),
+               x + t);
+    else
+      kv__dq16(b + t / 4, s8, z8, s8, z8, x + t);
+  }
+}
+
 /* x[t] = code(e0 + t) * s[t * ss] + z[t * ss] for t < n (e0 and n multiples of the codes a
  * byte holds): the same values as kv__dequant_group's. 2-bit codes come from a table of floats,
  * four a byte (no narrow store read back wide: 0.34 against 0.42 ns an element through a byte
@@ -313,6 +353,7 @@ static void kv__dequant_run(int bits, const uint8_t *codes, size_t e0, int n,
                             const float *restrict s, const float *restrict z, int ss,
                             float *restrict x) {
   const uint8_t *b = codes + e0 * (size_t)bits / 8;
+  if (bits == 2 && n % 16 == 0) return kv__dequant_run2v(b, n, s, z, ss, x);
   if (bits == 2) { /* the table is filled: kv__lut2_ready by the callers */
     for (int t = 0; t < n / 4; t++) {
       const float *c = kv__lut2[b[t]];
@@ -356,8 +397,8 @@ void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t
   for (size_t j0 = 0; j0 < row; j0 += KV_DQ_CH) { /* a token's channels, in runs of bytes */
     int nc = row - j0 < KV_DQ_CH ? (int)(row - j0) : KV_DQ_CH;
     float s[KV_DQ_CH], z[KV_DQ_CH];
-    for (int j = 0; j < nc; j++)
-      s[j] = qe_half_to_f32(scale[j0 + j]), z[j] = qe_half_to_f32(zero[j0 + j]);
+    qe_half_to_f32_n(scale + j0, s, (size_t)nc);
+    qe_half_to_f32_n(zero + j0, z, (size_t)nc);
     for (int i = 0; i < omega; i++)
       kv__dequant_run(p->bits, codes, (size_t)i * row + j0, nc, s, z, 1, k + (size_t)i * row + j0);
   }
@@ -372,5 +413,61 @@ void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16
   for (size_t j = 0; j < ng; j++) {
     float s = qe_half_to_f32(scale[j]), z = qe_half_to_f32(zero[j]);
     kv__dequant_run(p->bits, codes, j * p->group, p->group, &s, &z, 0, v + j * p->group);
+  }
+}
+
+/* Whether kv_dequant_*_head can take sixteen 2-bit codes at a time: every token's channels
+ * [c0, c0 + nc) start on a byte and span a multiple of 16 codes, inside one value group at a
+ * time (group a multiple of 16). */
+static int kv__head_fast(const kv_qparams_t *p, int n_kv, int hd, int c0, int nc) {
+  return p->bits == 2 && n_kv * hd % 4 == 0 && hd % 16 == 0 && c0 % 16 == 0 && nc % 16 == 0 &&
+         p->group % 16 == 0;
+}
+
+void kv_dequant_keys_head(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                          const uint16_t *zero, int n, int n_kv, int hd, int h, int c0, int nc,
+                          float *k) {
+  size_t row = (size_t)n_kv * hd, j0 = (size_t)h * hd + c0;
+  float s[KV_DQ_CH], z[KV_DQ_CH];
+  if (!kv__head_fast(p, n_kv, hd, c0, nc) || nc > KV_DQ_CH) {
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < nc; j++)
+        k[(size_t)i * nc + j] = kv__recon((int)kv_code_at(codes, (size_t)i * row + j0 + j, p->bits),
+                                          qe_half_to_f32(zero[j0 + j]), qe_half_to_f32(scale[j0 + j]));
+    return;
+  }
+  qe_half_to_f32_n(scale + j0, s, (size_t)nc);
+  qe_half_to_f32_n(zero + j0, z, (size_t)nc);
+  for (int i = 0; i < n; i++) {
+    const uint8_t *b = codes + ((size_t)i * row + j0) / 4;
+    for (int c = 0; c < nc; c += 16)
+      kv__dq16(b + c / 4, kv__ld8(s + c), kv__ld8(z + c), kv__ld8(s + c + 8), kv__ld8(z + c + 8),
+               k + (size_t)i * nc + c);
+  }
+}
+
+/* Value scales and zeros kv_dequant_values_head converts in one pass (more: one at a time). */
+#define KV_DQ_VMETA 1024
+
+void kv_dequant_values_head(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                            const uint16_t *zero, int n, int n_kv, int hd, int h, int c0, int nc,
+                            float *v) {
+  size_t row = (size_t)n_kv * hd, gph = (size_t)(hd / p->group), nm = (size_t)n * n_kv * gph;
+  int fast = kv__head_fast(p, n_kv, hd, c0, nc) && nm <= KV_DQ_VMETA;
+  float s[KV_DQ_VMETA], z[KV_DQ_VMETA];
+  if (fast) qe_half_to_f32_n(scale, s, nm), qe_half_to_f32_n(zero, z, nm);
+  for (int i = 0; i < n; i++) {
+    size_t e0 = (size_t)i * row + (size_t)h * hd, m0 = ((size_t)i * n_kv + h) * gph;
+    float *x = v + (size_t)i * nc - c0;
+    for (int c = c0; fast && c < c0 + nc; c += 16) {
+      size_t m = m0 + (size_t)c / p->group;
+      kv__dq16(codes + (e0 + c) / 4, kv__bc8(s[m]), kv__bc8(z[m]), kv__bc8(s[m]), kv__bc8(z[m]),
+               x + c);
+    }
+    for (int c = c0; !fast && c < c0 + nc; c++) {
+      size_t m = m0 + (size_t)c / p->group;
+      x[c] = kv__recon((int)kv_code_at(codes, e0 + c, p->bits), qe_half_to_f32(zero[m]),
+                       qe_half_to_f32(scale[m]));
+    }
   }
 }

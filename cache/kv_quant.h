@@ -74,6 +74,15 @@ void kv_dequant_keys_ref(const kv_qparams_t *p, const uint8_t *codes, const uint
 void kv_dequant_values_ref(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                            const uint16_t *zero, int omega, int n_kv, int hd, float *v);
 
+/* Channels [c0, c0 + nc) of KV head h's rows of a window's first n tokens ([n][nc], n <=
+ * omega), the same bits as those elements of kv_dequant_keys and kv_dequant_values. */
+void kv_dequant_keys_head(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                          const uint16_t *zero, int n, int n_kv, int hd, int h, int c0, int nc,
+                          float *k);
+void kv_dequant_values_head(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
+                            const uint16_t *zero, int n, int n_kv, int hd, int h, int c0, int nc,
+                            float *v);
+
 /* Reads element i (in [omega][n_kv][hd] order) of packed codes. */
 static inline unsigned kv_code_at(const uint8_t *codes, size_t i, int bits) {
   int per = 8 / bits;

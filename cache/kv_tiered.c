@@ -39,6 +39,8 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   t->cfg = *cfg;
   t->rope = *rope;
   t->spec_fraction = 1.0;
+  const char *gather = getenv("QE_TIERED_GATHER");
+  t->gather = gather && !strcmp(gather, "1");
   sizes_init(t);
   t->seqs = calloc((size_t)geom->max_seqs, sizeof *t->seqs);
   t->pending_budget = calloc((size_t)geom->max_seqs, sizeof *t->pending_budget);
@@ -89,6 +91,8 @@ int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_t
 }
 
 size_t kv_tiered_page_bytes(const kv_cache_t *kv) { return ((const kv_tiered_t *)kv)->page_bytes; }
+
+void kv_tiered_set_gather(kv_cache_t *kv, int on) { ((kv_tiered_t *)kv)->gather = on != 0; }
 
 void kv_tiered_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
@@ -226,7 +230,7 @@ static int tiered_seq_open(kv_cache_t *kv, int seq, int capacity) {
   if (!s->layers) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   s->open = 1, s->capacity = capacity, s->budget = budget;
   s->st.budget = s->budget;
-  s->st.workspace = (size_t)t->gcap * (2 * t->row + 2) * sizeof(float);
+  s->st.workspace = kv_tiered_workspace(t);
   for (int l = 0; l < kv->geom.n_layer; l++) {
     kv_tlayer_t *L = &s->layers[l];
     L->budget = layer_budget(t, s->budget, l);
@@ -415,7 +419,7 @@ static void tiered_destroy(kv_cache_t *kv) {
   free(t->final);
   free(t->tmp);
   free(t->tmp2);
-  free(t->gk), free(t->gv), free(t->gmass), free(t->gpos);
+  free(t->gk), free(t->gv), free(t->gmass), free(t->gpos), free(t->runs), free(t->rfirst);
   free(t);
 }
 

@@ -71,6 +71,11 @@ size_t kv_tiered_page_bytes(const kv_cache_t *kv);
 /* Live stats of an open slot, or the final stats of the slot's last sequence once closed. */
 void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out);
 void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud);
+/* Attention gathers every accessible token's rows into one buffer (dequantizing INT2 windows)
+ * when `on`, instead of reading the windows in place, a KV head and a window at a time, as it
+ * does on a host backend for post-RoPE keys. The results are the same bits either way; the
+ * environment variable QE_TIERED_GATHER=1 sets it at creation (benchmarks: bench/cpu_tiered.sh). */
+void kv_tiered_set_gather(kv_cache_t *kv, int on);
 
 /* Test hooks: the tier of window w of (seq, layer), -1 if absent; the ledger bytes of that
  * window (NULL if never quantized) and their size. */

@@ -43,21 +43,38 @@ void kv_tiered_dequant(const kv_tiered_t *t, const uint8_t *led, float *k, float
   kv_dequant_values(&t->cfg.quant, vc, vs, vz, t->cfg.omega, g->n_kv_head, g->head_dim, v);
 }
 
-static int grow_gather(kv_tiered_t *t, int n) {
-  if (n <= t->gcap) return 0;
-  int cap = n + n / 2 + 64;
-  float *k = realloc(t->gk, sizeof(float) * (size_t)cap * t->row);
-  if (k) t->gk = k;
-  float *v = realloc(t->gv, sizeof(float) * (size_t)cap * t->row);
-  if (v) t->gv = v;
-  float *m = realloc(t->gmass, sizeof(float) * (size_t)cap);
-  if (m) t->gmass = m;
-  int32_t *p = realloc(t->gpos, sizeof(int32_t) * (size_t)cap);
-  if (p) t->gpos = p;
-  if (!k || !v || !m || !p) return qe_errf(QE_ENOMEM, "kv_tiered: no memory to gather %d keys", n);
-  t->gcap = cap;
-  for (int i = 0; i < t->base.geom.max_seqs; i++)
-    t->seqs[i].st.workspace = (size_t)cap * (2 * t->row + 2) * sizeof(float);
+/* Grows p (elements of `size` bytes) to hold n, by half again; 0 or -1. */
+static int grow(void **p, size_t size, int n) {
+  void *q = realloc(*p, size * (size_t)n);
+  if (!q) return -1;
+  *p = q;
+  return 0;
+}
+
+size_t kv_tiered_workspace(const kv_tiered_t *t) {
+  return (size_t)t->gcap * 2 * sizeof(float) + (size_t)t->rcap * 2 * t->row * sizeof(float) +
+         (size_t)t->runcap * (sizeof(kv_trun_t) + sizeof(int32_t));
+}
+
+/* Room for n keys' masses and positions, their rows too when `rows`, and n_runs runs. */
+static int grow_gather(kv_tiered_t *t, int n, int rows, int n_runs) {
+  int cap = n + n / 2 + 64, rc = 0;
+  if (n > t->gcap) {
+    rc |= grow((void **)&t->gmass, sizeof(float), cap) | grow((void **)&t->gpos, sizeof(int32_t), cap);
+    if (!rc) t->gcap = cap;
+  }
+  if (rows && n > t->rcap) {
+    rc |= grow((void **)&t->gk, sizeof(float) * t->row, cap);
+    rc |= grow((void **)&t->gv, sizeof(float) * t->row, cap);
+    if (!rc) t->rcap = cap;
+  }
+  if (n_runs > t->runcap) {
+    int rcap = n_runs + n_runs / 2 + 16;
+    rc |= grow((void **)&t->runs, sizeof(kv_trun_t), rcap) | grow((void **)&t->rfirst, 4, rcap);
+    if (!rc) t->runcap = rcap;
+  }
+  if (rc) return qe_errf(QE_ENOMEM, "kv_tiered: no memory to gather %d keys", n);
+  for (int i = 0; i < t->base.geom.max_seqs; i++) t->seqs[i].st.workspace = kv_tiered_workspace(t);
   return 0;
 }
 
@@ -98,6 +115,90 @@ static int gather_layer(kv_tiered_t *t, const kv_tlayer_t *L, int at) {
     n += L->wins[i].n;
   }
   return n;
+}
+
+/* A sequence's keys and values for the backend: its runs, in key order. */
+typedef struct {
+  kern_kv_src_t src; /* first: view() gets this */
+  const kv_trun_t *runs;
+} kv_tsrc_t;
+
+/* Asks for the bytes [p, p + n) in cache (each window's ledger and page is its own allocation:
+ * the hardware's prefetchers do not see the next one coming). */
+static void prefetch(const void *p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o);
+}
+
+/* Prefetches what viewing channels [c0, c0 + nc) of run u's keys (which 0) or values (1) of
+ * KV head kvh will read. */
+static void run_prefetch(const kv_tiered_t *t, const kv_trun_t *u, int which, int kvh, int c0,
+                         int nc) {
+  size_t hd = (size_t)t->base.geom.head_dim, fl = sizeof(float), ch = kvh * hd + c0;
+  const kv_qsizes_t *q = &t->qs;
+  if (!u->ledger) {
+    for (int i = 0; i < u->n; i++) prefetch((which ? u->v : u->k) + i * u->stride + ch, nc * fl);
+    return;
+  }
+  const uint8_t *led = u->ledger + (which ? q->k_codes + q->k_meta : 0);
+  prefetch(led, which ? q->v_codes : q->k_codes);
+  if (which) /* the values' scales and zeros: a token's groups for every head */
+    prefetch(led + q->v_codes, q->v_meta);
+  else /* the keys' scales, then zeros, of these channels */
+    prefetch(led + q->k_codes + ch * 2, nc * 2), prefetch(led + q->k_codes + q->k_meta / 2 + ch * 2, nc * 2);
+}
+
+/* Runs ahead of the one viewed that run_view prefetches. */
+#define KV_PREFETCH_RUNS 6
+
+/* A source's run r (kern_kv_src_t.view): fp32 rows in place, or a ledger's rows dequantized
+ * into buf (post-RoPE keys: the ledger keeps them so, no rotation). */
+static int run_view(const kern_kv_src_t *src, int r, int which, int kvh, int c0, int nc,
+                    float *buf, const float **rows, size_t *stride) {
+  const kv_tiered_t *t = src->ctx;
+  const kv_trun_t *u = &((const kv_tsrc_t *)src)->runs[r];
+  const kv_geom_t *g = &t->base.geom;
+  static int dist = -1;
+  if (dist < 0) dist = getenv("QE_PF") ? atoi(getenv("QE_PF")) : KV_PREFETCH_RUNS;
+  if (dist && r + dist < src->n_run) run_prefetch(t, u + dist, which, kvh, c0, nc);
+  if (!u->ledger) {
+    *rows = (which ? u->v : u->k) + (size_t)kvh * g->head_dim + c0;
+    *stride = u->stride;
+    return u->n;
+  }
+  const kv_qsizes_t *q = &t->qs;
+  const uint8_t *led = u->ledger, *vc = led + q->k_codes + q->k_meta;
+  const uint16_t *ks = (const uint16_t *)(led + q->k_codes), *vs = (const uint16_t *)(vc + q->v_codes);
+  if (which)
+    kv_dequant_values_head(&t->cfg.quant, vc, vs, vs + q->v_meta / 4, u->n, g->n_kv_head,
+                           g->head_dim, kvh, c0, nc, buf);
+  else
+    kv_dequant_keys_head(&t->cfg.quant, led, ks, ks + q->k_meta / 4, u->n, g->n_kv_head,
+                         g->head_dim, kvh, c0, nc, buf);
+  *rows = buf;
+  *stride = (size_t)nc;
+  return u->n;
+}
+
+/* A layer's accessible tokens as runs at runs[0..], their first keys at first[0..] (and the
+ * count after the last), positions at gpos + at; returns how many runs. */
+static int layer_runs(kv_tiered_t *t, const kv_tlayer_t *L, int at, kv_trun_t *runs,
+                      int32_t *first) {
+  int n_sink = L->len < t->cfg.n_sink ? L->len : t->cfg.n_sink, nr = 0, k = 0;
+  size_t om = (size_t)t->cfg.omega;
+  if (n_sink) first[nr] = 0, runs[nr++] = (kv_trun_t){L->sink, L->sink + t->row, NULL, 2 * t->row, n_sink};
+  for (; k < n_sink; k++) t->gpos[at + k] = k;
+  for (int i = 0; i < L->n_wins; i++) {
+    const kv_win_t *w = &L->wins[i];
+    if (w->tier == KV_TIER_EVICTED) continue;
+    first[nr] = k;
+    if (w->tier == KV_TIER_FULL)
+      runs[nr++] = (kv_trun_t){w->page, w->page + om * t->row, NULL, t->row, w->n};
+    else
+      runs[nr++] = (kv_trun_t){NULL, NULL, w->ledger, 0, w->n};
+    for (int j = 0; j < w->n; j++) t->gpos[at + k++] = w->start + j;
+  }
+  first[nr] = k;
+  return nr;
 }
 
 /* Mass per window from the gathered per-key masses (skipping the sink). wm: [n_wins]. */
@@ -171,29 +272,56 @@ static int maybe_route(kv_tiered_t *t, int seq, int layer, int prefill) {
   return kv_tiered_route_layer(t, seq, layer);
 }
 
+/* Whether attention reads the windows in place (a source of runs) rather than gathered: on a
+ * host backend, for post-RoPE keys (the others are rotated on gathering), unless the cache was
+ * told to gather (kv_tiered_set_gather). */
+static int in_place(const kv_tiered_t *t) {
+  return t->base.be->ops->host_memory && t->cfg.quant.key_frame == KV_KEY_FRAME_ABS && !t->gather;
+}
+
+/* Sets request i's keys: runs behind a source, or rows gathered at slot `at`; returns how many. */
+static int layer_keys(kv_tiered_t *t, const kv_tlayer_t *L, int at, int *run_at, kv_tsrc_t *src,
+                      kern_attn_seq_t *w) {
+  int n;
+  if (!in_place(t)) {
+    n = gather_layer(t, L, at);
+    w->k = t->gk + (size_t)at * t->row, w->v = t->gv + (size_t)at * t->row;
+    return n;
+  }
+  kv_trun_t *runs = t->runs + *run_at;
+  int32_t *first = t->rfirst + *run_at;
+  int nr = layer_runs(t, L, at, runs, first);
+  n = first[nr];
+  *src = (kv_tsrc_t){{nr, t->cfg.omega, first, run_view, t}, runs};
+  *run_at += nr + 1;
+  w->src = &src->src;
+  return n;
+}
+
 int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   kern_attn_seq_t work[64];
-  int total = 0, rc = 0;
+  kv_tsrc_t srcs[64];
+  int total = 0, n_runs = 0, rc = 0;
   if (n_reqs > 64) return qe_errf(QE_EINVAL, "kv_tiered: more than 64 sequences in one call");
-  for (int i = 0; i < n_reqs; i++) total += accessible(t, &t->seqs[reqs[i].seq].layers[layer]);
-  if ((rc = grow_gather(t, total))) return rc;
+  for (int i = 0; i < n_reqs; i++) {
+    const kv_tlayer_t *L = &t->seqs[reqs[i].seq].layers[layer];
+    total += accessible(t, L), n_runs += L->n_wins + 2;
+  }
+  if ((rc = grow_gather(t, total, !in_place(t), n_runs))) return rc;
   memset(t->gmass, 0, sizeof(float) * (size_t)total);
-  for (int i = 0, at = 0; i < n_reqs; i++) {
+  for (int i = 0, at = 0, run_at = 0; i < n_reqs; i++) {
     const kv_attn_req_t *r = &reqs[i];
-    int n = gather_layer(t, &t->seqs[r->seq].layers[layer], at);
     int obs = r->n_q > t->cfg.n_obs ? r->n_q - t->cfg.n_obs : 0;
     work[i] = (kern_attn_seq_t){.q = r->q,
-                                .k = t->gk + (size_t)at * t->row,
-                                .v = t->gv + (size_t)at * t->row,
                                 .out = r->out,
                                 .key_mass = t->gmass + at,
                                 .k_pos = t->gpos + at,
                                 .n_q = r->n_q,
-                                .n_kv = n,
                                 .q_pos0 = r->pos0,
                                 .mass_q0 = obs};
-    at += n;
+    work[i].n_kv = layer_keys(t, &t->seqs[r->seq].layers[layer], at, &run_at, &srcs[i], &work[i]);
+    at += work[i].n_kv;
   }
   kern_attn_shape_t sh = {kv->geom.n_head, kv->geom.n_kv_head, kv->geom.head_dim,
                           1.0f / sqrtf((float)kv->geom.head_dim)};

@@ -40,6 +40,15 @@ typedef struct {
   kv_mem_stats_t st;
 } kv_tseq_t;
 
+/* A run of a sequence's accessible keys, as attention reads them in place: fp32 rows (k, v,
+ * `stride` floats apart: the sink, a Full page) or an INT2 window's ledger. */
+typedef struct {
+  const float *k, *v;
+  const uint8_t *ledger;
+  size_t stride;
+  int n;
+} kv_trun_t;
+
 typedef struct {
   kv_cache_t base;
   kv_policy_cfg_t cfg;
@@ -59,9 +68,13 @@ typedef struct {
   kv_obs_fn obs;
   void *obs_ud;
   /* attention workspace (host/backend memory), grown on demand */
-  float *gk, *gv, *gmass;
-  int32_t *gpos;
-  int gcap;
+  float *gk, *gv, *gmass; /* gk, gv: [rcap][row] when gathering; gmass: [gcap] */
+  int32_t *gpos;          /* [gcap] */
+  int gcap, rcap;
+  kv_trun_t *runs;  /* [runcap] when reading in place */
+  int32_t *rfirst;  /* [runcap]: each run's first key (kern_kv_src_t.first) */
+  int runcap;
+  int gather; /* gather even where in place would do (kv_tiered_set_gather) */
   float *tmp;  /* [omega][row] */
   float *tmp2; /* [omega][row] */
 } kv_tiered_t;
@@ -79,6 +92,8 @@ void kv_tiered_observe(kv_tiered_t *t, int kind, int seq, int layer, int n_q, co
                        float sink_mass);
 /* kv_tiered_attn.c */
 int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs);
+/* Bytes of attention workspace (the per-slot stats' workspace). */
+size_t kv_tiered_workspace(const kv_tiered_t *t);
 /* Rotates x [n][n_kv][hd] to positions start.. (sign = +1) or back (sign = -1). */
 void kv_tiered_rotate(kv_tiered_t *t, float *x, int start, int n, int sign);
 /* Rotates the keys x [n][row] of a window starting at `start` between post-RoPE and the frame

@@ -63,13 +63,31 @@ typedef struct {
   int n_ctx_orig; /* YaRN original context */
 } kern_rope_t;
 
+/* Keys and values read where a cache keeps them (host backends only), instead of gathered into
+ * k and v: n_run runs of consecutive keys, in key order, run r holding keys [first[r],
+ * first[r + 1]) (first[n_run] == n_kv), none longer than max_rows. */
+typedef struct kern_kv_src {
+  int n_run;
+  int max_rows;
+  const int32_t *first; /* [n_run + 1] */
+  /* Channels [c0, c0 + nc) of run r's keys (which 0, post-RoPE) or values (which 1) of KV head
+   * kvh (c0 and nc multiples of 16, or the whole head): sets *rows, pointing into the cache or
+   * into buf (room for max_rows * nc floats), and *stride (floats from one row to the next),
+   * and returns the run's length. Called from the backend's threads at once: it must not
+   * change shared state. */
+  int (*view)(const struct kern_kv_src *src, int r, int which, int kvh, int c0, int nc,
+              float *buf, const float **rows, size_t *stride);
+  const void *ctx;
+} kern_kv_src_t;
+
 /* One sequence's attention work: n_q queries at positions q_pos0 .. q_pos0+n_q-1 attend
  * causally to the keys whose position is <= the query's. Key j is at position k_pos[j], or at
  * position j when k_pos is NULL (then n_kv >= q_pos0 + n_q). */
 typedef struct {
-  const float *q;       /* [n_q][n_head][head_dim] */
-  const float *k;       /* [n_kv][n_kv_head][head_dim] (post-RoPE) */
-  const float *v;       /* [n_kv][n_kv_head][head_dim] */
+  const float *q;           /* [n_q][n_head][head_dim] */
+  const float *k;           /* [n_kv][n_kv_head][head_dim] (post-RoPE); unused with src */
+  const float *v;           /* [n_kv][n_kv_head][head_dim]; unused with src */
+  const kern_kv_src_t *src; /* optional (host backends): the keys and values, in place of k, v */
   float *out;           /* [n_q][n_head][head_dim] */
   float *key_mass;      /* optional [n_kv]: += (1/n_head) sum_h sum_{i >= mass_q0} a_i^h(j) */
   const int32_t *k_pos; /* optional [n_kv], ascending */

@@ -79,46 +79,8 @@ void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int 
   }
 }
 
-typedef float attn_v8 __attribute__((vector_size(32), aligned(4)));
-
-/* The dot product of attn_dot for a given n: inlined where n is a constant, so the common head
- * sizes get unrolled loops (the same operations in the same order: the same bits). */
-static inline __attribute__((always_inline)) float attn_dot_n(const float *a, const float *b,
-                                                              int n) {
-  int d = 0;
-  float s = 0;
-  if (n % 8 == 0) {
-    attn_v8 acc = {0};
-    for (; d < n; d += 8) acc += *(const attn_v8 *)(a + d) * *(const attn_v8 *)(b + d);
-    s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  }
-  for (; d < n; d++) s += a[d] * b[d];
-  return s;
-}
-
-static float attn_dot(const float *a, const float *b, int n) {
-  if (n == 64) return attn_dot_n(a, b, 64);
-  if (n == 128) return attn_dot_n(a, b, 128);
-  return attn_dot_n(a, b, n);
-}
-
-static inline __attribute__((always_inline)) void attn_axpy_n(float *y, float a, const float *x,
-                                                              int n) {
-  for (int d = 0; d < n; d++) y[d] += a * x[d];
-}
-
-/* y += a x, unrolled for the common head sizes as attn_dot. */
-static void attn_axpy(float *y, float a, const float *x, int n) {
-  if (n == 64)
-    attn_axpy_n(y, a, x, 64);
-  else if (n == 128)
-    attn_axpy_n(y, a, x, 128);
-  else
-    attn_axpy_n(y, a, x, n);
-}
-
 /* Keys visible to the query at position qp: a prefix, since key positions ascend. */
-static int visible_keys(const kern_attn_seq_t *sq, int qp) {
+int kern_cpu_visible_keys(const kern_attn_seq_t *sq, int qp) {
   if (!sq->k_pos) return qp + 1 < sq->n_kv ? qp + 1 : sq->n_kv;
   int lo = 0, hi = sq->n_kv;
   while (lo < hi) {
@@ -131,82 +93,164 @@ static int visible_keys(const kern_attn_seq_t *sq, int qp) {
   return lo;
 }
 
-/* The work of one call: a task is one (sequence, query head) over all its queries; its key
- * masses go to a private row, reduced in head order afterwards (deterministic). */
+/* A task: the queries of heads [h0, h1) of one sequence, which share one KV head. */
+typedef struct {
+  int seq, h0, h1;
+} attn_task_t;
+
+/* The work of one call: a task's key masses go to private rows ([n_head][n_kv] a sequence),
+ * reduced in head order afterwards (deterministic). */
 typedef struct {
   const kern_attn_seq_t *seqs;
   const kern_attn_shape_t *sh;
-  int n_seqs;
+  const attn_task_t *tasks;
   size_t *mass_off; /* [n_seqs] offset of the sequence's [n_head][n_kv] rows in mass */
   float *mass;
 } attn_job_t;
 
-/* Queries of one head attended together: each key and value row is read once per block
- * instead of once per query. (Measured on 2 cores: worth little alone, the prefill being bound
- * by arithmetic, not memory; with attn_dot and attn_axpy unrolled, 1.40x; bench/README.md.) */
+/* Queries attended together: each key and value row is read once per block instead of once
+ * per query. (Measured on 2 cores: worth little alone, the prefill being bound by arithmetic,
+ * not memory; with attn_dot and attn_axpy unrolled, 1.40x; bench/README.md.) */
 enum { ATTN_QB = 16 };
 
-/* One head's queries [i0, i0 + nb) (nb <= ATTN_QB): every query's scores, softmax and output
- * are computed with exactly the operations, in exactly the order, of a query on its own (the
- * dot of attn_dot, then the softmax, then the values summed in key order), so blocking changes
- * no bit. p: [ATTN_QB][n_kv + 1]; mrow (or NULL) takes the probabilities in query order. */
-static void attn_block(const attn_job_t *J, const kern_attn_seq_t *sq, int h, int i0, int nb,
-                       float *p, float *mrow) {
-  const kern_attn_shape_t *sh = J->sh;
-  int hd = sh->head_dim, stride = sh->n_kv_head * hd, kvh = h / (sh->n_head / sh->n_kv_head);
-  size_t prow = (size_t)sq->n_kv + 1;
-  int nk[ATTN_QB], nmax = 0;
+/* The keys (which 0) or values (1) of one KV head, a run at a time. */
+typedef struct {
+  const kern_attn_seq_t *sq;
+  int which, kvh, run;
+  size_t stride; /* floats from a row of k or v to the next */
+  float *buf;    /* a source's rows: [max_rows][head_dim] */
+} attn_rows_t;
+
+/* The next run: its length (0 past the last), its first row and stride. */
+static int attn_next(attn_rows_t *it, int hd, const float **rows, size_t *stride) {
+  const kern_attn_seq_t *sq = it->sq;
+  if (sq->src) {
+    if (it->run >= sq->src->n_run) return 0;
+    return sq->src->view(sq->src, it->run++, it->which, it->kvh, 0, hd, it->buf, rows, stride);
+  }
+  if (it->run++) return 0;
+  *rows = (it->which ? sq->v : sq->k) + (size_t)it->kvh * hd;
+  *stride = it->stride;
+  return sq->n_kv;
+}
+
+/* One block's rows: row b is query qi[b] of head hh[b]. */
+typedef struct {
+  int nb, nmax;
+  int nk[ATTN_QB], qi[ATTN_QB], hh[ATTN_QB];
   const float *q[ATTN_QB];
   float *out[ATTN_QB];
+} attn_rowset_t;
+
+/* p[b][j] = scale * q_b . k_j for the keys each row sees. */
+static void attn_scores(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, float *p,
+                        size_t prow) {
+  int hd = J->sh->head_dim, n;
+  const float *rows;
+  size_t st;
+  it->which = 0, it->run = 0;
+  for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
+    for (int r = 0; r < n && j0 + r < R->nmax; r++)
+      for (int b = 0; b < R->nb; b++)
+        if (j0 + r < R->nk[b]) p[b * prow + j0 + r] = kern_cpu_attn_dot(R->q[b], rows + r * st, hd) * J->sh->scale;
+}
+
+/* out_b = sum_j p[b][j] v_j, in key order. */
+static void attn_values(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R,
+                        const float *p, size_t prow) {
+  int hd = J->sh->head_dim, n;
+  const float *rows;
+  size_t st;
+  it->which = 1, it->run = 0;
+  for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
+    for (int r = 0; r < n && j0 + r < R->nmax; r++)
+      for (int b = 0; b < R->nb; b++)
+        if (j0 + r < R->nk[b]) kern_cpu_attn_axpy(R->out[b], p[b * prow + j0 + r], rows + r * st, hd);
+}
+
+/* One block of rows: every query's scores, softmax and output are computed with exactly the
+ * operations, in exactly the order, of a query on its own (the dot of attn_dot, then the
+ * softmax, then the values summed in key order), so blocking changes no bit, nor does reading
+ * the keys through a source. p: [ATTN_QB][n_kv + 1]; mass (or NULL) takes each head's
+ * probabilities in query order. */
+static void attn_block(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, float *p,
+                       float *mass) {
+  const kern_attn_seq_t *sq = it->sq;
+  size_t prow = (size_t)sq->n_kv + 1;
+  attn_scores(J, it, R, p, prow);
+  for (int b = 0; b < R->nb; b++) {
+    if (R->nk[b] <= 0) continue; /* no visible key: the output is left as it is */
+    kern_cpu_softmax_row(p + b * prow, R->nk[b]);
+    for (int d = 0; d < J->sh->head_dim; d++) R->out[b][d] = 0;
+  }
+  attn_values(J, it, R, p, prow);
+  for (int b = 0; mass && b < R->nb; b++) {
+    float *mrow = mass + (size_t)R->hh[b] * sq->n_kv;
+    for (int j = 0; R->qi[b] >= sq->mass_q0 && j < R->nk[b]; j++) mrow[j] += p[b * prow + j];
+  }
+}
+
+/* Rows [r0, r0 + nb) of a task, head-major: row r is query r % n_q of head h0 + r / n_q. */
+static void attn_rowset(const attn_job_t *J, const attn_task_t *T, int r0, int nb,
+                        attn_rowset_t *R) {
+  const kern_attn_seq_t *sq = &J->seqs[T->seq];
+  int hd = J->sh->head_dim;
+  R->nb = nb, R->nmax = 0;
   for (int b = 0; b < nb; b++) {
-    size_t off = ((size_t)(i0 + b) * sh->n_head + h) * hd;
-    nk[b] = visible_keys(sq, sq->q_pos0 + i0 + b), q[b] = sq->q + off, out[b] = sq->out + off;
-    nmax = nk[b] > nmax ? nk[b] : nmax;
+    int h = T->h0 + (r0 + b) / sq->n_q, i = (r0 + b) % sq->n_q;
+    size_t off = ((size_t)i * J->sh->n_head + h) * hd;
+    R->hh[b] = h, R->qi[b] = i, R->nk[b] = kern_cpu_visible_keys(sq, sq->q_pos0 + i);
+    R->q[b] = sq->q + off, R->out[b] = sq->out + off;
+    R->nmax = R->nk[b] > R->nmax ? R->nk[b] : R->nmax;
   }
-  for (int j = 0; j < nmax; j++) {
-    const float *k = sq->k + (size_t)j * stride + (size_t)kvh * hd;
-    for (int b = 0; b < nb; b++)
-      if (j < nk[b]) p[b * prow + j] = attn_dot(q[b], k, hd) * sh->scale;
-  }
-  for (int b = 0; b < nb; b++) {
-    if (nk[b] <= 0) continue; /* no visible key: the output is left as it is */
-    kern_cpu_softmax_row(p + b * prow, nk[b]);
-    for (int d = 0; d < hd; d++) out[b][d] = 0;
-  }
-  for (int j = 0; j < nmax; j++) {
-    const float *v = sq->v + (size_t)j * stride + (size_t)kvh * hd;
-    for (int b = 0; b < nb; b++)
-      if (j < nk[b]) attn_axpy(out[b], p[b * prow + j], v, hd);
-  }
-  for (int b = 0; mrow && b < nb; b++)
-    for (int j = 0; i0 + b >= sq->mass_q0 && j < nk[b]; j++) mrow[j] += p[b * prow + j];
 }
 
 static void attn_task(void *ctx, int task) {
   const attn_job_t *J = ctx;
-  const kern_attn_shape_t *sh = J->sh;
-  int si = task / sh->n_head, h = task % sh->n_head;
-  const kern_attn_seq_t *sq = &J->seqs[si];
-  int rows = sq->n_q < ATTN_QB ? sq->n_q : ATTN_QB;
-  float *p = malloc(sizeof(float) * (size_t)(sq->n_kv + 1) * (size_t)(rows > 0 ? rows : 1));
+  const attn_task_t *T = &J->tasks[task];
+  const kern_attn_seq_t *sq = &J->seqs[T->seq];
+  int n_rows = (T->h1 - T->h0) * sq->n_q, blk = n_rows < ATTN_QB ? n_rows : ATTN_QB;
+  int hd = J->sh->head_dim, group = J->sh->n_head / J->sh->n_kv_head;
+  size_t pn = (size_t)(sq->n_kv + 1) * (size_t)(blk > 0 ? blk : 1);
+  size_t bn = sq->src ? (size_t)sq->src->max_rows * hd : 0;
+  float *p = malloc(sizeof(float) * (pn + bn));
   if (!p) abort(); /* the block's probabilities: fails only on an exhausted host */
-  float *mrow = sq->key_mass ? J->mass + J->mass_off[si] + (size_t)h * sq->n_kv : NULL;
-  for (int i0 = 0; i0 < sq->n_q; i0 += ATTN_QB)
-    attn_block(J, sq, h, i0, sq->n_q - i0 < ATTN_QB ? sq->n_q - i0 : ATTN_QB, p, mrow);
+  attn_rows_t it = {sq, 0, T->h0 / group, 0, (size_t)J->sh->n_kv_head * hd, p + pn};
+  float *mass = sq->key_mass ? J->mass + J->mass_off[T->seq] : NULL;
+  for (int r0 = 0; r0 < n_rows; r0 += ATTN_QB) {
+    attn_rowset_t R;
+    attn_rowset(J, T, r0, n_rows - r0 < ATTN_QB ? n_rows - r0 : ATTN_QB, &R);
+    attn_block(J, &it, &R, p, mass);
+  }
   free(p);
+}
+
+/* The call's tasks: a head each. Returns how many. */
+static int attn_tasks(const kern_attn_seq_t *seqs, int n_seqs, const kern_attn_shape_t *sh,
+                      attn_task_t *tasks) {
+  int n = 0;
+  for (int s = 0; s < n_seqs; s++)
+    for (int h = 0; h < sh->n_head; h++) tasks[n++] = (attn_task_t){s, h, h + 1};
+  return n;
 }
 
 void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                         const kern_attn_shape_t *shape) {
   size_t *off = malloc(sizeof(size_t) * (size_t)(n_seqs + 1)), total = 0;
-  if (!off) abort();
+  attn_task_t *tasks = malloc(sizeof(attn_task_t) * (size_t)n_seqs * shape->n_head + 1);
+  if (!off || !tasks) abort();
   for (int s = 0; s < n_seqs; s++) {
     off[s] = total;
     if (seqs[s].key_mass) total += (size_t)shape->n_head * seqs[s].n_kv;
   }
-  attn_job_t J = {seqs, shape, n_seqs, off, calloc(total + 1, sizeof(float))};
+  attn_job_t J = {seqs, shape, tasks, off, calloc(total + 1, sizeof(float))};
   if (!J.mass) abort(); /* transient workspace: fails only on an exhausted host */
-  kern_cpu_pool_run(((kern_cpu_t *)be)->pool, attn_task, &J, n_seqs * shape->n_head);
+  if (kern_cpu_attn_split_takes(seqs, n_seqs)) {
+    kern_cpu_attn_split((kern_cpu_t *)be, seqs, n_seqs, shape, J.mass, off);
+  } else {
+    int n_tasks = attn_tasks(seqs, n_seqs, shape, tasks);
+    kern_cpu_pool_run(((kern_cpu_t *)be)->pool, attn_task, &J, n_tasks);
+  }
   for (int s = 0; s < n_seqs; s++) {
     const kern_attn_seq_t *sq = &seqs[s];
     for (int h = 0; sq->key_mass && h < shape->n_head; h++)
@@ -214,5 +258,6 @@ void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_s
         sq->key_mass[j] += J.mass[off[s] + (size_t)h * sq->n_kv + j] / (float)shape->n_head;
   }
   free(J.mass);
+  free(tasks);
   free(off);
 }

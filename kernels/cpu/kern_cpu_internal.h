@@ -43,7 +43,55 @@ int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *sc
 void kern_cpu_packed_matmul(kern_cpu_t *c, float *y, const float *x, const kern_weight_t *w,
                             const float *bias, int m, int acc);
 
+/* The attention's arithmetic, shared by its two paths (kern_cpu_attn.c, kern_cpu_attn_split.c),
+ * which must give the same bits. */
+typedef float attn_v8 __attribute__((vector_size(32), aligned(4)));
+
+/* The dot product of attn_dot for a given n: inlined where n is a constant, so the common head
+ * sizes get unrolled loops (the same operations in the same order: the same bits). */
+static inline __attribute__((always_inline)) float kern_cpu_attn_dot_n(const float *a, const float *b,
+                                                              int n) {
+  int d = 0;
+  float s = 0;
+  if (n % 8 == 0) {
+    attn_v8 acc = {0};
+    for (; d < n; d += 8) acc += *(const attn_v8 *)(a + d) * *(const attn_v8 *)(b + d);
+    s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  }
+  for (; d < n; d++) s += a[d] * b[d];
+  return s;
+}
+
+static inline float kern_cpu_attn_dot(const float *a, const float *b, int n) {
+  if (n == 64) return kern_cpu_attn_dot_n(a, b, 64);
+  if (n == 128) return kern_cpu_attn_dot_n(a, b, 128);
+  return kern_cpu_attn_dot_n(a, b, n);
+}
+
+static inline __attribute__((always_inline)) void kern_cpu_attn_axpy_n(float *y, float a, const float *x,
+                                                              int n) {
+  for (int d = 0; d < n; d++) y[d] += a * x[d];
+}
+
+/* y += a x, unrolled for the common head sizes as kern_cpu_attn_dot. */
+static inline void kern_cpu_attn_axpy(float *y, float a, const float *x, int n) {
+  if (n == 64)
+    kern_cpu_attn_axpy_n(y, a, x, 64);
+  else if (n == 128)
+    kern_cpu_attn_axpy_n(y, a, x, 128);
+  else
+    kern_cpu_attn_axpy_n(y, a, x, n);
+}
+
 void kern_cpu_softmax_row(float *x, int n);
+/* Keys of sq visible to a query at position qp. */
+int kern_cpu_visible_keys(const kern_attn_seq_t *sq, int qp);
+/* Whether kern_cpu_attn_split runs the call: every sequence one query, its keys from a source. */
+int kern_cpu_attn_split_takes(const kern_attn_seq_t *seqs, int n_seqs);
+/* The call in three passes over the pool (kern_cpu_attn_split.c); the key masses go to each
+ * sequence's rows [n_head][n_kv] of mass at mass_off[seq], as kern_cpu_attention's. */
+void kern_cpu_attn_split(kern_cpu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
+                         const kern_attn_shape_t *sh, float *mass, const size_t *mass_off);
 void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads,
                    int head_dim, const kern_rope_t *r);
 void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
