@@ -432,8 +432,9 @@ void kv_dequant_keys_head(const kv_qparams_t *p, const uint8_t *codes, const uin
   if (!kv__head_fast(p, n_kv, hd, c0, nc) || nc > KV_DQ_CH) {
     for (int i = 0; i < n; i++)
       for (int j = 0; j < nc; j++)
-        k[(size_t)i * nc + j] = kv__recon((int)kv_code_at(codes, (size_t)i * row + j0 + j, p->bits),
-                                          qe_half_to_f32(zero[j0 + j]), qe_half_to_f32(scale[j0 + j]));
+        k[(size_t)i * nc + j] =
+            kv__recon((int)kv_code_at(codes, (size_t)i * row + j0 + j, p->bits),
+                      qe_half_to_f32(zero[j0 + j]), qe_half_to_f32(scale[j0 + j]));
     return;
   }
   qe_half_to_f32_n(scale + j0, s, (size_t)nc);

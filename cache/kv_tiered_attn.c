@@ -60,7 +60,8 @@ size_t kv_tiered_workspace(const kv_tiered_t *t) {
 static int grow_gather(kv_tiered_t *t, int n, int rows, int n_runs) {
   int cap = n + n / 2 + 64, rc = 0;
   if (n > t->gcap) {
-    rc |= grow((void **)&t->gmass, sizeof(float), cap) | grow((void **)&t->gpos, sizeof(int32_t), cap);
+    rc |= grow((void **)&t->gmass, sizeof(float), cap) |
+          grow((void **)&t->gpos, sizeof(int32_t), cap);
     if (!rc) t->gcap = cap;
   }
   if (rows && n > t->rcap) {
@@ -126,7 +127,7 @@ typedef struct {
 /* Asks for the bytes [p, p + n) in cache (each window's ledger and page is its own allocation:
  * the hardware's prefetchers do not see the next one coming). */
 static void prefetch(const void *p, size_t n) {
-  for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o);
+  for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 1);
 }
 
 /* Prefetches what viewing channels [c0, c0 + nc) of run u's keys (which 0) or values (1) of
@@ -144,7 +145,8 @@ static void run_prefetch(const kv_tiered_t *t, const kv_trun_t *u, int which, in
   if (which) /* the values' scales and zeros: a token's groups for every head */
     prefetch(led + q->v_codes, q->v_meta);
   else /* the keys' scales, then zeros, of these channels */
-    prefetch(led + q->k_codes + ch * 2, nc * 2), prefetch(led + q->k_codes + q->k_meta / 2 + ch * 2, nc * 2);
+    prefetch(led + q->k_codes + ch * 2, nc * 2),
+        prefetch(led + q->k_codes + q->k_meta / 2 + ch * 2, nc * 2);
 }
 
 /* Runs ahead of the one viewed that run_view prefetches. */
@@ -152,8 +154,8 @@ static void run_prefetch(const kv_tiered_t *t, const kv_trun_t *u, int which, in
 
 /* A source's run r (kern_kv_src_t.view): fp32 rows in place, or a ledger's rows dequantized
  * into buf (post-RoPE keys: the ledger keeps them so, no rotation). */
-static int run_view(const kern_kv_src_t *src, int r, int which, int kvh, int c0, int nc,
-                    float *buf, const float **rows, size_t *stride) {
+static int run_view(const kern_kv_src_t *src, int r, int which, int kvh, int c0, int nc, float *buf,
+                    const float **rows, size_t *stride) {
   const kv_tiered_t *t = src->ctx;
   const kv_trun_t *u = &((const kv_tsrc_t *)src)->runs[r];
   const kv_geom_t *g = &t->base.geom;
@@ -167,7 +169,8 @@ static int run_view(const kern_kv_src_t *src, int r, int which, int kvh, int c0,
   }
   const kv_qsizes_t *q = &t->qs;
   const uint8_t *led = u->ledger, *vc = led + q->k_codes + q->k_meta;
-  const uint16_t *ks = (const uint16_t *)(led + q->k_codes), *vs = (const uint16_t *)(vc + q->v_codes);
+  const uint16_t *ks = (const uint16_t *)(led + q->k_codes),
+                 *vs = (const uint16_t *)(vc + q->v_codes);
   if (which)
     kv_dequant_values_head(&t->cfg.quant, vc, vs, vs + q->v_meta / 4, u->n, g->n_kv_head,
                            g->head_dim, kvh, c0, nc, buf);
@@ -185,7 +188,8 @@ static int layer_runs(kv_tiered_t *t, const kv_tlayer_t *L, int at, kv_trun_t *r
                       int32_t *first) {
   int n_sink = L->len < t->cfg.n_sink ? L->len : t->cfg.n_sink, nr = 0, k = 0;
   size_t om = (size_t)t->cfg.omega;
-  if (n_sink) first[nr] = 0, runs[nr++] = (kv_trun_t){L->sink, L->sink + t->row, NULL, 2 * t->row, n_sink};
+  if (n_sink)
+    first[nr] = 0, runs[nr++] = (kv_trun_t){L->sink, L->sink + t->row, NULL, 2 * t->row, n_sink};
   for (; k < n_sink; k++) t->gpos[at + k] = k;
   for (int i = 0; i < L->n_wins; i++) {
     const kv_win_t *w = &L->wins[i];
@@ -272,18 +276,23 @@ static int maybe_route(kv_tiered_t *t, int seq, int layer, int prefill) {
   return kv_tiered_route_layer(t, seq, layer);
 }
 
-/* Whether attention reads the windows in place (a source of runs) rather than gathered: on a
- * host backend, for post-RoPE keys (the others are rotated on gathering), unless the cache was
- * told to gather (kv_tiered_set_gather). */
-static int in_place(const kv_tiered_t *t) {
-  return t->base.be->ops->host_memory && t->cfg.quant.key_frame == KV_KEY_FRAME_ABS && !t->gather;
+/* Whether attention reads the windows in place (a source of runs) rather than gathered: for
+ * decode steps (one query a sequence; a prompt's queries are better served by one long run of
+ * gathered rows) on a host backend, for post-RoPE keys (the others are rotated on gathering),
+ * unless the cache was told to gather (kv_tiered_set_gather). */
+static int in_place(const kv_tiered_t *t, const kv_attn_req_t *reqs, int n_reqs) {
+  int decode = 1;
+  for (int i = 0; i < n_reqs; i++) decode &= reqs[i].n_q == 1;
+  return decode && t->base.be->ops->host_memory && t->cfg.quant.key_frame == KV_KEY_FRAME_ABS &&
+         !t->gather;
 }
 
-/* Sets request i's keys: runs behind a source, or rows gathered at slot `at`; returns how many. */
-static int layer_keys(kv_tiered_t *t, const kv_tlayer_t *L, int at, int *run_at, kv_tsrc_t *src,
-                      kern_attn_seq_t *w) {
+/* Sets a request's keys: runs behind a source (place), or rows gathered at slot `at`; returns
+ * how many. */
+static int layer_keys(kv_tiered_t *t, const kv_tlayer_t *L, int at, int place, int *run_at,
+                      kv_tsrc_t *src, kern_attn_seq_t *w) {
   int n;
-  if (!in_place(t)) {
+  if (!place) {
     n = gather_layer(t, L, at);
     w->k = t->gk + (size_t)at * t->row, w->v = t->gv + (size_t)at * t->row;
     return n;
@@ -302,13 +311,13 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
   kv_tiered_t *t = (kv_tiered_t *)kv;
   kern_attn_seq_t work[64];
   kv_tsrc_t srcs[64];
-  int total = 0, n_runs = 0, rc = 0;
+  int total = 0, n_runs = 0, rc = 0, place = in_place(t, reqs, n_reqs);
   if (n_reqs > 64) return qe_errf(QE_EINVAL, "kv_tiered: more than 64 sequences in one call");
   for (int i = 0; i < n_reqs; i++) {
     const kv_tlayer_t *L = &t->seqs[reqs[i].seq].layers[layer];
     total += accessible(t, L), n_runs += L->n_wins + 2;
   }
-  if ((rc = grow_gather(t, total, !in_place(t), n_runs))) return rc;
+  if ((rc = grow_gather(t, total, !place, place ? n_runs : 0))) return rc;
   memset(t->gmass, 0, sizeof(float) * (size_t)total);
   for (int i = 0, at = 0, run_at = 0; i < n_reqs; i++) {
     const kv_attn_req_t *r = &reqs[i];
@@ -320,7 +329,8 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
                                 .n_q = r->n_q,
                                 .q_pos0 = r->pos0,
                                 .mass_q0 = obs};
-    work[i].n_kv = layer_keys(t, &t->seqs[r->seq].layers[layer], at, &run_at, &srcs[i], &work[i]);
+    work[i].n_kv =
+        layer_keys(t, &t->seqs[r->seq].layers[layer], at, place, &run_at, &srcs[i], &work[i]);
     at += work[i].n_kv;
   }
   kern_attn_shape_t sh = {kv->geom.n_head, kv->geom.n_kv_head, kv->geom.head_dim,

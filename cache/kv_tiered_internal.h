@@ -71,10 +71,10 @@ typedef struct {
   float *gk, *gv, *gmass; /* gk, gv: [rcap][row] when gathering; gmass: [gcap] */
   int32_t *gpos;          /* [gcap] */
   int gcap, rcap;
-  kv_trun_t *runs;  /* [runcap] when reading in place */
-  int32_t *rfirst;  /* [runcap]: each run's first key (kern_kv_src_t.first) */
+  kv_trun_t *runs; /* [runcap] when reading in place */
+  int32_t *rfirst; /* [runcap]: each run's first key (kern_kv_src_t.first) */
   int runcap;
-  int gather; /* gather even where in place would do (kv_tiered_set_gather) */
+  int gather;  /* gather even where in place would do (kv_tiered_set_gather) */
   float *tmp;  /* [omega][row] */
   float *tmp2; /* [omega][row] */
 } kv_tiered_t;

@@ -75,8 +75,8 @@ typedef struct kern_kv_src {
    * into buf (room for max_rows * nc floats), and *stride (floats from one row to the next),
    * and returns the run's length. Called from the backend's threads at once: it must not
    * change shared state. */
-  int (*view)(const struct kern_kv_src *src, int r, int which, int kvh, int c0, int nc,
-              float *buf, const float **rows, size_t *stride);
+  int (*view)(const struct kern_kv_src *src, int r, int which, int kvh, int c0, int nc, float *buf,
+              const float **rows, size_t *stride);
   const void *ctx;
 } kern_kv_src_t;
 
@@ -88,9 +88,9 @@ typedef struct {
   const float *k;           /* [n_kv][n_kv_head][head_dim] (post-RoPE); unused with src */
   const float *v;           /* [n_kv][n_kv_head][head_dim]; unused with src */
   const kern_kv_src_t *src; /* optional (host backends): the keys and values, in place of k, v */
-  float *out;           /* [n_q][n_head][head_dim] */
-  float *key_mass;      /* optional [n_kv]: += (1/n_head) sum_h sum_{i >= mass_q0} a_i^h(j) */
-  const int32_t *k_pos; /* optional [n_kv], ascending */
+  float *out;               /* [n_q][n_head][head_dim] */
+  float *key_mass;          /* optional [n_kv]: += (1/n_head) sum_h sum_{i >= mass_q0} a_i^h(j) */
+  const int32_t *k_pos;     /* optional [n_kv], ascending */
   int n_q;
   int n_kv;
   int q_pos0;

@@ -79,6 +79,71 @@ void kern_cpu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int 
   }
 }
 
+/* Four of kern_cpu_attn_dot_n's sums at once, each with exactly its operations. */
+static inline __attribute__((always_inline)) void attn_dot4_n(const float *q, const float *r,
+                                                              size_t st, int n, float *out) {
+  if (n % 8) {
+    for (int i = 0; i < 4; i++) out[i] = kern_cpu_attn_dot_n(q, r + i * st, n);
+    return;
+  }
+  attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+  for (int d = 0; d < n; d += 8) {
+    attn_v8 x = *(const attn_v8 *)(q + d);
+    a0 += x * *(const attn_v8 *)(r + d), a1 += x * *(const attn_v8 *)(r + st + d);
+    a2 += x * *(const attn_v8 *)(r + 2 * st + d), a3 += x * *(const attn_v8 *)(r + 3 * st + d);
+  }
+  attn_v8 *a[4] = {&a0, &a1, &a2, &a3};
+  for (int i = 0; i < 4; i++) {
+    attn_v8 v = *a[i];
+    out[i] = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+  }
+}
+
+static inline __attribute__((always_inline)) void
+attn_dots_n(const float *q, const float *rows, size_t st, int m, int n, float scale, float *out) {
+  int i = 0;
+  for (; i + 4 <= m; i += 4) {
+    attn_dot4_n(q, rows + i * st, st, n, out + i);
+    for (int u = 0; u < 4; u++) out[i + u] *= scale;
+  }
+  for (; i < m; i++) out[i] = kern_cpu_attn_dot_n(q, rows + i * st, n) * scale;
+}
+
+void kern_cpu_attn_dots(const float *q, const float *rows, size_t stride, int m, int n, float scale,
+                        float *out) {
+  if (n == 64)
+    attn_dots_n(q, rows, stride, m, 64, scale, out);
+  else if (n == 128)
+    attn_dots_n(q, rows, stride, m, 128, scale, out);
+  else
+    attn_dots_n(q, rows, stride, m, n, scale, out);
+}
+
+/* kern_cpu_attn_axpys for n a multiple of 8 up to 128: the sums in registers. */
+static inline __attribute__((always_inline)) void
+attn_axpys_n(float *y, const float *p, const float *rows, size_t st, int m, int n) {
+  attn_v8 acc[16];
+  for (int c = 0; c < n / 8; c++) acc[c] = *(const attn_v8 *)(y + 8 * c);
+  for (int i = 0; i < m; i++) {
+    const float *x = rows + i * st;
+    for (int c = 0; c < n / 8; c++) acc[c] += p[i] * *(const attn_v8 *)(x + 8 * c);
+  }
+  for (int c = 0; c < n / 8; c++) *(attn_v8 *)(y + 8 * c) = acc[c];
+}
+
+void kern_cpu_attn_axpys(float *y, const float *p, const float *rows, size_t stride, int m, int n) {
+  if (n == 64)
+    attn_axpys_n(y, p, rows, stride, m, 64);
+  else if (n == 128)
+    attn_axpys_n(y, p, rows, stride, m, 128);
+  else if (n == 32)
+    attn_axpys_n(y, p, rows, stride, m, 32);
+  else if (n == 16)
+    attn_axpys_n(y, p, rows, stride, m, 16);
+  else
+    for (int i = 0; i < m; i++) kern_cpu_attn_axpy_n(y, p[i], rows + i * stride, n);
+}
+
 /* Keys visible to the query at position qp: a prefix, since key positions ascend. */
 int kern_cpu_visible_keys(const kern_attn_seq_t *sq, int qp) {
   if (!sq->k_pos) return qp + 1 < sq->n_kv ? qp + 1 : sq->n_kv;
@@ -142,6 +207,15 @@ typedef struct {
   float *out[ATTN_QB];
 } attn_rowset_t;
 
+/* Keys a tile of a run holds: the tile's rows are read from cache by every row of the block. */
+enum { ATTN_TILE = 64 };
+
+/* Rows of the tile at key j0 (of n) that block row b sees. */
+static int attn_seen(const attn_rowset_t *R, int b, int j0, int n) {
+  int m = R->nk[b] - j0;
+  return m < 0 ? 0 : m < n ? m : n;
+}
+
 /* p[b][j] = scale * q_b . k_j for the keys each row sees. */
 static void attn_scores(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, float *p,
                         size_t prow) {
@@ -150,9 +224,12 @@ static void attn_scores(const attn_job_t *J, attn_rows_t *it, const attn_rowset_
   size_t st;
   it->which = 0, it->run = 0;
   for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
-    for (int r = 0; r < n && j0 + r < R->nmax; r++)
+    for (int t = 0; t < n && j0 + t < R->nmax; t += ATTN_TILE) {
+      int nt = n - t < ATTN_TILE ? n - t : ATTN_TILE;
       for (int b = 0; b < R->nb; b++)
-        if (j0 + r < R->nk[b]) p[b * prow + j0 + r] = kern_cpu_attn_dot(R->q[b], rows + r * st, hd) * J->sh->scale;
+        kern_cpu_attn_dots(R->q[b], rows + t * st, st, attn_seen(R, b, j0 + t, nt), hd,
+                           J->sh->scale, p + b * prow + j0 + t);
+    }
 }
 
 /* out_b = sum_j p[b][j] v_j, in key order. */
@@ -163,9 +240,12 @@ static void attn_values(const attn_job_t *J, attn_rows_t *it, const attn_rowset_
   size_t st;
   it->which = 1, it->run = 0;
   for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
-    for (int r = 0; r < n && j0 + r < R->nmax; r++)
+    for (int t = 0; t < n && j0 + t < R->nmax; t += ATTN_TILE) {
+      int nt = n - t < ATTN_TILE ? n - t : ATTN_TILE;
       for (int b = 0; b < R->nb; b++)
-        if (j0 + r < R->nk[b]) kern_cpu_attn_axpy(R->out[b], p[b * prow + j0 + r], rows + r * st, hd);
+        kern_cpu_attn_axpys(R->out[b], p + b * prow + j0 + t, rows + t * st, st,
+                            attn_seen(R, b, j0 + t, nt), hd);
+    }
 }
 
 /* One block of rows: every query's scores, softmax and output are computed with exactly the

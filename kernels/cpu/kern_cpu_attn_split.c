@@ -21,22 +21,15 @@ typedef struct {
   const size_t *p_off; /* [n_seqs] */
   float *mass;         /* each sequence's key masses [n_head][n_kv] at mass_off[seq] */
   const size_t *mass_off;
-  int parts_k; /* parts a (sequence, KV head)'s runs are split into for the scores */
-  int parts_v; /* parts its channels are split into for the outputs */
-  int chunk_v; /* channels a part (a multiple of 16, or the head) */
+  int parts_k; /* parts a sequence's runs are split into for the scores */
+  int parts_v; /* parts its (KV head, channel chunk) units are split into for the outputs */
+  int chunk_v; /* channels a chunk (the head or a power-of-two part of it, >= 16) */
 } split_job_t;
 
 int kern_cpu_attn_split_takes(const kern_attn_seq_t *seqs, int n_seqs) {
   for (int s = 0; s < n_seqs; s++)
     if (!seqs[s].src || seqs[s].n_q != 1) return 0;
   return n_seqs > 0;
-}
-
-/* A task of passes 1 and 3: its sequence, KV head and part. */
-static void split_task(int task, int n_kv_head, int parts, int *s, int *kvh, int *part) {
-  *part = task % parts;
-  *kvh = task / parts % n_kv_head;
-  *s = task / parts / n_kv_head;
 }
 
 static float *seq_p(const split_job_t *J, int s, int h) {
@@ -49,26 +42,28 @@ static void *buf_or_die(size_t floats) {
   return b;
 }
 
-/* Pass 1: p[h][j] = scale * q_h . k_j for the heads of one KV head and the keys of a part. */
+/* Pass 1: p[h][j] = scale * q_h . k_j for every head and the keys of a part of the runs, each
+ * run's KV heads one after the other (its bytes read once, while in cache). */
 static void split_scores(void *ctx, int task) {
   const split_job_t *J = ctx;
-  int s, kvh, part, hd = J->sh->head_dim, group = J->sh->n_head / J->sh->n_kv_head;
-  split_task(task, J->sh->n_kv_head, J->parts_k, &s, &kvh, &part);
+  int s = task / J->parts_k, part = task % J->parts_k, hd = J->sh->head_dim;
+  int group = J->sh->n_head / J->sh->n_kv_head;
   const kern_attn_seq_t *sq = &J->seqs[s];
   const kern_kv_src_t *src = sq->src;
   int nk = kern_cpu_visible_keys(sq, sq->q_pos0);
   int r0 = (int)((long)src->n_run * part / J->parts_k);
   int r1 = (int)((long)src->n_run * (part + 1) / J->parts_k);
   float *buf = buf_or_die((size_t)src->max_rows * hd);
-  for (int r = r0; r < r1 && src->first[r] < nk; r++) {
-    const float *rows;
-    size_t st;
-    int n = src->view(src, r, 0, kvh, 0, hd, buf, &rows, &st), j0 = src->first[r];
-    for (int i = 0; i < n && j0 + i < nk; i++)
+  for (int r = r0; r < r1 && src->first[r] < nk; r++)
+    for (int kvh = 0; kvh < J->sh->n_kv_head; kvh++) {
+      const float *rows;
+      size_t st;
+      int n = src->view(src, r, 0, kvh, 0, hd, buf, &rows, &st), j0 = src->first[r];
+      int m = nk - j0 < n ? nk - j0 : n;
       for (int h = kvh * group; h < (kvh + 1) * group; h++)
-        seq_p(J, s, h)[j0 + i] =
-            kern_cpu_attn_dot(sq->q + (size_t)h * hd, rows + i * st, hd) * J->sh->scale;
-  }
+        kern_cpu_attn_dots(sq->q + (size_t)h * hd, rows, st, m, hd, J->sh->scale,
+                           seq_p(J, s, h) + j0);
+    }
   free(buf);
 }
 
@@ -86,42 +81,43 @@ static void split_softmax(void *ctx, int task) {
   for (int j = 0; mrow && sq->mass_q0 <= 0 && j < nk; j++) mrow[j] += p[j];
 }
 
-/* Pass 3: out_h[c0, c0 + nc) = sum_j p[h][j] v_j[c0, c0 + nc) in key order, for the heads of
- * one KV head. */
+/* Pass 3: out_h[c0, c0 + nc) = sum_j p[h][j] v_j[c0, c0 + nc) in key order, for a part of the
+ * (KV head, channel chunk) units, each run's units one after the other. */
 static void split_values(void *ctx, int task) {
   const split_job_t *J = ctx;
-  int s, kvh, part, hd = J->sh->head_dim, group = J->sh->n_head / J->sh->n_kv_head;
-  split_task(task, J->sh->n_kv_head, J->parts_v, &s, &kvh, &part);
+  int s = task / J->parts_v, part = task % J->parts_v, hd = J->sh->head_dim;
+  int group = J->sh->n_head / J->sh->n_kv_head, per = (hd + J->chunk_v - 1) / J->chunk_v;
+  int units = J->sh->n_kv_head * per, u0 = units * part / J->parts_v;
+  int u1 = units * (part + 1) / J->parts_v;
   const kern_attn_seq_t *sq = &J->seqs[s];
   const kern_kv_src_t *src = sq->src;
-  int nk = kern_cpu_visible_keys(sq, sq->q_pos0), c0 = part * J->chunk_v;
-  int nc = hd - c0 < J->chunk_v ? hd - c0 : J->chunk_v;
-  float *buf = buf_or_die((size_t)src->max_rows * nc);
-  for (int r = 0; r < src->n_run && src->first[r] < nk; r++) {
-    const float *rows;
-    size_t st;
-    int n = src->view(src, r, 1, kvh, c0, nc, buf, &rows, &st), j0 = src->first[r];
-    for (int i = 0; i < n && j0 + i < nk; i++)
+  int nk = kern_cpu_visible_keys(sq, sq->q_pos0);
+  float *buf = buf_or_die((size_t)src->max_rows * J->chunk_v);
+  for (int r = 0; r < src->n_run && src->first[r] < nk; r++)
+    for (int u = u0; u < u1; u++) {
+      int kvh = u / per, c0 = u % per * J->chunk_v,
+          nc = hd - c0 < J->chunk_v ? hd - c0 : J->chunk_v;
+      const float *rows;
+      size_t st;
+      int n = src->view(src, r, 1, kvh, c0, nc, buf, &rows, &st), j0 = src->first[r];
+      int m = nk - j0 < n ? nk - j0 : n;
       for (int h = kvh * group; h < (kvh + 1) * group; h++)
-        kern_cpu_attn_axpy(sq->out + (size_t)h * hd + c0, seq_p(J, s, h)[j0 + i], rows + i * st,
-                           nc);
-  }
+        kern_cpu_attn_axpys(sq->out + (size_t)h * hd + c0, seq_p(J, s, h) + j0, rows, st, m, nc);
+    }
   free(buf);
 }
 
-/* Parts enough for about two tasks a thread; channels in multiples of 16. */
+/* Parts enough for about two tasks a thread: of the runs for the scores, of the (KV head,
+ * channel chunk) units for the outputs (the head halved while a half is a multiple of 16). */
 static void split_parts(split_job_t *J, int n_seqs, int n_threads) {
-  int units = n_seqs * J->sh->n_kv_head, want = (2 * n_threads + units - 1) / units;
-  int min_runs = 1 << 30, hd = J->sh->head_dim;
+  int want = (2 * n_threads + n_seqs - 1) / n_seqs, min_runs = 1 << 30, hd = J->sh->head_dim;
   for (int s = 0; s < n_seqs; s++)
     min_runs = J->seqs[s].src->n_run < min_runs ? J->seqs[s].src->n_run : min_runs;
   J->parts_k = want < min_runs ? want : min_runs > 0 ? min_runs : 1;
   J->chunk_v = hd;
-  if (hd % 16 == 0 && want > 1) {
-    int sixteens = hd / 16, per = (sixteens + want - 1) / want;
-    J->chunk_v = 16 * per;
-  }
-  J->parts_v = (hd + J->chunk_v - 1) / J->chunk_v;
+  while (J->chunk_v % 32 == 0 && J->sh->n_kv_head * (hd / J->chunk_v) < want) J->chunk_v /= 2;
+  int units = J->sh->n_kv_head * ((hd + J->chunk_v - 1) / J->chunk_v);
+  J->parts_v = want < units ? want : units;
 }
 
 void kern_cpu_attn_split(kern_cpu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
@@ -134,10 +130,9 @@ void kern_cpu_attn_split(kern_cpu_t *c, const kern_attn_seq_t *seqs, int n_seqs,
   }
   split_job_t J = {seqs, sh, buf_or_die(total), p_off, mass, mass_off, 1, 1, sh->head_dim};
   split_parts(&J, n_seqs, c->base.n_threads);
-  int units = n_seqs * sh->n_kv_head;
-  kern_cpu_pool_run(c->pool, split_scores, &J, units * J.parts_k);
+  kern_cpu_pool_run(c->pool, split_scores, &J, n_seqs * J.parts_k);
   kern_cpu_pool_run(c->pool, split_softmax, &J, n_seqs * sh->n_head);
-  kern_cpu_pool_run(c->pool, split_values, &J, units * J.parts_v);
+  kern_cpu_pool_run(c->pool, split_values, &J, n_seqs * J.parts_v);
   free(J.p);
   free(p_off);
 }

@@ -49,8 +49,8 @@ typedef float attn_v8 __attribute__((vector_size(32), aligned(4)));
 
 /* The dot product of attn_dot for a given n: inlined where n is a constant, so the common head
  * sizes get unrolled loops (the same operations in the same order: the same bits). */
-static inline __attribute__((always_inline)) float kern_cpu_attn_dot_n(const float *a, const float *b,
-                                                              int n) {
+static inline __attribute__((always_inline)) float kern_cpu_attn_dot_n(const float *a,
+                                                                       const float *b, int n) {
   int d = 0;
   float s = 0;
   if (n % 8 == 0) {
@@ -68,8 +68,8 @@ static inline float kern_cpu_attn_dot(const float *a, const float *b, int n) {
   return kern_cpu_attn_dot_n(a, b, n);
 }
 
-static inline __attribute__((always_inline)) void kern_cpu_attn_axpy_n(float *y, float a, const float *x,
-                                                              int n) {
+static inline __attribute__((always_inline)) void kern_cpu_attn_axpy_n(float *y, float a,
+                                                                       const float *x, int n) {
   for (int d = 0; d < n; d++) y[d] += a * x[d];
 }
 
@@ -83,6 +83,13 @@ static inline void kern_cpu_attn_axpy(float *y, float a, const float *x, int n) 
     kern_cpu_attn_axpy_n(y, a, x, n);
 }
 
+/* out[i] = scale * kern_cpu_attn_dot(q, rows + i * stride, n) for i < m, four rows at a time
+ * (independent sums in flight instead of one chain): the same bits. */
+void kern_cpu_attn_dots(const float *q, const float *rows, size_t stride, int m, int n, float scale,
+                        float *out);
+/* y += p[i] * rows_i for i = 0 .. m - 1 in that order (kern_cpu_attn_axpy m times: the same
+ * bits), y held in registers across the rows for the common head sizes. */
+void kern_cpu_attn_axpys(float *y, const float *p, const float *rows, size_t stride, int m, int n);
 void kern_cpu_softmax_row(float *x, int n);
 /* Keys of sq visible to a query at position qp. */
 int kern_cpu_visible_keys(const kern_attn_seq_t *sq, int qp);
