@@ -47,6 +47,25 @@ static void test_half_roundtrip(void) {
   CHECK(signbit(qe_half_to_f32(0x8000)) && qe_half_to_f32(0x8000) == 0);
 }
 
+/* qe_half_to_f32_n (F16C where built for it) gives qe_half_to_f32's bits for every half but
+ * NaNs (a NaN stays a NaN), at every offset and length around the vector width. */
+static void test_half_batch(void) {
+  uint16_t *h = malloc(2 * 0x10010u);
+  float *f = malloc(4 * 0x10010u);
+  int bad = 0;
+  for (uint32_t i = 0; i < 0x10010u; i++) h[i] = (uint16_t)i;
+  for (int off = 0; off < 9; off++) {
+    size_t n = 0x10000u - (size_t)off * 3;
+    qe_half_to_f32_n(h + off, f, n);
+    for (size_t i = 0; i < n; i++) {
+      float want = qe_half_to_f32(h[off + i]);
+      bad += isnan(want) ? !isnan(f[i]) : memcmp(&want, &f[i], 4) != 0;
+    }
+  }
+  free(h), free(f);
+  CHECK(bad == 0);
+}
+
 /* Midpoints between neighbouring halves tie to even; one fp32 ulp either side rounds away. */
 static void test_half_ties(void) {
   int bad = 0;
@@ -418,10 +437,40 @@ static void test_packing(void) {
   win_free(&w);
 }
 
+/* How many of kv_dequant_keys_head's (values: kv_dequant_values_head's) outputs differ from
+ * the reference `ref` (the whole window), over every head, the first n tokens for n = omega and
+ * omega - 1, and channel ranges: the head, its halves and quarters, 16 from 16 on, and an odd
+ * range (3, 5) (the fallback). *cases counts them. */
+static int heads_differ(const kv_qparams_t *p, const uint8_t *c, const uint16_t *sc,
+                        const uint16_t *z, int om, int n_kv, int hd, const float *ref, int values,
+                        int *cases) {
+  int ranges[][2] = {{0, hd},          {0, hd / 2}, {hd / 2, hd - hd / 2},
+                     {hd / 4, hd / 4}, {16, 16},    {3, 5}};
+  int bad = 0;
+  float *out = malloc(sizeof(float) * (size_t)om * hd);
+  for (int h = 0; h < n_kv; h++)
+    for (int n = om; n >= om - 1 && n >= 1; n--)
+      for (int r = 0; r < 6; r++) {
+        int c0 = ranges[r][0], nc = ranges[r][1];
+        if (nc < 1 || c0 + nc > hd) continue;
+        if (values)
+          kv_dequant_values_head(p, c, sc, z, n, n_kv, hd, h, c0, nc, out);
+        else
+          kv_dequant_keys_head(p, c, sc, z, n, n_kv, hd, h, c0, nc, out);
+        for (int i = 0; i < n; i++)
+          bad += memcmp(out + (size_t)i * nc, ref + ((size_t)i * n_kv + h) * hd + c0,
+                        sizeof(float) * nc) != 0;
+        (*cases)++;
+      }
+  free(out);
+  return bad;
+}
+
 /* The byte-at-a-time dequantization against the element-by-element reference, bit for bit, on
  * random codes, scales and zeros (any fp16 bits but inf/NaN: subnormal and negative included)
  * for 2, 4 and 8 bits, windows of 1 to 32 tokens, 1 to 3 KV heads, head sizes 4 to 128 (4: a
- * channel's codes not byte-aligned across tokens at 2 bits) and value groups of 4 to 64. */
+ * channel's codes not byte-aligned across tokens at 2 bits) and value groups of 4 to 64; and
+ * so a KV head's channels at a time (kv_dequant_*_head, the in-place attention's). */
 static void test_fast_dequant(void) {
   uint64_t st = 11;
   int cases = 0, bad = 0;
@@ -443,9 +492,11 @@ static void test_fast_dequant(void) {
             kv_dequant_keys_ref(&p, c, sc, z, om, n_kv, hd, a);
             kv_dequant_keys(&p, c, sc, z, om, n_kv, hd, b);
             bad += memcmp(a, b, n * 4) != 0;
+            bad += heads_differ(&p, c, sc, z, om, n_kv, hd, a, 0, &cases);
             kv_dequant_values_ref(&p, c, sc, z, om, n_kv, hd, a);
             kv_dequant_values(&p, c, sc, z, om, n_kv, hd, b);
             bad += memcmp(a, b, n * 4) != 0;
+            bad += heads_differ(&p, c, sc, z, om, n_kv, hd, a, 1, &cases);
             cases += 2;
             free(c), free(sc), free(z), free(a), free(b);
           }
@@ -456,6 +507,7 @@ static void test_fast_dequant(void) {
 int main(void) {
   test_fast_dequant();
   test_half_roundtrip();
+  test_half_batch();
   test_half_ties();
   test_half_random();
   test_params();
