@@ -1,8 +1,11 @@
-/* kv_tiered_attn: attention over a sequence's accessible tokens — the sink, Full windows and
- * INT2 windows (dequantized; unless post-RoPE, RoPE re-applied at their positions) — gathered into
- * one buffer with explicit positions, one backend attention call for all requests, then the
- * per-window attention masses update the policy scores and aged windows are routed. This is
- * the CPU reference of the fused tiered kernel. */
+/* kv_tiered_attn: attention over a sequence's accessible tokens (the sink, Full windows and
+ * INT2 windows), one backend attention call for all requests, then the per-window attention
+ * masses update the policy scores and aged windows are routed. A decode step on a host backend
+ * hands the backend a source of runs (kern_kv_src_t): the sink and Full pages read in place, an
+ * INT2 window dequantized a KV head at a time when a thread needs it. Otherwise (prompts, keys
+ * kept pre-RoPE or window-relative, QE_TIERED_GATHER=1) every accessible token is gathered
+ * into one buffer with explicit positions (INT2 windows dequantized, RoPE re-applied unless
+ * post-RoPE): the same bits, and the CPU reference of the fused tiered kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

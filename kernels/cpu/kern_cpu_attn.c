@@ -216,35 +216,25 @@ static int attn_seen(const attn_rowset_t *R, int b, int j0, int n) {
   return m < 0 ? 0 : m < n ? m : n;
 }
 
-/* p[b][j] = scale * q_b . k_j for the keys each row sees. */
-static void attn_scores(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, float *p,
-                        size_t prow) {
+/* A pass over the keys, a tile at a time: the scores (which 0: p[b][j] = scale * q_b . k_j for
+ * the keys each row sees) or the outputs (which 1: out_b = sum_j p[b][j] v_j, in key order). */
+static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, int which,
+                      float *p, size_t prow) {
   int hd = J->sh->head_dim, n;
   const float *rows;
   size_t st;
-  it->which = 0, it->run = 0;
+  it->which = which, it->run = 0;
   for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
     for (int t = 0; t < n && j0 + t < R->nmax; t += ATTN_TILE) {
       int nt = n - t < ATTN_TILE ? n - t : ATTN_TILE;
-      for (int b = 0; b < R->nb; b++)
-        kern_cpu_attn_dots(R->q[b], rows + t * st, st, attn_seen(R, b, j0 + t, nt), hd,
-                           J->sh->scale, p + b * prow + j0 + t);
-    }
-}
-
-/* out_b = sum_j p[b][j] v_j, in key order. */
-static void attn_values(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R,
-                        const float *p, size_t prow) {
-  int hd = J->sh->head_dim, n;
-  const float *rows;
-  size_t st;
-  it->which = 1, it->run = 0;
-  for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
-    for (int t = 0; t < n && j0 + t < R->nmax; t += ATTN_TILE) {
-      int nt = n - t < ATTN_TILE ? n - t : ATTN_TILE;
-      for (int b = 0; b < R->nb; b++)
-        kern_cpu_attn_axpys(R->out[b], p + b * prow + j0 + t, rows + t * st, st,
-                            attn_seen(R, b, j0 + t, nt), hd);
+      for (int b = 0; b < R->nb; b++) {
+        float *pb = p + b * prow + j0 + t;
+        int m = attn_seen(R, b, j0 + t, nt);
+        if (which)
+          kern_cpu_attn_axpys(R->out[b], pb, rows + t * st, st, m, hd);
+        else
+          kern_cpu_attn_dots(R->q[b], rows + t * st, st, m, hd, J->sh->scale, pb);
+      }
     }
 }
 
@@ -257,13 +247,13 @@ static void attn_block(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t
                        float *mass) {
   const kern_attn_seq_t *sq = it->sq;
   size_t prow = (size_t)sq->n_kv + 1;
-  attn_scores(J, it, R, p, prow);
+  attn_pass(J, it, R, 0, p, prow);
   for (int b = 0; b < R->nb; b++) {
     if (R->nk[b] <= 0) continue; /* no visible key: the output is left as it is */
     kern_cpu_softmax_row(p + b * prow, R->nk[b]);
     for (int d = 0; d < J->sh->head_dim; d++) R->out[b][d] = 0;
   }
-  attn_values(J, it, R, p, prow);
+  attn_pass(J, it, R, 1, p, prow);
   for (int b = 0; mass && b < R->nb; b++) {
     float *mrow = mass + (size_t)R->hh[b] * sq->n_kv;
     for (int j = 0; R->qi[b] >= sq->mass_q0 && j < R->nk[b]; j++) mrow[j] += p[b * prow + j];
