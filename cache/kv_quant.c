@@ -459,16 +459,16 @@ void kv_dequant_values_head(const kv_qparams_t *p, const uint8_t *codes, const u
   if (fast) qe_half_to_f32_n(scale, s, nm), qe_half_to_f32_n(zero, z, nm);
   for (int i = 0; i < n; i++) {
     size_t e0 = (size_t)i * row + (size_t)h * hd, m0 = ((size_t)i * n_kv + h) * gph;
-    float *x = v + (size_t)i * nc - c0;
+    float *x = v + (size_t)i * nc; /* channel c at x[c - c0] */
     for (int c = c0; fast && c < c0 + nc; c += 16) {
       size_t m = m0 + (size_t)c / p->group;
       kv__dq16(codes + (e0 + c) / 4, kv__bc8(s[m]), kv__bc8(z[m]), kv__bc8(s[m]), kv__bc8(z[m]),
-               x + c);
+               x + (c - c0));
     }
     for (int c = c0; !fast && c < c0 + nc; c++) {
       size_t m = m0 + (size_t)c / p->group;
-      x[c] = kv__recon((int)kv_code_at(codes, e0 + c, p->bits), qe_half_to_f32(zero[m]),
-                       qe_half_to_f32(scale[m]));
+      x[c - c0] = kv__recon((int)kv_code_at(codes, e0 + c, p->bits), qe_half_to_f32(zero[m]),
+                            qe_half_to_f32(scale[m]));
     }
   }
 }
