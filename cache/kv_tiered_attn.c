@@ -46,7 +46,7 @@ void kv_tiered_dequant(const kv_tiered_t *t, const uint8_t *led, float *k, float
   kv_dequant_values(&t->cfg.quant, vc, vs, vz, t->cfg.omega, g->n_kv_head, g->head_dim, v);
 }
 
-/* Grows p (elements of `size` bytes) to hold n, by half again; 0 or -1. */
+/* Grows p to n elements of `size` bytes; 0, or -1 (p unchanged). */
 static int grow(void **p, size_t size, int n) {
   void *q = realloc(*p, size * (size_t)n);
   if (!q) return -1;
@@ -127,34 +127,6 @@ typedef struct {
   const kv_trun_t *runs;
 } kv_tsrc_t;
 
-/* Asks for the bytes [p, p + n) in cache (each window's ledger and page is its own allocation:
- * the hardware's prefetchers do not see the next one coming). */
-static void prefetch(const void *p, size_t n) {
-  for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 1);
-}
-
-/* Prefetches what viewing channels [c0, c0 + nc) of run u's keys (which 0) or values (1) of
- * KV head kvh will read. */
-static void run_prefetch(const kv_tiered_t *t, const kv_trun_t *u, int which, int kvh, int c0,
-                         int nc) {
-  size_t hd = (size_t)t->base.geom.head_dim, fl = sizeof(float), ch = kvh * hd + c0;
-  const kv_qsizes_t *q = &t->qs;
-  if (!u->ledger) {
-    for (int i = 0; i < u->n; i++) prefetch((which ? u->v : u->k) + i * u->stride + ch, nc * fl);
-    return;
-  }
-  const uint8_t *led = u->ledger + (which ? q->k_codes + q->k_meta : 0);
-  prefetch(led, which ? q->v_codes : q->k_codes);
-  if (which) /* the values' scales and zeros: a token's groups for every head */
-    prefetch(led + q->v_codes, q->v_meta);
-  else /* the keys' scales, then zeros, of these channels */
-    prefetch(led + q->k_codes + ch * 2, nc * 2),
-        prefetch(led + q->k_codes + q->k_meta / 2 + ch * 2, nc * 2);
-}
-
-/* Runs ahead of the one viewed that run_view prefetches. */
-#define KV_PREFETCH_RUNS 6
-
 /* A source's run r (kern_kv_src_t.view): fp32 rows in place, or a ledger's rows dequantized
  * into buf (post-RoPE keys: the ledger keeps them so, no rotation). */
 static int run_view(const kern_kv_src_t *src, int r, int which, int kvh, int c0, int nc, float *buf,
@@ -162,9 +134,6 @@ static int run_view(const kern_kv_src_t *src, int r, int which, int kvh, int c0,
   const kv_tiered_t *t = src->ctx;
   const kv_trun_t *u = &((const kv_tsrc_t *)src)->runs[r];
   const kv_geom_t *g = &t->base.geom;
-  static int dist = -1;
-  if (dist < 0) dist = getenv("QE_PF") ? atoi(getenv("QE_PF")) : KV_PREFETCH_RUNS;
-  if (dist && r + dist < src->n_run) run_prefetch(t, u + dist, which, kvh, c0, nc);
   if (!u->ledger) {
     *rows = (which ? u->v : u->k) + (size_t)kvh * g->head_dim + c0;
     *stride = u->stride;
