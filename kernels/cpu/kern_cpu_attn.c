@@ -158,9 +158,9 @@ int kern_cpu_visible_keys(const kern_attn_seq_t *sq, int qp) {
   return lo;
 }
 
-/* A task: the queries of heads [h0, h1) of one sequence, which share one KV head. */
+/* A task: the queries of one head of one sequence. */
 typedef struct {
-  int seq, h0, h1;
+  int seq, h;
 } attn_task_t;
 
 /* The work of one call: a task's key masses go to private rows ([n_head][n_kv] a sequence),
@@ -168,7 +168,6 @@ typedef struct {
 typedef struct {
   const kern_attn_seq_t *seqs;
   const kern_attn_shape_t *sh;
-  const attn_task_t *tasks;
   size_t *mass_off; /* [n_seqs] offset of the sequence's [n_head][n_kv] rows in mass */
   float *mass;
 } attn_job_t;
@@ -199,10 +198,10 @@ static int attn_next(attn_rows_t *it, int hd, const float **rows, size_t *stride
   return sq->n_kv;
 }
 
-/* One block's rows: row b is query qi[b] of head hh[b]. */
+/* One block's rows: row b is query qi[b] of the task's head. */
 typedef struct {
   int nb, nmax;
-  int nk[ATTN_QB], qi[ATTN_QB], hh[ATTN_QB];
+  int nk[ATTN_QB], qi[ATTN_QB];
   const float *q[ATTN_QB];
   float *out[ATTN_QB];
 } attn_rowset_t;
@@ -244,7 +243,7 @@ static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t 
  * the keys through a source. p: [ATTN_QB][n_kv + 1]; mass (or NULL) takes each head's
  * probabilities in query order. */
 static void attn_block(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, float *p,
-                       float *mass) {
+                       float *mrow) {
   const kern_attn_seq_t *sq = it->sq;
   size_t prow = (size_t)sq->n_kv + 1;
   attn_pass(J, it, R, 0, p, prow);
@@ -254,22 +253,19 @@ static void attn_block(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t
     for (int d = 0; d < J->sh->head_dim; d++) R->out[b][d] = 0;
   }
   attn_pass(J, it, R, 1, p, prow);
-  for (int b = 0; mass && b < R->nb; b++) {
-    float *mrow = mass + (size_t)R->hh[b] * sq->n_kv;
+  for (int b = 0; mrow && b < R->nb; b++)
     for (int j = 0; R->qi[b] >= sq->mass_q0 && j < R->nk[b]; j++) mrow[j] += p[b * prow + j];
-  }
 }
 
-/* Rows [r0, r0 + nb) of a task, head-major: row r is query r % n_q of head h0 + r / n_q. */
-static void attn_rowset(const attn_job_t *J, const attn_task_t *T, int r0, int nb,
-                        attn_rowset_t *R) {
-  const kern_attn_seq_t *sq = &J->seqs[T->seq];
+/* Queries [r0, r0 + nb) of a task. */
+static void attn_rowset(const attn_job_t *J, attn_task_t T, int r0, int nb, attn_rowset_t *R) {
+  const kern_attn_seq_t *sq = &J->seqs[T.seq];
   int hd = J->sh->head_dim;
   R->nb = nb, R->nmax = 0;
   for (int b = 0; b < nb; b++) {
-    int h = T->h0 + (r0 + b) / sq->n_q, i = (r0 + b) % sq->n_q;
-    size_t off = ((size_t)i * J->sh->n_head + h) * hd;
-    R->hh[b] = h, R->qi[b] = i, R->nk[b] = kern_cpu_visible_keys(sq, sq->q_pos0 + i);
+    int i = r0 + b;
+    size_t off = ((size_t)i * J->sh->n_head + T.h) * hd;
+    R->qi[b] = i, R->nk[b] = kern_cpu_visible_keys(sq, sq->q_pos0 + i);
     R->q[b] = sq->q + off, R->out[b] = sq->out + off;
     R->nmax = R->nk[b] > R->nmax ? R->nk[b] : R->nmax;
   }
@@ -277,49 +273,38 @@ static void attn_rowset(const attn_job_t *J, const attn_task_t *T, int r0, int n
 
 static void attn_task(void *ctx, int task) {
   const attn_job_t *J = ctx;
-  const attn_task_t *T = &J->tasks[task];
-  const kern_attn_seq_t *sq = &J->seqs[T->seq];
-  int n_rows = (T->h1 - T->h0) * sq->n_q, blk = n_rows < ATTN_QB ? n_rows : ATTN_QB;
+  attn_task_t T = {task / J->sh->n_head, task % J->sh->n_head};
+  const kern_attn_seq_t *sq = &J->seqs[T.seq];
+  int blk = sq->n_q < ATTN_QB ? sq->n_q : ATTN_QB;
   int hd = J->sh->head_dim, group = J->sh->n_head / J->sh->n_kv_head;
   size_t pn = (size_t)(sq->n_kv + 1) * (size_t)(blk > 0 ? blk : 1);
   size_t bn = sq->src ? (size_t)sq->src->max_rows * hd : 0;
   float *p = malloc(sizeof(float) * (pn + bn));
   if (!p) abort(); /* the block's probabilities: fails only on an exhausted host */
-  attn_rows_t it = {sq, 0, T->h0 / group, 0, (size_t)J->sh->n_kv_head * hd, p + pn};
-  float *mass = sq->key_mass ? J->mass + J->mass_off[T->seq] : NULL;
-  for (int r0 = 0; r0 < n_rows; r0 += ATTN_QB) {
+  attn_rows_t it = {sq, 0, T.h / group, 0, (size_t)J->sh->n_kv_head * hd, p + pn};
+  float *mrow = sq->key_mass ? J->mass + J->mass_off[T.seq] + (size_t)T.h * sq->n_kv : NULL;
+  for (int r0 = 0; r0 < sq->n_q; r0 += ATTN_QB) {
     attn_rowset_t R;
-    attn_rowset(J, T, r0, n_rows - r0 < ATTN_QB ? n_rows - r0 : ATTN_QB, &R);
-    attn_block(J, &it, &R, p, mass);
+    attn_rowset(J, T, r0, sq->n_q - r0 < ATTN_QB ? sq->n_q - r0 : ATTN_QB, &R);
+    attn_block(J, &it, &R, p, mrow);
   }
   free(p);
-}
-
-/* The call's tasks: a head each. Returns how many. */
-static int attn_tasks(const kern_attn_seq_t *seqs, int n_seqs, const kern_attn_shape_t *sh,
-                      attn_task_t *tasks) {
-  int n = 0;
-  for (int s = 0; s < n_seqs; s++)
-    for (int h = 0; h < sh->n_head; h++) tasks[n++] = (attn_task_t){s, h, h + 1};
-  return n;
 }
 
 void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_seqs,
                         const kern_attn_shape_t *shape) {
   size_t *off = malloc(sizeof(size_t) * (size_t)(n_seqs + 1)), total = 0;
-  attn_task_t *tasks = malloc(sizeof(attn_task_t) * (size_t)n_seqs * shape->n_head + 1);
-  if (!off || !tasks) abort();
+  if (!off) abort();
   for (int s = 0; s < n_seqs; s++) {
     off[s] = total;
     if (seqs[s].key_mass) total += (size_t)shape->n_head * seqs[s].n_kv;
   }
-  attn_job_t J = {seqs, shape, tasks, off, calloc(total + 1, sizeof(float))};
+  attn_job_t J = {seqs, shape, off, calloc(total + 1, sizeof(float))};
   if (!J.mass) abort(); /* transient workspace: fails only on an exhausted host */
   if (kern_cpu_attn_split_takes(seqs, n_seqs)) {
     kern_cpu_attn_split((kern_cpu_t *)be, seqs, n_seqs, shape, J.mass, off);
-  } else {
-    int n_tasks = attn_tasks(seqs, n_seqs, shape, tasks);
-    kern_cpu_pool_run(((kern_cpu_t *)be)->pool, attn_task, &J, n_tasks);
+  } else { /* a task a (sequence, head) */
+    kern_cpu_pool_run(((kern_cpu_t *)be)->pool, attn_task, &J, n_seqs * shape->n_head);
   }
   for (int s = 0; s < n_seqs; s++) {
     const kern_attn_seq_t *sq = &seqs[s];
@@ -328,6 +313,5 @@ void kern_cpu_attention(kern_backend_t *be, const kern_attn_seq_t *seqs, int n_s
         sq->key_mass[j] += J.mass[off[s] + (size_t)h * sq->n_kv + j] / (float)shape->n_head;
   }
   free(J.mass);
-  free(tasks);
   free(off);
 }
