@@ -3,6 +3,7 @@
 #include "cli_gen_report.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,8 @@ static void report_gpu(kern_backend_t *be, kv_cache_t *kv, gen_rank_report_t *r)
 
 int gen_report_fill(kern_backend_t *be, const model_t *m, kv_cache_t *kv, tp_comm_t *c,
                     tp_comm_t *nc, gen_rank_report_t *r) {
+  char keep[512]; /* the run's failure, if any: the report's own misses must not erase it */
+  snprintf(keep, sizeof keep, "%s", qe_errmsg());
   *r = (gen_rank_report_t){c->rank, -1, (int64_t)model_weight_bytes(m), -1, -1, -1, -1, -1, -1, -1,
                            0,       -1};
   report_gpu(be, kv, r);
@@ -49,6 +52,7 @@ int gen_report_fill(kern_backend_t *be, const model_t *m, kv_cache_t *kv, tp_com
 #else
   (void)nc;
 #endif
+  if (*keep) (void)qe_errf(QE_EINVAL, "%s", keep); /* (qe_errf keeps only the message here) */
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "kern_cpu_internal.h"
+#include "qe_log.h"
 
 struct kern_cpu_pool {
   pthread_mutex_t mu;
@@ -89,12 +90,16 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* The spin time: QE_CPU_SPIN_US microseconds (0 .. 1000000), default 100. */
+/* The spin time: QE_CPU_SPIN_US microseconds (0 .. 1000000), default 100; another value is
+ * ignored with a warning. */
 static long spin_setting(void) {
   const char *e = getenv("QE_CPU_SPIN_US");
   char *end = NULL;
   long us = e && *e ? strtol(e, &end, 10) : 100;
-  if (e && *e && (*end || us < 0 || us > 1000000)) us = 100;
+  if (e && *e && (*end || end == e || us < 0 || us > 1000000)) {
+    qe_log(QE_LOG_WARN, "QE_CPU_SPIN_US='%s' ignored: 0..1000000 is expected (using 100)", e);
+    us = 100;
+  }
   return us * 1000;
 }
 

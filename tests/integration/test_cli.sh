@@ -10,6 +10,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fail=0
 bad() { echo "FAIL: $*" >&2; fail=1; }
+tokens() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d['tokens'])"; }
 
 # expect_error DESCRIPTION CMD...: non-zero exit (not a signal), exactly one stderr line.
 expect_error() {
@@ -57,6 +58,24 @@ expect_error "--no-graphs with a value" "$QEVICT" generate --model "$STORIES" --
 expect_error "QE_CUDA_GRAPHS=yes" env QE_CUDA_GRAPHS=yes "$QEVICT" generate --model "$STORIES" --prompt hi
 expect_error "QE_CUDA_GRAPHS empty" env QE_CUDA_GRAPHS= "$QEVICT" generate --model "$STORIES" --prompt hi
 grep -q "QE_CUDA_GRAPHS must be 0 or 1" "$TMP/err" || bad "QE_CUDA_GRAPHS message: $(cat "$TMP/err")"
+# --json keeps a failed run's reason (the memory report's own lookups used to erase it)
+expect_error "--json, budget below the protected regions" "$QEVICT" generate --model "$STORIES" \
+  --prompt hi -n 8 --policy qevict --budget 0.6 --json
+grep -q "below the cost of the protected regions" "$TMP/err" || bad "--json: $(cat "$TMP/err")"
+# the CPU tuning knobs: a value out of range is ignored with a warning naming it, and the run
+# goes on; valid values warn of nothing; every run gives the default run's tokens
+want=$("$QEVICT" generate --model "$STORIES" --prompt hi -n 8 --policy qevict --budget 1 --json \
+  2>/dev/null | tokens)
+for kv in QE_CPU_SPIN_US=abc QE_CPU_SPIN_US=-5 QE_TIERED_GATHER=yes QE_CPU_SPIN_US=0 \
+  QE_CPU_SPIN_US=1000000 QE_TIERED_GATHER=1; do
+  got=$(env "$kv" "$QEVICT" generate --model "$STORIES" --prompt hi -n 8 --policy qevict \
+    --budget 1 --json 2>"$TMP/err" | tokens) || bad "$kv: exit $?"
+  case "$kv" in
+  *=abc | *=-5 | *=yes) grep -q "${kv%%=*}='${kv#*=}' ignored" "$TMP/err" || bad "$kv: no warning" ;;
+  *) [[ ! -s "$TMP/err" ]] || bad "$kv: stderr: $(cat "$TMP/err")" ;;
+  esac
+  [[ "$got" == "$want" ]] || bad "$kv: other tokens ($got, not $want)"
+done
 # on the CPU backend nothing is recorded, whatever the switch says; --json says so
 for sw in "" "--no-graphs" "QE_CUDA_GRAPHS=0" "QE_CUDA_GRAPHS=1"; do
   envs=(); flags=()
@@ -196,7 +215,6 @@ rc=$?
 "$QEVICT" inspect "$STORIES" >"$TMP/inspect" || bad "inspect stories"
 grep -q "kv heads: 4" "$TMP/inspect" || bad "inspect shows kv heads"
 
-tokens() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d['tokens'])"; }
 same_tp() { # MODEL PROMPT N TP...
   local model="$1" prompt="$2" n="$3"; shift 3
   "$QEVICT" generate --model "$model" --prompt "$prompt" -n "$n" --json --ignore-eos | tokens >"$TMP/tp1" || bad "tp 1 run"
