@@ -248,15 +248,28 @@ static int maybe_route(kv_tiered_t *t, int seq, int layer, int prefill) {
   return kv_tiered_route_layer(t, seq, layer);
 }
 
-/* Whether attention reads the windows in place (a source of runs) rather than gathered: for
- * decode steps (one query a sequence; a prompt's queries are better served by one long run of
- * gathered rows) on a host backend, for post-RoPE keys (the others are rotated on gathering),
- * unless the cache was told to gather (kv_tiered_set_gather). */
-static int in_place(const kv_tiered_t *t, const kv_attn_req_t *reqs, int n_reqs) {
-  int decode = 1;
-  for (int i = 0; i < n_reqs; i++) decode &= reqs[i].n_q == 1;
-  return decode && t->base.be->ops->host_memory && t->cfg.quant.key_frame == KV_KEY_FRAME_ABS &&
-         !t->gather;
+/* Whether attention reads a request's windows in place (a source of runs) rather than
+ * gathered: for a decode step's one query (a prompt's queries are better served by one long
+ * run of gathered rows) on a host backend, for post-RoPE keys (the others are rotated on
+ * gathering), unless the cache was told to gather (kv_tiered_set_gather). */
+static int in_place(const kv_tiered_t *t, const kv_attn_req_t *r) {
+  return r->n_q == 1 && t->base.be->ops->host_memory &&
+         t->cfg.quant.key_frame == KV_KEY_FRAME_ABS && !t->gather;
+}
+
+/* One backend call for the requests read in place (the backend's decode split takes a call
+ * whose sequences all have sources) and one for the gathered ones. */
+static void attend_calls(kv_tiered_t *t, const kern_attn_seq_t *work, int n) {
+  kern_attn_seq_t part[2][64];
+  int np[2] = {0, 0};
+  for (int i = 0; i < n; i++) {
+    int k = work[i].src != NULL;
+    part[k][np[k]++] = work[i];
+  }
+  const kv_geom_t *g = &t->base.geom;
+  kern_attn_shape_t sh = {g->n_head, g->n_kv_head, g->head_dim, 1.0f / sqrtf((float)g->head_dim)};
+  for (int k = 0; k < 2; k++)
+    if (np[k]) t->base.be->ops->attention(t->base.be, part[k], np[k], &sh);
 }
 
 /* Sets a request's keys: runs behind a source (place), or rows gathered at slot `at`; returns
@@ -283,13 +296,17 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
   kv_tiered_t *t = (kv_tiered_t *)kv;
   kern_attn_seq_t work[64];
   kv_tsrc_t srcs[64];
-  int total = 0, n_runs = 0, rc = 0, place = in_place(t, reqs, n_reqs);
+  int total = 0, n_runs = 0, rc = 0, gathered = 0;
   if (n_reqs > 64) return qe_errf(QE_EINVAL, "kv_tiered: more than 64 sequences in one call");
   for (int i = 0; i < n_reqs; i++) {
     const kv_tlayer_t *L = &t->seqs[reqs[i].seq].layers[layer];
-    total += accessible(t, L), n_runs += L->n_wins + 2;
+    total += accessible(t, L);
+    if (in_place(t, &reqs[i]))
+      n_runs += L->n_wins + 2;
+    else
+      gathered = 1;
   }
-  if ((rc = grow_gather(t, total, !place, place ? n_runs : 0))) return rc;
+  if ((rc = grow_gather(t, total, gathered, n_runs))) return rc;
   memset(t->gmass, 0, sizeof(float) * (size_t)total);
   for (int i = 0, at = 0, run_at = 0; i < n_reqs; i++) {
     const kv_attn_req_t *r = &reqs[i];
@@ -301,13 +318,11 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
                                 .n_q = r->n_q,
                                 .q_pos0 = r->pos0,
                                 .mass_q0 = obs};
-    work[i].n_kv =
-        layer_keys(t, &t->seqs[r->seq].layers[layer], at, place, &run_at, &srcs[i], &work[i]);
+    work[i].n_kv = layer_keys(t, &t->seqs[r->seq].layers[layer], at, in_place(t, r), &run_at,
+                              &srcs[i], &work[i]);
     at += work[i].n_kv;
   }
-  kern_attn_shape_t sh = {kv->geom.n_head, kv->geom.n_kv_head, kv->geom.head_dim,
-                          1.0f / sqrtf((float)kv->geom.head_dim)};
-  kv->be->ops->attention(kv->be, work, n_reqs, &sh);
+  attend_calls(t, work, n_reqs);
   for (int i = 0, at = 0; i < n_reqs && !rc; i++) {
     rc = score_layer(t, reqs[i].seq, layer, t->gmass + at, reqs[i].n_q);
     at += work[i].n_kv;

@@ -2,7 +2,8 @@
  * while others decode give the tokens each gives alone (gen_run); teacher forcing resumes a
  * sampled run exactly; cancel frees a slot for reuse; long prompts are chunked; a cache's prompt
  * room defers whole prompts to later passes; EOG and the
- * context cap finish sequences; bad requests and refused opens leave the slot free; and two
+ * context cap finish sequences; bad requests and refused opens leave the slot free; over a
+ * tiered cache, decode steps read in place next to prompts give the gathered path's tokens; and two
  * tensor-parallel ranks (forked, CPU socket collective) agree on opens (argument bytes
  * included) and give the tokens of one rank, the follower's hooks seeing each close before
  * it happens and ticking once per operation. */
@@ -13,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kv_policy.h"
+#include "kv_tiered.h"
 #include "model_gen.h"
 #include "model_rig.h"
 #include "qe_status.h"
@@ -139,6 +142,56 @@ static void check_staggered(rig_t *r) {
   fprintf(stderr, "staggered joins: %d + %d + %d tokens in %d steps, as alone\n", nr[0], nr[1],
           nr[2], st.n_steps);
   gen_engine_destroy(e);
+}
+
+/* Staggered joins over a tiered cache (qevict at `frac`): sequences prefill while others
+ * decode, so the cache gets calls that mix prompts (gathered) and decode steps (read in place,
+ * unless `gather`). Tokens into tok[3][MAXT], counts into n[3]; returns the demotions. */
+static long tiered_staggered(rig_t *r, double frac, int gather, int32_t tok[3][MAXT], int *n) {
+  kv_policy_desc_t d;
+  kv_geom_t g = model_kv_geom(r->m, 4);
+  kv_cache_t *full = r->kv, *kv = NULL;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  CHECK_OK(kv_tiered_create(r->be, &g, &model_hparams(r->m)->rope, &d.cfg, 16u << 20, &kv));
+  kv_tiered_set_budget_spec(kv, frac, 0);
+  kv_tiered_set_gather(kv, gather);
+  r->kv = kv;
+  rec_t rec;
+  gen_engine_t *e = engine(r, &rec, 0);
+  gen_req_t a = req(plong, 45, 40, greedy, 0), b = req(p1, 20, 50, greedy, 0),
+            c = req(plong, 45, 30, greedy, 0);
+  CHECK_OK(gen_engine_add(e, 0, &a));
+  run_steps(e, &rec, 4);
+  CHECK_OK(gen_engine_add(e, 1, &b));
+  run_steps(e, &rec, 3);
+  CHECK_OK(gen_engine_add(e, 2, &c));
+  run_steps(e, &rec, 200);
+  long dem = 0;
+  for (int i = 0; i < 3; i++) { /* each slot's last sequence's, once closed */
+    kv_mem_stats_t st;
+    kv_tiered_stats(kv, i, &st);
+    dem += st.demotions;
+  }
+  for (int i = 0; i < 3; i++) n[i] = rec.n[i], memcpy(tok[i], rec.tok[i], sizeof(int32_t) * MAXT);
+  CHECK(rec.bad_index == 0 && rec.n[0] == 40 && rec.n[1] == 50 && rec.n[2] == 30);
+  gen_engine_destroy(e);
+  kv_cache_destroy(kv);
+  r->kv = full;
+  return dem;
+}
+
+/* (a') The in-place decode in mixed calls gives the gathered path's tokens, INT2 windows and
+ * all (the cache's logits are the same bits either way: test_kv_tiered). */
+static void check_tiered_mixed(rig_t *r) {
+  int32_t want[3][MAXT], got[3][MAXT];
+  int nw[3], ng[3];
+  long dem = tiered_staggered(r, 0.7, 1, want, nw);
+  tiered_staggered(r, 0.7, 0, got, ng);
+  int same3 = 1;
+  for (int i = 0; i < 3; i++) same3 &= same(want[i], nw[i], got[i], ng[i]);
+  fprintf(stderr, "tiered, staggered joins: in place %s gathered (demotions %ld)\n",
+          same3 ? "gives the tokens of" : "DIFFERS from", dem);
+  CHECK(same3 && dem > 0);
 }
 
 /* (b) A sampled run resumed from its first 8 tokens (forced) continues exactly. */
@@ -484,6 +537,7 @@ int main(void) {
   CHECK_OK(rig_open(&r, path, 0, 1, c, 64));
   if (r.m) {
     check_staggered(&r);
+    check_tiered_mixed(&r);
     check_resume(&r);
     check_cancel(&r);
     check_chunked(&r);
