@@ -1,12 +1,12 @@
 /* test_gen_engine: the step engine on a random model. Sequences joining at different steps
  * while others decode give the tokens each gives alone (gen_run); teacher forcing resumes a
  * sampled run exactly; cancel frees a slot for reuse; long prompts are chunked; a cache's prompt
- * room defers whole prompts to later passes; EOG and the
- * context cap finish sequences; bad requests and refused opens leave the slot free; over a
- * tiered cache, decode steps read in place next to prompts give the gathered path's tokens; and two
- * tensor-parallel ranks (forked, CPU socket collective) agree on opens (argument bytes
- * included) and give the tokens of one rank, the follower's hooks seeing each close before
- * it happens and ticking once per operation. */
+ * room defers whole prompts to later passes; EOG and the context cap finish sequences; bad
+ * requests and refused opens leave the slot free; over a tiered cache, decode steps read in
+ * place next to prompts give the gathered path's tokens; and two tensor-parallel ranks (forked,
+ * CPU socket collective) agree on opens (argument bytes included) and give the tokens of one
+ * rank, the follower's hooks seeing each close before it happens and ticking once per
+ * operation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
