@@ -71,7 +71,8 @@ for kv in QE_CPU_SPIN_US=abc QE_CPU_SPIN_US=-5 QE_TIERED_GATHER=yes QE_CPU_SPIN_
   got=$(env "$kv" "$QEVICT" generate --model "$STORIES" --prompt hi -n 8 --policy qevict \
     --budget 1 --json 2>"$TMP/err" | tokens) || bad "$kv: exit $?"
   case "$kv" in
-  *=abc | *=-5 | *=yes) grep -q "${kv%%=*}='${kv#*=}' ignored" "$TMP/err" || bad "$kv: no warning" ;;
+  *=abc | *=-5 | *=yes)
+    grep -q "${kv%%=*}='${kv#*=}' ignored" "$TMP/err" || bad "$kv: no warning" ;;
   *) [[ ! -s "$TMP/err" ]] || bad "$kv: stderr: $(cat "$TMP/err")" ;;
   esac
   [[ "$got" == "$want" ]] || bad "$kv: other tokens ($got, not $want)"
