@@ -286,7 +286,8 @@ static int layer_keys(kv_tiered_t *t, const kv_tlayer_t *L, int at, int place, i
   int32_t *first = t->rfirst + *run_at;
   int nr = layer_runs(t, L, at, runs, first);
   n = first[nr];
-  *src = (kv_tsrc_t){{nr, t->cfg.omega, first, run_view, t}, runs};
+  int longest = t->cfg.omega > t->cfg.n_sink ? t->cfg.omega : t->cfg.n_sink;
+  *src = (kv_tsrc_t){{nr, longest, first, run_view, t}, runs};
   *run_at += nr + 1;
   w->src = &src->src;
   return n;

@@ -185,14 +185,14 @@ typedef struct {
   float *buf;    /* a source's rows: [max_rows][head_dim] */
 } attn_rows_t;
 
-/* The next run: its length (0 past the last), its first row and stride. */
+/* The next run: its length (possibly 0; -1 past the last), its first row and stride. */
 static int attn_next(attn_rows_t *it, int hd, const float **rows, size_t *stride) {
   const kern_attn_seq_t *sq = it->sq;
   if (sq->src) {
-    if (it->run >= sq->src->n_run) return 0;
+    if (it->run >= sq->src->n_run) return -1;
     return sq->src->view(sq->src, it->run++, it->which, it->kvh, 0, hd, it->buf, rows, stride);
   }
-  if (it->run++) return 0;
+  if (it->run++) return -1;
   *rows = (it->which ? sq->v : sq->k) + (size_t)it->kvh * hd;
   *stride = it->stride;
   return sq->n_kv;
@@ -223,7 +223,7 @@ static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t 
   const float *rows;
   size_t st;
   it->which = which, it->run = 0;
-  for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) > 0; j0 += n)
+  for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) >= 0; j0 += n)
     for (int t = 0; t < n && j0 + t < R->nmax; t += ATTN_TILE) {
       int nt = n - t < ATTN_TILE ? n - t : ATTN_TILE;
       for (int b = 0; b < R->nb; b++) {

@@ -110,10 +110,10 @@ static void split_values(void *ctx, int task) {
 /* Parts enough for about two tasks a thread: of the runs for the scores, of the (KV head,
  * channel chunk) units for the outputs (the head halved while a half is a multiple of 16). */
 static void split_parts(split_job_t *J, int n_seqs, int n_threads) {
-  int want = (2 * n_threads + n_seqs - 1) / n_seqs, min_runs = 1 << 30, hd = J->sh->head_dim;
-  for (int s = 0; s < n_seqs; s++)
-    min_runs = J->seqs[s].src->n_run < min_runs ? J->seqs[s].src->n_run : min_runs;
-  J->parts_k = want < min_runs ? want : min_runs > 0 ? min_runs : 1;
+  int want = (2 * n_threads + n_seqs - 1) / n_seqs, max_runs = 1, hd = J->sh->head_dim;
+  for (int s = 0; s < n_seqs; s++) /* (a shorter sequence's surplus parts are empty) */
+    max_runs = J->seqs[s].src->n_run > max_runs ? J->seqs[s].src->n_run : max_runs;
+  J->parts_k = want < max_runs ? want : max_runs;
   J->chunk_v = hd;
   while (J->chunk_v % 32 == 0 && J->sh->n_kv_head * (hd / J->chunk_v) < want) J->chunk_v /= 2;
   int units = J->sh->n_kv_head * ((hd + J->chunk_v - 1) / J->chunk_v);

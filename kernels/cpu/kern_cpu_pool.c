@@ -112,8 +112,8 @@ kern_cpu_pool_t *kern_cpu_pool_create(int n_threads) {
   p->spin_ns = spin_setting();
   p->threads = calloc((size_t)(n_threads > 1 ? n_threads : 1), sizeof *p->threads);
   pthread_mutex_lock(&p->mu); /* the workers register under mu once n_threads is final */
-  for (int i = 0; p->threads && i < n_threads - 1; i++)
-    if (!pthread_create(&p->threads[i], NULL, worker_main, p)) p->n_threads++;
+  for (int i = 0; p->threads && i < n_threads - 1; i++) /* handles packed: a failure leaves none */
+    if (!pthread_create(&p->threads[p->n_threads], NULL, worker_main, p)) p->n_threads++;
   while (atomic_load(&p->pending) < p->n_threads) pthread_cond_wait(&p->done, &p->mu);
   atomic_store(&p->pending, 0);
   pthread_mutex_unlock(&p->mu);

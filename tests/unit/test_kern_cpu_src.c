@@ -73,11 +73,12 @@ static void reference(kern_backend_t *be, const case_t *c, float *out, float *ma
   free(p), free(hm);
 }
 
-/* A source over a case's k and v: runs of 1..max_rows keys, odd runs copied into buf. */
+/* A source over a case's k and v: runs of 1..max_rows keys (every seventh empty), odd runs
+ * copied into buf. */
 typedef struct {
   kern_kv_src_t src; /* first */
   const case_t *c;
-  int32_t first[512];
+  int32_t first[640];
 } test_src_t;
 
 static int test_view(const kern_kv_src_t *s, int r, int which, int kvh, int c0, int nc, float *buf,
@@ -100,7 +101,8 @@ static void make_src(test_src_t *t, const case_t *c, int max_rows) {
   int nr = 0;
   for (int j = 0; j < c->n_kv; nr++) {
     t->first[nr] = j;
-    j += 1 + (int)(tu_randf(&rs, 0, 1) * max_rows) % max_rows;
+    if (nr % 7 != 3) /* every seventh run empty */
+      j += 1 + (int)(tu_randf(&rs, 0, 1) * max_rows) % max_rows;
     if (j > c->n_kv) j = c->n_kv;
   }
   t->first[nr] = c->n_kv;
