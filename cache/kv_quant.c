@@ -447,28 +447,36 @@ void kv_dequant_keys_head(const kv_qparams_t *p, const uint8_t *codes, const uin
   }
 }
 
-/* Value scales and zeros kv_dequant_values_head converts in one pass (more: one at a time). */
+/* Value scales and zeros kv_dequant_values_head converts in one pass, all heads' (more: the
+ * head's own, a token at a time). */
 #define KV_DQ_VMETA 1024
+
+/* The scale and zero of value group m: from the converted arrays, or converted now. */
+static inline void kv__vmeta(const float *sa, const float *za, const uint16_t *scale,
+                             const uint16_t *zero, size_t m, float *s, float *z) {
+  *s = sa ? sa[m] : qe_half_to_f32(scale[m]);
+  *z = za ? za[m] : qe_half_to_f32(zero[m]);
+}
 
 void kv_dequant_values_head(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                             const uint16_t *zero, int n, int n_kv, int hd, int h, int c0, int nc,
                             float *v) {
   size_t row = (size_t)n_kv * hd, gph = (size_t)(hd / p->group), nm = (size_t)n * n_kv * gph;
-  int fast = kv__head_fast(p, n_kv, hd, c0, nc) && nm <= KV_DQ_VMETA;
-  float s[KV_DQ_VMETA], z[KV_DQ_VMETA];
-  if (fast) qe_half_to_f32_n(scale, s, nm), qe_half_to_f32_n(zero, z, nm);
+  int fast = kv__head_fast(p, n_kv, hd, c0, nc), batch = nm <= KV_DQ_VMETA;
+  float sb[KV_DQ_VMETA], zb[KV_DQ_VMETA], sf, zf;
+  if (batch) qe_half_to_f32_n(scale, sb, nm), qe_half_to_f32_n(zero, zb, nm);
+  const float *sa = batch ? sb : NULL, *za = batch ? zb : NULL;
   for (int i = 0; i < n; i++) {
     size_t e0 = (size_t)i * row + (size_t)h * hd, m0 = ((size_t)i * n_kv + h) * gph;
     float *x = v + (size_t)i * nc; /* channel c at x[c - c0] */
     for (int c = c0; fast && c < c0 + nc; c += 16) {
-      size_t m = m0 + (size_t)c / p->group;
-      kv__dq16(codes + (e0 + c) / 4, kv__bc8(s[m]), kv__bc8(z[m]), kv__bc8(s[m]), kv__bc8(z[m]),
+      kv__vmeta(sa, za, scale, zero, m0 + (size_t)c / p->group, &sf, &zf);
+      kv__dq16(codes + (e0 + c) / 4, kv__bc8(sf), kv__bc8(zf), kv__bc8(sf), kv__bc8(zf),
                x + (c - c0));
     }
     for (int c = c0; !fast && c < c0 + nc; c++) {
-      size_t m = m0 + (size_t)c / p->group;
-      x[c - c0] = kv__recon((int)kv_code_at(codes, e0 + c, p->bits), qe_half_to_f32(zero[m]),
-                            qe_half_to_f32(scale[m]));
+      kv__vmeta(sa, za, scale, zero, m0 + (size_t)c / p->group, &sf, &zf);
+      x[c - c0] = kv__recon((int)kv_code_at(codes, e0 + c, p->bits), zf, sf);
     }
   }
 }

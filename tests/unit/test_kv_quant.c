@@ -468,15 +468,16 @@ static int heads_differ(const kv_qparams_t *p, const uint8_t *c, const uint16_t 
 
 /* The byte-at-a-time dequantization against the element-by-element reference, bit for bit, on
  * random codes, scales and zeros (any fp16 bits but inf/NaN: subnormal and negative included)
- * for 2, 4 and 8 bits, windows of 1 to 32 tokens, 1 to 3 KV heads, head sizes 4 to 128 (4: a
- * channel's codes not byte-aligned across tokens at 2 bits) and value groups of 4 to 64; and
- * so a KV head's channels at a time (kv_dequant_*_head, the in-place attention's). */
+ * for 2, 4 and 8 bits, windows of 1 to 32 tokens, 1, 2, 3 and 8 KV heads (8: over 1,024
+ * value groups a window), head sizes 4 to 128 (4: a channel's codes not byte-aligned across
+ * tokens at 2 bits) and value groups of 4 to 64; and so a KV head's channels at a time
+ * (kv_dequant_*_head, the in-place attention's). */
 static void test_fast_dequant(void) {
   uint64_t st = 11;
   int cases = 0, bad = 0;
   for (int bits = 2; bits <= 8; bits *= 2)
     for (int om = 1; om <= 32; om *= 2)
-      for (int n_kv = 1; n_kv <= 3; n_kv++)
+      for (int n_kv = 1; n_kv <= 8; n_kv += n_kv < 3 ? 1 : 5)
         for (int hd = 4; hd <= 128; hd *= 2)
           for (int g = 4; g <= 64 && g <= hd; g *= 4) {
             kv_qparams_t p = {.bits = bits, .group = g};
