@@ -163,32 +163,13 @@ static void cpu_embed(kern_backend_t *be, float *y, const float *table, const in
     memcpy(y + (size_t)i * n, table + (size_t)ids[i] * n, sizeof(float) * n);
 }
 
-typedef float softmax_v8 __attribute__((vector_size(32), aligned(4)));
-typedef int32_t softmax_i8 __attribute__((vector_size(32)));
-
-/* max(x[0..n)) by the rule m = x > m ? x : m (NaNs passed over), eight lanes at once: the same
- * value as one pass would give, but for the sign of a zero maximum, which x - max cannot see. */
-static float softmax_max(const float *x, int n) {
-  softmax_v8 m8 = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    softmax_v8 v = *(const softmax_v8 *)(x + j);
-    softmax_i8 gt = v > m8; /* all ones where v > m (never for a NaN) */
-    m8 = (softmax_v8)(((softmax_i8)v & gt) | ((softmax_i8)m8 & ~gt));
-  }
-  float mx = -INFINITY;
-  for (int l = 0; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
-  for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-  return mx;
-}
-
-/* The exponentials in one pass, their sum (in index order) in another: the same bits as one
- * loop doing both, without the sum held across each call of expf. */
 void kern_cpu_softmax_row(float *x, int n) {
-  float mx = softmax_max(x, n), s = 0;
-  for (int j = 0; j < n; j++) x[j] = expf(x[j] - mx);
-  for (int j = 0; j < n; j++) s += x[j];
+  float mx = -INFINITY, s = 0;
+  for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  for (int j = 0; j < n; j++) {
+    x[j] = expf(x[j] - mx);
+    s += x[j];
+  }
   for (int j = 0; j < n; j++) x[j] /= s;
 }
 
