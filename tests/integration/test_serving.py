@@ -248,7 +248,7 @@ def test_hardening(srv, admin, cl):
     C.ok(finished_of(ev) is not None and "sched exited" not in srv.tail(20000),
          "the scheduler outlives metrics clients that leave mid-reply")
     # Health.Watch of a service this server does not know: SERVICE_UNKNOWN (the spec's)
-    w = hpbg.HealthStub(admin.ch).Watch(hpb.HealthCheckRequest(service="qevict.v1.Unregistered"),
+    w = hpbg.HealthStub(admin.ch).Watch(hpb.HealthCheckRequest(service="qevict.v1.NoSuchService"),
                                         timeout=10)
     first = next(w, None)
     w.cancel()
