@@ -363,13 +363,33 @@ static int kca_lead(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int
   return (int)((long)cw * pm / 1000 / unit * unit);
 }
 
+/* Whether a call of n_chunk chunks on slots resident blocks spreads its blocks' FULL tiles among
+ * their quads: $QE_CUDA_ATTN_SPREAD (0 or 1, read once), else in tiered calls of at most two
+ * waves (past them blocks run out of step, and one's FULL tiles overlap another's quads anyway:
+ * +0.9% at long_ctx's 121 sequences against -3.3% at B=8 32K, H200). */
+static bool kca_spread(const kc_attn_args_t *a, int n_chunk, int slots) {
+  static int env; /* the value + 2, 1 when unset (0: not read yet; benign race) */
+  int v = __atomic_load_n(&env, __ATOMIC_RELAXED);
+  if (!v)
+    __atomic_store_n(&env, v = kca_env_int("QE_CUDA_ATTN_SPREAD", 0, 1, -1) + 2,
+                     __ATOMIC_RELAXED);
+  if (v > 1) return v == 3;
+  return a->has_quant && (long)a->n_seq * a->geom.n_kv * n_chunk <= 2L * slots;
+}
+
+/* The order word (kc_attn_lead) of a call of n_chunk chunks of cw windows. */
+static int kca_order(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int n_sm) {
+  const int spread = kca_spread(a, n_chunk, slots) ? KC_ATTN_SPREAD : 0;
+  return kca_lead(a, cw, n_chunk, slots, n_sm) | spread;
+}
+
 int kc_attn_lead(const kc_attn_args_t *a) {
   const int cw = kc_attn_chunk_win(a);
   int slots = 0, n_sm = 0;
   if (cw < 0) return cw;
   if (kca_slots(a, &slots, &n_sm)) return QE_EBACKEND;
   const int mw = a->max_win > 0 ? a->max_win : 1;
-  return kca_lead(a, cw, (mw + cw - 1) / cw, slots, n_sm);
+  return kca_order(a, cw, (mw + cw - 1) / cw, slots, n_sm);
 }
 
 /* Whether a launch's grid is chunk-major (so that a lead's longer chunks are placed first): with
@@ -400,8 +420,8 @@ int kc_attn_decode(const kc_attn_args_t *a, void *stream) {
   const kca_kern_t k = kca_pick(a);
   int slots = 0, n_sm = 0; /* also sets the kernel's shared-memory attribute on first use */
   if (kca_slots(a, &slots, &n_sm)) return QE_EBACKEND;
-  p.lead = a->chunk_dev ? 0 : kca_lead(a, cw, w.n_chunk, slots, n_sm);
-  p.cmaj = kca_cmaj(a, p.lead, w.n_chunk, slots);
+  p.lead = a->chunk_dev ? 0 : kca_order(a, cw, w.n_chunk, slots, n_sm);
+  p.cmaj = kca_cmaj(a, p.lead & (KC_ATTN_SPREAD - 1), w.n_chunk, slots);
   const unsigned nc = (unsigned)w.n_chunk, nk = (unsigned)a->geom.n_kv, ns = (unsigned)a->n_seq;
   const dim3 grid = p.cmaj ? dim3(nk, ns, nc) : dim3(nc, nk, ns);
   k.fn<<<grid, KCA_NT, (size_t)k.smem, s>>>(p);

@@ -88,11 +88,11 @@ typedef struct {
   int chunk_win; /* windows per chunk; 0 picks one from the device's size (kc_attn_chunk_win) */
   int flags;     /* KC_ATTN_* */
   /* Launches that stay the same from call to call (CUDA graphs): when chunk_dev is set, the
-   * kernels read the windows per chunk from device chunk_dev [0] and the lead (kc_attn_lead)
-   * from chunk_dev [1] when they run (chunk_win is then ignored), the grid holds max_chunk chunks
-   * per sequence (surplus blocks exit) and the workspace is laid out for max_chunk. The caller
-   * keeps ceil(windows of any sequence / *chunk_dev) <= max_chunk (kc_attn_max_chunks gives a
-   * bound). */
+   * kernels read the windows per chunk from device chunk_dev [0] and the order word
+   * (kc_attn_lead) from chunk_dev [1] when they run (chunk_win is then ignored), the grid holds
+   * max_chunk chunks per sequence (surplus blocks exit) and the workspace is laid out for
+   * max_chunk. The caller keeps ceil(windows of any sequence / *chunk_dev) <= max_chunk
+   * (kc_attn_max_chunks gives a bound). */
   const int32_t *chunk_dev;
   int max_chunk;
 } kc_attn_args_t;
@@ -121,13 +121,17 @@ int kc_attn_split(void);
  * Returns >= 1, or a negative QE_E* code. */
 int kc_attn_chunk_win(const kc_attn_args_t *a);
 
-/* The lead (windows) kc_attn_decode gives a's call, a != chunk_dev: the first half of each
- * sequence's chunks take that many windows more and the second half that many less, in a grid
- * whose blocks are dispatched chunk by chunk, for launches of one wave (a multiprocessor's warp
- * scheduler favours the older of its two blocks). $QE_CUDA_ATTN_LEAD (permille of a chunk,
- * 0..250, read once) sets it for every call of two chunks or more. A chunk_dev launch reads its
- * step's lead from chunk_dev[1], which the caller fills with this function's value for the
+/* The order word kc_attn_decode gives a's call, a != chunk_dev: the lead (the low 30 bits) and
+ * KC_ATTN_SPREAD. The lead (windows): the first half of each sequence's chunks take that many
+ * windows more and the second half that many less, in a grid whose blocks are dispatched chunk
+ * by chunk, for launches of one wave (a multiprocessor's warp scheduler favours the older of its
+ * two blocks). $QE_CUDA_ATTN_LEAD (permille of a chunk, 0..250, read once) sets it for every call
+ * of two chunks or more. KC_ATTN_SPREAD: in tiered calls of at most two waves of blocks, a
+ * block's FULL tiles (memory-bound) run spread among its INT2 ones (issue-bound) instead of all
+ * first ($QE_CUDA_ATTN_SPREAD: 0 never, 1 in every call; read once). A chunk_dev launch reads
+ * its step's word from chunk_dev[1], which the caller fills with this function's value for the
  * step's eager arguments. Negative: an error code. */
+#define KC_ATTN_SPREAD (1 << 30)
 int kc_attn_lead(const kc_attn_args_t *a);
 
 /* The most chunks per sequence kc_attn_chunk_win's choice gives for any call of a's geometry

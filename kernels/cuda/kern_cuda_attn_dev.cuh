@@ -128,8 +128,9 @@ typedef struct {
   int n_kv, n_head, grp_q; /* grp_q = n_head / n_kv */
   int omega, gshift, n_chunk, chunk_win, n_rot, yarn; /* gshift = log2(value group) */
   int mass_acc;                                       /* mass[w] += instead of = */
-  int lead; /* windows the first half of a sequence's chunks take more (kca_chunk_beg; cw_dev:
-               cw_dev[1] instead) */
+  int lead; /* the order word (kc_attn_lead): the windows the first half of a sequence's chunks
+               take more (kca_chunk_beg), and KC_ATTN_SPREAD (kca_lfull); cw_dev: cw_dev[1]
+               instead */
   int cmaj; /* the grid is (KV head, sequence, chunk): chunk-major block order (the order does
                not change the bits; the lead does) */
   uint32_t mags[5]; /* KCA_MAG(0, 2, 4, 6, 8), read from the parameters so that they stay
@@ -141,9 +142,12 @@ typedef struct {
 /* Windows per chunk of this launch: chunk_win, or the device value (CUDA graphs: the grid is
  * fixed for the bucket, the chunking follows the step). */
 #define KCA_CHUNK_WIN(p) ((p).cw_dev ? *(p).cw_dev : (p).chunk_win)
-/* The launch's lead (kca_chunk_beg): lead, or the device value (the step's eager lead, so that
- * a graph's bits are the eager launch's whatever its grid order). */
-#define KCA_LEAD(p) ((p).cw_dev ? (p).cw_dev[1] : (p).lead)
+/* The launch's order word: lead, or the device value (the step's eager word, so that a graph's
+ * bits are the eager launch's whatever its grid order); its lead (kca_chunk_beg) and whether a
+ * block's FULL tiles are spread among its quads (kca_lfull). */
+#define KCA_ORDER(p)  ((p).cw_dev ? (p).cw_dev[1] : (p).lead)
+#define KCA_LEAD(p)   (KCA_ORDER(p) & (KC_ATTN_SPREAD - 1))
+#define KCA_SPREAD(p) ((KCA_ORDER(p) & KC_ATTN_SPREAD) != 0)
 
 /* ---------------------------------------------------------------- the layer: GPU or host */
 
@@ -850,6 +854,8 @@ typedef struct {
   const uint16_t *ent; /* KCA_LIST: the segment's list entries (kca_lst_t) */
   int nf, nl;          /* KCA_LIST: its FULL entries, and all of them */
   int tf, jt;          /* KCA_LIST: its FULL tiles, and the warp's last tile handed out */
+  float fr;            /* KCA_LIST: FULL tiles first (< 0), or spread among the quads at a FULL
+                          tile a 1 / fr tiles (kca_lfull) */
 } kca_live_t;
 
 /* ---------------------------------------------------------------- code unpacking */
@@ -988,12 +994,28 @@ template <int HD, int BITS, int ROT, int PK> struct kca_g4 {
   static constexpr bool v = KCA_G4 && kca_qd<HD, BITS, ROT, PK>::v;
 };
 
+/* Whether list tile j is a FULL one, and (i) its index among its tier's tiles. With fr < 0 the
+ * tf FULL tiles come first; else tile j is FULL when floor((j + 1) fr) passes floor(j fr), the
+ * FULL tiles before it, so that a block's FULL tiles (memory-bound) run among its quads
+ * (issue-bound) instead of all at its start (kca_list_live picks fr so that the count is tf). */
+KCA_FN bool kca_lfull(const kca_live_t &L, int j, int &i) {
+  if (L.fr < 0.0f) {
+    const bool f = j < L.tf;
+    i = f ? j : j - L.tf;
+    return f;
+  }
+  const int a = (int)((float)j * L.fr), b = (int)((float)(j + 1) * L.fr);
+  i = b > a ? a : j - a;
+  return b > a;
+}
+
 /* The windows of list tile j, whose QUANT tiles take NQ windows (2, or 4 with KCA_QUAD): a FULL
  * pair (w[1] -1 when j is the tier's odd last entry; w[2] .. -1), or up to NQ QUANT windows (-1
  * past the tier's end). w[0] always exists. */
 template <int NQ> KCA_FN void kca_list_tile(const kca_live_t &L, int j, int (&w)[NQ]) {
-  const bool f = j < L.tf;
-  const int e = f ? 2 * j : L.nf + NQ * (j - L.tf), end = f ? L.nf : L.nl, n = f ? 2 : NQ;
+  int i;
+  const bool f = kca_lfull(L, j, i);
+  const int e = f ? 2 * i : L.nf + NQ * i, end = f ? L.nf : L.nl, n = f ? 2 : NQ;
   KCA_UNROLL
   for (int x = 0; x < NQ; x++) w[x] = x < n && e + x < end ? L.wbase + L.ent[e + x] : -1;
 }
@@ -1318,9 +1340,10 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
                                const kca_plan_t &pl, const kca_live_t &L, int j, int kvh, int lane,
                                int gs, const uint8_t *ds) {
   using Ly = kca_lay<HD, BITS>;
-  int w[4], nt;
+  int w[4], nt, ti;
   kca_list_tile<4>(L, j, w);
-  if (j < L.tf && KCA_DRINGF && ds) { /* a FULL pair, its descriptors in the ring */
+  const bool full = kca_lfull(L, j, ti);
+  if (full && KCA_DRINGF && ds) { /* a FULL pair, its descriptors in the ring */
     const kca_lwin_t A = kca_lwin_f(p, ds);
     kca_lwin_t B = kca_lwin_f(p, ds + (w[1] >= 0 ? 64 : 0));
     B.n = w[1] >= 0 ? B.n : 0;
@@ -1328,7 +1351,7 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
     kca_issue_half_pl<HD, BITS>(p, pl, soff + Ly::half, B, 0, B.n, true, true, gs);
     return (kca_tile_t){{w[0], w[1]}, {0, 0}, A.n | B.n << 4 | 1 << 10};
   }
-  if (j < L.tf)
+  if (full)
     return kca_issue<HD, BITS, 2, true, true>(p, stage, soff, pl, L, (kca_cur_t){w[0], w[1]}, kvh,
                                               lane, gs, &nt);
   const bool vpair = gs == 5; /* the value metadata in one copy a lane */
@@ -1506,10 +1529,15 @@ KCA_FN void kca_list_build(const kca_params_t &p, kca_lst_t *ls, int s0, int s1,
 
 /* KCA_LIST: the walk state of a segment from s0 listed in ls; the warp's first tile is warp.
  * quad: the INT2 tiles are quads (KCA_QUAD). */
-KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, kca_live_t &L) {
+KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, bool spread,
+                          kca_live_t &L) {
   L.ent = ls->ent, L.wbase = s0, L.nf = ls->nf, L.nl = ls->nf + ls->nq;
   L.tf = (ls->nf + 1) >> 1, L.jt = warp - KCA_NW;
   L.nk = L.tf + (quad ? (ls->nq + 3) >> 2 : (ls->nq + 1) >> 1);
+  /* tf / nk a little above (so that floor(nk fr) is tf: tf < 2^20) and at most 1 (so that
+     floor(j fr) climbs by at most one a tile) */
+  const float r = L.nk > 0 ? (float)L.tf / (float)L.nk * (1.0f + 0x1p-21f) : 0.0f;
+  L.fr = spread ? (r < 1.0f ? r : 1.0f) : -1.0f;
 }
 
 /* KCA_LIST: the warp's next tile (k -1: done), its descriptors prefetched. NQ 2: k, j are its
@@ -1520,7 +1548,8 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
   if (L.jt >= L.nk) return (kca_cur_t){-1, -1};
   int w[NQ];
   kca_list_tile<NQ>(L, L.jt, w);
-  if (!RING || (!KCA_DRINGF && L.jt < L.tf)) { /* (RING: they come through kca_dfetch4) */
+  int ti;
+  if (!RING || (!KCA_DRINGF && kca_lfull(L, L.jt, ti))) { /* (RING: through kca_dfetch4) */
     kca_prefetch(p.win + w[0]);
     KCA_UNROLL
     for (int x = 1; x < NQ; x++)
@@ -1534,9 +1563,10 @@ KCA_FN kca_cur_t kca_list_next(const kca_params_t &p, kca_live_t &L) {
  * caller's next cp.async group. */
 KCA_FN void kca_dfetch4(const kca_params_t &p, const kca_live_t &L, uint8_t *ring, int j, int o,
                         int lane) {
-  const bool f = j < L.tf;
+  int i;
+  const bool f = j < L.nk && kca_lfull(L, j, i);
   if (j >= L.nk || lane >= (f ? KCA_DRINGF ? 8 : 0 : 16)) return; /* (16 bytes a lane) */
-  const int e = f ? 2 * j + (lane >> 2) : L.nf + 4 * (j - L.tf) + (lane >> 2);
+  const int e = f ? 2 * i + (lane >> 2) : L.nf + 4 * i + (lane >> 2);
   if (e < (f ? L.nf : L.nl))
     kca_cp16(ring + (o & 3) * KCA_DRS4 + lane * 16,
              (const uint8_t *)(p.win + L.wbase + L.ent[e]) + (lane & 3) * 16, 1);
@@ -2492,7 +2522,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
     for (int s0 = c_beg; s0 < c_end; s0 += KCA_LSEG) {
       kca_list_build(p, ls, s0, kca_mini(s0 + KCA_LSEG, c_end), tid);
       if (KCA_TRACE && tid == 0 && s0 == c_beg) kca_tr(3);
-      kca_list_live(ls, s0, warp, kca_qd<HD, BITS, ROT, PK>::v, L);
+      kca_list_live(ls, s0, warp, kca_qd<HD, BITS, ROT, PK>::v, KCA_SPREAD(p), L);
       kca_walk<HD, BITS, ROT, PK, PL, LS, G4>(p, smem, st, L, pl, b, kvh, tid, gs, qload);
     }
   } else {

@@ -987,10 +987,12 @@ static void bench_fixed(const char *name, kc_attn_args_t a, uint8_t **arenas, in
         event_median2(10, 10 + reps, [&](int) { CK(cudaGraphLaunch(ge, 0)); }, T_QUEUED).ms_gpu;
     b.chunk_dev = nullptr, b.chunk_win = cw;
     const double exact = bench_time2(b, arenas, n_rot, reps, T_QUEUED).ms_gpu;
-    printf("{\"bench\": \"%s_fixed%s\", \"chunk_win\": %d, \"lead\": %d, \"chunks\": %d, "
-           "\"max_chunk\": %d, \"ms_gpu_exact_grid\": %.4f, \"ms_gpu_fixed\": %.4f, "
+    printf("{\"bench\": \"%s_fixed%s\", \"chunk_win\": %d, \"lead\": %d, \"spread\": %d, "
+           "\"chunks\": %d, \"max_chunk\": %d, \"ms_gpu_exact_grid\": %.4f, "
+           "\"ms_gpu_fixed\": %.4f, "
            "\"ms_gpu_fixed_graph\": %.4f, \"fixed_over_exact\": %.3f}\n",
-           name, m ? "_no_masses" : "", cw, lead, (a.max_win + cw - 1) / cw, max_chunk, exact,
+           name, m ? "_no_masses" : "", cw, lead & (KC_ATTN_SPREAD - 1),
+           (lead & KC_ATTN_SPREAD) != 0, (a.max_win + cw - 1) / cw, max_chunk, exact,
            eager, graph, eager / exact);
     fflush(stdout);
     CK(cudaGraphExecDestroy(ge));

@@ -81,9 +81,11 @@ static int emu_pick_hd(const kca_params_t &p, int n_seq, int bits, int rot, int 
 }
 
 /* The whole call (both kernels) on host memory. */
-static int emu_decode(const kc_attn_args_t *a, int parts_only = 0, int lead = 0) {
+static int emu_decode(const kc_attn_args_t *a, int parts_only = 0, int lead = 0,
+                      int spread = 0) {
   kca_params_t p = kca_params(a, a->chunk_win);
-  p.lead = lead; /* (the grid order, cmaj, is the GPU's: the emulator runs every block) */
+  p.lead = lead | (spread ? KC_ATTN_SPREAD : 0); /* (the grid order, cmaj, is the GPU's: the
+                                                    emulator runs every block) */
   const int bits = a->has_quant ? a->geom.bits : 0, rot = kca_rot_kind(a);
   const int pk = kca_pk(a->geom.omega), vg = kca_vg(a);
   int rc = a->geom.head_dim == 64 ? emu_pick_hd<64>(p, a->n_seq, bits, rot, pk, vg)
@@ -115,7 +117,7 @@ struct Case {
  * then the masses (outputs poisoned first; masses too, or with acc accumulated onto 0.25, which
  * is taken off again), *tk_left the counters not back to zero. */
 static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, float *out,
-                   int *tk_left, int skip = -1, int parts = 0, int lead = 0) {
+                   int *tk_left, int skip = -1, int parts = 0, int lead = 0, int spread = 0) {
   const size_t n_out = (size_t)pr.n_seq * pr.n_head * pr.geom.head_dim;
   std::vector<float> tab(pr.geom.head_dim + 2);
   std::vector<uint32_t> tk(pr.n_seq, 0u);
@@ -136,7 +138,7 @@ static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, f
   a.ws = ws.data(), a.ws_bytes = wl.total;
   for (size_t i = 0; i < n_out + pr.n_win; i++) out[i] = i < n_out || !acc ? NAN : 0.25f;
   a.flags = acc ? KC_ATTN_MASS_ACCUMULATE : 0; /* (the last block's sums are added once) */
-  const int rc = emu_decode(&a, parts, lead);
+  const int rc = emu_decode(&a, parts, lead, spread);
   for (int w = 0; acc && w < pr.n_win; w++) out[n_out + w] -= 0.25f;
   *tk_left = 0;
   for (int b = 0; b < pr.n_seq; b++) *tk_left += tk[b] != 0;
@@ -185,16 +187,19 @@ static int emu_case(const Case &cs, uint64_t seed) {
    * chunk kernel alone) and without (the combine kernel): those two the same bits; then the
    * case's chunking again, its combine in one block a sequence (a warp's windows in several
    * passes): the same bits as the first; then the case's chunking with a lead (the first half
-   * of a sequence's chunks longer, kca_chunk_beg) of up to half a chunk */
+   * of a sequence's chunks longer, kca_chunk_beg) of up to half a chunk; then the case's
+   * chunking with the FULL tiles spread among the quads (kca_lfull) */
   const int one = pr.max_win > 0 ? pr.max_win : 1, unit = kca_pk(cs.omega);
   const int lead = cs.chunk_win / 2 / unit * unit;
-  const int cws[5] = {cs.chunk_win, one, one, cs.chunk_win, cs.chunk_win}, tks[5] = {1, 1, 0, 1, 1};
-  std::vector<float> got[5];
-  for (int v = 0; v < (lead > 0 ? 5 : 4); v++) {
+  const int cws[6] = {cs.chunk_win, one, one, cs.chunk_win, cs.chunk_win, cs.chunk_win};
+  const int tks[6] = {1, 1, 0, 1, 1, 1};
+  std::vector<float> got[6];
+  for (int v = 0; v < 6; v++) {
+    if (v == 4 && lead <= 0) continue;
     std::vector<float> out(n_out + pr.n_win);
     const int acc = v == 1 || v == 2;
     int tk_left = 0, f = emu_run(pr, cws[v], tks[v], acc, out.data(), &tk_left, -1, v == 3,
-                                 v == 4 ? lead : 0);
+                                 v == 4 ? lead : 0, v == 5);
     double num = 0, den = 0, merr = 0;
     int bad = 0;
     for (size_t i = 0; i < n_out; i++) {
@@ -206,13 +211,14 @@ static int emu_case(const Case &cs, uint64_t seed) {
       merr = fmax(merr, fabs(out[n_out + w] - rmass[w]));
     }
     const double err = den > 0 ? sqrt(num / den) : sqrt(num);
-    const int same = v < 2 || v == 4 || got[v == 2 ? 1 : 0] == out; /* (bad counts NaN) */
+    const int same = v < 2 || v >= 4 || got[v == 2 ? 1 : 0] == out; /* (bad counts NaN) */
     f |= bad || tk_left || !same || !(err < 1e-2) || !(merr < 1e-3);
     printf("%s %-40s wins %4d (F %d Q %d E %d) chunk %3d%s  err %.2e  mass %.2e  nonfinite %d"
            "%s%s%s%s\n",
            f ? "FAIL" : "ok  ", cs.name, pr.n_win, pr.n_full, pr.n_quant, pr.n_evicted, cws[v],
            tks[v] ? "" : " no tickets", err, merr, bad, tk_left ? "  tickets left" : "",
-           v == 4 ? "  lead " : "", v == 4 ? std::to_string(lead).c_str() : "",
+           v == 4 ? "  lead " : v == 5 ? "  spread" : "",
+           v == 4 ? std::to_string(lead).c_str() : "",
            v == 2   ? (same ? "  = alone" : "  DIFFERS from alone")
            : v == 3 ? (same ? "  = one combine block" : "  DIFFERS with one combine block")
                     : "");
