@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kv_tiered_internal.h"
+#include "qe_env.h"
 #include "qe_log.h"
 #include "qe_status.h"
 
@@ -40,10 +41,8 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   t->cfg = *cfg;
   t->rope = *rope;
   t->spec_fraction = 1.0;
-  const char *gather = getenv("QE_TIERED_GATHER");
-  t->gather = gather && !strcmp(gather, "1");
-  if (gather && *gather && strcmp(gather, "0") && !t->gather)
-    qe_log(QE_LOG_WARN, "QE_TIERED_GATHER='%s' ignored: 0 or 1 is expected", gather);
+  static const char *const off_on[] = {"0", "1"};
+  t->gather = qe_env_choice("QE_TIERED_GATHER", off_on, 2, 0);
   sizes_init(t);
   t->seqs = calloc((size_t)geom->max_seqs, sizeof *t->seqs);
   t->pending_budget = calloc((size_t)geom->max_seqs, sizeof *t->pending_budget);

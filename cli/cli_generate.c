@@ -14,6 +14,7 @@
 #include "cli_policy.h"
 #include "kv_diag.h"
 #include "model_gen.h"
+#include "qe_env.h"
 #include "qe_json.h"
 #include "qe_status.h"
 #ifdef QE_HAVE_CUDA
@@ -181,10 +182,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
                            "--time-allreduce times NCCL all-reduces: it needs --device");
   if (a->device >= 0 && a->cpu_weights != KERN_WEIGHT_F32)
     return cli_usage_error("generate", "--cpu-weights is for the CPU backend, not --device");
-  const char *gv = getenv("QE_CUDA_GRAPHS");
-  if (gv && strcmp(gv, "0") && strcmp(gv, "1"))
-    return cli_usage_error("generate", "QE_CUDA_GRAPHS must be 0 or 1 (got '%s')", gv);
-  a->no_graphs |= gv && !strcmp(gv, "0");
+  static const char *const off_on[] = {"0", "1"};
+  a->no_graphs |= !qe_env_choice("QE_CUDA_GRAPHS", off_on, 2, 1);
 #ifndef QE_HAVE_CUDA
   if (a->device >= 0)
     return cli_usage_error("generate", "--device needs a CUDA build of qevict (this build has "

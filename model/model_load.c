@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "qe_env.h"
 #include "qe_status.h"
 
 #define MODEL_MAX_DIM (1 << 20)
@@ -188,8 +189,8 @@ model_t *model__new(const model_load_opts_t *o) {
   m->be = o->be;
   m->max_batch = o->max_batch > 0 ? o->max_batch : 512;
   m->out_rows = o->out_rows > 0 ? o->out_rows : 0; /* (0: sized with the vocabulary) */
-  const char *gv = getenv("QE_CUDA_GRAPHS");       /* "0": every step eager */
-  m->graphs_on = !(gv && !strcmp(gv, "0"));
+  static const char *const off_on[] = {"0", "1"};  /* 0: every step eager */
+  m->graphs_on = qe_env_choice("QE_CUDA_GRAPHS", off_on, 2, 1);
   return m;
 }
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kern_cpu_internal.h"
+#include "qe_env.h"
 #include "qe_status.h"
 #ifdef QE_HAVE_BLAS
 #include <cblas.h>
@@ -89,7 +90,8 @@ static void pk_codes(const pk_view_t *v, int k, int j, int b, int8_t *c) {
   for (int t = 0; t < 16; t++) c[t] = (int8_t)(q[t] & 15), c[t + 16] = (int8_t)(q[t] >> 4);
 }
 
-/* Row j of w as fp32 (k values). */
+#ifdef QE_HAVE_BLAS
+/* Row j of w as fp32 (k values; the BLAS path's rows). */
 static void pk_row(const pk_view_t *v, int k, int j, float *out) {
   const float *s = v->scale + (size_t)j * (k / PK_BLK), *o = v->offset + (size_t)j * (k / PK_BLK);
   for (int b = 0; b < k / PK_BLK; b++) {
@@ -98,6 +100,7 @@ static void pk_row(const pk_view_t *v, int k, int j, float *out) {
     for (int t = 0; t < PK_BLK; t++) out[b * PK_BLK + t] = fmaf((float)c[t], s[b], o[b]);
   }
 }
+#endif
 
 static float pk_hsum(const float *l) {
   return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
@@ -169,8 +172,9 @@ pk_dot_avx2(const float *x, int nx, size_t ldx, const pk_view_t *v, int k, int j
 static int pk_use_avx2(void) {
   static int v = -1;
   if (v < 0) {
-    const char *e = getenv("QE_CPU_PACKED_SCALAR"); /* "1": the plain C path (tests run both) */
-    v = !(e && *e == '1') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    static const char *const off_on[] = {"0", "1"}; /* 1: the plain C path (tests run both) */
+    v = !qe_env_choice("QE_CPU_PACKED_SCALAR", off_on, 2, 0) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma");
   }
   return v;
 }

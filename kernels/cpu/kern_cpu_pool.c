@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "kern_cpu_internal.h"
+#include "qe_env.h"
 #include "qe_log.h"
 
 struct kern_cpu_pool {
@@ -92,16 +93,7 @@ static void *worker_main(void *arg) {
 
 /* The spin time: QE_CPU_SPIN_US microseconds (0 .. 1000000), default 100; another value is
  * ignored with a warning. */
-static long spin_setting(void) {
-  const char *e = getenv("QE_CPU_SPIN_US");
-  char *end = NULL;
-  long us = e && *e ? strtol(e, &end, 10) : 100;
-  if (e && *e && (*end || end == e || us < 0 || us > 1000000)) {
-    qe_log(QE_LOG_WARN, "QE_CPU_SPIN_US='%s' ignored: 0..1000000 is expected (using 100)", e);
-    us = 100;
-  }
-  return us * 1000;
-}
+static long spin_setting(void) { return qe_env_long("QE_CPU_SPIN_US", 0, 1000000, 100) * 1000; }
 
 kern_cpu_pool_t *kern_cpu_pool_create(int n_threads) {
   kern_cpu_pool_t *p = calloc(1, sizeof *p);

@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "cpu/kern_cpu_internal.h" /* kern_cpu_sample */
+#include "qe_env.h"
 }
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -404,15 +405,16 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   c->base.ops = &kcu_ops;
   c->base.n_threads = 1;
   c->device = device;
-  const char *g = getenv("QE_CUDA_GEMM");
-  c->gemmex_only = g && !strcmp(g, "gemmex");
-  const char *mb = getenv("QE_CUDA_PREFILL_MB"); /* tests: a small budget forces many chunks */
-  c->attn_s_budget = (size_t)(mb && atol(mb) > 0 ? atol(mb) : 1024) << 20;
-  const char *pf = getenv("QE_CUDA_PREFILL"); /* "ref": every sequence to the reference kernel */
-  c->attn_ref_only = pf && !strcmp(pf, "ref");
-  c->attn_no_flash = pf && !strcmp(pf, "gemm"); /* "gemm": the GEMM path, not the fused kernel */
-  const char *ms = getenv("QE_CUDA_MASS"); /* "ref": long prompts' mass queries by the reference */
-  c->attn_mass_gemm = !(ms && !strcmp(ms, "ref"));
+  static const char *const gemm[] = {"lt", "gemmex"}, *const mass[] = {"gemm", "ref"};
+  static const char *const prefill[] = {"fused", "gemm", "ref"};
+  c->gemmex_only = qe_env_choice("QE_CUDA_GEMM", gemm, 2, 0) == 1;
+  /* tests: a small budget forces many chunks */
+  c->attn_s_budget = (size_t)qe_env_long("QE_CUDA_PREFILL_MB", 1, 1 << 20, 1024) << 20;
+  const int pf = qe_env_choice("QE_CUDA_PREFILL", prefill, 3, 0);
+  c->attn_ref_only = pf == 2; /* every sequence to the reference kernel */
+  c->attn_no_flash = pf == 1; /* the GEMM path, not the fused kernel */
+  /* ref: long prompts' mass queries by the reference kernel */
+  c->attn_mass_gemm = qe_env_choice("QE_CUDA_MASS", mass, 2, 0) == 0;
   int rc = kcu_init(c);
   if (rc) {
     char msg[256];

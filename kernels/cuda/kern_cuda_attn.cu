@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 extern "C" {
+#include "qe_env.h"
 #include "qe_log.h"
 #include "qe_status.h"
 }
@@ -203,15 +204,7 @@ static int kca_slots(const kc_attn_args_t *a, int *slots, int *n_sm = NULL) {
 
 /* $name parsed: lo..hi, or dflt when unset; anything else is ignored with a warning. */
 static int kca_env_int(const char *name, int lo, int hi, int dflt) {
-  const char *e = getenv(name);
-  char *end = NULL;
-  const long v = e ? strtol(e, &end, 10) : 0;
-  if (!e || !*e) return dflt;
-  if (*end || v < lo || v > hi) {
-    qe_log(QE_LOG_WARN, "%s='%s' ignored: %d..%d is expected (using %d)", name, e, lo, hi, dflt);
-    return dflt;
-  }
-  return (int)v;
+  return (int)qe_env_long(name, lo, hi, dflt);
 }
 
 int kc_attn_split(void) {
