@@ -23,6 +23,7 @@ static int first_warning(const char *name) {
 }
 
 int qe_env_choice(const char *name, const char *const *vals, int n, int dflt) {
+  QE_ASSERT(n > 0 && dflt >= 0 && dflt < n);
   const char *e = getenv(name);
   if (!e || !*e) return dflt;
   for (int i = 0; i < n; i++)
@@ -45,7 +46,11 @@ long qe_env_long(const char *name, long lo, long hi, long dflt) {
   errno = 0;
   const long v = strtol(e, &end, 10);
   if (!errno && !*end && v >= lo && v <= hi) return v;
-  if (first_warning(name))
+  if (!first_warning(name)) return dflt;
+  if (dflt >= lo && dflt <= hi)
     qe_log(QE_LOG_WARN, "%s='%s' ignored: %ld..%ld is expected (using %ld)", name, e, lo, hi, dflt);
+  else /* (a caller's "unset" marker, not a value) */
+    qe_log(QE_LOG_WARN, "%s='%s' ignored: %ld..%ld is expected (using the default)", name, e, lo,
+           hi);
   return dflt;
 }

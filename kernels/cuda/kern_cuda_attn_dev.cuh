@@ -774,6 +774,7 @@ KCA_FN void kca_rot_entry(const kca_params_t &p, int pos, int j, float ms, int t
  *          the descriptors of each warp's quads and FULL pairs, copied two tiles ahead
  * The epilogue's per-warp outputs [KCA_NW][KCA_GMAX][HD] floats reuse the stage area. */
 #define KCA_LG  (KCA_LSEG / 32)  /* groups of 32 windows a segment */
+static_assert(KCA_LSEG <= 16384, "kca_lfull's float steps hold up to 19,632 tiles a segment");
 #define KCA_LGL ((KCA_LG + 31) / 32) /* groups a lane of the list's scan */
 typedef struct {
   uint32_t mf[KCA_LG], mq[KCA_LG]; /* a group's FULL and QUANT windows (bit i: window 32 q + i) */
@@ -1534,8 +1535,10 @@ KCA_FN void kca_list_live(const kca_lst_t *ls, int s0, int warp, bool quad, bool
   L.ent = ls->ent, L.wbase = s0, L.nf = ls->nf, L.nl = ls->nf + ls->nq;
   L.tf = (ls->nf + 1) >> 1, L.jt = warp - KCA_NW;
   L.nk = L.tf + (quad ? (ls->nq + 3) >> 2 : (ls->nq + 1) >> 1);
-  /* tf / nk a little above (so that floor(nk fr) is tf: tf < 2^20) and at most 1 (so that
-     floor(j fr) climbs by at most one a tile) */
+  /* tf / nk a little above (so that floor(nk fr) is tf) and at most 1, so that floor(j fr)
+     climbs by at most one a tile: checked exhaustively for every tf <= nk <= 5,000, also with
+     the quotient 2 ulp off; the float products first fail at nk = 19,633 (a climb of two where
+     j fr crosses 2^14), hence the bound on KCA_LSEG below */
   const float r = L.nk > 0 ? (float)L.tf / (float)L.nk * (1.0f + 0x1p-21f) : 0.0f;
   L.fr = spread ? (r < 1.0f ? r : 1.0f) : -1.0f;
 }
