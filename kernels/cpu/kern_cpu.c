@@ -163,14 +163,63 @@ static void cpu_embed(kern_backend_t *be, float *y, const float *table, const in
     memcpy(y + (size_t)i * n, table + (size_t)ids[i] * n, sizeof(float) * n);
 }
 
+typedef int32_t cpu_i8 __attribute__((vector_size(32)));
+
+/* m ? a : b lane by lane (m: a comparison's all-ones or zero lanes). */
+static inline cpu_v8 sel8(cpu_i8 m, cpu_v8 a, cpu_v8 b) {
+  cpu_i8 ia, ib;
+  memcpy(&ia, &a, sizeof ia);
+  memcpy(&ib, &b, sizeof ib);
+  ia = (ia & m) | (ib & ~m);
+  memcpy(&a, &ia, sizeof a);
+  return a;
+}
+
+/* e^x lane by lane (kern_cpu_exp1's arithmetic, documented in kern_cpu_internal.h). */
+static inline cpu_v8 exp8(cpu_v8 x) {
+  const cpu_v8 zero = {0}, lo = zero - 87.0f, hi = zero + 88.0f;
+  const cpu_v8 y = sel8(x > hi, hi, sel8(x < lo, lo, x));
+  const cpu_v8 nf = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rint */
+  const cpu_v8 r = (y - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  cpu_v8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * (r * r) + r) + 1.0f;
+  const cpu_i8 e = (__builtin_convertvector(nf, cpu_i8) + 127) << 23;
+  cpu_v8 two_n;
+  memcpy(&two_n, &e, sizeof two_n);
+  return sel8(x != x, x, sel8(x < lo, zero, p * two_n));
+}
+
+float kern_cpu_exp1(float x) {
+  cpu_v8 v = {x};
+  return exp8(v)[0];
+}
+
 void kern_cpu_softmax_row(float *x, int n) {
-  float mx = -INFINITY, s = 0;
+  float mx = -INFINITY;
   for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-  for (int j = 0; j < n; j++) {
-    x[j] = expf(x[j] - mx);
-    s += x[j];
+  cpu_v8 acc = {0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    cpu_v8 v;
+    memcpy(&v, x + j, sizeof v);
+    v = exp8(v - mx);
+    memcpy(x + j, &v, sizeof v);
+    acc += v;
   }
-  for (int j = 0; j < n; j++) x[j] /= s;
+  if (j < n) { /* the tail through the same lanes, padded with -inf (e^-inf = 0) */
+    cpu_v8 v = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
+    v = exp8(v - mx);
+    memcpy(x + j, &v, sizeof(float) * (size_t)(n - j));
+    acc += v;
+  }
+  const float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (j = 0; j < n; j++) x[j] /= s;
 }
 
 static void cpu_softmax(kern_backend_t *be, float *x, int m, int n) {

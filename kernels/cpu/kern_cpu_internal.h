@@ -90,6 +90,17 @@ void kern_cpu_attn_dots(const float *q, const float *rows, size_t stride, int m,
 /* y += p[i] * rows_i for i = 0 .. m - 1 in that order (kern_cpu_attn_axpy m times: the same
  * bits), y held in registers across the rows for the common head sizes. */
 void kern_cpu_attn_axpys(float *y, const float *p, const float *rows, size_t stride, int m, int n);
+/* e^x as the softmax computes it, in single precision without contraction: 0 below -87 (and
+ * for -inf), y = x clamped to [-87, 88], n = rint(y log2(e)) (by adding and taking away 1.5 x
+ * 2^23), r = (y - 0.693359375 n) + 2.12194440e-4 n, e^r by Cephes' degree-7 polynomial
+ * 1 + r + r^2 (5.0000001201e-1 + r (1.6666665459e-1 + r (4.1665795894e-2 + r (8.3334519073e-3
+ * + r (1.3981999507e-3 + r 1.9875691500e-4))))) evaluated as written, times 2^n from the
+ * exponent bits; NaN gives NaN. Within ~2 ulp of e^x. */
+float kern_cpu_exp1(float x);
+/* The softmax of x[0..n) in place: m = the maximum (m = x > m ? x : m, so NaNs are passed over),
+ * each x replaced by kern_cpu_exp1(x - m), the exponentials summed in eight lanes (lane j % 8,
+ * in order) and the lanes as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), each x divided by that
+ * sum. The same bits for a value wherever it sits in the row. */
 void kern_cpu_softmax_row(float *x, int n);
 /* Keys of sq visible to a query at position qp. */
 int kern_cpu_visible_keys(const kern_attn_seq_t *sq, int qp);
