@@ -178,7 +178,8 @@ static inline cpu_v8 sel8(cpu_i8 m, cpu_v8 a, cpu_v8 b) {
 /* e^x lane by lane (kern_cpu_exp1's arithmetic, documented in kern_cpu_internal.h). */
 static inline cpu_v8 exp8(cpu_v8 x) {
   const cpu_v8 zero = {0}, lo = zero - 87.0f, hi = zero + 88.0f;
-  const cpu_v8 y = sel8(x > hi, hi, sel8(x < lo, lo, x));
+  /* (a NaN lane is made 0 here, so that no NaN reaches the conversion to integers) */
+  const cpu_v8 y = sel8(x != x, zero, sel8(x > hi, hi, sel8(x < lo, lo, x)));
   const cpu_v8 nf = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rint */
   const cpu_v8 r = (y - nf * 0.693359375f) - nf * -2.12194440e-4f;
   cpu_v8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
