@@ -202,18 +202,17 @@ static int kca_slots(const kc_attn_args_t *a, int *slots, int *n_sm = NULL) {
   return 0;
 }
 
-/* $name parsed: lo..hi, or dflt when unset; anything else is ignored with a warning. */
-static int kca_env_int(const char *name, int lo, int hi, int dflt) {
-  return (int)qe_env_long(name, lo, hi, dflt);
+/* $name (lo..hi, qe_env_long), else dflt (>= -1), read once into *cache: the value + 2, 0 while
+ * not read yet (benign race: every reader computes the same value). */
+static int kca_env_once(int *cache, const char *name, int lo, int hi, int dflt) {
+  int v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+  if (!v) __atomic_store_n(cache, v = (int)qe_env_long(name, lo, hi, dflt) + 2, __ATOMIC_RELAXED);
+  return v - 2;
 }
 
 int kc_attn_split(void) {
-  static int v; /* (benign race: every reader computes the same value) */
-  int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
-  if (!s)
-    __atomic_store_n(&v, s = kca_env_int("QE_CUDA_ATTN_SPLIT", 1, 8, KC_ATTN_SPLIT),
-                     __ATOMIC_RELAXED);
-  return s;
+  static int v;
+  return kca_env_once(&v, "QE_CUDA_ATTN_SPLIT", 1, 8, KC_ATTN_SPLIT);
 }
 
 /* Chunks a sequence of the call's n_seq sequences with windows mw (slots: resident chunk blocks of
@@ -336,12 +335,10 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
  * *forced 1: every call of two or more chunks takes it, whatever its waves), else
  * KCA_LEAD_PM_FULL or _QUANT by the cache's tiers. */
 static int kca_lead_pm(const kc_attn_args_t *a, int *forced) {
-  static int env; /* the permille + 2, 1 when unset (0: not read yet; benign race) */
-  int v = __atomic_load_n(&env, __ATOMIC_RELAXED);
-  if (!v)
-    __atomic_store_n(&env, v = kca_env_int("QE_CUDA_ATTN_LEAD", 0, 250, -1) + 2, __ATOMIC_RELAXED);
-  *forced = v > 1;
-  return v > 1 ? v - 2 : a->has_quant ? KCA_LEAD_PM_QUANT : KCA_LEAD_PM_FULL;
+  static int env;
+  const int v = kca_env_once(&env, "QE_CUDA_ATTN_LEAD", 0, 250, -1); /* (-1: unset) */
+  *forced = v >= 0;
+  return v >= 0 ? v : a->has_quant ? KCA_LEAD_PM_QUANT : KCA_LEAD_PM_FULL;
 }
 
 /* The lead (kca_chunk_beg) of a call of n_chunk chunks of cw windows on slots resident blocks
@@ -361,12 +358,9 @@ static int kca_lead(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int
  * waves (past them blocks run out of step, and one's FULL tiles overlap another's quads anyway:
  * +0.9% at long_ctx's 121 sequences against -3.3% at B=8 32K, H200). */
 static bool kca_spread(const kc_attn_args_t *a, int n_chunk, int slots) {
-  static int env; /* the value + 2, 1 when unset (0: not read yet; benign race) */
-  int v = __atomic_load_n(&env, __ATOMIC_RELAXED);
-  if (!v)
-    __atomic_store_n(&env, v = kca_env_int("QE_CUDA_ATTN_SPREAD", 0, 1, -1) + 2,
-                     __ATOMIC_RELAXED);
-  if (v > 1) return v == 3;
+  static int env;
+  const int v = kca_env_once(&env, "QE_CUDA_ATTN_SPREAD", 0, 1, -1); /* (-1: unset) */
+  if (v >= 0) return v == 1;
   return a->has_quant && (long)a->n_seq * a->geom.n_kv * n_chunk <= 2L * slots;
 }
 

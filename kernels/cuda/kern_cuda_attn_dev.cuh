@@ -855,8 +855,8 @@ typedef struct {
   const uint16_t *ent; /* KCA_LIST: the segment's list entries (kca_lst_t) */
   int nf, nl;          /* KCA_LIST: its FULL entries, and all of them */
   int tf, jt;          /* KCA_LIST: its FULL tiles, and the warp's last tile handed out */
-  float fr;            /* KCA_LIST: FULL tiles first (< 0), or spread among the quads at a FULL
-                          tile a 1 / fr tiles (kca_lfull) */
+  float fr;            /* KCA_LIST: FULL tiles first (< 0), or spread among the quads, one
+                          FULL tile every 1 / fr tiles (kca_lfull) */
 } kca_live_t;
 
 /* ---------------------------------------------------------------- code unpacking */
@@ -1012,13 +1012,14 @@ KCA_FN bool kca_lfull(const kca_live_t &L, int j, int &i) {
 
 /* The windows of list tile j, whose QUANT tiles take NQ windows (2, or 4 with KCA_QUAD): a FULL
  * pair (w[1] -1 when j is the tier's odd last entry; w[2] .. -1), or up to NQ QUANT windows (-1
- * past the tier's end). w[0] always exists. */
-template <int NQ> KCA_FN void kca_list_tile(const kca_live_t &L, int j, int (&w)[NQ]) {
+ * past the tier's end). w[0] always exists. Returns whether it is a FULL tile. */
+template <int NQ> KCA_FN bool kca_list_tile(const kca_live_t &L, int j, int (&w)[NQ]) {
   int i;
   const bool f = kca_lfull(L, j, i);
   const int e = f ? 2 * i : L.nf + NQ * i, end = f ? L.nf : L.nl, n = f ? 2 : NQ;
   KCA_UNROLL
   for (int x = 0; x < NQ; x++) w[x] = x < n && e + x < end ? L.wbase + L.ent[e + x] : -1;
+  return f;
 }
 
 /* ---------------------------------------------------------------- issuing a tile */
@@ -1341,9 +1342,8 @@ KCA_FN kca_tile_t kca_issue_lq(const kca_params_t &p, uint8_t *stage, int soff,
                                const kca_plan_t &pl, const kca_live_t &L, int j, int kvh, int lane,
                                int gs, const uint8_t *ds) {
   using Ly = kca_lay<HD, BITS>;
-  int w[4], nt, ti;
-  kca_list_tile<4>(L, j, w);
-  const bool full = kca_lfull(L, j, ti);
+  int w[4], nt;
+  const bool full = kca_list_tile<4>(L, j, w);
   if (full && KCA_DRINGF && ds) { /* a FULL pair, its descriptors in the ring */
     const kca_lwin_t A = kca_lwin_f(p, ds);
     kca_lwin_t B = kca_lwin_f(p, ds + (w[1] >= 0 ? 64 : 0));

@@ -40,6 +40,7 @@ class Client:
                                                        ("grpc.max_receive_message_length", 64 << 20)])
         self.gen = pbg.GenerationStub(self.ch)
         self.adm = pbg.AdminStub(self.ch)
+        self.health = hpbg.HealthStub(self.ch)  # grpc.health.v1 (no key needed)
         self.md = auth(key)
 
     def request(self, prompt, n, policy="", budget=None, ids=None, **kw):
@@ -105,7 +106,7 @@ def test_auth(srv, admin, tenant_key):
     t = Client(srv.addr, tenant_key)
     code, _ = code_of(lambda: t.adm.ListTenants(pb.ListTenantsRequest(), metadata=t.md, timeout=10))
     C.ok(code == grpc.StatusCode.PERMISSION_DENIED, "tenant key on Admin: PERMISSION_DENIED (%s)" % code)
-    h = hpbg.HealthStub(admin.ch)
+    h = admin.health
     st = h.Check(hpb.HealthCheckRequest(service=""), timeout=10).status
     C.ok(st == hpb.HealthCheckResponse.SERVING, "grpc.health.v1 Check: SERVING")
     w = h.Watch(hpb.HealthCheckRequest(service=""), timeout=10)
@@ -248,8 +249,7 @@ def test_hardening(srv, admin, cl):
     C.ok(finished_of(ev) is not None and "sched exited" not in srv.tail(20000),
          "the scheduler outlives metrics clients that leave mid-reply")
     # Health.Watch of a service this server does not know: SERVICE_UNKNOWN (the spec's)
-    w = hpbg.HealthStub(admin.ch).Watch(hpb.HealthCheckRequest(service="qevict.v1.NoSuchService"),
-                                        timeout=10)
+    w = admin.health.Watch(hpb.HealthCheckRequest(service="qevict.v1.NoSuchService"), timeout=10)
     first = next(w, None)
     w.cancel()
     C.ok(first is not None and first.status == hpb.HealthCheckResponse.SERVICE_UNKNOWN,
