@@ -199,9 +199,27 @@ float kern_cpu_exp1(float x) {
   return exp8(v)[0];
 }
 
-void kern_cpu_softmax_row(float *x, int n) {
+/* The maximum of x[0..n) as m = x > m ? x : m from -inf (NaNs passed over), eight lanes at a
+ * time: the same value as one chain (the order can only choose between +0 and -0, which
+ * subtract alike from every other value and give e^0 = 1 alike). */
+static float max_row(const float *x, int n) {
+  const cpu_v8 ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                       -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  cpu_v8 m8 = ninf;
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    cpu_v8 v;
+    memcpy(&v, x + j, sizeof v);
+    m8 = sel8(v > m8, v, m8);
+  }
   float mx = -INFINITY;
-  for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  for (int l = 0; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+  for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+void kern_cpu_softmax_row(float *x, int n) {
+  const float mx = max_row(x, n);
   cpu_v8 acc = {0};
   int j = 0;
   for (; j + 8 <= n; j += 8) {

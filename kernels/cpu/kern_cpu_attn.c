@@ -99,9 +99,44 @@ static inline __attribute__((always_inline)) void attn_dot4_n(const float *q, co
   }
 }
 
+/* Lane j of a + b for j < 4, of c + d for j >= 4, where a, c hold lanes 0-3 and b, d lanes 4-7
+ * of x and y: lane j of the result is x[j] + x[j + 4] (j < 4) or y[j - 4] + y[j] (j >= 4). */
+static inline attn_v8 attn_fold(attn_v8 x, attn_v8 y) {
+  return __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+/* Pairwise sums within each half: lanes (a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5,
+ * b6+b7), as the horizontal add of two vectors. */
+static inline attn_v8 attn_hadd(attn_v8 a, attn_v8 b) {
+  return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) +
+         __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
+}
+
+/* Eight of kern_cpu_attn_dot_n's sums at once (n a multiple of 8), each with exactly its
+ * operations: lane l of row i's accumulator takes q[d] r_i[d] for d = l mod 8 in order, and the
+ * lanes are summed as ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)), here for the eight rows at once
+ * by folding the halves (attn_fold: s_i = lanes 0-3 + lanes 4-7) and two horizontal adds
+ * ((s_i0 + s_i1) + (s_i2 + s_i3)), which leave row i's sum in lane i. */
+static inline __attribute__((always_inline)) attn_v8 attn_dot8_n(const float *q, const float *r,
+                                                                 size_t st, int n) {
+  attn_v8 a[8] = {{0}};
+  for (int d = 0; d < n; d += 8) {
+    attn_v8 x = *(const attn_v8 *)(q + d);
+    for (int i = 0; i < 8; i++) a[i] += x * *(const attn_v8 *)(r + i * st + d);
+  }
+  attn_v8 t04 = attn_fold(a[0], a[4]), t15 = attn_fold(a[1], a[5]);
+  attn_v8 t26 = attn_fold(a[2], a[6]), t37 = attn_fold(a[3], a[7]);
+  return attn_hadd(attn_hadd(t04, t15), attn_hadd(t26, t37));
+}
+
 static inline __attribute__((always_inline)) void
 attn_dots_n(const float *q, const float *rows, size_t st, int m, int n, float scale, float *out) {
   int i = 0;
+  for (; n % 8 == 0 && i + 8 <= m; i += 8) {
+    attn_v8 s = attn_dot8_n(q, rows + i * st, st, n) * scale;
+    memcpy(out + i, &s, sizeof s);
+  }
   for (; i + 4 <= m; i += 4) {
     attn_dot4_n(q, rows + i * st, st, n, out + i);
     for (int u = 0; u < 4; u++) out[i + u] *= scale;

@@ -83,8 +83,9 @@ static inline void kern_cpu_attn_axpy(float *y, float a, const float *x, int n) 
     kern_cpu_attn_axpy_n(y, a, x, n);
 }
 
-/* out[i] = scale * kern_cpu_attn_dot(q, rows + i * stride, n) for i < m, four rows at a time
- * (independent sums in flight instead of one chain): the same bits. */
+/* out[i] = scale * kern_cpu_attn_dot(q, rows + i * stride, n) for i < m, eight rows at a time
+ * (their lanes summed together by shuffles, each in its own fixed pairing), then four, then one:
+ * the same bits. */
 void kern_cpu_attn_dots(const float *q, const float *rows, size_t stride, int m, int n, float scale,
                         float *out);
 /* y += p[i] * rows_i for i = 0 .. m - 1 in that order (kern_cpu_attn_axpy m times: the same
