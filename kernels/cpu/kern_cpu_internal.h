@@ -2,8 +2,12 @@
 #ifndef QE_KERN_CPU_INTERNAL_H
 #define QE_KERN_CPU_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#if defined(__FMA__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "kern.h"
 
@@ -47,6 +51,18 @@ void kern_cpu_packed_matmul(kern_cpu_t *c, float *y, const float *x, const kern_
  * which must give the same bits. */
 typedef float attn_v8 __attribute__((vector_size(32), aligned(4)));
 
+/* a + x y lane by lane, rounded once (fmaf's result): the attention's one multiply-add. By the
+ * instruction where the target has it (-march=native or x86-64-v3 builds), else by fmaf. */
+static inline __attribute__((always_inline)) attn_v8 kern_cpu_fma8(attn_v8 x, attn_v8 y,
+                                                                   attn_v8 a) {
+#if defined(__FMA__) && defined(__AVX__)
+  return (attn_v8)_mm256_fmadd_ps((__m256)x, (__m256)y, (__m256)a);
+#else
+  for (int l = 0; l < 8; l++) a[l] = fmaf(x[l], y[l], a[l]);
+  return a;
+#endif
+}
+
 /* The dot product of attn_dot for a given n: inlined where n is a constant, so the common head
  * sizes get unrolled loops (the same operations in the same order: the same bits). */
 static inline __attribute__((always_inline)) float kern_cpu_attn_dot_n(const float *a,
@@ -55,10 +71,11 @@ static inline __attribute__((always_inline)) float kern_cpu_attn_dot_n(const flo
   float s = 0;
   if (n % 8 == 0) {
     attn_v8 acc = {0};
-    for (; d < n; d += 8) acc += *(const attn_v8 *)(a + d) * *(const attn_v8 *)(b + d);
+    for (; d < n; d += 8)
+      acc = kern_cpu_fma8(*(const attn_v8 *)(a + d), *(const attn_v8 *)(b + d), acc);
     s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
   }
-  for (; d < n; d++) s += a[d] * b[d];
+  for (; d < n; d++) s = fmaf(a[d], b[d], s);
   return s;
 }
 
@@ -70,7 +87,7 @@ static inline float kern_cpu_attn_dot(const float *a, const float *b, int n) {
 
 static inline __attribute__((always_inline)) void kern_cpu_attn_axpy_n(float *y, float a,
                                                                        const float *x, int n) {
-  for (int d = 0; d < n; d++) y[d] += a * x[d];
+  for (int d = 0; d < n; d++) y[d] = fmaf(a, x[d], y[d]);
 }
 
 /* y += a x, unrolled for the common head sizes as kern_cpu_attn_dot. */

@@ -220,12 +220,19 @@ static void pk_stream_rows(const pk_job_t *g, int j0, int j1) {
 }
 
 #ifdef QE_HAVE_BLAS
-/* Rows [j0, j1) of a large batch: 64 weight rows at a time dequantized, then sgemm. */
+/* Weight rows dequantized for one sgemm call: as many as fit PK_GEMM_BYTES (at least 64), since
+ * every call packs the whole activation matrix again (64 rows a call at SmolLM2's shapes spent
+ * more time packing the activations than a third of the products). */
+enum { PK_GEMM_BYTES = 2 << 20 };
+
+/* Rows [j0, j1) of a large batch: a block of weight rows at a time dequantized, then sgemm. */
 static void pk_gemm_rows(const pk_job_t *g, int j0, int j1) {
-  float *wf = malloc(sizeof(float) * 64 * (size_t)g->k);
+  int blk = PK_GEMM_BYTES / (int)sizeof(float) / g->k;
+  blk = blk < 64 ? 64 : blk > j1 - j0 ? j1 - j0 : blk;
+  float *wf = malloc(sizeof(float) * (size_t)blk * (size_t)g->k);
   if (!wf) abort(); /* transient workspace: fails only on an exhausted host */
-  for (int jb = j0; jb < j1; jb += 64) {
-    int nr = j1 - jb < 64 ? j1 - jb : 64;
+  for (int jb = j0; jb < j1; jb += blk) {
+    int nr = j1 - jb < blk ? j1 - jb : blk;
     for (int r = 0; r < nr; r++) pk_row(&g->v, g->k, jb + r, wf + (size_t)r * g->k);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->m, nr, g->k, 1.0f, g->x, g->k, wf, g->k,
                 g->acc ? 1.0f : 0.0f, g->y + jb, g->n);

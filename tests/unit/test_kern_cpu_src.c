@@ -1,11 +1,12 @@
 /* test_kern_cpu_src: the CPU backend's attention bit for bit against its documented arithmetic
- * (each score the eight-lane dot product scaled, the backend's softmax, each output the values
- * summed in key order, each key's mass the heads' probabilities divided by n_head and summed in
- * head order), with the keys and values given as k and v, or through a key-value source of
- * runs (kern_kv_src_t: some runs in place, some copied into the backend's buffer as a cache
- * dequantizing them would), for decode calls (the three-pass split) and for prompts (the
- * blocked path), on fresh random data, several shapes, batches and thread counts, the pool
- * spinning or not; and the softmax row against its documented arithmetic. */
+ * (each score the eight-lane dot product of fused multiply-adds, scaled; the backend's softmax;
+ * each output the values summed in key order by fused multiply-adds; each key's mass the heads'
+ * probabilities divided by n_head and summed in head order), with the keys and values given as
+ * k and v, or through a key-value source of runs (kern_kv_src_t: some runs in place, some copied
+ * into the backend's buffer as a cache dequantizing them would), for decode calls (the
+ * three-pass split) and for prompts (the blocked path), on fresh random data, several shapes,
+ * batches and thread counts, the pool spinning or not; and the softmax row against its
+ * documented arithmetic. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,17 +24,18 @@ static float *randv(size_t n, float amp) {
   return x;
 }
 
-/* The backend's dot product, written out: eight lanes, then their fixed pairing. */
+/* The backend's dot product, written out: eight lanes of fused multiply-adds, then their fixed
+ * pairing. */
 static float ref_dot(const float *a, const float *b, int n) {
   float s = 0;
   int d = 0;
   if (n % 8 == 0) {
     float acc[8] = {0};
     for (; d < n; d += 8)
-      for (int l = 0; l < 8; l++) acc[l] += a[d + l] * b[d + l];
+      for (int l = 0; l < 8; l++) acc[l] = fmaf(a[d + l], b[d + l], acc[l]);
     s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
   }
-  for (; d < n; d++) s += a[d] * b[d];
+  for (; d < n; d++) s = fmaf(a[d], b[d], s);
   return s;
 }
 
@@ -66,7 +68,7 @@ static void reference(kern_backend_t *be, const case_t *c, float *out, float *ma
       be->ops->softmax(be, p, 1, nk);
       for (int d = 0; d < hd; d++) o[d] = 0;
       for (int j = 0; j < nk; j++)
-        for (int d = 0; d < hd; d++) o[d] += p[j] * c->v[(size_t)j * st + kvh * hd + d];
+        for (int d = 0; d < hd; d++) o[d] = fmaf(p[j], c->v[(size_t)j * st + kvh * hd + d], o[d]);
       for (int j = 0; i >= c->mass_q0 && j < nk; j++) hm[(size_t)h * c->n_kv + j] += p[j];
     }
   for (int h = 0; h < nh; h++)
