@@ -157,7 +157,7 @@ void kern_cpu_attn_dots(const float *q, const float *rows, size_t stride, int m,
 }
 
 /* kern_cpu_attn_axpys for n a multiple of 8 up to 128: the sums in registers. (Sixteen lanes
- * a vector, AVX-512, measured slower: the quick start's prefill 505 -> 380 tokens/s.) */
+ * a vector, AVX-512, were level or slower in the quick start's prefill; not kept.) */
 static inline __attribute__((always_inline)) void
 attn_axpys_n(float *y, const float *p, const float *rows, size_t st, int m, int n) {
   attn_v8 acc[16];
