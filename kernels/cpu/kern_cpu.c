@@ -144,15 +144,6 @@ static void cpu_rmsnorm(kern_backend_t *be, float *y, const float *x, const floa
   }
 }
 
-static void cpu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m,
-                       int n) {
-  size_t total = (size_t)m * n;
-  for (size_t i = 0; i < total; i++) {
-    float gv = gate[i];
-    y[i] = gv / (1.0f + expf(-gv)) * up[i];
-  }
-}
-
 static void cpu_add(kern_backend_t *be, float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
@@ -192,6 +183,20 @@ static inline cpu_v8 exp8(cpu_v8 x) {
   cpu_v8 two_n;
   memcpy(&two_n, &e, sizeof two_n);
   return sel8(x != x, x, sel8(x < lo, zero, p * two_n));
+}
+
+/* y = g / (1 + e^-g) * u, eight lanes at a time (e^x as kern_cpu_exp1). */
+static void cpu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m,
+                       int n) {
+  const size_t total = (size_t)m * n;
+  for (size_t i = 0; i < total; i += 8) {
+    const size_t nl = total - i < 8 ? total - i : 8;
+    cpu_v8 g = {0}, u = {0};
+    memcpy(&g, gate + i, sizeof(float) * nl);
+    memcpy(&u, up + i, sizeof(float) * nl);
+    const cpu_v8 r = g / (1.0f + exp8(-g)) * u;
+    memcpy(y + i, &r, sizeof(float) * nl);
+  }
 }
 
 float kern_cpu_exp1(float x) {

@@ -113,7 +113,8 @@ void kern_cpu_attn_axpys(float *y, const float *p, const float *rows, size_t str
  * 2^23), r = (y - 0.693359375 n) + 2.12194440e-4 n, e^r by Cephes' degree-7 polynomial
  * 1 + r + r^2 (5.0000001201e-1 + r (1.6666665459e-1 + r (4.1665795894e-2 + r (8.3334519073e-3
  * + r (1.3981999507e-3 + r 1.9875691500e-4))))) evaluated as written, times 2^n from the
- * exponent bits; NaN gives NaN. Within ~2 ulp of e^x. */
+ * exponent bits; NaN gives NaN. Within ~2 ulp of e^x. SwiGLU takes it too: y = g / (1 +
+ * kern_cpu_exp1(-g)) * u. */
 float kern_cpu_exp1(float x);
 /* The softmax of x[0..n) in place: m = the maximum (m = x > m ? x : m, so NaNs are passed over),
  * each x replaced by kern_cpu_exp1(x - m), the exponentials summed in eight lanes (lane j % 8,
