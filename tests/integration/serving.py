@@ -70,8 +70,10 @@ def free_port():
 class Server:
     """`qevict serve` in a process group of its own, with its ports and state directory."""
 
-    def __init__(self, qevict, model, state_dir, workers=1, extra=(), log=None):
+    def __init__(self, qevict, model, state_dir, workers=1, extra=(), log=None, metrics_ssl=None):
+        """metrics_ssl: an ssl.SSLContext for a metrics endpoint served over TLS."""
         self.qevict, self.model, self.state_dir = qevict, model, state_dir
+        self.metrics_ssl = metrics_ssl
         self.workers, self.extra = workers, list(extra)
         self.pick_ports()
         self.log = log or os.path.join(state_dir + ".log")
@@ -132,8 +134,9 @@ class Server:
         """One scrape ("" if three tries in a row failed: the server is gone or stuck)."""
         for _ in range(tries):
             try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport,
-                                            timeout=10) as r:
+                scheme = "https" if self.metrics_ssl else "http"
+                with urllib.request.urlopen("%s://127.0.0.1:%d/metrics" % (scheme, self.mport),
+                                            timeout=10, context=self.metrics_ssl) as r:
                     return r.read().decode()
             except OSError:
                 time.sleep(0.2)

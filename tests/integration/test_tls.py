@@ -3,10 +3,14 @@
 test CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a second,
 unrelated CA). `qevict serve --tls-cert/--tls-key` (stories260K, one CPU worker) is driven by
 Python grpcio and by `qevict submit`/`tenant`; then `--tls-client-ca` (client certificates
-required); then the configuration errors of both sides.
+required); then /metrics and /healthz over TLS (`--metrics-tls`: Python's ssl and http.client,
+with and without client certificates); then the configuration errors of both sides.
 usage: test_tls.py QEVICT_BINARY   (exit 77 = skipped)"""
+import http.client
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 
@@ -193,6 +197,123 @@ def test_mtls_server():
     srv.stop()
 
 
+def ssl_ctx(ca, client=None):
+    ctx = ssl.create_default_context(cafile=path(ca + ".pem"))
+    if client:
+        ctx.load_cert_chain(path(client + ".pem"), path(client + ".key"))
+    return ctx
+
+
+def https_get(port, ctx, target="/metrics", conn=None):
+    """(status, body) of one GET; raises OSError (ssl.SSLError among them) when refused."""
+    c = conn or http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    c.request("GET", target)
+    r = c.getresponse()
+    return r.status, r.read().decode()
+
+
+def refused(fn):
+    try:
+        fn()
+        return "served"
+    except (OSError, http.client.HTTPException) as e:
+        return type(e).__name__
+
+
+def test_metrics_tls():
+    ctx = ssl_ctx("ca")
+    srv = serving.Server(QEVICT, STORIES, path("state-mtls-metrics"), workers=1, metrics_ssl=ctx,
+                         extra=["--tls-cert", path("server.pem"), "--tls-key", path("server.key"),
+                                "--metrics-tls"])
+    srv.start()  # waits for the worker through /metrics over TLS
+    st, body = https_get(srv.mport, ctx)
+    C.ok(st == 200 and 'qevict_workers{state="up"} 1' in body,
+         "--metrics-tls: /metrics over TLS (%d, %d bytes)" % (st, len(body)))
+    conn = http.client.HTTPSConnection("127.0.0.1", srv.mport, context=ctx, timeout=10)
+    sts = [https_get(srv.mport, ctx, t, conn)[0] for t in ("/healthz", "/metrics", "/nosuch")]
+    C.ok(sts == [200, 200, 404], "three requests on one TLS connection (keep-alive): %s" % sts)
+    conn.close()
+    why = refused(lambda: urllib_plain(srv.mport))
+    C.ok(why != "served", "plain HTTP to the TLS metrics port is refused (%s)" % why)
+    why = refused(lambda: https_get(srv.mport, ssl_ctx("otherca")))
+    C.ok(why != "served", "a scraper trusting another CA is refused (%s)" % why)
+    with socket.create_connection(("127.0.0.1", srv.mport), timeout=10) as raw:
+        raw.sendall(b"\x16\x03\x01\x00\x05garbage-not-a-handshake" * 40)
+        try:
+            raw.recv(4096)
+        except OSError:
+            pass
+    st, _ = https_get(srv.mport, ctx)
+    C.ok(st == 200, "after a connection of garbage records, /metrics still served: %d" % st)
+    out, how = trickle(srv.mport, ctx, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    C.ok(out.count(b"HTTP/1.1 200") == 2 and how == "close_notify",
+         "the handshake and two pipelined requests sent a byte at a time: both answered "
+         "(%d bytes), then the session ended by %s" % (len(out), how))
+    srv.stop()
+    srv = serving.Server(QEVICT, STORIES, path("state-mmtls-metrics"), workers=1,
+                         metrics_ssl=ssl_ctx("ca", "client"),
+                         extra=["--tls-cert", path("server.pem"), "--tls-key", path("server.key"),
+                                "--tls-client-ca", path("ca.pem"), "--metrics-tls"])
+    srv.start()
+    st, _ = https_get(srv.mport, ssl_ctx("ca", "client"))
+    C.ok(st == 200, "--metrics-tls under mutual TLS: a scraper with a client certificate: %d" % st)
+    why = refused(lambda: https_get(srv.mport, ctx))
+    C.ok(why != "served", "mutual TLS metrics: no client certificate is refused (%s)" % why)
+    why = refused(lambda: https_get(srv.mport, ssl_ctx("ca", "stranger")))
+    C.ok(why != "served", "mutual TLS metrics: a certificate of another CA is refused (%s)" % why)
+    srv.stop()
+
+
+def trickle(port, ctx, request):
+    """Runs TLS over a raw socket through memory BIOs, sending every byte of the client's records
+    in its own TCP segment; returns the plaintext received and how the session ended
+    ("close_notify", or "eof" when the socket closed without it)."""
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, outg, server_hostname="127.0.0.1")
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send_all():
+        for b in outg.read():
+            sock.sendall(bytes([b]))
+
+    def pump(step):
+        while True:
+            try:
+                return step()
+            except ssl.SSLWantReadError:
+                send_all()
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("closed before the step ended")
+                inc.write(data)
+    pump(obj.do_handshake)
+    obj.write(request)
+    send_all()
+    got, how = b"", "eof"
+    while True:
+        try:
+            chunk = pump(lambda: obj.read(65536))
+        except ssl.SSLZeroReturnError:
+            how = "close_notify"
+            break
+        except ConnectionError:
+            break
+        if not chunk:  # (SSLObject.read gives b"" once the close_notify is in)
+            how = "close_notify"
+            break
+        got += chunk
+    sock.close()
+    return got, how
+
+
+def urllib_plain(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    return c.getresponse().read()
+
+
 def server_error(what, extra, want, code=None):
     """`qevict sched` with a TLS misconfiguration must exit non-zero with `want` in its message."""
     state = path("state-bad")
@@ -224,6 +345,13 @@ def test_server_errors():
     server_error("a client CA file that is not PEM", ["--tls-cert", cert, "--tls-key", key,
                                                       "--tls-client-ca", STORIES],
                  "--tls-client-ca '")
+    server_error("--metrics-tls without --tls-cert", ["--metrics-tls"], "--metrics-tls needs", 2)
+    server_error("--metrics-tls with no metrics endpoint", ["--tls-cert", cert, "--tls-key", key,
+                                                            "--metrics-tls"], "no metrics", 2)
+    r = subprocess.run([QEVICT, "worker", "--model", STORIES, "--metrics-tls"],
+                       capture_output=True, text=True, timeout=60)
+    C.ok(r.returncode == 2 and "scheduler option" in r.stderr,
+         "qevict worker --metrics-tls: exit %d" % r.returncode)
     r = subprocess.run([QEVICT, "serve", "--model", STORIES, "--tls-key", key],
                        capture_output=True, text=True, timeout=60)
     C.ok(r.returncode == 2 and "--tls-cert" in r.stderr,
@@ -246,6 +374,7 @@ def main():
         f.write("-----BEGIN nothing\nhello\n")
     test_tls_server()
     test_mtls_server()
+    test_metrics_tls()
     test_server_errors()
     rc = C.done()
     shutil.rmtree(TMP, ignore_errors=True)

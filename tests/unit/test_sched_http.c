@@ -5,8 +5,9 @@
  * keep-alive, pipelining, query strings, HTTP/1.0, Connection: close, request bodies, 405,
  * 404, 400, 414, 431, 413, 501, 505, a half-sent head (408, then closed), an idle connection
  * (closed), the connection limit, several concurrent clients on threads, and a server closing
- * under open connections. The parser's answers are checked directly too. Every wait is bounded
- * by a socket timeout. */
+ * under open connections. The parser's answers are checked directly too, and TLS files that
+ * cannot be used are refused at creation (test_tls.py serves TLS). Every wait is bounded by a
+ * socket timeout. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -425,6 +426,13 @@ static void test_addresses(void) {
     sh_server_close(s);
   }
   sh_server_close(NULL);
+  /* TLS files that cannot be used: refused before listening, the file named */
+  const sh_options_t nofile = {.tls_cert = "/nonexistent/cert.pem", .tls_key = "/nonexistent/k"};
+  CHECK(sh_server_create_opts(&l, "127.0.0.1:0", &nofile, handler, &S, &s) == QE_EINVAL && !s);
+  CHECK(strstr(qe_errmsg(), "/nonexistent/cert.pem") != NULL);
+  const sh_options_t notpem = {.tls_cert = __FILE__, .tls_key = __FILE__};
+  CHECK(sh_server_create_opts(&l, "127.0.0.1:0", &notpem, handler, &S, &s) == QE_EINVAL && !s);
+  CHECK(strstr(qe_errmsg(), "certificate") != NULL);
   CHECK(uv_run(&l, UV_RUN_DEFAULT) == 0);
   CHECK(uv_loop_close(&l) == 0);
 }
