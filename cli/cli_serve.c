@@ -492,10 +492,10 @@ int cli_serve(int argc, char **argv) {
   snprintf(keyfile, sizeof keyfile, "%s", o.s.admin_key_file ? o.s.admin_key_file : "");
   if (!*keyfile) snprintf(keyfile, sizeof keyfile, "%s/admin.key", state);
   fprintf(stderr,
-          "qevict serve: gRPC on %s, metrics on http://%s/metrics, %d worker group(s) of %d "
+          "qevict serve: gRPC on %s%s, metrics on http%s://%s/metrics, %d worker group(s) of %d "
           "rank(s), state in %s%s, admin key in %s\n",
-          o.s.listen, o.s.metrics_listen, o.workers, o.w.tp, state, temp ? " (temporary)" : "",
-          keyfile);
+          o.s.listen, o.s.tls_cert ? " (TLS)" : "", o.s.metrics_tls ? "s" : "", o.s.metrics_listen,
+          o.workers, o.w.tp, state, temp ? " (temporary)" : "", keyfile);
   int failed = 0;
   supervise(ch, n, &failed);
   stop_children(ch, n);
