@@ -381,9 +381,31 @@ static void set_timer(sh_conn_t *c, int kind) {
 
 /* ---- TLS ---------------------------------------------------------------------------------- */
 
+/* A write of ciphertext that is not a response's. */
+typedef struct {
+  uv_write_t req;
+  sh_conn_t *c;
+  char *buf;
+} sh_flush_t;
+
+/* Ciphertext queued beyond which the connection stops reading (a peer that makes the session
+ * answer, e.g. by key updates, without reading the answers). */
+#define SH_TLS_QUEUE_MAX 65536
+
+static int queue_full(const sh_conn_t *c) {
+  return c->tls && uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp) > SH_TLS_QUEUE_MAX;
+}
+
 static void on_flushed(uv_write_t *req, int status) {
-  free(req->data);
-  free(req);
+  sh_flush_t *f = req->data;
+  sh_conn_t *c = f->c;
+  free(f->buf);
+  free(f);
+  if (c->closing || status == UV_ECANCELED) return;
+  if (status < 0)
+    conn_close(c);
+  else if (!c->writing)
+    conn_pump(c); /* reading may resume */
 }
 
 /* Sends the ciphertext the session has pending (handshake records, alerts, close_notify). */
@@ -392,21 +414,21 @@ static int tls_flush(sh_conn_t *c) {
   size_t n;
   if (sh_tls_take(c->tls, &b, &n)) return QE_ENOMEM;
   if (!n) return 0;
-  uv_write_t *req = malloc(sizeof *req);
+  sh_flush_t *f = malloc(sizeof *f);
   uv_buf_t ub = uv_buf_init(b, (unsigned)n);
-  if (!req || uv_write(req, (uv_stream_t *)&c->tcp, &ub, 1, on_flushed)) {
+  if (f) f->c = c, f->buf = b, f->req.data = f;
+  if (!f || uv_write(&f->req, (uv_stream_t *)&c->tcp, &ub, 1, on_flushed)) {
     free(b);
-    free(req);
+    free(f);
     return QE_EIO;
   }
-  req->data = b;
   return 0;
 }
 
 static void on_dead_shutdown(uv_shutdown_t *req, int status) { conn_close(req->data); }
 
-/* The session failed: its alert goes out, this side shuts down, input is discarded until the
- * peer closes (or the linger timer ends it). */
+/* The session failed: its alert goes out, then this side shuts down and the connection closes
+ * (input is discarded meanwhile; the peer's end of stream closes it at once). */
 static void tls_fail(sh_conn_t *c) {
   c->tls_dead = 1, c->draining = 1, c->n = 0, c->have_req = 0, c->keep = 0;
   c->shut.data = c;
@@ -414,17 +436,19 @@ static void tls_fail(sh_conn_t *c) {
     conn_close(c);
 }
 
-/* Moves decrypted bytes into buf while it has room, and sends what the handshake answers. */
-static void tls_fill(sh_conn_t *c) {
+/* Moves decrypted bytes into buf while it has room, and sends what the handshake answers.
+ * Returns the bytes moved. */
+static size_t tls_fill(sh_conn_t *c) {
   size_t got = 0;
   int rc = sh_tls_read(c->tls, c->buf + c->n, sizeof c->buf - c->n, &got);
   c->n += got;
   if (rc < 0) {
     tls_fail(c);
-    return;
+    return got;
   }
   if (rc == SH_TLS_EOF) c->eof = 1;
   if (tls_flush(c)) conn_close(c);
+  return got;
 }
 
 /* ---- writing responses ---------------------------------------------------------------------- */
@@ -564,11 +588,13 @@ static void conn_pump(sh_conn_t *c) {
   while (!c->closing && !c->writing && !c->draining) {
     sh_request_t r;
     int rc;
-    if (c->tls && (tls_fill(c), c->closing || c->draining)) break;
+    size_t got = 0; /* TLS: plaintext taken out of the session this round */
+    if (c->tls && (got = tls_fill(c), c->closing || c->draining)) break;
     if (c->have_req) {
       size_t k = c->body_left < c->n ? (size_t)c->body_left : c->n;
       consume(c, k);
       c->body_left -= k;
+      if (c->body_left && got) continue; /* the session may hold more of the body */
       if (c->body_left) break;
       conn_respond(c);
       continue;
@@ -636,6 +662,9 @@ static void conn_update(sh_conn_t *c) {
   } else if (c->draining) {
     set_reading(c, 1);
     set_timer(c, T_LINGER);
+  } else if (queue_full(c)) { /* until the peer reads what the session answered */
+    set_reading(c, 0);
+    set_timer(c, T_WRITE);
   } else {
     set_reading(c, 1);
     set_timer(c, c->have_req ? T_BODY : c->n ? T_HEAD : T_IDLE);

@@ -3,6 +3,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <limits.h>
 #include <stdlib.h>
 
 #include "qe_status.h"
@@ -48,9 +49,16 @@ int sh_tls_ctx_create(const char *cert, const char *key, const char *client_ca,
     return ctx_fail(c, "cannot use the private key", key);
   if (SSL_CTX_check_private_key(c->ssl) != 1)
     return ctx_fail(c, "the private key does not match the certificate in", cert);
+  /* (a session id context: without one, resuming a session under client verification fails) */
+  static const unsigned char sid[] = "qevict-metrics";
+  SSL_CTX_set_session_id_context(c->ssl, sid, sizeof sid - 1);
   if (client_ca) {
-    if (SSL_CTX_load_verify_locations(c->ssl, client_ca, NULL) != 1)
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(client_ca);
+    if (!names || SSL_CTX_load_verify_locations(c->ssl, client_ca, NULL) != 1) {
+      sk_X509_NAME_pop_free(names, X509_NAME_free);
       return ctx_fail(c, "cannot load the client CA bundle", client_ca);
+    }
+    SSL_CTX_set_client_CA_list(c->ssl, names); /* (told to clients; the context owns it) */
     SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
   }
   *out = c;
@@ -95,6 +103,7 @@ int sh_tls_feed(sh_tls_t *t, const char *buf, size_t n) {
 
 int sh_tls_read(sh_tls_t *t, char *out, size_t cap, size_t *got) {
   *got = 0;
+  ERR_clear_error(); /* (SSL_get_error reads the queue: nothing older may be in it) */
   while (*got < cap) {
     size_t k = 0;
     if (SSL_read_ex(t->ssl, out + *got, cap - *got, &k) == 1) {
@@ -127,6 +136,7 @@ int sh_tls_take(sh_tls_t *t, char **buf, size_t *n) {
   *buf = NULL, *n = 0;
   size_t pend = BIO_ctrl_pending(t->out);
   if (!pend) return 0;
+  if (pend > INT_MAX) pend = INT_MAX; /* (the rest on the next take) */
   char *b = malloc(pend);
   if (!b) return QE_ENOMEM;
   int k = BIO_read(t->out, b, (int)pend);

@@ -232,6 +232,13 @@ def test_metrics_tls():
     conn = http.client.HTTPSConnection("127.0.0.1", srv.mport, context=ctx, timeout=10)
     sts = [https_get(srv.mport, ctx, t, conn)[0] for t in ("/healthz", "/metrics", "/nosuch")]
     C.ok(sts == [200, 200, 404], "three requests on one TLS connection (keep-alive): %s" % sts)
+    try:  # several records, more than the server's buffer
+        conn.request("GET", "/healthz", body=b"b" * 60000)
+        r = conn.getresponse()
+        got = "%d %r" % (r.status, r.read())
+    except (OSError, http.client.HTTPException) as e:
+        got = type(e).__name__
+    C.ok(got == "200 b'ok\\n'", "a request with a 60,000-byte body over TLS answered: %s" % got)
     conn.close()
     why = refused(lambda: urllib_plain(srv.mport))
     C.ok(why != "served", "plain HTTP to the TLS metrics port is refused (%s)" % why)
@@ -258,6 +265,9 @@ def test_metrics_tls():
     srv.start()
     st, _ = https_get(srv.mport, ssl_ctx("ca", "client"))
     C.ok(st == 200, "--metrics-tls under mutual TLS: a scraper with a client certificate: %d" % st)
+    reused = resume(srv.mport, ssl_ctx("ca", "client"))
+    C.ok(reused == (True, 200), "mutual TLS metrics: a second connection resumes the first's "
+         "session and is served: %s" % (reused,))
     why = refused(lambda: https_get(srv.mport, ctx))
     C.ok(why != "served", "mutual TLS metrics: no client certificate is refused (%s)" % why)
     why = refused(lambda: https_get(srv.mport, ssl_ctx("ca", "stranger")))
@@ -306,6 +316,32 @@ def trickle(port, ctx, request):
         got += chunk
     sock.close()
     return got, how
+
+
+def resume(port, ctx):
+    """(session reused, status) of a GET on a connection resuming a first one's session."""
+    def get(session=None):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(4096)
+            except ssl.SSLZeroReturnError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        sess, again = s.session, s.session_reused
+        s.close()
+        return sess, again, int(data.split()[1]) if data.startswith(b"HTTP/1.1 ") else 0
+    try:
+        sess, _, _ = get()
+        _, again, status = get(sess)
+        return again, status
+    except OSError as e:
+        return type(e).__name__
 
 
 def urllib_plain(port):
