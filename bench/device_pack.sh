@@ -6,7 +6,7 @@
 # and the shared libraries of gRPC, libuv, protobuf-c and SQLite they link (the device has none
 # of them), from this Debian 12 machine. bench/device_unpack.sh undoes it there.
 # Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled
-#   -Dserving=enabled -Dblas=disabled -Dnative=false, built first)
+#   -Dserving=enabled -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3, built first)
 #   bench/device_pack.sh --cpu   (the CPU build with OpenBLAS into carry/pack_cpu; see below)
 #   VARIANTS="NAME=FLAGS;..." bench/device_pack.sh --variants   (test_kern_cuda variants; below)
 set -euo pipefail
@@ -69,7 +69,7 @@ fi
 if [[ ${1:-} == --variants ]]; then
   BUILD=build-srv-dev
   [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
-    -Dblas=disabled -Dnative=false >/dev/null
+    -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3 >/dev/null
   drop_stale_cuda "$BUILD"
   mkdir -p carry/var && rm -f carry/var/tkc_*.xz
   IFS=';' read -r -a VS <<< "${VARIANTS:-}"
@@ -86,7 +86,7 @@ fi
 BUILD=${1:-build-srv-dev}
 PACK=carry/pack
 [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
-  -Dblas=disabled -Dnative=false >/dev/null
+  -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3 >/dev/null
 drop_stale_cuda "$BUILD"
 BINS=(cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda
   tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode)

@@ -33,7 +33,8 @@
 static const char *sched_help =
     "usage: qevict sched --model FILE --state-dir DIR [options]   (also: qevict-sched)\n"
     "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051)\n"
-    "  --metrics-listen HOST:PORT  HTTP /metrics and /healthz (default 127.0.0.1:9464; '' off)\n"
+    "  --metrics-listen HOST:PORT  /metrics and /healthz, HTTP or with --metrics-tls HTTPS\n"
+    "                              (default 127.0.0.1:9464; '' off)\n"
     "  --worker-listen ADDR        where workers connect (default 127.0.0.1:50052; unix:PATH)\n"
     "  --admin-key-file FILE       admin key (read, or created with a new key; default\n"
     "                              STATE_DIR/admin.key)\n"

@@ -302,7 +302,6 @@ struct sh_conn {
   unsigned have_req : 1; /* a head is parsed, its body (body_left bytes) not read yet */
   unsigned is_head : 1;  /* the pending request is a HEAD */
   unsigned keep : 1;     /* the pending request lets the connection stay open */
-  unsigned tls_dead : 1; /* the TLS session failed: its alert is sent, the rest discarded */
   sh_tls_t *tls;         /* NULL: plain HTTP */
   char *cbuf;            /* TLS: ciphertext as read (SH_CBUF bytes) */
   uint64_t body_left;
@@ -427,10 +426,10 @@ static int tls_flush(sh_conn_t *c) {
 
 static void on_dead_shutdown(uv_shutdown_t *req, int status) { conn_close(req->data); }
 
-/* The session failed: its alert goes out, then this side shuts down and the connection closes
- * (input is discarded meanwhile; the peer's end of stream closes it at once). */
+/* The session failed: its alert is queued, then this side shuts down and the connection closes
+ * (input is discarded meanwhile; the peer's end of stream closes it at once, alert or not). */
 static void tls_fail(sh_conn_t *c) {
-  c->tls_dead = 1, c->draining = 1, c->n = 0, c->have_req = 0, c->keep = 0;
+  c->draining = 1, c->n = 0, c->have_req = 0, c->keep = 0;
   c->shut.data = c;
   if (tls_flush(c) || uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_dead_shutdown))
     conn_close(c);

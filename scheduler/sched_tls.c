@@ -17,7 +17,7 @@ struct sh_tls {
   BIO *in, *out; /* ciphertext from the peer; ciphertext for the peer (owned by ssl) */
 };
 
-/* OpenSSL's last error as one line (its queue cleared). */
+/* OpenSSL's earliest queued error as one line (the queue cleared). */
 static const char *ssl_reason(char *buf, size_t n) {
   unsigned long e = ERR_get_error();
   if (!e) return "unknown error";
@@ -42,6 +42,7 @@ int sh_tls_ctx_create(const char *cert, const char *key, const char *client_ca,
     return qe_errf(QE_ENOMEM, "metrics tls: no memory for a context");
   }
   SSL_CTX_set_min_proto_version(c->ssl, TLS1_2_VERSION);
+  SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION); /* (TLS 1.2 clients may not ask) */
   SSL_CTX_set_mode(c->ssl, SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_use_certificate_chain_file(c->ssl, cert) != 1)
     return ctx_fail(c, "cannot use the certificate chain", cert);
@@ -114,7 +115,7 @@ int sh_tls_read(sh_tls_t *t, char *out, size_t cap, size_t *got) {
     ERR_clear_error();
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
     if (e == SSL_ERROR_ZERO_RETURN) return *got ? 0 : SH_TLS_EOF;
-    return QE_EIO;
+    return qe_errf(QE_EIO, "metrics tls: the session failed (OpenSSL error %d)", e);
   }
   return 0;
 }
@@ -124,7 +125,7 @@ int sh_tls_write(sh_tls_t *t, const void *buf, size_t n) {
   if (!n) return 0;
   if (SSL_write_ex(t->ssl, buf, n, &k) == 1 && k == n) return 0;
   ERR_clear_error();
-  return QE_EIO;
+  return qe_errf(QE_EIO, "metrics tls: cannot encrypt a response");
 }
 
 void sh_tls_close_notify(sh_tls_t *t) {
@@ -138,7 +139,7 @@ int sh_tls_take(sh_tls_t *t, char **buf, size_t *n) {
   if (!pend) return 0;
   if (pend > INT_MAX) pend = INT_MAX; /* (the rest on the next take) */
   char *b = malloc(pend);
-  if (!b) return QE_ENOMEM;
+  if (!b) return qe_errf(QE_ENOMEM, "metrics tls: no memory for %zu bytes to send", pend);
   int k = BIO_read(t->out, b, (int)pend);
   if (k <= 0) {
     free(b);

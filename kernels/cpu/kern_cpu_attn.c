@@ -101,8 +101,8 @@ static inline __attribute__((always_inline)) void attn_dot4_n(const float *q, co
   }
 }
 
-/* Lane j of a + b for j < 4, of c + d for j >= 4, where a, c hold lanes 0-3 and b, d lanes 4-7
- * of x and y: lane j of the result is x[j] + x[j + 4] (j < 4) or y[j - 4] + y[j] (j >= 4). */
+/* Each vector's halves added: lane j of the result is x[j] + x[j + 4] for j < 4 and
+ * y[j - 4] + y[j] for j >= 4. */
 static inline attn_v8 attn_fold(attn_v8 x, attn_v8 y) {
   return __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) +
          __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
@@ -156,8 +156,7 @@ void kern_cpu_attn_dots(const float *q, const float *rows, size_t stride, int m,
     attn_dots_n(q, rows, stride, m, n, scale, out);
 }
 
-/* kern_cpu_attn_axpys for n a multiple of 8 up to 128: the sums in registers. (Sixteen lanes
- * a vector, AVX-512, were level or slower in the quick start's prefill; not kept.) */
+/* kern_cpu_attn_axpys for n a multiple of 8 up to 128: the sums in registers. */
 static inline __attribute__((always_inline)) void
 attn_axpys_n(float *y, const float *p, const float *rows, size_t st, int m, int n) {
   attn_v8 acc[16];

@@ -114,7 +114,8 @@ void kern_cpu_attn_axpys(float *y, const float *p, const float *rows, size_t str
  * 1 + r + r^2 (5.0000001201e-1 + r (1.6666665459e-1 + r (4.1665795894e-2 + r (8.3334519073e-3
  * + r (1.3981999507e-3 + r 1.9875691500e-4))))) evaluated as written, times 2^n from the
  * exponent bits; NaN gives NaN. Within ~2 ulp of e^x. SwiGLU takes it too: y = g / (1 +
- * kern_cpu_exp1(-g)) * u. */
+ * kern_cpu_exp1(-g)) * u (so g below -88 gives about 6e-39 g u, not -0, and g = -inf gives
+ * -inf u, not NaN: e^-g is clamped at e^88). */
 float kern_cpu_exp1(float x);
 /* The softmax of x[0..n) in place: m = the maximum (m = x > m ? x : m, so NaNs are passed over),
  * each x replaced by kern_cpu_exp1(x - m), the exponentials summed in eight lanes (lane j % 8,

@@ -220,9 +220,9 @@ static void pk_stream_rows(const pk_job_t *g, int j0, int j1) {
 }
 
 #ifdef QE_HAVE_BLAS
-/* Weight rows dequantized for one sgemm call: as many as fit PK_GEMM_BYTES (at least 64), since
- * every call packs the whole activation matrix again (64 rows a call at SmolLM2's shapes spent
- * more time packing the activations than a third of the products). */
+/* Weight rows dequantized for one sgemm call: as many as fit PK_GEMM_BYTES (at least 64). Every
+ * call packs the whole activation matrix again, so the blocks are as large as the workspace
+ * allows. */
 enum { PK_GEMM_BYTES = 2 << 20 };
 
 /* Rows [j0, j1) of a large batch: a block of weight rows at a time dequantized, then sgemm. */
