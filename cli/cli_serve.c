@@ -320,6 +320,10 @@ typedef struct {
 static volatile sig_atomic_t g_stop;
 static void on_stop(int sig) { g_stop = sig; }
 
+/* The strings fmt made for the children's argv, freed together by fmt_free_all. */
+static char **fmt_owned;
+static size_t fmt_n;
+
 static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 static char *fmt(const char *f, ...) {
   char buf[4200];
@@ -327,7 +331,15 @@ static char *fmt(const char *f, ...) {
   va_start(ap, f);
   vsnprintf(buf, sizeof buf, f, ap);
   va_end(ap);
-  return strdup(buf);
+  char *r = strdup(buf), **g = realloc(fmt_owned, (fmt_n + 1) * sizeof *g);
+  if (g) fmt_owned = g, fmt_owned[fmt_n++] = r;
+  return r;
+}
+
+static void fmt_free_all(void) {
+  for (size_t i = 0; i < fmt_n; i++) free(fmt_owned[i]);
+  free(fmt_owned);
+  fmt_owned = NULL, fmt_n = 0;
 }
 
 static pid_t spawn(char **argv) {
@@ -502,5 +514,8 @@ int cli_serve(int argc, char **argv) {
   stop_children(ch, n);
   if (temp && nftw(state, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
     fprintf(stderr, "qevict serve: could not remove %s: %s\n", state, strerror(errno));
+  for (int i = 0; i < n; i++) free(ch[i].argv);
+  free(ch);
+  fmt_free_all();
   return failed;
 }
