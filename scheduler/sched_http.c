@@ -630,13 +630,12 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   } else if (nread < 0) {
     conn_close(c);
     return;
-  } else if (c->tls && !c->draining) {
-    if (sh_tls_feed(c->tls, buf->base, (size_t)nread)) {
-      conn_close(c);
-      return;
-    }
-  } else if (!c->draining && !c->tls) {
+  } else if (c->draining) { /* discarded */
+  } else if (!c->tls) {
     c->n += (size_t)nread;
+  } else if (sh_tls_feed(c->tls, buf->base, (size_t)nread)) {
+    conn_close(c);
+    return;
   }
   conn_pump(c);
 }

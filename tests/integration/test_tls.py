@@ -240,7 +240,7 @@ def test_metrics_tls():
         got = type(e).__name__
     C.ok(got == "200 b'ok\\n'", "a request with a 60,000-byte body over TLS answered: %s" % got)
     conn.close()
-    why = refused(lambda: urllib_plain(srv.mport))
+    why = refused(lambda: plain_get(srv.mport))
     C.ok(why != "served", "plain HTTP to the TLS metrics port is refused (%s)" % why)
     why = refused(lambda: https_get(srv.mport, ssl_ctx("otherca")))
     C.ok(why != "served", "a scraper trusting another CA is refused (%s)" % why)
@@ -344,7 +344,7 @@ def resume(port, ctx):
         return type(e).__name__
 
 
-def urllib_plain(port):
+def plain_get(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/metrics")
     return c.getresponse().read()
