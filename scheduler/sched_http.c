@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "qe_status.h"
-#include "sched_tls.h"
+#include "qe_tls.h"
 
 /* ---- the parser --------------------------------------------------------------------------- */
 
@@ -278,7 +278,7 @@ struct sh_server {
   sh_handler_t handler;
   void *ud;
   sh_options_t opt;
-  sh_tls_ctx_t *tls; /* NULL: plain HTTP */
+  qe_tls_ctx_t *tls; /* NULL: plain HTTP */
   sh_conn_t *conns;  /* open connections, a doubly linked list */
   unsigned n_conns;
   int closing, listener_closed;
@@ -302,7 +302,7 @@ struct sh_conn {
   unsigned have_req : 1; /* a head is parsed, its body (body_left bytes) not read yet */
   unsigned is_head : 1;  /* the pending request is a HEAD */
   unsigned keep : 1;     /* the pending request lets the connection stay open */
-  sh_tls_t *tls;         /* NULL: plain HTTP */
+  qe_tls_t *tls;         /* NULL: plain HTTP */
   char *cbuf;            /* TLS: ciphertext as read (SH_CBUF bytes) */
   uint64_t body_left;
   size_t n;                     /* bytes in buf */
@@ -325,7 +325,7 @@ static void conn_pump(sh_conn_t *c);
 static void conn_update(sh_conn_t *c);
 
 static void server_free(sh_server_t *s) {
-  sh_tls_ctx_destroy(s->tls);
+  qe_tls_ctx_destroy(s->tls);
   free(s);
 }
 
@@ -343,7 +343,7 @@ static void on_conn_closed(uv_handle_t *h) {
     s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
-  sh_tls_free(c->tls);
+  qe_tls_free(c->tls);
   free(c->cbuf);
   free(c);
   server_maybe_free(s);
@@ -411,7 +411,7 @@ static void on_flushed(uv_write_t *req, int status) {
 static int tls_flush(sh_conn_t *c) {
   char *b;
   size_t n;
-  if (sh_tls_take(c->tls, &b, &n)) return QE_ENOMEM;
+  if (qe_tls_take(c->tls, &b, &n)) return QE_ENOMEM;
   if (!n) return 0;
   sh_flush_t *f = malloc(sizeof *f);
   uv_buf_t ub = uv_buf_init(b, (unsigned)n);
@@ -439,13 +439,13 @@ static void tls_fail(sh_conn_t *c) {
  * Returns the bytes moved. */
 static size_t tls_fill(sh_conn_t *c) {
   size_t got = 0;
-  int rc = sh_tls_read(c->tls, c->buf + c->n, sizeof c->buf - c->n, &got);
+  int rc = qe_tls_read(c->tls, c->buf + c->n, sizeof c->buf - c->n, &got);
   c->n += got;
   if (rc < 0) {
     tls_fail(c);
     return got;
   }
-  if (rc == SH_TLS_EOF) c->eof = 1;
+  if (rc == QE_TLS_EOF) c->eof = 1;
   if (tls_flush(c)) conn_close(c);
   return got;
 }
@@ -471,7 +471,7 @@ static void on_write(uv_write_t *req, int status) {
   if (!c->keep && !c->draining) {
     c->draining = 1, c->n = 0, c->have_req = 0;
     c->shut.data = c;
-    if (c->tls) sh_tls_close_notify(c->tls);
+    if (c->tls) qe_tls_close_notify(c->tls);
     if ((c->tls && tls_flush(c)) || uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown)) {
       conn_close(c);
       return;
@@ -493,8 +493,8 @@ static int tls_seal(sh_conn_t *c, sh_write_t *w, uv_buf_t *bufs, int *nb) {
   char *ct;
   size_t n;
   for (int i = 0; i < *nb; i++)
-    if (sh_tls_write(c->tls, bufs[i].base, bufs[i].len)) return QE_EIO;
-  if (sh_tls_take(c->tls, &ct, &n)) return QE_ENOMEM;
+    if (qe_tls_write(c->tls, bufs[i].base, bufs[i].len)) return QE_EIO;
+  if (qe_tls_take(c->tls, &ct, &n)) return QE_ENOMEM;
   free(w->body);
   w->body = ct;
   bufs[0] = uv_buf_init(ct, (unsigned)n), *nb = 1;
@@ -633,7 +633,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   } else if (c->draining) { /* discarded */
   } else if (!c->tls) {
     c->n += (size_t)nread;
-  } else if (sh_tls_feed(c->tls, buf->base, (size_t)nread)) {
+  } else if (qe_tls_feed(c->tls, buf->base, (size_t)nread)) {
     conn_close(c);
     return;
   }
@@ -707,7 +707,7 @@ static void on_connection(uv_stream_t *listener, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
-  if (s->tls && (!(c->tls = sh_tls_new(s->tls)) || !(c->cbuf = malloc(SH_CBUF)))) {
+  if (s->tls && (!(c->tls = qe_tls_new(s->tls, NULL)) || !(c->cbuf = malloc(SH_CBUF)))) {
     conn_close(c);
     return;
   }
@@ -789,8 +789,8 @@ int sh_server_create_opts(uv_loop_t *loop, const char *addr, const sh_options_t 
   if (!(s = calloc(1, sizeof *s))) return qe_errf(QE_ENOMEM, "http: server");
   s->loop = loop, s->handler = h, s->ud = ud;
   resolve_options(opt, &s->opt);
-  if (s->opt.tls_cert &&
-      (rc = sh_tls_ctx_create(s->opt.tls_cert, s->opt.tls_key, s->opt.tls_client_ca, &s->tls))) {
+  if (s->opt.tls_cert && (rc = qe_tls_server_ctx("metrics tls", s->opt.tls_cert, s->opt.tls_key,
+                                                 s->opt.tls_client_ca, &s->tls))) {
     free(s);
     return rc;
   }

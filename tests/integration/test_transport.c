@@ -4,7 +4,12 @@
  * TCP and a Unix socket; version mismatch and on_hello refusal reported on both ends; a peer
  * silent past the timeout reported down (on either side); garbage, oversize and
  * out-of-sequence frames close only the offending connection while another keeps working;
- * a peer that stops reading is cut off; a server going away is seen by its clients. Every
+ * a peer that stops reading is cut off; a server going away is seen by its clients. Then the
+ * same over TLS (certificates made with the openssl command at run time): mutual TLS round
+ * trips over TCP and a Unix socket, frames of hundreds of KiB across many TLS records,
+ * heartbeats keeping an idle session up; refused: a server certificate of another CA or for
+ * another name, no client certificate, a client certificate of another CA; a plaintext peer on
+ * either side named as such; TLS garbage dropped while another session keeps working. Every
  * wait is bounded; a watchdog alarm ends a hung run. */
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +25,7 @@
 #include <unistd.h>
 
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "test_util.h"
 #include "tr_addr.h"
 #include "tr_conn.h"
@@ -54,7 +60,7 @@ typedef struct {
   pthread_mutex_t mu; /* guards what follows */
   int ready, listen_rc, n_hello, n_open, n_closed, closes[N_REASONS];
   long echoed;
-  char last_detail[512];
+  char last_detail[512], last_peer[200];
   int worker_no;
   char worker_id[32];
 } server_t;
@@ -92,6 +98,7 @@ static void srv_on_open(tr_conn_t *c) {
   const tr_hello_t *h = tr_conn_hello(c);
   srv_lock(s);
   s->n_open++;
+  snprintf(s->last_peer, sizeof s->last_peer, "%s", tr_conn_peer(c));
   srv_unlock(s);
   if (h && !strcmp(h->name, "flood")) flood(c);
 }
@@ -180,6 +187,7 @@ static void server_stop(server_t *s) {
 typedef struct {
   int n_msgs;        /* messages to exchange */
   int pipelined;     /* send all at once (1) or one per reply (0) */
+  int width;         /* token ids per message (0: 3) */
   atomic_int *until; /* ping-pong: keep going until *until != 0 (then 100 more) */
   int sent, received, bad, opened, closed, reason, after_until;
   char detail[512], worker_id[32];
@@ -187,11 +195,16 @@ typedef struct {
 
 static uint32_t tok(int i) { return (uint32_t)i * 2654435761u % 151936u; }
 
+#define MAX_WIDTH 100000
+static int width_of(const client_t *k) { return k->width ? k->width : 3; }
+
 static int client_send(tr_conn_t *c, int i) {
-  uint32_t ids[3] = {tok(i), tok(i + 1), tok(i + 2)};
+  static uint32_t ids[MAX_WIDTH];
+  int w = width_of(tr_conn_ud(c));
+  for (int j = 0; j < w; j++) ids[j] = tok(i + j);
   Qevict__Worker__V1__TokenBatch b = QEVICT__WORKER__V1__TOKEN_BATCH__INIT;
   tr_env_t e = QEVICT__WORKER__V1__ENVELOPE__INIT;
-  b.request_id = 7, b.offset = (uint64_t)i, b.n_token_ids = 3, b.token_ids = ids;
+  b.request_id = 7, b.offset = (uint64_t)i, b.n_token_ids = (size_t)w, b.token_ids = ids;
   e.msg_case = ENV_CASE(TOKEN_BATCH), e.token_batch = &b;
   return tr_send(c, &e);
 }
@@ -213,9 +226,10 @@ static int more_to_send(client_t *k) {
 static void cl_on_message(tr_conn_t *c, const tr_env_t *m) {
   client_t *k = tr_conn_ud(c);
   const Qevict__Worker__V1__TokenBatch *b = m->token_batch;
-  int i = k->received++;
-  if (m->msg_case != ENV_CASE(TOKEN_BATCH) || b->offset != (uint64_t)i || b->n_token_ids != 3 ||
-      b->token_ids[0] != tok(i) || b->token_ids[2] != tok(i + 2))
+  int i = k->received++, w = width_of(k);
+  if (m->msg_case != ENV_CASE(TOKEN_BATCH) || b->offset != (uint64_t)i ||
+      b->n_token_ids != (size_t)w || b->token_ids[0] != tok(i) ||
+      b->token_ids[w - 1] != tok(i + w - 1))
     k->bad++;
   if (!k->pipelined && more_to_send(k))
     CHECK_OK(client_send(c, k->sent++));
@@ -230,14 +244,19 @@ static void cl_on_close(tr_conn_t *c, int reason, const char *detail) {
   snprintf(k->detail, sizeof k->detail, "%s", detail);
 }
 
-static tr_conn_t *client_connect(uv_loop_t *loop, const char *addr, client_t *k,
-                                 const tr_hello_t *h) {
+static tr_conn_t *client_connect_opt(uv_loop_t *loop, const char *addr, client_t *k,
+                                     const tr_hello_t *h, const tr_options_t *opt) {
   tr_callbacks_t cb = {k, NULL, cl_on_open, cl_on_message, cl_on_close};
-  tr_options_t o = fast;
+  tr_options_t o = *opt;
   tr_conn_t *c = NULL;
   o.hello = h;
   CHECK_OK(tr_connect(loop, addr, &o, &cb, &c));
   return c;
+}
+
+static tr_conn_t *client_connect(uv_loop_t *loop, const char *addr, client_t *k,
+                                 const tr_hello_t *h) {
+  return client_connect_opt(loop, addr, k, h, &fast);
 }
 
 static tr_hello_t good_hello(void) {
@@ -361,18 +380,24 @@ static int raw_handshake(const char *addr, const char *name, tr_decoder_t *d) {
 
 static void run_loop(uv_loop_t *loop) { uv_run(loop, UV_RUN_DEFAULT); }
 
-/* 10k token batches echoed, pipelined (all sent at once) and ping-pong. */
-static void test_roundtrip(server_t *s, uv_loop_t *loop, int pipelined, int n) {
-  client_t k = {.n_msgs = n, .pipelined = pipelined};
+/* n token batches of width ids echoed, pipelined (all sent at once) or ping-pong. */
+static void roundtrip(server_t *s, uv_loop_t *loop, const tr_options_t *o, int pipelined, int n,
+                      int width) {
+  client_t k = {.n_msgs = n, .pipelined = pipelined, .width = width};
   tr_hello_t h = good_hello();
   double t0 = now_ms();
-  client_connect(loop, s->addr, &k, &h);
+  client_connect_opt(loop, s->addr, &k, &h, o);
   run_loop(loop);
   CHECK(k.opened && k.closed == 1 && k.reason == TR_CLOSE_LOCAL);
   CHECK(k.received == n && k.sent == n && k.bad == 0);
   CHECK(!strncmp(k.worker_id, "w-", 2));
-  printf("  %s %s: %d messages round trip in %.1f ms\n", s->addr,
-         pipelined ? "pipelined" : "ping-pong", n, now_ms() - t0);
+  if (k.closed != 1 || k.reason != TR_CLOSE_LOCAL) printf("  closed: %s\n", k.detail);
+  printf("  %s%s %s: %d messages of %d ids round trip in %.1f ms\n", o->tls ? "TLS " : "", s->addr,
+         pipelined ? "pipelined" : "ping-pong", n, width_of(&k), now_ms() - t0);
+}
+
+static void test_roundtrip(server_t *s, uv_loop_t *loop, int pipelined, int n) {
+  roundtrip(s, loop, &fast, pipelined, n, 0);
 }
 
 static void test_version_mismatch(server_t *s, uv_loop_t *loop) {
@@ -472,6 +497,7 @@ static void test_client_sees_silence(uv_loop_t *loop) {
 typedef struct {
   server_t *s;
   atomic_int *done;
+  void (*runs)(server_t *s);
 } garbage_args_t;
 
 static void expect_dropped(int fd, tr_decoder_t *d, int code, const char *what) {
@@ -532,30 +558,37 @@ static void garbage_runs(server_t *s) {
 static void *garbage_main(void *arg) {
   garbage_args_t *g = arg;
   CHECK(srv_wait(g->s, &g->s->n_open, 1, 5000)); /* the good client is up */
-  garbage_runs(g->s);
+  g->runs(g->s);
   atomic_store(g->done, 1);
   return NULL;
 }
 
-static void test_garbage_isolated(server_t *s, uv_loop_t *loop) {
+/* A good client (options o) ping-pongs with s while runs(s) sends garbage from another thread;
+ * returns what it exchanged. */
+static int garbage_beside(server_t *s, uv_loop_t *loop, const tr_options_t *o,
+                          void (*runs)(server_t *s)) {
   atomic_int done = 0;
   client_t k = {.until = &done};
   tr_hello_t h = good_hello();
-  garbage_args_t g = {s, &done};
+  garbage_args_t g = {s, &done, runs};
   pthread_t th;
-  int open0 = srv_get(s, &s->n_open);
-  int proto0 = srv_get(s, &s->closes[TR_CLOSE_PROTOCOL]);
-  int size0 = srv_get(s, &s->closes[TR_CLOSE_OVERSIZE]);
-  CHECK(open0 == 0); /* a fresh server: garbage_main waits for the good client */
+  CHECK(srv_get(s, &s->n_open) == 0); /* a fresh server: garbage_main waits for the good client */
   pthread_create(&th, NULL, garbage_main, &g);
-  client_connect(loop, s->addr, &k, &h);
+  client_connect_opt(loop, s->addr, &k, &h, o);
   run_loop(loop); /* ping-pong until the garbage is done, then 100 more */
   pthread_join(th, NULL);
   CHECK(k.opened && k.closed == 1 && k.reason == TR_CLOSE_LOCAL && k.bad == 0);
   CHECK(k.received == k.sent && k.received > 100);
+  return k.received;
+}
+
+static void test_garbage_isolated(server_t *s, uv_loop_t *loop) {
+  int proto0 = srv_get(s, &s->closes[TR_CLOSE_PROTOCOL]);
+  int size0 = srv_get(s, &s->closes[TR_CLOSE_OVERSIZE]);
+  int n = garbage_beside(s, loop, &fast, garbage_runs);
   CHECK(srv_get(s, &s->closes[TR_CLOSE_PROTOCOL]) >= proto0 + 2);
   CHECK(srv_get(s, &s->closes[TR_CLOSE_OVERSIZE]) >= size0 + 3);
-  printf("  good client exchanged %d messages while 26 bad peers were dropped\n", k.received);
+  printf("  good client exchanged %d messages while 26 bad peers were dropped\n", n);
 }
 
 /* A peer that never reads is cut off once max_queued bytes wait. */
@@ -602,6 +635,208 @@ static void test_listen_errors(uv_loop_t *loop, const char *busy_unix) {
   run_loop(loop);
 }
 
+/* ---- TLS ---------------------------------------------------------------------------------- */
+
+static char pki_dir[64];
+
+static const char *pki(const char *name) { /* a file of the test PKI (8 rotating buffers) */
+  static char buf[8][128];
+  static int i;
+  char *b = buf[i++ % 8];
+  snprintf(b, sizeof buf[0], "%s/%s", pki_dir, name);
+  return b;
+}
+
+/* Two CAs, a server certificate for 127.0.0.1 and localhost, a client certificate of the first
+ * CA (CN worker-a) and one of the second (stranger), made with the openssl command. 0, or -1
+ * when the command is absent or fails. */
+static int make_pki(void) {
+  char cmd[2048];
+  snprintf(pki_dir, sizeof pki_dir, "/tmp/qe-tr-tls-%d", (int)getpid());
+  snprintf(
+      cmd, sizeof cmd,
+      "(set -e; command -v openssl; mkdir -p %s; cd %s;"
+      " ec='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
+      " for ca in ca otherca; do openssl req -x509 $ec -keyout $ca.key -out $ca.pem -days 2"
+      "  -subj \"/CN=test $ca\" -addext basicConstraints=critical,CA:TRUE"
+      "  -addext keyUsage=critical,keyCertSign,cRLSign; done;"
+      " leaf() { openssl req $ec -keyout $1.key -out $1.csr -subj /CN=$1; printf \"$3\" >$1.ext;"
+      "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key -CAcreateserial -out $1.pem"
+      "  -days 2 -extfile $1.ext; };"
+      " leaf server ca "
+      "'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n';"
+      " leaf worker-a ca 'extendedKeyUsage=clientAuth\\n';"
+      " leaf stranger otherca 'extendedKeyUsage=clientAuth\\n') >/dev/null 2>&1",
+      pki_dir, pki_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+typedef struct {
+  qe_tls_ctx_t *srv;                                /* server.pem, clients verified by ca.pem */
+  qe_tls_ctx_t *good, *nocert, *otherca, *stranger; /* clients */
+} ctxs_t;
+
+static void make_ctxs(ctxs_t *x) {
+  const char *W = "worker tls";
+  CHECK_OK(qe_tls_server_ctx(W, pki("server.pem"), pki("server.key"), pki("ca.pem"), &x->srv));
+  CHECK_OK(qe_tls_client_ctx(W, pki("ca.pem"), pki("worker-a.pem"), pki("worker-a.key"), &x->good));
+  CHECK_OK(qe_tls_client_ctx(W, pki("ca.pem"), NULL, NULL, &x->nocert));
+  CHECK_OK(qe_tls_client_ctx(W, pki("otherca.pem"), pki("worker-a.pem"), pki("worker-a.key"),
+                             &x->otherca));
+  CHECK_OK(
+      qe_tls_client_ctx(W, pki("ca.pem"), pki("stranger.pem"), pki("stranger.key"), &x->stranger));
+}
+
+static void free_ctxs(ctxs_t *x) {
+  qe_tls_ctx_t *all[] = {x->srv, x->good, x->nocert, x->otherca, x->stranger};
+  for (int i = 0; i < 5; i++) qe_tls_ctx_destroy(all[i]);
+}
+
+/* Unusable files are refused when a context is made, naming the file. */
+static void test_tls_ctx_errors(void) {
+  qe_tls_ctx_t *x = NULL;
+  CHECK(qe_tls_server_ctx("t", pki("server.pem"), pki("worker-a.key"), NULL, &x) == QE_EINVAL);
+  CHECK(!x && strstr(qe_errmsg(), "mismatch") && strstr(qe_errmsg(), "worker-a.key"));
+  CHECK(qe_tls_server_ctx("t", pki("nosuch.pem"), pki("server.key"), NULL, &x) == QE_EINVAL);
+  CHECK(!x && strstr(qe_errmsg(), "nosuch.pem"));
+  CHECK(qe_tls_server_ctx("t", pki("server.pem"), pki("server.key"), pki("ca.key"), &x) ==
+        QE_EINVAL);
+  CHECK(!x && strstr(qe_errmsg(), "ca.key"));
+  CHECK(qe_tls_client_ctx("t", pki("ca.pem"), pki("worker-a.pem"), NULL, &x) == QE_EINVAL && !x);
+  CHECK(qe_tls_client_ctx("t", NULL, NULL, NULL, &x) == QE_EINVAL && !x);
+  CHECK(qe_tls_client_ctx("t", pki("worker-a.csr"), NULL, NULL, &x) == QE_EINVAL && !x);
+}
+
+static tr_options_t with_tls(const tr_options_t *base, qe_tls_ctx_t *ctx, const char *name) {
+  tr_options_t o = *base;
+  o.tls = ctx, o.tls_server_name = name;
+  return o;
+}
+
+/* A client (options o) that must not get through: it closes with a reason in want (TR_CLOSE_*
+ * bits) and says what contains (when not NULL); the server closes it with server_reason. */
+static void expect_refused(server_t *s, uv_loop_t *loop, const tr_options_t *o, const char *what,
+                           unsigned want, const char *says, int server_reason) {
+  client_t k = {.n_msgs = 1, .pipelined = 1};
+  tr_hello_t h = good_hello();
+  int open0 = srv_get(s, &s->n_open), c0 = srv_get(s, &s->closes[server_reason]);
+  client_connect_opt(loop, s->addr, &k, &h, o);
+  run_loop(loop);
+  CHECK(!k.opened && k.closed == 1 && (want >> k.reason & 1));
+  CHECK(!says || strstr(k.detail, says));
+  CHECK(srv_wait(s, &s->closes[server_reason], c0 + 1, 3000));
+  CHECK(srv_get(s, &s->n_open) == open0);
+  srv_lock(s);
+  printf("  %s: client: %s: %s\n    server: %s\n", what, tr_close_reason_str(k.reason), k.detail,
+         s->last_detail);
+  srv_unlock(s);
+}
+
+#define BIT(r) (1u << (r))
+
+static void test_tls_refusals(server_t *stls, server_t *plain, uv_loop_t *loop, ctxs_t *x) {
+  tr_options_t o = with_tls(&fast, x->otherca, NULL);
+  expect_refused(stls, loop, &o, "server certificate of another CA", BIT(TR_CLOSE_TLS),
+                 "certificate verify failed", TR_CLOSE_TLS);
+  o = with_tls(&fast, x->good, "other.example");
+  expect_refused(stls, loop, &o, "server certificate for another name", BIT(TR_CLOSE_TLS),
+                 "hostname mismatch", TR_CLOSE_TLS);
+  o = with_tls(&fast, x->nocert, NULL);
+  expect_refused(stls, loop, &o, "no client certificate", BIT(TR_CLOSE_TLS) | BIT(TR_CLOSE_EOF),
+                 NULL, TR_CLOSE_TLS);
+  o = with_tls(&fast, x->stranger, NULL);
+  expect_refused(stls, loop, &o, "client certificate of another CA",
+                 BIT(TR_CLOSE_TLS) | BIT(TR_CLOSE_EOF), NULL, TR_CLOSE_TLS);
+  CHECK(strstr(stls->last_detail, "certificate"));
+  expect_refused(stls, loop, &fast, "plaintext client, TLS server",
+                 BIT(TR_CLOSE_PROTOCOL) | BIT(TR_CLOSE_EOF), NULL, TR_CLOSE_TLS);
+  CHECK(strstr(stls->last_detail, "does not speak TLS"));
+  o = with_tls(&fast, x->good, NULL);
+  expect_refused(plain, loop, &o, "TLS client, plaintext server",
+                 BIT(TR_CLOSE_TLS) | BIT(TR_CLOSE_EOF), NULL, TR_CLOSE_PROTOCOL);
+  CHECK(strstr(plain->last_detail, "speaks TLS"));
+}
+
+static void idle_send(uv_timer_t *t) {
+  tr_conn_t *c = t->data;
+  client_t *k = tr_conn_ud(c);
+  if (tr_conn_is_open(c)) CHECK_OK(client_send(c, k->sent++));
+  uv_close((uv_handle_t *)t, NULL);
+}
+
+/* A session left idle for 2.5 timeouts stays up on heartbeats, then carries a message. */
+static void test_tls_idle(server_t *s, uv_loop_t *loop, const tr_options_t *o) {
+  client_t k = {.n_msgs = 0, .pipelined = 1};
+  tr_hello_t h = good_hello();
+  uv_timer_t t;
+  int t0 = srv_get(s, &s->closes[TR_CLOSE_TIMEOUT]);
+  tr_conn_t *c = client_connect_opt(loop, s->addr, &k, &h, o);
+  while (!k.opened && !k.closed) uv_run(loop, UV_RUN_ONCE);
+  CHECK(k.opened);
+  uv_timer_init(loop, &t);
+  t.data = c;
+  uv_timer_start(&t, idle_send, TIMEOUT_MS * 5 / 2, 0);
+  run_loop(loop);
+  CHECK(k.closed == 1 && k.reason == TR_CLOSE_LOCAL && k.sent == 1 && k.received == 1);
+  CHECK(srv_get(s, &s->closes[TR_CLOSE_TIMEOUT]) == t0);
+}
+
+/* TLS garbage on raw connections: dropped, each alone. */
+static void tls_garbage_runs(server_t *s) {
+  uint8_t rnd[2048];
+  tr_decoder_t d;
+  srand(11);
+  for (int i = 0; i < 12; i++) {
+    size_t n = 5 + (size_t)rand() % (sizeof rnd - 5);
+    for (size_t j = 0; j < n; j++) rnd[j] = (uint8_t)rand();
+    rnd[0] = i % 3 ? 0x16 : 0x17, rnd[1] = 3, rnd[2] = 1; /* a record header, then junk */
+    if (i % 4 == 1) rnd[3] = 0x40, rnd[4] = 0x00;         /* a plausible length */
+    int fd = raw_connect(s->addr);
+    tr_decoder_init(&d, 0);
+    CHECK(fd >= 0);
+    raw_write(fd, rnd, n);
+    expect_dropped(fd, &d, -1, "TLS garbage");
+  }
+}
+
+static void test_tls(uv_loop_t *loop, server_t *plain) {
+  server_t stls, sunix;
+  ctxs_t x = {0};
+  char upath[96];
+  if (make_pki()) {
+    printf("TLS: SKIPPED (the openssl command is absent or failed)\n");
+    return;
+  }
+  test_tls_ctx_errors();
+  make_ctxs(&x);
+  tr_options_t so = with_tls(&fast, x.srv, NULL), good = with_tls(&fast, x.good, NULL);
+  so.max_frame = 1 << 20, so.max_queued = 4 << 20;
+  server_start(&stls, "127.0.0.1:0", &so);
+  printf("TLS server on %s\n", stls.addr);
+  int tls0 = srv_get(&stls, &stls.closes[TR_CLOSE_TLS]);
+  int n = garbage_beside(&stls, loop, &good, tls_garbage_runs);
+  CHECK(srv_get(&stls, &stls.closes[TR_CLOSE_TLS]) >= tls0 + 6);
+  printf("  good TLS client exchanged %d messages while 12 TLS garbage peers were dropped\n", n);
+  CHECK(strstr(stls.last_peer, "(CN=worker-a)") != NULL);
+  roundtrip(&stls, loop, &good, 1, 10000, 0);
+  roundtrip(&stls, loop, &good, 0, 2000, 0);
+  roundtrip(&stls, loop, &good, 0, 40, MAX_WIDTH); /* ~300 KiB frames: many TLS records */
+  test_tls_idle(&stls, loop, &good);
+  test_tls_refusals(&stls, plain, loop, &x);
+  server_stop(&stls);
+
+  snprintf(upath, sizeof upath, "unix:/tmp/qe-tr-tls-%d.sock", (int)getpid());
+  server_start(&sunix, upath, &so);
+  roundtrip(&sunix, loop, &good, 1, 10000, 0); /* Unix socket: the chain is checked, no name */
+  tr_options_t named = with_tls(&fast, x.good, "localhost");
+  roundtrip(&sunix, loop, &named, 0, 1000, 0);
+  server_stop(&sunix);
+  free_ctxs(&x);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", pki_dir);
+  CHECK(system(cmd) == 0);
+}
+
 static void on_alarm(int sig) {
   static const char msg[] = "test_transport: watchdog: hung, aborting\n";
   (void)!write(2, msg, sizeof msg - 1);
@@ -644,6 +879,7 @@ int main(void) {
 
   test_server_gone(&loop);
   test_connect_refused(&loop);
+  test_tls(&loop, &tcp);
   server_stop(&tcp);
   CHECK(uv_loop_close(&loop) == 0);
   return tu_done("transport");

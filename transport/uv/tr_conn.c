@@ -2,12 +2,14 @@
  * decoder, the Hello/HelloAck handshake, heartbeats and timeouts, writing frames, and closing
  * (gracefully: flush, shut the write side, drain the peer until it closes; bounded by
  * timeout_ms). Servers (tr_listen) are in tr_listen.c. See tr_conn.h. */
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "tr_addr.h"
 #include "tr_conn_internal.h"
 
@@ -28,6 +30,7 @@ const char *tr_close_reason_str(int reason) {
 void tr__options_resolve(const tr_options_t *in, tr_options_t *out) {
   *out = in ? *in : (tr_options_t){0};
   out->hello = NULL;
+  out->tls_server_name = NULL; /* (copied into the connection by tr_connect) */
   if (!out->max_frame) out->max_frame = TR_FRAME_MAX_DEFAULT;
   if (out->max_frame > TR_FRAME_MAX_LIMIT) out->max_frame = TR_FRAME_MAX_LIMIT;
   if (!out->heartbeat_ms) out->heartbeat_ms = 1000;
@@ -45,6 +48,7 @@ static void on_handle_closed(uv_handle_t *h) {
   if (c->cb.on_close) c->cb.on_close(c, c->reason, c->detail);
   if (c->server) tr__server_unlink(c);
   tr_decoder_dispose(&c->dec);
+  qe_tls_free(c->tls);
   tr_env_free(c->handshake);
   free(c->hello_frame);
   free(c);
@@ -64,6 +68,8 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
   /* written out; if still reading, wait for the peer's EOF (or the deadline) */
   if (status < 0 || !c->reading) hard_close(c);
 }
+
+static int tls_flush(tr_conn_t *c);
 
 /* Strips the "transport: " of a qe_errmsg for a detail line that already names the peer. */
 static const char *bare(const char *msg) {
@@ -87,6 +93,10 @@ static void conn_end(tr_conn_t *c, int reason, int graceful, const char *fmt, ..
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
   c->state = TR__CLOSING;
   c->t_closing = uv_now(c->loop);
+  if (graceful && c->tls_open && !c->tls_dead) {
+    qe_tls_close_notify(c->tls);
+    if (tls_flush(c)) graceful = 0;
+  }
   if (graceful && c->reading && uv_shutdown(&c->shutdown_req, &c->sock.stream, on_shutdown) == 0)
     return;
   hard_close(c);
@@ -140,13 +150,45 @@ static int write_submit(tr_conn_t *c, tr__write_t *w, size_t len) {
   return 0;
 }
 
-/* Queues a frame already packed (copied). */
+/* Queues the ciphertext the TLS session has pending (handshake records, alerts, sealed frames):
+ * 0, or as write_new and write_submit. */
+static int tls_flush(tr_conn_t *c) {
+  size_t n;
+  while ((n = qe_tls_pending(c->tls))) {
+    tr__write_t *w;
+    int rc = write_new(c, n, &w);
+    if (rc) return rc;
+    if (!(n = qe_tls_take_into(c->tls, w->bytes, n))) {
+      free(w);
+      break;
+    }
+    if ((rc = write_submit(c, w, n))) return rc;
+  }
+  return 0;
+}
+
+/* Queues a frame already packed (copied; sealed first under TLS). */
 static int write_bytes(tr_conn_t *c, const uint8_t *frame, size_t len) {
   tr__write_t *w;
-  int rc = write_new(c, len, &w);
-  if (rc) return rc;
+  int rc;
+  if (c->tls) {
+    if (!c->tls_open || c->tls_dead)
+      return qe_errf(QE_ECOMM, "transport: %s: no TLS session to write to", c->peer);
+    if (qe_tls_write(c->tls, frame, len)) return QE_ECOMM;
+    return tls_flush(c);
+  }
+  if ((rc = write_new(c, len, &w))) return rc;
   memcpy(w->bytes, frame, len);
   return write_submit(c, w, len);
+}
+
+/* m packed into a buffer of its own and sealed (TLS). */
+static int write_env_tls(tr_conn_t *c, const tr_env_t *m, size_t body) {
+  uint8_t *f = malloc(TR_FRAME_HEADER + body);
+  if (!f) return qe_errf(QE_ENOMEM, "transport: frame of %zu bytes", body);
+  int rc = write_bytes(c, f, tr_frame_pack(m, f));
+  free(f);
+  return rc;
 }
 
 /* Packs m straight into a write request. QE_ERANGE if it exceeds max_frame, else as above. */
@@ -157,6 +199,7 @@ static int write_env(tr_conn_t *c, const tr_env_t *m) {
   if (body > c->opt.max_frame)
     return qe_errf(QE_ERANGE, "transport: %s frame of %zu bytes exceeds the maximum %zu",
                    tr_env_name(m), body, c->opt.max_frame);
+  if (c->tls) return write_env_tls(c, m, body);
   if ((rc = write_new(c, TR_FRAME_HEADER + body, &w))) return rc;
   return write_submit(c, w, tr_frame_pack(m, w->bytes));
 }
@@ -326,20 +369,33 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)c->rbuf, (unsigned)sizeof c->rbuf);
 }
 
-static void read_ended(tr_conn_t *c, ssize_t nread) {
+/* The peer's data ended (end of stream, or a TLS close_notify) while c was up. */
+static void peer_ended(tr_conn_t *c) {
   size_t pending = tr_decoder_pending(&c->dec);
+  if (pending)
+    conn_end(c, TR_CLOSE_EOF, 0, "closed in the middle of a frame (%zu bytes in)", pending);
+  else if (c->tls && !c->tls_open)
+    conn_end(c, TR_CLOSE_EOF, 0, "closed during the TLS handshake (does the peer speak TLS?)");
+  else if (c->state != TR__OPEN)
+    conn_end(c, TR_CLOSE_EOF, 0, "closed during the handshake");
+  else
+    conn_end(c, TR_CLOSE_EOF, 0, "closed the connection");
+}
+
+static void read_ended(tr_conn_t *c, ssize_t nread) {
   uv_read_stop(&c->sock.stream);
   c->reading = 0;
   if (c->state == TR__CLOSING) { /* draining after a graceful close: done */
     if (nread != UV_EOF || c->shut_done) hard_close(c);
   } else if (nread != UV_EOF)
     conn_end(c, TR_CLOSE_IO, 0, "read: %s", uv_strerror((int)nread));
-  else if (pending)
-    conn_end(c, TR_CLOSE_EOF, 0, "closed in the middle of a frame (%zu bytes in)", pending);
-  else if (c->state != TR__OPEN)
-    conn_end(c, TR_CLOSE_EOF, 0, "closed during the handshake");
   else
-    conn_end(c, TR_CLOSE_EOF, 0, "closed the connection");
+    peer_ended(c);
+}
+
+/* Did the peer open with what looks like a TLS record (a content type, then version 3.x)? */
+static int peer_sent_tls(const tr_conn_t *c) {
+  return c->n_first == 2 && c->first[0] >= 0x14 && c->first[0] <= 0x17 && c->first[1] == 3;
 }
 
 /* Feeds read bytes to the decoder, one frame at a time, while c stays up. */
@@ -350,7 +406,9 @@ static void feed(tr_conn_t *c, const uint8_t *p, size_t n) {
     int rc = tr_decoder_feed(&c->dec, p, n, &used, &m);
     p += used;
     n -= used;
-    if (rc == QE_ERANGE)
+    if (rc < 0 && !c->tls && !c->opened && peer_sent_tls(c))
+      conn_end(c, TR_CLOSE_PROTOCOL, 0, "the peer speaks TLS and this side does not");
+    else if (rc == QE_ERANGE)
       conn_fail(c, TR_CLOSE_OVERSIZE, ERR_CODE(FRAME_TOO_LARGE), "%s", bare(qe_errmsg()));
     else if (rc < 0)
       conn_fail(c, TR_CLOSE_PROTOCOL, ERR_CODE(PROTOCOL), "%s", bare(qe_errmsg()));
@@ -359,13 +417,78 @@ static void feed(tr_conn_t *c, const uint8_t *p, size_t n) {
   }
 }
 
+/* ---- TLS under the frames ---------------------------------------------------------------- */
+
+/* The TLS handshake is done: the connecting side sends its Hello, the listening side adds the
+ * peer certificate's name to the peer's (for logs). */
+static void tls_opened(tr_conn_t *c) {
+  char cn[96];
+  c->tls_open = 1;
+  if (c->is_client) {
+    int rc = write_bytes(c, c->hello_frame, c->hello_len);
+    free(c->hello_frame);
+    c->hello_frame = NULL;
+    if (rc) write_failed(c, rc);
+  } else if (*qe_tls_peer_cn(c->tls, cn, sizeof cn)) {
+    size_t n = strlen(c->peer);
+    snprintf(c->peer + n, sizeof c->peer - n, " (CN=%s)", cn);
+  }
+}
+
+/* The session failed: its alert goes out, then c closes. */
+static void tls_failed(tr_conn_t *c) {
+  char msg[300];
+  int plain = c->n_first == 2 && !peer_sent_tls(c);
+  snprintf(msg, sizeof msg, "%s", bare(qe_errmsg()));
+  c->tls_dead = 1;
+  tls_flush(c);
+  if (plain && !c->tls_open)
+    conn_end(c, TR_CLOSE_TLS, 1, "the peer does not speak TLS (%s)", msg);
+  else
+    conn_end(c, TR_CLOSE_TLS, 1, "%s", msg);
+}
+
+/* Ciphertext read: decrypted and fed to the decoder while c stays up; what the session answers
+ * (handshake records, alerts) is sent. */
+static void tls_in(tr_conn_t *c, const uint8_t *p, size_t n) {
+  int rc = qe_tls_feed(c->tls, p, n);
+  size_t got = 1;
+  while (!rc && got && c->state != TR__CLOSING) {
+    rc = qe_tls_read(c->tls, c->pbuf, sizeof c->pbuf, &got);
+    if (!c->tls_open && qe_tls_established(c->tls)) tls_opened(c);
+    if (got && c->state != TR__CLOSING) feed(c, c->pbuf, got);
+  }
+  if (c->state == TR__CLOSING) return;
+  if (rc == QE_TLS_EOF)
+    peer_ended(c);
+  else if (rc < 0)
+    tls_failed(c);
+  else if ((rc = tls_flush(c)))
+    write_failed(c, rc);
+}
+
+/* Connecting side: the TLS session's first flight (the Hello follows the handshake). */
+static int tls_start(tr_conn_t *c) {
+  if (qe_tls_handshake(c->tls)) {
+    tls_failed(c);
+    return QE_EIO;
+  }
+  return tls_flush(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   tr_conn_t *c = s->data;
   if (nread < 0) {
     read_ended(c, nread);
   } else if (nread > 0) {
     c->t_recv = uv_now(c->loop);
-    if (c->state != TR__CLOSING) feed(c, (const uint8_t *)buf->base, (size_t)nread);
+    for (ssize_t i = 0; c->n_first < 2 && i < nread; i++)
+      c->first[c->n_first++] = (uint8_t)buf->base[i];
+    if (c->state == TR__CLOSING) return;
+    if (c->tls)
+      tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
+    else
+      feed(c, (const uint8_t *)buf->base, (size_t)nread);
   }
 }
 
@@ -430,6 +553,10 @@ int tr__conn_start(tr_conn_t *c) {
   if (!c->is_unix) uv_tcp_nodelay(&c->sock.tcp, 1);
   c->state = TR__HANDSHAKE;
   c->t_start = c->t_recv = c->t_send = uv_now(c->loop);
+  if (c->opt.tls && !(c->tls = qe_tls_new(c->opt.tls, *c->tls_name ? c->tls_name : NULL))) {
+    conn_end(c, TR_CLOSE_IO, 0, "no memory for a TLS session");
+    return QE_ENOMEM;
+  }
   if ((rc = uv_read_start(&c->sock.stream, on_alloc, on_read))) {
     conn_end(c, TR_CLOSE_IO, 0, "read: %s", uv_strerror(rc));
     return QE_ECOMM;
@@ -447,6 +574,10 @@ static void on_connect(uv_connect_t *req, int status) {
     return;
   }
   if (tr__conn_start(c)) return;
+  if (c->tls) {
+    if ((rc = tls_start(c)) && rc != QE_EIO) write_failed(c, rc);
+    return;
+  }
   rc = write_bytes(c, c->hello_frame, c->hello_len);
   free(c->hello_frame);
   c->hello_frame = NULL;
@@ -462,6 +593,19 @@ static int pack_hello(tr_conn_t *c, const tr_hello_t *h) {
   e.msg_case = ENV_CASE(HELLO);
   e.hello = &hello;
   return tr_frame_encode(&e, TR_FRAME_MAX_HELLO, &c->hello_frame, &c->hello_len);
+}
+
+/* The name the listener's certificate must carry: the option's, else a TCP address's IP. */
+static void tls_expect(tr_conn_t *c, const tr_options_t *opt, const tr_addr_t *a) {
+  const struct sockaddr_in *s4 = (const struct sockaddr_in *)&a->sa;
+  const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&a->sa;
+  if (!opt || !opt->tls) return;
+  if (opt->tls_server_name)
+    snprintf(c->tls_name, sizeof c->tls_name, "%s", opt->tls_server_name);
+  else if (!a->is_unix && a->sa.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &s6->sin6_addr, c->tls_name, sizeof c->tls_name);
+  else if (!a->is_unix)
+    inet_ntop(AF_INET, &s4->sin_addr, c->tls_name, sizeof c->tls_name);
 }
 
 static void start_connect(tr_conn_t *c, const tr_addr_t *a) {
@@ -482,6 +626,7 @@ int tr_connect(uv_loop_t *loop, const char *addr, const tr_options_t *opt, const
   if ((rc = tr_addr_parse(addr, &a))) return rc;
   if (!(c = tr__conn_new(loop, cb, opt, 1, a.is_unix))) return QE_ENOMEM;
   tr_addr_format(&a, c->peer, sizeof c->peer);
+  tls_expect(c, opt, &a);
   if ((rc = pack_hello(c, opt ? opt->hello : NULL))) {
     conn_end(c, TR_CLOSE_LOCAL, 0, "%s", bare(qe_errmsg()));
     c->cb.on_close = NULL; /* failed synchronously: no callback */

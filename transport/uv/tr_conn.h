@@ -14,6 +14,14 @@
  * bytes waiting) closes that connection, with a fatal Error frame to the peer saying why when
  * the stream is still writable.
  *
+ * With a TLS context in the options (qe_tls.h), the stream is TLS 1.2/1.3 under the frames: the
+ * TLS handshake comes first (within timeout_ms, as the Hello does), then the same session; the
+ * connecting side checks the listener's certificate against the context's CA bundle (and
+ * tls_server_name), a listener whose context names a client CA checks the connecting side's.
+ * Graceful closes send close_notify. A failed TLS handshake or a bad record closes that
+ * connection (TR_CLOSE_TLS, OpenSSL's reason in the detail); a peer that speaks TLS to a
+ * plaintext side, or plaintext to a TLS side, is named as such in the detail.
+ *
  * Every connection, accepted or connecting, ends with exactly one on_close(reason, detail);
  * the tr_conn_t is freed right after that callback returns. Nothing is called after it.
  *
@@ -28,6 +36,8 @@
 
 #include "tr_frame.h"
 
+struct qe_tls_ctx; /* qe_tls.h */
+
 typedef struct tr_conn tr_conn_t;
 typedef struct tr_server tr_server_t;
 
@@ -38,7 +48,8 @@ typedef Qevict__Worker__V1__HelloAck tr_hello_ack_t;
  * failed write; CONNECT tr_connect could not connect; PROTOCOL garbage or a message out of
  * sequence; OVERSIZE a declared length above the maximum; VERSION protocol versions differ;
  * REFUSED on_hello said no; TIMEOUT no handshake in time or a silent peer; PEER_ERROR the
- * peer sent a fatal Error; OVERLOAD the peer stopped reading (write queue > max_queued). */
+ * peer sent a fatal Error; OVERLOAD the peer stopped reading (write queue > max_queued); TLS the
+ * TLS handshake or a record failed (a certificate refused, a peer not speaking TLS). */
 #define TR_CLOSE_REASONS(X)                                                                        \
   X(TR_CLOSE_LOCAL, "closed locally")                                                              \
   X(TR_CLOSE_EOF, "peer closed the connection")                                                    \
@@ -50,7 +61,8 @@ typedef Qevict__Worker__V1__HelloAck tr_hello_ack_t;
   X(TR_CLOSE_REFUSED, "refused")                                                                   \
   X(TR_CLOSE_TIMEOUT, "timed out")                                                                 \
   X(TR_CLOSE_PEER_ERROR, "peer reported an error")                                                 \
-  X(TR_CLOSE_OVERLOAD, "peer not reading")
+  X(TR_CLOSE_OVERLOAD, "peer not reading")                                                         \
+  X(TR_CLOSE_TLS, "tls failed")
 
 typedef enum {
 #define TR__ENUM(name, text) name,
@@ -88,6 +100,12 @@ typedef struct tr_options {
   /* tr_connect only: the Hello to send (copied; NULL: an empty one). Its protocol_version 0
    * means TR_PROTOCOL_VERSION (set another only to test a mismatch). */
   const tr_hello_t *hello;
+  /* TLS (NULL: plaintext): a server context for tr_listen, a client context for tr_connect
+   * (borrowed: it must outlive every connection made with it). */
+  struct qe_tls_ctx *tls;
+  /* tr_connect with tls: the name the listener's certificate must carry (an IP literal or a DNS
+   * name; copied). NULL: the address's IP for TCP, no name check for Unix sockets. */
+  const char *tls_server_name;
 } tr_options_t;
 
 /* Listens on addr (tr_addr.h syntax) and accepts connections on loop; each one gets a copy of

@@ -10,6 +10,7 @@
 
 #define TR__READ_BUF    ((size_t)64 << 10)
 #define TR__QUEUED_DFLT ((size_t)64 << 20)
+#define TR__PLAIN_BUF   ((size_t)16 << 10)
 
 typedef union {
   uv_handle_t handle;
@@ -35,6 +36,10 @@ struct tr_conn {
   int reading, opened, shut_done, hard_closing;
   int handles; /* uv handles not yet closed */
   tr_decoder_t dec;
+  struct qe_tls *tls;     /* the session when opt.tls is set (from tr__conn_start) */
+  int tls_open, tls_dead; /* its handshake is done; it failed (no more records) */
+  uint8_t first[2];       /* the first two bytes received, n_first of them */
+  int n_first;
   uint8_t *hello_frame; /* connecting side: the packed Hello, until sent */
   size_t hello_len;
   tr_env_t *handshake; /* the peer's Hello (accepted) or HelloAck (connecting) */
@@ -44,7 +49,9 @@ struct tr_conn {
   char detail[384];
   void *data;
   char peer[192];
+  char tls_name[256]; /* connecting side: the name the peer's certificate must carry, or "" */
   uint8_t rbuf[TR__READ_BUF];
+  uint8_t pbuf[TR__PLAIN_BUF]; /* TLS: decrypted bytes on their way to the decoder */
 };
 
 struct tr_server {
