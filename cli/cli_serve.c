@@ -41,7 +41,10 @@ static const char *sched_help =
     "  --max-message BYTES         gRPC message limit (default 64M)\n"
     "  --keep-finished SECONDS     finished requests stay watchable (default 600)\n"
     "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
-    "  --ready-file FILE           written once a worker group is up\n" TLS_HELP;
+    "  --ready-file FILE           written once a worker group is up\n" TLS_HELP
+    "  --worker-tls-cert FILE --worker-tls-key FILE --worker-tls-ca FILE\n"
+    "                              the worker link over TLS only (this PEM chain and key), and\n"
+    "                              workers must present certificates the PEM CA verifies\n";
 
 static const char *worker_help =
     "usage: qevict worker --model FILE [options]   (also: qevictd)\n"
@@ -55,7 +58,12 @@ static const char *worker_help =
     "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G)\n"
     "  --device N          CUDA GPU of the group's rank 0 (CUDA builds): rank R runs on GPU\n"
     "                      (N + R) mod the GPU count, KV on the GPU, NCCL between the ranks\n"
-    "  --cpu               the CPU backend (the default)\n" CLI_CPU_WEIGHTS_HELP;
+    "  --cpu               the CPU backend (the default)\n" CLI_CPU_WEIGHTS_HELP
+    "  --tls-ca FILE --tls-cert FILE --tls-key FILE   the scheduler link over TLS (for a\n"
+    "                      scheduler with --worker-tls-*): its certificate must chain to this\n"
+    "                      PEM CA; this worker's PEM certificate chain and key\n"
+    "  --tls-server-name NAME   the name the scheduler's certificate carries (default: the\n"
+    "                      --scheduler IP; none checked on a unix: address)\n";
 
 static const char *serve_help =
     "usage: qevict serve --model FILE [options]\n"
@@ -98,9 +106,14 @@ static int opt_cmds(const char *f) {
            {"--state-dir", OPT_S | OPT_V},
            {"--admin-key-file", OPT_S | OPT_V},
            {"--ready-file", OPT_S | OPT_V},
-           {"--tls-cert", OPT_S | OPT_V},
-           {"--tls-key", OPT_S | OPT_V},
+           {"--tls-cert", OPT_S | OPT_W | OPT_V},
+           {"--tls-key", OPT_S | OPT_W | OPT_V},
            {"--tls-client-ca", OPT_S | OPT_V},
+           {"--worker-tls-cert", OPT_S},
+           {"--worker-tls-key", OPT_S},
+           {"--worker-tls-ca", OPT_S},
+           {"--tls-ca", OPT_W},
+           {"--tls-server-name", OPT_W},
            {"--max-message", OPT_S | OPT_V},
            {"--keep-finished", OPT_S | OPT_V},
            {"--worker-timeout", OPT_S},
@@ -172,9 +185,14 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
     return cli_parse_cpu_weights(v, &o->w.cpu_weights)
                ? cli_usage_error(cmd, "bad value '%s' for --cpu-weights (f32 or packed)", v)
                : 0;
-  if (!strcmp(f, "--tls-cert")) return o->s.tls_cert = v, 0;
-  if (!strcmp(f, "--tls-key")) return o->s.tls_key = v, 0;
+  if (!strcmp(f, "--tls-cert")) return o->s.tls_cert = o->w.tls_cert = v, 0;
+  if (!strcmp(f, "--tls-key")) return o->s.tls_key = o->w.tls_key = v, 0;
   if (!strcmp(f, "--tls-client-ca")) return o->s.tls_client_ca = v, 0;
+  if (!strcmp(f, "--worker-tls-cert")) return o->s.worker_tls_cert = v, 0;
+  if (!strcmp(f, "--worker-tls-key")) return o->s.worker_tls_key = v, 0;
+  if (!strcmp(f, "--worker-tls-ca")) return o->s.worker_tls_ca = v, 0;
+  if (!strcmp(f, "--tls-ca")) return o->w.tls_ca = v, 0;
+  if (!strcmp(f, "--tls-server-name")) return o->w.tls_server_name = v, 0;
   if (!strcmp(f, "--scheduler")) return o->w.scheduler = v, 0;
   if (!strcmp(f, "--group")) return o->w.group = v, 0;
   if (!strcmp(f, "--name")) return o->w.name = v, 0;
@@ -234,6 +252,24 @@ static int check_device(const char *cmd, const serve_opts_t *o, int *count) {
 #endif
 }
 
+/* The worker link's TLS options: all three on the scheduler, or none; on a worker --tls-ca
+ * with --tls-cert and --tls-key, or none of them. 0, or the exit code after a usage error. */
+static int check_link_tls(const char *cmd, const serve_opts_t *o) {
+  const sched_config_t *s = &o->s;
+  int n = !!s->worker_tls_cert + !!s->worker_tls_key + !!s->worker_tls_ca;
+  if (n && n < 3)
+    return cli_usage_error(cmd, "give all of --worker-tls-cert, --worker-tls-key and "
+                                "--worker-tls-ca, or none");
+  if (strcmp(cmd, "worker")) return 0;
+  if (o->w.tls_ca && !o->w.tls_cert)
+    return cli_usage_error(cmd, "--tls-ca needs --tls-cert and --tls-key (the scheduler "
+                                "verifies workers by their certificates)");
+  if (!o->w.tls_ca && (o->w.tls_cert || o->w.tls_server_name))
+    return cli_usage_error(cmd, "--tls-cert, --tls-key and --tls-server-name need --tls-ca (the "
+                                "CA of the scheduler's certificate)");
+  return 0;
+}
+
 static int parse_all(const char *cmd, const char *help, int argc, char **argv, serve_opts_t *o) {
   sched_config_init(&o->s);
   wrk_config_init(&o->w);
@@ -272,6 +308,8 @@ static int parse_all(const char *cmd, const char *help, int argc, char **argv, s
     return cli_usage_error(cmd, "--metrics-tls with --metrics-listen '' (no metrics endpoint)");
   if (o->w.cpu_weights != KERN_WEIGHT_F32 && o->w.device >= 0)
     return cli_usage_error(cmd, "--cpu-weights is for CPU workers");
+  int rc = check_link_tls(cmd, o);
+  if (rc) return rc;
   return strcmp(cmd, "sched") ? check_device(cmd, o, &o->n_gpus) : 0;
 }
 

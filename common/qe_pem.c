@@ -54,3 +54,11 @@ int qe_read_pem(const char *path, const char *what, const char *label, char **ou
   *out = buf;
   return 0;
 }
+
+int qe_check_pem(const char *path, const char *what, const char *label) {
+  char *pem = NULL;
+  int rc = qe_read_pem(path, what, label, &pem);
+  if (pem) explicit_bzero(pem, strlen(pem)); /* (it may be a private key) */
+  free(pem);
+  return rc;
+}

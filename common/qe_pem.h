@@ -15,4 +15,7 @@
  * (unreadable), QE_EFORMAT (empty, too large or no such PEM block) or QE_ENOMEM. */
 int qe_read_pem(const char *path, const char *what, const char *label, char **out);
 
+/* The same checks without keeping the contents: 0 or qe_read_pem's errors. */
+int qe_check_pem(const char *path, const char *what, const char *label);
+
 #endif

@@ -14,7 +14,7 @@
 struct qe_tls_ctx {
   SSL_CTX *ssl;
   int is_server;
-  char who[32];
+  const char *who; /* static */
 };
 
 struct qe_tls {
@@ -51,7 +51,7 @@ static int ctx_new(const char *who, int server, qe_tls_ctx_t **out) {
     free(c);
     return qe_errf(QE_ENOMEM, "%s: no memory for a context", who);
   }
-  snprintf(c->who, sizeof c->who, "%s", who);
+  c->who = who;
   c->is_server = server;
   SSL_CTX_set_min_proto_version(c->ssl, TLS1_2_VERSION);
   SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION); /* (TLS 1.2 peers may not ask) */

@@ -5,7 +5,8 @@
  * whatever ciphertext is pending (qe_tls_take). The handshake runs inside qe_tls_read as bytes
  * arrive (a client starts it with qe_tls_handshake). TLS 1.2 and 1.3 only; no renegotiation.
  *
- * Errors name the context's `who` ("metrics tls", "worker tls") and OpenSSL's reason.
+ * Errors name the context's `who` (a static string: "metrics tls", "worker tls") and OpenSSL's
+ * reason.
  *
  * Threading: a context may be shared by the sessions of one thread; a session is used by one
  * thread. A context must outlive its sessions. */

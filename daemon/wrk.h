@@ -27,6 +27,12 @@ typedef struct {
    * in a build without CUDA is QE_EUNSUPPORTED (both from wrk_run). */
   int device;
   int cpu_weights; /* the CPU backend's weights (kern_cpu_create_ex): KERN_WEIGHT_F32 or _PACKED */
+  /* The scheduler link over TLS when tls_ca is set: the CA bundle the scheduler's certificate
+   * must chain to, this worker's client certificate chain and key (required with it: the
+   * scheduler verifies workers), and the name the scheduler's certificate must carry (NULL:
+   * the IP of a TCP scheduler address; a Unix socket address checks the chain only). Unusable
+   * files are QE_EINVAL/QE_EIO/QE_EFORMAT from wrk_run, before the model loads. */
+  const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 } wrk_config_t;
 
 void wrk_config_init(wrk_config_t *c);

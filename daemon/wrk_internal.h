@@ -65,6 +65,7 @@ typedef struct wrk {
   uv_timer_t retry;
   uv_signal_t sig_int, sig_term;
   tr_conn_t *conn;
+  struct qe_tls_ctx *tls; /* the scheduler link's TLS context (NULL: plaintext) */
   int stopping;
   /* shared, under mu */
   pthread_mutex_t mu;

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "qe_log.h"
+#include "qe_pem.h"
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "tr_policy.h"
 #include "wrk_internal.h"
 
@@ -132,6 +134,7 @@ static void connect_scheduler(wrk_t *w) {
   tr_options_t opt = {0};
   opt.timeout_ms = w->cfg.timeout_ms;
   opt.hello = &h;
+  opt.tls = w->tls, opt.tls_server_name = w->cfg.tls_server_name;
   tr_callbacks_t cb = {w, NULL, on_open, on_message, on_close};
   if (tr_connect(w->loop, w->cfg.scheduler, &opt, &cb, &w->conn)) {
     qe_log(QE_LOG_ERROR, "wrk: connect %s: %s", w->cfg.scheduler, qe_errmsg());
@@ -263,6 +266,20 @@ static int loop_init(wrk_t *w, uv_loop_t *loop) {
   return 0;
 }
 
+/* The scheduler link's TLS context from the configured files (checked first, naming the flags). */
+static int load_tls(wrk_t *w) {
+  const wrk_config_t *c = &w->cfg;
+  if (!c->tls_ca) return 0;
+  if (!c->tls_cert || !c->tls_key)
+    return qe_errf(QE_EINVAL, "--tls-ca needs --tls-cert and --tls-key (the scheduler verifies "
+                              "workers by their certificates)");
+  int rc = qe_check_pem(c->tls_ca, "--tls-ca", "CERTIFICATE");
+  if (!rc) rc = qe_check_pem(c->tls_cert, "--tls-cert", "CERTIFICATE");
+  if (!rc) rc = qe_check_pem(c->tls_key, "--tls-key", "PRIVATE KEY");
+  if (!rc) rc = qe_tls_client_ctx("worker tls", c->tls_ca, c->tls_cert, c->tls_key, &w->tls);
+  return rc;
+}
+
 int wrk_run(const wrk_config_t *c) {
   wrk_t w;
   memset(&w, 0, sizeof w);
@@ -271,7 +288,8 @@ int wrk_run(const wrk_config_t *c) {
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
   signal(SIGPIPE, SIG_IGN);
-  int rc = model_fingerprint(c->model, w.fingerprint);
+  int rc = load_tls(&w);
+  if (!rc) rc = model_fingerprint(c->model, w.fingerprint);
   if (!rc) rc = wrk_engine_load(&w);
   uv_loop_t loop;
   if (!rc) rc = loop_init(&w, &loop);
@@ -279,10 +297,11 @@ int wrk_run(const wrk_config_t *c) {
     rc = qe_errf(QE_EIO, "cannot start the engine thread");
   if (rc) {
     wrk_engine_unload(&w);
+    qe_tls_ctx_destroy(w.tls);
     return rc;
   }
-  qe_log(QE_LOG_INFO, "wrk: %s (group %s rank %d/%d, %s) loaded %s; connecting to %s", w.name,
-         c->group, c->rank, c->tp, w.device, c->model, c->scheduler);
+  qe_log(QE_LOG_INFO, "wrk: %s (group %s rank %d/%d, %s) loaded %s; connecting to %s%s", w.name,
+         c->group, c->rank, c->tp, w.device, c->model, c->scheduler, w.tls ? " over TLS" : "");
   connect_scheduler(&w);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_mutex_lock(&w.mu);
@@ -292,6 +311,7 @@ int wrk_run(const wrk_config_t *c) {
     pthread_join(w.thread, NULL);
     uv_loop_close(&loop);
     wrk_engine_unload(&w);
+    qe_tls_ctx_destroy(w.tls);
   }
   return w.fatal ? qe_errf(w.fatal, "the engine stopped (see the log)") : 0;
 }

@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include "qe_log.h"
+#include "qe_pem.h"
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "sched_internal.h"
 
 #define ENV(x) QEVICT__WORKER__V1__ENVELOPE__MSG_##x
@@ -183,6 +185,9 @@ static void on_close(tr_conn_t *c, int reason, const char *detail) {
   sched_t *s = tr_conn_ud(c);
   int rank = 0;
   sgroup_t *g = group_of(c, &rank);
+  if (!g && (reason == TR_CLOSE_TLS || reason == TR_CLOSE_REFUSED))
+    qe_log(QE_LOG_WARN, "sched: a worker connection failed: %s (%s)", tr_close_reason_str(reason),
+           detail);
   if (!g) return;
   qe_log(QE_LOG_WARN, "sched: worker %s (group %s rank %d) gone: %s (%s)", g->rank[rank].name,
          g->name, rank, tr_close_reason_str(reason), detail);
@@ -291,10 +296,24 @@ static void on_message(tr_conn_t *c, const tr_env_t *m) {
   }
 }
 
+/* The worker link's TLS context from the configured files (checked first, naming the flags). */
+static int worker_tls(sched_t *s) {
+  const sched_config_t *c = &s->cfg;
+  int rc = qe_check_pem(c->worker_tls_cert, "--worker-tls-cert", "CERTIFICATE");
+  if (!rc) rc = qe_check_pem(c->worker_tls_key, "--worker-tls-key", "PRIVATE KEY");
+  if (!rc) rc = qe_check_pem(c->worker_tls_ca, "--worker-tls-ca", "CERTIFICATE");
+  if (!rc)
+    rc = qe_tls_server_ctx("worker tls", c->worker_tls_cert, c->worker_tls_key, c->worker_tls_ca,
+                           &s->worker_tls);
+  return rc;
+}
+
 int sched_groups_listen(sched_t *s) {
   int rc = model_fingerprint(s->cfg.model, g_fingerprint);
   if (rc) return rc;
+  if (s->cfg.worker_tls_cert && (rc = worker_tls(s))) return rc;
   tr_options_t opt = {0};
+  opt.tls = s->worker_tls;
   opt.timeout_ms = s->cfg.worker_timeout_ms;
   tr_callbacks_t cb = {s, on_hello, on_open, on_message, on_close};
   return tr_listen(s->loop, s->cfg.worker_listen, &opt, &cb, &s->workers);

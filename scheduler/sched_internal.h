@@ -121,6 +121,7 @@ struct sched {
   sgrpc_server_t *grpc;
   sh_server_t *http;
   tr_server_t *workers;
+  struct qe_tls_ctx *worker_tls; /* the worker link's TLS context (NULL: plaintext) */
   sm_reg_t *metrics;
   gguf_t *gguf;
   tok_t *tok;

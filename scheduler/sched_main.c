@@ -12,6 +12,7 @@
 
 #include "qe_log.h"
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "sched_internal.h"
 
 void sched_config_init(sched_config_t *c) {
@@ -151,14 +152,16 @@ static int start(sched_t *s) {
   uv_signal_start(&s->sig_int, on_signal, SIGINT);
   uv_signal_start(&s->sig_term, on_signal, SIGTERM);
   uv_timer_start(&s->tick, on_tick, 100, 100);
-  qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d)%s, workers on %s, metrics on %s%s",
+  qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d)%s, workers on %s%s, metrics on %s%s",
          s->cfg.listen, sgrpc_server_port(s->grpc), s->cfg.tls_cert ? " over TLS" : "",
-         tr_server_address(s->workers), s->http ? s->cfg.metrics_listen : "(off)",
+         tr_server_address(s->workers), s->worker_tls ? " over mutual TLS" : "",
+         s->http ? s->cfg.metrics_listen : "(off)",
          s->http && s->cfg.metrics_tls ? " over TLS" : "");
   return 0;
 }
 
 static void cleanup(sched_t *s) {
+  qe_tls_ctx_destroy(s->worker_tls); /* (its connections are gone with the loop) */
   sched_admit_destroy(s->admit);
   sched_tenants_close(s->tenants);
   tok_destroy(s->tok);

@@ -24,6 +24,9 @@ typedef struct {
   const char *tls_key;        /* PEM private key of tls_cert */
   const char *tls_client_ca;  /* PEM CA bundle: clients must present a certificate it verifies */
   int metrics_tls;            /* /metrics and /healthz over TLS too, with the same three files */
+  /* The worker link over TLS (all three, or none): the scheduler's certificate chain and key
+   * on worker_listen, and the CA bundle every worker's client certificate must chain to. */
+  const char *worker_tls_cert, *worker_tls_key, *worker_tls_ca;
 } sched_config_t;
 
 /* Fills the defaults. */

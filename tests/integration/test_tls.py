@@ -4,7 +4,9 @@ test CA, a server certificate for 127.0.0.1 and localhost, a client certificate,
 unrelated CA). `qevict serve --tls-cert/--tls-key` (stories260K, one CPU worker) is driven by
 Python grpcio and by `qevict submit`/`tenant`; then `--tls-client-ca` (client certificates
 required); then /metrics and /healthz over TLS (`--metrics-tls`: Python's ssl and http.client,
-with and without client certificates); then the configuration errors of both sides.
+with and without client certificates); then the scheduler-worker link over mutual TLS
+(`qevict sched --worker-tls-*` and `qevict worker --tls-*` as separate processes on TCP, with
+workers that must be refused); then the configuration errors of both sides.
 usage: test_tls.py QEVICT_BINARY   (exit 77 = skipped)"""
 import http.client
 import os
@@ -13,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving  # noqa: E402
@@ -392,10 +395,172 @@ def test_server_errors():
                        capture_output=True, text=True, timeout=60)
     C.ok(r.returncode == 2 and "--tls-cert" in r.stderr,
          "qevict serve --tls-key alone: exit %d" % r.returncode)
-    r = subprocess.run([QEVICT, "worker", "--model", STORIES, "--tls-cert", cert, "--tls-key", key],
+    r = subprocess.run([QEVICT, "worker", "--model", STORIES, "--tls-client-ca", cert],
                        capture_output=True, text=True, timeout=60)
     C.ok(r.returncode == 2 and "scheduler option" in r.stderr,
-         "qevict worker --tls-cert: exit %d" % r.returncode)
+         "qevict worker --tls-client-ca: exit %d" % r.returncode)
+
+class Proc:
+    """A qevict process with its log file, killed at the end."""
+
+    def __init__(self, name, args):
+        self.log = path(name + ".log")
+        self.logf = open(self.log, "wb")
+        env = dict(os.environ, QEVICT_LOG="info")
+        self.proc = subprocess.Popen([QEVICT] + args, stdout=self.logf, stderr=self.logf,
+                                     start_new_session=True, env=env)
+
+    def text(self):
+        with open(self.log, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait_for(self, needle, timeout=60):
+        """True once needle is in the log (False after timeout or when the process exits
+        without it)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if needle in self.text():
+                return True
+            if self.proc.poll() is not None:
+                return needle in self.text()
+            time.sleep(0.1)
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+
+
+def link_worker(name, wport, tls, group=None):
+    args = ["worker", "--model", STORIES, "--scheduler", "127.0.0.1:%d" % wport, "--group",
+            group or name, "--threads", "1", "--max-seqs", "4"]
+    return Proc(name, args + tls)
+
+
+def up_groups(mport):
+    try:
+        body = plain_get(mport).decode()
+    except OSError:
+        return -1
+    for line in body.splitlines():
+        if line.startswith('qevict_workers{state="up"}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+def bad_worker(sched, wport, mport, name, tls, worker_says, sched_says):
+    """A worker the link must refuse: its log and the scheduler's say why; no group comes up."""
+    w = link_worker(name, wport, tls)
+    got_w = w.wait_for(worker_says)
+    got_s = sched.wait_for(sched_says, timeout=30)
+    time.sleep(0.5)
+    ups = up_groups(mport)
+    w.stop()
+    lines = [ln for ln in w.text().splitlines() if "scheduler connection" in ln]
+    C.ok(got_w and got_s and ups == 1,
+         "worker link: %s: refused (worker: %s; scheduler says %r: %s; groups up %d)"
+         % (name, lines[0][-150:] if lines else "no line", sched_says, got_s, ups))
+
+
+def test_worker_tls():
+    gport, mport, wport = serving.free_ports(3)
+    ready = path("link.ready")
+    sched = Proc("link-sched", [
+        "sched", "--model", STORIES, "--state-dir", path("state-link"), "--listen",
+        "127.0.0.1:%d" % gport, "--metrics-listen", "127.0.0.1:%d" % mport, "--worker-listen",
+        "127.0.0.1:%d" % wport, "--ready-file", ready, "--worker-tls-cert", path("server.pem"),
+        "--worker-tls-key", path("server.key"), "--worker-tls-ca", path("ca.pem")])
+    good = ["--tls-ca", path("ca.pem"), "--tls-cert", path("client.pem"), "--tls-key",
+            path("client.key")]
+    w = link_worker("link-good", wport, good, group="g0")
+    deadline = time.time() + 120
+    while not os.path.exists(ready) and time.time() < deadline and sched.proc.poll() is None:
+        time.sleep(0.1)
+    said = [ln for ln in sched.text().splitlines() if "workers on" in ln] or ["nothing"]
+    C.ok(os.path.exists(ready) and "over mutual TLS" in said[0],
+         "worker link over mutual TLS: the group registered (scheduler: %s)" % said[0][-110:])
+    said = [ln for ln in sched.text().splitlines() if "connected from" in ln] or ["nothing"]
+    C.ok("(CN=client)" in said[0], "the scheduler names the worker by its certificate's CN: %s"
+         % said[0][-100:])
+    key = link_tenant(gport, path("state-link"))
+    ev = generate(grpc.insecure_channel("127.0.0.1:%d" % gport), key) if key else []
+    fin = ev[-1].finished if ev and ev[-1].HasField("finished") else None
+    C.ok(fin is not None and fin.usage.completion_tokens == 24,
+         "Generate served by a worker over the TLS link: 24 tokens and Finished")
+    bad_worker(sched, wport, mport, "link-plain", [], "closed during the handshake",
+               "does not speak TLS")
+    bad_worker(sched, wport, mport, "link-otherca", ["--tls-ca", path("otherca.pem"),
+                                                     "--tls-cert", path("client.pem"),
+                                                     "--tls-key", path("client.key")],
+               "certificate verify failed", "alert unknown ca")
+    bad_worker(sched, wport, mport, "link-stranger", ["--tls-ca", path("ca.pem"), "--tls-cert",
+                                                      path("stranger.pem"), "--tls-key",
+                                                      path("stranger.key")],
+               "alert unknown ca", "unable to get local issuer certificate")
+    bad_worker(sched, wport, mport, "link-name", good + ["--tls-server-name", "other.example"],
+               "hostname mismatch", "alert bad certificate")
+    ev = generate(grpc.insecure_channel("127.0.0.1:%d" % gport), key) if key else []
+    C.ok(ev and ev[-1].HasField("finished"), "the good worker still serves after the refusals")
+    w.stop()
+    sched.stop()
+
+
+def link_tenant(gport, state):
+    with open(os.path.join(state, "admin.key")) as f:
+        admin = f.read().strip()
+    adm = pbg.AdminStub(grpc.insecure_channel("127.0.0.1:%d" % gport))
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "t1", 1 << 30
+    try:
+        return adm.SetTenant(r, metadata=(("authorization", "Bearer " + admin),),
+                             timeout=30).api_key
+    except grpc.RpcError:
+        return None
+
+
+def worker_error(what, extra, want, code=None):
+    """`qevict worker` with a link TLS misconfiguration exits non-zero naming the problem."""
+    args = [QEVICT, "worker", "--model", STORIES, "--scheduler", "127.0.0.1:1"] + extra
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        C.ok(False, "worker: %s: still running after 60 s" % what)
+        return
+    ok = r.returncode != 0 and (code is None or r.returncode == code) and want in r.stderr
+    C.ok(ok and "Sanitizer" not in r.stderr, "worker: %s: exit %d, %s" %
+         (what, r.returncode, r.stderr.strip().splitlines()[-1][-150:] if r.stderr else ""))
+
+
+def test_link_errors():
+    cert, key, ca = path("server.pem"), path("server.key"), path("ca.pem")
+    ccert, ckey = path("client.pem"), path("client.key")
+    server_error("--worker-tls-ca alone", ["--worker-tls-ca", ca], "give all of", 2)
+    server_error("--worker-tls-* of a CA that is not PEM", [
+        "--worker-tls-cert", cert, "--worker-tls-key", key, "--worker-tls-ca", path("notpem.txt")],
+        "--worker-tls-ca '")
+    server_error("--worker-tls-key of another certificate", [
+        "--worker-tls-cert", cert, "--worker-tls-key", ckey, "--worker-tls-ca", ca], "mismatch")
+    worker_error("--tls-ca without a client certificate", ["--tls-ca", ca], "--tls-cert", 2)
+    worker_error("--tls-cert without --tls-ca", ["--tls-cert", ccert, "--tls-key", ckey],
+                 "need --tls-ca", 2)
+    worker_error("--tls-server-name without --tls-ca", ["--tls-server-name", "x"],
+                 "need --tls-ca", 2)
+    worker_error("--tls-ca of a missing file", ["--tls-ca", path("nosuch.pem"), "--tls-cert",
+                                                ccert, "--tls-key", ckey], "--tls-ca '")
+    worker_error("--tls-key of a certificate", ["--tls-ca", ca, "--tls-cert", ccert, "--tls-key",
+                                                ccert], "PRIVATE KEY")
+    worker_error("--tls-key of another certificate", ["--tls-ca", ca, "--tls-cert", ccert,
+                                                      "--tls-key", key], "mismatch")
+    r = subprocess.run([QEVICT, "serve", "--model", STORIES, "--worker-tls-ca", ca],
+                       capture_output=True, text=True, timeout=60)
+    C.ok(r.returncode == 2 and "scheduler option" in r.stderr,
+         "qevict serve --worker-tls-ca (its workers use a Unix socket): exit %d" % r.returncode)
 
 
 def main():
@@ -412,6 +577,8 @@ def main():
     test_mtls_server()
     test_metrics_tls()
     test_server_errors()
+    test_worker_tls()
+    test_link_errors()
     rc = C.done()
     shutil.rmtree(TMP, ignore_errors=True)
     return rc

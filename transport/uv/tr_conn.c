@@ -376,6 +376,8 @@ static void peer_ended(tr_conn_t *c) {
     conn_end(c, TR_CLOSE_EOF, 0, "closed in the middle of a frame (%zu bytes in)", pending);
   else if (c->tls && !c->tls_open)
     conn_end(c, TR_CLOSE_EOF, 0, "closed during the TLS handshake (does the peer speak TLS?)");
+  else if (c->state != TR__OPEN && c->is_client && !c->n_first)
+    conn_end(c, TR_CLOSE_EOF, 0, "closed during the handshake without a word (does it want TLS?)");
   else if (c->state != TR__OPEN)
     conn_end(c, TR_CLOSE_EOF, 0, "closed during the handshake");
   else
