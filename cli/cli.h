@@ -19,6 +19,8 @@ int cli_cancel(int argc, char **argv);
 int cli_tenant(int argc, char **argv);
 int cli_requests(int argc, char **argv);
 int cli_drain(int argc, char **argv);
+/* `qevict bench serve` (cli_bench.c): a load test of a running qevict-sched. */
+int cli_bench(int argc, char **argv);
 /* The daemon (cli_serve.c): the scheduler, one worker rank, or both supervised. */
 int cli_serve(int argc, char **argv);
 int cli_sched(int argc, char **argv);

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,19 +230,32 @@ static grpc_slice rpc_take_recv(rpc_call_t *r) {
   return s;
 }
 
-/* SIGINT sets rpc_interrupted for the duration of a call (no SA_RESTART). */
-static void rpc_sigint_begin(struct sigaction *old) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = rpc_on_sigint;
-  sigemptyset(&sa.sa_mask);
-  rpc_interrupted = 0;
-  sigaction(SIGINT, &sa, old);
+/* SIGINT sets rpc_interrupted while calls are in flight (no SA_RESTART): the first call to
+ * begin installs the handler, the last to end restores the previous one (calls may run in
+ * several threads at once; an interrupt cancels them all). */
+static pthread_mutex_t rpc_sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static int rpc_sig_calls;
+static struct sigaction rpc_sig_old;
+
+static void rpc_sigint_begin(void) {
+  pthread_mutex_lock(&rpc_sig_mu);
+  if (!rpc_sig_calls++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = rpc_on_sigint;
+    sigemptyset(&sa.sa_mask);
+    rpc_interrupted = 0;
+    sigaction(SIGINT, &sa, &rpc_sig_old);
+  }
+  pthread_mutex_unlock(&rpc_sig_mu);
 }
 
-static int rpc_sigint_end(const struct sigaction *old) {
-  sigaction(SIGINT, old, NULL);
-  return rpc_interrupted;
+static int rpc_sigint_end(void) {
+  int hit = rpc_interrupted;
+  pthread_mutex_lock(&rpc_sig_mu);
+  if (!--rpc_sig_calls) sigaction(SIGINT, &rpc_sig_old, NULL);
+  pthread_mutex_unlock(&rpc_sig_mu);
+  return hit;
 }
 
 /* The return code of a finished call. */
@@ -254,15 +268,14 @@ static int rpc_result(const rpc_call_t *r, int interrupted, cli_rpc_status_t *st
 int cli_rpc_unary(cli_rpc_t *c, const char *method, const void *req, size_t req_len,
                   double timeout_s, uint8_t **resp, size_t *resp_len, cli_rpc_status_t *st) {
   rpc_call_t r;
-  struct sigaction old;
   *resp = NULL, *resp_len = 0;
   *st = (cli_rpc_status_t){GRPC_STATUS_UNKNOWN, ""};
   int rc = rpc_call_open(c, method, req, req_len, timeout_s, &r), pending = 0;
-  rpc_sigint_begin(&old);
+  rpc_sigint_begin();
   if (!rc && !(rc = rpc_start_send(&r, 1))) pending++;
   if (!rc && !(rc = rpc_start_status(&r))) pending++;
   for (; pending > 0; pending--) rpc_next(&r);
-  int interrupted = rpc_sigint_end(&old);
+  int interrupted = rpc_sigint_end();
   if (!rc) rc = rpc_result(&r, interrupted, st);
   if (!rc && !r.recv) rc = qe_errf(QE_EFORMAT, "%s answered OK without a response", method);
   if (!rc) {
@@ -293,10 +306,9 @@ static int rpc_deliver(rpc_call_t *r, cli_rpc_msg_fn fn, void *ud) {
 int cli_rpc_stream(cli_rpc_t *c, const char *method, const void *req, size_t req_len,
                    double timeout_s, cli_rpc_msg_fn fn, void *ud, cli_rpc_status_t *st) {
   rpc_call_t r;
-  struct sigaction old;
   *st = (cli_rpc_status_t){GRPC_STATUS_UNKNOWN, ""};
   int rc = rpc_call_open(c, method, req, req_len, timeout_s, &r), pending = 0, fn_rc = 0;
-  rpc_sigint_begin(&old);
+  rpc_sigint_begin();
   if (!rc && !(rc = rpc_start_send(&r, 0))) pending++;
   if (!rc && !(rc = rpc_start_status(&r))) pending++;
   if (!rc && !rpc_start_recv(&r)) pending++;
@@ -305,7 +317,7 @@ int cli_rpc_stream(cli_rpc_t *c, const char *method, const void *req, size_t req
     if (!fn_rc) fn_rc = rpc_deliver(&r, fn, ud);
     if (!fn_rc && !rpc_start_recv(&r)) pending++;
   }
-  int interrupted = rpc_sigint_end(&old);
+  int interrupted = rpc_sigint_end();
   if (!rc) rc = rpc_result(&r, interrupted && !fn_rc, st);
   if (fn_rc) rc = fn_rc;
   rpc_call_close(&r);

@@ -4,8 +4,9 @@
  * deadlines, 64 MiB messages, SIGINT cancels the call), the options every client command
  * shares (--server, --key, --key-file, --admin-key-file, --timeout, --json), their argument
  * loop, and helpers for sizes, budgets, policies and JSON output of protobuf-c messages.
- * Built only with serving (gRPC and protobuf-c present). Single-threaded use: one call at a
- * time per process (the SIGINT flag is process-wide). */
+ * Built only with serving (gRPC and protobuf-c present). Calls may run concurrently from
+ * several threads, on one channel or several (`qevict bench serve`); a SIGINT cancels every
+ * call in flight. The option and value helpers are for one thread. */
 #ifndef QE_CLI_RPC_H
 #define QE_CLI_RPC_H
 

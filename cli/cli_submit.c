@@ -6,36 +6,10 @@
 
 #include "cli.h"
 #include "cli_rpc.h"
+#include "cli_submit.h"
 #include "graphkv.h"
 #include "qe_json.h"
 #include "qe_status.h"
-
-#define SUB_MAX_STOP 16
-
-typedef struct {
-  cli_client_opts_t cl;
-  const char *prompt, *prompt_file, *ids, *system, *request_id;
-  int chat, ignore_eos, detach;
-  long n;
-  char *stop[SUB_MAX_STOP];
-  size_t n_stop;
-  Qevict__V1__Sampling sampling;
-  Qevict__V1__Budget budget;
-  Qevict__V1__Policy policy;
-  Qevict__V1__GraphKV gkv;
-  int has_sampling, has_budget, has_policy;
-} sub_args_t;
-
-/* The request and the parts it points to (all owned here, freed by sub_req_free). */
-typedef struct {
-  Qevict__V1__GenerateRequest req;
-  Qevict__V1__Prompt prompt;
-  Qevict__V1__ChatMessages chat;
-  Qevict__V1__ChatMessage msgs[2];
-  Qevict__V1__ChatMessage *msgp[2];
-  Qevict__V1__TokenIds tids;
-  char *text; /* the prompt text (malloc'd) */
-} sub_req_t;
 
 static const char *submit_help =
     "usage: qevict submit (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [options]\n"
@@ -89,7 +63,7 @@ static int sub_graphkv(sub_args_t *a, const char *v) {
   a->policy.graphkv = &a->gkv, a->has_policy = 1;
   if (!v) return 0;
   if (cli_parse_graphkv(v, &k, &m, &t))
-    return cli_usage_error("submit",
+    return cli_usage_error(a->cmd,
                            "bad value '%s' for --graphkv (k in (0, 1], m in 1..%d, T in 1..%d)", v,
                            1 << 20, GRAPHKV_MAX_ROUNDS),
            CLI_OPT_PRINTED;
@@ -102,7 +76,7 @@ static int sub_graphkv(sub_args_t *a, const char *v) {
 static int sub_policy_name(sub_args_t *a, const char *v) {
   char names[256];
   if (cli_check_policy(v))
-    return cli_usage_error("submit", "unknown policy '%s' for --policy (%s; NAME+graphkv)", v,
+    return cli_usage_error(a->cmd, "unknown policy '%s' for --policy (%s; NAME+graphkv)", v,
                            cli_policy_names(names, sizeof names)),
            CLI_OPT_PRINTED;
   a->policy.name = (char *)v;
@@ -180,7 +154,7 @@ static int sub_text_opt(sub_args_t *a, const char *f, const char *v) {
   size_t n = strlen(v);
   if (!strcmp(f, "--stop")) {
     if (a->n_stop == SUB_MAX_STOP)
-      return cli_usage_error("submit", "--stop: at most %d stop strings", SUB_MAX_STOP),
+      return cli_usage_error(a->cmd, "--stop: at most %d stop strings", SUB_MAX_STOP),
              CLI_OPT_PRINTED;
     if (n < 1 || n > 256) return 2;
     a->stop[a->n_stop++] = (char *)v;
@@ -189,7 +163,7 @@ static int sub_text_opt(sub_args_t *a, const char *f, const char *v) {
     a->request_id = v;
   } else if (!strcmp(f, "--budget")) {
     if (cli_parse_budget(v, &a->budget))
-      return cli_usage_error("submit",
+      return cli_usage_error(a->cmd,
                              "bad value '%s' for --budget (a fraction in (0, 1] or bytes > 0 "
                              "with an optional K, M, G suffix)",
                              v),
@@ -200,7 +174,7 @@ static int sub_text_opt(sub_args_t *a, const char *f, const char *v) {
   return 0;
 }
 
-static int sub_opt(void *ud, const char *f, const char *v) {
+int cli_sub_opt(void *ud, const char *f, const char *v) {
   sub_args_t *a = ud;
   int rc = cli_client_parse(&a->cl, f, v);
   if (rc != 1) return rc;
@@ -223,8 +197,9 @@ static int sub_opt(void *ud, const char *f, const char *v) {
   return 0;
 }
 
-static void sub_args_init(sub_args_t *a) {
+void cli_sub_init(sub_args_t *a, const char *cmd) {
   memset(a, 0, sizeof *a);
+  a->cmd = cmd;
   cli_client_init(&a->cl, 0);
   a->n = 128;
   a->sampling = (Qevict__V1__Sampling)QEVICT__V1__SAMPLING__INIT;
@@ -238,13 +213,13 @@ static int sub_parse(int argc, char **argv, sub_args_t *a) {
                                       "--detach", "--graphkv", NULL};
   const char *pos[1];
   int n_pos;
-  sub_args_init(a);
-  int rc = cli_args_parse("submit", argc, argv, submit_help, flags, sub_opt, a, pos, 0, &n_pos);
+  cli_sub_init(a, "submit");
+  int rc = cli_args_parse("submit", argc, argv, submit_help, flags, cli_sub_opt, a, pos, 0, &n_pos);
   if (rc) return rc;
   if (!!a->prompt + !!a->prompt_file + !!a->ids != 1)
-    return cli_usage_error("submit", "give exactly one of --prompt, --prompt-file and --ids");
-  if (a->chat && a->ids) return cli_usage_error("submit", "--chat needs a text prompt, not --ids");
-  if (a->system && !a->chat) return cli_usage_error("submit", "--system needs --chat");
+    return cli_usage_error(a->cmd, "give exactly one of --prompt, --prompt-file and --ids");
+  if (a->chat && a->ids) return cli_usage_error(a->cmd, "--chat needs a text prompt, not --ids");
+  if (a->system && !a->chat) return cli_usage_error(a->cmd, "--system needs --chat");
   return 0;
 }
 
@@ -270,7 +245,7 @@ static int parse_ids(const char *s, uint32_t **out, size_t *n) {
   return -1;
 }
 
-static void sub_req_free(sub_req_t *r) {
+void cli_sub_req_free(sub_req_t *r) {
   free(r->text);
   free(r->tids.ids);
 }
@@ -281,7 +256,7 @@ static int sub_build_prompt(const sub_args_t *a, sub_req_t *r) {
   if (a->ids) {
     r->tids = (Qevict__V1__TokenIds)QEVICT__V1__TOKEN_IDS__INIT;
     if (parse_ids(a->ids, &r->tids.ids, &r->tids.n_ids))
-      return cli_usage_error("submit", "bad value '%s' for --ids (comma-separated token ids)",
+      return cli_usage_error(a->cmd, "bad value '%s' for --ids (comma-separated token ids)",
                              a->ids);
     r->prompt.kind_case = QEVICT__V1__PROMPT__KIND_TOKEN_IDS, r->prompt.token_ids = &r->tids;
     return 0;
@@ -289,9 +264,9 @@ static int sub_build_prompt(const sub_args_t *a, sub_req_t *r) {
   /* (at most 64 MiB less room for the rest of the request) */
   if (a->prompt_file &&
       cli_read_text_file("--prompt-file", a->prompt_file, CLI_RPC_MAX_MSG - (1 << 16), &r->text))
-    return cli_usage_error("submit", "bad %s", qe_errmsg());
-  if (a->prompt && !(r->text = strdup(a->prompt))) return cli_fail("submit", QE_ENOMEM);
-  if (!*r->text) return cli_usage_error("submit", "the prompt is empty");
+    return cli_usage_error(a->cmd, "bad %s", qe_errmsg());
+  if (a->prompt && !(r->text = strdup(a->prompt))) return cli_fail(a->cmd, QE_ENOMEM);
+  if (!*r->text) return cli_usage_error(a->cmd, "the prompt is empty");
   if (!a->chat) {
     r->prompt.kind_case = QEVICT__V1__PROMPT__KIND_TEXT, r->prompt.text = r->text;
     return 0;
@@ -310,8 +285,7 @@ static int sub_build_prompt(const sub_args_t *a, sub_req_t *r) {
   return 0;
 }
 
-/* The whole GenerateRequest; it points into a and r. 0 or an exit code (message printed). */
-static int sub_build(sub_args_t *a, sub_req_t *r) {
+int cli_sub_build(const sub_args_t *a, sub_req_t *r) {
   memset(r, 0, sizeof *r);
   int rc = sub_build_prompt(a, r);
   if (rc) return rc;
@@ -319,10 +293,11 @@ static int sub_build(sub_args_t *a, sub_req_t *r) {
   *q = (Qevict__V1__GenerateRequest)QEVICT__V1__GENERATE_REQUEST__INIT;
   q->prompt = &r->prompt;
   q->max_tokens = (uint32_t)a->n;
-  q->sampling = a->has_sampling ? &a->sampling : NULL;
-  q->n_stop = a->n_stop, q->stop = a->stop;
-  q->budget = a->has_budget ? &a->budget : NULL;
-  q->policy = a->has_policy ? &a->policy : NULL;
+  /* (the request only reads these parts of a) */
+  q->sampling = a->has_sampling ? (Qevict__V1__Sampling *)&a->sampling : NULL;
+  q->n_stop = a->n_stop, q->stop = (char **)a->stop;
+  q->budget = a->has_budget ? (Qevict__V1__Budget *)&a->budget : NULL;
+  q->policy = a->has_policy ? (Qevict__V1__Policy *)&a->policy : NULL;
   if (a->request_id) q->client_request_id = (char *)a->request_id;
   q->ignore_eos = a->ignore_eos;
   return 0;
@@ -564,12 +539,12 @@ int cli_submit(int argc, char **argv) {
   sub_req_t r;
   int rc = sub_parse(argc, argv, &a);
   if (rc) return rc < 0 ? 0 : rc;
-  rc = sub_build(&a, &r);
+  rc = cli_sub_build(&a, &r);
   if (!rc && a.detach)
     rc = sub_detach(&a, &r);
   else if (!rc)
     rc = ev_stream("submit", &a.cl, "/qevict.v1.Generation/Generate", &r.req.base, NULL, 0);
-  sub_req_free(&r);
+  cli_sub_req_free(&r);
   return rc;
 }
 

@@ -26,6 +26,7 @@ static const char *usage =
     "  tenant     set, get, list or delete tenants (admin)\n"
     "  requests   list the server's requests and their KV memory (admin)\n"
     "  drain      stop dispatching to a worker (admin)\n"
+    "  bench      bench serve: load-test the server (latency percentiles, throughput)\n"
     "the daemon:\n"
     "  serve      a scheduler and local workers, supervised (the whole system on one machine)\n"
     "  sched      the scheduler process alone (installed as qevict-sched)\n"
@@ -39,7 +40,8 @@ static const struct {
   int (*fn)(int argc, char **argv);
 } client_cmds[] = {{"submit", cli_submit}, {"watch", cli_watch},       {"cancel", cli_cancel},
                    {"tenant", cli_tenant}, {"requests", cli_requests}, {"drain", cli_drain},
-                   {"serve", cli_serve},   {"sched", cli_sched},       {"worker", cli_worker}};
+                   {"bench", cli_bench},   {"serve", cli_serve},       {"sched", cli_sched},
+                   {"worker", cli_worker}};
 #endif
 
 int cli_fail(const char *what, int rc) {

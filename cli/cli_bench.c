@@ -1,0 +1,494 @@
+/* cli_bench: `qevict bench serve`, a load generator for a running qevict-sched: N Generate
+ * streams over gRPC, C at a time (or arriving at a Poisson rate), with submit's request
+ * options, reporting time to first token, time per output token, inter-token latency,
+ * end-to-end latency and the scheduler's queue time (mean and percentiles), throughput and
+ * the KV bytes each request reserved. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "cli_rpc.h"
+#include "cli_submit.h"
+#include "qe_json.h"
+#include "qe_status.h"
+
+static const char *bench_help =
+    "usage: qevict bench serve [options]\n"
+    "Load-tests a running qevict-sched: --requests Generate streams, --concurrency at a time\n"
+    "(or arriving at --rate per second), and prints time to first token (TTFT), time per\n"
+    "output token after the first (TPOT), the gaps between streamed token events (ITL), end-to-\n"
+    "end latency (E2E) and the scheduler's queue time, as mean and percentiles, with the\n"
+    "throughput and the KV bytes each request reserved. Compare KV policies by running it\n"
+    "once per policy (e.g. --policy full, then --policy qevict --budget 0.2).\n"
+    "  --requests N      requests in all (default 64)\n"
+    "  --concurrency C   at most C streams at once (default 8)\n"
+    "  --rate R          requests per second, exponential gaps (--prompt-seed); default: all\n"
+    "                    at once, C at a time\n"
+    "  --input-words W   each request a different synthetic prompt of W words (default 256)\n"
+    "  --prompt-seed S   seed of the synthetic prompts and the arrivals (default 0)\n"
+    "  --warmup N        requests run one at a time before the measured ones (default 0)\n"
+    "  --prompt TEXT | --prompt-file F | --ids 1,2,3   every request sends this prompt instead\n"
+    "  --chat [--system TEXT]   the prompt as a chat's user message (the model's template)\n"
+    "  -n N              max new tokens per request (default 128)\n"
+    "  --ignore-eos      generate exactly N tokens per request\n"
+    "  --temp T --top-k K --top-p P --seed S --stop STR   sampling and stop strings\n"
+    "  --policy NAME --budget B --q Q --window W --bits B --sink N --local N --scorer S\n"
+    "  --graphkv[=k,m,T] the KV cache of every request (as qevict submit)\n"
+    "exit status: 0 every request completed; 1 a request failed (the report is printed, and\n"
+    "  the first failure on stderr) or the server could not be reached; 2 bad usage; 3\n"
+    "  UNAUTHENTICATED or PERMISSION_DENIED; 130 interrupted (Ctrl-C cancels the streams).\n"
+    "With --json: one JSON object (the figures in ms, bytes, tokens and "
+    "seconds).\n" CLI_CLIENT_HELP;
+
+typedef struct {
+  sub_args_t s; /* the request (submit's options) */
+  long requests, concurrency, warmup, words;
+  double rate;
+  uint64_t seed;
+} bench_args_t;
+
+/* One request's record: times in seconds from the start of the run. */
+typedef struct {
+  double t_send, t_first, t_last, t_end;
+  long n_out;       /* tokens streamed */
+  int sent;         /* the request was started */
+  int code, finish; /* gRPC status; FinishReason (-1: no Finished event) */
+  uint32_t prompt_tokens;
+  uint64_t queue_us, reserved;
+  double *gaps; /* between successive token events */
+  size_t n_gaps, cap;
+  char err[200];
+} breq_t;
+
+typedef struct {
+  const bench_args_t *a;
+  cli_rpc_t *c;
+  uint8_t **req; /* packed GenerateRequests: [requests], or one shared ([0]) */
+  size_t *len;
+  int shared;
+  double *arrival; /* --rate: each request's start, seconds from t0 */
+  double t0;
+  breq_t *rec;
+  atomic_long next;
+  atomic_int stop;    /* interrupted: start nothing more */
+  atomic_int refused; /* a key refused: start nothing more (every request would be) */
+} bench_run_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- options ---- */
+
+static int bench_opt(void *ud, const char *f, const char *v) {
+  bench_args_t *a = ud;
+  if (!strcmp(f, "--detach") || !strcmp(f, "--request-id")) return 1; /* (submit's alone) */
+  if (v && !strcmp(f, "--requests")) return cli_parse_int(v, 1, 1 << 24, &a->requests) ? 2 : 0;
+  if (v && !strcmp(f, "--concurrency")) return cli_parse_int(v, 1, 4096, &a->concurrency) ? 2 : 0;
+  if (v && !strcmp(f, "--warmup")) return cli_parse_int(v, 0, 1 << 20, &a->warmup) ? 2 : 0;
+  if (v && !strcmp(f, "--input-words")) return cli_parse_int(v, 1, 1 << 20, &a->words) ? 2 : 0;
+  if (v && !strcmp(f, "--prompt-seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
+  if (v && !strcmp(f, "--rate")) return cli_parse_float(v, 1e-6, 1e6, &a->rate) ? 2 : 0;
+  return cli_sub_opt(&a->s, f, v);
+}
+
+/* 0, -1 (help printed) or an exit code. */
+static int bench_parse(int argc, char **argv, bench_args_t *a) {
+  static const char *const flags[] = {"--json", "--chat", "--ignore-eos", "--graphkv", NULL};
+  const char *pos[1];
+  int n_pos;
+  memset(a, 0, sizeof *a);
+  cli_sub_init(&a->s, "bench serve");
+  a->requests = 64, a->concurrency = 8, a->words = 256;
+  int rc =
+      cli_args_parse("bench serve", argc, argv, bench_help, flags, bench_opt, a, pos, 0, &n_pos);
+  if (rc) return rc;
+  if (!!a->s.prompt + !!a->s.prompt_file + !!a->s.ids > 1)
+    return cli_usage_error("bench serve", "give at most one of --prompt, --prompt-file and --ids");
+  if (a->s.chat && a->s.ids)
+    return cli_usage_error("bench serve", "--chat needs a text prompt, not --ids");
+  if (a->s.system && !a->s.chat) return cli_usage_error("bench serve", "--system needs --chat");
+  return 0;
+}
+
+/* ---- the requests ---- */
+
+static uint64_t mix(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Request i's synthetic prompt: words drawn from a fixed list by the seed (malloc'd). */
+static char *synth_prompt(const bench_args_t *a, long i) {
+  static const char *const w[] = {
+      "the",    "town",   "river",   "bridge", "market", "council", "honey", "wool",
+      "salt",   "winter", "harbor",  "ledger", "stone",  "mill",    "road",  "lantern",
+      "garden", "letter", "morning", "bread",  "copper", "tower",   "field", "weaver",
+      "north",  "quiet",  "old",     "new",    "and",    "of",      "in",    "over"};
+  uint64_t s = a->seed * 0x100000001b3ull + (uint64_t)i;
+  size_t n = 0, cap = (size_t)a->words * 9 + 2;
+  char *t = malloc(cap);
+  if (!t) return NULL;
+  for (long k = 0; k < a->words; k++) {
+    const char *x = w[mix(&s) % (sizeof w / sizeof w[0])];
+    n += (size_t)snprintf(t + n, cap - n, "%s%s", k ? " " : "", x);
+  }
+  t[n] = '\0';
+  return t;
+}
+
+/* Packs request i (its own synthetic prompt, or the given one) into *buf. 0 or an exit code. */
+static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
+  sub_args_t s = a->s;
+  sub_req_t r;
+  char *text = NULL;
+  if (!s.prompt && !s.prompt_file && !s.ids && !(s.prompt = text = synth_prompt(a, i)))
+    return cli_fail("bench serve", QE_ENOMEM);
+  int rc = cli_sub_build(&s, &r);
+  if (!rc) {
+    *len = protobuf_c_message_get_packed_size(&r.req.base);
+    if (!(*buf = malloc(*len ? *len : 1)))
+      rc = cli_fail("bench serve", QE_ENOMEM);
+    else
+      protobuf_c_message_pack(&r.req.base, *buf);
+    cli_sub_req_free(&r);
+  }
+  free(text);
+  return rc;
+}
+
+/* Every request packed before the clock starts. 0 or an exit code. */
+static int pack_all(const bench_args_t *a, bench_run_t *R) {
+  long n = a->requests;
+  R->shared = a->s.prompt || a->s.prompt_file || a->s.ids;
+  R->req = calloc((size_t)n, sizeof *R->req), R->len = calloc((size_t)n, sizeof *R->len);
+  if (!R->req || !R->len) return cli_fail("bench serve", QE_ENOMEM);
+  for (long i = 0; i < (R->shared ? 1 : n); i++) {
+    int rc = pack_one(a, i, &R->req[i], &R->len[i]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* --rate: exponential gaps of mean 1/rate from the prompt seed. */
+static int make_arrivals(const bench_args_t *a, bench_run_t *R) {
+  if (a->rate <= 0) return 0;
+  if (!(R->arrival = malloc(sizeof(double) * (size_t)a->requests)))
+    return cli_fail("bench serve", QE_ENOMEM);
+  uint64_t s = a->seed ^ 0x5eedull;
+  double t = 0;
+  for (long i = 0; i < a->requests; i++) {
+    R->arrival[i] = t;
+    double u = ((mix(&s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* in (0, 1) */
+    t += -log(u) / a->rate;
+  }
+  return 0;
+}
+
+/* ---- running ---- */
+
+static void rec_gap(breq_t *q, double gap) {
+  if (q->n_gaps == q->cap) {
+    size_t c = q->cap ? 2 * q->cap : 64;
+    double *g = realloc(q->gaps, c * sizeof *g);
+    if (!g) return; /* (a gap less in the percentiles) */
+    q->gaps = g, q->cap = c;
+  }
+  q->gaps[q->n_gaps++] = gap;
+}
+
+typedef struct {
+  breq_t *q;
+  double t0;
+} ev_ctx_t;
+
+static int on_event(void *ud, const uint8_t *msg, size_t len) {
+  ev_ctx_t *x = ud;
+  breq_t *q = x->q;
+  double t = now_s() - x->t0;
+  Qevict__V1__Event *e = qevict__v1__event__unpack(NULL, len, msg);
+  if (!e) return qe_errf(QE_EFORMAT, "an event from the server does not decode");
+  if (e->kind_case == QEVICT__V1__EVENT__KIND_TOKENS && e->tokens->n_ids) {
+    if (q->n_out)
+      rec_gap(q, t - q->t_last);
+    else
+      q->t_first = t;
+    q->t_last = t;
+    q->n_out += (long)e->tokens->n_ids;
+  } else if (e->kind_case == QEVICT__V1__EVENT__KIND_STARTED) {
+    q->reserved = e->started->reserved_bytes;
+  } else if (e->kind_case == QEVICT__V1__EVENT__KIND_FINISHED) {
+    const Qevict__V1__Finished *f = e->finished;
+    q->finish = f->reason;
+    if (f->usage) q->prompt_tokens = f->usage->prompt_tokens, q->queue_us = f->usage->queue_time_us;
+    if (*f->error) snprintf(q->err, sizeof q->err, "%s", f->error);
+  }
+  qevict__v1__event__free_unpacked(e, NULL);
+  return 0;
+}
+
+/* One stream; the record of request i (NULL: a warm-up request). */
+static int run_one(bench_run_t *R, long i, breq_t *q) {
+  breq_t tmp;
+  cli_rpc_status_t st;
+  long k = R->shared ? 0 : i;
+  if (!q) q = &tmp;
+  memset(q, 0, sizeof *q);
+  q->finish = -1, q->t_first = -1, q->sent = 1;
+  ev_ctx_t x = {q, R->t0};
+  q->t_send = now_s() - R->t0;
+  int rc = cli_rpc_stream(R->c, "/qevict.v1.Generation/Generate", R->req[k], R->len[k],
+                          R->a->s.cl.timeout_s, on_event, &x, &st);
+  q->t_end = now_s() - R->t0;
+  q->code = rc ? (rc == QE_ECOMM ? st.code : -1) : 0;
+  if (rc == QE_ECOMM)
+    snprintf(q->err, sizeof q->err, "%s: %.160s", cli_rpc_code_name(st.code), st.message);
+  else if (rc)
+    snprintf(q->err, sizeof q->err, "%s", rc == QE_ECANCELED ? "interrupted" : qe_errmsg());
+  if (rc == QE_ECANCELED) atomic_store(&R->stop, 1);
+  if (q->code == 16 || q->code == 7) atomic_store(&R->refused, 1); /* UNAUTHENTICATED, ... */
+  if (q == &tmp) free(tmp.gaps);
+  return rc;
+}
+
+static void sleep_until(double t) {
+  double d = t - now_s();
+  if (d <= 0) return;
+  struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static void *bench_thread(void *arg) {
+  bench_run_t *R = arg;
+  for (;;) {
+    long i = atomic_fetch_add(&R->next, 1);
+    if (i >= R->a->requests || atomic_load(&R->stop) || atomic_load(&R->refused)) break;
+    if (R->arrival) sleep_until(R->t0 + R->arrival[i]);
+    if (!atomic_load(&R->stop)) run_one(R, i, &R->rec[i]);
+  }
+  return NULL;
+}
+
+/* The warm-up, then the measured requests on concurrency threads. 0 or QE_ECANCELED. */
+static int run_all(bench_run_t *R) {
+  long nt = R->a->concurrency < R->a->requests ? R->a->concurrency : R->a->requests;
+  pthread_t *th = calloc((size_t)nt, sizeof *th);
+  R->t0 = now_s();
+  for (long w = 0; w < R->a->warmup; w++)
+    if (run_one(R, 0, NULL) == QE_ECANCELED) return free(th), QE_ECANCELED;
+  if (!th) return cli_fail("bench serve", QE_ENOMEM), QE_ENOMEM;
+  R->t0 = now_s();
+  long started = 0;
+  for (; started < nt; started++)
+    if (pthread_create(&th[started], NULL, bench_thread, R)) break;
+  if (!started) bench_thread(R); /* (no thread could start: run them here, one at a time) */
+  for (long k = 0; k < started; k++) pthread_join(th[k], NULL);
+  free(th);
+  return atomic_load(&R->stop) ? QE_ECANCELED : 0;
+}
+
+/* ---- the report ---- */
+
+static int ok_finish(const breq_t *q) {
+  return q->sent && q->code == 0 && q->finish > 0 &&
+         q->finish != QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR &&
+         q->finish != QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED;
+}
+
+typedef struct {
+  double mean, p50, p90, p99, max;
+  long n;
+} dist_t;
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Percentile p of sorted v (linear between the closest ranks). */
+static double pct(const double *v, long n, double p) {
+  double r = p / 100.0 * (double)(n - 1);
+  long lo = (long)r;
+  return lo + 1 < n ? v[lo] + (r - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
+/* Summary of n values in ms (v is sorted in place). */
+static dist_t dist_of(double *v, long n) {
+  dist_t d = {NAN, NAN, NAN, NAN, NAN, n};
+  if (!n) return d;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  double s = 0;
+  for (long i = 0; i < n; i++) s += v[i];
+  d.mean = s / (double)n * 1e3, d.max = v[n - 1] * 1e3;
+  d.p50 = pct(v, n, 50) * 1e3, d.p90 = pct(v, n, 90) * 1e3, d.p99 = pct(v, n, 99) * 1e3;
+  return d;
+}
+
+enum { D_TTFT, D_TPOT, D_ITL, D_E2E, D_QUEUE, D_N };
+static const char *const dist_name[D_N] = {"ttft", "tpot", "itl", "e2e", "queue"};
+
+typedef struct {
+  long done, failed, auth_failed, out_tokens, in_tokens;
+  double duration; /* first send to last end */
+  double reserved_mean;
+  uint64_t reserved_max;
+  dist_t d[D_N];
+  const breq_t *first_fail;
+} bench_sum_t;
+
+/* The latency values of the completed requests, one kind at a time. */
+static long collect(const bench_run_t *R, int kind, double *v) {
+  long n = 0;
+  for (long i = 0; i < R->a->requests; i++) {
+    const breq_t *q = &R->rec[i];
+    if (!ok_finish(q)) continue;
+    if (kind == D_TTFT && q->n_out) v[n++] = q->t_first - q->t_send;
+    if (kind == D_TPOT && q->n_out > 1) v[n++] = (q->t_last - q->t_first) / (double)(q->n_out - 1);
+    if (kind == D_E2E) v[n++] = q->t_end - q->t_send;
+    if (kind == D_QUEUE) v[n++] = (double)q->queue_us * 1e-6;
+    for (size_t g = 0; kind == D_ITL && g < q->n_gaps; g++) v[n++] = q->gaps[g];
+  }
+  return n;
+}
+
+static void count(const bench_run_t *R, bench_sum_t *S) {
+  double t_lo = INFINITY, t_hi = 0, res = 0;
+  for (long i = 0; i < R->a->requests; i++) {
+    const breq_t *q = &R->rec[i];
+    if (!q->sent) continue; /* (interrupted, or a key refused, first) */
+    t_lo = q->t_send < t_lo ? q->t_send : t_lo, t_hi = q->t_end > t_hi ? q->t_end : t_hi;
+    if (!ok_finish(q)) {
+      S->failed++;
+      S->auth_failed += q->code == 16 || q->code == 7; /* UNAUTHENTICATED, PERMISSION_DENIED */
+      if (!S->first_fail) S->first_fail = q;
+      continue;
+    }
+    S->done++, S->out_tokens += q->n_out, S->in_tokens += q->prompt_tokens;
+    res += (double)q->reserved;
+    S->reserved_max = q->reserved > S->reserved_max ? q->reserved : S->reserved_max;
+  }
+  S->duration = t_hi > t_lo ? t_hi - t_lo : 0;
+  S->reserved_mean = S->done ? res / (double)S->done : 0;
+}
+
+static int summarize(const bench_run_t *R, bench_sum_t *S) {
+  size_t cap = 1;
+  memset(S, 0, sizeof *S);
+  count(R, S);
+  for (long i = 0; i < R->a->requests; i++) cap += R->rec[i].n_gaps + 1;
+  double *v = malloc(cap * sizeof *v);
+  if (!v) return QE_ENOMEM;
+  for (int k = 0; k < D_N; k++) S->d[k] = dist_of(v, collect(R, k, v));
+  free(v);
+  return 0;
+}
+
+static void print_dist_json(const char *name, const dist_t *d) {
+  printf(",\"%s_ms\":{\"n\":%ld,\"mean\":", name, d->n);
+  qe_json_num(stdout, d->mean);
+  printf(",\"p50\":"), qe_json_num(stdout, d->p50);
+  printf(",\"p90\":"), qe_json_num(stdout, d->p90);
+  printf(",\"p99\":"), qe_json_num(stdout, d->p99);
+  printf(",\"max\":"), qe_json_num(stdout, d->max);
+  printf("}");
+}
+
+static void print_json(const bench_args_t *a, const bench_sum_t *S) {
+  double dur = S->duration > 0 ? S->duration : NAN;
+  printf("{\"requests\":%ld,\"concurrency\":%ld,\"rate\":", a->requests, a->concurrency);
+  qe_json_num(stdout, a->rate > 0 ? a->rate : NAN);
+  printf(",\"max_tokens\":%ld,\"completed\":%ld,\"failed\":%ld,\"not_sent\":%ld,"
+         "\"duration_s\":",
+         a->s.n, S->done, S->failed, a->requests - S->done - S->failed);
+  qe_json_num(stdout, S->duration);
+  printf(",\"prompt_tokens\":%ld,\"output_tokens\":%ld,\"request_throughput\":", S->in_tokens,
+         S->out_tokens);
+  qe_json_num(stdout, (double)S->done / dur);
+  printf(",\"output_throughput\":"), qe_json_num(stdout, (double)S->out_tokens / dur);
+  printf(",\"reserved_bytes_mean\":"), qe_json_num(stdout, S->reserved_mean);
+  printf(",\"reserved_bytes_max\":%llu", (unsigned long long)S->reserved_max);
+  for (int k = 0; k < D_N; k++) print_dist_json(dist_name[k], &S->d[k]);
+  printf("}\n");
+}
+
+static void print_text(const bench_args_t *a, const bench_sum_t *S) {
+  static const char *const label[D_N] = {"TTFT", "TPOT", "ITL", "E2E", "queue"};
+  char res[32], rmax[32];
+  double dur = S->duration > 0 ? S->duration : NAN;
+  printf("requests %ld (at most %ld at a time%s): completed %ld, failed %ld, not sent %ld, in "
+         "%.2f s\n",
+         a->requests, a->concurrency < a->requests ? a->concurrency : a->requests,
+         a->rate > 0 ? ", Poisson arrivals" : "", S->done, S->failed,
+         a->requests - S->done - S->failed, S->duration);
+  printf("throughput: %.2f requests/s, %.1f output tokens/s (%ld prompt and %ld output tokens)\n",
+         (double)S->done / dur, (double)S->out_tokens / dur, S->in_tokens, S->out_tokens);
+  printf("KV reserved per request: mean %s, max %s\n",
+         cli_fmt_bytes(res, sizeof res, (uint64_t)S->reserved_mean),
+         cli_fmt_bytes(rmax, sizeof rmax, S->reserved_max));
+  printf("%-8s %10s %10s %10s %10s %10s %8s\n", "ms", "mean", "p50", "p90", "p99", "max", "n");
+  for (int k = 0; k < D_N; k++) {
+    const dist_t *d = &S->d[k];
+    printf("%-8s %10.2f %10.2f %10.2f %10.2f %10.2f %8ld\n", label[k], d->mean, d->p50, d->p90,
+           d->p99, d->max, d->n);
+  }
+}
+
+/* The exit status of a finished run, the first failure told on stderr. */
+static int bench_status(const bench_sum_t *S, int interrupted) {
+  if (interrupted)
+    return fprintf(stderr, "qevict bench serve: interrupted\n"), CLI_EXIT_INTERRUPTED;
+  if (!S->failed) return 0;
+  fprintf(stderr, "qevict bench serve: %ld of %ld requests failed; the first: %s\n", S->failed,
+          S->failed + S->done, *S->first_fail->err ? S->first_fail->err : "no Finished event");
+  return S->auth_failed == S->failed ? CLI_EXIT_AUTH : CLI_EXIT_RPC;
+}
+
+static void run_free(bench_run_t *R) {
+  for (long i = 0; R->req && i < R->a->requests; i++) free(R->req[i]);
+  for (long i = 0; R->rec && i < R->a->requests; i++) free(R->rec[i].gaps);
+  free(R->req), free(R->len), free(R->arrival), free(R->rec);
+  cli_rpc_close(R->c);
+}
+
+static int bench_serve(const bench_args_t *a) {
+  bench_run_t R = {.a = a};
+  bench_sum_t S;
+  int rc = pack_all(a, &R);
+  if (!rc) rc = make_arrivals(a, &R);
+  if (!rc && !(R.rec = calloc((size_t)a->requests, sizeof *R.rec)))
+    rc = cli_fail("bench serve", QE_ENOMEM);
+  if (!rc) rc = cli_client_open("bench serve", &a->s.cl, &R.c);
+  if (rc) return run_free(&R), rc;
+  int run = run_all(&R);
+  if (run == QE_ENOMEM || summarize(&R, &S))
+    return run_free(&R), cli_fail("bench serve", QE_ENOMEM);
+  if (a->s.cl.json)
+    print_json(a, &S);
+  else
+    print_text(a, &S);
+  rc = bench_status(&S, run == QE_ECANCELED);
+  run_free(&R);
+  return rc;
+}
+
+int cli_bench(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    printf("usage: qevict bench serve [options]   (see qevict bench serve --help)\n"
+           "Benchmarks: serve, a load test of a running qevict-sched over gRPC.\n");
+    return argc < 2 ? CLI_EXIT_USAGE : 0;
+  }
+  if (strcmp(argv[1], "serve"))
+    return cli_usage_error("bench", "unknown benchmark '%s' (serve)", argv[1]);
+  bench_args_t a;
+  int rc = bench_parse(argc - 1, argv + 1, &a);
+  return rc ? (rc < 0 ? 0 : rc) : bench_serve(&a);
+}

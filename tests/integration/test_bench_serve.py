@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""test_bench_serve: `qevict bench serve` against a real `qevict serve` (stories260K, one CPU
+worker): its JSON and text reports add up (every request completed, the token counts, the
+number of latency samples, percentiles in order), a KV budget shows in the reserved bytes, the
+Poisson arrivals and a shared prompt run, a refused key stops it early with exit 3, an
+unreachable server exits 1, a request the server refuses is reported with the server's message,
+Ctrl-C cancels the streams (exit 130, nothing left running) and bad options exit 2.
+usage: test_bench_serve.py QEVICT_BINARY   (exit 77 = skipped)"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serving  # noqa: E402
+
+QEVICT = os.path.abspath(sys.argv[1])
+STORIES = serving.stories_path()
+TMP = serving.tmpdir()
+C = serving.Checks()
+
+
+def bench(srv, key, *args, timeout=300):
+    env = dict(os.environ, QEVICT_SERVER=srv.addr)
+    env.pop("QEVICT_API_KEY", None)
+    return subprocess.run([QEVICT, "bench", "serve", "--key", key] + list(args),
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def report(r):
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return None
+
+
+def ordered(d):
+    return d["n"] == 0 or d["p50"] <= d["p90"] <= d["p99"] <= d["max"]
+
+
+def test_report(srv, key):
+    r = bench(srv, key, "--requests", "24", "--concurrency", "6", "-n", "12", "--ignore-eos",
+              "--input-words", "40", "--json")
+    j = report(r)
+    C.ok(r.returncode == 0 and j is not None, "bench serve --json: exit %d" % r.returncode)
+    if not j:
+        print(r.stdout[-500:], r.stderr[-500:])
+        return
+    C.ok(j["completed"] == 24 and j["failed"] == 0 and j["not_sent"] == 0,
+         "24 requests completed, none failed")
+    C.ok(j["output_tokens"] == 24 * 12, "output tokens %d = 24 x 12" % j["output_tokens"])
+    C.ok(j["prompt_tokens"] > 24 * 40 / 2, "prompt tokens counted: %d" % j["prompt_tokens"])
+    C.ok(j["ttft_ms"]["n"] == 24 and j["tpot_ms"]["n"] == 24 and j["e2e_ms"]["n"] == 24
+         and j["queue_ms"]["n"] == 24, "a TTFT, TPOT, E2E and queue sample per request")
+    C.ok(24 <= j["itl_ms"]["n"] <= 24 * 11,
+         "inter-token gaps: %d (at most 11 a request)" % j["itl_ms"]["n"])
+    C.ok(all(ordered(j[k + "_ms"]) for k in ("ttft", "tpot", "itl", "e2e", "queue")),
+         "p50 <= p90 <= p99 <= max for every latency")
+    C.ok(j["e2e_ms"]["max"] >= j["ttft_ms"]["max"] and j["output_throughput"] > 0,
+         "E2E at least TTFT; throughput %.1f tokens/s" % j["output_throughput"])
+    r = bench(srv, key, "--requests", "6", "--concurrency", "3", "-n", "4", "--ignore-eos",
+              "--input-words", "10")
+    C.ok(r.returncode == 0 and "completed 6, failed 0" in r.stdout and "\nTTFT " in r.stdout,
+         "text report: %s" % (r.stdout.splitlines() or ["nothing"])[0])
+
+
+def test_budget(srv, key):
+    common = ["--requests", "8", "--concurrency", "4", "-n", "8", "--ignore-eos",
+              "--input-words", "60", "--json"]
+    full = report(bench(srv, key, *common, "--policy", "full"))
+    tier = report(bench(srv, key, *common, "--policy", "qevict", "--budget", "0.25"))
+    ok = full and tier and full["completed"] == 8 and tier["completed"] == 8
+    ratio = tier["reserved_bytes_mean"] / full["reserved_bytes_mean"] if ok else 0
+    C.ok(ok and 0.2 < ratio < 0.3,
+         "QEvict at 25%% reserves %.3f of FullKV's bytes a request" % ratio)
+
+
+def test_modes(srv, key):
+    j = report(bench(srv, key, "--requests", "10", "--concurrency", "4", "--rate", "40", "-n",
+                     "4", "--ignore-eos", "--input-words", "10", "--json"))
+    C.ok(j and j["completed"] == 10 and j["rate"] == 40, "--rate 40: 10 requests completed")
+    j = report(bench(srv, key, "--requests", "4", "--concurrency", "2", "--prompt",
+                     "Once upon a time", "-n", "4", "--ignore-eos", "--warmup", "2", "--json"))
+    C.ok(j and j["completed"] == 4 and j["prompt_tokens"] % 4 == 0,
+         "a shared --prompt and --warmup 2: 4 requests of equal prompts")
+
+
+def test_failures(srv, key):
+    r = bench(srv, "qk_" + "0" * 64, "--requests", "40", "-n", "4")
+    j = r.stdout
+    C.ok(r.returncode == 3 and "UNAUTHENTICATED" in r.stderr and "not sent" in j,
+         "a refused key: exit %d, stops early (%s)" % (r.returncode, j.splitlines()[0] if j else ""))
+    r = subprocess.run([QEVICT, "bench", "serve", "--server", "127.0.0.1:%d" % serving.free_port(),
+                        "--key", key, "--requests", "3", "-n", "2"], capture_output=True,
+                       text=True, timeout=120)
+    C.ok(r.returncode == 1 and "UNAVAILABLE" in r.stderr, "no server: exit %d" % r.returncode)
+    r = bench(srv, key, "--requests", "3", "-n", "2", "--policy", "qevict", "--budget", "16")
+    C.ok(r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr and "budget" in r.stderr,
+         "a budget below the minimum: exit %d, %s" % (r.returncode, r.stderr.strip()[-120:]))
+
+
+def running(srv):
+    v = srv.metric("qevict_requests_running")
+    return -1 if v is None else v
+
+
+def test_interrupt(srv, key):
+    env = dict(os.environ, QEVICT_SERVER=srv.addr)
+    p = subprocess.Popen([QEVICT, "bench", "serve", "--key", key, "--requests", "200",
+                          "--concurrency", "4", "-n", "400", "--ignore-eos", "--input-words",
+                          "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    deadline = time.time() + 30
+    while running(srv) < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    deadline = time.time() + 10
+    while running(srv) != 0 and time.time() < deadline:
+        time.sleep(0.1)
+    C.ok(p.returncode == 130 and "interrupted" in err and running(srv) == 0,
+         "Ctrl-C: exit %d, streams cancelled (running now %s)" % (p.returncode, running(srv)))
+
+
+def test_usage():
+    cases = [(["bench"], "serve"), (["bench", "nosuch"], "unknown benchmark"),
+             (["bench", "serve", "--concurrency", "0"], "--concurrency"),
+             (["bench", "serve", "--requests", "x"], "--requests"),
+             (["bench", "serve", "--rate", "-1"], "--rate"),
+             (["bench", "serve", "--detach"], "--detach"),
+             (["bench", "serve", "--prompt", "a", "--ids", "1"], "at most one"),
+             (["bench", "serve", "--policy", "lru"], "--policy")]
+    for args, want in cases:
+        r = subprocess.run([QEVICT] + args, capture_output=True, text=True, timeout=30)
+        C.ok(r.returncode == 2 and want in (r.stderr + r.stdout),
+             "qevict %s: exit %d" % (" ".join(args), r.returncode))
+    r = subprocess.run([QEVICT, "bench", "serve", "--help"], capture_output=True, text=True)
+    C.ok(r.returncode == 0 and r.stdout.startswith("usage: qevict bench serve"), "--help")
+
+
+def main():
+    test_usage()
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state"), workers=1)
+    srv.start()
+    admin = srv.admin_key()
+    env = dict(os.environ, QEVICT_SERVER=srv.addr, QEVICT_ADMIN_KEY=admin)
+    out = subprocess.run([QEVICT, "tenant", "set", "b1", "--quota", "1G"], capture_output=True,
+                         text=True, env=env, timeout=60).stdout
+    key = [t for t in out.split() if t.startswith("qk_") and len(t) == 67][0]
+    test_report(srv, key)
+    test_budget(srv, key)
+    test_modes(srv, key)
+    test_failures(srv, key)
+    test_interrupt(srv, key)
+    srv.stop()
+    rc = C.done()
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
