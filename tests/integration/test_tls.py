@@ -353,20 +353,24 @@ def plain_get(port):
     return c.getresponse().read()
 
 
-def server_error(what, extra, want, code=None):
-    """`qevict sched` with a TLS misconfiguration must exit non-zero with `want` in its message."""
-    state = path("state-bad")
-    args = [QEVICT, "sched", "--model", STORIES, "--state-dir", state, "--listen",
-            "127.0.0.1:%d" % serving.free_port(), "--metrics-listen", "",
-            "--worker-listen", "unix:" + path("w.sock")] + extra
+def config_error(who, what, args, want, code, timeout):
+    """A process with a TLS misconfiguration must exit non-zero with `want` in its message."""
     try:
-        r = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        C.ok(False, "server: %s: still running after 30 s" % what)
+        C.ok(False, "%s: %s: still running after %d s" % (who, what, timeout))
         return
     ok = r.returncode != 0 and (code is None or r.returncode == code) and want in r.stderr
-    C.ok(ok and "Sanitizer" not in r.stderr, "server: %s: exit %d, %s" %
-         (what, r.returncode, r.stderr.strip().splitlines()[-1][-150:] if r.stderr else ""))
+    C.ok(ok and "Sanitizer" not in r.stderr, "%s: %s: exit %d, %s" %
+         (who, what, r.returncode, r.stderr.strip().splitlines()[-1][-150:] if r.stderr else ""))
+
+
+def server_error(what, extra, want, code=None):
+    """`qevict sched` with a TLS misconfiguration."""
+    args = [QEVICT, "sched", "--model", STORIES, "--state-dir", path("state-bad"), "--listen",
+            "127.0.0.1:%d" % serving.free_port(), "--metrics-listen", "",
+            "--worker-listen", "unix:" + path("w.sock")] + extra
+    config_error("server", what, args, want, code, 30)
 
 
 def test_server_errors():
@@ -525,16 +529,9 @@ def link_tenant(gport, state):
 
 
 def worker_error(what, extra, want, code=None):
-    """`qevict worker` with a link TLS misconfiguration exits non-zero naming the problem."""
+    """`qevict worker` with a link TLS misconfiguration."""
     args = [QEVICT, "worker", "--model", STORIES, "--scheduler", "127.0.0.1:1"] + extra
-    try:
-        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        C.ok(False, "worker: %s: still running after 60 s" % what)
-        return
-    ok = r.returncode != 0 and (code is None or r.returncode == code) and want in r.stderr
-    C.ok(ok and "Sanitizer" not in r.stderr, "worker: %s: exit %d, %s" %
-         (what, r.returncode, r.stderr.strip().splitlines()[-1][-150:] if r.stderr else ""))
+    config_error("worker", what, args, want, code, 60)
 
 
 def test_link_errors():
