@@ -57,6 +57,7 @@ typedef struct {
   double t_send, t_first, t_last, t_end;
   long n_out;       /* tokens streamed */
   int sent;         /* the request was started */
+  int interrupted;  /* Ctrl-C cancelled it */
   int code, finish; /* gRPC status; FinishReason (-1: no Finished event) */
   uint32_t prompt_tokens;
   uint64_t queue_us, reserved;
@@ -254,7 +255,7 @@ static int run_one(bench_run_t *R, long i, breq_t *q) {
     snprintf(q->err, sizeof q->err, "%s: %.160s", cli_rpc_code_name(st.code), st.message);
   else if (rc)
     snprintf(q->err, sizeof q->err, "%s", rc == QE_ECANCELED ? "interrupted" : qe_errmsg());
-  if (rc == QE_ECANCELED) atomic_store(&R->stop, 1);
+  if (rc == QE_ECANCELED) atomic_store(&R->stop, 1), q->interrupted = 1;
   if (q->code == 16 || q->code == 7) atomic_store(&R->refused, 1); /* UNAUTHENTICATED, ... */
   if (q == &tmp) free(tmp.gaps);
   return rc;
@@ -337,7 +338,7 @@ enum { D_TTFT, D_TPOT, D_ITL, D_E2E, D_QUEUE, D_N };
 static const char *const dist_name[D_N] = {"ttft", "tpot", "itl", "e2e", "queue"};
 
 typedef struct {
-  long done, failed, auth_failed, out_tokens, in_tokens;
+  long done, failed, auth_failed, interrupted, out_tokens, in_tokens;
   double duration; /* first send to last end */
   double reserved_mean;
   uint64_t reserved_max;
@@ -365,6 +366,10 @@ static void count(const bench_run_t *R, bench_sum_t *S) {
   for (long i = 0; i < R->a->requests; i++) {
     const breq_t *q = &R->rec[i];
     if (!q->sent) continue; /* (interrupted, or a key refused, first) */
+    if (q->interrupted) {
+      S->interrupted++;
+      continue;
+    }
     t_lo = q->t_send < t_lo ? q->t_send : t_lo, t_hi = q->t_end > t_hi ? q->t_end : t_hi;
     if (!ok_finish(q)) {
       S->failed++;
@@ -402,13 +407,17 @@ static void print_dist_json(const char *name, const dist_t *d) {
   printf("}");
 }
 
+static long not_sent(const bench_args_t *a, const bench_sum_t *S) {
+  return a->requests - S->done - S->failed - S->interrupted;
+}
+
 static void print_json(const bench_args_t *a, const bench_sum_t *S) {
   double dur = S->duration > 0 ? S->duration : NAN;
   printf("{\"requests\":%ld,\"concurrency\":%ld,\"rate\":", a->requests, a->concurrency);
   qe_json_num(stdout, a->rate > 0 ? a->rate : NAN);
-  printf(",\"max_tokens\":%ld,\"completed\":%ld,\"failed\":%ld,\"not_sent\":%ld,"
-         "\"duration_s\":",
-         a->s.n, S->done, S->failed, a->requests - S->done - S->failed);
+  printf(",\"max_tokens\":%ld,\"completed\":%ld,\"failed\":%ld,\"interrupted\":%ld,"
+         "\"not_sent\":%ld,\"duration_s\":",
+         a->s.n, S->done, S->failed, S->interrupted, not_sent(a, S));
   qe_json_num(stdout, S->duration);
   printf(",\"prompt_tokens\":%ld,\"output_tokens\":%ld,\"request_throughput\":", S->in_tokens,
          S->out_tokens);
@@ -424,11 +433,11 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
   static const char *const label[D_N] = {"TTFT", "TPOT", "ITL", "E2E", "queue"};
   char res[32], rmax[32];
   double dur = S->duration > 0 ? S->duration : NAN;
-  printf("requests %ld (at most %ld at a time%s): completed %ld, failed %ld, not sent %ld, in "
-         "%.2f s\n",
+  printf("requests %ld (at most %ld at a time%s): completed %ld, failed %ld, %s%ld, in %.2f s\n",
          a->requests, a->concurrency < a->requests ? a->concurrency : a->requests,
          a->rate > 0 ? ", Poisson arrivals" : "", S->done, S->failed,
-         a->requests - S->done - S->failed, S->duration);
+         S->interrupted ? "interrupted " : "not sent ",
+         S->interrupted ? S->interrupted : not_sent(a, S), S->duration);
   printf("throughput: %.2f requests/s, %.1f output tokens/s (%ld prompt and %ld output tokens)\n",
          (double)S->done / dur, (double)S->out_tokens / dur, S->in_tokens, S->out_tokens);
   printf("KV reserved per request: mean %s, max %s\n",
