@@ -2,12 +2,18 @@
 #ifndef QE_CLI_H
 #define QE_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 int cli_generate(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 /* `qevict eval` (cli_eval.c): KV policies against FullKV at matched bytes; exit 0, 1 or 2. */
 int cli_eval(int argc, char **argv);
+/* `qevict bench latency` (cli_bench_latency.c): generate under several KV policies, compared. */
+int cli_bench_latency(int argc, char **argv);
+/* A synthetic prompt: `words` words drawn from a fixed list by (seed, i), malloc'd (NULL when
+ * out of memory). The benchmarks' prompts. */
+char *cli_bench_words(long words, uint64_t seed, long i);
 
 /* The client commands that talk to qevict-sched over gRPC (cli_submit.c, cli_admin.c; built
  * only with serving, where QE_HAVE_SERVING is defined). argv[0] is the command name; each
@@ -20,7 +26,7 @@ int cli_tenant(int argc, char **argv);
 int cli_requests(int argc, char **argv);
 int cli_drain(int argc, char **argv);
 /* `qevict bench serve` (cli_bench.c): a load test of a running qevict-sched. */
-int cli_bench(int argc, char **argv);
+int cli_bench_serve(int argc, char **argv);
 /* The daemon (cli_serve.c): the scheduler, one worker rank, or both supervised. */
 int cli_serve(int argc, char **argv);
 int cli_sched(int argc, char **argv);
@@ -44,6 +50,8 @@ int cli_read_text_file(const char *what, const char *path, size_t max, char **ou
 int cli_parse_graphkv(const char *s, double *k, long *m, long *t);
 /* --cpu-weights: "f32" (KERN_WEIGHT_F32) or "packed" (KERN_WEIGHT_PACKED). 0 or -1. */
 int cli_parse_cpu_weights(const char *s, int *out);
+/* "512 B", "12.5 KiB", "1.5 GiB" into buf (>= 16 bytes); returns buf. */
+const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n);
 /* Help line of --cpu-weights, shared by the commands that take it. */
 #define CLI_CPU_WEIGHTS_HELP                                                                       \
   "  --cpu-weights W   CPU backend weights: f32 (default: every weight dequantized to fp32) or\n"  \

@@ -128,31 +128,13 @@ static uint64_t mix(uint64_t *s) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-/* Request i's synthetic prompt: words drawn from a fixed list by the seed (malloc'd). */
-static char *synth_prompt(const bench_args_t *a, long i) {
-  static const char *const w[] = {
-      "the",    "town",   "river",   "bridge", "market", "council", "honey", "wool",
-      "salt",   "winter", "harbor",  "ledger", "stone",  "mill",    "road",  "lantern",
-      "garden", "letter", "morning", "bread",  "copper", "tower",   "field", "weaver",
-      "north",  "quiet",  "old",     "new",    "and",    "of",      "in",    "over"};
-  uint64_t s = a->seed * 0x100000001b3ull + (uint64_t)i;
-  size_t n = 0, cap = (size_t)a->words * 9 + 2;
-  char *t = malloc(cap);
-  if (!t) return NULL;
-  for (long k = 0; k < a->words; k++) {
-    const char *x = w[mix(&s) % (sizeof w / sizeof w[0])];
-    n += (size_t)snprintf(t + n, cap - n, "%s%s", k ? " " : "", x);
-  }
-  t[n] = '\0';
-  return t;
-}
-
 /* Packs request i (its own synthetic prompt, or the given one) into *buf. 0 or an exit code. */
 static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
   sub_args_t s = a->s;
   sub_req_t r;
   char *text = NULL;
-  if (!s.prompt && !s.prompt_file && !s.ids && !(s.prompt = text = synth_prompt(a, i)))
+  if (!s.prompt && !s.prompt_file && !s.ids &&
+      !(s.prompt = text = cli_bench_words(a->words, a->seed, i)))
     return cli_fail("bench serve", QE_ENOMEM);
   int rc = cli_sub_build(&s, &r);
   if (!rc) {
@@ -489,15 +471,8 @@ static int bench_serve(const bench_args_t *a) {
   return rc;
 }
 
-int cli_bench(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    printf("usage: qevict bench serve [options]   (see qevict bench serve --help)\n"
-           "Benchmarks: serve, a load test of a running qevict-sched over gRPC.\n");
-    return argc < 2 ? CLI_EXIT_USAGE : 0;
-  }
-  if (strcmp(argv[1], "serve"))
-    return cli_usage_error("bench", "unknown benchmark '%s' (serve)", argv[1]);
+int cli_bench_serve(int argc, char **argv) {
   bench_args_t a;
-  int rc = bench_parse(argc - 1, argv + 1, &a);
+  int rc = bench_parse(argc, argv, &a);
   return rc ? (rc < 0 ? 0 : rc) : bench_serve(&a);
 }

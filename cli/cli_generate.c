@@ -458,11 +458,15 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
   qe_json_ids(stdout, s->out, (size_t)s->n_out);
   printf(",\"text\":");
   qe_json_str(stdout, text ? text : "", text ? strlen(text) : 0);
+  /* sequence 0's tokens at fp32 on rank 0: the base of the budgets' fractions */
+  const kv_geom_t *g = &kv->geom;
+  size_t fullkv = (size_t)(s->n_prompt + s->n_out) * 2u * sizeof(float) * (size_t)g->n_layer *
+                  (size_t)g->n_kv_head * (size_t)g->head_dim;
   printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"
          "\"batch\":%d,\"tp\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"steps\":%d,"
-         "\"weight_bytes\":%zu,\"backend\":\"%s\"},\"memory\":",
+         "\"weight_bytes\":%zu,\"backend\":\"%s\",\"fullkv_bytes\":%zu},\"memory\":",
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
-         st->decode_s, st->n_steps, model_weight_bytes(m), model_backend(m)->ops->name);
+         st->decode_s, st->n_steps, model_weight_bytes(m), model_backend(m)->ops->name, fullkv);
   cli_policy_json(&a->pol, kv, stdout);
   model_graph_stats_t gs;
   model_graph_stats(m, &gs);

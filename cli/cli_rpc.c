@@ -702,19 +702,6 @@ const char *cli_policy_names(char *buf, size_t size) {
   return buf;
 }
 
-const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n) {
-  static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (n < 1024) {
-    snprintf(buf, size, "%llu B", (unsigned long long)n);
-    return buf;
-  }
-  double v = (double)n / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, u++;
-  snprintf(buf, size, "%.1f %s", v, units[u]);
-  return buf;
-}
-
 const char *cli_fmt_budget(char *buf, size_t size, const Qevict__V1__Budget *b) {
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION)
     snprintf(buf, size, "%.4g of FullKV", b->fraction);

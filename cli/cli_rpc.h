@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli.h" /* (cli_fmt_bytes) */
 #include "qevict.pb-c.h"
 
 /* Largest request or response message (a 32K-token prompt and its events fit easily). */
@@ -164,8 +165,6 @@ int cli_parse_budget(const char *s, Qevict__V1__Budget *b);
 int cli_check_policy(const char *name);
 /* A comma list of the known policy names into buf (for error messages). */
 const char *cli_policy_names(char *buf, size_t size);
-/* "512 B", "12.5 KiB", "1.50 GiB" into buf (>= 16 bytes); returns buf. */
-const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n);
 /* A budget as text: "0.25 of FullKV", "1.50 GiB", or "-" when unset. Returns buf. */
 const char *cli_fmt_budget(char *buf, size_t size, const Qevict__V1__Budget *b);
 /* Lower-case name of an enum value without its enum's prefix ("REQUEST_STATE_RUNNING" ->

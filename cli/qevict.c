@@ -17,6 +17,7 @@ static const char *usage =
     "  generate   run a model on a prompt in this process (see qevict generate --help)\n"
     "  inspect    print a GGUF model's architecture, hyperparameters and tensors\n"
     "  eval       KV policies against FullKV at equal bytes: long-context tasks, diagnostics\n"
+    "  bench latency  one generation under several KV policies: speed, KV bytes, memory\n"
     "  version    print the version\n"
 #ifdef QE_HAVE_SERVING
     "client of a running qevict-sched (see qevict COMMAND --help):\n"
@@ -26,7 +27,7 @@ static const char *usage =
     "  tenant     set, get, list or delete tenants (admin)\n"
     "  requests   list the server's requests and their KV memory (admin)\n"
     "  drain      stop dispatching to a worker (admin)\n"
-    "  bench      bench serve: load-test the server (latency percentiles, throughput)\n"
+    "  bench serve  load-test the server (latency percentiles, throughput, KV reserved)\n"
     "the daemon:\n"
     "  serve      a scheduler and local workers, supervised (the whole system on one machine)\n"
     "  sched      the scheduler process alone (installed as qevict-sched)\n"
@@ -40,8 +41,7 @@ static const struct {
   int (*fn)(int argc, char **argv);
 } client_cmds[] = {{"submit", cli_submit}, {"watch", cli_watch},       {"cancel", cli_cancel},
                    {"tenant", cli_tenant}, {"requests", cli_requests}, {"drain", cli_drain},
-                   {"bench", cli_bench},   {"serve", cli_serve},       {"sched", cli_sched},
-                   {"worker", cli_worker}};
+                   {"serve", cli_serve},   {"sched", cli_sched},       {"worker", cli_worker}};
 #endif
 
 int cli_fail(const char *what, int rc) {
@@ -123,10 +123,42 @@ int cli_parse_graphkv(const char *s, double *k, long *m, long *t) {
   return cli_parse_int(m_s, 1, 1 << 20, m) || cli_parse_int(t_s, 1, GRAPHKV_MAX_ROUNDS, t) ? -1 : 0;
 }
 
+const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n) {
+  static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (n < 1024) {
+    snprintf(buf, size, "%llu B", (unsigned long long)n);
+    return buf;
+  }
+  double v = (double)n / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, u++;
+  snprintf(buf, size, "%.1f %s", v, units[u]);
+  return buf;
+}
+
 int cli_parse_cpu_weights(const char *s, int *out) {
   if (!strcmp(s, "f32")) return *out = KERN_WEIGHT_F32, 0;
   if (!strcmp(s, "packed")) return *out = KERN_WEIGHT_PACKED, 0;
   return -1;
+}
+
+/* `qevict bench latency|serve`. */
+static int bench(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    fputs("usage: qevict bench latency|serve [options]   (see qevict bench KIND --help)\n"
+          "  latency  one generation under several KV policies, each in a process of its own\n"
+          "  serve    a load test of a running qevict-sched over gRPC\n",
+          argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "latency")) return cli_bench_latency(argc - 1, argv + 1);
+#ifdef QE_HAVE_SERVING
+  if (!strcmp(argv[1], "serve")) return cli_bench_serve(argc - 1, argv + 1);
+#else
+  if (!strcmp(argv[1], "serve"))
+    return fprintf(stderr, "qevict bench serve: this build has no serving (gRPC)\n"), 2;
+#endif
+  return cli_usage_error("bench", "unknown benchmark '%s' (latency, serve)", argv[1]);
 }
 
 int main(int argc, char **argv) {
@@ -143,6 +175,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
   if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "bench")) return bench(argc - 1, argv + 1);
   if (!strcmp(argv[1], "version") && argc > 2)
     return fprintf(stderr, "qevict version: takes no arguments (got '%s')\n", argv[2]), 2;
   if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;

@@ -1,0 +1,402 @@
+/* cli_bench_latency: `qevict bench latency`: one generation run under several KV policies,
+ * each in a `qevict generate --json` process of its own (this program, re-executed), in an
+ * order that rotates every round; reports per policy the medians of prefill and decode speed,
+ * the KV bytes held against FullKV's, the process's peak memory and how many of the first
+ * policy's tokens it reproduced. */
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "qe_status.h"
+
+static const char *lat_help =
+    "usage: qevict bench latency (--model FILE | --shape NAME --prompt-len N) [options]\n"
+    "Runs the same generation under each KV policy, each in a qevict generate process of its\n"
+    "own, --rounds times in a rotating order, and prints the medians: prefill and decode\n"
+    "tokens/s, time per output token, the KV bytes of sequence 0 (rank 0) against FullKV's,\n"
+    "the process's peak memory, and how many of the first policy's tokens each reproduced.\n"
+    "  --policies LIST   comma-separated NAME or NAME:BUDGET (budget as in --budget: a\n"
+    "                    fraction of FullKV, or bytes; default full,qevict:0.2)\n"
+    "  --rounds R        runs of each policy (default 3)\n"
+    "  --input-words W   with --model and no prompt: a synthetic prompt of W words (default\n"
+    "                    2000)\n"
+    "  -n N              new tokens (default 128), generated with --ignore-eos\n"
+    "  --json            one JSON object instead of the table\n"
+    "Every other option goes to qevict generate as given (--prompt, --prompt-file, --chat,\n"
+    "--batch, --threads, --tp, --device, --cpu-weights, --q, --window, --scorer, ...); see\n"
+    "qevict generate --help. exit status: 0; 1 a run failed (its last message is printed);\n"
+    "2 bad usage.\n";
+
+#define LAT_MAX_POL  16
+#define LAT_MAX_ARGS 256
+
+typedef struct {
+  char name[64], budget[32];
+} lat_pol_t;
+
+typedef struct {
+  lat_pol_t pol[LAT_MAX_POL];
+  int n_pol, rounds, json, has_prompt;
+  long n, words;
+  const char *model; /* --model's or --shape's value */
+  const char *pass[LAT_MAX_ARGS]; /* options for generate */
+  int n_pass;
+} lat_args_t;
+
+/* One run's figures. */
+typedef struct {
+  double prefill_s, decode_s, prompt, gen, batch, fullkv, kv_bytes, rss_kb;
+  long *tokens;
+  long n_tokens;
+} lat_run_t;
+
+/* ---- options ---- */
+
+static int add_policy(lat_args_t *a, const char *item, size_t len) {
+  lat_pol_t *p = &a->pol[a->n_pol];
+  char buf[128];
+  if (a->n_pol == LAT_MAX_POL || !len || len >= sizeof buf) return -1;
+  memcpy(buf, item, len), buf[len] = '\0';
+  char *colon = strchr(buf, ':');
+  if (colon) *colon = '\0';
+  if (!*buf || strlen(buf) >= sizeof p->name || (colon && (!colon[1] || strlen(colon + 1) >= 32)))
+    return -1;
+  snprintf(p->name, sizeof p->name, "%s", buf);
+  snprintf(p->budget, sizeof p->budget, "%s", colon ? colon + 1 : "");
+  a->n_pol++;
+  return 0;
+}
+
+static int parse_policies(lat_args_t *a, const char *v) {
+  a->n_pol = 0;
+  for (const char *p = v;; p++) {
+    size_t len = strcspn(p, ",");
+    if (add_policy(a, p, len))
+      return cli_usage_error("bench latency",
+                             "bad --policies '%s' (NAME or NAME:BUDGET, "
+                             "comma-separated, at most %d)",
+                             v, LAT_MAX_POL);
+    p += len;
+    if (!*p) return 0;
+  }
+}
+
+/* One of bench latency's own options with its value: 0 or the exit code after a message. */
+static int own_opt(lat_args_t *a, const char *f, const char *v) {
+  long l;
+  if (!strcmp(f, "--policies")) return parse_policies(a, v);
+  if (cli_parse_int(v, 1, !strcmp(f, "--rounds") ? 100 : 1 << 24, &l))
+    return cli_usage_error("bench latency", "bad value '%s' for %s", v, f);
+  if (!strcmp(f, "--rounds"))
+    a->rounds = (int)l;
+  else if (!strcmp(f, "-n"))
+    a->n = l;
+  else
+    a->words = l;
+  return 0;
+}
+
+static int is_own(const char *f) {
+  return !strcmp(f, "--policies") || !strcmp(f, "--rounds") || !strcmp(f, "--input-words") ||
+         !strcmp(f, "-n");
+}
+
+static int lat_parse(int argc, char **argv, lat_args_t *a) {
+  memset(a, 0, sizeof *a);
+  a->rounds = 3, a->n = 128, a->words = 2000;
+  parse_policies(a, "full,qevict:0.2");
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(f, "--help") || !strcmp(f, "-h")) return printf("%s", lat_help), -1;
+    if (!strcmp(f, "--json")) {
+      a->json = 1;
+      continue;
+    }
+    if (!strcmp(f, "--ignore-eos")) continue; /* (always given to generate) */
+    if (!strcmp(f, "--policy") || !strcmp(f, "--budget"))
+      return cli_usage_error("bench latency", "%s: give the policies with --policies", f);
+    if (is_own(f)) {
+      int rc = v ? own_opt(a, f, v) : cli_usage_error("bench latency", "%s needs a value", f);
+      if (rc) return rc;
+      i++;
+      continue;
+    }
+    if (a->n_pass + 1 >= LAT_MAX_ARGS) return cli_usage_error("bench latency", "too many options");
+    a->has_prompt |= !strcmp(f, "--prompt") || !strcmp(f, "--prompt-file") ||
+                     !strcmp(f, "--shape") || !strcmp(f, "--force-ids");
+    if ((!strcmp(f, "--model") || !strcmp(f, "--shape")) && v) a->model = v;
+    a->pass[a->n_pass++] = f;
+  }
+  if (!a->model)
+    return cli_usage_error("bench latency", "give --model FILE (or --shape NAME --prompt-len N)");
+  return 0;
+}
+
+/* ---- the runs ---- */
+
+/* The synthetic prompt (cli.h). */
+char *cli_bench_words(long words, uint64_t seed, long i) {
+  static const char *const w[] = {
+      "the",    "town",   "river",   "bridge", "market", "council", "honey", "wool",
+      "salt",   "winter", "harbor",  "ledger", "stone",  "mill",    "road",  "lantern",
+      "garden", "letter", "morning", "bread",  "copper", "tower",   "field", "weaver",
+      "north",  "quiet",  "old",     "new",    "and",    "of",      "in",    "over"};
+  uint64_t s = seed * 0x100000001b3ull + (uint64_t)i;
+  size_t n = 0, cap = (size_t)words * 9 + 2;
+  char *t = malloc(cap);
+  if (!t) return NULL;
+  for (long k = 0; k < words; k++) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    n += (size_t)snprintf(t + n, cap - n, "%s%s", k ? " " : "", w[z % (sizeof w / sizeof w[0])]);
+  }
+  t[n] = '\0';
+  return t;
+}
+
+/* The child's argv for policy p (strings borrowed; n_text: -n's value). */
+static void child_argv(const lat_args_t *a, const lat_pol_t *p, const char *prompt,
+                       const char *n_text, const char **av) {
+  int k = 0;
+  av[k++] = "qevict", av[k++] = "generate";
+  for (int i = 0; i < a->n_pass; i++) av[k++] = a->pass[i];
+  if (prompt) av[k++] = "--prompt", av[k++] = prompt;
+  av[k++] = "-n", av[k++] = n_text, av[k++] = "--ignore-eos", av[k++] = "--json";
+  av[k++] = "--policy", av[k++] = p->name;
+  if (*p->budget) av[k++] = "--budget", av[k++] = p->budget;
+  av[k] = NULL;
+}
+
+/* Reads all of fd into a malloc'd NUL-terminated buffer (NULL when out of memory). */
+static char *read_all(int fd) {
+  size_t n = 0, cap = 1 << 16;
+  char *b = malloc(cap + 1);
+  ssize_t r;
+  while (b && (r = read(fd, b + n, cap - n)) > 0)
+    if ((n += (size_t)r) == cap) {
+      char *g = realloc(b, (cap *= 2) + 1);
+      if (!g) free(b);
+      b = g;
+    }
+  if (b) b[n] = '\0';
+  return b;
+}
+
+/* Runs av with stdout into *out and stderr into errf; 0 when it exited 0, else -1 (*rss_kb:
+ * its peak resident memory). */
+static int spawn(const char **av, int errf, char **out, double *rss_kb) {
+  int pfd[2];
+  struct rusage ru;
+  int status = 0;
+  *out = NULL;
+  if (pipe(pfd)) return -1;
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pfd[1], 1), dup2(errf, 2), close(pfd[0]), close(pfd[1]);
+    execv("/proc/self/exe", (char *const *)av);
+    _exit(127);
+  }
+  close(pfd[1]);
+  if (pid > 0) *out = read_all(pfd[0]);
+  close(pfd[0]);
+  if (pid < 0 || wait4(pid, &status, 0, &ru) != pid) return -1;
+  *rss_kb = (double)ru.ru_maxrss;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 && *out ? 0 : -1;
+}
+
+/* ---- a run's figures from generate's JSON ---- */
+
+/* The number of "key": in doc after the first `after` (NAN when either is absent). */
+static double jnum(const char *doc, const char *after, const char *key) {
+  char k[64];
+  const char *p = after ? strstr(doc, after) : doc;
+  snprintf(k, sizeof k, "\"%s\":", key);
+  if (!p || !(p = strstr(p, k))) return NAN;
+  char *end;
+  double v = strtod(p + strlen(k), &end);
+  return end == p + strlen(k) ? NAN : v;
+}
+
+/* The generated ids ("tokens":[...]) into r. 0 or -1. */
+static int jtokens(const char *doc, lat_run_t *r) {
+  const char *p = strstr(doc, "\"tokens\":[");
+  if (!p) return -1;
+  p += 10;
+  size_t cap = 1;
+  for (const char *q = p; *q && *q != ']'; q++) cap += *q == ',';
+  if (!(r->tokens = malloc(cap * sizeof *r->tokens))) return -1;
+  while (*p && *p != ']') {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    r->tokens[r->n_tokens++] = v;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
+static int parse_run(const char *doc, lat_run_t *r) {
+  r->prefill_s = jnum(doc, "\"summary\":", "prefill_s");
+  r->decode_s = jnum(doc, "\"summary\":", "decode_s");
+  r->prompt = jnum(doc, "\"summary\":", "prompt_tokens");
+  r->gen = jnum(doc, "\"summary\":", "generated_tokens");
+  r->batch = jnum(doc, "\"summary\":", "batch");
+  r->fullkv = jnum(doc, "\"summary\":", "fullkv_bytes");
+  r->kv_bytes = jnum(doc, "\"memory\":", "bytes");
+  if (isnan(r->kv_bytes)) r->kv_bytes = r->fullkv; /* FullKV: every token held */
+  return isnan(r->prefill_s) || isnan(r->decode_s) || isnan(r->gen) || jtokens(doc, r) ? -1 : 0;
+}
+
+/* The last line of the text in f (a child's stderr) into buf. */
+static void last_line(FILE *f, char *buf, size_t n) {
+  char line[512];
+  buf[0] = '\0';
+  rewind(f);
+  while (fgets(line, sizeof line, f))
+    if (line[0] != '\n') snprintf(buf, n, "%s", line);
+  buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* One run of policy p. 0, or 1 after a message naming the policy and the child's. */
+static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *prompt, lat_run_t *r) {
+  const char *av[LAT_MAX_ARGS + 16];
+  char n_text[24], *out = NULL, msg[512];
+  FILE *ef = tmpfile();
+  snprintf(n_text, sizeof n_text, "%ld", a->n);
+  child_argv(a, p, prompt, n_text, av);
+  int rc = ef ? spawn(av, fileno(ef), &out, &r->rss_kb) : -1;
+  if (!rc && parse_run(out, r)) rc = -2;
+  if (rc) {
+    if (ef) last_line(ef, msg, sizeof msg);
+    fprintf(stderr, "qevict bench latency: policy %s%s%s: %s\n", p->name, *p->budget ? ":" : "",
+            p->budget,
+            rc == -2     ? "generate's output does not read"
+            : ef && *msg ? msg
+                         : "failed");
+  }
+  if (ef) fclose(ef);
+  free(out);
+  return rc ? 1 : 0;
+}
+
+/* ---- the report ---- */
+
+typedef struct {
+  double prefill_tps, decode_tps, tpot_ms, kv, fullkv, rss_kb;
+  long same, n_tok;
+} lat_row_t;
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Leading tokens of r that equal ref's. */
+static long same_prefix(const lat_run_t *r, const lat_run_t *ref) {
+  long k = 0;
+  while (k < r->n_tokens && k < ref->n_tokens && r->tokens[k] == ref->tokens[k]) k++;
+  return k;
+}
+
+/* Policy runs[0..rounds) summarized (ref: the first policy's first run). */
+static lat_row_t row_of(const lat_run_t *runs, int rounds, const lat_run_t *ref) {
+  double v[5][100];
+  lat_row_t w = {0};
+  for (int r = 0; r < rounds; r++) {
+    const lat_run_t *x = &runs[r];
+    v[0][r] = x->prompt * x->batch / x->prefill_s;
+    v[1][r] = (x->gen - 1) * x->batch / x->decode_s;
+    v[2][r] = x->decode_s / (x->gen - 1) * 1e3;
+    v[3][r] = x->kv_bytes, v[4][r] = x->rss_kb;
+  }
+  w.prefill_tps = median(v[0], rounds), w.decode_tps = median(v[1], rounds);
+  w.tpot_ms = median(v[2], rounds), w.kv = median(v[3], rounds), w.rss_kb = median(v[4], rounds);
+  w.fullkv = runs[0].fullkv, w.same = same_prefix(&runs[0], ref), w.n_tok = runs[0].n_tokens;
+  return w;
+}
+
+static void print_table(const lat_args_t *a, const lat_row_t *w, const lat_run_t *ref) {
+  char kv[32], rss[32];
+  printf("%d round(s), prompt %.0f tokens, %ld new, batch %.0f; medians, ratios to %s%s%s\n",
+         a->rounds, ref->prompt, a->n, ref->batch, a->pol[0].name, *a->pol[0].budget ? ":" : "",
+         a->pol[0].budget);
+  printf("%-22s %18s %18s %9s %22s %11s %12s\n", "policy", "prefill tok/s", "decode tok/s",
+         "TPOT ms", "KV bytes (of FullKV)", "peak RSS", "same tokens");
+  for (int i = 0; i < a->n_pol; i++) {
+    char name[100], pre[32], dec[32], kvs[48];
+    snprintf(name, sizeof name, "%s%s%s", a->pol[i].name, *a->pol[i].budget ? ":" : "",
+             a->pol[i].budget);
+    snprintf(pre, sizeof pre, "%.1f (%.2fx)", w[i].prefill_tps,
+             w[i].prefill_tps / w[0].prefill_tps);
+    snprintf(dec, sizeof dec, "%.1f (%.2fx)", w[i].decode_tps, w[i].decode_tps / w[0].decode_tps);
+    snprintf(kvs, sizeof kvs, "%s (%.3f)", cli_fmt_bytes(kv, sizeof kv, (uint64_t)w[i].kv),
+             w[i].kv / w[i].fullkv);
+    printf("%-22s %18s %18s %9.2f %22s %11s %5ld/%-6ld\n", name, pre, dec, w[i].tpot_ms, kvs,
+           cli_fmt_bytes(rss, sizeof rss, (uint64_t)(w[i].rss_kb * 1024)), w[i].same, w[i].n_tok);
+  }
+}
+
+static void print_json(const lat_args_t *a, const lat_row_t *w, const lat_run_t *ref) {
+  printf("{\"rounds\":%d,\"prompt_tokens\":%.0f,\"new_tokens\":%ld,\"batch\":%.0f,\"policies\":[",
+         a->rounds, ref->prompt, a->n, ref->batch);
+  for (int i = 0; i < a->n_pol; i++) {
+    printf("%s{\"policy\":\"%s\",\"budget\":", i ? "," : "", a->pol[i].name);
+    if (*a->pol[i].budget)
+      printf("\"%s\"", a->pol[i].budget);
+    else
+      printf("null");
+    printf(",\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"tpot_ms\":%.4f,\"kv_bytes\":%.0f,"
+           "\"fullkv_bytes\":%.0f,\"peak_rss_bytes\":%.0f,\"same_tokens\":%ld,\"tokens\":%ld}",
+           w[i].prefill_tps, w[i].decode_tps, w[i].tpot_ms, w[i].kv, w[i].fullkv,
+           w[i].rss_kb * 1024, w[i].same, w[i].n_tok);
+  }
+  printf("]}\n");
+}
+
+/* Every policy, --rounds times in rotating order, into runs[policy * rounds + round]. */
+static int run_all(const lat_args_t *a, const char *prompt, lat_run_t *runs) {
+  for (int r = 0; r < a->rounds; r++)
+    for (int k = 0; k < a->n_pol; k++) {
+      int p = (k + r) % a->n_pol;
+      if (!a->json)
+        fprintf(stderr, "qevict bench latency: round %d/%d, %s%s%s\n", r + 1, a->rounds,
+                a->pol[p].name, *a->pol[p].budget ? ":" : "", a->pol[p].budget);
+      if (run_policy(a, &a->pol[p], prompt, &runs[p * a->rounds + r])) return 1;
+    }
+  return 0;
+}
+
+int cli_bench_latency(int argc, char **argv) {
+  lat_args_t a;
+  int rc = lat_parse(argc, argv, &a);
+  if (rc) return rc < 0 ? 0 : rc;
+  char *prompt = a.has_prompt ? NULL : cli_bench_words(a.words, 0, 0);
+  lat_run_t *runs = calloc((size_t)(a.n_pol * a.rounds), sizeof *runs);
+  lat_row_t w[LAT_MAX_POL];
+  if (!runs || (!a.has_prompt && !prompt)) rc = cli_fail("bench latency", QE_ENOMEM);
+  if (!rc) rc = run_all(&a, prompt, runs);
+  for (int i = 0; !rc && i < a.n_pol; i++) w[i] = row_of(&runs[i * a.rounds], a.rounds, &runs[0]);
+  if (!rc && a.json)
+    print_json(&a, w, &runs[0]);
+  else if (!rc)
+    print_table(&a, w, &runs[0]);
+  for (int i = 0; runs && i < a.n_pol * a.rounds; i++) free(runs[i].tokens);
+  free(runs);
+  free(prompt);
+  return rc;
+}

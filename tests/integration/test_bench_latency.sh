@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# test_bench_latency: `qevict bench latency` on stories260K: its JSON has a row per policy with
+# positive speeds, FullKV's row holds every token (KV bytes = FullKV's) and reproduces itself,
+# the tiered rows hold at most their budget, and each row's "same tokens" equals the agreement
+# of separate `qevict generate` runs computed here; the table prints; --shape runs without a
+# tokenizer; a policy generate refuses fails naming it (exit 1); bad usage exits 2.
+set -uo pipefail
+QEVICT="$1"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+STORIES="${QE_SHARED_MODELS:-$ROOT/../shared/models}/stories260K.gguf"
+[[ -f "$STORIES" ]] || { echo "SKIP: $STORIES absent" >&2; exit 77; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+bad() { echo "FAIL: $*" >&2; fail=1; }
+P="Once upon a time there was a little girl who liked to play in the park with her friends every day"
+
+"$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 64 --rounds 2 \
+  --policies full,qevict:0.5,h2o:0.5 --json >"$TMP/b.json" 2>"$TMP/err" || bad "bench latency: $(tail -1 "$TMP/err")"
+for pol in full qevict h2o; do
+  budget=(); [[ $pol == full ]] || budget=(--budget 0.5)
+  "$QEVICT" generate --model "$STORIES" --prompt "$P" -n 64 --ignore-eos --json --policy "$pol" \
+    "${budget[@]}" >"$TMP/g_$pol.json" || bad "generate $pol"
+done
+python3 - "$TMP" <<'PY' || bad "the bench's report"
+import json, sys
+t = sys.argv[1]
+b = json.load(open(t + "/b.json"))
+g = {p: json.load(open("%s/g_%s.json" % (t, p)))["tokens"] for p in ("full", "qevict", "h2o")}
+rows = {r["policy"]: r for r in b["policies"]}
+assert b["rounds"] == 2 and b["new_tokens"] == 64 and list(rows) == ["full", "qevict", "h2o"], b
+for name, r in rows.items():
+    assert r["tokens"] == 64 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0, r
+    assert r["tpot_ms"] > 0 and r["peak_rss_bytes"] > 0, r
+    agree = next((i for i, (x, y) in enumerate(zip(g[name], g["full"])) if x != y), 64)
+    assert r["same_tokens"] == agree, (name, r["same_tokens"], agree)
+f = rows["full"]
+assert f["budget"] is None and f["kv_bytes"] == f["fullkv_bytes"] > 0, f
+for name in ("qevict", "h2o"):
+    r = rows[name]
+    assert r["budget"] == "0.5" and r["fullkv_bytes"] == f["fullkv_bytes"], r
+    assert 0 < r["kv_bytes"] <= 0.5 * r["fullkv_bytes"], r
+print("ok bench latency: 3 policies, same tokens %s, KV %s of FullKV" % (
+    [r["same_tokens"] for r in b["policies"]],
+    [round(r["kv_bytes"] / r["fullkv_bytes"], 3) for r in b["policies"]]), file=sys.stderr)
+PY
+
+"$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 64 --rounds 1 --policies full,qevict:0.6 \
+  >"$TMP/t.txt" 2>/dev/null
+grep -q "^full " "$TMP/t.txt" && grep -q "^qevict:0.6 " "$TMP/t.txt" && grep -q "same tokens" "$TMP/t.txt" \
+  || bad "the table: $(cat "$TMP/t.txt")"
+"$QEVICT" bench latency --shape tiny --prompt-len 200 -n 8 --rounds 1 --policies full,qevict:0.8 \
+  --json >"$TMP/s.json" 2>"$TMP/err" && python3 -c "
+import json, sys; b = json.load(open('$TMP/s.json')); assert len(b['policies']) == 2, b" \
+  || bad "--shape tiny: $(tail -1 "$TMP/err")"
+
+# failures and usage
+"$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 4 --rounds 1 --policies full,lru \
+  >/dev/null 2>"$TMP/err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "policy lru" "$TMP/err" || bad "an unknown policy: exit $rc, $(cat "$TMP/err")"
+usage() {
+  local what="$1"; shift
+  "$QEVICT" "$@" >/dev/null 2>"$TMP/err"
+  local rc=$?
+  [[ $rc -eq 2 ]] || bad "$what: exit $rc"
+  echo "ok ($rc) $what: $(head -1 "$TMP/err")" >&2
+}
+usage "bench alone" bench
+usage "an unknown benchmark" bench nosuch
+usage "--rounds 0" bench latency --model "$STORIES" --rounds 0
+usage "--policy instead of --policies" bench latency --model "$STORIES" --policy qevict
+usage "an empty policy" bench latency --model "$STORIES" --policies full,,qevict
+usage "a budget-less colon" bench latency --model "$STORIES" --policies qevict:
+usage "no model" bench latency --prompt hi
+usage "-n without a value" bench latency --model "$STORIES" -n
+exit $fail
