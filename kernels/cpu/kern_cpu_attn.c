@@ -254,6 +254,65 @@ static int attn_seen(const attn_rowset_t *R, int b, int j0, int n) {
   return m < 0 ? 0 : m < n ? m : n;
 }
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* kern_cpu_attn_axpys for nr rows at once (nr * nc <= 16 accumulators, nc = n / 16 vectors of
+ * 16 a row), every row over keys [0, m): each value row is loaded once for the nr rows. An
+ * element of y_r gets exactly kern_cpu_attn_axpys's fused multiply-adds, in key order: the same
+ * bits. */
+static inline __attribute__((always_inline)) void attn_axpys_zmm(float *const *y,
+                                                                 const float *const *p,
+                                                                 const float *rows, size_t st,
+                                                                 int m, int nr, int nc) {
+  __m512 acc[4][8], v[8];
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++) acc[r][c] = _mm512_loadu_ps(y[r] + 16 * c);
+  for (int i = 0; i < m; i++) {
+    for (int c = 0; c < nc; c++) v[c] = _mm512_loadu_ps(rows + i * st + 16 * c);
+    for (int r = 0; r < nr; r++) {
+      __m512 pr = _mm512_set1_ps(p[r][i]);
+      for (int c = 0; c < nc; c++) acc[r][c] = _mm512_fmadd_ps(pr, v[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(y[r] + 16 * c, acc[r][c]);
+}
+
+/* Rows [b, b + nr) of R over the tile's keys from j (nt of them): the keys all of them see
+ * together, then each row's own rest, so every row still takes its keys in order. */
+static void attn_out_group(const attn_rowset_t *R, int b, int nr, const float *p, size_t prow,
+                           const float *x, size_t st, int j, int nt, int hd) {
+  float *y[4];
+  const float *pp[4];
+  int m0 = nt;
+  for (int r = 0; r < nr; r++) {
+    y[r] = R->out[b + r], pp[r] = p + (b + r) * prow + j;
+    int m = attn_seen(R, b + r, j, nt);
+    m0 = m < m0 ? m : m0;
+  }
+  if (hd == 64)
+    attn_axpys_zmm(y, pp, x, st, m0, 4, 4);
+  else
+    attn_axpys_zmm(y, pp, x, st, m0, 2, 8);
+  for (int r = 0; r < nr; r++) {
+    int rest = attn_seen(R, b + r, j, nt) - m0;
+    if (rest > 0) kern_cpu_attn_axpys(y[r], pp[r] + m0, x + (size_t)m0 * st, st, rest, hd);
+  }
+}
+#endif
+
+/* The outputs' pass over one tile (keys from j, nt of them, rows x): out_b += p[b][j..] v. */
+static void attn_out_tile(const attn_rowset_t *R, const float *p, size_t prow, const float *x,
+                          size_t st, int j, int nt, int hd) {
+  int b = 0;
+#ifdef __AVX512F__
+  int nr = hd == 64 ? 4 : hd == 128 ? 2 : 0; /* (the rows a group's 16 accumulators hold) */
+  for (; nr && b + nr <= R->nb; b += nr) attn_out_group(R, b, nr, p, prow, x, st, j, nt, hd);
+#endif
+  for (; b < R->nb; b++)
+    kern_cpu_attn_axpys(R->out[b], p + b * prow + j, x, st, attn_seen(R, b, j, nt), hd);
+}
+
 /* A pass over the keys, a tile at a time: the scores (which 0: p[b][j] = scale * q_b . k_j for
  * the keys each row sees) or the outputs (which 1: out_b = sum_j p[b][j] v_j, in key order). */
 static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, int which,
@@ -265,14 +324,13 @@ static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t 
   for (int j0 = 0; j0 < R->nmax && (n = attn_next(it, hd, &rows, &st)) >= 0; j0 += n)
     for (int t = 0; t < n && j0 + t < R->nmax; t += ATTN_TILE) {
       int nt = n - t < ATTN_TILE ? n - t : ATTN_TILE;
-      for (int b = 0; b < R->nb; b++) {
-        float *pb = p + b * prow + j0 + t;
-        int m = attn_seen(R, b, j0 + t, nt);
-        if (which)
-          kern_cpu_attn_axpys(R->out[b], pb, rows + t * st, st, m, hd);
-        else
-          kern_cpu_attn_dots(R->q[b], rows + t * st, st, m, hd, J->sh->scale, pb);
+      if (which) {
+        attn_out_tile(R, p, prow, rows + t * st, st, j0 + t, nt, hd);
+        continue;
       }
+      for (int b = 0; b < R->nb; b++)
+        kern_cpu_attn_dots(R->q[b], rows + t * st, st, attn_seen(R, b, j0 + t, nt), hd,
+                           J->sh->scale, p + b * prow + j0 + t);
     }
 }
 
