@@ -62,8 +62,9 @@ static const char *worker_help =
     "  --tls-ca FILE --tls-cert FILE --tls-key FILE   the scheduler link over TLS (for a\n"
     "                      scheduler with --worker-tls-*): its certificate must chain to this\n"
     "                      PEM CA; this worker's PEM certificate chain and key\n"
-    "  --tls-server-name NAME   the name the scheduler's certificate carries (default: the\n"
-    "                      --scheduler IP; none checked on a unix: address)\n";
+    "  --tls-server-name NAME   the name the scheduler's certificate carries (default:\n"
+    "                      --scheduler's host, localhost as a name, an IP as an IP address;\n"
+    "                      none checked on a unix: address)\n";
 
 static const char *serve_help =
     "usage: qevict serve --model FILE [options]\n"

@@ -8,8 +8,15 @@
 #include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "qe_status.h"
+
+/* KeyUpdates a peer may send in a minute: each costs a key derivation and an answer, so a flood
+ * of them is work without end for a loop serving other connections; a real peer sends none or
+ * a few. Past this the session fails. */
+#define QE_TLS_KEY_UPDATES_PER_MIN 16
 
 struct qe_tls_ctx {
   SSL_CTX *ssl;
@@ -21,7 +28,21 @@ struct qe_tls {
   SSL *ssl;
   BIO *in, *out; /* ciphertext from the peer; ciphertext for the peer (owned by ssl) */
   const char *who;
+  long ku_minute; /* the minute (monotonic) the KeyUpdates below were counted in */
+  int ku_count, ku_flood;
 };
+
+/* Counts the peer's KeyUpdate messages (handshake type 24) once the handshake is done. */
+static void on_msg(int write_p, int version, int type, const void *buf, size_t len, SSL *ssl,
+                   void *arg) {
+  qe_tls_t *t = arg;
+  struct timespec ts;
+  (void)version, (void)ssl;
+  if (write_p || type != 22 || len < 1 || ((const unsigned char *)buf)[0] != 24) return;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if (ts.tv_sec / 60 != t->ku_minute) t->ku_minute = ts.tv_sec / 60, t->ku_count = 0;
+  if (++t->ku_count > QE_TLS_KEY_UPDATES_PER_MIN) t->ku_flood = 1;
+}
 
 /* OpenSSL's earliest queued error as one line (the queue cleared). */
 static const char *ssl_reason(char *buf, size_t n) {
@@ -117,9 +138,16 @@ void qe_tls_ctx_destroy(qe_tls_ctx_t *c) {
   free(c);
 }
 
-/* The name the server's certificate must carry: an IP literal or a DNS name (also SNI). */
+/* The name the server's certificate must carry: an IP literal (IPv6 with or without its
+ * brackets) or a DNS name (also sent as SNI). */
 static int expect_name(SSL *ssl, const char *name) {
   unsigned char ip[16];
+  char bare[64];
+  size_t n = strlen(name);
+  if (n > 2 && n < sizeof bare + 2 && name[0] == '[' && name[n - 1] == ']') {
+    memcpy(bare, name + 1, n - 2), bare[n - 2] = '\0';
+    name = bare;
+  }
   if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1)
     return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
   return SSL_set1_host(ssl, name) == 1 && SSL_set_tlsext_host_name(ssl, name) == 1;
@@ -137,6 +165,8 @@ qe_tls_t *qe_tls_new(qe_tls_ctx_t *ctx, const char *server_name) {
     return NULL;
   }
   SSL_set_bio(t->ssl, t->in, t->out); /* ssl owns both now */
+  SSL_set_msg_callback(t->ssl, on_msg);
+  SSL_set_msg_callback_arg(t->ssl, t);
   if (ctx->is_server) {
     SSL_set_accept_state(t->ssl);
   } else {
@@ -195,6 +225,9 @@ int qe_tls_read(qe_tls_t *t, void *out, size_t cap, size_t *got) {
   while (*got < cap) {
     size_t k = 0;
     int ret = SSL_read_ex(t->ssl, (char *)out + *got, cap - *got, &k);
+    if (t->ku_flood)
+      return qe_errf(QE_EIO, "%s: more than %d key updates a minute from the peer", t->who,
+                     QE_TLS_KEY_UPDATES_PER_MIN);
     if (ret == 1) {
       *got += k;
       continue;

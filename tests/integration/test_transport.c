@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include "qe_status.h"
 #include "qe_tls.h"
 #include "test_util.h"
@@ -666,6 +668,7 @@ static int make_pki(void) {
       " leaf server ca "
       "'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n';"
       " leaf worker-a ca 'extendedKeyUsage=clientAuth\\n';"
+      " leaf dnsonly ca 'subjectAltName=DNS:localhost\\nextendedKeyUsage=serverAuth\\n';"
       " leaf stranger otherca 'extendedKeyUsage=clientAuth\\n') >/dev/null 2>&1",
       pki_dir, pki_dir);
   return system(cmd) == 0 ? 0 : -1;
@@ -781,6 +784,55 @@ static void test_tls_idle(server_t *s, uv_loop_t *loop, const tr_options_t *o) {
   CHECK(srv_get(s, &s->closes[TR_CLOSE_TIMEOUT]) == t0);
 }
 
+/* A peer with a good certificate that floods TLS 1.3 KeyUpdates instead of speaking is cut off
+ * (each would cost the loop a key derivation and an answer), with the reason named. */
+static void test_tls_key_update_flood(server_t *s) {
+  int t0 = srv_get(s, &s->closes[TR_CLOSE_TLS]), fd = raw_connect(s->addr), sent = 0;
+  SSL_CTX *cx = SSL_CTX_new(TLS_client_method());
+  SSL *ssl = NULL;
+  CHECK(fd >= 0 && cx);
+  if (fd < 0 || !cx) return;
+  SSL_CTX_set_min_proto_version(cx, TLS1_3_VERSION);
+  CHECK(SSL_CTX_use_certificate_chain_file(cx, pki("worker-a.pem")) == 1);
+  CHECK(SSL_CTX_use_PrivateKey_file(cx, pki("worker-a.key"), SSL_FILETYPE_PEM) == 1);
+  ssl = SSL_new(cx);
+  SSL_set_fd(ssl, fd);
+  CHECK(SSL_connect(ssl) == 1);
+  for (; sent < 500; sent++)
+    if (SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED) != 1 || SSL_do_handshake(ssl) != 1) break;
+  CHECK(srv_wait(s, &s->closes[TR_CLOSE_TLS], t0 + 1, 5000));
+  srv_lock(s);
+  CHECK(strstr(s->last_detail, "key updates") != NULL);
+  printf("  %d KeyUpdates sent: server: %s\n", sent, s->last_detail);
+  srv_unlock(s);
+  SSL_free(ssl);
+  SSL_CTX_free(cx);
+  close(fd);
+}
+
+/* A server whose certificate names only DNS:localhost: "localhost:PORT" checks that name and
+ * gets through; "127.0.0.1:PORT" checks the IP, which the certificate lacks. */
+static void test_tls_localhost(uv_loop_t *loop, const tr_options_t *o) {
+  server_t s;
+  qe_tls_ctx_t *ctx = NULL;
+  char addr[64];
+  client_t k = {.n_msgs = 3, .pipelined = 1}, k2 = {.n_msgs = 1};
+  tr_hello_t h = good_hello();
+  CHECK_OK(qe_tls_server_ctx("t", pki("dnsonly.pem"), pki("dnsonly.key"), pki("ca.pem"), &ctx));
+  tr_options_t so = with_tls(&fast, ctx, NULL);
+  server_start(&s, "127.0.0.1:0", &so);
+  snprintf(addr, sizeof addr, "localhost:%s", strrchr(s.addr, ':') + 1);
+  client_connect_opt(loop, addr, &k, &h, o);
+  run_loop(loop);
+  CHECK(k.opened && k.received == 3 && k.reason == TR_CLOSE_LOCAL);
+  client_connect_opt(loop, s.addr, &k2, &h, o);
+  run_loop(loop);
+  CHECK(!k2.opened && k2.reason == TR_CLOSE_TLS && strstr(k2.detail, "IP address mismatch"));
+  printf("  a DNS:localhost certificate: %s served; %s: %s\n", addr, s.addr, k2.detail);
+  server_stop(&s);
+  qe_tls_ctx_destroy(ctx);
+}
+
 /* TLS garbage on raw connections: dropped, each alone. */
 static void tls_garbage_runs(server_t *s) {
   uint8_t rnd[2048];
@@ -822,6 +874,8 @@ static void test_tls(uv_loop_t *loop, server_t *plain) {
   roundtrip(&stls, loop, &good, 0, 2000, 0);
   roundtrip(&stls, loop, &good, 0, 40, MAX_WIDTH); /* ~300 KiB frames: many TLS records */
   test_tls_idle(&stls, loop, &good);
+  test_tls_key_update_flood(&stls);
+  test_tls_localhost(loop, &good);
   test_tls_refusals(&stls, plain, loop, &x);
   server_stop(&stls);
 

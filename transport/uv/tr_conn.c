@@ -49,6 +49,7 @@ static void on_handle_closed(uv_handle_t *h) {
   if (c->server) tr__server_unlink(c);
   tr_decoder_dispose(&c->dec);
   qe_tls_free(c->tls);
+  free(c->pbuf);
   tr_env_free(c->handshake);
   free(c->hello_frame);
   free(c);
@@ -130,7 +131,7 @@ static void on_write(uv_write_t *req, int status) {
  * than max_queued bytes would wait), QE_ENOMEM. */
 static int write_new(tr_conn_t *c, size_t len, tr__write_t **out) {
   size_t queued = uv_stream_get_write_queue_size(&c->sock.stream);
-  if (queued + len > c->opt.max_queued)
+  if (queued && queued + len > c->opt.max_queued) /* (one write alone always goes) */
     return qe_errf(QE_ENOSPC, "transport: %zu bytes already waiting to be written", queued);
   if (!(*out = malloc(sizeof **out + len)))
     return qe_errf(QE_ENOMEM, "transport: frame of %zu bytes", len);
@@ -409,7 +410,9 @@ static void feed(tr_conn_t *c, const uint8_t *p, size_t n) {
     p += used;
     n -= used;
     if (rc < 0 && !c->tls && !c->opened && peer_sent_tls(c))
-      conn_end(c, TR_CLOSE_PROTOCOL, 0, "the peer speaks TLS and this side does not");
+      conn_fail(c, TR_CLOSE_PROTOCOL, ERR_CODE(PROTOCOL),
+                "the peer speaks TLS, or sent a first frame that looks like it; this side does "
+                "not");
     else if (rc == QE_ERANGE)
       conn_fail(c, TR_CLOSE_OVERSIZE, ERR_CODE(FRAME_TOO_LARGE), "%s", bare(qe_errmsg()));
     else if (rc < 0)
@@ -437,11 +440,11 @@ static void tls_opened(tr_conn_t *c) {
   }
 }
 
-/* The session failed: its alert goes out, then c closes. */
-static void tls_failed(tr_conn_t *c) {
+/* The session failed (why: its reason): its alert goes out, then c closes. */
+static void tls_failed(tr_conn_t *c, const char *why) {
   char msg[300];
   int plain = c->n_first == 2 && !peer_sent_tls(c);
-  snprintf(msg, sizeof msg, "%s", bare(qe_errmsg()));
+  snprintf(msg, sizeof msg, "%s", bare(why));
   c->tls_dead = 1;
   tls_flush(c);
   if (plain && !c->tls_open)
@@ -455,8 +458,10 @@ static void tls_failed(tr_conn_t *c) {
 static void tls_in(tr_conn_t *c, const uint8_t *p, size_t n) {
   int rc = qe_tls_feed(c->tls, p, n);
   size_t got = 1;
+  char why[300] = "";
   while (!rc && got && c->state != TR__CLOSING) {
-    rc = qe_tls_read(c->tls, c->pbuf, sizeof c->pbuf, &got);
+    rc = qe_tls_read(c->tls, c->pbuf, TR__PLAIN_BUF, &got);
+    if (rc < 0) snprintf(why, sizeof why, "%s", qe_errmsg()); /* (before feed's callbacks) */
     if (!c->tls_open && qe_tls_established(c->tls)) tls_opened(c);
     if (got && c->state != TR__CLOSING) feed(c, c->pbuf, got);
   }
@@ -464,7 +469,7 @@ static void tls_in(tr_conn_t *c, const uint8_t *p, size_t n) {
   if (rc == QE_TLS_EOF)
     peer_ended(c);
   else if (rc < 0)
-    tls_failed(c);
+    tls_failed(c, why);
   else if ((rc = tls_flush(c)))
     write_failed(c, rc);
 }
@@ -472,7 +477,7 @@ static void tls_in(tr_conn_t *c, const uint8_t *p, size_t n) {
 /* Connecting side: the TLS session's first flight (the Hello follows the handshake). */
 static int tls_start(tr_conn_t *c) {
   if (qe_tls_handshake(c->tls)) {
-    tls_failed(c);
+    tls_failed(c, qe_errmsg());
     return QE_EIO;
   }
   return tls_flush(c);
@@ -555,7 +560,8 @@ int tr__conn_start(tr_conn_t *c) {
   if (!c->is_unix) uv_tcp_nodelay(&c->sock.tcp, 1);
   c->state = TR__HANDSHAKE;
   c->t_start = c->t_recv = c->t_send = uv_now(c->loop);
-  if (c->opt.tls && !(c->tls = qe_tls_new(c->opt.tls, *c->tls_name ? c->tls_name : NULL))) {
+  if (c->opt.tls && (!(c->pbuf = malloc(TR__PLAIN_BUF)) ||
+                     !(c->tls = qe_tls_new(c->opt.tls, *c->tls_name ? c->tls_name : NULL)))) {
     conn_end(c, TR_CLOSE_IO, 0, "no memory for a TLS session");
     return QE_ENOMEM;
   }
@@ -597,13 +603,18 @@ static int pack_hello(tr_conn_t *c, const tr_hello_t *h) {
   return tr_frame_encode(&e, TR_FRAME_MAX_HELLO, &c->hello_frame, &c->hello_len);
 }
 
-/* The name the listener's certificate must carry: the option's, else a TCP address's IP. */
-static void tls_expect(tr_conn_t *c, const tr_options_t *opt, const tr_addr_t *a) {
+/* The name the listener's certificate must carry: the option's, else a TCP address's host as
+ * written when it is localhost, else its IP. */
+static void tls_expect(tr_conn_t *c, const tr_options_t *opt, const tr_addr_t *a,
+                       const char *text) {
   const struct sockaddr_in *s4 = (const struct sockaddr_in *)&a->sa;
   const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&a->sa;
   if (!opt || !opt->tls) return;
+  if (!strncmp(text, "tcp://", 6)) text += 6;
   if (opt->tls_server_name)
     snprintf(c->tls_name, sizeof c->tls_name, "%s", opt->tls_server_name);
+  else if (!strncmp(text, "localhost:", 10)) /* (a name, as written) */
+    snprintf(c->tls_name, sizeof c->tls_name, "localhost");
   else if (!a->is_unix && a->sa.ss_family == AF_INET6)
     inet_ntop(AF_INET6, &s6->sin6_addr, c->tls_name, sizeof c->tls_name);
   else if (!a->is_unix)
@@ -628,7 +639,7 @@ int tr_connect(uv_loop_t *loop, const char *addr, const tr_options_t *opt, const
   if ((rc = tr_addr_parse(addr, &a))) return rc;
   if (!(c = tr__conn_new(loop, cb, opt, 1, a.is_unix))) return QE_ENOMEM;
   tr_addr_format(&a, c->peer, sizeof c->peer);
-  tls_expect(c, opt, &a);
+  tls_expect(c, opt, &a, addr);
   if ((rc = pack_hello(c, opt ? opt->hello : NULL))) {
     conn_end(c, TR_CLOSE_LOCAL, 0, "%s", bare(qe_errmsg()));
     c->cb.on_close = NULL; /* failed synchronously: no callback */

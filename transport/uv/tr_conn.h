@@ -104,7 +104,8 @@ typedef struct tr_options {
    * (borrowed: it must outlive every connection made with it). */
   struct qe_tls_ctx *tls;
   /* tr_connect with tls: the name the listener's certificate must carry (an IP literal or a DNS
-   * name; copied). NULL: the address's IP for TCP, no name check for Unix sockets. */
+   * name; copied). NULL: for TCP the address's host (localhost as a name, else the IP), for
+   * Unix sockets no name check. */
   const char *tls_server_name;
 } tr_options_t;
 

@@ -37,6 +37,7 @@ struct tr_conn {
   int handles; /* uv handles not yet closed */
   tr_decoder_t dec;
   struct qe_tls *tls;     /* the session when opt.tls is set (from tr__conn_start) */
+  uint8_t *pbuf;          /* with it: decrypted bytes on their way to the decoder */
   int tls_open, tls_dead; /* its handshake is done; it failed (no more records) */
   uint8_t first[2];       /* the first two bytes received, n_first of them */
   int n_first;
@@ -51,7 +52,6 @@ struct tr_conn {
   char peer[192];
   char tls_name[256]; /* connecting side: the name the peer's certificate must carry, or "" */
   uint8_t rbuf[TR__READ_BUF];
-  uint8_t pbuf[TR__PLAIN_BUF]; /* TLS: decrypted bytes on their way to the decoder */
 };
 
 struct tr_server {
