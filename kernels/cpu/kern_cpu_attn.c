@@ -120,6 +120,12 @@ static inline attn_v8 attn_hadd(attn_v8 a, attn_v8 b) {
  * lanes are summed as ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)), here for the eight rows at once
  * by folding the halves (attn_fold: s_i = lanes 0-3 + lanes 4-7) and two horizontal adds
  * ((s_i0 + s_i1) + (s_i2 + s_i3)), which leave row i's sum in lane i. */
+static inline __attribute__((always_inline)) attn_v8 attn_reduce8(const attn_v8 *a) {
+  attn_v8 t04 = attn_fold(a[0], a[4]), t15 = attn_fold(a[1], a[5]);
+  attn_v8 t26 = attn_fold(a[2], a[6]), t37 = attn_fold(a[3], a[7]);
+  return attn_hadd(attn_hadd(t04, t15), attn_hadd(t26, t37));
+}
+
 static inline __attribute__((always_inline)) attn_v8 attn_dot8_n(const float *q, const float *r,
                                                                  size_t st, int n) {
   attn_v8 a[8] = {{0}};
@@ -127,10 +133,44 @@ static inline __attribute__((always_inline)) attn_v8 attn_dot8_n(const float *q,
     attn_v8 x = *(const attn_v8 *)(q + d);
     for (int i = 0; i < 8; i++) a[i] = kern_cpu_fma8(x, *(const attn_v8 *)(r + i * st + d), a[i]);
   }
-  attn_v8 t04 = attn_fold(a[0], a[4]), t15 = attn_fold(a[1], a[5]);
-  attn_v8 t26 = attn_fold(a[2], a[6]), t37 = attn_fold(a[3], a[7]);
-  return attn_hadd(attn_hadd(t04, t15), attn_hadd(t26, t37));
+  return attn_reduce8(a);
 }
+
+#ifdef __AVX512VL__
+/* kern_cpu_attn_dots for two query rows over the same m keys (n a multiple of 8; 16 of the 32
+ * vector registers accumulate): each key row is loaded once for both, every score gets
+ * attn_dot8_n's operations, the rest of the keys go one row at a time. The same bits. */
+static inline __attribute__((always_inline)) void attn_dots2_n(const float *const *q,
+                                                               const float *rows, size_t st, int m,
+                                                               int n, float scale,
+                                                               float *const *out) {
+  int i = 0;
+  for (; i + 8 <= m; i += 8) {
+    attn_v8 a[8] = {{0}}, b[8] = {{0}};
+    for (int d = 0; d < n; d += 8) {
+      attn_v8 x0 = *(const attn_v8 *)(q[0] + d), x1 = *(const attn_v8 *)(q[1] + d);
+      for (int k = 0; k < 8; k++) {
+        attn_v8 kv = *(const attn_v8 *)(rows + (i + k) * st + d);
+        a[k] = kern_cpu_fma8(x0, kv, a[k]), b[k] = kern_cpu_fma8(x1, kv, b[k]);
+      }
+    }
+    attn_v8 s0 = attn_reduce8(a) * scale, s1 = attn_reduce8(b) * scale;
+    memcpy(out[0] + i, &s0, sizeof s0), memcpy(out[1] + i, &s1, sizeof s1);
+  }
+  for (int r = 0; r < 2 && i < m; r++)
+    kern_cpu_attn_dots(q[r], rows + i * st, st, m - i, n, scale, out[r] + i);
+}
+
+static void attn_dots2(const float *const *q, const float *rows, size_t st, int m, int n,
+                       float scale, float *const *out) {
+  if (n == 64)
+    attn_dots2_n(q, rows, st, m, 64, scale, out);
+  else if (n == 128)
+    attn_dots2_n(q, rows, st, m, 128, scale, out);
+  else
+    attn_dots2_n(q, rows, st, m, n, scale, out);
+}
+#endif
 
 static inline __attribute__((always_inline)) void
 attn_dots_n(const float *q, const float *rows, size_t st, int m, int n, float scale, float *out) {
@@ -313,6 +353,26 @@ static void attn_out_tile(const attn_rowset_t *R, const float *p, size_t prow, c
     kern_cpu_attn_axpys(R->out[b], p + b * prow + j, x, st, attn_seen(R, b, j, nt), hd);
 }
 
+/* The scores' pass over one tile (keys from j, nt of them, rows x): p[b][j..] = scale q_b . k. */
+static void attn_score_tile(const attn_rowset_t *R, float *p, size_t prow, const float *x,
+                            size_t st, int j, int nt, int hd, float scale) {
+  int b = 0;
+#ifdef __AVX512VL__
+  for (; hd % 8 == 0 && b + 2 <= R->nb; b += 2) {
+    int m0 = attn_seen(R, b, j, nt), m1 = attn_seen(R, b + 1, j, nt), m = m0 < m1 ? m0 : m1;
+    const float *q[2] = {R->q[b], R->q[b + 1]};
+    float *o[2] = {p + b * prow + j, p + (b + 1) * prow + j};
+    attn_dots2(q, x, st, m, hd, scale, o);
+    for (int r = 0; r < 2; r++) { /* (a row's keys past the pair's common ones) */
+      int rest = (r ? m1 : m0) - m;
+      if (rest > 0) kern_cpu_attn_dots(q[r], x + (size_t)m * st, st, rest, hd, scale, o[r] + m);
+    }
+  }
+#endif
+  for (; b < R->nb; b++)
+    kern_cpu_attn_dots(R->q[b], x, st, attn_seen(R, b, j, nt), hd, scale, p + b * prow + j);
+}
+
 /* A pass over the keys, a tile at a time: the scores (which 0: p[b][j] = scale * q_b . k_j for
  * the keys each row sees) or the outputs (which 1: out_b = sum_j p[b][j] v_j, in key order). */
 static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t *R, int which,
@@ -328,9 +388,7 @@ static void attn_pass(const attn_job_t *J, attn_rows_t *it, const attn_rowset_t 
         attn_out_tile(R, p, prow, rows + t * st, st, j0 + t, nt, hd);
         continue;
       }
-      for (int b = 0; b < R->nb; b++)
-        kern_cpu_attn_dots(R->q[b], rows + t * st, st, attn_seen(R, b, j0 + t, nt), hd,
-                           J->sh->scale, p + b * prow + j0 + t);
+      attn_score_tile(R, p, prow, rows + t * st, st, j0 + t, nt, hd, J->sh->scale);
     }
 }
 
