@@ -26,7 +26,8 @@ static const char *bench_help =
     "throughput and the KV bytes each request reserved. Compare KV policies by running it\n"
     "once per policy (e.g. --policy full, then --policy qevict --budget 0.2).\n"
     "  --requests N      requests in all (default 64)\n"
-    "  --concurrency C   at most C streams at once (default 8)\n"
+    "  --concurrency C   at most C streams at once (default 8; with --rate, every request's\n"
+    "                    own, up to 1024)\n"
     "  --rate R          requests per second, exponential gaps (--prompt-seed); default: all\n"
     "                    at once, C at a time\n"
     "  --input-words W   each request a different synthetic prompt of W words (default 256)\n"
@@ -39,15 +40,15 @@ static const char *bench_help =
     "  --temp T --top-k K --top-p P --seed S --stop STR   sampling and stop strings\n"
     "  --policy NAME --budget B --q Q --window W --bits B --sink N --local N --scorer S\n"
     "  --graphkv[=k,m,T] the KV cache of every request (as qevict submit)\n"
-    "exit status: 0 every request completed; 1 a request failed (the report is printed, and\n"
-    "  the first failure on stderr) or the server could not be reached; 2 bad usage; 3\n"
-    "  UNAUTHENTICATED or PERMISSION_DENIED; 130 interrupted (Ctrl-C cancels the streams).\n"
-    "With --json: one JSON object (the figures in ms, bytes, tokens and "
-    "seconds).\n" CLI_CLIENT_HELP;
+    "A request that fails is counted, the report printed and the first failure told on\n"
+    "stderr (exit 1); a warm-up request that fails stops the run; Ctrl-C cancels the streams\n"
+    "and prints the report so far (exit 130). With --json: one JSON object (the figures in ms,\n"
+    "bytes, tokens and seconds).\n" CLI_CLIENT_HELP;
 
 typedef struct {
   sub_args_t s; /* the request (submit's options) */
   long requests, concurrency, warmup, words;
+  int conc_given; /* --concurrency was given */
   double rate;
   uint64_t seed;
 } bench_args_t;
@@ -69,8 +70,8 @@ typedef struct {
 typedef struct {
   const bench_args_t *a;
   cli_rpc_t *c;
-  uint8_t **req; /* packed GenerateRequests: [requests], or one shared ([0]) */
-  size_t *len;
+  uint8_t *req; /* the shared prompt's packed GenerateRequest (else each is packed when sent) */
+  size_t len;
   int shared;
   double *arrival; /* --rate: each request's start, seconds from t0 */
   double t0;
@@ -91,8 +92,9 @@ static double now_s(void) {
 static int bench_opt(void *ud, const char *f, const char *v) {
   bench_args_t *a = ud;
   if (!strcmp(f, "--detach") || !strcmp(f, "--request-id")) return 1; /* (submit's alone) */
-  if (v && !strcmp(f, "--requests")) return cli_parse_int(v, 1, 1 << 24, &a->requests) ? 2 : 0;
-  if (v && !strcmp(f, "--concurrency")) return cli_parse_int(v, 1, 4096, &a->concurrency) ? 2 : 0;
+  if (v && !strcmp(f, "--requests")) return cli_parse_int(v, 1, 1 << 22, &a->requests) ? 2 : 0;
+  if (v && !strcmp(f, "--concurrency"))
+    return a->conc_given = 1, cli_parse_int(v, 1, 4096, &a->concurrency) ? 2 : 0;
   if (v && !strcmp(f, "--warmup")) return cli_parse_int(v, 0, 1 << 20, &a->warmup) ? 2 : 0;
   if (v && !strcmp(f, "--input-words")) return cli_parse_int(v, 1, 1 << 20, &a->words) ? 2 : 0;
   if (v && !strcmp(f, "--prompt-seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
@@ -116,6 +118,8 @@ static int bench_parse(int argc, char **argv, bench_args_t *a) {
   if (a->s.chat && a->s.ids)
     return cli_usage_error("bench serve", "--chat needs a text prompt, not --ids");
   if (a->s.system && !a->s.chat) return cli_usage_error("bench serve", "--system needs --chat");
+  if (a->rate > 0 && !a->conc_given) a->concurrency = a->requests < 1024 ? a->requests : 1024;
+  if (a->concurrency > a->requests) a->concurrency = a->requests;
   return 0;
 }
 
@@ -128,19 +132,21 @@ static uint64_t mix(uint64_t *s) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-/* Packs request i (its own synthetic prompt, or the given one) into *buf. 0 or an exit code. */
+/* Packs request i (its own synthetic prompt, or the given one) into *buf (malloc'd). 0, or a
+ * QE_E* code from building it (an unreadable or empty prompt, bad ids) or QE_ENOMEM. */
 static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
   sub_args_t s = a->s;
   sub_req_t r;
   char *text = NULL;
+  *buf = NULL;
   if (!s.prompt && !s.prompt_file && !s.ids &&
       !(s.prompt = text = cli_bench_words(a->words, a->seed, i)))
-    return cli_fail("bench serve", QE_ENOMEM);
-  int rc = cli_sub_build(&s, &r);
+    return qe_errf(QE_ENOMEM, "no memory for a prompt");
+  int rc = cli_sub_build(&s, &r) ? QE_EINVAL : 0;
   if (!rc) {
     *len = protobuf_c_message_get_packed_size(&r.req.base);
     if (!(*buf = malloc(*len ? *len : 1)))
-      rc = cli_fail("bench serve", QE_ENOMEM);
+      rc = qe_errf(QE_ENOMEM, "no memory for a request of %zu bytes", *len);
     else
       protobuf_c_message_pack(&r.req.base, *buf);
     cli_sub_req_free(&r);
@@ -149,16 +155,14 @@ static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
   return rc;
 }
 
-/* Every request packed before the clock starts. 0 or an exit code. */
-static int pack_all(const bench_args_t *a, bench_run_t *R) {
-  long n = a->requests;
+/* The shared prompt packed once, or the first synthetic one built as a check. 0 or an exit
+ * code after a message. */
+static int pack_first(const bench_args_t *a, bench_run_t *R) {
   R->shared = a->s.prompt || a->s.prompt_file || a->s.ids;
-  R->req = calloc((size_t)n, sizeof *R->req), R->len = calloc((size_t)n, sizeof *R->len);
-  if (!R->req || !R->len) return cli_fail("bench serve", QE_ENOMEM);
-  for (long i = 0; i < (R->shared ? 1 : n); i++) {
-    int rc = pack_one(a, i, &R->req[i], &R->len[i]);
-    if (rc) return rc;
-  }
+  int rc = pack_one(a, 0, &R->req, &R->len);
+  if (rc == QE_EINVAL) return CLI_EXIT_USAGE; /* (cli_sub_build printed why) */
+  if (rc) return cli_fail("bench serve", rc);
+  if (!R->shared) free(R->req), R->req = NULL;
   return 0;
 }
 
@@ -219,35 +223,43 @@ static int on_event(void *ud, const uint8_t *msg, size_t len) {
   return 0;
 }
 
-/* One stream; the record of request i (NULL: a warm-up request). */
-static int run_one(bench_run_t *R, long i, breq_t *q) {
-  breq_t tmp;
-  cli_rpc_status_t st;
-  long k = R->shared ? 0 : i;
-  if (!q) q = &tmp;
-  memset(q, 0, sizeof *q);
-  q->finish = -1, q->t_first = -1, q->sent = 1;
-  ev_ctx_t x = {q, R->t0};
-  q->t_send = now_s() - R->t0;
-  int rc = cli_rpc_stream(R->c, "/qevict.v1.Generation/Generate", R->req[k], R->len[k],
-                          R->a->s.cl.timeout_s, on_event, &x, &st);
+/* Records the ending of a stream (rc, st) in q. */
+static void rec_end(bench_run_t *R, breq_t *q, int rc, const cli_rpc_status_t *st) {
   q->t_end = now_s() - R->t0;
-  q->code = rc ? (rc == QE_ECOMM ? st.code : -1) : 0;
+  q->code = rc ? (rc == QE_ECOMM ? st->code : -1) : 0;
   if (rc == QE_ECOMM)
-    snprintf(q->err, sizeof q->err, "%s: %.160s", cli_rpc_code_name(st.code), st.message);
+    snprintf(q->err, sizeof q->err, "%s: %.160s", cli_rpc_code_name(st->code), st->message);
   else if (rc)
     snprintf(q->err, sizeof q->err, "%s", rc == QE_ECANCELED ? "interrupted" : qe_errmsg());
   if (rc == QE_ECANCELED) atomic_store(&R->stop, 1), q->interrupted = 1;
   if (q->code == 16 || q->code == 7) atomic_store(&R->refused, 1); /* UNAUTHENTICATED, ... */
-  if (q == &tmp) free(tmp.gaps);
-  return rc;
 }
 
-static void sleep_until(double t) {
-  double d = t - now_s();
-  if (d <= 0) return;
-  struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
-  nanosleep(&ts, NULL);
+/* One stream (request i, packed here unless shared) into its record q. */
+static void run_one(bench_run_t *R, long i, breq_t *q) {
+  cli_rpc_status_t st = {0, ""};
+  uint8_t *own = NULL;
+  size_t len = R->len;
+  memset(q, 0, sizeof *q);
+  q->finish = -1, q->t_first = -1, q->sent = 1;
+  ev_ctx_t x = {q, R->t0};
+  int rc = R->shared ? 0 : pack_one(R->a, i, &own, &len);
+  q->t_send = now_s() - R->t0;
+  if (!rc)
+    rc = cli_rpc_stream(R->c, "/qevict.v1.Generation/Generate", R->shared ? R->req : own, len,
+                        R->a->s.cl.timeout_s, on_event, &x, &st);
+  free(own);
+  rec_end(R, q, rc, &st);
+}
+
+/* Waits until time t in slices of at most 50 ms, while no Ctrl-C came. */
+static void sleep_until(bench_run_t *R, double t) {
+  for (double d; (d = t - now_s()) > 0 && !cli_rpc_interrupted();) {
+    d = d < 0.05 ? d : 0.05;
+    struct timespec ts = {0, (long)(d * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+  if (cli_rpc_interrupted()) atomic_store(&R->stop, 1);
 }
 
 static void *bench_thread(void *arg) {
@@ -255,19 +267,34 @@ static void *bench_thread(void *arg) {
   for (;;) {
     long i = atomic_fetch_add(&R->next, 1);
     if (i >= R->a->requests || atomic_load(&R->stop) || atomic_load(&R->refused)) break;
-    if (R->arrival) sleep_until(R->t0 + R->arrival[i]);
+    if (R->arrival) sleep_until(R, R->t0 + R->arrival[i]);
     if (!atomic_load(&R->stop)) run_one(R, i, &R->rec[i]);
   }
   return NULL;
 }
 
-/* The warm-up, then the measured requests on concurrency threads. 0 or QE_ECANCELED. */
-static int run_all(bench_run_t *R) {
-  long nt = R->a->concurrency < R->a->requests ? R->a->concurrency : R->a->requests;
-  pthread_t *th = calloc((size_t)nt, sizeof *th);
+/* The warm-up requests, one at a time: 0, or the exit code after telling why one failed. */
+static int warm_up(bench_run_t *R) {
+  breq_t q;
   R->t0 = now_s();
-  for (long w = 0; w < R->a->warmup; w++)
-    if (run_one(R, 0, NULL) == QE_ECANCELED) return free(th), QE_ECANCELED;
+  for (long w = 0; w < R->a->warmup; w++) {
+    run_one(R, 0, &q);
+    free(q.gaps);
+    if (q.interrupted)
+      return fprintf(stderr, "qevict bench serve: interrupted\n"), CLI_EXIT_INTERRUPTED;
+    if (q.code || q.finish <= 0 || q.finish == QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+      fprintf(stderr, "qevict bench serve: the warm-up request failed: %s\n",
+              *q.err ? q.err : "no Finished event");
+      return q.code == 16 || q.code == 7 ? CLI_EXIT_AUTH : CLI_EXIT_RPC;
+    }
+  }
+  return 0;
+}
+
+/* The measured requests on concurrency threads. 0 or QE_ECANCELED (interrupted). */
+static int run_all(bench_run_t *R) {
+  long nt = R->a->concurrency;
+  pthread_t *th = calloc((size_t)nt, sizeof *th);
   if (!th) return cli_fail("bench serve", QE_ENOMEM), QE_ENOMEM;
   R->t0 = now_s();
   long started = 0;
@@ -276,7 +303,7 @@ static int run_all(bench_run_t *R) {
   if (!started) bench_thread(R); /* (no thread could start: run them here, one at a time) */
   for (long k = 0; k < started; k++) pthread_join(th[k], NULL);
   free(th);
-  return atomic_load(&R->stop) ? QE_ECANCELED : 0;
+  return atomic_load(&R->stop) || cli_rpc_interrupted() ? QE_ECANCELED : 0;
 }
 
 /* ---- the report ---- */
@@ -405,6 +432,8 @@ static void print_json(const bench_args_t *a, const bench_sum_t *S) {
          S->out_tokens);
   qe_json_num(stdout, (double)S->done / dur);
   printf(",\"output_throughput\":"), qe_json_num(stdout, (double)S->out_tokens / dur);
+  printf(",\"total_token_throughput\":");
+  qe_json_num(stdout, (double)(S->in_tokens + S->out_tokens) / dur);
   printf(",\"reserved_bytes_mean\":"), qe_json_num(stdout, S->reserved_mean);
   printf(",\"reserved_bytes_max\":%llu", (unsigned long long)S->reserved_max);
   for (int k = 0; k < D_N; k++) print_dist_json(dist_name[k], &S->d[k]);
@@ -420,8 +449,13 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
          a->rate > 0 ? ", Poisson arrivals" : "", S->done, S->failed,
          S->interrupted ? "interrupted " : "not sent ",
          S->interrupted ? S->interrupted : not_sent(a, S), S->duration);
-  printf("throughput: %.2f requests/s, %.1f output tokens/s (%ld prompt and %ld output tokens)\n",
-         (double)S->done / dur, (double)S->out_tokens / dur, S->in_tokens, S->out_tokens);
+  if (dur > 0)
+    printf("throughput: %.2f requests/s, %.1f output tokens/s, %.1f tokens/s in all (%ld prompt "
+           "and %ld output tokens)\n",
+           (double)S->done / dur, (double)S->out_tokens / dur,
+           (double)(S->in_tokens + S->out_tokens) / dur, S->in_tokens, S->out_tokens);
+  else
+    printf("throughput: - (nothing was timed)\n");
   printf("KV reserved per request: mean %s, max %s\n",
          cli_fmt_bytes(res, sizeof res, (uint64_t)S->reserved_mean),
          cli_fmt_bytes(rmax, sizeof rmax, S->reserved_max));
@@ -444,29 +478,34 @@ static int bench_status(const bench_sum_t *S, int interrupted) {
 }
 
 static void run_free(bench_run_t *R) {
-  for (long i = 0; R->req && i < R->a->requests; i++) free(R->req[i]);
   for (long i = 0; R->rec && i < R->a->requests; i++) free(R->rec[i].gaps);
-  free(R->req), free(R->len), free(R->arrival), free(R->rec);
+  free(R->req), free(R->arrival), free(R->rec);
   cli_rpc_close(R->c);
+}
+
+/* The warm-up and the measured run (Ctrl-C handled throughout), then the report. */
+static int run_and_report(bench_run_t *R) {
+  bench_sum_t S;
+  cli_rpc_sigint_hold();
+  int rc = warm_up(R), run = rc ? 0 : run_all(R);
+  cli_rpc_sigint_release();
+  if (rc) return rc;
+  if (run == QE_ENOMEM || summarize(R, &S)) return cli_fail("bench serve", QE_ENOMEM);
+  if (R->a->s.cl.json)
+    print_json(R->a, &S);
+  else
+    print_text(R->a, &S);
+  return bench_status(&S, run == QE_ECANCELED);
 }
 
 static int bench_serve(const bench_args_t *a) {
   bench_run_t R = {.a = a};
-  bench_sum_t S;
-  int rc = pack_all(a, &R);
+  int rc = pack_first(a, &R);
   if (!rc) rc = make_arrivals(a, &R);
   if (!rc && !(R.rec = calloc((size_t)a->requests, sizeof *R.rec)))
     rc = cli_fail("bench serve", QE_ENOMEM);
   if (!rc) rc = cli_client_open("bench serve", &a->s.cl, &R.c);
-  if (rc) return run_free(&R), rc;
-  int run = run_all(&R);
-  if (run == QE_ENOMEM || summarize(&R, &S))
-    return run_free(&R), cli_fail("bench serve", QE_ENOMEM);
-  if (a->s.cl.json)
-    print_json(a, &S);
-  else
-    print_text(a, &S);
-  rc = bench_status(&S, run == QE_ECANCELED);
+  if (!rc) rc = run_and_report(&R);
   run_free(&R);
   return rc;
 }

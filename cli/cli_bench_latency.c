@@ -3,12 +3,14 @@
  * order that rotates every round; reports per policy the medians of prefill and decode speed,
  * the KV bytes held against FullKV's, the process's peak memory and how many of the first
  * policy's tokens it reproduced. */
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +29,7 @@ static const char *lat_help =
     "  --rounds R        runs of each policy (default 3)\n"
     "  --input-words W   with --model and no prompt: a synthetic prompt of W words (default\n"
     "                    2000)\n"
-    "  -n N              new tokens (default 128), generated with --ignore-eos\n"
+    "  -n N              new tokens, at least 2 (default 128), generated with --ignore-eos\n"
     "  --json            one JSON object instead of the table\n"
     "Every other option goes to qevict generate as given (--prompt, --prompt-file, --chat,\n"
     "--batch, --threads, --tp, --device, --cpu-weights, --q, --window, --scorer, ...); see\n"
@@ -45,9 +47,11 @@ typedef struct {
   lat_pol_t pol[LAT_MAX_POL];
   int n_pol, rounds, json, has_prompt;
   long n, words;
-  const char *model; /* --model's or --shape's value */
+  const char *model;              /* --model's or --shape's value */
   const char *pass[LAT_MAX_ARGS]; /* options for generate */
   int n_pass;
+  char names[LAT_MAX_ARGS / 2][64]; /* the flags of --flag=value options, split for generate */
+  int n_names;
 } lat_args_t;
 
 /* One run's figures. */
@@ -92,7 +96,7 @@ static int parse_policies(lat_args_t *a, const char *v) {
 static int own_opt(lat_args_t *a, const char *f, const char *v) {
   long l;
   if (!strcmp(f, "--policies")) return parse_policies(a, v);
-  if (cli_parse_int(v, 1, !strcmp(f, "--rounds") ? 100 : 1 << 24, &l))
+  if (cli_parse_int(v, !strcmp(f, "-n") ? 2 : 1, !strcmp(f, "--rounds") ? 100 : 1 << 24, &l))
     return cli_usage_error("bench latency", "bad value '%s' for %s", v, f);
   if (!strcmp(f, "--rounds"))
     a->rounds = (int)l;
@@ -122,17 +126,29 @@ static int lat_parse(int argc, char **argv, lat_args_t *a) {
     if (!strcmp(f, "--ignore-eos")) continue; /* (always given to generate) */
     if (!strcmp(f, "--policy") || !strcmp(f, "--budget"))
       return cli_usage_error("bench latency", "%s: give the policies with --policies", f);
-    if (is_own(f)) {
-      int rc = v ? own_opt(a, f, v) : cli_usage_error("bench latency", "%s needs a value", f);
+    char name[64];
+    const char *eq = strncmp(f, "--", 2) ? NULL : strchr(f, '=');
+    if (eq && (size_t)(eq - f) < sizeof name) /* --flag=value */
+      memcpy(name, f, (size_t)(eq - f)), name[eq - f] = '\0', v = eq + 1;
+    else
+      snprintf(name, sizeof name, "%s", f), eq = NULL;
+    if (is_own(name)) {
+      int rc = v ? own_opt(a, name, v) : cli_usage_error("bench latency", "%s needs a value", f);
       if (rc) return rc;
-      i++;
+      i += !eq;
       continue;
     }
-    if (a->n_pass + 1 >= LAT_MAX_ARGS) return cli_usage_error("bench latency", "too many options");
-    a->has_prompt |= !strcmp(f, "--prompt") || !strcmp(f, "--prompt-file") ||
-                     !strcmp(f, "--shape") || !strcmp(f, "--force-ids");
-    if ((!strcmp(f, "--model") || !strcmp(f, "--shape")) && v) a->model = v;
-    a->pass[a->n_pass++] = f;
+    if (a->n_pass + 2 >= LAT_MAX_ARGS) return cli_usage_error("bench latency", "too many options");
+    a->has_prompt |=
+        !strcmp(name, "--prompt") || !strcmp(name, "--prompt-file") || !strcmp(name, "--shape");
+    if ((!strcmp(name, "--model") || !strcmp(name, "--shape")) && v) a->model = v;
+    if (eq && a->n_names < LAT_MAX_ARGS / 2) { /* (generate takes "--flag value") */
+      char *nm = a->names[a->n_names++];
+      memcpy(nm, name, sizeof a->names[0]);
+      a->pass[a->n_pass++] = nm, a->pass[a->n_pass++] = v;
+    } else {
+      a->pass[a->n_pass++] = f;
+    }
   }
   if (!a->model)
     return cli_usage_error("bench latency", "give --model FILE (or --shape NAME --prompt-len N)");
@@ -164,12 +180,12 @@ char *cli_bench_words(long words, uint64_t seed, long i) {
 }
 
 /* The child's argv for policy p (strings borrowed; n_text: -n's value). */
-static void child_argv(const lat_args_t *a, const lat_pol_t *p, const char *prompt,
+static void child_argv(const lat_args_t *a, const lat_pol_t *p, const char *prompt_file,
                        const char *n_text, const char **av) {
   int k = 0;
   av[k++] = "qevict", av[k++] = "generate";
   for (int i = 0; i < a->n_pass; i++) av[k++] = a->pass[i];
-  if (prompt) av[k++] = "--prompt", av[k++] = prompt;
+  if (prompt_file) av[k++] = "--prompt-file", av[k++] = prompt_file;
   av[k++] = "-n", av[k++] = n_text, av[k++] = "--ignore-eos", av[k++] = "--json";
   av[k++] = "--policy", av[k++] = p->name;
   if (*p->budget) av[k++] = "--budget", av[k++] = p->budget;
@@ -191,27 +207,35 @@ static char *read_all(int fd) {
   return b;
 }
 
-/* Runs av with stdout into *out and stderr into errf; 0 when it exited 0, else -1 (*rss_kb:
- * its peak resident memory). */
+/* The child: stdout into the pipe, stderr into errf, killed with this process. */
+static void child_exec(const char **av, int pfd[2], int errf, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(127); /* (the parent died before the line above) */
+  dup2(pfd[1], 1), dup2(errf, 2), close(pfd[0]), close(pfd[1]);
+  execv("/proc/self/exe", (char *const *)av);
+  dprintf(2, "qevict bench latency: cannot run qevict generate: %s\n", strerror(errno));
+  _exit(127);
+}
+
+/* Runs av with stdout into *out and stderr into errf: 0 when it exited 0 and wrote something,
+ * else its exit status (> 0), or -1 (*rss_kb: its peak resident memory). */
 static int spawn(const char **av, int errf, char **out, double *rss_kb) {
   int pfd[2];
   struct rusage ru;
   int status = 0;
+  pid_t parent = getpid();
   *out = NULL;
   if (pipe(pfd)) return -1;
   fflush(stdout), fflush(stderr);
   pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pfd[1], 1), dup2(errf, 2), close(pfd[0]), close(pfd[1]);
-    execv("/proc/self/exe", (char *const *)av);
-    _exit(127);
-  }
+  if (pid == 0) child_exec(av, pfd, errf, parent);
   close(pfd[1]);
   if (pid > 0) *out = read_all(pfd[0]);
   close(pfd[0]);
   if (pid < 0 || wait4(pid, &status, 0, &ru) != pid) return -1;
   *rss_kb = (double)ru.ru_maxrss;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 && *out ? 0 : -1;
+  if (!WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status) ? WEXITSTATUS(status) : *out ? 0 : -1;
 }
 
 /* ---- a run's figures from generate's JSON ---- */
@@ -267,7 +291,8 @@ static void last_line(FILE *f, char *buf, size_t n) {
   buf[strcspn(buf, "\n")] = '\0';
 }
 
-/* One run of policy p. 0, or 1 after a message naming the policy and the child's. */
+/* One run of policy p. 0, or the exit code after a message naming the policy and the child's
+ * (2 when generate found its options bad, else 1). */
 static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *prompt, lat_run_t *r) {
   const char *av[LAT_MAX_ARGS + 16];
   char n_text[24], *out = NULL, msg[512];
@@ -276,6 +301,7 @@ static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *promp
   child_argv(a, p, prompt, n_text, av);
   int rc = ef ? spawn(av, fileno(ef), &out, &r->rss_kb) : -1;
   if (!rc && parse_run(out, r)) rc = -2;
+  if (rc == 127) rc = -1; /* (exec failed: its message is in ef) */
   if (rc) {
     if (ef) last_line(ef, msg, sizeof msg);
     fprintf(stderr, "qevict bench latency: policy %s%s%s: %s\n", p->name, *p->budget ? ":" : "",
@@ -286,7 +312,7 @@ static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *promp
   }
   if (ef) fclose(ef);
   free(out);
-  return rc ? 1 : 0;
+  return !rc ? 0 : rc == 2 ? 2 : 1;
 }
 
 /* ---- the report ---- */
@@ -376,20 +402,42 @@ static int run_all(const lat_args_t *a, const char *prompt, lat_run_t *runs) {
       if (!a->json)
         fprintf(stderr, "qevict bench latency: round %d/%d, %s%s%s\n", r + 1, a->rounds,
                 a->pol[p].name, *a->pol[p].budget ? ":" : "", a->pol[p].budget);
-      if (run_policy(a, &a->pol[p], prompt, &runs[p * a->rounds + r])) return 1;
+      int rc = run_policy(a, &a->pol[p], prompt, &runs[p * a->rounds + r]);
+      if (rc) return rc;
     }
   return 0;
+}
+
+/* The synthetic prompt in an unlinked temporary file, named to the children by its descriptor
+ * (path: "/dev/fd/N"; nothing is left behind however this process ends). The descriptor, or -1
+ * after a message. */
+static int write_prompt(const lat_args_t *a, char *path, size_t n) {
+  const char *dir = getenv("TMPDIR");
+  char tmpl[4096];
+  snprintf(tmpl, sizeof tmpl, "%s/qevict-bench-XXXXXX", dir && *dir ? dir : "/tmp");
+  char *text = cli_bench_words(a->words, 0, 0);
+  int fd = text ? mkstemp(tmpl) : -1;
+  size_t len = text ? strlen(text) : 0;
+  if (fd >= 0) unlink(tmpl);
+  int ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
+  free(text);
+  if (ok) return snprintf(path, n, "/dev/fd/%d", fd), fd;
+  if (fd >= 0) close(fd);
+  cli_fail("bench latency", qe_errf(QE_EIO, "cannot write the prompt to a temporary file"));
+  return -1;
 }
 
 int cli_bench_latency(int argc, char **argv) {
   lat_args_t a;
   int rc = lat_parse(argc, argv, &a);
   if (rc) return rc < 0 ? 0 : rc;
-  char *prompt = a.has_prompt ? NULL : cli_bench_words(a.words, 0, 0);
+  char prompt[64] = "";
   lat_run_t *runs = calloc((size_t)(a.n_pol * a.rounds), sizeof *runs);
   lat_row_t w[LAT_MAX_POL];
-  if (!runs || (!a.has_prompt && !prompt)) rc = cli_fail("bench latency", QE_ENOMEM);
-  if (!rc) rc = run_all(&a, prompt, runs);
+  if (!runs) rc = cli_fail("bench latency", QE_ENOMEM);
+  int pfd = !rc && !a.has_prompt ? write_prompt(&a, prompt, sizeof prompt) : -2;
+  if (pfd == -1) rc = 1;
+  if (!rc) rc = run_all(&a, *prompt ? prompt : NULL, runs);
   for (int i = 0; !rc && i < a.n_pol; i++) w[i] = row_of(&runs[i * a.rounds], a.rounds, &runs[0]);
   if (!rc && a.json)
     print_json(&a, w, &runs[0]);
@@ -397,6 +445,6 @@ int cli_bench_latency(int argc, char **argv) {
     print_table(&a, w, &runs[0]);
   for (int i = 0; runs && i < a.n_pol * a.rounds; i++) free(runs[i].tokens);
   free(runs);
-  free(prompt);
+  if (pfd >= 0) close(pfd);
   return rc;
 }

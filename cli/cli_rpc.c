@@ -258,6 +258,10 @@ static int rpc_sigint_end(void) {
   return hit;
 }
 
+void cli_rpc_sigint_hold(void) { rpc_sigint_begin(); }
+int cli_rpc_sigint_release(void) { return rpc_sigint_end(); }
+int cli_rpc_interrupted(void) { return rpc_interrupted; }
+
 /* The return code of a finished call. */
 static int rpc_result(const rpc_call_t *r, int interrupted, cli_rpc_status_t *st) {
   rpc_fill_status(r, st);

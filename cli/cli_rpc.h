@@ -75,6 +75,13 @@ int cli_rpc_stream(cli_rpc_t *c, const char *method, const void *req, size_t req
 int cli_rpc_call(cli_rpc_t *c, const char *method, const ProtobufCMessage *req,
                  const ProtobufCMessageDescriptor *resp_desc, double timeout_s,
                  ProtobufCMessage **resp, cli_rpc_status_t *st);
+/* SIGINT handling across many calls (a load test): between hold and release a SIGINT cancels
+ * the calls in flight and makes cli_rpc_interrupted() 1, also while no call is (calls then
+ * started are cancelled at once). Release returns whether a SIGINT came. */
+void cli_rpc_sigint_hold(void);
+int cli_rpc_sigint_release(void);
+int cli_rpc_interrupted(void);
+
 /* "OK", "CANCELLED", ..., "UNAUTHENTICATED"; "UNKNOWN_STATUS" outside the table. Static. */
 const char *cli_rpc_code_name(int code);
 

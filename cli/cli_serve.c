@@ -172,6 +172,28 @@ static int parse_num(const char *cmd, const char *f, const char *v, long lo, lon
   return 0;
 }
 
+/* The TLS options (files and names); 1 if f is none of them. */
+static int parse_tls(serve_opts_t *o, const char *f, const char *v) {
+  const struct {
+    const char *flag;
+    const char **dst, **dst2;
+  } t[] = {{"--tls-cert", &o->s.tls_cert, &o->w.tls_cert},
+           {"--tls-key", &o->s.tls_key, &o->w.tls_key},
+           {"--tls-client-ca", &o->s.tls_client_ca, NULL},
+           {"--worker-tls-cert", &o->s.worker_tls_cert, NULL},
+           {"--worker-tls-key", &o->s.worker_tls_key, NULL},
+           {"--worker-tls-ca", &o->s.worker_tls_ca, NULL},
+           {"--tls-ca", &o->w.tls_ca, NULL},
+           {"--tls-server-name", &o->w.tls_server_name, NULL}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    if (strcmp(f, t[i].flag)) continue;
+    *t[i].dst = v;
+    if (t[i].dst2) *t[i].dst2 = v;
+    return 0;
+  }
+  return 1;
+}
+
 /* One option of any of the three commands; 1 if not one of them. */
 static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
   size_t b;
@@ -186,14 +208,7 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
     return cli_parse_cpu_weights(v, &o->w.cpu_weights)
                ? cli_usage_error(cmd, "bad value '%s' for --cpu-weights (f32 or packed)", v)
                : 0;
-  if (!strcmp(f, "--tls-cert")) return o->s.tls_cert = o->w.tls_cert = v, 0;
-  if (!strcmp(f, "--tls-key")) return o->s.tls_key = o->w.tls_key = v, 0;
-  if (!strcmp(f, "--tls-client-ca")) return o->s.tls_client_ca = v, 0;
-  if (!strcmp(f, "--worker-tls-cert")) return o->s.worker_tls_cert = v, 0;
-  if (!strcmp(f, "--worker-tls-key")) return o->s.worker_tls_key = v, 0;
-  if (!strcmp(f, "--worker-tls-ca")) return o->s.worker_tls_ca = v, 0;
-  if (!strcmp(f, "--tls-ca")) return o->w.tls_ca = v, 0;
-  if (!strcmp(f, "--tls-server-name")) return o->w.tls_server_name = v, 0;
+  if (!parse_tls(o, f, v)) return 0;
   if (!strcmp(f, "--scheduler")) return o->w.scheduler = v, 0;
   if (!strcmp(f, "--group")) return o->w.group = v, 0;
   if (!strcmp(f, "--name")) return o->w.name = v, 0;

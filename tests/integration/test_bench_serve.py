@@ -93,6 +93,9 @@ def test_failures(srv, key):
     j = r.stdout
     C.ok(r.returncode == 3 and "UNAUTHENTICATED" in r.stderr and "not sent" in j,
          "a refused key: exit %d, stops early (%s)" % (r.returncode, j.splitlines()[0] if j else ""))
+    r = bench(srv, "qk_" + "0" * 64, "--requests", "4", "-n", "4", "--warmup", "1")
+    C.ok(r.returncode == 3 and "warm-up request failed" in r.stderr and "UNAUTHENTICATED" in
+         r.stderr, "a refused key in the warm-up: exit %d, %s" % (r.returncode, r.stderr.strip()))
     r = subprocess.run([QEVICT, "bench", "serve", "--server", "127.0.0.1:%d" % serving.free_port(),
                         "--key", key, "--requests", "3", "-n", "2"], capture_output=True,
                        text=True, timeout=120)
@@ -129,6 +132,26 @@ def test_interrupt(srv, key):
          "Ctrl-C: exit %d, streams cancelled (running now %s)" % (p.returncode, running(srv)))
 
 
+def test_interrupt_between_arrivals(srv, key):
+    """Ctrl-C while every thread waits for its Poisson arrival: the report so far, exit 130."""
+    env = dict(os.environ, QEVICT_SERVER=srv.addr)
+    p = subprocess.Popen([QEVICT, "bench", "serve", "--key", key, "--requests", "3", "--rate",
+                          "0.02", "-n", "4", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(2.0)  # (the first request is done; the next arrive ~50 s apart)
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    j = report(type("R", (), {"stdout": out})())
+    C.ok(p.returncode == 130 and j is not None and j["completed"] == 1 and time.time() - t0 < 5,
+         "Ctrl-C between Poisson arrivals: exit %d in %.1f s, report %s" %
+         (p.returncode, time.time() - t0, j and {k: j[k] for k in ("completed", "not_sent")}))
+
+
 def test_usage():
     cases = [(["bench"], "serve"), (["bench", "nosuch"], "unknown benchmark"),
              (["bench", "serve", "--concurrency", "0"], "--concurrency"),
@@ -159,6 +182,7 @@ def main():
     test_modes(srv, key)
     test_failures(srv, key)
     test_interrupt(srv, key)
+    test_interrupt_between_arrivals(srv, key)
     srv.stop()
     rc = C.done()
     shutil.rmtree(TMP, ignore_errors=True)
