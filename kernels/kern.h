@@ -154,6 +154,11 @@ typedef struct kern_ops {
   /* y[m][n] = table[ids[m]][n]. table is fp32 [vocab][n] backend memory on every backend (a
    * plain buffer, or the data of a KERN_WEIGHT_F32 weight), never bf16. */
   void (*embed)(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
+  /* Optional (NULL where the backend has none: cuda): y[m][n] = rows ids of the weight w
+   * ([vocab][n], made by weight_upload or weight_upload_blocks), the values its matmul uses; a
+   * packed embedding table then needs no fp32 copy. */
+  void (*embed_w)(kern_backend_t *be, float *y, const kern_weight_t *w, const int32_t *ids, int m,
+                  int n);
   /* In-place row softmax of x [m][n]. */
   void (*softmax)(kern_backend_t *be, float *x, int m, int n);
   /* Attention for n_seqs sequences. */

@@ -124,7 +124,10 @@ int model__forward_dev(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_
                        const model_seg_t *segs, int n_segs, const model_out_t *o) {
   static _Thread_local kv_attn_req_t reqs[MODEL_MAX_SEGS];
   int rc = 0;
-  m->be->ops->embed(m->be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
+  if (m->tok_embd)
+    m->be->ops->embed(m->be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
+  else
+    m->be->ops->embed_w(m->be, m->s.x, m->embd_w, m->s.ids, b->n, m->hp.n_embd);
   for (int l = 0; l < m->hp.n_layer && !rc; l++)
     rc = layer_forward(m, kv, comm, l, segs, n_segs, b->n, reqs);
   if (rc || m->sh.rank != 0 || (!o->logits && !o->ids && !o->ids_dev && !o->keep)) return rc;

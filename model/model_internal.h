@@ -54,9 +54,12 @@ struct model {
   gguf_t *g;  /* NULL for a random model */
   tok_t *tok; /* NULL for a random model */
   kern_backend_t *be;
-  float *tok_embd;   /* fp32 [n_vocab][n_embd], read by embed; may alias out.data */
-  float *out_norm;   /* [n_embd] */
-  kern_weight_t out; /* [n_vocab][n_embd] on rank 0 (zeroed elsewhere); weight_upload */
+  float *tok_embd; /* fp32 [n_vocab][n_embd], read by embed; may alias out.data; NULL when
+                    * embd_w holds the table */
+  const kern_weight_t *embd_w; /* a packed table read by embed_w: &out (tied) or &embd */
+  kern_weight_t embd;          /* the packed table of an untied model (or of ranks past 0) */
+  float *out_norm;             /* [n_embd] */
+  kern_weight_t out;           /* [n_vocab][n_embd] on rank 0 (zeroed elsewhere); weight_upload */
   float rope_factors[512];
   model_layer_t *layers;
   model_scratch_t s;

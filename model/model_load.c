@@ -381,19 +381,34 @@ static int load_rope_factors(model_t *m) {
   return 0;
 }
 
+/* A packed embedding table (a backend with embed_w and packed weights, a block format): the
+ * tied output's weight on rank 0, else a weight of its own; no fp32 copy. 1 when it took it
+ * (0 in *rc, or the error), 0 when the table is to be fp32. */
+static int load_packed_embd(model_t *m, const gguf_tensor_t *te, const model_slice_t *emb,
+                            int *rc) {
+  const int tied = m->hp.tied_output && m->sh.rank == 0;
+  if (!m->be->ops->embed_w || !packs(m, te, emb)) return 0;
+  *rc = load_blocks(m, te, emb, "token_embd.weight", tied ? &m->out : &m->embd);
+  m->embd_w = tied ? &m->out : &m->embd;
+  return 1;
+}
+
 static int load_globals(model_t *m) {
   const model_hparams_t *hp = &m->hp;
   int E = hp->n_embd, V = hp->n_vocab;
   model_slice_t emb = {E, V, 0, V, 0, E};
   const gguf_tensor_t *te = gguf_find_tensor(m->g, "token_embd.weight");
   const int tied_packed = hp->tied_output && m->sh.rank == 0 && packs(m, te, &emb);
-  float *hb;
-  int rc = read_slice(m, "token_embd.weight", &emb, 1, &hb);
-  if (!rc && tied_packed) /* the output packed, the embedding rows fp32 */
-    rc = load_blocks(m, te, &emb, "token_embd.weight", &m->out);
-  if (!rc)
-    rc = tied_packed ? model__vec(m, &m->tok_embd, hb, (size_t)V * E, "token_embd.weight")
-                     : model__embd(m, hb);
+  float *hb = NULL;
+  int rc = 0;
+  if (!load_packed_embd(m, te, &emb, &rc)) {
+    rc = read_slice(m, "token_embd.weight", &emb, 1, &hb);
+    if (!rc && tied_packed) /* the output packed, the embedding rows fp32 */
+      rc = load_blocks(m, te, &emb, "token_embd.weight", &m->out);
+    if (!rc)
+      rc = tied_packed ? model__vec(m, &m->tok_embd, hb, (size_t)V * E, "token_embd.weight")
+                       : model__embd(m, hb);
+  }
   free(hb);
   if (!rc) rc = load_vec(m, "output_norm.weight", E, 0, E, 1, &m->out_norm);
   if (!rc) rc = load_rope_factors(m);
@@ -463,6 +478,7 @@ void model_destroy(model_t *m) {
   free(m->layers);
   void *emb = m->tok_embd, *out = m->out.data; /* emb == out: one buffer, owned by out */
   m->be->ops->weight_free(m->be, &m->out);
+  if (m->embd.data) m->be->ops->weight_free(m->be, &m->embd);
   if (emb && emb != out) kern_free(m->be, emb);
   if (m->out_norm) kern_free(m->be, m->out_norm);
   model__graph_free(m);

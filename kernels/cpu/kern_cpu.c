@@ -154,6 +154,14 @@ static void cpu_embed(kern_backend_t *be, float *y, const float *table, const in
     memcpy(y + (size_t)i * n, table + (size_t)ids[i] * n, sizeof(float) * n);
 }
 
+static void cpu_embed_w(kern_backend_t *be, float *y, const kern_weight_t *w, const int32_t *ids,
+                        int m, int n) {
+  if (w->dtype == KERN_WEIGHT_F32)
+    cpu_embed(be, y, w->data, ids, m, n);
+  else
+    kern_cpu_packed_rows(w, ids, m, y);
+}
+
 typedef int32_t cpu_i8 __attribute__((vector_size(32)));
 
 /* m ? a : b lane by lane (m: a comparison's all-ones or zero lanes). */
@@ -268,6 +276,7 @@ static const kern_ops_t cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .embed = cpu_embed,
+    .embed_w = cpu_embed_w,
     .softmax = cpu_softmax,
     .attention = kern_cpu_attention,
     .sample = kern_cpu_sample,

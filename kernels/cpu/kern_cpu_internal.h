@@ -44,6 +44,9 @@ typedef struct {
 int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *scale,
                            const float *offset, int rows, int cols);
 /* y (+)= x w^T (+ bias) with w a packed weight, as kern_ops_t.matmul. */
+/* y[m][w.cols] = rows ids of the packed weight w, each value fma(code, scale, offset) (the
+ * values its matmul uses). */
+void kern_cpu_packed_rows(const kern_weight_t *w, const int32_t *ids, int m, float *y);
 void kern_cpu_packed_matmul(kern_cpu_t *c, float *y, const float *x, const kern_weight_t *w,
                             const float *bias, int m, int acc);
 

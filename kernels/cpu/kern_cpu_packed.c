@@ -90,8 +90,7 @@ static void pk_codes(const pk_view_t *v, int k, int j, int b, int8_t *c) {
   for (int t = 0; t < 16; t++) c[t] = (int8_t)(q[t] & 15), c[t + 16] = (int8_t)(q[t] >> 4);
 }
 
-#ifdef QE_HAVE_BLAS
-/* Row j of w as fp32 (k values; the BLAS path's rows). */
+/* Row j of w as fp32 (k values; the BLAS path's rows, and embeddings). */
 static void pk_row(const pk_view_t *v, int k, int j, float *out) {
   const float *s = v->scale + (size_t)j * (k / PK_BLK), *o = v->offset + (size_t)j * (k / PK_BLK);
   for (int b = 0; b < k / PK_BLK; b++) {
@@ -100,7 +99,11 @@ static void pk_row(const pk_view_t *v, int k, int j, float *out) {
     for (int t = 0; t < PK_BLK; t++) out[b * PK_BLK + t] = fmaf((float)c[t], s[b], o[b]);
   }
 }
-#endif
+
+void kern_cpu_packed_rows(const kern_weight_t *w, const int32_t *ids, int m, float *y) {
+  pk_view_t v = pk_view(w);
+  for (int i = 0; i < m; i++) pk_row(&v, w->cols, ids[i], y + (size_t)i * w->cols);
+}
 
 static float pk_hsum(const float *l) {
   return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));

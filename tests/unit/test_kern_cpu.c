@@ -59,6 +59,26 @@ static float pk_ref_dot(const float *x, const int8_t *c, const float *s, const f
   return ((sum[0] + sum[4]) + (sum[1] + sum[5])) + ((sum[2] + sum[6]) + (sum[3] + sum[7]));
 }
 
+/* embed_w of the packed weight W (n rows of k, from codes c, scales s, offsets o): rows in a
+ * random order, repeats included, each value fma(code, scale, offset) bit for bit. */
+static void check_embed_w(kern_backend_t *be, const kern_weight_t *W, const int8_t *c,
+                          const float *s, const float *o, int n, int k) {
+  int32_t ids[7];
+  float *y = malloc(sizeof(float) * 7 * (size_t)k);
+  int same = 1;
+  for (int i = 0; i < 7; i++) ids[i] = (int32_t)(tu_randf(&rs, 0, 1) * n) % n;
+  ids[6] = ids[0];
+  be->ops->embed_w(be, y, W, ids, 7, k);
+  for (int i = 0; i < 7; i++)
+    for (int t = 0; t < k; t++) {
+      size_t w = (size_t)ids[i] * k + t;
+      float want = fmaf((float)c[w], s[w / 32], o[w / 32]);
+      same &= memcmp(&want, &y[(size_t)i * k + t], sizeof want) == 0;
+    }
+  CHECK(same);
+  free(y);
+}
+
 /* One packed matmul [m][k] x [n][k]^T (+ bias, or accumulating) against pk_ref_dot bit for bit
  * (the streaming path: m <= 16), or against the fp64 product of the same weights (m > 16: sgemm
  * on dequantized rows where BLAS is built in). */
@@ -99,6 +119,7 @@ static void check_packed_case(kern_backend_t *be, int m, int n, int k, int acc, 
   if ((m <= 16 && !same) || e >= 1e-5)
     fprintf(stderr, "packed %dx%dx%d acc %d codes %d: same %d, rel err %g\n", m, n, k, acc, codes,
             same, e);
+  check_embed_w(be, &W, c, s, o, n, k);
   be->ops->weight_free(be, &W);
   free(c), free(s), free(o), free(x), free(b), free(y), free(y0);
 }
