@@ -3,6 +3,7 @@
  * options, reporting time to first token, time per output token, inter-token latency,
  * end-to-end latency and the scheduler's queue time (mean and percentiles), throughput and
  * the KV bytes each request reserved. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,6 +34,8 @@ static const char *bench_help =
     "  --input-words W   each request a different synthetic prompt of W words (default 256)\n"
     "  --prompt-seed S   seed of the synthetic prompts and the arrivals (default 0)\n"
     "  --warmup N        requests run one at a time before the measured ones (default 0)\n"
+    "  --save-result F   also write one JSON line per request sent to F (its times, tokens,\n"
+    "                    KV bytes, status)\n"
     "  --prompt TEXT | --prompt-file F | --ids 1,2,3   every request sends this prompt instead\n"
     "  --chat [--system TEXT]   the prompt as a chat's user message (the model's template)\n"
     "  -n N              max new tokens per request (default 128)\n"
@@ -51,6 +54,7 @@ typedef struct {
   int conc_given; /* --concurrency was given */
   double rate;
   uint64_t seed;
+  const char *save; /* --save-result FILE */
 } bench_args_t;
 
 /* One request's record: times in seconds from the start of the run. */
@@ -79,6 +83,7 @@ typedef struct {
   atomic_long next;
   atomic_int stop;    /* interrupted: start nothing more */
   atomic_int refused; /* a key refused: start nothing more (every request would be) */
+  FILE *save;         /* --save-result's file, opened before the run */
 } bench_run_t;
 
 static double now_s(void) {
@@ -99,6 +104,7 @@ static int bench_opt(void *ud, const char *f, const char *v) {
   if (v && !strcmp(f, "--input-words")) return cli_parse_int(v, 1, 1 << 20, &a->words) ? 2 : 0;
   if (v && !strcmp(f, "--prompt-seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
   if (v && !strcmp(f, "--rate")) return cli_parse_float(v, 1e-6, 1e6, &a->rate) ? 2 : 0;
+  if (v && !strcmp(f, "--save-result")) return *v ? (a->save = v, 0) : 2;
   return cli_sub_opt(&a->s, f, v);
 }
 
@@ -467,6 +473,40 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
   }
 }
 
+/* One request's line of --save-result. */
+static void save_line(FILE *f, long i, const breq_t *q) {
+  char fin[32];
+  fprintf(f, "{\"request\":%ld,\"sent_s\":%.6f,\"ttft_ms\":", i, q->t_send);
+  qe_json_num(f, q->n_out ? (q->t_first - q->t_send) * 1e3 : NAN);
+  fprintf(f, ",\"tpot_ms\":");
+  qe_json_num(f, q->n_out > 1 ? (q->t_last - q->t_first) / (double)(q->n_out - 1) * 1e3 : NAN);
+  fprintf(f,
+          ",\"e2e_ms\":%.3f,\"queue_ms\":%.3f,\"prompt_tokens\":%u,\"output_tokens\":%ld,"
+          "\"reserved_bytes\":%llu,\"status\":\"%s\",\"finish\":\"%s\",\"error\":",
+          (q->t_end - q->t_send) * 1e3, (double)q->queue_us * 1e-3, q->prompt_tokens, q->n_out,
+          (unsigned long long)q->reserved,
+          q->interrupted ? "INTERRUPTED"
+          : q->code < 0  ? "CLIENT_ERROR"
+                         : cli_rpc_code_name(q->code),
+          q->finish > 0
+              ? cli_enum_short(&qevict__v1__finish_reason__descriptor, q->finish, fin, sizeof fin)
+              : "");
+  qe_json_str(f, q->err, strlen(q->err));
+  fputs("}\n", f);
+}
+
+/* --save-result: the requests sent, a JSON line each, into R->save (closed). 0, or 1 after a
+ * message. */
+static int save_results(bench_run_t *R) {
+  FILE *f = R->save;
+  R->save = NULL;
+  for (long i = 0; i < R->a->requests; i++)
+    if (R->rec[i].sent) save_line(f, i, &R->rec[i]);
+  int bad = ferror(f) | fclose(f);
+  if (bad) fprintf(stderr, "qevict bench serve: --save-result '%s': a write failed\n", R->a->save);
+  return bad ? CLI_EXIT_RPC : 0;
+}
+
 /* The exit status of a finished run, the first failure told on stderr. */
 static int bench_status(const bench_sum_t *S, int interrupted) {
   if (interrupted)
@@ -480,6 +520,7 @@ static int bench_status(const bench_sum_t *S, int interrupted) {
 static void run_free(bench_run_t *R) {
   for (long i = 0; R->rec && i < R->a->requests; i++) free(R->rec[i].gaps);
   free(R->req), free(R->arrival), free(R->rec);
+  if (R->save) fclose(R->save);
   cli_rpc_close(R->c);
 }
 
@@ -495,7 +536,9 @@ static int run_and_report(bench_run_t *R) {
     print_json(R->a, &S);
   else
     print_text(R->a, &S);
-  return bench_status(&S, run == QE_ECANCELED);
+  rc = bench_status(&S, run == QE_ECANCELED);
+  int saved = R->save ? save_results(R) : 0;
+  return rc ? rc : saved;
 }
 
 static int bench_serve(const bench_args_t *a) {
@@ -504,6 +547,8 @@ static int bench_serve(const bench_args_t *a) {
   if (!rc) rc = make_arrivals(a, &R);
   if (!rc && !(R.rec = calloc((size_t)a->requests, sizeof *R.rec)))
     rc = cli_fail("bench serve", QE_ENOMEM);
+  if (!rc && a->save && !(R.save = fopen(a->save, "w")))
+    rc = cli_usage_error("bench serve", "--save-result '%s': %s", a->save, strerror(errno));
   if (!rc) rc = cli_client_open("bench serve", &a->s.cl, &R.c);
   if (!rc) rc = run_and_report(&R);
   run_free(&R);

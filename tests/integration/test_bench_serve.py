@@ -61,8 +61,14 @@ def test_report(srv, key):
          "p50 <= p90 <= p99 <= max for every latency")
     C.ok(j["e2e_ms"]["max"] >= j["ttft_ms"]["max"] and j["output_throughput"] > 0,
          "E2E at least TTFT; throughput %.1f tokens/s" % j["output_throughput"])
+    save = os.path.join(TMP, "results.jsonl")
     r = bench(srv, key, "--requests", "6", "--concurrency", "3", "-n", "4", "--ignore-eos",
-              "--input-words", "10")
+              "--input-words", "10", "--save-result", save)
+    lines = [json.loads(ln) for ln in open(save)] if os.path.exists(save) else []
+    C.ok(sorted(x["request"] for x in lines) == list(range(6)) and
+         all(x["status"] == "OK" and x["output_tokens"] == 4 and x["finish"] == "length" and
+             x["e2e_ms"] >= x["ttft_ms"] > 0 for x in lines),
+         "--save-result: a line per request, each OK with 4 tokens (%d lines)" % len(lines))
     C.ok(r.returncode == 0 and "completed 6, failed 0" in r.stdout and "\nTTFT " in r.stdout,
          "text report: %s" % (r.stdout.splitlines() or ["nothing"])[0])
 
@@ -93,6 +99,10 @@ def test_failures(srv, key):
     j = r.stdout
     C.ok(r.returncode == 3 and "UNAUTHENTICATED" in r.stderr and "not sent" in j,
          "a refused key: exit %d, stops early (%s)" % (r.returncode, j.splitlines()[0] if j else ""))
+    r = bench(srv, key, "--requests", "2", "-n", "2", "--save-result", os.path.join(TMP, "no",
+                                                                                 "such"))
+    C.ok(r.returncode == 2 and "--save-result" in r.stderr,
+         "an unwritable --save-result before anything is sent: exit %d" % r.returncode)
     r = bench(srv, "qk_" + "0" * 64, "--requests", "4", "-n", "4", "--warmup", "1")
     C.ok(r.returncode == 3 and "warm-up request failed" in r.stderr and "UNAUTHENTICATED" in
          r.stderr, "a refused key in the warm-up: exit %d, %s" % (r.returncode, r.stderr.strip()))
