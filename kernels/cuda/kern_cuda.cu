@@ -364,6 +364,7 @@ static const kern_ops_t kcu_ops = {
     .swiglu = kcu_swiglu,
     .add = kcu_add,
     .embed = kcu_embed,
+    .embed_w = NULL, /* (packed weights are the CPU backend's) */
     .softmax = kcu_softmax,
     .attention = kcu_attention,
     .sample = kcu_sample,
