@@ -115,6 +115,16 @@ def test_failures(srv, key):
          "a budget below the minimum: exit %d, %s" % (r.returncode, r.stderr.strip()[-120:]))
 
 
+def interrupt(p):
+    """Sends SIGINT to p and collects its output (killed if it takes more than 30 s)."""
+    p.send_signal(signal.SIGINT)
+    try:
+        return p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate()
+
+
 def running(srv):
     v = srv.metric("qevict_requests_running")
     return -1 if v is None else v
@@ -129,12 +139,7 @@ def test_interrupt(srv, key):
     deadline = time.time() + 30
     while running(srv) < 1 and time.time() < deadline:
         time.sleep(0.05)
-    p.send_signal(signal.SIGINT)
-    try:
-        out, err = p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
+    out, err = interrupt(p)
     deadline = time.time() + 10
     while running(srv) != 0 and time.time() < deadline:
         time.sleep(0.1)
@@ -150,12 +155,7 @@ def test_interrupt_between_arrivals(srv, key):
                          stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(2.0)  # (the first request is done; the next arrive ~50 s apart)
     t0 = time.time()
-    p.send_signal(signal.SIGINT)
-    try:
-        out, err = p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
+    out, err = interrupt(p)
     j = report(type("R", (), {"stdout": out})())
     C.ok(p.returncode == 130 and j is not None and j["completed"] == 1 and time.time() - t0 < 5,
          "Ctrl-C between Poisson arrivals: exit %d in %.1f s, report %s" %
