@@ -321,7 +321,7 @@ static int ok_finish(const breq_t *q) {
 }
 
 typedef struct {
-  double mean, p50, p90, p99, max;
+  double mean, std, p50, p90, p99, max; /* std: the population standard deviation */
   long n;
 } dist_t;
 
@@ -339,12 +339,13 @@ static double pct(const double *v, long n, double p) {
 
 /* Summary of n values in ms (v is sorted in place). */
 static dist_t dist_of(double *v, long n) {
-  dist_t d = {NAN, NAN, NAN, NAN, NAN, n};
+  dist_t d = {NAN, NAN, NAN, NAN, NAN, NAN, n};
   if (!n) return d;
   qsort(v, (size_t)n, sizeof *v, cmp_double);
-  double s = 0;
+  double s = 0, s2 = 0;
   for (long i = 0; i < n; i++) s += v[i];
-  d.mean = s / (double)n * 1e3, d.max = v[n - 1] * 1e3;
+  for (long i = 0; i < n; i++) s2 += (v[i] - s / (double)n) * (v[i] - s / (double)n);
+  d.mean = s / (double)n * 1e3, d.max = v[n - 1] * 1e3, d.std = sqrt(s2 / (double)n) * 1e3;
   d.p50 = pct(v, n, 50) * 1e3, d.p90 = pct(v, n, 90) * 1e3, d.p99 = pct(v, n, 99) * 1e3;
   return d;
 }
@@ -415,6 +416,7 @@ static int summarize(const bench_run_t *R, bench_sum_t *S) {
 static void print_dist_json(const char *name, const dist_t *d) {
   printf(",\"%s_ms\":{\"n\":%ld,\"mean\":", name, d->n);
   qe_json_num(stdout, d->mean);
+  printf(",\"std\":"), qe_json_num(stdout, d->std);
   printf(",\"p50\":"), qe_json_num(stdout, d->p50);
   printf(",\"p90\":"), qe_json_num(stdout, d->p90);
   printf(",\"p99\":"), qe_json_num(stdout, d->p99);
@@ -465,11 +467,12 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
   printf("KV reserved per request: mean %s, max %s\n",
          cli_fmt_bytes(res, sizeof res, (uint64_t)S->reserved_mean),
          cli_fmt_bytes(rmax, sizeof rmax, S->reserved_max));
-  printf("%-8s %10s %10s %10s %10s %10s %8s\n", "ms", "mean", "p50", "p90", "p99", "max", "n");
+  printf("%-8s %10s %10s %10s %10s %10s %10s %8s\n", "ms", "mean", "std", "p50", "p90", "p99",
+         "max", "n");
   for (int k = 0; k < D_N; k++) {
     const dist_t *d = &S->d[k];
-    printf("%-8s %10.2f %10.2f %10.2f %10.2f %10.2f %8ld\n", label[k], d->mean, d->p50, d->p90,
-           d->p99, d->max, d->n);
+    printf("%-8s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8ld\n", label[k], d->mean, d->std,
+           d->p50, d->p90, d->p99, d->max, d->n);
   }
 }
 

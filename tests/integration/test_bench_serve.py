@@ -42,8 +42,9 @@ def ordered(d):
 
 
 def test_report(srv, key):
+    lines_path = os.path.join(TMP, "report.jsonl")
     r = bench(srv, key, "--requests", "24", "--concurrency", "6", "-n", "12", "--ignore-eos",
-              "--input-words", "40", "--json")
+              "--input-words", "40", "--json", "--save-result", lines_path)
     j = report(r)
     C.ok(r.returncode == 0 and j is not None, "bench serve --json: exit %d" % r.returncode)
     if not j:
@@ -59,6 +60,14 @@ def test_report(srv, key):
          "inter-token gaps: %d (at most 11 a request)" % j["itl_ms"]["n"])
     C.ok(all(ordered(j[k + "_ms"]) for k in ("ttft", "tpot", "itl", "e2e", "queue")),
          "p50 <= p90 <= p99 <= max for every latency")
+    e2e = [json.loads(ln)["e2e_ms"] for ln in open(lines_path)]
+    mean = sum(e2e) / len(e2e)
+    std = (sum((x - mean) ** 2 for x in e2e) / len(e2e)) ** 0.5
+    d = j["e2e_ms"]
+    C.ok(len(e2e) == 24 and abs(d["mean"] - mean) < 1e-3 * mean + 0.01 and
+         abs(d["std"] - std) < 1e-3 * std + 0.01,
+         "E2E mean %.3f and std %.3f ms agree with the per-request lines (%.3f, %.3f)"
+         % (d["mean"], d["std"], mean, std))
     C.ok(j["e2e_ms"]["max"] >= j["ttft_ms"]["max"] and j["output_throughput"] > 0,
          "E2E at least TTFT; throughput %.1f tokens/s" % j["output_throughput"])
     save = os.path.join(TMP, "results.jsonl")
