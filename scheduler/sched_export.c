@@ -13,7 +13,7 @@
 struct smetrics {
   sm_fam_t *running, *waiting, *finished, *prompt_tok, *gen_tok;
   sm_fam_t *ttft, *itl, *e2e, *queue;
-  sm_fam_t *pool, *tenant, *transitions, *routing, *workers;
+  sm_fam_t *pool, *tenant, *transitions, *routing, *workers, *refused;
 };
 
 static const char *reason_name(int r) {
@@ -62,6 +62,10 @@ static int families(sched_t *s, struct smetrics *m) {
             "Routing decisions taken, per worker rank.", SM_COUNTER, "worker", NULL, NULL);
   rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE, "state", NULL,
             NULL);
+  rc |= fam(s, &m->refused, "qevict_worker_connections_refused_total",
+            "Worker connections refused before registering, by reason (tls: the TLS handshake or a "
+            "certificate; refused: the scheduler said no).",
+            SM_COUNTER, "reason", NULL, NULL);
   return rc;
 }
 
@@ -84,6 +88,11 @@ void sched_export_finished(sched_t *s, const sreq_t *r) {
   const char *v[1] = {reason_name(r->finish_reason)};
   sm_add(s->m->finished, v, 1);
   sm_observe(s->m->e2e, NULL, (double)(r->t_finished - r->t_created) * 1e-6);
+}
+
+void sched_export_worker_refused(sched_t *s, const char *reason) {
+  const char *v[1] = {reason};
+  sm_add(s->m->refused, v, 1);
 }
 
 /* Cumulative worker counters become counter increments (a restarted worker starts at 0). */

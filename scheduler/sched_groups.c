@@ -185,9 +185,11 @@ static void on_close(tr_conn_t *c, int reason, const char *detail) {
   sched_t *s = tr_conn_ud(c);
   int rank = 0;
   sgroup_t *g = group_of(c, &rank);
-  if (!g && (reason == TR_CLOSE_TLS || reason == TR_CLOSE_REFUSED))
+  if (!g && (reason == TR_CLOSE_TLS || reason == TR_CLOSE_REFUSED)) {
     qe_log(QE_LOG_WARN, "sched: a worker connection failed: %s (%s)", tr_close_reason_str(reason),
            detail);
+    sched_export_worker_refused(s, reason == TR_CLOSE_TLS ? "tls" : "refused");
+  }
   if (!g) return;
   qe_log(QE_LOG_WARN, "sched: worker %s (group %s rank %d) gone: %s (%s)", g->rank[rank].name,
          g->name, rank, tr_close_reason_str(reason), detail);

@@ -219,5 +219,7 @@ void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now);
 void sched_export_started(sched_t *s, const sreq_t *r);
 void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
                          const Qevict__Worker__V1__MemoryReport *m);
+/* A worker connection refused before it registered: reason "tls" or "refused". */
+void sched_export_worker_refused(sched_t *s, const char *reason);
 
 #endif

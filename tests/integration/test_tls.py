@@ -511,6 +511,11 @@ def test_worker_tls():
                "hostname mismatch", "alert bad certificate")
     ev = generate(grpc.insecure_channel("127.0.0.1:%d" % gport), key) if key else []
     C.ok(ev and ev[-1].HasField("finished"), "the good worker still serves after the refusals")
+    body = plain_get(mport).decode()
+    tls = [ln for ln in body.splitlines()
+           if ln.startswith('qevict_worker_connections_refused_total{reason="tls"}')]
+    n = int(float(tls[0].split()[-1])) if tls else 0
+    C.ok(n >= 4, "/metrics counts the refused worker connections: %s" % (tls or "none"))
     w.stop()
     sched.stop()
 
