@@ -14,6 +14,8 @@ int cli_bench_latency(int argc, char **argv);
 /* A synthetic prompt: `words` words drawn from a fixed list by (seed, i), malloc'd (NULL when
  * out of memory). The benchmarks' prompts. */
 char *cli_bench_words(long words, uint64_t seed, long i);
+/* splitmix64: the next pseudo-random 64 bits of the state *s (the benchmarks' seeded draws). */
+uint64_t cli_splitmix64(uint64_t *s);
 
 /* The client commands that talk to qevict-sched over gRPC (cli_submit.c, cli_admin.c; built
  * only with serving, where QE_HAVE_SERVING is defined). argv[0] is the command name; each

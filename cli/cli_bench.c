@@ -131,13 +131,6 @@ static int bench_parse(int argc, char **argv, bench_args_t *a) {
 
 /* ---- the requests ---- */
 
-static uint64_t mix(uint64_t *s) { /* splitmix64 */
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* Packs request i (its own synthetic prompt, or the given one) into *buf (malloc'd). 0, or a
  * QE_E* code from building it (an unreadable or empty prompt, bad ids) or QE_ENOMEM. */
 static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
@@ -181,7 +174,7 @@ static int make_arrivals(const bench_args_t *a, bench_run_t *R) {
   double t = 0;
   for (long i = 0; i < a->requests; i++) {
     R->arrival[i] = t;
-    double u = ((mix(&s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* in (0, 1) */
+    double u = ((cli_splitmix64(&s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* in (0, 1) */
     t += -log(u) / a->rate;
   }
   return 0;

@@ -157,6 +157,13 @@ static int lat_parse(int argc, char **argv, lat_args_t *a) {
 
 /* ---- the runs ---- */
 
+uint64_t cli_splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 /* The synthetic prompt (cli.h). */
 char *cli_bench_words(long words, uint64_t seed, long i) {
   static const char *const w[] = {
@@ -169,10 +176,7 @@ char *cli_bench_words(long words, uint64_t seed, long i) {
   char *t = malloc(cap);
   if (!t) return NULL;
   for (long k = 0; k < words; k++) {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = cli_splitmix64(&s);
     n += (size_t)snprintf(t + n, cap - n, "%s%s", k ? " " : "", w[z % (sizeof w / sizeof w[0])]);
   }
   t[n] = '\0';
