@@ -157,13 +157,16 @@ static size_t cache_cost(const lc_args_t *a, kern_backend_t *be, const model_t *
 }
 
 /* The most slots whose cache fits in the free memory less the reserve: the per-slot and fixed
- * costs from caches of 8 and 16 slots, then creation from that estimate downwards. */
+ * costs from caches of k and 2k slots (k 8, or 1 where 16 slots do not fit: FullKV at 32K on
+ * an 80 GB card), then creation from that estimate downwards. */
 static int fit_slots(const lc_args_t *a, kern_backend_t *be, const model_t *m, kv_cache_t **kv) {
   size_t free_b = 0, total = 0, reserve = (size_t)(a->reserve_gb * (1 << 30));
-  size_t c1 = cache_cost(a, be, m, 8), c2 = cache_cost(a, be, m, 16);
+  int k = 8;
+  size_t c1 = cache_cost(a, be, m, k), c2 = c1 ? cache_cost(a, be, m, 2 * k) : 0;
+  if (!c2) k = 1, c1 = cache_cost(a, be, m, 1), c2 = c1 ? cache_cost(a, be, m, 2) : 0;
   if (kern_cuda_mem_info(be, &free_b, &total) || !c1 || !c2 || free_b <= reserve + c1)
     return qe_errf(QE_ENOSPC, "long_ctx: no memory left for a cache");
-  size_t per = c2 > c1 ? (c2 - c1) / 8 : c1 / 8, fixed = c1 > 8 * per ? c1 - 8 * per : 0;
+  size_t per = c2 > c1 ? (c2 - c1) / k : c1 / k, fixed = c1 > k * per ? c1 - k * per : 0;
   int n = (int)((free_b - reserve - fixed) / per), rc = 0;
   if (a->max_seqs > 0 && n > a->max_seqs) n = a->max_seqs;
   for (; n > 0; n -= n / 32 > 1 ? n / 32 : 1) {
