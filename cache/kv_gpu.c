@@ -517,10 +517,14 @@ static const kv_cache_ops_t kv_gpu_tiered_ops = KV_GPU_OPS("gpu-tiered", kv_gpu_
 
 int kv_gpu_is_tiered(const kv_cache_t *kv) { return kv && kv->ops == &kv_gpu_tiered_ops; }
 
+int kv_gpu_is(const kv_cache_t *kv) {
+  return kv && (kv->ops == &kv_gpu_ops || kv_gpu_is_tiered(kv));
+}
+
 int kv_gpu_pool_usage(kv_cache_t *kv, kv_gpu_pool_t *out) {
   kv_gpu_t *g = (kv_gpu_t *)kv;
   memset(out, 0, sizeof *out);
-  if (!kv || (kv->ops != &kv_gpu_ops && kv->ops != &kv_gpu_tiered_ops))
+  if (!kv_gpu_is(kv))
     return qe_errf(QE_EINVAL, "kv_gpu: pool usage of a %s cache (not a GPU cache)",
                    kv ? kv->ops->name : "NULL");
   int rc = g->t ? kv_gpu__tier_usage(g, out) : 0; /* sets nothing on error */

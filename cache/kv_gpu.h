@@ -54,8 +54,9 @@ int kv_gpu_create(kern_backend_t *be, const kv_geom_t *geom, int omega, int max_
 int kv_gpu_create_tiered(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
                          const kv_policy_cfg_t *cfg, int max_tokens, int n_seqs, double fraction,
                          size_t bytes, kv_cache_t **out);
-/* 1 for a cache made by kv_gpu_create_tiered. */
+/* 1 for a cache made by kv_gpu_create_tiered; kv_gpu_is: by either kv_gpu_create. */
 int kv_gpu_is_tiered(const kv_cache_t *kv);
+int kv_gpu_is(const kv_cache_t *kv);
 /* Budget spec of later seq_opens (as kv_tiered_set_budget_spec), and one slot's next budget. */
 void kv_gpu_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes);
 int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget);

@@ -458,10 +458,8 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
   qe_json_ids(stdout, s->out, (size_t)s->n_out);
   printf(",\"text\":");
   qe_json_str(stdout, text ? text : "", text ? strlen(text) : 0);
-  /* sequence 0's tokens at fp32 on rank 0: the base of the budgets' fractions */
-  const kv_geom_t *g = &kv->geom;
-  size_t fullkv = (size_t)(s->n_prompt + s->n_out) * 2u * sizeof(float) * (size_t)g->n_layer *
-                  (size_t)g->n_kv_head * (size_t)g->head_dim;
+  /* sequence 0's tokens on rank 0 at FullKV: the base of the budgets' fractions */
+  const size_t fullkv = cli_policy_fullkv_bytes(kv, (long)s->n_prompt + s->n_out);
   printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"
          "\"batch\":%d,\"tp\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"steps\":%d,"
          "\"weight_bytes\":%zu,\"backend\":\"%s\",\"fullkv_bytes\":%zu},\"memory\":",

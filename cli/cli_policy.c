@@ -248,6 +248,15 @@ static void gpu_routing_json(kv_cache_t *kv, FILE *f) {
           ms[0], n[0], ms[1], n[1]);
 }
 
+size_t cli_policy_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
+#ifdef QE_HAVE_KV_GPU
+  if (kv_gpu_is(kv)) return kv_gpu_fullkv_bytes(kv, n_tokens);
+#endif
+  const kv_geom_t *g = &kv->geom;
+  return (size_t)n_tokens * 2u * sizeof(float) * (size_t)g->n_layer * (size_t)g->n_kv_head *
+         (size_t)g->head_dim;
+}
+
 int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out) {
   kv_gpu_stats_t gs;
   if (gpu_stats(kv, &gs)) {

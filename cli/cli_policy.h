@@ -43,5 +43,8 @@ void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
  * figures as of its last routing; peak_bytes is those bytes, the transient and workspace fields
  * are 0). 1 when filled, 0 for a cache without them (FullKV). */
 int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out);
+/* FullKV's bytes for n_tokens of one sequence in kv's shard: the GPU caches' bf16 pages
+ * (kv_gpu_fullkv_bytes: the base of their budget fractions), else fp32 rows (the CPU caches'). */
+size_t cli_policy_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
 
 #endif
