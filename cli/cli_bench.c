@@ -32,7 +32,12 @@ static const char *bench_help =
     "  --rate R          requests per second, exponential gaps (--prompt-seed); default: all\n"
     "                    at once, C at a time\n"
     "  --input-words W   each request a different synthetic prompt of W words (default 256)\n"
-    "  --prompt-seed S   seed of the synthetic prompts and the arrivals (default 0)\n"
+    "  --prompt-seed S   seed of the synthetic prompts, lengths and arrivals (default 0)\n"
+    "  --random-range-ratio R   each request's prompt words (synthetic prompts) and max new\n"
+    "                    tokens drawn uniformly from [L(1-R), L(1+R)] around --input-words\n"
+    "                    and -n (0 <= R < 1; default 0: every request the same lengths)\n"
+    "  --goodput SLO[,SLO...]   also report the requests/s that met every SLO, each\n"
+    "                    ttft:MS, tpot:MS or e2e:MS (e.g. --goodput ttft:500,tpot:50)\n"
     "  --warmup N        requests run one at a time before the measured ones (default 0)\n"
     "  --save-result F   also write one JSON line per request sent to F (its times, tokens,\n"
     "                    KV bytes, status)\n"
@@ -48,11 +53,16 @@ static const char *bench_help =
     "and prints the report so far (exit 130). With --json: one JSON object (the figures in ms,\n"
     "bytes, tokens and seconds).\n" CLI_CLIENT_HELP;
 
+enum { SLO_TTFT, SLO_TPOT, SLO_E2E, SLO_N };
+static const char *const slo_name[SLO_N] = {"ttft", "tpot", "e2e"};
+
 typedef struct {
   sub_args_t s; /* the request (submit's options) */
   long requests, concurrency, warmup, words;
   int conc_given; /* --concurrency was given */
-  double rate;
+  double rate, range;
+  double slo[SLO_N]; /* --goodput's bounds in ms (0: none) */
+  int has_slo;
   uint64_t seed;
   const char *save; /* --save-result FILE */
 } bench_args_t;
@@ -94,6 +104,32 @@ static double now_s(void) {
 
 /* ---- options ---- */
 
+/* --goodput's value: KEY:MS items separated by commas or spaces (KEY ttft, tpot or e2e, MS >
+ * 0), into a->slo (a later flag adds to or replaces earlier bounds). 0 or CLI_OPT_PRINTED. */
+static int parse_goodput(bench_args_t *a, const char *v) {
+  char buf[256], *save = NULL;
+  int n = 0;
+  if (strlen(v) >= sizeof buf)
+    return cli_usage_error("bench serve", "--goodput: too long"), CLI_OPT_PRINTED;
+  strcpy(buf, v);
+  for (char *it = strtok_r(buf, ", ", &save); it; it = strtok_r(NULL, ", ", &save), n++) {
+    char *colon = strchr(it, ':');
+    int k = 0;
+    double ms = 0;
+    if (colon) *colon = '\0';
+    while (k < SLO_N && strcmp(it, slo_name[k])) k++;
+    if (!colon || k == SLO_N || cli_parse_float(colon + 1, 1e-3, 1e9, &ms))
+      return cli_usage_error("bench serve",
+                             "--goodput: '%s%s%s' is not ttft:MS, tpot:MS or e2e:MS (MS > 0)", it,
+                             colon ? ":" : "", colon ? colon + 1 : ""),
+             CLI_OPT_PRINTED;
+    a->slo[k] = ms;
+  }
+  if (!n) return cli_usage_error("bench serve", "--goodput: no SLO given"), CLI_OPT_PRINTED;
+  a->has_slo = 1;
+  return 0;
+}
+
 static int bench_opt(void *ud, const char *f, const char *v) {
   bench_args_t *a = ud;
   if (!strcmp(f, "--detach") || !strcmp(f, "--request-id")) return 1; /* (submit's alone) */
@@ -104,6 +140,9 @@ static int bench_opt(void *ud, const char *f, const char *v) {
   if (v && !strcmp(f, "--input-words")) return cli_parse_int(v, 1, 1 << 20, &a->words) ? 2 : 0;
   if (v && !strcmp(f, "--prompt-seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
   if (v && !strcmp(f, "--rate")) return cli_parse_float(v, 1e-6, 1e6, &a->rate) ? 2 : 0;
+  if (v && !strcmp(f, "--random-range-ratio"))
+    return cli_parse_float(v, 0, 0.999, &a->range) ? 2 : 0;
+  if (v && !strcmp(f, "--goodput")) return parse_goodput(a, v);
   if (v && !strcmp(f, "--save-result")) return *v ? (a->save = v, 0) : 2;
   return cli_sub_opt(&a->s, f, v);
 }
@@ -131,15 +170,33 @@ static int bench_parse(int argc, char **argv, bench_args_t *a) {
 
 /* ---- the requests ---- */
 
+/* A length drawn uniformly from [floor(L(1-R)), ceil(L(1+R))] (at least 1) by z. */
+static long draw_len(long L, double r, uint64_t z) {
+  long lo = (long)floor((double)L * (1 - r)), hi = (long)ceil((double)L * (1 + r));
+  lo = lo < 1 ? 1 : lo, hi = hi < lo ? lo : hi;
+  return lo + (long)(z % (uint64_t)(hi - lo + 1));
+}
+
+/* Request i's prompt words and max new tokens (--random-range-ratio around --input-words and
+ * -n, from the prompt seed). */
+static void req_lens(const bench_args_t *a, long i, long *words, long *n) {
+  uint64_t st = (a->seed ^ 0x1e4b7ull) * 0x9e3779b97f4a7c15ull + (uint64_t)i;
+  uint64_t zw = cli_splitmix64(&st), zn = cli_splitmix64(&st);
+  *words = a->range > 0 ? draw_len(a->words, a->range, zw) : a->words;
+  *n = a->range > 0 ? draw_len(a->s.n, a->range, zn) : a->s.n;
+}
+
 /* Packs request i (its own synthetic prompt, or the given one) into *buf (malloc'd). 0, or a
  * QE_E* code from building it (an unreadable or empty prompt, bad ids) or QE_ENOMEM. */
 static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
   sub_args_t s = a->s;
   sub_req_t r;
   char *text = NULL;
+  long words;
   *buf = NULL;
+  req_lens(a, i, &words, &s.n);
   if (!s.prompt && !s.prompt_file && !s.ids &&
-      !(s.prompt = text = cli_bench_words(a->words, a->seed, i)))
+      !(s.prompt = text = cli_bench_words(words, a->seed, i)))
     return qe_errf(QE_ENOMEM, "no memory for a prompt");
   int rc = cli_sub_build(&s, &r) ? QE_EINVAL : 0;
   if (!rc) {
@@ -157,7 +214,7 @@ static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
 /* The shared prompt packed once, or the first synthetic one built as a check. 0 or an exit
  * code after a message. */
 static int pack_first(const bench_args_t *a, bench_run_t *R) {
-  R->shared = a->s.prompt || a->s.prompt_file || a->s.ids;
+  R->shared = (a->s.prompt || a->s.prompt_file || a->s.ids) && a->range == 0;
   int rc = pack_one(a, 0, &R->req, &R->len);
   if (rc == QE_EINVAL) return CLI_EXIT_USAGE; /* (cli_sub_build printed why) */
   if (rc) return cli_fail("bench serve", rc);
@@ -348,6 +405,7 @@ static const char *const dist_name[D_N] = {"ttft", "tpot", "itl", "e2e", "queue"
 
 typedef struct {
   long done, failed, auth_failed, interrupted, out_tokens, in_tokens;
+  long met;        /* completed requests within every --goodput bound */
   double duration; /* first send to last end */
   double reserved_mean;
   uint64_t reserved_max;
@@ -370,6 +428,17 @@ static long collect(const bench_run_t *R, int kind, double *v) {
   return n;
 }
 
+/* Whether completed request q met every --goodput bound (TPOT 0 below two tokens; no TTFT
+ * without a token). */
+static int slo_met(const bench_args_t *a, const breq_t *q) {
+  const double ttft = q->n_out ? (q->t_first - q->t_send) * 1e3 : INFINITY;
+  const double tpot = q->n_out > 1 ? (q->t_last - q->t_first) / (double)(q->n_out - 1) * 1e3 : 0;
+  const double v[SLO_N] = {ttft, tpot, (q->t_end - q->t_send) * 1e3};
+  for (int k = 0; k < SLO_N; k++)
+    if (a->slo[k] > 0 && !(v[k] <= a->slo[k])) return 0;
+  return ok_finish(q);
+}
+
 static void count(const bench_run_t *R, bench_sum_t *S) {
   double t_lo = INFINITY, t_hi = 0, res = 0;
   for (long i = 0; i < R->a->requests; i++) {
@@ -387,6 +456,7 @@ static void count(const bench_run_t *R, bench_sum_t *S) {
       continue;
     }
     S->done++, S->out_tokens += q->n_out, S->in_tokens += q->prompt_tokens;
+    S->met += R->a->has_slo && slo_met(R->a, q);
     res += (double)q->reserved;
     S->reserved_max = q->reserved > S->reserved_max ? q->reserved : S->reserved_max;
   }
@@ -417,6 +487,16 @@ static void print_dist_json(const char *name, const dist_t *d) {
   printf("}");
 }
 
+/* ,"goodput":{"slo_ms":{..},"met":N,"request_goodput":X} */
+static void print_goodput_json(const bench_args_t *a, const bench_sum_t *S, double dur) {
+  printf(",\"goodput\":{\"slo_ms\":{");
+  for (int k = 0, n = 0; k < SLO_N; k++)
+    if (a->slo[k] > 0) printf("%s\"%s\":%.6g", n++ ? "," : "", slo_name[k], a->slo[k]);
+  printf("},\"met\":%ld,\"request_goodput\":", S->met);
+  qe_json_num(stdout, (double)S->met / dur);
+  printf("}");
+}
+
 static long not_sent(const bench_args_t *a, const bench_sum_t *S) {
   return a->requests - S->done - S->failed - S->interrupted;
 }
@@ -437,6 +517,7 @@ static void print_json(const bench_args_t *a, const bench_sum_t *S) {
   qe_json_num(stdout, (double)(S->in_tokens + S->out_tokens) / dur);
   printf(",\"reserved_bytes_mean\":"), qe_json_num(stdout, S->reserved_mean);
   printf(",\"reserved_bytes_max\":%llu", (unsigned long long)S->reserved_max);
+  if (a->has_slo) print_goodput_json(a, S, dur);
   for (int k = 0; k < D_N; k++) print_dist_json(dist_name[k], &S->d[k]);
   printf("}\n");
 }
@@ -457,6 +538,16 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
            (double)(S->in_tokens + S->out_tokens) / dur, S->in_tokens, S->out_tokens);
   else
     printf("throughput: - (nothing was timed)\n");
+  if (a->has_slo) {
+    if (dur > 0)
+      printf("goodput: %.2f requests/s (", (double)S->met / dur);
+    else
+      printf("goodput: - (");
+    printf("%ld of %ld completed requests within", S->met, S->done);
+    for (int k = 0, n = 0; k < SLO_N; k++)
+      if (a->slo[k] > 0) printf("%s %s %.6g ms", n++ ? "," : "", slo_name[k], a->slo[k]);
+    printf(")\n");
+  }
   printf("KV reserved per request: mean %s, max %s\n",
          cli_fmt_bytes(res, sizeof res, (uint64_t)S->reserved_mean),
          cli_fmt_bytes(rmax, sizeof rmax, S->reserved_max));
@@ -470,9 +561,14 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
 }
 
 /* One request's line of --save-result. */
-static void save_line(FILE *f, long i, const breq_t *q) {
+static void save_line(FILE *f, const bench_args_t *a, long i, const breq_t *q) {
   char fin[32];
-  fprintf(f, "{\"request\":%ld,\"sent_s\":%.6f,\"ttft_ms\":", i, q->t_send);
+  long words, n;
+  req_lens(a, i, &words, &n);
+  fprintf(f, "{\"request\":%ld,\"sent_s\":%.6f,\"max_tokens\":%ld,", i, q->t_send, n);
+  if (!a->s.prompt && !a->s.prompt_file && !a->s.ids) fprintf(f, "\"input_words\":%ld,", words);
+  if (a->has_slo) fprintf(f, "\"slo_met\":%s,", slo_met(a, q) ? "true" : "false");
+  fprintf(f, "\"ttft_ms\":");
   qe_json_num(f, q->n_out ? (q->t_first - q->t_send) * 1e3 : NAN);
   fprintf(f, ",\"tpot_ms\":");
   qe_json_num(f, q->n_out > 1 ? (q->t_last - q->t_first) / (double)(q->n_out - 1) * 1e3 : NAN);
@@ -497,7 +593,7 @@ static int save_results(bench_run_t *R) {
   FILE *f = R->save;
   R->save = NULL;
   for (long i = 0; i < R->a->requests; i++)
-    if (R->rec[i].sent) save_line(f, i, &R->rec[i]);
+    if (R->rec[i].sent) save_line(f, R->a, i, &R->rec[i]);
   int bad = ferror(f) | fclose(f);
   if (bad) fprintf(stderr, "qevict bench serve: --save-result '%s': a write failed\n", R->a->save);
   return bad ? CLI_EXIT_RPC : 0;

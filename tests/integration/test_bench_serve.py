@@ -2,7 +2,9 @@
 """test_bench_serve: `qevict bench serve` against a real `qevict serve` (stories260K, one CPU
 worker): its JSON and text reports add up (every request completed, the token counts, the
 number of latency samples, percentiles in order), a KV budget shows in the reserved bytes, the
-Poisson arrivals and a shared prompt run, a refused key stops it early with exit 3, an
+Poisson arrivals and a shared prompt run, --random-range-ratio varies the lengths within their
+bounds, --goodput counts exactly the requests within its SLOs, a refused key stops it early with
+exit 3, an
 unreachable server exits 1, a request the server refuses is reported with the server's message,
 Ctrl-C cancels the streams (exit 130, nothing left running) and bad options exit 2.
 usage: test_bench_serve.py QEVICT_BINARY   (exit 77 = skipped)"""
@@ -103,6 +105,62 @@ def test_modes(srv, key):
          "a shared --prompt and --warmup 2: 4 requests of equal prompts")
 
 
+def test_range(srv, key):
+    save = os.path.join(TMP, "range.jsonl")
+    r = bench(srv, key, "--requests", "16", "--concurrency", "4", "-n", "12", "--ignore-eos",
+              "--input-words", "40", "--random-range-ratio", "0.5", "--json", "--save-result",
+              save)
+    j = report(r)
+    lines = [json.loads(ln) for ln in open(save)] if os.path.exists(save) else []
+    outs = [x["output_tokens"] for x in lines]
+    words = [x["input_words"] for x in lines]
+    C.ok(j and j["completed"] == 16 and len(lines) == 16 and
+         all(x["output_tokens"] == x["max_tokens"] for x in lines) and
+         all(6 <= n <= 18 for n in outs) and all(20 <= w <= 60 for w in words) and
+         len(set(outs)) > 3 and len(set(words)) > 3 and j["output_tokens"] == sum(outs),
+         "--random-range-ratio 0.5: output tokens %s in [6, 18], words in [20, 60]"
+         % sorted(outs))
+    prompts = [x["prompt_tokens"] for x in sorted(lines, key=lambda x: x["input_words"])]
+    C.ok(prompts[0] < prompts[-1], "longer synthetic prompts, more prompt tokens (%d .. %d)"
+         % (prompts[0], prompts[-1]))
+    save2 = os.path.join(TMP, "range2.jsonl")
+    bench(srv, key, "--requests", "16", "--concurrency", "4", "-n", "12", "--ignore-eos",
+          "--input-words", "40", "--random-range-ratio", "0.5", "--save-result", save2)
+    again = {x["request"]: (x["max_tokens"], x["input_words"]) for x in
+             (json.loads(ln) for ln in open(save2))} if os.path.exists(save2) else {}
+    C.ok(again == {x["request"]: (x["max_tokens"], x["input_words"]) for x in lines},
+         "the same --prompt-seed draws the same lengths")
+
+
+def test_goodput(srv, key):
+    save = os.path.join(TMP, "goodput.jsonl")
+    r = bench(srv, key, "--requests", "12", "--concurrency", "6", "-n", "8", "--ignore-eos",
+              "--input-words", "30", "--json", "--save-result", save)
+    j = report(r)
+    e2e = sorted(json.loads(ln)["e2e_ms"] for ln in open(save)) if os.path.exists(save) else []
+    if not j or len(e2e) != 12:
+        C.ok(False, "goodput: the first run failed (exit %d)" % r.returncode)
+        return
+    for slo in ("ttft:1e7,tpot:1e7", "e2e:0.001", "e2e:%.3f,ttft:1e7" % e2e[6]):
+        r = bench(srv, key, "--requests", "12", "--concurrency", "6", "-n", "8", "--ignore-eos",
+                  "--input-words", "30", "--json", "--goodput", slo, "--save-result", save)
+        j = report(r)
+        lines = [json.loads(ln) for ln in open(save)]
+        b = dict((kv.split(":")[0], float(kv.split(":")[1])) for kv in slo.split(","))
+        want = [all(x[k + "_ms"] <= v for k, v in b.items()) for x in lines]
+        g = j and j.get("goodput")
+        C.ok(g is not None and g["met"] == sum(want) == sum(x["slo_met"] for x in lines) and
+             [x["slo_met"] for x in lines] == want and g["slo_ms"] == b and
+             abs(g["request_goodput"] - g["met"] / j["duration_s"]) <=
+             1e-4 * g["request_goodput"],
+             "--goodput %s: %s of 12 within, as the per-request lines say" %
+             (slo, g and g["met"]))
+    r = bench(srv, key, "--requests", "3", "-n", "2", "--goodput", "ttft:1e7")
+    C.ok(r.returncode == 0 and "goodput: " in r.stdout and "3 of 3 completed requests within "
+         "ttft 1e+07 ms" in r.stdout, "--goodput in the text report: %s" %
+         [ln for ln in r.stdout.splitlines() if ln.startswith("goodput")])
+
+
 def test_failures(srv, key):
     r = bench(srv, "qk_" + "0" * 64, "--requests", "40", "-n", "4")
     j = r.stdout
@@ -178,7 +236,12 @@ def test_usage():
              (["bench", "serve", "--rate", "-1"], "--rate"),
              (["bench", "serve", "--detach"], "--detach"),
              (["bench", "serve", "--prompt", "a", "--ids", "1"], "at most one"),
-             (["bench", "serve", "--policy", "lru"], "--policy")]
+             (["bench", "serve", "--policy", "lru"], "--policy"),
+             (["bench", "serve", "--random-range-ratio", "1"], "--random-range-ratio"),
+             (["bench", "serve", "--goodput", "ttft"], "not ttft:MS"),
+             (["bench", "serve", "--goodput", "itl:5"], "'itl:5' is not"),
+             (["bench", "serve", "--goodput", "tpot:0"], "tpot:0"),
+             (["bench", "serve", "--goodput", ","], "no SLO")]
     for args, want in cases:
         r = subprocess.run([QEVICT] + args, capture_output=True, text=True, timeout=30)
         C.ok(r.returncode == 2 and want in (r.stderr + r.stdout),
@@ -199,6 +262,8 @@ def main():
     test_report(srv, key)
     test_budget(srv, key)
     test_modes(srv, key)
+    test_range(srv, key)
+    test_goodput(srv, key)
     test_failures(srv, key)
     test_interrupt(srv, key)
     test_interrupt_between_arrivals(srv, key)
