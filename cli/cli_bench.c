@@ -15,8 +15,10 @@
 #include "cli.h"
 #include "cli_rpc.h"
 #include "cli_submit.h"
+#include "gguf.h"
 #include "qe_json.h"
 #include "qe_status.h"
+#include "tokenizer.h"
 
 static const char *bench_help =
     "usage: qevict bench serve [options]\n"
@@ -32,10 +34,13 @@ static const char *bench_help =
     "  --rate R          requests per second, exponential gaps (--prompt-seed); default: all\n"
     "                    at once, C at a time\n"
     "  --input-words W   each request a different synthetic prompt of W words (default 256)\n"
+    "  --input-len N --tokenizer MODEL.gguf   ... of exactly N tokens instead, by that file's\n"
+    "                    tokenizer (the served model's, or one of the same vocabulary), sent\n"
+    "                    as token ids\n"
     "  --prompt-seed S   seed of the synthetic prompts, lengths and arrivals (default 0)\n"
-    "  --random-range-ratio R   each request's prompt words (synthetic prompts) and max new\n"
+    "  --random-range-ratio R   each request's prompt length (synthetic prompts) and max new\n"
     "                    tokens drawn uniformly from [L(1-R), L(1+R)] around --input-words\n"
-    "                    and -n (0 <= R < 1; default 0: every request the same lengths)\n"
+    "                    or --input-len and -n (0 <= R < 1; default 0: the same lengths)\n"
     "  --goodput SLO[,SLO...]   also report the requests/s that met every SLO, each\n"
     "                    ttft:MS, tpot:MS or e2e:MS (e.g. --goodput ttft:500,tpot:50)\n"
     "  --warmup N        requests run one at a time before the measured ones (default 0)\n"
@@ -59,7 +64,9 @@ static const char *const slo_name[SLO_N] = {"ttft", "tpot", "e2e"};
 typedef struct {
   sub_args_t s; /* the request (submit's options) */
   long requests, concurrency, warmup, words;
-  int conc_given; /* --concurrency was given */
+  long input_len;              /* --input-len: synthetic prompts of this many tokens (0: words) */
+  const char *tokenizer;       /* --tokenizer's GGUF file */
+  int conc_given, words_given; /* --concurrency, --input-words were given */
   double rate, range;
   double slo[SLO_N]; /* --goodput's bounds in ms (0: none) */
   int has_slo;
@@ -94,6 +101,9 @@ typedef struct {
   atomic_int stop;    /* interrupted: start nothing more */
   atomic_int refused; /* a key refused: start nothing more (every request would be) */
   FILE *save;         /* --save-result's file, opened before the run */
+  gguf_t *gguf;       /* --tokenizer's file and tokenizer (--input-len) */
+  tok_t *tok;
+  pthread_mutex_t tok_mu; /* (tok_encode, one call at a time) */
 } bench_run_t;
 
 static double now_s(void) {
@@ -137,7 +147,10 @@ static int bench_opt(void *ud, const char *f, const char *v) {
   if (v && !strcmp(f, "--concurrency"))
     return a->conc_given = 1, cli_parse_int(v, 1, 4096, &a->concurrency) ? 2 : 0;
   if (v && !strcmp(f, "--warmup")) return cli_parse_int(v, 0, 1 << 20, &a->warmup) ? 2 : 0;
-  if (v && !strcmp(f, "--input-words")) return cli_parse_int(v, 1, 1 << 20, &a->words) ? 2 : 0;
+  if (v && !strcmp(f, "--input-words"))
+    return a->words_given = 1, cli_parse_int(v, 1, 1 << 20, &a->words) ? 2 : 0;
+  if (v && !strcmp(f, "--input-len")) return cli_parse_int(v, 1, 1 << 20, &a->input_len) ? 2 : 0;
+  if (v && !strcmp(f, "--tokenizer")) return *v ? (a->tokenizer = v, 0) : 2;
   if (v && !strcmp(f, "--prompt-seed")) return cli_parse_u64(v, &a->seed) ? 2 : 0;
   if (v && !strcmp(f, "--rate")) return cli_parse_float(v, 1e-6, 1e6, &a->rate) ? 2 : 0;
   if (v && !strcmp(f, "--random-range-ratio"))
@@ -163,6 +176,13 @@ static int bench_parse(int argc, char **argv, bench_args_t *a) {
   if (a->s.chat && a->s.ids)
     return cli_usage_error("bench serve", "--chat needs a text prompt, not --ids");
   if (a->s.system && !a->s.chat) return cli_usage_error("bench serve", "--system needs --chat");
+  if (!!a->input_len != !!a->tokenizer)
+    return cli_usage_error("bench serve", "--input-len and --tokenizer go together");
+  if (a->input_len && (a->words_given || a->s.prompt || a->s.prompt_file || a->s.ids))
+    return cli_usage_error("bench serve", "--input-len makes the prompts: give no --input-words, "
+                                          "--prompt, --prompt-file or --ids with it");
+  if (a->input_len && a->s.chat)
+    return cli_usage_error("bench serve", "--chat needs a text prompt, not --input-len's ids");
   if (a->rate > 0 && !a->conc_given) a->concurrency = a->requests < 1024 ? a->requests : 1024;
   if (a->concurrency > a->requests) a->concurrency = a->requests;
   return 0;
@@ -177,28 +197,66 @@ static long draw_len(long L, double r, uint64_t z) {
   return lo + (long)(z % (uint64_t)(hi - lo + 1));
 }
 
-/* Request i's prompt words and max new tokens (--random-range-ratio around --input-words and
- * -n, from the prompt seed). */
-static void req_lens(const bench_args_t *a, long i, long *words, long *n) {
+/* Request i's synthetic prompt length (words, or tokens with --input-len) and max new tokens
+ * (--random-range-ratio around them, from the prompt seed). */
+static void req_lens(const bench_args_t *a, long i, long *in, long *n) {
   uint64_t st = (a->seed ^ 0x1e4b7ull) * 0x9e3779b97f4a7c15ull + (uint64_t)i;
   uint64_t zw = cli_splitmix64(&st), zn = cli_splitmix64(&st);
-  *words = a->range > 0 ? draw_len(a->words, a->range, zw) : a->words;
+  const long L = a->input_len ? a->input_len : a->words;
+  *in = a->range > 0 ? draw_len(L, a->range, zw) : L;
   *n = a->range > 0 ? draw_len(a->s.n, a->range, zn) : a->s.n;
+}
+
+/* The first n_tok ids as "1,2,3" (malloc'd; NULL without memory). */
+static char *ids_text(const int32_t *ids, long n_tok) {
+  size_t cap = (size_t)n_tok * 12 + 1, k = 0;
+  char *t = malloc(cap);
+  for (long j = 0; t && j < n_tok; j++)
+    k += (size_t)snprintf(t + k, cap - k, "%s%d", j ? "," : "", (int)ids[j]);
+  if (t) t[k] = '\0';
+  return t;
+}
+
+/* Request i's synthetic prompt of exactly n_tok tokens of R's tokenizer (its BOS first where
+ * the model adds one: the ids the server would make of the text) into *out as "1,2,3". */
+static int token_prompt(bench_run_t *R, long i, long n_tok, char **out) {
+  *out = NULL;
+  for (long words = n_tok; words <= 8 * n_tok + 16; words *= 2) {
+    char *text = cli_bench_words(words, R->a->seed, i);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!text) return qe_errf(QE_ENOMEM, "no memory for a prompt");
+    pthread_mutex_lock(&R->tok_mu);
+    int rc = tok_encode(R->tok, text, strlen(text), tok_add_bos(R->tok), 0, &ids, &n);
+    pthread_mutex_unlock(&R->tok_mu);
+    free(text);
+    if (!rc && (long)n >= n_tok && !(*out = ids_text(ids, n_tok)))
+      rc = qe_errf(QE_ENOMEM, "no memory for a prompt");
+    free(ids);
+    if (rc || *out) return rc;
+  }
+  return qe_errf(QE_ERANGE, "the tokenizer makes fewer than %ld tokens of %ld words", n_tok,
+                 8 * n_tok + 16);
 }
 
 /* Packs request i (its own synthetic prompt, or the given one) into *buf (malloc'd). 0, or a
  * QE_E* code from building it (an unreadable or empty prompt, bad ids) or QE_ENOMEM. */
-static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
+static int pack_one(bench_run_t *R, long i, uint8_t **buf, size_t *len) {
+  const bench_args_t *a = R->a;
   sub_args_t s = a->s;
   sub_req_t r;
   char *text = NULL;
-  long words;
+  long in;
+  int rc = 0;
   *buf = NULL;
-  req_lens(a, i, &words, &s.n);
-  if (!s.prompt && !s.prompt_file && !s.ids &&
-      !(s.prompt = text = cli_bench_words(words, a->seed, i)))
-    return qe_errf(QE_ENOMEM, "no memory for a prompt");
-  int rc = cli_sub_build(&s, &r) ? QE_EINVAL : 0;
+  req_lens(a, i, &in, &s.n);
+  if (a->input_len)
+    rc = token_prompt(R, i, in, &text), s.ids = text;
+  else if (!s.prompt && !s.prompt_file && !s.ids &&
+           !(s.prompt = text = cli_bench_words(in, a->seed, i)))
+    rc = qe_errf(QE_ENOMEM, "no memory for a prompt");
+  if (rc) return rc;
+  rc = cli_sub_build(&s, &r) ? QE_EINVAL : 0;
   if (!rc) {
     *len = protobuf_c_message_get_packed_size(&r.req.base);
     if (!(*buf = malloc(*len ? *len : 1)))
@@ -214,8 +272,14 @@ static int pack_one(const bench_args_t *a, long i, uint8_t **buf, size_t *len) {
 /* The shared prompt packed once, or the first synthetic one built as a check. 0 or an exit
  * code after a message. */
 static int pack_first(const bench_args_t *a, bench_run_t *R) {
+  if (a->tokenizer) {
+    int rc = gguf_open(a->tokenizer, &R->gguf);
+    if (!rc) rc = tok_create(R->gguf, &R->tok);
+    if (rc)
+      return cli_usage_error("bench serve", "--tokenizer '%s': %s", a->tokenizer, qe_errmsg());
+  }
   R->shared = (a->s.prompt || a->s.prompt_file || a->s.ids) && a->range == 0;
-  int rc = pack_one(a, 0, &R->req, &R->len);
+  int rc = pack_one(R, 0, &R->req, &R->len);
   if (rc == QE_EINVAL) return CLI_EXIT_USAGE; /* (cli_sub_build printed why) */
   if (rc) return cli_fail("bench serve", rc);
   if (!R->shared) free(R->req), R->req = NULL;
@@ -299,7 +363,7 @@ static void run_one(bench_run_t *R, long i, breq_t *q) {
   memset(q, 0, sizeof *q);
   q->finish = -1, q->t_first = -1, q->sent = 1;
   ev_ctx_t x = {q, R->t0};
-  int rc = R->shared ? 0 : pack_one(R->a, i, &own, &len);
+  int rc = R->shared ? 0 : pack_one(R, i, &own, &len);
   q->t_send = now_s() - R->t0;
   if (!rc)
     rc = cli_rpc_stream(R->c, "/qevict.v1.Generation/Generate", R->shared ? R->req : own, len,
@@ -563,10 +627,11 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
 /* One request's line of --save-result. */
 static void save_line(FILE *f, const bench_args_t *a, long i, const breq_t *q) {
   char fin[32];
-  long words, n;
-  req_lens(a, i, &words, &n);
+  long in, n;
+  req_lens(a, i, &in, &n);
   fprintf(f, "{\"request\":%ld,\"sent_s\":%.6f,\"max_tokens\":%ld,", i, q->t_send, n);
-  if (!a->s.prompt && !a->s.prompt_file && !a->s.ids) fprintf(f, "\"input_words\":%ld,", words);
+  if (!a->s.prompt && !a->s.prompt_file && !a->s.ids)
+    fprintf(f, "\"input_%s\":%ld,", a->input_len ? "len" : "words", in);
   if (a->has_slo) fprintf(f, "\"slo_met\":%s,", slo_met(a, q) ? "true" : "false");
   fprintf(f, "\"ttft_ms\":");
   qe_json_num(f, q->n_out ? (q->t_first - q->t_send) * 1e3 : NAN);
@@ -613,6 +678,9 @@ static void run_free(bench_run_t *R) {
   for (long i = 0; R->rec && i < R->a->requests; i++) free(R->rec[i].gaps);
   free(R->req), free(R->arrival), free(R->rec);
   if (R->save) fclose(R->save);
+  if (R->tok) tok_destroy(R->tok);
+  if (R->gguf) gguf_close(R->gguf);
+  pthread_mutex_destroy(&R->tok_mu);
   cli_rpc_close(R->c);
 }
 
@@ -635,6 +703,7 @@ static int run_and_report(bench_run_t *R) {
 
 static int bench_serve(const bench_args_t *a) {
   bench_run_t R = {.a = a};
+  pthread_mutex_init(&R.tok_mu, NULL);
   int rc = pack_first(a, &R);
   if (!rc) rc = make_arrivals(a, &R);
   if (!rc && !(R.rec = calloc((size_t)a->requests, sizeof *R.rec)))

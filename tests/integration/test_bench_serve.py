@@ -3,7 +3,7 @@
 worker): its JSON and text reports add up (every request completed, the token counts, the
 number of latency samples, percentiles in order), a KV budget shows in the reserved bytes, the
 Poisson arrivals and a shared prompt run, --random-range-ratio varies the lengths within their
-bounds, --goodput counts exactly the requests within its SLOs, a refused key stops it early with
+bounds, --input-len's prompts have exactly that many tokens, --goodput counts exactly the requests within its SLOs, a refused key stops it early with
 exit 3, an
 unreachable server exits 1, a request the server refuses is reported with the server's message,
 Ctrl-C cancels the streams (exit 130, nothing left running) and bad options exit 2.
@@ -132,6 +132,27 @@ def test_range(srv, key):
          "the same --prompt-seed draws the same lengths")
 
 
+def test_input_len(srv, key):
+    save = os.path.join(TMP, "len.jsonl")
+    r = bench(srv, key, "--requests", "8", "--concurrency", "4", "-n", "4", "--ignore-eos",
+              "--input-len", "50", "--tokenizer", STORIES, "--json", "--save-result", save)
+    j = report(r)
+    lines = [json.loads(ln) for ln in open(save)] if os.path.exists(save) else []
+    C.ok(j and j["completed"] == 8 and j["prompt_tokens"] == 8 * 50 and
+         all(x["prompt_tokens"] == x["input_len"] == 50 for x in lines),
+         "--input-len 50: every prompt 50 tokens by the server's count (%s)"
+         % (j and j["prompt_tokens"]))
+    r = bench(srv, key, "--requests", "8", "--concurrency", "4", "-n", "4", "--ignore-eos",
+              "--input-len", "40", "--tokenizer", STORIES, "--random-range-ratio", "0.5",
+              "--save-result", save)
+    lines = [json.loads(ln) for ln in open(save)] if os.path.exists(save) else []
+    lens = [x["prompt_tokens"] for x in lines]
+    C.ok(r.returncode == 0 and len(lines) == 8 and
+         all(x["prompt_tokens"] == x["input_len"] for x in lines) and
+         all(20 <= n <= 60 for n in lens) and len(set(lens)) > 2,
+         "--input-len 40 --random-range-ratio 0.5: prompts of %s tokens" % sorted(lens))
+
+
 def test_goodput(srv, key):
     save = os.path.join(TMP, "goodput.jsonl")
     r = bench(srv, key, "--requests", "12", "--concurrency", "6", "-n", "8", "--ignore-eos",
@@ -241,7 +262,12 @@ def test_usage():
              (["bench", "serve", "--goodput", "ttft"], "not ttft:MS"),
              (["bench", "serve", "--goodput", "itl:5"], "'itl:5' is not"),
              (["bench", "serve", "--goodput", "tpot:0"], "tpot:0"),
-             (["bench", "serve", "--goodput", ","], "no SLO")]
+             (["bench", "serve", "--goodput", ","], "no SLO"),
+             (["bench", "serve", "--input-len", "5"], "go together"),
+             (["bench", "serve", "--input-len", "5", "--tokenizer", STORIES, "--input-words",
+               "3"], "give no --input-words"),
+             (["bench", "serve", "--input-len", "5", "--tokenizer", "/nonexistent.gguf"],
+              "--tokenizer '/nonexistent.gguf'")]
     for args, want in cases:
         r = subprocess.run([QEVICT] + args, capture_output=True, text=True, timeout=30)
         C.ok(r.returncode == 2 and want in (r.stderr + r.stdout),
@@ -263,6 +289,7 @@ def main():
     test_budget(srv, key)
     test_modes(srv, key)
     test_range(srv, key)
+    test_input_len(srv, key)
     test_goodput(srv, key)
     test_failures(srv, key)
     test_interrupt(srv, key)
