@@ -409,6 +409,7 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   static const char *const gemm[] = {"lt", "gemmex"}, *const mass[] = {"gemm", "ref"};
   static const char *const prefill[] = {"fused", "gemm", "ref"};
   c->gemmex_only = qe_env_choice("QE_CUDA_GEMM", gemm, 2, 0) == 1;
+  c->xb_fuse = (int)qe_env_long("QE_CUDA_FUSE_BF16", 0, 1, 1); /* (0: the A/B's base) */
   /* tests: a small budget forces many chunks */
   c->attn_s_budget = (size_t)qe_env_long("QE_CUDA_PREFILL_MB", 1, 1 << 20, 1024) << 20;
   const int pf = qe_env_choice("QE_CUDA_PREFILL", prefill, 3, 0);

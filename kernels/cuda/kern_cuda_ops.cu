@@ -51,10 +51,13 @@ __global__ void kcu_bias_k(float *y, const float *bias, size_t total, int n) {
   KCU_GRID_STRIDE(i, total) y[i] += bias[i % (size_t)n];
 }
 
-__global__ void kcu_swiglu_k(float *y, const float *gate, const float *up, size_t n) {
+/* yb (when not NULL): the same values in bf16 (kcu_xb_out). */
+__global__ void kcu_swiglu_k(float *y, __nv_bfloat16 *yb, const float *gate, const float *up,
+                             size_t n) {
   KCU_GRID_STRIDE(i, n) {
     float g = gate[i];
     y[i] = g / (1.0f + expf(-g)) * up[i];
+    if (yb) yb[i] = __float2bfloat16(y[i]);
   }
 }
 
@@ -69,8 +72,10 @@ __global__ void kcu_embed_k(float *y, const float *table, const int32_t *ids, in
   for (int j = threadIdx.x; j < n; j += blockDim.x) dst[j] = src[j];
 }
 
-/* One block per row; y may equal x (every read happens before the reduction's barrier). */
-__global__ void kcu_rmsnorm_k(float *y, const float *x, const float *g, int n, float eps) {
+/* One block per row; y may equal x (every read happens before the reduction's barrier); yb
+ * (when not NULL): the same values in bf16 (kcu_xb_out). */
+__global__ void kcu_rmsnorm_k(float *y, __nv_bfloat16 *yb, const float *x, const float *g, int n,
+                              float eps) {
   __shared__ float sh[32];
   const float *xr = x + (size_t)blockIdx.x * n;
   float *yr = y + (size_t)blockIdx.x * n;
@@ -78,7 +83,10 @@ __global__ void kcu_rmsnorm_k(float *y, const float *x, const float *g, int n, f
   for (int j = threadIdx.x; j < n; j += blockDim.x) ss += xr[j] * xr[j];
   ss = kcu_block_reduce(ss, sh, 0);
   float inv = 1.0f / sqrtf(ss / n + eps);
-  for (int j = threadIdx.x; j < n; j += blockDim.x) yr[j] = xr[j] * inv * g[j];
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    yr[j] = xr[j] * inv * g[j];
+    if (yb) yb[(size_t)blockIdx.x * n + j] = __float2bfloat16(yr[j]);
+  }
 }
 
 #define KCU_RMS_T 512 /* threads of the vector form */
@@ -88,7 +96,7 @@ __global__ void kcu_rmsnorm_k(float *y, const float *x, const float *g, int n, f
  * each thread loads its float4s once, keeps them in registers over the reduction, and writes
  * them scaled (one pass over x instead of two; a decode step's rows are few and short). */
 __global__ void __launch_bounds__(KCU_RMS_T)
-    kcu_rmsnorm4_k(float *y, const float *x, const float *g, int n, float eps) {
+    kcu_rmsnorm4_k(float *y, __nv_bfloat16 *yb, const float *x, const float *g, int n, float eps) {
   __shared__ float sh[32];
   const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n), *g4 = (const float4 *)g;
   float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n), v[KCU_RMS_V];
@@ -107,8 +115,13 @@ __global__ void __launch_bounds__(KCU_RMS_T)
     const int j = threadIdx.x + i * KCU_RMS_T;
     if (j >= n4) break;
     const float4 w = g4[j];
-    yr[j] =
+    const float4 o =
         make_float4(v[i].x * inv * w.x, v[i].y * inv * w.y, v[i].z * inv * w.z, v[i].w * inv * w.w);
+    yr[j] = o;
+    if (yb) { /* (8-byte aligned: n is a multiple of 4) */
+      __nv_bfloat162 *b2 = (__nv_bfloat162 *)(yb + (size_t)blockIdx.x * n) + 2 * j;
+      b2[0] = __floats2bfloat162_rn(o.x, o.y), b2[1] = __floats2bfloat162_rn(o.z, o.w);
+    }
   }
 }
 
@@ -157,6 +170,19 @@ int kcu_to_bf16(kcu_t *c, void *dst, const float *src, size_t n) {
   return KCU_LAUNCH(c, kcu_to_bf16_k, kcu_blocks(n), 256, 0, (__nv_bfloat16 *)dst, src, n);
 }
 
+/* Where an op writing y[n] also writes its bf16 copy for the matmul after it: c->xb when that is
+ * large enough (only kcu_matmul grows it), else NULL; kcu_xb_mark then records it as kcu_matmul
+ * records its own conversion, so that a matmul on y as the next op skips its kcu_to_bf16 (the
+ * same bits: both round to nearest). $QE_CUDA_FUSE_BF16=0 turns it off. */
+static __nv_bfloat16 *kcu_xb_out(kcu_t *c, size_t n) {
+  const int ok = c->xb_fuse && c->xb && c->xb_cap >= n * sizeof(__nv_bfloat16);
+  return ok ? (__nv_bfloat16 *)c->xb : NULL;
+}
+
+static void kcu_xb_mark(kcu_t *c, const float *y, size_t n, const __nv_bfloat16 *yb, int rc) {
+  if (yb && !rc) c->xb_src = y, c->xb_n = n, c->xb_seq = c->op_seq;
+}
+
 int kcu_add_bias(kcu_t *c, float *y, const float *bias, int m, int n) {
   size_t total = (size_t)m * n;
   if (!total) return 0;
@@ -169,17 +195,19 @@ void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, i
   if (kcu_enter(c) || m <= 0 || n <= 0) return;
   const int vec = n % 4 == 0 && n <= 4 * KCU_RMS_T * KCU_RMS_V &&
                   (((uintptr_t)y | (uintptr_t)x | (uintptr_t)g) & 15) == 0;
-  if (vec)
-    KCU_LAUNCH(c, kcu_rmsnorm4_k, m, KCU_RMS_T, 0, y, x, g, n, eps);
-  else
-    KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, x, g, n, eps);
+  __nv_bfloat16 *yb = kcu_xb_out(c, (size_t)m * n);
+  const int rc = vec ? KCU_LAUNCH(c, kcu_rmsnorm4_k, m, KCU_RMS_T, 0, y, yb, x, g, n, eps)
+                     : KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, yb, x, g, n, eps);
+  kcu_xb_mark(c, y, (size_t)m * n, yb, rc);
 }
 
 void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n) {
   kcu_t *c = KCU(be);
   size_t total = (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0);
   if (kcu_enter(c) || !total) return;
-  KCU_LAUNCH(c, kcu_swiglu_k, kcu_blocks(total), 256, 0, y, gate, up, total);
+  __nv_bfloat16 *yb = kcu_xb_out(c, total);
+  const int rc = KCU_LAUNCH(c, kcu_swiglu_k, kcu_blocks(total), 256, 0, y, yb, gate, up, total);
+  kcu_xb_mark(c, y, total, yb, rc);
 }
 
 void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n) {

@@ -201,6 +201,49 @@ static void check_rmsnorm(int m, int n, int in_place) {
   free(x), free(g), free(ref), free(y);
 }
 
+/* ---- the bf16 copies that RMSNorm and SwiGLU write for the next matmul ------------------ */
+
+/* op 0: rmsnorm, 1: swiglu of x (m x k) into y, then (stale: y += d first) z = y W^T on be. */
+static void fused_chain(kern_backend_t *be, int op, int stale, const float *x, const float *g,
+                        const float *d, const float *w, int m, int n, int k, float *z) {
+  kern_weight_t wg = {bput(be, w, sizeof(float) * n * k), n, k, KERN_WEIGHT_F32};
+  float *dx = bput(be, x, sizeof(float) * m * k), *dg = bput(be, g, sizeof(float) * m * k);
+  float *dd = bput(be, d, sizeof(float) * m * k), *dy = bpoison(be, (size_t)m * k);
+  float *dz = bpoison(be, (size_t)m * n);
+  be->ops->matmul(be, dz, dx, &wg, NULL, m, 0); /* (sizes the bf16 buffer) */
+  if (op == 0)
+    be->ops->rmsnorm(be, dy, dx, dg, m, k, 1e-5f);
+  else
+    be->ops->swiglu(be, dy, dx, dg, m, k);
+  if (stale) be->ops->add(be, dy, dd, (size_t)m * k);
+  be->ops->matmul(be, dz, dy, &wg, NULL, m, 0);
+  CHECK_OK(be->ops->download(be, z, dz, sizeof(float) * m * n));
+  kern_free(be, wg.data), kern_free(be, dx), kern_free(be, dg), kern_free(be, dd);
+  kern_free(be, dy), kern_free(be, dz);
+}
+
+/* RMSNorm (both forms) and SwiGLU followed by a matmul on their output: the same bits with and
+ * without their bf16 copies (QE_CUDA_FUSE_BF16=0), within bf16 tolerance of the CPU, and with an
+ * op between them (the copy is then stale) too. */
+static void check_fused_bf16(kern_backend_t *unfused, int m, int n, int k) {
+  float *x = randv((size_t)m * k, 2), *g = randv((size_t)m * k, 1.5f), *d = randv((size_t)m * k, 1);
+  float *w = randv((size_t)n * k, 1), *z0 = malloc(sizeof(float) * m * n);
+  float *z1 = malloc(sizeof(float) * m * n), *ref = malloc(sizeof(float) * m * n);
+  for (int op = 0; op < 2; op++)
+    for (int stale = 0; stale < 2; stale++) {
+      fused_chain(g_cpu, op, stale, x, g, d, w, m, n, k, ref);
+      fused_chain(g_gpu, op, stale, x, g, d, w, m, n, k, z1);
+      fused_chain(unfused, op, stale, x, g, d, w, m, n, k, z0);
+      const double e = nerr(z1, ref, (size_t)m * n);
+      fprintf(stderr, "%s%s then matmul m %d n %d k %d: bf16 copy fused %s, error %.2e\n",
+              op ? "swiglu" : "rmsnorm", stale ? " + add" : "", m, n, k,
+              bits_equal(z0, z1, (size_t)m * n) ? "= unfused" : "!= UNFUSED", e);
+      CHECK(bits_equal(z0, z1, (size_t)m * n));
+      CHECK(e < 1e-2);
+    }
+  free(x), free(g), free(d), free(w), free(z0), free(z1), free(ref);
+}
+
 static void check_rope_case(const char *what, const kern_rope_t *r, int m, int n_heads, int hd,
                             int max_pos, int negative) {
   size_t n = (size_t)m * n_heads * hd;
@@ -1003,6 +1046,15 @@ int main(int argc, char **argv) {
   check_ropes();
   check_swiglu_add_embed_softmax(1, 7), check_swiglu_add_embed_softmax(4, 512);
   check_swiglu_add_embed_softmax(3, 32000), check_swiglu_add_embed_softmax(64, 11008);
+  kern_backend_t *unfused = NULL;
+  setenv("QE_CUDA_FUSE_BF16", "0", 1);
+  CHECK_OK(kern_cuda_create(0, &unfused));
+  unsetenv("QE_CUDA_FUSE_BF16");
+  if (unfused) { /* the vector RMSNorm (k a multiple of 4) and the loop form (odd k) */
+    check_fused_bf16(unfused, 32, 512, 4096), check_fused_bf16(unfused, 5, 300, 1001);
+    check_fused_bf16(unfused, 1, 64, 16384);
+  }
+  kern_destroy(unfused);
   check_embed(512, 64, 9), check_embed(32000, 4096, 33);
   check_attentions();
   check_attention_chunks();
