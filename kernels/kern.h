@@ -151,6 +151,11 @@ typedef struct kern_ops {
   void (*swiglu)(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
   /* y[i] += x[i]. */
   void (*add)(kern_backend_t *be, float *y, const float *x, size_t n);
+  /* Optional (NULL: add, then rmsnorm): x[m][n] += d, then y[m][n] = x / rms(x) * g, the same
+   * bits as those two calls (the residual add before the next layer's norm in one pass). y
+   * differs from x and d. */
+  void (*add_rmsnorm)(kern_backend_t *be, float *x, const float *d, float *y, const float *g, int m,
+                      int n, float eps);
   /* y[m][n] = table[ids[m]][n]. table is fp32 [vocab][n] backend memory on every backend (a
    * plain buffer, or the data of a KERN_WEIGHT_F32 weight), never bf16. */
   void (*embed)(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);

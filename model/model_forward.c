@@ -47,13 +47,25 @@ static int allreduce_act(model_t *m, tp_comm_t *comm, float *buf, size_t n) {
   return rc;
 }
 
+/* x += d, then xn = rmsnorm(x) * g, over n rows: in one op where the backend has it. */
+static void add_norm(model_t *m, float *d, const float *g, int n) {
+  kern_backend_t *be = m->be;
+  model_scratch_t *s = &m->s;
+  if (be->ops->add_rmsnorm) {
+    be->ops->add_rmsnorm(be, s->x, d, s->xn, g, n, m->hp.n_embd, m->hp.rms_eps);
+    return;
+  }
+  be->ops->add(be, s->x, d, (size_t)n * m->hp.n_embd);
+  be->ops->rmsnorm(be, s->xn, s->x, g, n, m->hp.n_embd, m->hp.rms_eps);
+}
+
+/* Layer l's attention over xn, the attention norm of x (made by the layer before). */
 static int attn_block(model_t *m, kv_cache_t *kv, int l, const model_seg_t *segs, int n_segs, int n,
                       kv_attn_req_t *reqs) {
   kern_backend_t *be = m->be;
   const model_layer_t *L = &m->layers[l];
   model_scratch_t *s = &m->s;
   int hd = m->hp.head_dim, nq = m->sh.n_head * hd, nk = m->sh.n_kv * hd;
-  be->ops->rmsnorm(be, s->xn, s->x, L->attn_norm, n, m->hp.n_embd, m->hp.rms_eps);
   be->ops->matmul(be, s->q, s->xn, &L->wq, L->bq, n, 0);
   be->ops->matmul(be, s->k, s->xn, &L->wk, L->bk, n, 0);
   be->ops->matmul(be, s->v, s->xn, &L->wv, L->bv, n, 0);
@@ -80,14 +92,16 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   if (rc) return rc;
   be->ops->matmul(be, s->tmp, s->att, &L->wo, NULL, n, 0);
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
-  be->ops->add(be, s->x, s->tmp, xe);
-  be->ops->rmsnorm(be, s->xn, s->x, L->ffn_norm, n, m->hp.n_embd, m->hp.rms_eps);
+  add_norm(m, s->tmp, L->ffn_norm, n);
   be->ops->matmul(be, s->gate, s->xn, &L->wg, NULL, n, 0);
   be->ops->matmul(be, s->up, s->xn, &L->wu, NULL, n, 0);
   be->ops->swiglu(be, s->gate, s->gate, s->up, n, m->sh.n_ff);
   be->ops->matmul(be, s->tmp, s->gate, &L->wd, NULL, n, 0);
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
-  be->ops->add(be, s->x, s->tmp, xe);
+  if (l + 1 < m->hp.n_layer) /* with the next layer's attention norm */
+    add_norm(m, s->tmp, m->layers[l + 1].attn_norm, n);
+  else
+    be->ops->add(be, s->x, s->tmp, xe);
   return 0;
 }
 
@@ -128,6 +142,9 @@ int model__forward_dev(model_t *m, kv_cache_t *kv, tp_comm_t *comm, const model_
     m->be->ops->embed(m->be, m->s.x, m->tok_embd, m->s.ids, b->n, m->hp.n_embd);
   else
     m->be->ops->embed_w(m->be, m->s.x, m->embd_w, m->s.ids, b->n, m->hp.n_embd);
+  if (m->hp.n_layer > 0) /* (each later layer's norm comes with the residual add before it) */
+    m->be->ops->rmsnorm(m->be, m->s.xn, m->s.x, m->layers[0].attn_norm, b->n, m->hp.n_embd,
+                        m->hp.rms_eps);
   for (int l = 0; l < m->hp.n_layer && !rc; l++)
     rc = layer_forward(m, kv, comm, l, segs, n_segs, b->n, reqs);
   if (rc || m->sh.rank != 0 || (!o->logits && !o->ids && !o->ids_dev && !o->keep)) return rc;

@@ -275,6 +275,7 @@ static const kern_ops_t cpu_ops = {
     .rope = kern_cpu_rope,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .add_rmsnorm = NULL, /* (add, then rmsnorm: the CPU gains nothing from one pass) */
     .embed = cpu_embed,
     .embed_w = cpu_embed_w,
     .softmax = cpu_softmax,

@@ -363,6 +363,7 @@ static const kern_ops_t kcu_ops = {
     .rope = kcu_rope,
     .swiglu = kcu_swiglu,
     .add = kcu_add,
+    .add_rmsnorm = kcu_add_rmsnorm,
     .embed = kcu_embed,
     .embed_w = NULL, /* (packed weights are the CPU backend's) */
     .softmax = kcu_softmax,
@@ -410,6 +411,7 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   static const char *const prefill[] = {"fused", "gemm", "ref"};
   c->gemmex_only = qe_env_choice("QE_CUDA_GEMM", gemm, 2, 0) == 1;
   c->xb_fuse = (int)qe_env_long("QE_CUDA_FUSE_BF16", 0, 1, 1); /* (0: the A/B's base) */
+  c->add_fuse = (int)qe_env_long("QE_CUDA_FUSE_ADD", 0, 1, 1);  /* (0: add, then rmsnorm) */
   /* tests: a small budget forces many chunks */
   c->attn_s_budget = (size_t)qe_env_long("QE_CUDA_PREFILL_MB", 1, 1 << 20, 1024) << 20;
   const int pf = qe_env_choice("QE_CUDA_PREFILL", prefill, 3, 0);

@@ -45,6 +45,7 @@ typedef struct {
   unsigned long xb_seq, op_seq; /* ... as of op number xb_seq; ops counted by kcu_enter */
   size_t xb_cap;                /* bytes */
   int xb_fuse; /* RMSNorm and SwiGLU also write xb for the matmul after them (kcu_xb_out) */
+  int add_fuse; /* kcu_add_rmsnorm in one kernel where the vector RMSNorm serves */
   void *wb;                     /* bf16 of a plain fp32 weight for the current GEMM (tests) */
   size_t wb_cap;                /* bytes */
   kcu_plan_t plans[KCU_PLANS];
@@ -136,6 +137,8 @@ void kcu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_hea
               const kern_rope_t *r);
 void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
 void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n);
+void kcu_add_rmsnorm(kern_backend_t *be, float *x, const float *d, float *y, const float *g, int m,
+                     int n, float eps);
 void kcu_embed(kern_backend_t *be, float *y, const float *table, const int32_t *ids, int m, int n);
 void kcu_softmax(kern_backend_t *be, float *x, int m, int n);
 int kcu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);

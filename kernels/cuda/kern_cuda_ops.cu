@@ -94,11 +94,15 @@ __global__ void kcu_rmsnorm_k(float *y, __nv_bfloat16 *yb, const float *x, const
 
 /* The same for rows of a multiple of 4 floats up to 4 KCU_RMS_T KCU_RMS_V, 16-byte aligned:
  * each thread loads its float4s once, keeps them in registers over the reduction, and writes
- * them scaled (one pass over x instead of two; a decode step's rows are few and short). */
+ * them scaled (one pass over x instead of two; a decode step's rows are few and short). d (when
+ * not NULL): x += d first, written back (kcu_add_rmsnorm: the add kernel's sums, then the same
+ * reduction). */
 __global__ void __launch_bounds__(KCU_RMS_T)
-    kcu_rmsnorm4_k(float *y, __nv_bfloat16 *yb, const float *x, const float *g, int n, float eps) {
+    kcu_rmsnorm4_k(float *y, __nv_bfloat16 *yb, float *x, const float *d, const float *g, int n,
+                   float eps) {
   __shared__ float sh[32];
-  const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n), *g4 = (const float4 *)g;
+  float4 *xr = (float4 *)(x + (size_t)blockIdx.x * n);
+  const float4 *dr = (const float4 *)(d + (d ? (size_t)blockIdx.x * n : 0)), *g4 = (const float4 *)g;
   float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n), v[KCU_RMS_V];
   const int n4 = n / 4;
   float ss = 0.0f;
@@ -106,6 +110,11 @@ __global__ void __launch_bounds__(KCU_RMS_T)
   for (int i = 0; i < KCU_RMS_V; i++) {
     const int j = threadIdx.x + i * KCU_RMS_T;
     v[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (d && j < n4) {
+      const float4 e = dr[j];
+      v[i] = make_float4(v[i].x + e.x, v[i].y + e.y, v[i].z + e.z, v[i].w + e.w);
+      xr[j] = v[i];
+    }
     ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
   }
   ss = kcu_block_reduce(ss, sh, 0);
@@ -189,15 +198,36 @@ int kcu_add_bias(kcu_t *c, float *y, const float *bias, int m, int n) {
   return KCU_LAUNCH(c, kcu_bias_k, kcu_blocks(total), 256, 0, y, bias, total, n);
 }
 
+/* Whether the vector RMSNorm takes rows of n floats at these addresses. */
+static int kcu_rms_vec(int n, uintptr_t addrs) {
+  return n % 4 == 0 && n <= 4 * KCU_RMS_T * KCU_RMS_V && (addrs & 15) == 0;
+}
+
 void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, int m, int n,
                  float eps) {
   kcu_t *c = KCU(be);
   if (kcu_enter(c) || m <= 0 || n <= 0) return;
-  const int vec = n % 4 == 0 && n <= 4 * KCU_RMS_T * KCU_RMS_V &&
-                  (((uintptr_t)y | (uintptr_t)x | (uintptr_t)g) & 15) == 0;
+  const int vec = kcu_rms_vec(n, (uintptr_t)y | (uintptr_t)x | (uintptr_t)g);
   __nv_bfloat16 *yb = kcu_xb_out(c, (size_t)m * n);
-  const int rc = vec ? KCU_LAUNCH(c, kcu_rmsnorm4_k, m, KCU_RMS_T, 0, y, yb, x, g, n, eps)
-                     : KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, yb, x, g, n, eps);
+  /* (the vector kernel writes x only when given a d) */
+  const int rc =
+      vec ? KCU_LAUNCH(c, kcu_rmsnorm4_k, m, KCU_RMS_T, 0, y, yb, (float *)x, NULL, g, n, eps)
+          : KCU_LAUNCH(c, kcu_rmsnorm_k, m, 256, 0, y, yb, x, g, n, eps);
+  kcu_xb_mark(c, y, (size_t)m * n, yb, rc);
+}
+
+void kcu_add_rmsnorm(kern_backend_t *be, float *x, const float *d, float *y, const float *g, int m,
+                     int n, float eps) {
+  kcu_t *c = KCU(be);
+  const uintptr_t a = (uintptr_t)y | (uintptr_t)x | (uintptr_t)d | (uintptr_t)g;
+  if (!c->add_fuse || !kcu_rms_vec(n, a) || m <= 0) { /* two kernels */
+    kcu_add(be, x, d, (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0));
+    kcu_rmsnorm(be, y, x, g, m, n, eps);
+    return;
+  }
+  if (kcu_enter(c)) return;
+  __nv_bfloat16 *yb = kcu_xb_out(c, (size_t)m * n);
+  const int rc = KCU_LAUNCH(c, kcu_rmsnorm4_k, m, KCU_RMS_T, 0, y, yb, x, d, g, n, eps);
   kcu_xb_mark(c, y, (size_t)m * n, yb, rc);
 }
 

@@ -203,9 +203,10 @@ static void check_rmsnorm(int m, int n, int in_place) {
 
 /* ---- the bf16 copies that RMSNorm and SwiGLU write for the next matmul ------------------ */
 
-/* op 0: rmsnorm, 1: swiglu of x (m x k) into y, then (stale: y += d first) z = y W^T on be. */
+/* op 0: rmsnorm, 1: swiglu of x (m x k) into y, 2: x += d then y = rmsnorm(x) (add_rmsnorm
+ * where the backend has it), then (stale: y += d first) z = y W^T on be; x's final values in xo. */
 static void fused_chain(kern_backend_t *be, int op, int stale, const float *x, const float *g,
-                        const float *d, const float *w, int m, int n, int k, float *z) {
+                        const float *d, const float *w, int m, int n, int k, float *z, float *xo) {
   kern_weight_t wg = {bput(be, w, sizeof(float) * n * k), n, k, KERN_WEIGHT_F32};
   float *dx = bput(be, x, sizeof(float) * m * k), *dg = bput(be, g, sizeof(float) * m * k);
   float *dd = bput(be, d, sizeof(float) * m * k), *dy = bpoison(be, (size_t)m * k);
@@ -213,35 +214,44 @@ static void fused_chain(kern_backend_t *be, int op, int stale, const float *x, c
   be->ops->matmul(be, dz, dx, &wg, NULL, m, 0); /* (sizes the bf16 buffer) */
   if (op == 0)
     be->ops->rmsnorm(be, dy, dx, dg, m, k, 1e-5f);
-  else
+  else if (op == 1)
     be->ops->swiglu(be, dy, dx, dg, m, k);
+  else if (be->ops->add_rmsnorm)
+    be->ops->add_rmsnorm(be, dx, dd, dy, dg, m, k, 1e-5f);
+  else
+    be->ops->add(be, dx, dd, (size_t)m * k), be->ops->rmsnorm(be, dy, dx, dg, m, k, 1e-5f);
   if (stale) be->ops->add(be, dy, dd, (size_t)m * k);
   be->ops->matmul(be, dz, dy, &wg, NULL, m, 0);
   CHECK_OK(be->ops->download(be, z, dz, sizeof(float) * m * n));
+  CHECK_OK(be->ops->download(be, xo, dx, sizeof(float) * m * k));
   kern_free(be, wg.data), kern_free(be, dx), kern_free(be, dg), kern_free(be, dd);
   kern_free(be, dy), kern_free(be, dz);
 }
 
-/* RMSNorm (both forms) and SwiGLU followed by a matmul on their output: the same bits with and
- * without their bf16 copies (QE_CUDA_FUSE_BF16=0), within bf16 tolerance of the CPU, and with an
- * op between them (the copy is then stale) too. */
+/* RMSNorm (both forms), SwiGLU and the residual add with RMSNorm followed by a matmul on their
+ * output: the same bits with and without the fusions (QE_CUDA_FUSE_BF16=0 QE_CUDA_FUSE_ADD=0:
+ * kcu_to_bf16, and add then rmsnorm), within bf16 tolerance of the CPU, and with an op between
+ * them (the bf16 copy is then stale) too. */
 static void check_fused_bf16(kern_backend_t *unfused, int m, int n, int k) {
-  float *x = randv((size_t)m * k, 2), *g = randv((size_t)m * k, 1.5f), *d = randv((size_t)m * k, 1);
-  float *w = randv((size_t)n * k, 1), *z0 = malloc(sizeof(float) * m * n);
-  float *z1 = malloc(sizeof(float) * m * n), *ref = malloc(sizeof(float) * m * n);
-  for (int op = 0; op < 2; op++)
+  static const char *const what[] = {"rmsnorm", "swiglu", "add_rmsnorm"};
+  const size_t mk = (size_t)m * k, mn = (size_t)m * n;
+  float *x = randv(mk, 2), *g = randv(mk, 1.5f), *d = randv(mk, 1), *w = randv((size_t)n * k, 1);
+  float *z0 = malloc(sizeof(float) * mn), *z1 = malloc(sizeof(float) * mn);
+  float *ref = malloc(sizeof(float) * mn), *x0 = malloc(sizeof(float) * mk);
+  float *x1 = malloc(sizeof(float) * mk), *xr = malloc(sizeof(float) * mk);
+  for (int op = 0; op < 3; op++)
     for (int stale = 0; stale < 2; stale++) {
-      fused_chain(g_cpu, op, stale, x, g, d, w, m, n, k, ref);
-      fused_chain(g_gpu, op, stale, x, g, d, w, m, n, k, z1);
-      fused_chain(unfused, op, stale, x, g, d, w, m, n, k, z0);
-      const double e = nerr(z1, ref, (size_t)m * n);
-      fprintf(stderr, "%s%s then matmul m %d n %d k %d: bf16 copy fused %s, error %.2e\n",
-              op ? "swiglu" : "rmsnorm", stale ? " + add" : "", m, n, k,
-              bits_equal(z0, z1, (size_t)m * n) ? "= unfused" : "!= UNFUSED", e);
-      CHECK(bits_equal(z0, z1, (size_t)m * n));
-      CHECK(e < 1e-2);
+      fused_chain(g_cpu, op, stale, x, g, d, w, m, n, k, ref, xr);
+      fused_chain(g_gpu, op, stale, x, g, d, w, m, n, k, z1, x1);
+      fused_chain(unfused, op, stale, x, g, d, w, m, n, k, z0, x0);
+      const double e = nerr(z1, ref, mn), ex = nerr(x1, xr, mk);
+      const int same = bits_equal(z0, z1, mn) && bits_equal(x0, x1, mk);
+      fprintf(stderr, "%s%s then matmul m %d n %d k %d: fused %s, error %.2e (x %.2e)\n", what[op],
+              stale ? " + add" : "", m, n, k, same ? "= unfused" : "!= UNFUSED", e, ex);
+      CHECK(same);
+      CHECK(e < 1e-2 && ex < 1e-6);
     }
-  free(x), free(g), free(d), free(w), free(z0), free(z1), free(ref);
+  free(x), free(g), free(d), free(w), free(z0), free(z1), free(ref), free(x0), free(x1), free(xr);
 }
 
 static void check_rope_case(const char *what, const kern_rope_t *r, int m, int n_heads, int hd,
@@ -1047,9 +1057,9 @@ int main(int argc, char **argv) {
   check_swiglu_add_embed_softmax(1, 7), check_swiglu_add_embed_softmax(4, 512);
   check_swiglu_add_embed_softmax(3, 32000), check_swiglu_add_embed_softmax(64, 11008);
   kern_backend_t *unfused = NULL;
-  setenv("QE_CUDA_FUSE_BF16", "0", 1);
+  setenv("QE_CUDA_FUSE_BF16", "0", 1), setenv("QE_CUDA_FUSE_ADD", "0", 1);
   CHECK_OK(kern_cuda_create(0, &unfused));
-  unsetenv("QE_CUDA_FUSE_BF16");
+  unsetenv("QE_CUDA_FUSE_BF16"), unsetenv("QE_CUDA_FUSE_ADD");
   if (unfused) { /* the vector RMSNorm (k a multiple of 4) and the loop form (odd k) */
     check_fused_bf16(unfused, 32, 512, 4096), check_fused_bf16(unfused, 5, 300, 1001);
     check_fused_bf16(unfused, 1, 64, 16384);
