@@ -49,7 +49,13 @@ int kern_cpu_sample(kern_backend_t *be, const float *logits, int n, const kern_s
   if (s->temp <= 0.0f) return argmax(logits, n);
   float *prob = scratch;
   int *idx = (int *)(prob + n);
-  for (int i = 0; i < n; i++) prob[i] = logits[i] / s->temp;
+  int inf = 0;
+  for (int i = 0; i < n; i++) prob[i] = logits[i] / s->temp, inf |= isinf(prob[i]);
+  if (inf) { /* a temperature so small that logits / temp overflow: from the best logit (the
+                others' -inf weigh 0), so the choice is greedy among the best, not NaN */
+    const float mx = logits[argmax(logits, n)];
+    for (int i = 0; i < n; i++) prob[i] = (logits[i] - mx) / s->temp;
+  }
   kern_cpu_softmax_row(prob, n);
   int m = sort_candidates(prob, idx, n, s->top_k);
   float total = 0;

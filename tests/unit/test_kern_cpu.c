@@ -360,6 +360,11 @@ static void check_sampling(kern_backend_t *be) {
   CHECK(be->ops->sample(be, lg, V, &greedy, &a, scratch) == 7);
   CHECK(be->ops->sample(be, lg, V, &k1, &a, scratch) == 7);
   CHECK(be->ops->sample(be, lg, V, &p0, &a, scratch) == 7);
+  /* temperatures so small that logits / temp overflow: greedy, not NaN's last candidate */
+  for (int e = 0; e < 3; e++) {
+    kern_sampler_t tiny = {e == 0 ? 1e-38f : e == 1 ? 1e-45f : 1e-40f, e == 2 ? 5 : 0, 0.9f};
+    for (int i = 0; i < 20; i++) CHECK(be->ops->sample(be, lg, V, &tiny, &a, scratch) == 7);
+  }
   int same = 1;
   a = b = kern_rng_seed(9);
   for (int i = 0; i < 100; i++)
