@@ -544,6 +544,17 @@ static int client_tls(const char *cmd, const cli_client_opts_t *o, cli_rpc_tls_t
   return 0;
 }
 
+/* Whether a gRPC target's port is 1..65535 (gRPC itself takes a larger one modulo 65536 and
+ * drops trailing junk, reaching another port): host:port, [v6]:port, dns:///, ipv4: and ipv6:
+ * forms (the last address of a list); unix: targets have none. */
+static int server_port_ok(const char *server) {
+  if (!strncmp(server, "unix:", 5) || !strncmp(server, "unix-abstract:", 14)) return 1;
+  const char *c = strrchr(server, ':');
+  if (!c || strchr(c, ']') || (c > server && c[-1] == ':' && !strchr(server, '['))) return 0;
+  const size_t n = strspn(c + 1, "0123456789");
+  return n && n <= 5 && !c[1 + n] && atol(c + 1) >= 1 && atol(c + 1) <= 65535;
+}
+
 int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out) {
   const char *kf = o->admin ? "--admin-key-file" : "--key-file";
   const char *env = o->admin ? "QEVICT_ADMIN_KEY" : "QEVICT_API_KEY";
@@ -562,6 +573,13 @@ int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out
   }
   if (!server || !*server) server = getenv("QEVICT_SERVER");
   if (!server || !*server) server = "127.0.0.1:50051";
+  if (!server_port_ok(server)) {
+    free(file_key);
+    return cli_usage_error(cmd,
+                           "bad server address '%.200s' (%s): HOST:PORT with a port in "
+                           "1..65535, or unix:PATH",
+                           server, o->server && *o->server ? "--server" : "QEVICT_SERVER");
+  }
   cli_rpc_tls_t tls = {NULL, NULL, NULL, o->tls_server_name};
   int rc = client_tls(cmd, o, &tls);
   if (rc) {

@@ -20,6 +20,7 @@
 #include "qe_log.h"
 #include "qe_status.h"
 #include "sched_server.h"
+#include "tr_addr.h"
 #include "wrk.h"
 #ifdef QE_HAVE_CUDA
 #include "cuda/kern_cuda.h"
@@ -349,6 +350,9 @@ int cli_worker(int argc, char **argv) {
   if (rc) return rc < 0 ? 0 : rc;
   if (o.w.rank >= o.w.tp) return cli_usage_error("worker", "--rank must be below --tp");
   if (o.w.tp > 1 && !o.w.tp_addr) return cli_usage_error("worker", "--tp-addr is required");
+  tr_addr_t sa; /* (a malformed address never connects: refused now, not retried) */
+  if (tr_addr_parse(o.w.scheduler, &sa))
+    return cli_usage_error("worker", "--scheduler: %s", qe_errmsg());
   if (!o.w.threads) o.w.threads = default_threads(o.w.tp);
   rc = wrk_run(&o.w);
   return rc ? cli_fail("worker", rc) : 0;

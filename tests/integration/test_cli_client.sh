@@ -62,6 +62,17 @@ S="--server=127.0.0.1:$DEAD"
 expect_usage "negative -n" "-n" "$QEVICT" submit --prompt hi -n -3
 expect_usage "-n 0" "-n" "$QEVICT" submit --prompt hi -n 0
 expect_usage "unknown --state" "--state" "$QEVICT" requests --state bogus
+# ports gRPC would take modulo 65536 or cut (reaching another port), or none at all
+for a in 127.0.0.1:83616 127.0.0.1:80x 127.0.0.1 127.0.0.1:0 "[::1]"; do
+  expect_usage "--server $a" "bad server address '$a'" "$QEVICT" submit --server "$a" --prompt hi
+done
+expect_usage "QEVICT_SERVER with a bad port" "(QEVICT_SERVER)" env QEVICT_SERVER=localhost:99999 \
+  "$QEVICT" tenant list
+expect_usage "bench serve --server with a bad port" "bad server address" "$QEVICT" bench serve \
+  --server 127.0.0.1:70000 --requests 1
+# a worker's malformed --scheduler is refused before its model loads (it once retried forever)
+expect_usage "worker --scheduler with a bad port" "--scheduler: transport: bad port" "$QEVICT" \
+  worker --model "$0" --scheduler 127.0.0.1:99999
 expect_usage "--state with a bad item" "--state" "$QEVICT" requests --state running,done
 expect_usage "budget 0" "--budget" "$QEVICT" submit --prompt hi --budget 0
 expect_usage "budget 1.5" "--budget" "$QEVICT" submit --prompt hi --budget 1.5
