@@ -29,9 +29,16 @@ static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
             p->local_opt_case || *p->scorer || p->graphkv))
     return qe_errf(QE_EINVAL, "tenant.default_policy: only the policy name is kept (no overrides)");
   const char *name = p ? p->name : "";
-  kv_policy_desc_t d;
+  kv_policy_desc_t d = {0};
   if (*name && kv_policy_find(name, &d))
     return qe_errf(QE_EINVAL, "tenant.default_policy.name: unknown policy '%.64s'", name);
+  if (b && b->kind_case != QEVICT__V1__BUDGET__KIND__NOT_SET && (!*name || d.full))
+    return qe_errf(QE_EINVAL,
+                   "tenant.default_budget: the default policy %s keeps every token; a "
+                   "budget needs one that evicts or quantizes (tenant.default_policy)",
+                   *name ? name : "(none: full)");
+  if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES && !b->bytes)
+    return qe_errf(QE_EINVAL, "tenant.default_budget.bytes: must be > 0");
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
     if (!(b->fraction > 0 && b->fraction <= 1))
       return qe_errf(QE_EINVAL, "tenant.default_budget.fraction: must be in (0, 1]");
@@ -147,6 +154,11 @@ static void list_tenants(sched_t *s, sgrpc_call_t *call) {
 static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
   UNPACK(Qevict__V1__DeleteTenantRequest, qevict__v1__delete_tenant_request);
   char id[SCHED_TENANT_ID_MAX + 1];
+  if (strlen(q->id) > SCHED_TENANT_ID_MAX) { /* (as GetTenant: not cut to another tenant's id) */
+    qevict__v1__delete_tenant_request__free_unpacked(q, NULL);
+    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "id: longer than %d bytes",
+                           SCHED_TENANT_ID_MAX);
+  }
   snprintf(id, sizeof id, "%s", q->id);
   int force = q->force;
   qevict__v1__delete_tenant_request__free_unpacked(q, NULL);
@@ -175,8 +187,25 @@ static int wanted(const sreq_t *r, const Qevict__V1__ListRequestsRequest *q) {
   return 0;
 }
 
+/* The index of the first state filter that names no state (UNSPECIFIED or unknown), or -1. */
+static long bad_state(const Qevict__V1__ListRequestsRequest *q) {
+  for (size_t i = 0; i < q->n_states; i++)
+    if (q->states[i] == QEVICT__V1__REQUEST_STATE__REQUEST_STATE_UNSPECIFIED ||
+        !protobuf_c_enum_descriptor_get_value(&qevict__v1__request_state__descriptor,
+                                              (int)q->states[i]))
+      return (long)i;
+  return -1;
+}
+
 static void list_requests(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
   UNPACK(Qevict__V1__ListRequestsRequest, qevict__v1__list_requests_request);
+  const long bad = bad_state(q);
+  if (bad >= 0) {
+    const int v = (int)q->states[bad];
+    qevict__v1__list_requests_request__free_unpacked(q, NULL);
+    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "states[%ld]: %d is not a state",
+                           bad, v);
+  }
   size_t cnt = 0;
   for (sreq_t *r = s->reqs; r; r = r->next_all) cnt += wanted(r, q);
   if (q->limit && cnt > q->limit) cnt = q->limit;

@@ -464,6 +464,10 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
 /* ---- Watch, Cancel, GetRequest ---- */
 
 static sreq_t *lookup(sched_t *s, sgrpc_call_t *call, const char *tenant, const char *id) {
+  if (!*id) {
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "request_id: empty");
+    return NULL;
+  }
   sreq_t *r = sched_req_find_str(s, id);
   if (!r || r->orphan || strcmp(r->tenant, tenant)) {
     sched_rpc_error(call, GS(NOT_FOUND), "request_id: no request '%.64s'", id);

@@ -250,12 +250,29 @@ static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp
   return 0;
 }
 
+/* A sink or local region given longer than the request itself (prompt + max_tokens): the cache
+ * would reserve it whole for tokens that never come (sink 65,536 reserved 84 MB for a 2-token
+ * prompt). */
+static int check_regions(const Qevict__V1__Policy *p, long cap, sval_err_t *e) {
+  if (p && p->sink_opt_case == PP(SINK_OPT_SINK) && (long)p->sink > cap)
+    return bad(e, SVAL_INVALID,
+               "policy.sink: %u tokens, more than the request's prompt + max_tokens (%ld)", p->sink,
+               cap);
+  if (p && p->local_opt_case == PP(LOCAL_OPT_LOCAL) && (long)p->local > cap)
+    return bad(e, SVAL_INVALID,
+               "policy.local: %u tokens, more than the request's prompt + max_tokens (%ld)",
+               p->local, cap);
+  return 0;
+}
+
 static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, const sched_tenant_t *t,
                           sreq_t *r, sval_err_t *e) {
   double frac = 0;
   uint64_t bytes = 0;
   char name[96] = "";
   const Qevict__V1__Policy *p = g->policy;
+  long cap = (long)r->n_prompt + r->max_tokens;
+  if (check_regions(p, cap, e)) return -1;
   if (!p || !*p->name) tenant_default(t, name, sizeof name, &frac, &bytes);
   snprintf(r->policy_name, sizeof r->policy_name, "%s", p && *p->name ? p->name : name);
   qevict__worker__v1__policy__init(&r->wpolicy);
@@ -277,7 +294,6 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
     if (!b->bytes) return bad(e, SVAL_INVALID, "budget.bytes: must be > 0");
     bytes = b->bytes, frac = 0;
   }
-  long cap = (long)r->n_prompt + r->max_tokens;
   uint64_t per_tok = sched_groups_bytes_per_token(s);
   r->full_kv_bytes = (int64_t)(per_tok * (uint64_t)cap);
   int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
@@ -285,6 +301,10 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
     return bad(e, SVAL_EXHAUSTED, "budget.bytes: %llu exceeds the tenant's quota (%lld bytes)",
                (unsigned long long)bytes, (long long)t->kv_quota_bytes);
   if (d.full) {
+    if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION && b->fraction < 1)
+      return bad(e, SVAL_INVALID,
+                 "budget.fraction: policy full keeps every token; a fraction below 1 needs a "
+                 "policy that evicts or quantizes (policy.name)");
     if (bytes && (int64_t)bytes < r->full_kv_bytes)
       return bad(e, SVAL_INVALID, "budget: policy full needs %lld bytes (prompt + max_tokens)",
                  (long long)r->full_kv_bytes);

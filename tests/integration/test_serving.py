@@ -216,10 +216,47 @@ def test_hardening(srv, admin, cl):
         ("3 MB of text", cl.request("Once upon a time " * 200000, 4), IA, "prompt: "),
         ("a NUL in the prompt", cl.request("Once\x00 upon a time", 4), IA, "prompt.text: holds"),
         ("a NUL in the policy name", policy_req("qevict\x00whatever"), IA, "policy.name: holds"),
+        # a second audit (2026-12-05): regions longer than the request reserved them whole
+        ("sink past the request", policy_req("qevict", sink=65536), IA,
+         "policy.sink: 65536 tokens, more than the request's prompt + max_tokens"),
+        ("local past the request", policy_req("qevict", local=4096), IA, "policy.local: 4096"),
+        ("a fraction on full", cl.request("hi", 8, "full", 0.5), IA,
+         "budget.fraction: policy full keeps every token"),
     ]
     for what, req, want, field in cases:
         code, det = code_of(lambda: cl.generate(req, timeout=60))
         C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    greedy = tokens_of(cl.generate(cl.request(PROMPTS[0], 6)))[0]
+    tiny = tokens_of(cl.generate(cl.request(PROMPTS[0], 6, sampling=pb.Sampling(
+        temperature=1e-38, top_p=0.9, seed=1))))[0]
+    C.ok(tiny == greedy, "temperature 1e-38 samples the greedy tokens (%s, greedy %s)" %
+         (tiny, greedy))
+    admin_cases = [
+        ("ListRequests of state 99", lambda: admin.adm.ListRequests(
+            pb.ListRequestsRequest(states=[99]), metadata=admin.md, timeout=10), "states[0]: 99"),
+        ("DeleteTenant of a 300-byte id", lambda: admin.adm.DeleteTenant(
+            pb.DeleteTenantRequest(id="t" * 300), metadata=admin.md, timeout=10), "id: longer"),
+        ("GetRequest of an empty id", lambda: cl.gen.GetRequest(
+            pb.GetRequestRequest(request_id=""), metadata=cl.md, timeout=10),
+         "request_id: empty"),
+    ]
+    for what, fn, field in admin_cases:
+        code, det = code_of(fn)
+        C.ok(code == IA and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    for what, policy, budget, field in [
+            ("a default budget of 0 bytes", "qevict", 0, "tenant.default_budget.bytes"),
+            ("a default budget without a policy", "", 0.5, "tenant.default_budget: the default"),
+            ("a default budget on full", "full", 1 << 20, "tenant.default_budget: the default")]:
+        r = pb.SetTenantRequest()
+        r.tenant.id, r.tenant.kv_quota_bytes = "budgeted", 1 << 30
+        if policy:
+            r.tenant.default_policy.name = policy
+        if isinstance(budget, float):
+            r.tenant.default_budget.fraction = budget
+        else:
+            r.tenant.default_budget.bytes = budget
+        code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
+        C.ok(code == IA and det.startswith(field), "%s: %s '%s'" % (what, code, det))
     r = pb.SetTenantRequest()
     r.tenant.id, r.tenant.kv_quota_bytes = "huge", (1 << 64) - 1
     code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
