@@ -238,6 +238,32 @@ static int prepare_shape(gen_args_t *a, model_hparams_t *hp) {
   return 0;
 }
 
+/* Bytes of MemAvailable (/proc/meminfo), or 0 where unknown. */
+static double mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  double kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb * 1024.0;
+}
+
+/* A --shape on the CPU: its fp32 weights must fit the memory available (llama3-70b grew until
+ * the kernel killed it). 0 or QE_ENOMEM. */
+static int check_shape_memory(const gen_args_t *a, const model_hparams_t *hp) {
+  const double E = hp->n_embd, L = hp->n_layer, q = (double)hp->n_head * hp->head_dim;
+  const double kv = (double)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+  const double params = (double)hp->n_vocab * E * (hp->tied_output ? 1 : 2) +
+                        L * (2 * E * q + 2 * E * kv + 3 * E * F + 2 * E) + E;
+  const double need = params * sizeof(float), avail = mem_available();
+  if (a->device >= 0 || avail <= 0 || need < avail) return 0;
+  return qe_errf(QE_ENOMEM,
+                 "--shape %s: its fp32 weights take %.1f GB on the CPU and %.1f GB of memory is "
+                 "available (--device N puts them on a GPU in bf16)",
+                 a->shape, need / 1e9, avail / 1e9);
+}
+
 /* A resolved policy d against the model's context n_ctx: its sink and local regions within it;
  * for FullKV, no cache option given (they would be ignored). 0 or QE_EINVAL. */
 static int check_regions(const gen_args_t *a, const kv_policy_desc_t *d, int n_ctx) {
@@ -260,6 +286,7 @@ static int prepare(gen_args_t *a) {
   kv_policy_desc_t d;
   int rc = a->shape ? prepare_shape(a, &hp) : gguf_open(a->model, &g);
   if (!rc && !a->shape) rc = model_read_hparams(g, &hp);
+  if (!rc && a->shape) rc = check_shape_memory(a, &hp);
   if (!rc) rc = model_shard_of(&hp, 0, a->tp, &sh);
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
   if (!rc) rc = check_regions(a, &d, hp.n_ctx_train);
@@ -270,6 +297,11 @@ static int prepare(gen_args_t *a) {
                  hp.n_ctx_train);
   a->capacity =
       a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
+  if (!rc && a->n_ids + a->n_predict > hp.n_ctx_train)
+    fprintf(stderr,
+            "qevict: warning: -n %ld stops at the model's context of %d tokens: at most %d new "
+            "tokens after the %d of the prompt\n",
+            (long)a->n_predict, hp.n_ctx_train, hp.n_ctx_train - a->n_ids, a->n_ids);
   if (!rc && a->force_ids) rc = gen_read_ids(a->force_ids, &a->forced, &a->n_forced);
   if (!rc && a->pol.trace && !(a->trace = fopen(a->pol.trace, "w")))
     rc = qe_errf(QE_EIO, "cannot write trace file '%s'", a->pol.trace);

@@ -154,6 +154,14 @@ fi
 "$QEVICT" generate --shape tiny --prompt-len 4 -n 5 >"$TMP/ids.out" 2>"$TMP/err" || bad "--shape tiny"
 [[ $(wc -w <"$TMP/ids.out") -eq 5 && $(wc -l <"$TMP/ids.out") -eq 1 ]] ||
   bad "--shape tiny printed '$(cat "$TMP/ids.out")'"
+# a shape whose fp32 weights exceed the memory is refused up front (it once grew until killed)
+expect_error "--shape llama3-70b on the CPU" "$QEVICT" generate --shape llama3-70b --prompt-len 4 -n 1
+grep -q "fp32 weights take 282.2 GB" "$TMP/err" || bad "llama3-70b: $(cat "$TMP/err")"
+# -n past the context: said, not cut silently
+"$QEVICT" generate --model "$STORIES" --prompt hi -n 5000 --ignore-eos --json >"$TMP/out" \
+  2>"$TMP/err" || bad "-n 5000 failed"
+grep -q "warning: -n 5000 stops at the model's context of 2048 tokens" "$TMP/err" ||
+  bad "-n past the context: no warning ($(cat "$TMP/err"))"
 # serve, sched and worker take only their own options
 expect_error "serve --rank" "$QEVICT" serve --model "$STORIES" --rank 7
 expect_error "serve --worker-timeout" "$QEVICT" serve --model "$STORIES" --worker-timeout 100
