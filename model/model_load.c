@@ -108,6 +108,20 @@ static int hp_vocab(const gguf_t *g, model_hparams_t *hp) {
   return 0;
 }
 
+/* A tensor of a block past block_count (blk.N. with N >= n_layer): the file's layers and its
+ * metadata disagree, and loading the first n_layer blocks would run a truncated model. */
+static int check_blocks(const gguf_t *g, int n_layer) {
+  for (int i = 0; i < gguf_n_tensors(g); i++) {
+    const char *name = gguf_tensor(g, i)->name;
+    int b = -1, len = 0;
+    if (sscanf(name, "blk.%d.%n", &b, &len) == 1 && len > 0 && b >= n_layer)
+      return qe_errf(QE_EFORMAT,
+                     "model: tensor '%.80s' is of block %d, but block_count says %d blocks", name,
+                     b, n_layer);
+  }
+  return 0;
+}
+
 int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
   char arch[32];
   memset(hp, 0, sizeof *hp);
@@ -130,7 +144,7 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
   if ((rc = hp_u32(g, arch, "attention.key_length", 0, &hp->head_dim))) return rc;
   hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2;
   hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
-  if ((rc = hp_rope(g, arch, hp))) return rc;
+  if ((rc = hp_rope(g, arch, hp)) || (rc = check_blocks(g, hp->n_layer))) return rc;
   return hp_vocab(g, hp);
 }
 
