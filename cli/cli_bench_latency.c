@@ -74,6 +74,8 @@ static int add_policy(lat_args_t *a, const char *item, size_t len) {
     return -1;
   snprintf(p->name, sizeof p->name, "%s", buf);
   snprintf(p->budget, sizeof p->budget, "%s", colon ? colon + 1 : "");
+  for (int i = 0; i < a->n_pol; i++) /* (the same run twice: a repeated row) */
+    if (!strcmp(a->pol[i].name, p->name) && !strcmp(a->pol[i].budget, p->budget)) return -1;
   a->n_pol++;
   return 0;
 }
@@ -85,7 +87,7 @@ static int parse_policies(lat_args_t *a, const char *v) {
     if (add_policy(a, p, len))
       return cli_usage_error("bench latency",
                              "bad --policies '%s' (NAME or NAME:BUDGET, "
-                             "comma-separated, at most %d)",
+                             "comma-separated, none repeated, at most %d)",
                              v, LAT_MAX_POL);
     p += len;
     if (!*p) return 0;

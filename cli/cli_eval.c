@@ -51,14 +51,21 @@ static const char *eval_help =
     "                    refusal\n"
     "  --quiet           no progress lines on stderr\n";
 
-/* Splits a comma list in place into items (at most EVAL_MAX_LIST). -1 if too many or empty. */
+/* Splits a comma list in place into items (at most EVAL_MAX_LIST). -1 if too many, with an
+ * empty item (",a", "a,", "a,,b": the list was cut short somewhere) or an item twice (a
+ * repeated row or column of the report). */
 static int split(char *s, char **items, int *n) {
   *n = 0;
-  for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-    if (*n == EVAL_MAX_LIST) return -1;
-    items[(*n)++] = tok;
+  for (char *p = s;;) {
+    char *comma = strchr(p, ',');
+    if (comma) *comma = '\0';
+    if (!*p || *n == EVAL_MAX_LIST) return -1;
+    for (int i = 0; i < *n; i++)
+      if (!strcmp(items[i], p)) return -1;
+    items[(*n)++] = p;
+    if (!comma) return 0;
+    p = comma + 1;
   }
-  return *n ? 0 : -1;
 }
 
 static int add_variant(eval_cfg_t *c, const char *label, const char *name, int ablation,
@@ -163,6 +170,8 @@ static int parse_tasks(eval_cfg_t *c, char *v) {
   char *items[EVAL_MAX_LIST];
   if (split(v, (char **)items, &c->n_tasks)) return -1;
   for (int i = 0; i < c->n_tasks; i++) {
+    if (!strcmp(items[i], "all"))
+      return cli_usage_error("eval", "--tasks: 'all' (every task) stands alone"), -2;
     if (!eval_task_find(items[i]) && strcmp(items[i], EVAL_TASK_PPL))
       return cli_usage_error("eval", "unknown task '%s'", items[i]), -2;
     c->tasks[i] = items[i];
@@ -254,7 +263,11 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
       int rc = parse_valued(c, f, argv[i]);
       if (rc == 1) return cli_usage_error("eval", "unknown option %s", f);
       if (rc == -2) return 2;
-      if (rc) return cli_usage_error("eval", "bad value '%s' for %s", orig, f);
+      if (rc)
+        return cli_usage_error("eval", "bad value '%s' for %s%s", orig, f,
+                               strchr(orig, ',') || !*orig
+                                   ? " (a comma list: each item valid, none empty or repeated)"
+                                   : "");
     }
   }
   if (!c->model) return cli_usage_error("eval", "--model is required");

@@ -40,6 +40,10 @@ expect_exit 2 "samples 0" "${E[@]}" --samples 0
 expect_exit 2 "length beyond the context" "${E[@]}" --lengths 400,100000
 expect_exit 2 "graphkv on streaming" "${E[@]}" --policies streaming+graphkv
 expect_exit 2 "unknown option" "${E[@]}" --bogus 1
+expect_exit 2 "a trailing comma" "${E[@]}" --tasks niah_single,
+expect_exit 2 "a repeated length" "${E[@]}" --lengths 256,256
+expect_exit 2 "a repeated policy" "${E[@]}" --policies streaming,streaming
+expect_exit 2 "'all' in a list" "${E[@]}" --tasks all,ppl
 expect_exit 2 "missing value" "${E[@]}" --lengths
 expect_exit 1 "missing model file" "$QEVICT" eval --model "$TMP/nope.gguf" --quiet
 expect_exit 2 "bad policy option" "${E[@]}" --policies h2o:win=8
