@@ -420,8 +420,22 @@ static void reply_submit(sgrpc_call_t *call, sreq_t *r, int attached) {
   sched_rpc_reply(call, &resp.base);
 }
 
-static void attach(sgrpc_call_t *call, sreq_t *r, int submit) {
-  if (submit)
+/* FNV-1a of a request's bytes (sreq.body_hash). */
+static uint64_t body_hash(const uint8_t *msg, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ msg[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* A retry under r's client_request_id: the same request attaches; another body is refused
+ * (it would silently stream the first request's output). */
+static void attach(sgrpc_call_t *call, sreq_t *r, int submit, uint64_t hash) {
+  if (hash != r->body_hash)
+    sched_rpc_error(call, GS(ALREADY_EXISTS),
+                    "client_request_id: '%s' names request %s, sent with another body (a retry "
+                    "sends the same request; a new one needs a new id)",
+                    r->client_id, r->id_str);
+  else if (submit)
     reply_submit(call, r, 1);
   else if (!watcher_add(r, call, 0, 0))
     sched_rpc_error(call, GS(INTERNAL), "out of memory");
@@ -445,7 +459,8 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
   sval_err_t e = {0};
   int rc = old ? 0 : !r ? (e.status = SVAL_INTERNAL, -1) : sval_request(s, tenant, g, r, &e);
   qevict__v1__generate_request__free_unpacked(g, NULL);
-  if (old) return attach(call, old, submit);
+  if (old) return attach(call, old, submit, body_hash(msg, n));
+  if (r) r->body_hash = body_hash(msg, n);
   if (!rc) rc = admit(s, r, &e);
   if (rc) {
     if (r) req_free(r);

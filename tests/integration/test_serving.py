@@ -468,6 +468,14 @@ def test_submit_watch(srv, cl, key):
                           metadata=cl.md, timeout=10)
     C.ok(again.attached and again.request_id == r.request_id, "a retry with the same "
          "client_request_id attaches to the request")
+    for what, other in [("another prompt", cl.request(PROMPTS[3], 120, "qevict", 0.6,
+                                                      client_request_id="job-1")),
+                        ("max_tokens 0", cl.request(PROMPTS[4], 0, "qevict", 0.6,
+                                                    client_request_id="job-1"))]:
+        code, det = code_of(lambda: cl.gen.Submit(other, metadata=cl.md, timeout=10))
+        C.ok(code == grpc.StatusCode.ALREADY_EXISTS and det.startswith(
+            "client_request_id: 'job-1' names request %s, sent with another body" % r.request_id),
+             "the same client_request_id with %s: %s '%s'" % (what, code, det))
     second = Client(srv.addr, key)
     got = [None, None]
 
