@@ -220,6 +220,8 @@ def test_hardening(srv, admin, cl):
         ("sink past the request", policy_req("qevict", sink=65536), IA,
          "policy.sink: 65536 tokens, more than the request's prompt + max_tokens"),
         ("local past the request", policy_req("qevict", local=4096), IA, "policy.local: 4096"),
+        ("graphkv on streaming", policy_req("streaming", 0.3, graphkv_k=2), IA,
+         "policy.graphkv: policy streaming has no token scores"),
         ("a fraction on full", cl.request("hi", 8, "full", 0.5), IA,
          "budget.fraction: policy full keeps every token"),
     ]

@@ -67,6 +67,9 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
   char name[96];
   if (strlen(base) > 64) return qe_errf(QE_EINVAL, "policy.name: longer than 64 bytes");
   snprintf(name, sizeof name, "%s%s", base, graphkv ? "+graphkv" : "");
+  if (graphkv && !kv_policy_find(base, out) && kv_policy_find(name, out))
+    return qe_errf(QE_EINVAL, /* (a known policy that GraphKV cannot re-score) */
+                   "policy.graphkv: policy %s has no token scores for GraphKV to re-score", base);
   if (kv_policy_find(name, out))
     return qe_errf(QE_EINVAL, "policy.name: unknown policy '%s'", name);
   if (!p) return 0;
