@@ -44,10 +44,10 @@ typedef struct {
   size_t xb_n;                  /* ... its elements ... */
   unsigned long xb_seq, op_seq; /* ... as of op number xb_seq; ops counted by kcu_enter */
   size_t xb_cap;                /* bytes */
-  int xb_fuse; /* RMSNorm and SwiGLU also write xb for the matmul after them (kcu_xb_out) */
-  int add_fuse; /* kcu_add_rmsnorm in one kernel where the vector RMSNorm serves */
-  void *wb;                     /* bf16 of a plain fp32 weight for the current GEMM (tests) */
-  size_t wb_cap;                /* bytes */
+  int xb_fuse;   /* RMSNorm and SwiGLU also write xb for the matmul after them (kcu_xb_out) */
+  int add_fuse;  /* kcu_add_rmsnorm in one kernel where the vector RMSNorm serves */
+  void *wb;      /* bf16 of a plain fp32 weight for the current GEMM (tests) */
+  size_t wb_cap; /* bytes */
   kcu_plan_t plans[KCU_PLANS];
   int n_plans, next_plan;
   kern_rope_t rope_key; /* parameters of the device rope table */
