@@ -164,6 +164,8 @@ static int fit_slots(const lc_args_t *a, kern_backend_t *be, const model_t *m, k
   int k = 8;
   size_t c1 = cache_cost(a, be, m, k), c2 = c1 ? cache_cost(a, be, m, 2 * k) : 0;
   if (!c2) k = 1, c1 = cache_cost(a, be, m, 1), c2 = c1 ? cache_cost(a, be, m, 2) : 0;
+  if (k == 1 && c1 && !c2) /* one slot and no second */
+    return make_cache(a, be, m, 1, kv) ? qe_errf(QE_ENOSPC, "long_ctx: not even one slot fits") : 1;
   if (kern_cuda_mem_info(be, &free_b, &total) || !c1 || !c2 || free_b <= reserve + c1)
     return qe_errf(QE_ENOSPC, "long_ctx: no memory left for a cache");
   size_t per = c2 > c1 ? (c2 - c1) / k : c1 / k, fixed = c1 > k * per ? c1 - k * per : 0;

@@ -101,9 +101,9 @@ typedef struct {
   atomic_int stop;    /* interrupted: start nothing more */
   atomic_int refused; /* a key refused: start nothing more (every request would be) */
   FILE *save;         /* --save-result's file, opened before the run */
-  gguf_t *gguf;       /* --tokenizer's file and tokenizer (--input-len) */
-  tok_t *tok;
-  pthread_mutex_t tok_mu; /* (tok_encode, one call at a time) */
+  int32_t *stream;    /* --input-len: a synthetic text tokenized once (no BOS) ... */
+  long n_stream;      /* ... its ids, more than the longest prompt needs */
+  int32_t bos;        /* the BOS each prompt starts with (-1: the model adds none) */
 } bench_run_t;
 
 static double now_s(void) {
@@ -217,26 +217,49 @@ static char *ids_text(const int32_t *ids, long n_tok) {
   return t;
 }
 
-/* Request i's synthetic prompt of exactly n_tok tokens of R's tokenizer (its BOS first where
- * the model adds one: the ids the server would make of the text) into *out as "1,2,3". */
+/* Request i's synthetic prompt of exactly n_tok tokens into *out as "1,2,3": the model's BOS
+ * where it adds one, then a window of the tokenized text R->stream at an offset drawn from the
+ * prompt seed (no tokenizer call while the run is timed). */
 static int token_prompt(bench_run_t *R, long i, long n_tok, char **out) {
-  *out = NULL;
-  for (long words = n_tok; words <= 8 * n_tok + 16; words *= 2) {
-    char *text = cli_bench_words(words, R->a->seed, i);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (!text) return qe_errf(QE_ENOMEM, "no memory for a prompt");
-    pthread_mutex_lock(&R->tok_mu);
-    int rc = tok_encode(R->tok, text, strlen(text), tok_add_bos(R->tok), 0, &ids, &n);
-    pthread_mutex_unlock(&R->tok_mu);
-    free(text);
-    if (!rc && (long)n >= n_tok && !(*out = ids_text(ids, n_tok)))
-      rc = qe_errf(QE_ENOMEM, "no memory for a prompt");
-    free(ids);
-    if (rc || *out) return rc;
+  const long body = R->bos >= 0 ? n_tok - 1 : n_tok;
+  uint64_t st = (R->a->seed ^ 0x70fe11ull) * 0x9e3779b97f4a7c15ull + (uint64_t)i;
+  const long off = (long)(cli_splitmix64(&st) % (uint64_t)(R->n_stream - body + 1));
+  int32_t *ids = malloc(sizeof *ids * (size_t)n_tok);
+  if (!ids) return qe_errf(QE_ENOMEM, "no memory for a prompt");
+  if (R->bos >= 0) ids[0] = R->bos;
+  memcpy(ids + (R->bos >= 0), R->stream + off, sizeof *ids * (size_t)body);
+  *out = ids_text(ids, n_tok);
+  free(ids);
+  return *out ? 0 : qe_errf(QE_ENOMEM, "no memory for a prompt");
+}
+
+/* --tokenizer: tokenizes a synthetic text once, past the longest prompt --input-len (with
+ * --random-range-ratio) asks for, into R->stream. 0 or an exit code after a message. */
+static int tokenize_stream(const bench_args_t *a, bench_run_t *R) {
+  gguf_t *g = NULL;
+  tok_t *t = NULL;
+  const long most = (long)ceil((double)a->input_len * (1 + a->range)) + 1;
+  long words;
+  int rc = gguf_open(a->tokenizer, &g);
+  if (!rc) rc = tok_create(g, &t);
+  if (rc) {
+    gguf_close(g);
+    return cli_usage_error("bench serve", "--tokenizer '%s': %s", a->tokenizer, qe_errmsg());
   }
-  return qe_errf(QE_ERANGE, "the tokenizer makes fewer than %ld tokens of %ld words", n_tok,
-                 8 * n_tok + 16);
+  R->bos = tok_add_bos(t) ? tok_bos(t) : -1;
+  for (words = 2 * most + 16; !rc && R->n_stream < most && words <= 64 * most + 64; words *= 2) {
+    char *text = cli_bench_words(words, a->seed, -1);
+    size_t n = 0;
+    free(R->stream), R->stream = NULL;
+    rc = text ? tok_encode(t, text, strlen(text), 0, 0, &R->stream, &n) : QE_ENOMEM;
+    R->n_stream = rc ? 0 : (long)n;
+    free(text);
+  }
+  tok_destroy(t), gguf_close(g);
+  if (!rc && R->n_stream < most)
+    rc = qe_errf(QE_ERANGE, "--tokenizer '%s' makes fewer than %ld tokens of the synthetic text",
+                 a->tokenizer, most);
+  return rc ? cli_fail("bench serve", rc) : 0;
 }
 
 /* Packs request i (its own synthetic prompt, or the given one) into *buf (malloc'd). 0, or a
@@ -273,10 +296,8 @@ static int pack_one(bench_run_t *R, long i, uint8_t **buf, size_t *len) {
  * code after a message. */
 static int pack_first(const bench_args_t *a, bench_run_t *R) {
   if (a->tokenizer) {
-    int rc = gguf_open(a->tokenizer, &R->gguf);
-    if (!rc) rc = tok_create(R->gguf, &R->tok);
-    if (rc)
-      return cli_usage_error("bench serve", "--tokenizer '%s': %s", a->tokenizer, qe_errmsg());
+    int rc = tokenize_stream(a, R);
+    if (rc) return rc;
   }
   R->shared = (a->s.prompt || a->s.prompt_file || a->s.ids) && a->range == 0;
   int rc = pack_one(R, 0, &R->req, &R->len);
@@ -678,9 +699,7 @@ static void run_free(bench_run_t *R) {
   for (long i = 0; R->rec && i < R->a->requests; i++) free(R->rec[i].gaps);
   free(R->req), free(R->arrival), free(R->rec);
   if (R->save) fclose(R->save);
-  if (R->tok) tok_destroy(R->tok);
-  if (R->gguf) gguf_close(R->gguf);
-  pthread_mutex_destroy(&R->tok_mu);
+  free(R->stream);
   cli_rpc_close(R->c);
 }
 
@@ -703,7 +722,6 @@ static int run_and_report(bench_run_t *R) {
 
 static int bench_serve(const bench_args_t *a) {
   bench_run_t R = {.a = a};
-  pthread_mutex_init(&R.tok_mu, NULL);
   int rc = pack_first(a, &R);
   if (!rc) rc = make_arrivals(a, &R);
   if (!rc && !(R.rec = calloc((size_t)a->requests, sizeof *R.rec)))

@@ -300,8 +300,8 @@ static int prepare(gen_args_t *a) {
       a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
   if (!rc && a->n_ids + a->n_predict > hp.n_ctx_train)
     fprintf(stderr,
-            "qevict: warning: -n %ld stops at the model's context of %d tokens: at most %d new "
-            "tokens after the %d of the prompt\n",
+            "qevict: warning: %ld new tokens (-n) stop at the model's context of %d tokens: at "
+            "most %d after the %d of the prompt\n",
             (long)a->n_predict, hp.n_ctx_train, hp.n_ctx_train - a->n_ids, a->n_ids);
   if (!rc && a->force_ids) rc = gen_read_ids(a->force_ids, &a->forced, &a->n_forced);
   if (!rc && a->pol.trace && !(a->trace = fopen(a->pol.trace, "w")))

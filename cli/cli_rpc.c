@@ -544,15 +544,52 @@ static int client_tls(const char *cmd, const cli_client_opts_t *o, cli_rpc_tls_t
   return 0;
 }
 
-/* Whether a gRPC target's port is 1..65535 (gRPC itself takes a larger one modulo 65536 and
- * drops trailing junk, reaching another port): host:port, [v6]:port, dns:///, ipv4: and ipv6:
- * forms (the last address of a list); unix: targets have none. */
+/* Whether one address (host, host:port, [v6] or [v6]:port, a bare IPv6) has a port gRPC takes
+ * as written: digits, 1..65535 (gRPC takes a larger one modulo 65536 and drops trailing junk,
+ * reaching another port); none is fine (gRPC's default). */
+static int addr_port_ok(const char *a, size_t n) {
+  const char *end = a + n, *c = NULL;
+  if (n && a[0] == '[') { /* [v6] or [v6]:port */
+    const char *rb = memchr(a, ']', n);
+    if (!rb) return 0;
+    if (rb + 1 == end) return 1;
+    if (rb[1] != ':') return 0;
+    c = rb + 1;
+  } else {
+    const char *first = memchr(a, ':', n);
+    if (!first) return 1;                                            /* host alone */
+    if (memchr(first + 1, ':', (size_t)(end - first - 1))) return 1; /* a bare IPv6 address */
+    c = first;
+  }
+  size_t d = 0;
+  while (c + 1 + d < end && c[1 + d] >= '0' && c[1 + d] <= '9') d++;
+  return d && d <= 5 && c + 1 + d == end && atol(c + 1) >= 1 && atol(c + 1) <= 65535;
+}
+
+/* Whether a gRPC target's ports are all as written: host[:port] and dns:[//authority/]host[:port]
+ * targets, and every address of an ipv4: or ipv6: list; other schemes (unix:, xds:, ...) are
+ * gRPC's to judge. */
 static int server_port_ok(const char *server) {
-  if (!strncmp(server, "unix:", 5) || !strncmp(server, "unix-abstract:", 14)) return 1;
-  const char *c = strrchr(server, ':');
-  if (!c || strchr(c, ']') || (c > server && c[-1] == ':' && !strchr(server, '['))) return 0;
-  const size_t n = strspn(c + 1, "0123456789");
-  return n && n <= 5 && !c[1 + n] && atol(c + 1) >= 1 && atol(c + 1) <= 65535;
+  const char *t = server;
+  int list = 0;
+  if (!strncmp(t, "dns:", 4)) {
+    t += 4;
+    if (!strncmp(t, "//", 2)) t = strchr(t + 2, '/') ? strchr(t + 2, '/') + 1 : t + 2;
+  } else if (!strncmp(t, "ipv4:", 5) || !strncmp(t, "ipv6:", 5)) {
+    t += 5, list = 1;
+  } else {
+    const char *colon = strchr(t, ':');
+    const size_t sl = strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789+-.");
+    if (colon && (size_t)(colon - t) == sl && sl > 1 &&
+        !strchr("0123456789", colon[1] ? colon[1] : 'x'))
+      return 1; /* another scheme: unix:, unix-abstract:, xds:, ... */
+  }
+  for (;;) {
+    const size_t n = list ? strcspn(t, ",") : strlen(t);
+    if (!addr_port_ok(t, n)) return 0;
+    if (!list || !t[n]) return 1;
+    t += n + 1;
+  }
 }
 
 int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out) {
@@ -576,8 +613,8 @@ int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out
   if (!server_port_ok(server)) {
     free(file_key);
     return cli_usage_error(cmd,
-                           "bad server address '%.200s' (%s): HOST:PORT with a port in "
-                           "1..65535, or unix:PATH",
+                           "bad server address '%.200s' (%s): a port is digits in 1..65535 "
+                           "(HOST[:PORT], [IPv6][:PORT], ipv4:A:P,..., or unix:PATH)",
                            server, o->server && *o->server ? "--server" : "QEVICT_SERVER");
   }
   cli_rpc_tls_t tls = {NULL, NULL, NULL, o->tls_server_name};

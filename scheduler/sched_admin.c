@@ -32,11 +32,6 @@ static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
   kv_policy_desc_t d = {0};
   if (*name && kv_policy_find(name, &d))
     return qe_errf(QE_EINVAL, "tenant.default_policy.name: unknown policy '%.64s'", name);
-  if (b && b->kind_case != QEVICT__V1__BUDGET__KIND__NOT_SET && (!*name || d.full))
-    return qe_errf(QE_EINVAL,
-                   "tenant.default_budget: the default policy %s keeps every token; a "
-                   "budget needs one that evicts or quantizes (tenant.default_policy)",
-                   *name ? name : "(none: full)");
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES && !b->bytes)
     return qe_errf(QE_EINVAL, "tenant.default_budget.bytes: must be > 0");
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {

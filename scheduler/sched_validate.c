@@ -250,18 +250,16 @@ static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp
   return 0;
 }
 
-/* A sink or local region given longer than the request itself (prompt + max_tokens): the cache
- * would reserve it whole for tokens that never come (sink 65,536 reserved 84 MB for a 2-token
- * prompt). */
-static int check_regions(const Qevict__V1__Policy *p, long cap, sval_err_t *e) {
-  if (p && p->sink_opt_case == PP(SINK_OPT_SINK) && (long)p->sink > cap)
-    return bad(e, SVAL_INVALID,
-               "policy.sink: %u tokens, more than the request's prompt + max_tokens (%ld)", p->sink,
-               cap);
-  if (p && p->local_opt_case == PP(LOCAL_OPT_LOCAL) && (long)p->local > cap)
-    return bad(e, SVAL_INVALID,
-               "policy.local: %u tokens, more than the request's prompt + max_tokens (%ld)",
-               p->local, cap);
+/* A sink or local region longer than the model's context (as generate refuses them): the cache
+ * reserves them whole whatever the request's length (sink 65,536 reserved 84 MB for a 2-token
+ * prompt of a 2,048-token model). */
+static int check_regions(const Qevict__V1__Policy *p, long ctx, sval_err_t *e) {
+  if (p && p->sink_opt_case == PP(SINK_OPT_SINK) && (long)p->sink > ctx)
+    return bad(e, SVAL_INVALID, "policy.sink: %u tokens exceeds the model context (%ld)", p->sink,
+               ctx);
+  if (p && p->local_opt_case == PP(LOCAL_OPT_LOCAL) && (long)p->local > ctx)
+    return bad(e, SVAL_INVALID, "policy.local: %u tokens exceeds the model context (%ld)", p->local,
+               ctx);
   return 0;
 }
 
@@ -272,7 +270,6 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   char name[96] = "";
   const Qevict__V1__Policy *p = g->policy;
   long cap = (long)r->n_prompt + r->max_tokens;
-  if (check_regions(p, cap, e)) return -1;
   if (!p || !*p->name) tenant_default(t, name, sizeof name, &frac, &bytes);
   snprintf(r->policy_name, sizeof r->policy_name, "%s", p && *p->name ? p->name : name);
   qevict__worker__v1__policy__init(&r->wpolicy);
@@ -282,9 +279,11 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   if (tr_policy_resolve(&r->wpolicy, s->hp.head_dim, &d))
     return bad(e, SVAL_INVALID, "%s", qe_errmsg());
   snprintf(r->policy, sizeof r->policy, "%s", d.name);
+  if (!d.full && check_regions(p, s->hp.n_ctx_train, e)) return -1;
   int tp = s->groups ? s->groups->tp_size : 1, gpu = gpu_groups(s);
   if (gpu && !d.full && check_gpu_policy(s, r, &d, tp, e)) return -1;
   const Qevict__V1__Budget *b = g->budget;
+  const int tenant_budget = !(b && b->kind_case) && (frac != 0 || bytes != 0);
   int explicit_bytes = b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES;
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
     if (!(b->fraction > 0 && b->fraction <= 1))
@@ -294,6 +293,8 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
     if (!b->bytes) return bad(e, SVAL_INVALID, "budget.bytes: must be > 0");
     bytes = b->bytes, frac = 0;
   }
+  /* (a budget the request did not give is its tenant's default: said so in the messages) */
+  const char *whose = tenant_budget ? " (the tenant's default_budget)" : "";
   uint64_t per_tok = sched_groups_bytes_per_token(s);
   r->full_kv_bytes = (int64_t)(per_tok * (uint64_t)cap);
   int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
@@ -306,8 +307,8 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
                  "budget.fraction: policy full keeps every token; a fraction below 1 needs a "
                  "policy that evicts or quantizes (policy.name)");
     if (bytes && (int64_t)bytes < r->full_kv_bytes)
-      return bad(e, SVAL_INVALID, "budget: policy full needs %lld bytes (prompt + max_tokens)",
-                 (long long)r->full_kv_bytes);
+      return bad(e, SVAL_INVALID, "budget%s: policy full needs %lld bytes (prompt + max_tokens)",
+                 whose, (long long)r->full_kv_bytes);
     if (r->full_kv_bytes > limit)
       return bad(e, SVAL_EXHAUSTED,
                  "budget: FullKV of prompt + max_tokens is %lld bytes, above the tenant's limit "
@@ -326,9 +327,9 @@ static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   if ((int64_t)want > limit) want = (uint64_t)limit;
   if (want < min)
     return bad(e, SVAL_INVALID,
-               "budget: %llu bytes is below policy %s's minimum for this request (%zu bytes: sink "
-               "and local windows)",
-               (unsigned long long)want, d.name, min);
+               "budget%s: %llu bytes is below policy %s's minimum for this request (%zu bytes: "
+               "sink and local windows, policy.sink and policy.local)",
+               whose, (unsigned long long)want, d.name, min);
   r->budget = (int64_t)want;
   return 0;
 }

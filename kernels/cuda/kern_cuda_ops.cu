@@ -220,7 +220,7 @@ void kcu_add_rmsnorm(kern_backend_t *be, float *x, const float *d, float *y, con
                      int n, float eps) {
   kcu_t *c = KCU(be);
   const uintptr_t a = (uintptr_t)y | (uintptr_t)x | (uintptr_t)d | (uintptr_t)g;
-  if (!c->add_fuse || !kcu_rms_vec(n, a) || m <= 0) { /* two kernels */
+  if (!c->add_fuse || !kcu_rms_vec(n, a) || m <= 0 || n <= 0) { /* two kernels */
     kcu_add(be, x, d, (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0));
     kcu_rmsnorm(be, y, x, g, m, n, eps);
     return;

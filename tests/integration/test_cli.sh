@@ -160,7 +160,7 @@ grep -q "fp32 weights take 282.2 GB" "$TMP/err" || bad "llama3-70b: $(cat "$TMP/
 # -n past the context: said, not cut silently
 "$QEVICT" generate --model "$STORIES" --prompt hi -n 5000 --ignore-eos --json >"$TMP/out" \
   2>"$TMP/err" || bad "-n 5000 failed"
-grep -q "warning: -n 5000 stops at the model's context of 2048 tokens" "$TMP/err" ||
+grep -q "warning: 5000 new tokens (-n) stop at the model's context of 2048 tokens" "$TMP/err" ||
   bad "-n past the context: no warning ($(cat "$TMP/err"))"
 # serve, sched and worker take only their own options
 expect_error "serve --rank" "$QEVICT" serve --model "$STORIES" --rank 7

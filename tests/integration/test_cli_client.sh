@@ -63,13 +63,19 @@ expect_usage "negative -n" "-n" "$QEVICT" submit --prompt hi -n -3
 expect_usage "-n 0" "-n" "$QEVICT" submit --prompt hi -n 0
 expect_usage "unknown --state" "--state" "$QEVICT" requests --state bogus
 # ports gRPC would take modulo 65536 or cut (reaching another port), or none at all
-for a in 127.0.0.1:83616 127.0.0.1:80x 127.0.0.1 127.0.0.1:0 "[::1]"; do
+for a in 127.0.0.1:83616 127.0.0.1:80x 127.0.0.1:0 "[::1]:99999" dns:///localhost:70000 \
+  ipv4:127.0.0.1:83616,127.0.0.2:50051; do
   expect_usage "--server $a" "bad server address '$a'" "$QEVICT" submit --server "$a" --prompt hi
 done
 expect_usage "QEVICT_SERVER with a bad port" "(QEVICT_SERVER)" env QEVICT_SERVER=localhost:99999 \
   "$QEVICT" tenant list
 expect_usage "bench serve --server with a bad port" "bad server address" "$QEVICT" bench serve \
   --server 127.0.0.1:70000 --requests 1
+# targets without a port are gRPC's (its default port), and other schemes too: not refused
+for a in 127.0.0.1 "[::1]" xds:///svc; do
+  run "$QEVICT" tenant list --server "$a" --timeout 1
+  [[ $? -ne 2 ]] || bad "--server $a refused as a usage error: $(cat "$TMP/err")"
+done
 # a worker's malformed --scheduler is refused before its model loads (it once retried forever)
 expect_usage "worker --scheduler with a bad port" "--scheduler: transport: bad port" "$QEVICT" \
   worker --model "$0" --scheduler 127.0.0.1:99999

@@ -216,10 +216,11 @@ def test_hardening(srv, admin, cl):
         ("3 MB of text", cl.request("Once upon a time " * 200000, 4), IA, "prompt: "),
         ("a NUL in the prompt", cl.request("Once\x00 upon a time", 4), IA, "prompt.text: holds"),
         ("a NUL in the policy name", policy_req("qevict\x00whatever"), IA, "policy.name: holds"),
-        # a second audit (2026-12-05): regions longer than the request reserved them whole
-        ("sink past the request", policy_req("qevict", sink=65536), IA,
-         "policy.sink: 65536 tokens, more than the request's prompt + max_tokens"),
-        ("local past the request", policy_req("qevict", local=4096), IA, "policy.local: 4096"),
+        # a second audit (2026-12-05): regions past the context were reserved whole
+        ("sink past the context", policy_req("qevict", sink=65536), IA,
+         "policy.sink: 65536 tokens exceeds the model context (2048)"),
+        ("local past the context", policy_req("qevict", local=4096), IA,
+         "policy.local: 4096 tokens exceeds"),
         ("graphkv on streaming", policy_req("streaming", 0.3, graphkv_k=2), IA,
          "policy.graphkv: policy streaming has no token scores"),
         ("a fraction on full", cl.request("hi", 8, "full", 0.5), IA,
@@ -228,6 +229,9 @@ def test_hardening(srv, admin, cl):
     for what, req, want, field in cases:
         code, det = code_of(lambda: cl.generate(req, timeout=60))
         C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    ev = cl.generate(policy_req("qevict", local=32))  # (longer than the request: still fine)
+    C.ok(finished_of(ev) is not None and len(tokens_of(ev)[0]) == 8,
+         "an explicit local of 32 on an 11-token request runs, as the default 32 does")
     greedy = tokens_of(cl.generate(cl.request(PROMPTS[0], 6)))[0]
     tiny = tokens_of(cl.generate(cl.request(PROMPTS[0], 6, sampling=pb.Sampling(
         temperature=1e-38, top_p=0.9, seed=1))))[0]
@@ -245,20 +249,18 @@ def test_hardening(srv, admin, cl):
     for what, fn, field in admin_cases:
         code, det = code_of(fn)
         C.ok(code == IA and det.startswith(field), "%s: %s '%s'" % (what, code, det))
-    for what, policy, budget, field in [
-            ("a default budget of 0 bytes", "qevict", 0, "tenant.default_budget.bytes"),
-            ("a default budget without a policy", "", 0.5, "tenant.default_budget: the default"),
-            ("a default budget on full", "full", 1 << 20, "tenant.default_budget: the default")]:
-        r = pb.SetTenantRequest()
-        r.tenant.id, r.tenant.kv_quota_bytes = "budgeted", 1 << 30
-        if policy:
-            r.tenant.default_policy.name = policy
-        if isinstance(budget, float):
-            r.tenant.default_budget.fraction = budget
-        else:
-            r.tenant.default_budget.bytes = budget
-        code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
-        C.ok(code == IA and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "budgeted", 1 << 30
+    r.tenant.default_policy.name, r.tenant.default_budget.bytes = "qevict", 0
+    code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
+    C.ok(code == IA and det.startswith("tenant.default_budget.bytes: must be > 0"),
+         "a default budget of 0 bytes: %s '%s'" % (code, det))
+    r.tenant.default_budget.bytes = 1  # (accepted; a request it cannot hold names whose it is)
+    set_key = admin.adm.SetTenant(r, metadata=admin.md, timeout=10).api_key
+    tiny_default = Client(srv.addr, set_key)
+    code, det = code_of(lambda: tiny_default.generate(tiny_default.request("hi", 8), timeout=30))
+    C.ok(code == IA and det.startswith("budget (the tenant's default_budget): 1 bytes is below"),
+         "a request under a 1-byte tenant default: %s '%s'" % (code, det))
     r = pb.SetTenantRequest()
     r.tenant.id, r.tenant.kv_quota_bytes = "huge", (1 << 64) - 1
     code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
