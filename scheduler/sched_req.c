@@ -505,6 +505,15 @@ void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const u
   if (from > r->n_ev && r->state == SREQ_FINISHED)
     return sched_rpc_error(call, GS(OUT_OF_RANGE), "from_offset: the request has %llu events",
                            (unsigned long long)r->n_ev);
+  /* a live request has at most a Tokens event a token, its Started and Finished and a few
+     more on resumption: an offset far past them would wait for the request to end in vain */
+  const uint64_t most = r->n_ev + 2 * (uint64_t)r->max_tokens + 16;
+  if (from > most)
+    return sched_rpc_error(call, GS(OUT_OF_RANGE),
+                           "from_offset: %llu is past any event the request can have (%llu so "
+                           "far, at most %llu)",
+                           (unsigned long long)from, (unsigned long long)r->n_ev,
+                           (unsigned long long)most);
   if (!watcher_add(r, call, from, 0)) sched_rpc_error(call, GS(INTERNAL), "out of memory");
 }
 

@@ -498,6 +498,16 @@ def test_submit_watch(srv, cl, key):
     tail = list(third.gen.Watch(pb.WatchRequest(request_id=r.request_id, from_offset=2),
                                 metadata=third.md, timeout=60))
     C.ok(tail == got[0][2:], "Watch from offset 2 after a reconnect replays the rest")
+    live = cl.gen.Submit(cl.request(PROMPTS[2], 300, ignore_eos=True), metadata=cl.md,
+                         timeout=10)
+    t0 = time.time()
+    code, det = code_of(lambda: list(cl.gen.Watch(pb.WatchRequest(
+        request_id=live.request_id, from_offset=10 ** 9), metadata=cl.md, timeout=60)))
+    C.ok(code == grpc.StatusCode.OUT_OF_RANGE and det.startswith("from_offset: 1000000000 is "
+         "past any event") and time.time() - t0 < 10,
+         "Watch far past a running request's events: %s in %.1f s '%s'" %
+         (code, time.time() - t0, det))
+    cl.gen.Cancel(pb.CancelRequest(request_id=live.request_id), metadata=cl.md, timeout=10)
 
 
 def running_on(worker, n_new):
