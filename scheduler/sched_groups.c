@@ -408,6 +408,12 @@ int sched_groups_up(const sched_t *s) {
   return n;
 }
 
+int sched_groups_serving(const sched_t *s) {
+  int n = 0;
+  for (const sgroup_t *g = s->groups; g; g = g->next) n += g->up && !g->draining;
+  return n;
+}
+
 uint64_t sched_groups_bytes_per_token(const sched_t *s) {
   for (const sgroup_t *g = s->groups; g; g = g->next)
     if (g->ever_up) return g->bytes_per_token;
@@ -432,6 +438,7 @@ int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse
     resp->running += (uint32_t)g->n_running;
   }
   resp->workers = *names;
+  sched_health_changed(s); /* (every group draining: NOT_SERVING) */
   return 0;
 }
 

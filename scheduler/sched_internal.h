@@ -193,6 +193,8 @@ void sched_groups_cancel(sched_t *s, sreq_t *r);
 /* A running request left its group (finished or cancelled): its bytes come free there. */
 void sched_groups_release(sched_t *s, sreq_t *r);
 int sched_groups_up(const sched_t *s);
+/* Groups up and not draining: the ones that take new requests. */
+int sched_groups_serving(const sched_t *s);
 uint64_t sched_groups_bytes_per_token(const sched_t *s);
 void sched_groups_destroy(sched_t *s);
 int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,

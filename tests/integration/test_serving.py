@@ -648,6 +648,17 @@ def test_drain(srv, cl):
     C.ok(workers == ["g0"] * 8, "8 requests submitted after the drain all ran on g0 (%s)" % workers)
     C.ok(srv.metric("qevict_workers", state="draining") == 1 and
          srv.metric("qevict_workers", state="up") == 1, "/metrics: 1 worker up, 1 draining")
+    # every worker draining: new requests are refused at once and Health says NOT_SERVING (they
+    # queued until their deadline while Health said SERVING); a restart undoes it (test_restart)
+    for rid in ids:
+        list(cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=120))
+    cl.adm.Drain(pb.DrainRequest(worker="g0"), metadata=ADMIN_MD, timeout=10)
+    st = cl.health.Check(hpb.HealthCheckRequest(), timeout=10).status
+    t0 = time.time()
+    code, det = code_of(lambda: cl.generate(cl.request(PROMPTS[0], 4), timeout=30))
+    C.ok(st == hpb.HealthCheckResponse.NOT_SERVING and code == grpc.StatusCode.UNAVAILABLE and
+         det.startswith("every worker is draining") and time.time() - t0 < 5,
+         "every worker draining: Health %s, a new request %s '%s'" % (st, code, det))
 
 
 def test_mixed_weights(srv):
