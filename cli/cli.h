@@ -43,6 +43,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
 int cli_parse_u64(const char *s, uint64_t *out);
+/* A byte size: digits with an optional suffix K, M, G (powers of 1024) or B; > 0 and below
+ * 2^63. 0 or -1. */
+int cli_parse_bytes(const char *s, uint64_t *out);
 /* Reads a text file of at most max bytes into *out (malloc'd, NUL-terminated): QE_EIO (cannot
  * open or read, a directory too), QE_ERANGE (larger) or QE_EINVAL (it holds a NUL byte, which
  * would cut the text), each with a detail "<what> '<path>': <reason>". */

@@ -12,7 +12,6 @@ typedef struct {
 } kv_gpu_stats_t; /* kv_gpu.h's, for builds without it (never filled) */
 #endif
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,16 +32,13 @@ void cli_policy_init(cli_policy_t *p) {
   p->gkv = graphkv_defaults();
 }
 
-/* --budget: a fraction in (0, 1] or a whole number of bytes (> 1). */
+/* --budget: a fraction in (0, 1] or bytes (> 1; a K, M or G suffix as submit takes). */
 static int parse_budget(cli_policy_t *p, const char *v) {
   double d;
-  long long b;
-  char *end;
+  uint64_t b;
   if (!cli_parse_float(v, 1e-9, 1.0, &d)) return p->frac = d, p->bytes = 0, 0;
-  errno = 0;
-  b = strtoll(v, &end, 10);
-  if (!*v || *end || errno || b <= 1) return 2;
-  p->bytes = (size_t)b;
+  if (cli_parse_bytes(v, &b) || b <= 1 || b > SIZE_MAX) return 2;
+  p->frac = 1.0, p->bytes = (size_t)b;
   return 0;
 }
 

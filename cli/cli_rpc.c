@@ -700,34 +700,6 @@ int cli_args_parse(const char *cmd, int argc, char **argv, const char *help,
 
 /* ---- values ---- */
 
-/* The multiplier of a size suffix ("", "B", "K", "KiB", "M", ...); 0 when not one. */
-static uint64_t bytes_suffix(const char *s) {
-  static const char *units = "KMG";
-  if (!*s || !strcasecmp(s, "B")) return 1;
-  const char *u = strchr(units, toupper((unsigned char)s[0]));
-  if (!u) return 0;
-  if (s[1] && strcasecmp(s + 1, "iB") && strcasecmp(s + 1, "B")) return 0;
-  return (uint64_t)1 << (10 * (u - units + 1));
-}
-
-int cli_parse_bytes(const char *s, uint64_t *out) {
-  size_t nd = strspn(s, "0123456789."), dots = 0;
-  for (size_t i = 0; i < nd; i++) dots += s[i] == '.';
-  uint64_t mult = bytes_suffix(s + nd);
-  if (!nd || s[0] == '.' || dots > 1 || !mult || (dots && mult == 1)) return -1;
-  if (!dots) {
-    errno = 0;
-    unsigned long long v = strtoull(s, NULL, 10);
-    if (errno || v == 0 || v > (uint64_t)INT64_MAX / mult) return -1;
-    *out = (uint64_t)v * mult;
-    return 0;
-  }
-  double d = strtod(s, NULL) * (double)mult; /* "1.5G" */
-  if (!(d >= 1 && d < 9.2e18)) return -1;
-  *out = (uint64_t)d;
-  return 0;
-}
-
 int cli_parse_budget(const char *s, Qevict__V1__Budget *b) {
   size_t n = strlen(s);
   double d;

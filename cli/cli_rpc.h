@@ -162,9 +162,6 @@ int cli_args_parse(const char *cmd, int argc, char **argv, const char *help,
 
 /* ---- values ---- */
 
-/* A byte size: digits with an optional suffix K, M, G (powers of 1024) or B; > 0 and below
- * 2^63. 0 or -1. */
-int cli_parse_bytes(const char *s, uint64_t *out);
 /* A budget: a value with a '.' or <= 1 is a fraction of FullKV in (0, 1]; otherwise bytes
  * (cli_parse_bytes). Fills b (kind and value). 0 or -1. */
 int cli_parse_budget(const char *s, Qevict__V1__Budget *b);

@@ -157,6 +157,12 @@ fi
 # a shape whose fp32 weights exceed the memory is refused up front (it once grew until killed)
 expect_error "--shape llama3-70b on the CPU" "$QEVICT" generate --shape llama3-70b --prompt-len 4 -n 1
 grep -q "fp32 weights take 282.2 GB" "$TMP/err" || bad "llama3-70b: $(cat "$TMP/err")"
+# --budget in bytes takes the suffixes submit takes (it refused them)
+b1=$("$QEVICT" generate --model "$STORIES" --prompt hi -n 100 --policy qevict --budget 60K --json \
+  2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['memory']['budget_bytes'])")
+[[ $b1 == 61440 ]] || bad "--budget 60K: budget_bytes '$b1', expected 61440"
+expect_error "--budget with a bad suffix" "$QEVICT" generate --model "$STORIES" --prompt hi \
+  --policy qevict --budget 10x
 # -n past the context: said, not cut silently
 "$QEVICT" generate --model "$STORIES" --prompt hi -n 5000 --ignore-eos --json >"$TMP/out" \
   2>"$TMP/err" || bad "-n 5000 failed"
