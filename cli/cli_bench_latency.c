@@ -72,6 +72,11 @@ static int add_policy(lat_args_t *a, const char *item, size_t len) {
   if (colon) *colon = '\0';
   if (!*buf || strlen(buf) >= sizeof p->name || (colon && (!colon[1] || strlen(colon + 1) >= 32)))
     return -1;
+  double f; /* a budget as generate's --budget takes it, checked before any run */
+  uint64_t b;
+  if (colon && cli_parse_float(colon + 1, 1e-9, 1.0, &f) &&
+      (cli_parse_bytes(colon + 1, &b) || b <= 1))
+    return -1;
   snprintf(p->name, sizeof p->name, "%s", buf);
   snprintf(p->budget, sizeof p->budget, "%s", colon ? colon + 1 : "");
   for (int i = 0; i < a->n_pol; i++) /* (the same run twice: a repeated row) */

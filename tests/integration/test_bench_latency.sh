@@ -72,6 +72,7 @@ usage "--rounds 0" bench latency --model "$STORIES" --rounds 0
 usage "--policy instead of --policies" bench latency --model "$STORIES" --policy qevict
 usage "an empty policy" bench latency --model "$STORIES" --policies full,,qevict
 usage "a budget-less colon" bench latency --model "$STORIES" --policies qevict:
+usage "a bad budget, before any run" bench latency --model "$STORIES" --policies full,qevict:abc
 usage "a repeated policy" bench latency --model "$STORIES" --policies full,qevict:0.2,qevict:0.2
 usage "no model" bench latency --prompt hi
 usage "-n without a value" bench latency --model "$STORIES" -n
