@@ -207,30 +207,18 @@ static void req_lens(const bench_args_t *a, long i, long *in, long *n) {
   *n = a->range > 0 ? draw_len(a->s.n, a->range, zn) : a->s.n;
 }
 
-/* The first n_tok ids as "1,2,3" (malloc'd; NULL without memory). */
-static char *ids_text(const int32_t *ids, long n_tok) {
-  size_t cap = (size_t)n_tok * 12 + 1, k = 0;
-  char *t = malloc(cap);
-  for (long j = 0; t && j < n_tok; j++)
-    k += (size_t)snprintf(t + k, cap - k, "%s%d", j ? "," : "", (int)ids[j]);
-  if (t) t[k] = '\0';
-  return t;
-}
-
-/* Request i's synthetic prompt of exactly n_tok tokens into *out as "1,2,3": the model's BOS
+/* Request i's synthetic prompt of exactly n_tok tokens into *out (malloc'd): the model's BOS
  * where it adds one, then a window of the tokenized text R->stream at an offset drawn from the
  * prompt seed (no tokenizer call while the run is timed). */
-static int token_prompt(bench_run_t *R, long i, long n_tok, char **out) {
+static int token_prompt(bench_run_t *R, long i, long n_tok, uint32_t **out) {
   const long body = R->bos >= 0 ? n_tok - 1 : n_tok;
   uint64_t st = (R->a->seed ^ 0x70fe11ull) * 0x9e3779b97f4a7c15ull + (uint64_t)i;
   const long off = (long)(cli_splitmix64(&st) % (uint64_t)(R->n_stream - body + 1));
-  int32_t *ids = malloc(sizeof *ids * (size_t)n_tok);
+  uint32_t *ids = *out = malloc(sizeof *ids * (size_t)n_tok);
   if (!ids) return qe_errf(QE_ENOMEM, "no memory for a prompt");
-  if (R->bos >= 0) ids[0] = R->bos;
-  memcpy(ids + (R->bos >= 0), R->stream + off, sizeof *ids * (size_t)body);
-  *out = ids_text(ids, n_tok);
-  free(ids);
-  return *out ? 0 : qe_errf(QE_ENOMEM, "no memory for a prompt");
+  if (R->bos >= 0) ids[0] = (uint32_t)R->bos;
+  for (long k = 0; k < body; k++) ids[(R->bos >= 0) + k] = (uint32_t)R->stream[off + k];
+  return 0;
 }
 
 /* --tokenizer: tokenizes a synthetic text once, past the longest prompt --input-len (with
@@ -269,12 +257,13 @@ static int pack_one(bench_run_t *R, long i, uint8_t **buf, size_t *len) {
   sub_args_t s = a->s;
   sub_req_t r;
   char *text = NULL;
+  uint32_t *ids = NULL;
   long in;
   int rc = 0;
   *buf = NULL;
   req_lens(a, i, &in, &s.n);
   if (a->input_len)
-    rc = token_prompt(R, i, in, &text), s.ids = text;
+    rc = token_prompt(R, i, in, &ids), s.id_vec = ids, s.n_id_vec = (size_t)in;
   else if (!s.prompt && !s.prompt_file && !s.ids &&
            !(s.prompt = text = cli_bench_words(in, a->seed, i)))
     rc = qe_errf(QE_ENOMEM, "no memory for a prompt");
@@ -288,7 +277,7 @@ static int pack_one(bench_run_t *R, long i, uint8_t **buf, size_t *len) {
       protobuf_c_message_pack(&r.req.base, *buf);
     cli_sub_req_free(&r);
   }
-  free(text);
+  free(text), free(ids);
   return rc;
 }
 

@@ -22,6 +22,7 @@
 #include "qe_json.h"
 #include "qe_pem.h"
 #include "qe_status.h"
+#include "qe_target.h"
 
 struct cli_rpc {
   grpc_channel *ch;
@@ -544,54 +545,6 @@ static int client_tls(const char *cmd, const cli_client_opts_t *o, cli_rpc_tls_t
   return 0;
 }
 
-/* Whether one address (host, host:port, [v6] or [v6]:port, a bare IPv6) has a port gRPC takes
- * as written: digits, 1..65535 (gRPC takes a larger one modulo 65536 and drops trailing junk,
- * reaching another port); none is fine (gRPC's default). */
-static int addr_port_ok(const char *a, size_t n) {
-  const char *end = a + n, *c = NULL;
-  if (n && a[0] == '[') { /* [v6] or [v6]:port */
-    const char *rb = memchr(a, ']', n);
-    if (!rb) return 0;
-    if (rb + 1 == end) return 1;
-    if (rb[1] != ':') return 0;
-    c = rb + 1;
-  } else {
-    const char *first = memchr(a, ':', n);
-    if (!first) return 1;                                            /* host alone */
-    if (memchr(first + 1, ':', (size_t)(end - first - 1))) return 1; /* a bare IPv6 address */
-    c = first;
-  }
-  size_t d = 0;
-  while (c + 1 + d < end && c[1 + d] >= '0' && c[1 + d] <= '9') d++;
-  return d && d <= 5 && c + 1 + d == end && atol(c + 1) >= 1 && atol(c + 1) <= 65535;
-}
-
-/* Whether a gRPC target's ports are all as written: host[:port] and dns:[//authority/]host[:port]
- * targets, and every address of an ipv4: or ipv6: list; other schemes (unix:, xds:, ...) are
- * gRPC's to judge. */
-static int server_port_ok(const char *server) {
-  const char *t = server;
-  int list = 0;
-  if (!strncmp(t, "dns:", 4)) {
-    t += 4;
-    if (!strncmp(t, "//", 2)) t = strchr(t + 2, '/') ? strchr(t + 2, '/') + 1 : t + 2;
-  } else if (!strncmp(t, "ipv4:", 5) || !strncmp(t, "ipv6:", 5)) {
-    t += 5, list = 1;
-  } else {
-    const char *colon = strchr(t, ':');
-    const size_t sl = strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789+-.");
-    if (colon && (size_t)(colon - t) == sl && sl > 1 &&
-        !strchr("0123456789", colon[1] ? colon[1] : 'x'))
-      return 1; /* another scheme: unix:, unix-abstract:, xds:, ... */
-  }
-  for (;;) {
-    const size_t n = list ? strcspn(t, ",") : strlen(t);
-    if (!addr_port_ok(t, n)) return 0;
-    if (!list || !t[n]) return 1;
-    t += n + 1;
-  }
-}
-
 int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out) {
   const char *kf = o->admin ? "--admin-key-file" : "--key-file";
   const char *env = o->admin ? "QEVICT_ADMIN_KEY" : "QEVICT_API_KEY";
@@ -610,7 +563,7 @@ int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out
   }
   if (!server || !*server) server = getenv("QEVICT_SERVER");
   if (!server || !*server) server = "127.0.0.1:50051";
-  if (!server_port_ok(server)) {
+  if (!qe_target_ports_ok(server, 1)) {
     free(file_key);
     return cli_usage_error(cmd,
                            "bad server address '%.200s' (%s): a port is digits in 1..65535 "

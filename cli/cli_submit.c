@@ -253,6 +253,15 @@ void cli_sub_req_free(sub_req_t *r) {
 /* The prompt of the request: text, chat messages or token ids. 0 or an exit code. */
 static int sub_build_prompt(const sub_args_t *a, sub_req_t *r) {
   r->prompt = (Qevict__V1__Prompt)QEVICT__V1__PROMPT__INIT;
+  if (a->id_vec) {
+    r->tids = (Qevict__V1__TokenIds)QEVICT__V1__TOKEN_IDS__INIT;
+    if (!(r->tids.ids = malloc(sizeof *r->tids.ids * (a->n_id_vec ? a->n_id_vec : 1))))
+      return fprintf(stderr, "qevict %s: out of memory\n", a->cmd), CLI_EXIT_RPC;
+    memcpy(r->tids.ids, a->id_vec, sizeof *r->tids.ids * a->n_id_vec);
+    r->tids.n_ids = a->n_id_vec;
+    r->prompt.kind_case = QEVICT__V1__PROMPT__KIND_TOKEN_IDS, r->prompt.token_ids = &r->tids;
+    return 0;
+  }
   if (a->ids) {
     r->tids = (Qevict__V1__TokenIds)QEVICT__V1__TOKEN_IDS__INIT;
     if (parse_ids(a->ids, &r->tids.ids, &r->tids.n_ids))

@@ -5,6 +5,7 @@
 #define QE_CLI_SUBMIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli_rpc.h"
 
@@ -15,6 +16,8 @@ typedef struct {
   const char *cmd; /* the command, for messages ("submit") */
   cli_client_opts_t cl;
   const char *prompt, *prompt_file, *ids, *system, *request_id;
+  const uint32_t *id_vec; /* the prompt's ids as numbers (bench serve), instead of --ids' text */
+  size_t n_id_vec;
   int chat, ignore_eos, detach;
   long n;
   char *stop[SUB_MAX_STOP];

@@ -29,6 +29,7 @@
 
 #include "qe_log.h"
 #include "qe_status.h"
+#include "qe_target.h"
 
 enum { TAG_NEW, TAG_CLOSE, TAG_SEND, TAG_STATUS, TAG_SHUTDOWN };
 
@@ -416,21 +417,12 @@ static grpc_server_credentials *srv_creds(const sgrpc_options_t *opt) {
       NULL);
 }
 
-/* Creates the grpc server and its queue, registers the methods and binds addr (not started). */
-/* A host:port address's port (the digits after its last ':', unless that is inside [...]) in
- * 0..65535: gRPC takes a larger one modulo 65536. unix: addresses have none. */
-static int srv_check_port(const char *addr) {
-  const char *c = strrchr(addr, ':');
-  if (!strncmp(addr, "unix", 4) || !c || strchr(c, ']')) return 0;
-  const size_t n = strspn(c + 1, "0123456789");
-  if (n && n <= 5 && !c[1 + n] && atol(c + 1) <= 65535) return 0;
-  return qe_errf(QE_EINVAL, "grpc: bad port in \"%s\" (0..65535)", addr);
-}
-
+/* Creates the grpc server and its queue, registers the methods and binds addr (not started;
+ * a port past 65535, which gRPC would take modulo 65536, refused first). */
 static int srv_setup(sgrpc_server_t *s, const char *addr, const sgrpc_options_t *opt,
                      const sgrpc_method_t *methods) {
-  int rc = srv_check_port(addr);
-  if (rc) return rc;
+  if (!qe_target_ports_ok(addr, 0))
+    return qe_errf(QE_EINVAL, "grpc: bad port in \"%s\" (0..65535)", addr);
   grpc_arg args[3];
   memset(args, 0, sizeof args);
   args[0].type = args[1].type = args[2].type = GRPC_ARG_INTEGER;

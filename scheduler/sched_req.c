@@ -450,17 +450,14 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
     qevict__v1__generate_request__free_unpacked(g, NULL);
     return sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
   }
-  if (!sched_groups_serving(s)) { /* (a retry of a known request attaches even so) */
-    const int drained = sched_groups_up(s) > 0;
-    if (!find_client_id(s, tenant, g->client_request_id)) {
-      qevict__v1__generate_request__free_unpacked(g, NULL);
-      return sched_rpc_error(call, GS(UNAVAILABLE), "%s",
-                             drained ? "every worker is draining (qevict drain): none takes new "
-                                       "requests until the scheduler restarts"
-                                     : "no worker is serving yet");
-    }
-  }
   sreq_t *old = find_client_id(s, tenant, g->client_request_id);
+  if (!old && !sched_groups_serving(s)) { /* (a retry of a known request attaches even so) */
+    qevict__v1__generate_request__free_unpacked(g, NULL);
+    return sched_rpc_error(call, GS(UNAVAILABLE), "%s",
+                           sched_groups_up(s) ? "every worker is draining (qevict drain): none "
+                                                "takes new requests until the scheduler restarts"
+                                              : "no worker is serving yet");
+  }
   sreq_t *r = old ? NULL : req_new(s, tenant);
   sval_err_t e = {0};
   int rc = old ? 0 : !r ? (e.status = SVAL_INTERNAL, -1) : sval_request(s, tenant, g, r, &e);

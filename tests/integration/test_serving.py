@@ -40,7 +40,7 @@ class Client:
                                                        ("grpc.max_receive_message_length", 64 << 20)])
         self.gen = pbg.GenerationStub(self.ch)
         self.adm = pbg.AdminStub(self.ch)
-        self.health = hpbg.HealthStub(self.ch)  # grpc.health.v1 takes no API key (by design)
+        self.health = hpbg.HealthStub(self.ch)  # (Health is served without a key: probes call it)
         self.md = auth(key)
 
     def request(self, prompt, n, policy="", budget=None, ids=None, **kw):
