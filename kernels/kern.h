@@ -137,6 +137,11 @@ typedef struct kern_ops {
   /* Frees a weight made by weight_upload or weight_upload_blocks and zeroes *w (a NULL data is
    * a no-op). */
   void (*weight_free)(kern_backend_t *be, kern_weight_t *w);
+  /* Optional (NULL: the model keeps its projections apart; see kern_backend.fuse_proj): makes *out
+   * the weights parts[0..n) (made by this backend's weight_upload, the same cols) stacked by
+   * rows, and frees the parts (zeroed). On failure the parts are left as they were. Returns 0,
+   * QE_EINVAL (mixed parts) or QE_ENOMEM. */
+  int (*weight_concat)(kern_backend_t *be, kern_weight_t *out, kern_weight_t *parts, int n);
   /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). w is a
    * plain fp32 weight or one made by this backend's weight_upload. */
   void (*matmul)(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
@@ -149,6 +154,15 @@ typedef struct kern_ops {
                const kern_rope_t *r);
   /* y[m][n] = silu(gate) * up. y may equal gate. */
   void (*swiglu)(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
+  /* Optional, with weight_concat: qkv [m][n_q + 2 n_kv][head_dim] (the output of a fused q, k,
+   * v projection) split into q [m][n_q][head_dim] and k [m][n_kv][head_dim], rotated as rope
+   * rotates them in place, and v [m][n_kv][head_dim] copied: the same bits as copying the
+   * columns out and calling rope on q and k. head_dim even; the outputs differ from qkv. */
+  void (*qkv_rope)(kern_backend_t *be, float *q, float *k, float *v, const float *qkv,
+                   const int32_t *pos, int m, int n_q, int n_kv, int head_dim, const kern_rope_t *r);
+  /* Optional, with weight_concat: y[m][n] = silu(gate) * up where gu [m][2n] holds each row's
+   * gate then its up (a fused projection's output): swiglu's bits. y differs from gu. */
+  void (*swiglu_cat)(kern_backend_t *be, float *y, const float *gu, int m, int n);
   /* y[i] += x[i]. */
   void (*add)(kern_backend_t *be, float *y, const float *x, size_t n);
   /* Optional (NULL: add, then rmsnorm): x[m][n] += d, then y[m][n] = x / rms(x) * g, the same
@@ -212,6 +226,10 @@ struct kern_backend {
   /* 1: model weights stored in blocks of 32 are given to weight_upload_blocks as they are
    * (exactly) rather than dequantized to weight_upload (kern_cpu_create_ex PACKED). */
   int packed_weights;
+  /* 1: the model stacks each layer's q, k, v weights and its gate, up weights into one matmul
+   * each (weight_concat, qkv_rope and swiglu_cat must be set): fewer, larger GEMMs where they
+   * pay (the cuda backend; $QE_CUDA_FUSE_PROJ=0 turns it off there). */
+  int fuse_proj;
 };
 
 /* The CPU backend (OpenBLAS when built with it, plain C otherwise). n_threads <= 0: all

@@ -66,11 +66,17 @@ static int attn_block(model_t *m, kv_cache_t *kv, int l, const model_seg_t *segs
   const model_layer_t *L = &m->layers[l];
   model_scratch_t *s = &m->s;
   int hd = m->hp.head_dim, nq = m->sh.n_head * hd, nk = m->sh.n_kv * hd;
-  be->ops->matmul(be, s->q, s->xn, &L->wq, L->bq, n, 0);
-  be->ops->matmul(be, s->k, s->xn, &L->wk, L->bk, n, 0);
-  be->ops->matmul(be, s->v, s->xn, &L->wv, L->bv, n, 0);
-  be->ops->rope(be, s->q, s->pos, n, m->sh.n_head, hd, &m->hp.rope);
-  be->ops->rope(be, s->k, s->pos, n, m->sh.n_kv, hd, &m->hp.rope);
+  if (L->wqkv.data) { /* one matmul into gate's scratch, split and rotated */
+    be->ops->matmul(be, s->gate, s->xn, &L->wqkv, L->bqkv, n, 0);
+    be->ops->qkv_rope(be, s->q, s->k, s->v, s->gate, s->pos, n, m->sh.n_head, m->sh.n_kv, hd,
+                      &m->hp.rope);
+  } else {
+    be->ops->matmul(be, s->q, s->xn, &L->wq, L->bq, n, 0);
+    be->ops->matmul(be, s->k, s->xn, &L->wk, L->bk, n, 0);
+    be->ops->matmul(be, s->v, s->xn, &L->wv, L->bv, n, 0);
+    be->ops->rope(be, s->q, s->pos, n, m->sh.n_head, hd, &m->hp.rope);
+    be->ops->rope(be, s->k, s->pos, n, m->sh.n_kv, hd, &m->hp.rope);
+  }
   for (int i = 0; i < n_segs; i++) {
     const model_seg_t *g = &segs[i];
     int rc = kv->ops->store(kv, g->seq, l, g->pos0, g->n, s->k + (size_t)g->off * nk,
@@ -93,10 +99,17 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   be->ops->matmul(be, s->tmp, s->att, &L->wo, NULL, n, 0);
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
   add_norm(m, s->tmp, L->ffn_norm, n);
-  be->ops->matmul(be, s->gate, s->xn, &L->wg, NULL, n, 0);
-  be->ops->matmul(be, s->up, s->xn, &L->wu, NULL, n, 0);
-  be->ops->swiglu(be, s->gate, s->gate, s->up, n, m->sh.n_ff);
-  be->ops->matmul(be, s->tmp, s->gate, &L->wd, NULL, n, 0);
+  float *act = s->gate; /* silu(gate) * up */
+  if (L->wgu.data) { /* gate and up in one matmul: [n][2 n_ff] */
+    be->ops->matmul(be, s->gate, s->xn, &L->wgu, NULL, n, 0);
+    be->ops->swiglu_cat(be, s->up, s->gate, n, m->sh.n_ff);
+    act = s->up;
+  } else {
+    be->ops->matmul(be, s->gate, s->xn, &L->wg, NULL, n, 0);
+    be->ops->matmul(be, s->up, s->xn, &L->wu, NULL, n, 0);
+    be->ops->swiglu(be, s->gate, s->gate, s->up, n, m->sh.n_ff);
+  }
+  be->ops->matmul(be, s->tmp, act, &L->wd, NULL, n, 0);
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
   if (l + 1 < m->hp.n_layer) /* with the next layer's attention norm */
     add_norm(m, s->tmp, m->layers[l + 1].attn_norm, n);

@@ -35,6 +35,10 @@ typedef struct {
   kern_weight_t wq, wk, wv, wo; /* local rows (q/k/v) or local columns (o); weight_upload */
   kern_weight_t wg, wu, wd;     /* local rows (gate/up) or local columns (down) */
   float *bq, *bk, *bv;          /* qwen2 only, local slices */
+  /* Where the backend asks for it (kern_backend.fuse_proj, model__fuse_proj): wq, wk, wv stacked
+   * into wqkv (and bq, bk, bv into bqkv), wg, wu into wgu; the parts are then empty. */
+  kern_weight_t wqkv, wgu;
+  float *bqkv;
 } model_layer_t;
 
 /* Scratch for one forward call of up to max_batch tokens, in backend memory. */
@@ -42,7 +46,8 @@ typedef struct {
   float *x, *xn, *tmp; /* [B][n_embd] */
   float *q, *att;      /* [B][n_head_local * hd] */
   float *k, *v;        /* [B][n_kv_local * hd] */
-  float *gate, *up;    /* [B][n_ff_local] */
+  float *gate, *up;    /* [B][n_ff_local]; gate [B][2 n_ff_local] (at least [B][nq + 2 nk])
+                        * with fused projections: their outputs */
   float *logits;       /* [out_rows][n_vocab] (rank 0) */
   int32_t *ids, *pos;  /* [B] (a recorded step points them at its own buffer meanwhile) */
   float *host_tmp;     /* host [B][n_embd] for all-reduce on non-host backends */
@@ -83,6 +88,9 @@ int model__vec(model_t *m, float **out, const float *host, size_t n, const char 
 int model__embd(model_t *m, const float *host);
 /* Copies hp->rope.factors (if any) into the model and points m->hp.rope.factors at the copy. */
 void model__own_rope_factors(model_t *m);
+/* Stacks every layer's projections where the backend asks for it (kern_backend.fuse_proj);
+ * before model__alloc_scratch. Returns 0 or the backend's error. */
+int model__fuse_proj(model_t *m);
 /* Allocates the forward scratch for m->max_batch tokens. */
 int model__alloc_scratch(model_t *m);
 

@@ -447,6 +447,46 @@ static int out_rows_of(const model_t *m) {
   return r < (size_t)m->max_batch ? (int)r : m->max_batch;
 }
 
+/* bq, bk, bv of L (all or none: hparams.qkv_bias) as one buffer bqkv [nq + 2 nk]. */
+static int fuse_bias(model_t *m, model_layer_t *L, size_t nq, size_t nk) {
+  kern_backend_t *be = m->be;
+  if (!L->bq) return 0;
+  float *b = kern_alloc(be, sizeof(float) * (nq + 2 * nk));
+  if (!b) return qe_errf(QE_ENOMEM, "model: no memory for a fused bias");
+  int rc = be->ops->copy(be, b, L->bq, sizeof(float) * nq);
+  if (!rc) rc = be->ops->copy(be, b + nq, L->bk, sizeof(float) * nk);
+  if (!rc) rc = be->ops->copy(be, b + nq + nk, L->bv, sizeof(float) * nk);
+  if (rc) {
+    kern_free(be, b);
+    return rc;
+  }
+  kern_free(be, L->bq), kern_free(be, L->bk), kern_free(be, L->bv);
+  L->bq = L->bk = L->bv = NULL, L->bqkv = b;
+  return 0;
+}
+
+/* wqkv from wq, wk, wv (and bqkv), wgu from wg, wu. */
+static int fuse_layer(model_t *m, model_layer_t *L) {
+  kern_backend_t *be = m->be;
+  size_t hd = (size_t)m->hp.head_dim;
+  int rc = fuse_bias(m, L, m->sh.n_head * hd, m->sh.n_kv * hd);
+  kern_weight_t qkv[3] = {L->wq, L->wk, L->wv}, gu[2] = {L->wg, L->wu};
+  if (!rc) rc = be->ops->weight_concat(be, &L->wqkv, qkv, 3);
+  if (!rc) memset(&L->wq, 0, sizeof L->wq), L->wk = L->wv = L->wq;
+  if (!rc) rc = be->ops->weight_concat(be, &L->wgu, gu, 2);
+  if (!rc) memset(&L->wg, 0, sizeof L->wg), L->wu = L->wg;
+  return rc;
+}
+
+int model__fuse_proj(model_t *m) {
+  const kern_ops_t *o = m->be->ops;
+  if (!m->be->fuse_proj || !o->weight_concat || !o->qkv_rope || !o->swiglu_cat) return 0;
+  if (m->hp.head_dim % 2) return 0; /* (qkv_rope's pairs) */
+  int rc = 0;
+  for (int l = 0; l < m->hp.n_layer && !rc; l++) rc = fuse_layer(m, &m->layers[l]);
+  return rc;
+}
+
 int model__alloc_scratch(model_t *m) {
   model_scratch_t *s = &m->s;
   size_t B = (size_t)m->max_batch, E = (size_t)m->hp.n_embd, hd = (size_t)m->hp.head_dim;
@@ -459,7 +499,9 @@ int model__alloc_scratch(model_t *m) {
   s->att = scratch_alloc(m, B * m->sh.n_head * hd, &rc);
   s->k = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
-  s->gate = scratch_alloc(m, B * m->sh.n_ff, &rc);
+  size_t gate = (size_t)m->sh.n_ff, qkv = (size_t)(m->sh.n_head + 2 * m->sh.n_kv) * hd;
+  if (m->hp.n_layer > 0 && m->layers[0].wgu.data) gate = 2 * gate > qkv ? 2 * gate : qkv; /* (fused outputs) */
+  s->gate = scratch_alloc(m, B * gate, &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->logits = m->sh.rank == 0 ? scratch_alloc(m, (size_t)m->out_rows * m->hp.n_vocab, &rc) : NULL;
   s->ids = scratch_alloc(m, B, &rc);
@@ -479,10 +521,10 @@ static void free_scratch(model_t *m) {
 }
 
 static void free_layer(model_t *m, model_layer_t *L) {
-  void *bufs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
+  void *bufs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bqkv};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     if (bufs[i]) kern_free(m->be, bufs[i]);
-  kern_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+  kern_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wqkv, &L->wgu};
   for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) m->be->ops->weight_free(m->be, ws[i]);
 }
 
@@ -516,6 +558,7 @@ static int load_all(model_t *m, const model_load_opts_t *o) {
     rc = load_attn(m, l, &m->layers[l]);
     if (!rc) rc = load_ffn(m, l, &m->layers[l]);
   }
+  if (!rc) rc = model__fuse_proj(m);
   if (!rc) rc = model__alloc_scratch(m);
   return rc;
 }

@@ -314,6 +314,7 @@ int model_create_random(const model_hparams_t *hp, uint64_t seed, const model_lo
   model__own_rope_factors(m);
   rc = model_shard_of(&m->hp, o->rank, o->size, &m->sh);
   if (!rc) rc = rnd_weights(m, seed);
+  if (!rc) rc = model__fuse_proj(m);
   if (!rc) rc = model__alloc_scratch(m);
   if (rc) {
     model_destroy(m);

@@ -2,6 +2,7 @@
  * stream), the sticky error, bf16 weights (weight_upload), GEMMs through cuBLASLt (cuBLAS GemmEx
  * as the fallback) and the ops table. The kernels of the other ops are in kern_cuda_ops.cu;
  * sampling runs the CPU sampler on the host (logits are host memory by kern.h's contract). */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -188,6 +189,43 @@ static void kcu_weight_free(kern_backend_t *be, kern_weight_t *w) {
   memset(w, 0, sizeof *w);
 }
 
+/* parts[0..n) (bf16, made by weight_upload, the same cols) stacked by rows into *out; the parts
+ * are freed (zeroed) once copied, and left as they were on failure. */
+static int kcu_weight_concat(kern_backend_t *be, kern_weight_t *out, kern_weight_t *parts, int n) {
+  kcu_t *c = KCU(be);
+  memset(out, 0, sizeof *out);
+  size_t rows = 0;
+  for (int i = 0; i < n; i++) {
+    if (parts[i].dtype != KERN_WEIGHT_BF16 || parts[i].cols != parts[0].cols)
+      return qe_errf(QE_EINVAL, "cuda: weight_concat of part %d: not bf16 [%d] columns", i,
+                     parts[0].cols);
+    rows += (size_t)parts[i].rows;
+  }
+  if (n <= 0 || rows > INT_MAX) return qe_errf(QE_EINVAL, "cuda: weight_concat of %d parts", n);
+  if (kcu_enter(c)) return kcu_sticky(c);
+  const size_t row_b = (size_t)parts[0].cols * sizeof(__nv_bfloat16);
+  char *d = NULL;
+  const size_t bytes = rows * row_b;
+  if (cudaMalloc((void **)&d, bytes > 0 ? bytes : 256) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return qe_errf(QE_ENOMEM, "cuda: no device memory for a [%zu][%d] bf16 weight", rows,
+                   parts[0].cols);
+  }
+  size_t off = 0;
+  int rc = 0;
+  for (int i = 0; i < n && !rc; off += (size_t)parts[i++].rows * row_b)
+    rc = KCU_CUDA(c, cudaMemcpyAsync(d + off, parts[i].data, (size_t)parts[i].rows * row_b,
+                                     cudaMemcpyDeviceToDevice, c->stream));
+  if (!rc) rc = KCU_CUDA(c, cudaStreamSynchronize(c->stream));
+  if (rc) {
+    cudaFree(d);
+    return rc;
+  }
+  for (int i = 0; i < n; i++) kcu_weight_free(be, &parts[i]);
+  *out = (kern_weight_t){d, (int)rows, parts[0].cols, KERN_WEIGHT_BF16};
+  return 0;
+}
+
 /* The bf16 operand of w: its data when weight_upload made it, else its fp32 buffer rounded
  * into the scratch c->wb (a plain fp32 weight: tests). NULL on failure (sticky). */
 static const __nv_bfloat16 *kcu_weight(kcu_t *c, const kern_weight_t *w) {
@@ -358,10 +396,13 @@ static const kern_ops_t kcu_ops = {
     .weight_upload = kcu_weight_upload,
     .weight_upload_blocks = NULL, /* packed weights are the CPU backend's only */
     .weight_free = kcu_weight_free,
+    .weight_concat = kcu_weight_concat,
     .matmul = kcu_matmul,
     .rmsnorm = kcu_rmsnorm,
     .rope = kcu_rope,
     .swiglu = kcu_swiglu,
+    .qkv_rope = kcu_qkv_rope,
+    .swiglu_cat = kcu_swiglu_cat,
     .add = kcu_add,
     .add_rmsnorm = kcu_add_rmsnorm,
     .embed = kcu_embed,
@@ -412,6 +453,8 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   c->gemmex_only = qe_env_choice("QE_CUDA_GEMM", gemm, 2, 0) == 1;
   c->xb_fuse = (int)qe_env_long("QE_CUDA_FUSE_BF16", 0, 1, 1); /* (0: the A/B's base) */
   c->add_fuse = (int)qe_env_long("QE_CUDA_FUSE_ADD", 0, 1, 1);  /* (0: add, then rmsnorm) */
+  /* (0: the model keeps q, k, v and gate, up as separate matmuls) */
+  c->base.fuse_proj = (int)qe_env_long("QE_CUDA_FUSE_PROJ", 0, 1, 1);
   /* tests: a small budget forces many chunks */
   c->attn_s_budget = (size_t)qe_env_long("QE_CUDA_PREFILL_MB", 1, 1 << 20, 1024) << 20;
   const int pf = qe_env_choice("QE_CUDA_PREFILL", prefill, 3, 0);

@@ -136,6 +136,9 @@ void kcu_rmsnorm(kern_backend_t *be, float *y, const float *x, const float *g, i
 void kcu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads, int head_dim,
               const kern_rope_t *r);
 void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n);
+void kcu_swiglu_cat(kern_backend_t *be, float *y, const float *gu, int m, int n);
+void kcu_qkv_rope(kern_backend_t *be, float *q, float *k, float *v, const float *qkv,
+                  const int32_t *pos, int m, int n_q, int n_kv, int head_dim, const kern_rope_t *r);
 void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n);
 void kcu_add_rmsnorm(kern_backend_t *be, float *x, const float *d, float *y, const float *g, int m,
                      int n, float eps);

@@ -61,6 +61,17 @@ __global__ void kcu_swiglu_k(float *y, __nv_bfloat16 *yb, const float *gate, con
   }
 }
 
+/* kcu_swiglu_k's values with gate and up in one row of gu [m][2n] (gate first). */
+__global__ void kcu_swiglu_cat_k(float *y, __nv_bfloat16 *yb, const float *gu, size_t total,
+                                 int n) {
+  KCU_GRID_STRIDE(i, total) {
+    const float *row = gu + (i / n) * 2 * (size_t)n + i % n;
+    float g = row[0];
+    y[i] = g / (1.0f + expf(-g)) * row[n];
+    if (yb) yb[i] = __float2bfloat16(y[i]);
+  }
+}
+
 __global__ void kcu_add_k(float *y, const float *x, size_t n) {
   KCU_GRID_STRIDE(i, n) y[i] += x[i];
 }
@@ -150,25 +161,59 @@ __global__ void kcu_softmax_k(float *x, int n) {
   for (int j = threadIdx.x; j < n; j += blockDim.x) xr[j] /= s;
 }
 
-/* One thread per (token, head, pair). tab [half][2]: frequency and YaRN mix per pair. The
- * angle uses unfused float products as the CPU reference does; negative positions rotate
- * backwards. */
-__global__ void kcu_rope_k(float *x, const int32_t *pos, int m, int n_heads, int head_dim, int half,
-                           int neox, const float *tab, float freq_scale, float mscale, int ext) {
-  size_t total = (size_t)m * n_heads * half;
+/* The rotation of pair i of a head at position p. tab [half][2]: frequency and YaRN mix per
+ * pair. The angle uses unfused float products as the CPU reference does; negative positions
+ * rotate backwards. */
+struct kcu_rope_c {
+  const float *tab;
+  float freq_scale, mscale;
+  int half, neox, ext;
+};
+
+__device__ __forceinline__ void kcu_rope_pair(const kcu_rope_c &r, int p, int i, float x0,
+                                              float x1, float *y0, float *y1) {
+  int ap = p < 0 ? -p : p;
+  float sign = p < 0 ? -1.0f : 1.0f, freq = r.tab[2 * i], mix = r.tab[2 * i + 1];
+  float extrap = __fmul_rn((float)ap, freq), theta = __fmul_rn(extrap, r.freq_scale);
+  if (r.ext) theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
+  float cs = __fmul_rn(cosf(theta), r.mscale), sn = __fmul_rn(__fmul_rn(sinf(theta), r.mscale), sign);
+  *y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  *y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
+/* One thread per (token, head, pair), in place. */
+__global__ void kcu_rope_k(float *x, const int32_t *pos, int m, int n_heads, int head_dim,
+                           kcu_rope_c r) {
+  size_t total = (size_t)m * n_heads * r.half;
   KCU_GRID_STRIDE(idx, total) {
-    int i = (int)(idx % half);
-    size_t th = idx / half; /* token * n_heads + head */
-    int p = pos[th / n_heads], ap = p < 0 ? -p : p;
-    float sign = p < 0 ? -1.0f : 1.0f, freq = tab[2 * i], mix = tab[2 * i + 1];
-    float extrap = __fmul_rn((float)ap, freq), theta = __fmul_rn(extrap, freq_scale);
-    if (ext) theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
-    float cs = __fmul_rn(cosf(theta), mscale), sn = __fmul_rn(__fmul_rn(sinf(theta), mscale), sign);
+    int i = (int)(idx % r.half);
+    size_t th = idx / r.half; /* token * n_heads + head */
     float *xh = x + th * head_dim;
-    int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    float x0 = xh[a], x1 = xh[b];
-    xh[a] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-    xh[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+    int a = r.neox ? i : 2 * i, b = r.neox ? i + r.half : 2 * i + 1;
+    kcu_rope_pair(r, pos[th / n_heads], i, xh[a], xh[b], &xh[a], &xh[b]);
+  }
+}
+
+/* A fused projection's output qkv [m][n_q + 2 n_kv][hd] split into q, k (rotated as kcu_rope_k
+ * rotates them) and v. One thread per (token, head, pair of dims): pair i < half rotates, the
+ * others (and every pair of v) copy dims n_rot + 2 (i - half) and the next. hd even. */
+__global__ void kcu_qkv_rope_k(float *q, float *k, float *v, const float *qkv, const int32_t *pos,
+                               int m, int n_q, int n_kv, int hd, kcu_rope_c r) {
+  const int nh = n_q + 2 * n_kv, hp = hd / 2;
+  size_t total = (size_t)m * nh * hp;
+  KCU_GRID_STRIDE(idx, total) {
+    int i = (int)(idx % hp), h = (int)(idx / hp % nh), t = (int)(idx / hp / nh);
+    const float *src = qkv + ((size_t)t * nh + h) * hd;
+    float *dst = h < n_q          ? q + ((size_t)t * n_q + h) * hd
+                 : h < n_q + n_kv ? k + ((size_t)t * n_kv + h - n_q) * hd
+                                  : v + ((size_t)t * n_kv + h - n_q - n_kv) * hd;
+    if (h < n_q + n_kv && i < r.half) {
+      int a = r.neox ? i : 2 * i, b = r.neox ? i + r.half : 2 * i + 1;
+      kcu_rope_pair(r, pos[t], i, src[a], src[b], &dst[a], &dst[b]);
+    } else {
+      int a = h < n_q + n_kv ? 2 * r.half + 2 * (i - r.half) : 2 * i;
+      dst[a] = src[a], dst[a + 1] = src[a + 1];
+    }
   }
 }
 
@@ -237,6 +282,15 @@ void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up
   if (kcu_enter(c) || !total) return;
   __nv_bfloat16 *yb = kcu_xb_out(c, total);
   const int rc = KCU_LAUNCH(c, kcu_swiglu_k, kcu_blocks(total), 256, 0, y, yb, gate, up, total);
+  kcu_xb_mark(c, y, total, yb, rc);
+}
+
+void kcu_swiglu_cat(kern_backend_t *be, float *y, const float *gu, int m, int n) {
+  kcu_t *c = KCU(be);
+  size_t total = (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0);
+  if (kcu_enter(c) || !total) return;
+  __nv_bfloat16 *yb = kcu_xb_out(c, total);
+  const int rc = KCU_LAUNCH(c, kcu_swiglu_cat_k, kcu_blocks(total), 256, 0, y, yb, gu, total, n);
   kcu_xb_mark(c, y, total, yb, rc);
 }
 
@@ -312,20 +366,38 @@ static int kcu_rope_table(kcu_t *c, const kern_rope_t *r) {
   return 0;
 }
 
+/* The rope table for r made current and its constants in *rc; non-zero (sticky) on failure. */
+static int kcu_rope_prep(kcu_t *c, const kern_rope_t *r, int head_dim, kcu_rope_c *rc) {
+  if (r->n_rot > head_dim) return kcu_fail(c, "rope: n_rot %d exceeds head_dim %d", r->n_rot, head_dim);
+  if (r->n_rot / 2 > 0 && kcu_rope_table(c, r)) return QE_EBACKEND;
+  *rc = (kcu_rope_c){c->rope_tab, r->freq_scale, c->rope_mscale, r->n_rot / 2,
+                     r->mode == KERN_ROPE_NEOX, r->ext_factor != 0.0f};
+  return 0;
+}
+
 void kcu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_heads, int head_dim,
               const kern_rope_t *r) {
   kcu_t *c = KCU(be);
-  int half = r->n_rot / 2;
-  if (kcu_enter(c) || m <= 0 || n_heads <= 0 || half <= 0) return;
-  if (r->n_rot > head_dim) {
-    kcu_fail(c, "rope: n_rot %d exceeds head_dim %d", r->n_rot, head_dim);
+  kcu_rope_c rc;
+  if (kcu_enter(c) || m <= 0 || n_heads <= 0 || r->n_rot / 2 <= 0) return;
+  if (kcu_rope_prep(c, r, head_dim, &rc)) return;
+  size_t total = (size_t)m * n_heads * rc.half;
+  KCU_LAUNCH(c, kcu_rope_k, kcu_blocks(total), 256, 0, x, pos, m, n_heads, head_dim, rc);
+}
+
+void kcu_qkv_rope(kern_backend_t *be, float *q, float *k, float *v, const float *qkv,
+                  const int32_t *pos, int m, int n_q, int n_kv, int head_dim, const kern_rope_t *r) {
+  kcu_t *c = KCU(be);
+  kcu_rope_c rc;
+  if (kcu_enter(c) || m <= 0 || n_q + n_kv <= 0) return;
+  if (head_dim <= 0 || head_dim % 2) {
+    kcu_fail(c, "qkv_rope: head_dim %d is not even", head_dim);
     return;
   }
-  if (kcu_rope_table(c, r)) return;
-  size_t total = (size_t)m * n_heads * half;
-  KCU_LAUNCH(c, kcu_rope_k, kcu_blocks(total), 256, 0, x, pos, m, n_heads, head_dim, half,
-             r->mode == KERN_ROPE_NEOX, c->rope_tab, r->freq_scale, c->rope_mscale,
-             r->ext_factor != 0.0f);
+  if (kcu_rope_prep(c, r, head_dim, &rc)) return;
+  size_t total = (size_t)m * (n_q + 2 * n_kv) * (head_dim / 2);
+  KCU_LAUNCH(c, kcu_qkv_rope_k, kcu_blocks(total), 256, 0, q, k, v, qkv, pos, m, n_q, n_kv,
+             head_dim, rc);
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */

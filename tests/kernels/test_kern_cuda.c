@@ -10,6 +10,9 @@
  * - RMSNorm, RoPE (NORM / NEOX, partial rotation, frequency factors, YaRN, negative and large
  *   positions), SwiGLU, add, embedding, softmax: max relative error < 1e-5 (3e-5 for softmax
  *   rows past 4096, where the CPU's sequential sum drifts), add and embedding bit-exact;
+ * - the fused projections' ops: qkv_rope (split and rotated: the bits of the columns copied out
+ *   and rope, within 1e-5 of the CPU), swiglu_cat (swiglu's bits), weight_concat (a matmul over
+ *   the stack within 1e-2 of the CPU's over the parts; mixed parts refused, parts kept);
  * - causal GQA attention over several sequences at once (prefill, chunked prefill, decode,
  *   explicit key positions) with per-key masses: max relative error < 1e-4 on the reference
  *   kernel, normalized error < 2e-3 on the fused prefill kernel (fp16 tensor cores; GQA groups of
@@ -295,6 +298,119 @@ static void check_ropes(void) {
   check_rope_case("neox, yarn x4", &r, 11, 4, 128, 16384, 0);
   r = base, r.freq_scale = 0.5f;
   check_rope_case("norm, linear x2", &r, 6, 2, 64, 8192, 0);
+}
+
+/* ---- fused projections: weight_concat, qkv_rope, swiglu_cat ----------------------------- */
+
+/* qkv [m][n_q + 2 n_kv][hd] through qkv_rope: the same bits as the columns copied out and rope
+ * on q and k on the GPU, within 1e-5 of the CPU's rope, v copied exactly. */
+static void check_qkv_rope_case(const char *what, const kern_rope_t *r, int m, int n_q, int n_kv,
+                                int hd) {
+  const int nh = n_q + 2 * n_kv;
+  const size_t nq = (size_t)m * n_q * hd, nk = (size_t)m * n_kv * hd;
+  float *qkv = randv((size_t)m * nh * hd, 2), *part[3];
+  const size_t nn[3] = {nq, nk, nk}, w[3] = {(size_t)n_q * hd, (size_t)n_kv * hd, (size_t)n_kv * hd};
+  int32_t *pos = malloc(sizeof(int32_t) * m);
+  for (int t = 0; t < m; t++) pos[t] = (int32_t)tu_randf(&rs, 0, 30000.0f) - (t % 3 == 2) * 40000;
+  for (int i = 0, off = 0; i < 3; off += (int)w[i++]) { /* the columns of q, k and v */
+    part[i] = malloc(sizeof(float) * nn[i]);
+    for (int t = 0; t < m; t++)
+      memcpy(part[i] + t * w[i], qkv + (size_t)t * nh * hd + off, sizeof(float) * w[i]);
+  }
+  float *dqkv = bput(g_gpu, qkv, sizeof(float) * m * nh * hd), *dq = bpoison(g_gpu, nq);
+  float *dk = bpoison(g_gpu, nk), *dv = bpoison(g_gpu, nk);
+  int32_t *dp = bput(g_gpu, pos, sizeof(int32_t) * m);
+  g_gpu->ops->qkv_rope(g_gpu, dq, dk, dv, dqkv, dp, m, n_q, n_kv, hd, r);
+  float *dref[3], *got[3] = {bget(g_gpu, dq, nq), bget(g_gpu, dk, nk), bget(g_gpu, dv, nk)};
+  int same = 1;
+  double e = 0;
+  for (int i = 0; i < 3; i++) {
+    dref[i] = bput(g_gpu, part[i], sizeof(float) * nn[i]);
+    if (i < 2) g_gpu->ops->rope(g_gpu, dref[i], dp, m, i ? n_kv : n_q, hd, r);
+    if (i < 2) g_cpu->ops->rope(g_cpu, part[i], pos, m, i ? n_kv : n_q, hd, r);
+    float *gr = bget(g_gpu, dref[i], nn[i]);
+    const double ei = tu_rel_err(got[i], part[i], nn[i]);
+    same &= bits_equal(got[i], gr, nn[i]) && (i < 2 || bits_equal(got[i], part[i], nn[i]));
+    e = ei > e ? ei : e;
+    free(gr), kern_free(g_gpu, dref[i]), free(got[i]), free(part[i]);
+  }
+  fprintf(stderr, "qkv_rope %-22s m %2d heads %d/%d hd %3d n_rot %3d: %s split + rope, %.2e\n",
+          what, m, n_q, n_kv, hd, r->n_rot, same ? "=" : "!=", e);
+  CHECK(same);
+  CHECK(e < 1e-5);
+  kern_free(g_gpu, dqkv), kern_free(g_gpu, dq), kern_free(g_gpu, dk), kern_free(g_gpu, dv);
+  kern_free(g_gpu, dp), free(qkv), free(pos);
+}
+
+/* gu [m][2n] through swiglu_cat: swiglu's bits on the halves, within 1e-5 of the CPU's. */
+static void check_swiglu_cat(int m, int n) {
+  const size_t t = (size_t)m * n;
+  float *gu = randv(2 * t, 6), *g = malloc(sizeof(float) * t), *u = malloc(sizeof(float) * t);
+  float *ref = malloc(sizeof(float) * t);
+  for (int r = 0; r < m; r++) {
+    memcpy(g + (size_t)r * n, gu + (size_t)r * 2 * n, sizeof(float) * n);
+    memcpy(u + (size_t)r * n, gu + (size_t)r * 2 * n + n, sizeof(float) * n);
+  }
+  g_cpu->ops->swiglu(g_cpu, ref, g, u, m, n);
+  float *dgu = bput(g_gpu, gu, sizeof(float) * 2 * t), *dy = bpoison(g_gpu, t);
+  float *dg = bput(g_gpu, g, sizeof(float) * t), *du = bput(g_gpu, u, sizeof(float) * t);
+  g_gpu->ops->swiglu_cat(g_gpu, dy, dgu, m, n);
+  g_gpu->ops->swiglu(g_gpu, dg, dg, du, m, n);
+  float *y = bget(g_gpu, dy, t), *y2 = bget(g_gpu, dg, t);
+  const double e = tu_rel_err(y, ref, t);
+  const int same = bits_equal(y, y2, t);
+  fprintf(stderr, "swiglu_cat m %d n %d: %s swiglu, %.2e\n", m, n, same ? "=" : "!=", e);
+  CHECK(same);
+  CHECK(e < 1e-5);
+  kern_free(g_gpu, dgu), kern_free(g_gpu, dy), kern_free(g_gpu, dg), kern_free(g_gpu, du);
+  free(gu), free(g), free(u), free(ref), free(y), free(y2);
+}
+
+/* Three weights of rows[i] x k stacked by weight_concat: the parts come back empty, and a matmul
+ * over the stack is within 1e-2 (normalized) of the CPU's matmuls over the parts, row block by
+ * row block; a part of another kind is refused and leaves the parts as they were. */
+static void check_weight_concat(const int rows[3], int k, int m) {
+  int n = rows[0] + rows[1] + rows[2];
+  float *w = randv((size_t)n * k, 1), *x = randv((size_t)m * k, 1);
+  float *ref = malloc(sizeof(float) * m * n), *part = malloc(sizeof(float) * m * n);
+  kern_weight_t pw[3], cw[3], stack;
+  for (int i = 0, r0 = 0; i < 3; r0 += rows[i++]) {
+    CHECK_OK(g_gpu->ops->weight_upload(g_gpu, &pw[i], w + (size_t)r0 * k, rows[i], k));
+    kern_weight_t c = {w + (size_t)r0 * k, rows[i], k, KERN_WEIGHT_F32};
+    g_cpu->ops->matmul(g_cpu, part, x, &c, NULL, m, 0);
+    for (int t = 0; t < m; t++)
+      memcpy(ref + (size_t)t * n + r0, part + (size_t)t * rows[i], sizeof(float) * rows[i]);
+  }
+  kern_weight_t bad[2] = {pw[0], {w, rows[1], k, KERN_WEIGHT_F32}};
+  CHECK(g_gpu->ops->weight_concat(g_gpu, &stack, bad, 2) == QE_EINVAL);
+  CHECK(bad[0].data == pw[0].data && bad[0].rows == rows[0]);
+  memcpy(cw, pw, sizeof cw);
+  CHECK_OK(g_gpu->ops->weight_concat(g_gpu, &stack, cw, 3));
+  CHECK(cw[0].data == NULL && cw[2].data == NULL && stack.rows == n && stack.cols == k);
+  float *dx = bput(g_gpu, x, sizeof(float) * m * k), *dy = bpoison(g_gpu, (size_t)m * n);
+  g_gpu->ops->matmul(g_gpu, dy, dx, &stack, NULL, m, 0);
+  float *y = bget(g_gpu, dy, (size_t)m * n);
+  const double e = nerr(y, ref, (size_t)m * n);
+  fprintf(stderr, "weight_concat %d+%d+%d x %d, m %d: matmul error %.2e\n", rows[0], rows[1],
+          rows[2], k, m, e);
+  CHECK(e < 1e-2);
+  g_gpu->ops->weight_free(g_gpu, &stack);
+  kern_free(g_gpu, dx), kern_free(g_gpu, dy);
+  free(w), free(x), free(ref), free(part), free(y);
+}
+
+static void check_fused_proj(void) {
+  kern_rope_t r = {KERN_ROPE_NORM, 128, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 8192};
+  check_qkv_rope_case("norm (llama)", &r, 32, 32, 8, 128);
+  r.mode = KERN_ROPE_NEOX, r.n_rot = 32, r.theta = 1000000.0f;
+  check_qkv_rope_case("neox, partial", &r, 7, 7, 1, 64);
+  r.mode = KERN_ROPE_NORM, r.n_rot = 48, r.freq_scale = 0.25f, r.ext_factor = 1.0f;
+  check_qkv_rope_case("norm, partial, yarn", &r, 5, 4, 2, 64);
+  r.n_rot = 0;
+  check_qkv_rope_case("no rotation", &r, 3, 2, 2, 8);
+  check_swiglu_cat(1, 7), check_swiglu_cat(32, 14336), check_swiglu_cat(5, 1001);
+  const int qkv[3] = {4096, 1024, 1024}, odd[3] = {37, 5, 70};
+  check_weight_concat(qkv, 512, 32), check_weight_concat(odd, 99, 3);
 }
 
 /* Row softmax in fp64, rounded to fp32. */
@@ -1056,6 +1172,7 @@ int main(int argc, char **argv) {
   check_ropes();
   check_swiglu_add_embed_softmax(1, 7), check_swiglu_add_embed_softmax(4, 512);
   check_swiglu_add_embed_softmax(3, 32000), check_swiglu_add_embed_softmax(64, 11008);
+  check_fused_proj();
   kern_backend_t *unfused = NULL;
   setenv("QE_CUDA_FUSE_BF16", "0", 1), setenv("QE_CUDA_FUSE_ADD", "0", 1);
   CHECK_OK(kern_cuda_create(0, &unfused));
