@@ -5,7 +5,8 @@
 # test_model_graph, attn_decode), xz-compressed,
 # and the shared libraries of gRPC, libuv, protobuf-c and SQLite they link (the device has none
 # of them), from this Debian 12 machine. bench/device_unpack.sh undoes it there.
-# Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled
+# Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled,
+#   sm_90 alone (-Dgpu_sm=90 -Dgpu_ptx=false),
 #   -Dserving=enabled -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3, built first)
 #   bench/device_pack.sh --cpu   (the CPU build with OpenBLAS into carry/pack_cpu; see below)
 #   VARIANTS="NAME=FLAGS;..." bench/device_pack.sh --variants   (test_kern_cuda variants; below)
@@ -87,6 +88,9 @@ BUILD=${1:-build-srv-dev}
 PACK=carry/pack
 [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
   -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3 >/dev/null
+# sm_90 machine code alone (the device's H100 and H200): a third of the sm_80 + sm_90 + PTX
+# binaries, so that a pack and the repository fit one call's carry
+meson configure "$BUILD" -Dgpu_sm=90 -Dgpu_ptx=false >/dev/null
 drop_stale_cuda "$BUILD"
 BINS=(cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda
   tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode)

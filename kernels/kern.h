@@ -159,7 +159,8 @@ typedef struct kern_ops {
    * rotates them in place, and v [m][n_kv][head_dim] copied: the same bits as copying the
    * columns out and calling rope on q and k. head_dim even; the outputs differ from qkv. */
   void (*qkv_rope)(kern_backend_t *be, float *q, float *k, float *v, const float *qkv,
-                   const int32_t *pos, int m, int n_q, int n_kv, int head_dim, const kern_rope_t *r);
+                   const int32_t *pos, int m, int n_q, int n_kv, int head_dim,
+                   const kern_rope_t *r);
   /* Optional, with weight_concat: y[m][n] = silu(gate) * up where gu [m][2n] holds each row's
    * gate then its up (a fused projection's output): swiglu's bits. y differs from gu. */
   void (*swiglu_cat)(kern_backend_t *be, float *y, const float *gu, int m, int n);

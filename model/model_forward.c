@@ -100,7 +100,7 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
   add_norm(m, s->tmp, L->ffn_norm, n);
   float *act = s->gate; /* silu(gate) * up */
-  if (L->wgu.data) { /* gate and up in one matmul: [n][2 n_ff] */
+  if (L->wgu.data) {    /* gate and up in one matmul: [n][2 n_ff] */
     be->ops->matmul(be, s->gate, s->xn, &L->wgu, NULL, n, 0);
     be->ops->swiglu_cat(be, s->up, s->gate, n, m->sh.n_ff);
     act = s->up;

@@ -500,7 +500,8 @@ int model__alloc_scratch(model_t *m) {
   s->k = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   size_t gate = (size_t)m->sh.n_ff, qkv = (size_t)(m->sh.n_head + 2 * m->sh.n_kv) * hd;
-  if (m->hp.n_layer > 0 && m->layers[0].wgu.data) gate = 2 * gate > qkv ? 2 * gate : qkv; /* (fused outputs) */
+  if (m->hp.n_layer > 0 && m->layers[0].wgu.data)
+    gate = 2 * gate > qkv ? 2 * gate : qkv; /* (fused outputs) */
   s->gate = scratch_alloc(m, B * gate, &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->logits = m->sh.rank == 0 ? scratch_alloc(m, (size_t)m->out_rows * m->hp.n_vocab, &rc) : NULL;

@@ -369,8 +369,8 @@ static void kcu_destroy(kern_backend_t *be) {
   cudaSetDevice(c->device);
   if (c->stream) cudaStreamSynchronize(c->stream);
   for (int i = 0; i < c->n_plans; i++) plan_release(&c->plans[i]);
-  void *dev[] = {c->ws, c->xb, c->wb, c->rope_tab, c->attn_desc, c->attn_stats, c->amax, c->attn_s,
-                 c->flash_kv};
+  void *dev[] = {c->ws,         c->xb,   c->wb,     c->rope_tab, c->attn_desc,
+                 c->attn_stats, c->amax, c->attn_s, c->flash_kv};
   for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
     if (dev[i]) cudaFree(dev[i]);
   if (c->blas) cublasDestroy(c->blas);
@@ -452,7 +452,7 @@ extern "C" int kern_cuda_create(int device, kern_backend_t **out) {
   static const char *const prefill[] = {"fused", "gemm", "ref"};
   c->gemmex_only = qe_env_choice("QE_CUDA_GEMM", gemm, 2, 0) == 1;
   c->xb_fuse = (int)qe_env_long("QE_CUDA_FUSE_BF16", 0, 1, 1); /* (0: the A/B's base) */
-  c->add_fuse = (int)qe_env_long("QE_CUDA_FUSE_ADD", 0, 1, 1);  /* (0: add, then rmsnorm) */
+  c->add_fuse = (int)qe_env_long("QE_CUDA_FUSE_ADD", 0, 1, 1); /* (0: add, then rmsnorm) */
   /* (0: the model keeps q, k, v and gate, up as separate matmuls) */
   c->base.fuse_proj = (int)qe_env_long("QE_CUDA_FUSE_PROJ", 0, 1, 1);
   /* tests: a small budget forces many chunks */

@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(KCU_RMS_T)
                    float eps) {
   __shared__ float sh[32];
   float4 *xr = (float4 *)(x + (size_t)blockIdx.x * n);
-  const float4 *dr = (const float4 *)(d + (d ? (size_t)blockIdx.x * n : 0)), *g4 = (const float4 *)g;
+  const float4 *dr = (const float4 *)(d + (d ? (size_t)blockIdx.x * n : 0)),
+               *g4 = (const float4 *)g;
   float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n), v[KCU_RMS_V];
   const int n4 = n / 4;
   float ss = 0.0f;
@@ -170,13 +171,14 @@ struct kcu_rope_c {
   int half, neox, ext;
 };
 
-__device__ __forceinline__ void kcu_rope_pair(const kcu_rope_c &r, int p, int i, float x0,
-                                              float x1, float *y0, float *y1) {
+__device__ __forceinline__ void kcu_rope_pair(const kcu_rope_c &r, int p, int i, float x0, float x1,
+                                              float *y0, float *y1) {
   int ap = p < 0 ? -p : p;
   float sign = p < 0 ? -1.0f : 1.0f, freq = r.tab[2 * i], mix = r.tab[2 * i + 1];
   float extrap = __fmul_rn((float)ap, freq), theta = __fmul_rn(extrap, r.freq_scale);
   if (r.ext) theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
-  float cs = __fmul_rn(cosf(theta), r.mscale), sn = __fmul_rn(__fmul_rn(sinf(theta), r.mscale), sign);
+  float cs = __fmul_rn(cosf(theta), r.mscale),
+        sn = __fmul_rn(__fmul_rn(sinf(theta), r.mscale), sign);
   *y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
   *y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
 }
@@ -368,10 +370,11 @@ static int kcu_rope_table(kcu_t *c, const kern_rope_t *r) {
 
 /* The rope table for r made current and its constants in *rc; non-zero (sticky) on failure. */
 static int kcu_rope_prep(kcu_t *c, const kern_rope_t *r, int head_dim, kcu_rope_c *rc) {
-  if (r->n_rot > head_dim) return kcu_fail(c, "rope: n_rot %d exceeds head_dim %d", r->n_rot, head_dim);
+  if (r->n_rot > head_dim)
+    return kcu_fail(c, "rope: n_rot %d exceeds head_dim %d", r->n_rot, head_dim);
   if (r->n_rot / 2 > 0 && kcu_rope_table(c, r)) return QE_EBACKEND;
-  *rc = (kcu_rope_c){c->rope_tab, r->freq_scale, c->rope_mscale, r->n_rot / 2,
-                     r->mode == KERN_ROPE_NEOX, r->ext_factor != 0.0f};
+  rc->tab = c->rope_tab, rc->freq_scale = r->freq_scale, rc->mscale = c->rope_mscale;
+  rc->half = r->n_rot / 2, rc->neox = r->mode == KERN_ROPE_NEOX, rc->ext = r->ext_factor != 0.0f;
   return 0;
 }
 
@@ -386,7 +389,8 @@ void kcu_rope(kern_backend_t *be, float *x, const int32_t *pos, int m, int n_hea
 }
 
 void kcu_qkv_rope(kern_backend_t *be, float *q, float *k, float *v, const float *qkv,
-                  const int32_t *pos, int m, int n_q, int n_kv, int head_dim, const kern_rope_t *r) {
+                  const int32_t *pos, int m, int n_q, int n_kv, int head_dim,
+                  const kern_rope_t *r) {
   kcu_t *c = KCU(be);
   kcu_rope_c rc;
   if (kcu_enter(c) || m <= 0 || n_q + n_kv <= 0) return;

@@ -309,7 +309,8 @@ static void check_qkv_rope_case(const char *what, const kern_rope_t *r, int m, i
   const int nh = n_q + 2 * n_kv;
   const size_t nq = (size_t)m * n_q * hd, nk = (size_t)m * n_kv * hd;
   float *qkv = randv((size_t)m * nh * hd, 2), *part[3];
-  const size_t nn[3] = {nq, nk, nk}, w[3] = {(size_t)n_q * hd, (size_t)n_kv * hd, (size_t)n_kv * hd};
+  const size_t nn[3] = {nq, nk, nk},
+               w[3] = {(size_t)n_q * hd, (size_t)n_kv * hd, (size_t)n_kv * hd};
   int32_t *pos = malloc(sizeof(int32_t) * m);
   for (int t = 0; t < m; t++) pos[t] = (int32_t)tu_randf(&rs, 0, 30000.0f) - (t % 3 == 2) * 40000;
   for (int i = 0, off = 0; i < 3; off += (int)w[i++]) { /* the columns of q, k and v */
