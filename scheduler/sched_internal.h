@@ -142,6 +142,9 @@ struct sched {
 uint64_t sched_now_us(void);
 int64_t sched_unix_ms(void);
 int sched_utf8_valid(const char *s, size_t n);
+/* Replaces each byte of s (NUL-terminated) that does not start a valid UTF-8 sequence with '?':
+ * error messages that echo a client's bytes, or are cut mid-character, stay valid UTF-8. */
+void sched_utf8_clean(char *s);
 /* The path ("prompt.text") of the first string field of message d's encoding b[n] (unpacked
  * without error) that holds a NUL byte, into path[cap]; 0 when none does. protobuf-c's strings
  * end at their first NUL, so such a field would be read cut short. */

@@ -65,6 +65,7 @@ void sched_rpc_error(sgrpc_call_t *call, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  sched_utf8_clean(msg); /* (ids and names are echoed as the client sent them) */
   sgrpc_finish(call, status, msg, NULL, 0);
 }
 

@@ -42,6 +42,16 @@ int sched_utf8_valid(const char *str, size_t n) {
   return 1;
 }
 
+void sched_utf8_clean(char *str) {
+  unsigned char *s = (unsigned char *)str;
+  const size_t n = strlen(str);
+  for (size_t i = 0; i < n;) {
+    const size_t k = utf8_seq(s + i, n - i);
+    if (!k) s[i] = '?';
+    i += k ? k : 1;
+  }
+}
+
 /* A varint at *p, which moves past it; -1 when it runs past end. */
 static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   *v = 0;
@@ -53,10 +63,23 @@ static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   return -1;
 }
 
+/* Field f's name in path at at, with its index when repeated (seen [d->n_fields]: the elements
+ * of each field met so far at this level). */
+static void pb_name(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
+                    unsigned *seen, char *path, size_t cap, size_t at) {
+  const size_t fi = (size_t)(f - d->fields);
+  const char *dot = at ? "." : "";
+  if (f->label == PROTOBUF_C_LABEL_REPEATED && fi < 64)
+    snprintf(path + at, cap - at, "%s%s[%u]", dot, f->name, seen[fi]++);
+  else
+    snprintf(path + at, cap - at, "%s%s", dot, f->name);
+}
+
 /* One level of sched_pb_nul_string: 1 with path set when a string field below holds a NUL. */
 static int pb_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
                   char *path, size_t cap, int depth) {
   const size_t at = strlen(path);
+  unsigned seen[64] = {0};
   uint64_t tag, len;
   while (p < end && !pb_varint(&p, end, &tag)) {
     const int wt = (int)(tag & 7);
@@ -70,7 +93,7 @@ static int pb_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, const u
     const ProtobufCFieldDescriptor *f =
         tag >> 3 <= 0xffffffffu ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
                                 : NULL;
-    if (f) snprintf(path + at, cap - at, "%s%s", at ? "." : "", f->name);
+    if (f) pb_name(d, f, seen, path, cap, at);
     if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)len)) return 1;
     if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16 &&
         pb_nul(f->descriptor, p, p + len, path, cap, depth + 1))

@@ -51,6 +51,39 @@ static void test_named(void) {
   free(b);
 }
 
+/* A NUL in a repeated message's string names the element: prompt.chat.messages[2].role. */
+static void test_indexed(void) {
+  Qevict__V1__GenerateRequest g = QEVICT__V1__GENERATE_REQUEST__INIT;
+  Qevict__V1__Prompt p = QEVICT__V1__PROMPT__INIT;
+  Qevict__V1__ChatMessages c = QEVICT__V1__CHAT_MESSAGES__INIT;
+  Qevict__V1__ChatMessage m[3], *mp[3] = {&m[0], &m[1], &m[2]};
+  char *role[3] = {"system", "user", "assistant"}, *text[3] = {"Be brief.", "Hi", "Hello"};
+  for (int i = 0; i < 3; i++)
+    qevict__v1__chat_message__init(&m[i]), m[i].role = role[i], m[i].content = text[i];
+  c.n_messages = 3, c.messages = mp;
+  p.kind_case = QEVICT__V1__PROMPT__KIND_CHAT, p.chat = &c, g.prompt = &p;
+  uint8_t b[128];
+  size_t n = qevict__v1__generate_request__pack(&g, b);
+  char path[64];
+  CHECK(!nul_in(b, n, path));
+  nul_at(b, n, "assistant", 4);
+  CHECK(nul_in(b, n, path) && !strcmp(path, "prompt.chat.messages[2].role"));
+  nul_at(b, n, "Hi", 1);
+  CHECK(nul_in(b, n, path) && !strcmp(path, "prompt.chat.messages[1].content"));
+}
+
+/* Error messages echo the client's bytes: each byte that starts no valid UTF-8 sequence (stray,
+ * overlong, surrogate, cut short) becomes '?', valid text stays as it is. */
+static void test_utf8_clean(void) {
+  char a[] = "tenant 'caf\xc3\xa9 \xff\xfe' \xc0\xaf \xed\xa0\x80 \xf0\x9f\x98\x80 \xe4\xb8";
+  sched_utf8_clean(a);
+  CHECK(!strcmp(a, "tenant 'caf\xc3\xa9 ?" "?' ?? ??? \xf0\x9f\x98\x80 ??"));
+  CHECK(sched_utf8_valid(a, strlen(a)));
+  char b[] = "plain";
+  sched_utf8_clean(b);
+  CHECK(!strcmp(b, "plain"));
+}
+
 static void test_not_strings(void) {
   Qevict__V1__GenerateRequest g = QEVICT__V1__GENERATE_REQUEST__INIT;
   Qevict__V1__Prompt p = QEVICT__V1__PROMPT__INIT;
@@ -92,6 +125,8 @@ static void test_random(void) {
 
 int main(void) {
   test_named();
+  test_indexed();
+  test_utf8_clean();
   test_not_strings();
   test_random();
   return tu_done("sched_wire");
