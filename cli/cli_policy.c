@@ -112,6 +112,9 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d)
   if (p->scorer != -1) c->scorer = p->scorer;
   if (p->promote != -1) c->promote = p->promote;
   if (p->key_frame != -1) c->quant.key_frame = p->key_frame;
+  if ((p->bits != -1 || p->key_frame != -1) && c->q == 0.0f)
+    return qe_errf(QE_EINVAL, "%s: policy %s keeps no quantized windows (its q is 0); give --q too",
+                   p->bits != -1 ? "--bits" : "--key-frame", name);
 
   *c = kv_policy_fit(c, head_dim);
   return kv_policy_check(c, head_dim);

@@ -90,6 +90,12 @@ expect_error "unknown policy" "$QEVICT" generate --model "$STORIES" --prompt hi 
 expect_error "window 0" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --window 0
 expect_error "bits 3" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --bits 3
 expect_error "q 1.5" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --q 1.5
+for pol in h2o streaming snapkv; do # no quantized windows: --bits would be ignored
+  expect_error "bits on $pol" "$QEVICT" generate --model "$STORIES" --prompt hi --policy $pol --bits 4
+  grep -q -- "--bits: policy $pol keeps no quantized windows" "$TMP/err" || bad "bits on $pol: message"
+done
+"$QEVICT" generate --model "$STORIES" --prompt hi -n 2 --policy h2o --q 0.5 --bits 4 >/dev/null 2>&1 ||
+  bad "h2o with --q 0.5 --bits 4 refused"
 expect_error "key frame" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --key-frame diagonal
 # window-relative (an experiment of the CPU cache) and pre-RoPE INT2 keys: run within budget
 for kf in window pos; do

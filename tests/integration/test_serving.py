@@ -205,6 +205,11 @@ def test_hardening(srv, admin, cl):
             else:
                 setattr(r.policy, k, v)
         return r
+    def chat_req(*msgs):
+        r = pb.GenerateRequest(max_tokens=4)
+        for role, content in msgs:
+            r.prompt.chat.messages.add(role=role, content=content)
+        return r
     cases = [
         ("budget.bytes 2^64-1", cl.request("hi", 8, "qevict", (1 << 64) - 1), RE, "budget.bytes"),
         ("window 2^32-1", policy_req("qevict", window=(1 << 32) - 1), IA, "policy.window"),
@@ -225,6 +230,12 @@ def test_hardening(srv, admin, cl):
          "policy.graphkv: policy streaming has no token scores"),
         ("a fraction on full", cl.request("hi", 8, "full", 0.5), IA,
          "budget.fraction: policy full keeps every token"),
+        # 2026-12-05 (twenty-first session): bits on a policy without quantized windows were
+        # ignored; a NUL in a chat message named no message
+        ("bits on h2o", policy_req("h2o", 0.3, bits=4), IA,
+         "policy.bits: policy h2o keeps no quantized windows"),
+        ("a NUL in the second message's role", chat_req(("user", "hi"), ("as\x00sistant", "ok")),
+         IA, "prompt.chat.messages[1].role: holds"),
     ]
     for what, req, want, field in cases:
         code, det = code_of(lambda: cl.generate(req, timeout=60))

@@ -83,6 +83,11 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
   if (check_ranges(p)) return QE_EINVAL;
   kv_policy_cfg_t *c = &out->cfg;
   apply_overrides(p, c);
+  if (p->bits_opt_case == P(BITS_OPT_BITS) && c->q == 0.0f)
+    return qe_errf(QE_EINVAL,
+                   "policy.bits: policy %s keeps no quantized windows (its q is 0); "
+                   "set policy.q above 0 too",
+                   name);
   if (p->scorer && *p->scorer && scorer_of(p->scorer, &c->scorer)) return QE_EINVAL;
   *c = kv_policy_fit(c, head_dim);
   int rc = kv_policy_check(c, head_dim);
