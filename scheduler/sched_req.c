@@ -420,11 +420,24 @@ static void reply_submit(sgrpc_call_t *call, sreq_t *r, int attached) {
   sched_rpc_reply(call, &resp.base);
 }
 
-/* FNV-1a of a request's bytes (sreq.body_hash). */
-static uint64_t body_hash(const uint8_t *msg, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ msg[i]) * 0x100000001b3ull;
-  return h;
+/* A ProtobufCBuffer that folds what is packed into it into an FNV-1a hash. */
+typedef struct {
+  ProtobufCBuffer base;
+  uint64_t h;
+} hash_buf_t;
+
+static void hash_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
+  hash_buf_t *hb = (hash_buf_t *)b;
+  for (size_t i = 0; i < len; i++) hb->h = (hb->h ^ data[i]) * 0x100000001b3ull;
+}
+
+/* FNV-1a of a request as protobuf-c packs it again (sreq.body_hash): fields in number order,
+ * a repeated field's elements packed, a field sent twice once, so that a retry another protobuf
+ * library serializes differently hashes as the first. */
+static uint64_t body_hash(const ProtobufCMessage *m) {
+  hash_buf_t hb = {{hash_append}, 0xcbf29ce484222325ull};
+  protobuf_c_message_pack_to_buffer(m, &hb.base);
+  return hb.h;
 }
 
 /* A retry under r's client_request_id: the same request attaches; another body is refused
@@ -461,9 +474,10 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
   sreq_t *r = old ? NULL : req_new(s, tenant);
   sval_err_t e = {0};
   int rc = old ? 0 : !r ? (e.status = SVAL_INTERNAL, -1) : sval_request(s, tenant, g, r, &e);
+  const uint64_t hash = body_hash(&g->base);
   qevict__v1__generate_request__free_unpacked(g, NULL);
-  if (old) return attach(call, old, submit, body_hash(msg, n));
-  if (r) r->body_hash = body_hash(msg, n);
+  if (old) return attach(call, old, submit, hash);
+  if (r) r->body_hash = hash;
   if (!rc) rc = admit(s, r, &e);
   if (rc) {
     if (r) req_free(r);

@@ -483,6 +483,16 @@ def test_submit_watch(srv, cl, key):
                           metadata=cl.md, timeout=10)
     C.ok(again.attached and again.request_id == r.request_id, "a retry with the same "
          "client_request_id attaches to the request")
+    # the same request serialized another way (max_tokens sent again after the other fields,
+    # as another protobuf library may order them): the scheduler compares the parsed request
+    body = cl.request(PROMPTS[4], 120, "qevict", 0.6, client_request_id="job-1")
+    raw = body.SerializeToString() + pb.GenerateRequest(max_tokens=120).SerializeToString()
+    submit_raw = cl.ch.unary_unary("/qevict.v1.Generation/Submit",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=pb.SubmitResponse.FromString)
+    again = submit_raw(raw, metadata=cl.md, timeout=10)
+    C.ok(again.attached and again.request_id == r.request_id, "a retry serialized in another "
+         "field order attaches to the request")
     for what, other in [("another prompt", cl.request(PROMPTS[3], 120, "qevict", 0.6,
                                                       client_request_id="job-1")),
                         ("max_tokens 0", cl.request(PROMPTS[4], 0, "qevict", 0.6,
