@@ -19,6 +19,7 @@
 #include "kern.h"
 #include "qe_log.h"
 #include "qe_status.h"
+#include "qe_target.h"
 #include "sched_server.h"
 #include "tr_addr.h"
 #include "wrk.h"
@@ -199,7 +200,12 @@ static int parse_tls(serve_opts_t *o, const char *f, const char *v) {
 static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
   size_t b;
   if (!strcmp(f, "--model")) return o->s.model = o->w.model = v, 0;
-  if (!strcmp(f, "--listen")) return o->s.listen = v, 0;
+  if (!strcmp(f, "--listen"))
+    return qe_listen_addr_ok(v) ? (o->s.listen = v, 0)
+                                : cli_usage_error(cmd,
+                                                  "--listen '%s' needs a port in 0..65535 "
+                                                  "(HOST:PORT, [V6]:PORT or unix:PATH)",
+                                                  v);
   if (!strcmp(f, "--metrics-listen")) return o->s.metrics_listen = v, 0;
   if (!strcmp(f, "--worker-listen")) return o->s.worker_listen = v, 0;
   if (!strcmp(f, "--state-dir")) return o->s.state_dir = o->state_dir = v, 0;

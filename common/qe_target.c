@@ -4,19 +4,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One address of n bytes: its port, where it has one, is digits in min_port..65535. */
-static int addr_port_ok(const char *a, size_t n, int min_port) {
+/* One address of n bytes: its port, where it has one (need: it must), is digits in
+ * min_port..65535. */
+static int addr_port_ok(const char *a, size_t n, int min_port, int need) {
   const char *end = a + n, *c = NULL;
   if (n && a[0] == '[') { /* [v6] or [v6]:port */
     const char *rb = memchr(a, ']', n);
     if (!rb) return 0;
-    if (rb + 1 == end) return 1;
+    if (rb + 1 == end) return !need;
     if (rb[1] != ':') return 0;
     c = rb + 1;
   } else {
     const char *first = memchr(a, ':', n);
-    if (!first) return 1;                                            /* host alone */
-    if (memchr(first + 1, ':', (size_t)(end - first - 1))) return 1; /* a bare IPv6 address */
+    if (!first) return !need;                                            /* host alone */
+    if (memchr(first + 1, ':', (size_t)(end - first - 1))) return !need; /* a bare IPv6 address */
     c = first;
   }
   size_t d = 0;
@@ -24,7 +25,7 @@ static int addr_port_ok(const char *a, size_t n, int min_port) {
   return d && d <= 5 && c + 1 + d == end && atol(c + 1) >= min_port && atol(c + 1) <= 65535;
 }
 
-int qe_target_ports_ok(const char *target, int min_port) {
+static int ports_ok(const char *target, int min_port, int need) {
   const char *t = target;
   int list = 0;
   if (!strncmp(t, "dns:", 4)) {
@@ -40,8 +41,12 @@ int qe_target_ports_ok(const char *target, int min_port) {
   }
   for (;;) {
     const size_t n = list ? strcspn(t, ",") : strlen(t);
-    if (!addr_port_ok(t, n, min_port)) return 0;
+    if (!addr_port_ok(t, n, min_port, need)) return 0;
     if (!list || !t[n]) return 1;
     t += n + 1;
   }
 }
+
+int qe_target_ports_ok(const char *target, int min_port) { return ports_ok(target, min_port, 0); }
+
+int qe_listen_addr_ok(const char *addr) { return ports_ok(addr, 0, 1); }

@@ -421,8 +421,9 @@ static grpc_server_credentials *srv_creds(const sgrpc_options_t *opt) {
  * a port past 65535, which gRPC would take modulo 65536, refused first). */
 static int srv_setup(sgrpc_server_t *s, const char *addr, const sgrpc_options_t *opt,
                      const sgrpc_method_t *methods) {
-  if (!qe_target_ports_ok(addr, 0))
-    return qe_errf(QE_EINVAL, "grpc: bad port in \"%s\" (0..65535)", addr);
+  if (!qe_listen_addr_ok(addr))
+    return qe_errf(QE_EINVAL, "grpc: listen address \"%s\" needs a port in 0..65535 (HOST:PORT)",
+                   addr);
   grpc_arg args[3];
   memset(args, 0, sizeof args);
   args[0].type = args[1].type = args[2].type = GRPC_ARG_INTEGER;
