@@ -42,6 +42,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
  * blanks. 0 or -1. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
+/* What the last failed cli_parse_int or cli_parse_float took, " (an integer in 1..64)" or
+ * " (a number in [0, 1])", for the usage error that follows; "" after a success. */
+const char *cli_parse_note(void);
 int cli_parse_u64(const char *s, uint64_t *out);
 /* A byte size: digits with an optional suffix K, M, G (powers of 1024) or B; > 0 and below
  * 2^63. 0 or -1. */

@@ -104,7 +104,7 @@ static int own_opt(lat_args_t *a, const char *f, const char *v) {
   long l;
   if (!strcmp(f, "--policies")) return parse_policies(a, v);
   if (cli_parse_int(v, !strcmp(f, "-n") ? 2 : 1, !strcmp(f, "--rounds") ? 100 : 1 << 24, &l))
-    return cli_usage_error("bench latency", "bad value '%s' for %s", v, f);
+    return cli_usage_error("bench latency", "bad value '%s' for %s%s", v, f, cli_parse_note());
   if (!strcmp(f, "--rounds"))
     a->rounds = (int)l;
   else if (!strcmp(f, "-n"))

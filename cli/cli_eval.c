@@ -267,7 +267,7 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
         return cli_usage_error("eval", "bad value '%s' for %s%s", orig, f,
                                strchr(orig, ',') || !*orig
                                    ? " (a comma list: each item valid, none empty or repeated)"
-                                   : "");
+                                   : cli_parse_note());
     }
   }
   if (!c->model) return cli_usage_error("eval", "--model is required");

@@ -162,7 +162,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       int rc = parse_valued(a, f, argv[++i]);
       if (rc == 1) rc = cli_policy_parse(&a->pol, f, argv[i]);
       if (rc == 1) return cli_usage_error("generate", "unknown option %s", f);
-      if (rc == 2) return cli_usage_error("generate", "bad value '%s' for %s", argv[i], f);
+      if (rc == 2)
+        return cli_usage_error("generate", "bad value '%s' for %s%s", argv[i], f, cli_parse_note());
     }
   }
   if (!a->model == !a->shape) return cli_usage_error("generate", "give one of --model and --shape");

@@ -627,7 +627,8 @@ static int args_option(const char *cmd, int argc, char **argv, int *i, const cha
   }
   int rc = fn(ud, flag, v);
   if (rc == 1) return cli_usage_error(cmd, "unknown option %s", flag);
-  if (rc == 2) return cli_usage_error(cmd, "bad value '%s' for %s", v ? v : "", flag);
+  if (rc == 2)
+    return cli_usage_error(cmd, "bad value '%s' for %s%s", v ? v : "", flag, cli_parse_note());
   return rc ? CLI_EXIT_USAGE : 0;
 }
 

@@ -169,7 +169,8 @@ typedef struct {
 
 static int parse_num(const char *cmd, const char *f, const char *v, long lo, long hi, int *out) {
   long l;
-  if (cli_parse_int(v, lo, hi, &l)) return cli_usage_error(cmd, "bad value for %s: '%s'", f, v);
+  if (cli_parse_int(v, lo, hi, &l))
+    return cli_usage_error(cmd, "bad value for %s: '%s'%s", f, v, cli_parse_note());
   *out = (int)l;
   return 0;
 }

@@ -61,11 +61,21 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   return 2;
 }
 
+/* What the last failed cli_parse_int or cli_parse_float wanted, " (an integer in 1..64)", or ""
+ * after a success. */
+static char parse_expected[80];
+
+const char *cli_parse_note(void) { return parse_expected; }
+
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (!*s || isspace((unsigned char)*s) || *end || errno || v < lo || v > hi) return -1;
+  parse_expected[0] = '\0';
+  if (!*s || isspace((unsigned char)*s) || *end || errno || v < lo || v > hi) {
+    snprintf(parse_expected, sizeof parse_expected, " (an integer in %ld..%ld)", lo, hi);
+    return -1;
+  }
   *out = v;
   return 0;
 }
@@ -74,7 +84,11 @@ int cli_parse_float(const char *s, double lo, double hi, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (!*s || isspace((unsigned char)*s) || *end || errno || !(v >= lo && v <= hi)) return -1;
+  parse_expected[0] = '\0';
+  if (!*s || isspace((unsigned char)*s) || *end || errno || !(v >= lo && v <= hi)) {
+    snprintf(parse_expected, sizeof parse_expected, " (a number in [%g, %g])", lo, hi);
+    return -1;
+  }
   *out = v;
   return 0;
 }

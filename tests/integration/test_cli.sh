@@ -45,6 +45,9 @@ grep -q "Is a directory" "$TMP/err" || bad "directory prompt file: $(cat "$TMP/e
 expect_error "empty prompt" "$QEVICT" generate --model "$STORIES" --prompt ""
 expect_error "bad -n" "$QEVICT" generate --model "$STORIES" --prompt hi -n -3
 expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --top-p 2
+grep -q -- "--top-p (a number in \[1e-06, 1\])" "$TMP/err" || bad "--top-p 2: range not stated"
+expect_error "-n past its range" "$QEVICT" generate --model "$STORIES" --prompt hi -n 99999999
+grep -q -- "-n (an integer in 1..16777216)" "$TMP/err" || bad "-n 99999999: range not stated"
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
 expect_error "bad --cpu-weights" "$QEVICT" generate --model "$STORIES" --prompt hi --cpu-weights q3
