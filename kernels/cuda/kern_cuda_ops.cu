@@ -51,23 +51,15 @@ __global__ void kcu_bias_k(float *y, const float *bias, size_t total, int n) {
   KCU_GRID_STRIDE(i, total) y[i] += bias[i % (size_t)n];
 }
 
-/* yb (when not NULL): the same values in bf16 (kcu_xb_out). */
+/* y[m][n] = silu(gate) * up, the rows of gate and up ld floats apart (n: apart; 2n: one fused
+ * projection's output, up = gate + n). yb (when not NULL): the same values in bf16
+ * (kcu_xb_out). */
 __global__ void kcu_swiglu_k(float *y, __nv_bfloat16 *yb, const float *gate, const float *up,
-                             size_t n) {
-  KCU_GRID_STRIDE(i, n) {
-    float g = gate[i];
-    y[i] = g / (1.0f + expf(-g)) * up[i];
-    if (yb) yb[i] = __float2bfloat16(y[i]);
-  }
-}
-
-/* kcu_swiglu_k's values with gate and up in one row of gu [m][2n] (gate first). */
-__global__ void kcu_swiglu_cat_k(float *y, __nv_bfloat16 *yb, const float *gu, size_t total,
-                                 int n) {
+                             size_t total, int n, int ld) {
   KCU_GRID_STRIDE(i, total) {
-    const float *row = gu + (i / n) * 2 * (size_t)n + i % n;
-    float g = row[0];
-    y[i] = g / (1.0f + expf(-g)) * row[n];
+    const size_t at = (i / n) * (size_t)ld + i % n;
+    float g = gate[at];
+    y[i] = g / (1.0f + expf(-g)) * up[at];
     if (yb) yb[i] = __float2bfloat16(y[i]);
   }
 }
@@ -278,22 +270,23 @@ void kcu_add_rmsnorm(kern_backend_t *be, float *x, const float *d, float *y, con
   kcu_xb_mark(c, y, (size_t)m * n, yb, rc);
 }
 
-void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n) {
+static void kcu_swiglu_ld(kern_backend_t *be, float *y, const float *gate, const float *up, int m,
+                          int n, int ld) {
   kcu_t *c = KCU(be);
   size_t total = (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0);
   if (kcu_enter(c) || !total) return;
   __nv_bfloat16 *yb = kcu_xb_out(c, total);
-  const int rc = KCU_LAUNCH(c, kcu_swiglu_k, kcu_blocks(total), 256, 0, y, yb, gate, up, total);
+  const int rc =
+      KCU_LAUNCH(c, kcu_swiglu_k, kcu_blocks(total), 256, 0, y, yb, gate, up, total, n, ld);
   kcu_xb_mark(c, y, total, yb, rc);
 }
 
+void kcu_swiglu(kern_backend_t *be, float *y, const float *gate, const float *up, int m, int n) {
+  kcu_swiglu_ld(be, y, gate, up, m, n, n);
+}
+
 void kcu_swiglu_cat(kern_backend_t *be, float *y, const float *gu, int m, int n) {
-  kcu_t *c = KCU(be);
-  size_t total = (size_t)(m > 0 ? m : 0) * (size_t)(n > 0 ? n : 0);
-  if (kcu_enter(c) || !total) return;
-  __nv_bfloat16 *yb = kcu_xb_out(c, total);
-  const int rc = KCU_LAUNCH(c, kcu_swiglu_cat_k, kcu_blocks(total), 256, 0, y, yb, gu, total, n);
-  kcu_xb_mark(c, y, total, yb, rc);
+  kcu_swiglu_ld(be, y, gu, gu + n, m, n, 2 * n);
 }
 
 void kcu_add(kern_backend_t *be, float *y, const float *x, size_t n) {
