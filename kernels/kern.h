@@ -46,6 +46,13 @@ static inline size_t kern_weight_bytes(const kern_weight_t *w) {
   return (w->dtype == KERN_WEIGHT_BF16 ? 2 : 4) * n;
 }
 
+/* Rows r0 .. r0 + n - 1 of w (F32 or BF16) as a weight of their own that shares w's data (not
+ * to be freed). */
+static inline kern_weight_t kern_weight_rows(const kern_weight_t *w, int r0, int n) {
+  const size_t el = w->dtype == KERN_WEIGHT_BF16 ? 2 : 4;
+  return (kern_weight_t){(char *)w->data + (size_t)r0 * (size_t)w->cols * el, n, w->cols, w->dtype};
+}
+
 /* RoPE parameters. mode NORM rotates interleaved pairs (2i, 2i+1) (GGUF llama: weights are
  * permuted at conversion); NEOX rotates half-split pairs (i, i + n_rot/2) (qwen2, HF).
  * freq(i) = freq_scale * theta^(-2i/n_rot) / factors[i] (factors may be NULL: llama3-style

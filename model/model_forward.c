@@ -99,15 +99,18 @@ static int layer_forward(model_t *m, kv_cache_t *kv, tp_comm_t *comm, int l,
   be->ops->matmul(be, s->tmp, s->att, &L->wo, NULL, n, 0);
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;
   add_norm(m, s->tmp, L->ffn_norm, n);
-  float *act = s->gate; /* silu(gate) * up */
-  if (L->wgu.data) {    /* gate and up in one matmul: [n][2 n_ff] */
+  const int F = m->sh.n_ff;
+  float *act = s->gate;                      /* silu(gate) * up */
+  if (L->wgu.data && n <= MODEL_FUSE_ROWS) { /* gate and up in one matmul: [n][2 n_ff] */
     be->ops->matmul(be, s->gate, s->xn, &L->wgu, NULL, n, 0);
-    be->ops->swiglu_cat(be, s->up, s->gate, n, m->sh.n_ff);
+    be->ops->swiglu_cat(be, s->up, s->gate, n, F);
     act = s->up;
-  } else {
-    be->ops->matmul(be, s->gate, s->xn, &L->wg, NULL, n, 0);
-    be->ops->matmul(be, s->up, s->xn, &L->wu, NULL, n, 0);
-    be->ops->swiglu(be, s->gate, s->gate, s->up, n, m->sh.n_ff);
+  } else { /* (stacked: its two halves) */
+    kern_weight_t wg = L->wgu.data ? kern_weight_rows(&L->wgu, 0, F) : L->wg;
+    kern_weight_t wu = L->wgu.data ? kern_weight_rows(&L->wgu, F, F) : L->wu;
+    be->ops->matmul(be, s->gate, s->xn, &wg, NULL, n, 0);
+    be->ops->matmul(be, s->up, s->xn, &wu, NULL, n, 0);
+    be->ops->swiglu(be, s->gate, s->gate, s->up, n, F);
   }
   be->ops->matmul(be, s->tmp, act, &L->wd, NULL, n, 0);
   if ((rc = allreduce_act(m, comm, s->tmp, xe))) return rc;

@@ -41,13 +41,18 @@ typedef struct {
   float *bqkv;
 } model_layer_t;
 
+/* Rows of a forward call up to which stacked gate, up weights run as one matmul (decode steps
+ * and small prefills, whose GEMMs read their weights at the memory's pace); past it the two
+ * halves run apart, so that the scratch holds [B][2 n_ff] only for these rows. */
+#define MODEL_FUSE_ROWS 512
+
 /* Scratch for one forward call of up to max_batch tokens, in backend memory. */
 typedef struct {
   float *x, *xn, *tmp; /* [B][n_embd] */
   float *q, *att;      /* [B][n_head_local * hd] */
   float *k, *v;        /* [B][n_kv_local * hd] */
-  float *gate, *up;    /* [B][n_ff_local]; gate [B][2 n_ff_local] (at least [B][nq + 2 nk])
-                        * with fused projections: their outputs */
+  float *gate, *up;    /* [B][n_ff_local]; with stacked projections gate also holds their
+                        * outputs: [B][nq + 2 nk] and [MODEL_FUSE_ROWS][2 n_ff_local] */
   float *logits;       /* [out_rows][n_vocab] (rank 0) */
   int32_t *ids, *pos;  /* [B] (a recorded step points them at its own buffer meanwhile) */
   float *host_tmp;     /* host [B][n_embd] for all-reduce on non-host backends */

@@ -487,6 +487,17 @@ int model__fuse_proj(model_t *m) {
   return rc;
 }
 
+/* Floats of the gate scratch: [B][n_ff], and the stacked projections' outputs (model_scratch_t). */
+static size_t gate_floats(const model_t *m) {
+  const size_t B = (size_t)m->max_batch, F = (size_t)m->sh.n_ff;
+  const size_t qkv = (size_t)(m->sh.n_head + 2 * m->sh.n_kv) * (size_t)m->hp.head_dim;
+  const size_t fr = B < MODEL_FUSE_ROWS ? B : MODEL_FUSE_ROWS;
+  size_t n = B * F;
+  if (m->hp.n_layer > 0 && m->layers[0].wqkv.data) n = n > B * qkv ? n : B * qkv;
+  if (m->hp.n_layer > 0 && m->layers[0].wgu.data) n = n > fr * 2 * F ? n : fr * 2 * F;
+  return n;
+}
+
 int model__alloc_scratch(model_t *m) {
   model_scratch_t *s = &m->s;
   size_t B = (size_t)m->max_batch, E = (size_t)m->hp.n_embd, hd = (size_t)m->hp.head_dim;
@@ -499,10 +510,7 @@ int model__alloc_scratch(model_t *m) {
   s->att = scratch_alloc(m, B * m->sh.n_head * hd, &rc);
   s->k = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
   s->v = scratch_alloc(m, B * m->sh.n_kv * hd, &rc);
-  size_t gate = (size_t)m->sh.n_ff, qkv = (size_t)(m->sh.n_head + 2 * m->sh.n_kv) * hd;
-  if (m->hp.n_layer > 0 && m->layers[0].wgu.data)
-    gate = 2 * gate > qkv ? 2 * gate : qkv; /* (fused outputs) */
-  s->gate = scratch_alloc(m, B * gate, &rc);
+  s->gate = scratch_alloc(m, gate_floats(m), &rc);
   s->up = scratch_alloc(m, B * m->sh.n_ff, &rc);
   s->logits = m->sh.rank == 0 ? scratch_alloc(m, (size_t)m->out_rows * m->hp.n_vocab, &rc) : NULL;
   s->ids = scratch_alloc(m, B, &rc);

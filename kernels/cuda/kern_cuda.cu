@@ -221,8 +221,8 @@ static int kcu_weight_concat(kern_backend_t *be, kern_weight_t *out, kern_weight
     cudaFree(d);
     return rc;
   }
-  for (int i = 0; i < n; i++) kcu_weight_free(be, &parts[i]);
   *out = (kern_weight_t){d, (int)rows, parts[0].cols, KERN_WEIGHT_BF16};
+  for (int i = 0; i < n; i++) kcu_weight_free(be, &parts[i]); /* (after their cols are read) */
   return 0;
 }
 

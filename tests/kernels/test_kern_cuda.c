@@ -24,7 +24,8 @@
  *   rng states on many rows; the device argmax (greedy steps) equal to the CPU backend's on
  *   random rows up to 128,256 columns, ties, NaN and constant rows (not yet run on a GPU);
  * - whole models, teacher-forced on the CPU's greedy tokens: stories260K (when
- *   QE_SHARED_MODELS has it) and random llama / qwen2 models written here; every position's
+ *   QE_SHARED_MODELS has it) and random llama / qwen2 models written here (one with a 600-token
+ *   prompt: past MODEL_FUSE_ROWS, the stacked FFN weights' halves); every position's
  *   logits within 5e-2 normalized error, and every position's argmax agrees unless the CPU's
  *   own margin between the two candidates is under 2% of the row's RMS logit (a near-tie);
  * - the "tiny" model_create_random shape, tied and untied, on both backends: prefill logits
@@ -847,7 +848,7 @@ static void check_model(const char *what, const char *path, int n_prompt, int n)
   CHECK_OK(both_logits(path, ids, n, n_prompt, ref, got));
   cmp_t c = compare_rows(ref, got, n, V);
   fprintf(stderr,
-          "model %-22s %d prompt + %d decode positions: worst logit error %.2e; argmax differs "
+          "model %-30s %d prompt + %d decode positions: worst logit error %.2e; argmax differs "
           "at %d (%d not near-ties), first at %d (CPU margin %.4f)\n",
           what, n_prompt, n - n_prompt, c.worst, c.n_diff, c.bad, c.first_diff, c.gap_cpu);
   CHECK(c.worst < 5e-2);
@@ -876,6 +877,9 @@ static void check_models(void) {
     CHECK_OK(rand_model_write(&specs[i], tmpl));
     check_model(names[i], tmpl, 40, 96);
   }
+  /* a prefill past MODEL_FUSE_ROWS: the stacked gate, up weights run as their two halves */
+  CHECK_OK(rand_model_write_ctx(&specs[0], 1024, tmpl));
+  check_model("random llama, 600-token prompt", tmpl, 600, 616);
   unlink(tmpl);
 }
 
