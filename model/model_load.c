@@ -447,43 +447,61 @@ static int out_rows_of(const model_t *m) {
   return r < (size_t)m->max_batch ? (int)r : m->max_batch;
 }
 
-/* bq, bk, bv of L (all or none: hparams.qkv_bias) as one buffer bqkv [nq + 2 nk]. */
-static int fuse_bias(model_t *m, model_layer_t *L, size_t nq, size_t nk) {
+/* bq, bk, bv of L (all or none: hparams.qkv_bias) copied into a new buffer *out [nq + 2 nk]
+ * (NULL without biases); the parts are kept. */
+static int stack_bias(model_t *m, const model_layer_t *L, size_t nq, size_t nk, float **out) {
   kern_backend_t *be = m->be;
+  *out = NULL;
   if (!L->bq) return 0;
   float *b = kern_alloc(be, sizeof(float) * (nq + 2 * nk));
-  if (!b) return qe_errf(QE_ENOMEM, "model: no memory for a fused bias");
+  if (!b) return qe_errf(QE_ENOMEM, "model: no memory for a stacked bias");
   int rc = be->ops->copy(be, b, L->bq, sizeof(float) * nq);
   if (!rc) rc = be->ops->copy(be, b + nq, L->bk, sizeof(float) * nk);
   if (!rc) rc = be->ops->copy(be, b + nq + nk, L->bv, sizeof(float) * nk);
+  if (rc) kern_free(be, b);
+  return rc ? rc : (*out = b, 0);
+}
+
+/* wqkv (and bqkv) from wq, wk, wv (and bq, bk, bv): all of them or, on failure, none. */
+static int stack_qkv(model_t *m, model_layer_t *L) {
+  kern_backend_t *be = m->be;
+  size_t hd = (size_t)m->hp.head_dim;
+  float *b;
+  int rc = stack_bias(m, L, m->sh.n_head * hd, m->sh.n_kv * hd, &b);
+  kern_weight_t qkv[3] = {L->wq, L->wk, L->wv};
+  if (!rc) rc = be->ops->weight_concat(be, &L->wqkv, qkv, 3);
   if (rc) {
-    kern_free(be, b);
+    if (b) kern_free(be, b);
     return rc;
   }
-  kern_free(be, L->bq), kern_free(be, L->bk), kern_free(be, L->bv);
-  L->bq = L->bk = L->bv = NULL, L->bqkv = b;
+  memset(&L->wq, 0, sizeof L->wq), L->wk = L->wv = L->wq;
+  if (b) kern_free(be, L->bq), kern_free(be, L->bk), kern_free(be, L->bv);
+  if (b) L->bq = L->bk = L->bv = NULL, L->bqkv = b;
   return 0;
 }
 
-/* wqkv from wq, wk, wv (and bqkv), wgu from wg, wu. */
-static int fuse_layer(model_t *m, model_layer_t *L) {
-  kern_backend_t *be = m->be;
-  size_t hd = (size_t)m->hp.head_dim;
-  int rc = fuse_bias(m, L, m->sh.n_head * hd, m->sh.n_kv * hd);
-  kern_weight_t qkv[3] = {L->wq, L->wk, L->wv}, gu[2] = {L->wg, L->wu};
-  if (!rc) rc = be->ops->weight_concat(be, &L->wqkv, qkv, 3);
-  if (!rc) memset(&L->wq, 0, sizeof L->wq), L->wk = L->wv = L->wq;
-  if (!rc) rc = be->ops->weight_concat(be, &L->wgu, gu, 2);
+/* wgu from wg, wu. */
+static int stack_gu(model_t *m, model_layer_t *L) {
+  kern_weight_t gu[2] = {L->wg, L->wu};
+  int rc = m->be->ops->weight_concat(m->be, &L->wgu, gu, 2);
   if (!rc) memset(&L->wg, 0, sizeof L->wg), L->wu = L->wg;
   return rc;
 }
+
+/* Out of memory for a stack (it needs room for one more copy of the parts while it is made),
+ * or parts the backend cannot stack (the CPU's packed weights): that layer keeps those
+ * projections apart, which the forward pass takes per layer. */
+static int stack_soft(int rc) { return rc == QE_ENOMEM || rc == QE_EUNSUPPORTED ? 0 : rc; }
 
 int model__fuse_proj(model_t *m) {
   const kern_ops_t *o = m->be->ops;
   if (!m->be->fuse_proj || !o->weight_concat || !o->qkv_rope || !o->swiglu_cat) return 0;
   if (m->hp.head_dim % 2) return 0; /* (qkv_rope's pairs) */
   int rc = 0;
-  for (int l = 0; l < m->hp.n_layer && !rc; l++) rc = fuse_layer(m, &m->layers[l]);
+  for (int l = 0; l < m->hp.n_layer && !rc; l++) {
+    rc = stack_soft(stack_qkv(m, &m->layers[l]));
+    if (!rc) rc = stack_soft(stack_gu(m, &m->layers[l]));
+  }
   return rc;
 }
 
@@ -493,8 +511,10 @@ static size_t gate_floats(const model_t *m) {
   const size_t qkv = (size_t)(m->sh.n_head + 2 * m->sh.n_kv) * (size_t)m->hp.head_dim;
   const size_t fr = B < MODEL_FUSE_ROWS ? B : MODEL_FUSE_ROWS;
   size_t n = B * F;
-  if (m->hp.n_layer > 0 && m->layers[0].wqkv.data) n = n > B * qkv ? n : B * qkv;
-  if (m->hp.n_layer > 0 && m->layers[0].wgu.data) n = n > fr * 2 * F ? n : fr * 2 * F;
+  for (int l = 0; l < m->hp.n_layer; l++) { /* (a layer may have kept its parts) */
+    if (m->layers[l].wqkv.data) n = n > B * qkv ? n : B * qkv;
+    if (m->layers[l].wgu.data) n = n > fr * 2 * F ? n : fr * 2 * F;
+  }
   return n;
 }
 

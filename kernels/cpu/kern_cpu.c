@@ -2,6 +2,7 @@
  * with it, otherwise through a plain C loop. Element-wise ops are plain loops; attention
  * (kern_cpu_attn.c) and sampling (kern_cpu_sample.c) live in their own files. */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "kern.h"
 #include "kern_cpu_internal.h"
+#include "qe_env.h"
 #include "qe_status.h"
 #ifdef QE_HAVE_BLAS
 #include <cblas.h>
@@ -55,6 +57,27 @@ static int cpu_weight_upload_blocks(kern_backend_t *be, kern_weight_t *w, const 
 static void cpu_weight_free(kern_backend_t *be, kern_weight_t *w) {
   free(w->data);
   memset(w, 0, sizeof *w);
+}
+
+/* F32 parts stacked by rows (packed ones are not: QE_EUNSUPPORTED, the model keeps them). */
+static int cpu_weight_concat(kern_backend_t *be, kern_weight_t *out, kern_weight_t *parts, int n) {
+  memset(out, 0, sizeof *out);
+  size_t rows = 0;
+  for (int i = 0; i < n; i++) {
+    if (parts[i].dtype != KERN_WEIGHT_F32 || parts[i].cols != parts[0].cols)
+      return qe_errf(QE_EUNSUPPORTED, "kern: weight_concat of part %d: not f32 [%d] columns", i,
+                     parts[0].cols);
+    rows += (size_t)parts[i].rows;
+  }
+  if (n <= 0 || rows > INT_MAX) return qe_errf(QE_EINVAL, "kern: weight_concat of %d parts", n);
+  const size_t row_b = sizeof(float) * (size_t)parts[0].cols;
+  char *d = cpu_alloc(be, rows * row_b);
+  if (!d) return qe_errf(QE_ENOMEM, "kern: no memory for a stacked weight");
+  for (int i = 0, off = 0; i < n; off += parts[i++].rows)
+    memcpy(d + (size_t)off * row_b, parts[i].data, (size_t)parts[i].rows * row_b);
+  *out = (kern_weight_t){d, (int)rows, parts[0].cols, KERN_WEIGHT_F32};
+  for (int i = 0; i < n; i++) cpu_weight_free(be, &parts[i]);
+  return 0;
 }
 
 typedef float cpu_v8 __attribute__((vector_size(32), aligned(4)));
@@ -207,6 +230,25 @@ static void cpu_swiglu(kern_backend_t *be, float *y, const float *gate, const fl
   }
 }
 
+static void cpu_swiglu_cat(kern_backend_t *be, float *y, const float *gu, int m, int n) {
+  for (int r = 0; r < m; r++) /* (lane-wise: the bits of one swiglu over the halves) */
+    cpu_swiglu(be, y + (size_t)r * n, gu + (size_t)r * 2 * n, gu + (size_t)r * 2 * n + n, 1, n);
+}
+
+/* The columns of q, k and v copied out of qkv, then rope on q and k (the reference itself). */
+static void cpu_qkv_rope(kern_backend_t *be, float *q, float *k, float *v, const float *qkv,
+                         const int32_t *pos, int m, int n_q, int n_kv, int head_dim,
+                         const kern_rope_t *r) {
+  const size_t wq = (size_t)n_q * head_dim, wk = (size_t)n_kv * head_dim, w = wq + 2 * wk;
+  for (int t = 0; t < m; t++) {
+    memcpy(q + t * wq, qkv + t * w, sizeof(float) * wq);
+    memcpy(k + t * wk, qkv + t * w + wq, sizeof(float) * wk);
+    memcpy(v + t * wk, qkv + t * w + wq + wk, sizeof(float) * wk);
+  }
+  kern_cpu_rope(be, q, pos, m, n_q, head_dim, r);
+  kern_cpu_rope(be, k, pos, m, n_kv, head_dim, r);
+}
+
 float kern_cpu_exp1(float x) {
   cpu_v8 v = {x};
   return exp8(v)[0];
@@ -270,10 +312,13 @@ static const kern_ops_t cpu_ops = {
     .weight_upload = cpu_weight_upload,
     .weight_upload_blocks = cpu_weight_upload_blocks,
     .weight_free = cpu_weight_free,
+    .weight_concat = cpu_weight_concat, /* (used with $QE_CPU_FUSE_PROJ=1) */
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = kern_cpu_rope,
     .swiglu = cpu_swiglu,
+    .qkv_rope = cpu_qkv_rope,
+    .swiglu_cat = cpu_swiglu_cat,
     .add = cpu_add,
     .add_rmsnorm = NULL, /* (add, then rmsnorm: the CPU gains nothing from one pass) */
     .embed = cpu_embed,
@@ -296,6 +341,8 @@ int kern_cpu_create_ex(int n_threads, int weights, kern_backend_t **out) {
   if (!c) return qe_errf(QE_ENOMEM, "kern: cannot allocate the cpu backend");
   c->base.ops = &cpu_ops;
   c->base.packed_weights = weights == KERN_WEIGHT_PACKED;
+  /* (1: stacked projections, as on the GPU: the same logits; off by default) */
+  c->base.fuse_proj = (int)qe_env_long("QE_CPU_FUSE_PROJ", 0, 1, 0);
   c->base.n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   c->pool = kern_cpu_pool_create(c->base.n_threads);
 #ifdef QE_HAVE_BLAS

@@ -1,8 +1,9 @@
 /* test_model: the forward pass on random GGUF models of every tensor type, both
  * architectures, GQA and MHA, tied and untied output: prefill equals token-by-token decode,
  * batching sequences together changes nothing, tensor parallel (forked ranks over the CPU
- * collective backend, even and uneven head splits) equals one rank, and bad models and
- * prompts are refused with clear errors. */
+ * collective backend, even and uneven head splits) equals one rank, stacked q, k, v and gate, up
+ * projections (QE_CPU_FUSE_PROJ) give the separate ones' logits, and bad models and prompts are
+ * refused with clear errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,57 @@ static void check_all_models(void) {
         int with_tp = all_types[t] == GGUF_T_F32 || all_types[t] == GGUF_T_Q4_K;
         check_model(&sp, with_tp);
       }
+}
+
+/* Logits of a prefill of n tokens of path (one rank), with the projections stacked or not
+ * ($QE_CPU_FUSE_PROJ, read when the rig's backend is made); out [n][V]. */
+static void prefill_fused(const char *path, const int32_t *ids, int n, int fused, float *out) {
+  setenv("QE_CPU_FUSE_PROJ", fused ? "1" : "0", 1);
+  tp_comm_t *c = NULL;
+  rig_t r;
+  CHECK_OK(tp_comm_create_single(&c));
+  CHECK_OK(rig_open(&r, path, 0, 1, c, n));
+  if (r.m) CHECK_OK(run_prefill(&r, ids, n, out));
+  rig_close(&r);
+  tp_comm_destroy(c);
+  unsetenv("QE_CPU_FUSE_PROJ");
+}
+
+/* Stacked projections (the GPU's default, here through the CPU backend's weight_concat,
+ * qkv_rope and swiglu_cat) give the separate projections' logits: a 12-token prefill, one of 600
+ * tokens (past MODEL_FUSE_ROWS: the FFN runs the stacked weight's halves), and two ranks with
+ * stacked shards (the environment reaches the forked ranks). */
+static void check_fused(const rand_model_spec_t *sp) {
+  char path[] = "/tmp/qe_test_fused_XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  CHECK_OK(rand_model_write_ctx(sp, 1024, path));
+  enum { NL = 600 };
+  int32_t *ids = malloc(sizeof(int32_t) * NL);
+  for (int i = 0; i < NL; i++) ids[i] = (prompt[i % NT] + i) % 250 + 1;
+  gguf_t *g = NULL;
+  model_hparams_t hp;
+  CHECK_OK(gguf_open(path, &g));
+  CHECK_OK(model_read_hparams(g, &hp));
+  gguf_close(g);
+  const int V = hp.n_vocab;
+  float *a = malloc(sizeof(float) * NL * V), *b = malloc(sizeof(float) * NL * V);
+  for (int k = 0; k < 2; k++) {
+    const int n = k ? NL : NT;
+    prefill_fused(path, ids, n, 0, a);
+    prefill_fused(path, ids, n, 1, b);
+    const double e = tu_rel_err(b, a, (size_t)n * V);
+    if (e > 1e-6) fprintf(stderr, "stacked projections, %d tokens: rel err %g\n", n, e);
+    CHECK(e <= 1e-6);
+  }
+  prefill_fused(path, ids, NT, 0, a);
+  setenv("QE_CPU_FUSE_PROJ", "1", 1);
+  const double e = tp_prefill_err(path, 2, ids, NT, a, V);
+  unsetenv("QE_CPU_FUSE_PROJ");
+  if (e > 1e-4) fprintf(stderr, "stacked projections, tp 2: rel err %g\n", e);
+  CHECK(e <= 1e-4);
+  free(ids), free(a), free(b);
+  unlink(path);
 }
 
 /* A GGUF with metadata only: arch's sizes (embedding_length embd, absent when 0) and, when
@@ -251,6 +303,9 @@ static void check_generation(void) {
 
 int main(void) {
   check_all_models();
+  rand_model_spec_t llama = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 2, 31};
+  rand_model_spec_t qwen = {MODEL_ARCH_QWEN2, GGUF_T_F32, 8, 4, 1, 2, 32}; /* (q, k, v biases) */
+  check_fused(&llama), check_fused(&qwen);
   check_bad_models();
   check_bad_float_hparams();
   check_generation();

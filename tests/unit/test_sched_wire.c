@@ -77,7 +77,8 @@ static void test_indexed(void) {
 static void test_utf8_clean(void) {
   char a[] = "tenant 'caf\xc3\xa9 \xff\xfe' \xc0\xaf \xed\xa0\x80 \xf0\x9f\x98\x80 \xe4\xb8";
   sched_utf8_clean(a);
-  CHECK(!strcmp(a, "tenant 'caf\xc3\xa9 ?" "?' ?? ??? \xf0\x9f\x98\x80 ??"));
+  CHECK(!strcmp(a, "tenant 'caf\xc3\xa9 ?"
+                   "?' ?? ??? \xf0\x9f\x98\x80 ??"));
   CHECK(sched_utf8_valid(a, strlen(a)));
   char b[] = "plain";
   sched_utf8_clean(b);
