@@ -45,6 +45,11 @@ int cli_parse_float(const char *s, double lo, double hi, double *out);
 /* What the last failed cli_parse_int or cli_parse_float took, " (an integer in 1..64)" or
  * " (a number in [0, 1])", for the usage error that follows; "" after a success. */
 const char *cli_parse_note(void);
+/* Sets the note (NULL: none): an option loop clears it before each option, and a parser that
+ * tries several forms states them all. */
+void cli_parse_note_set(const char *note);
+/* The note of a budget that is neither form. */
+#define CLI_BUDGET_NOTE " (a fraction in (0, 1] or bytes, with an optional K, M or G)"
 int cli_parse_u64(const char *s, uint64_t *out);
 /* A byte size: digits with an optional suffix K, M, G (powers of 1024) or B; > 0 and below
  * 2^63. 0 or -1. */

@@ -260,6 +260,7 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
     else {
       char orig[256]; /* the lists are split in place */
       snprintf(orig, sizeof orig, "%s", argv[++i]);
+      cli_parse_note_set(NULL);
       int rc = parse_valued(c, f, argv[i]);
       if (rc == 1) return cli_usage_error("eval", "unknown option %s", f);
       if (rc == -2) return 2;

@@ -159,6 +159,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     else if (i + 1 >= argc)
       return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {
+      cli_parse_note_set(NULL);
       int rc = parse_valued(a, f, argv[++i]);
       if (rc == 1) rc = cli_policy_parse(&a->pol, f, argv[i]);
       if (rc == 1) return cli_usage_error("generate", "unknown option %s", f);

@@ -37,7 +37,8 @@ static int parse_budget(cli_policy_t *p, const char *v) {
   double d;
   uint64_t b;
   if (!cli_parse_float(v, 1e-9, 1.0, &d)) return p->frac = d, p->bytes = 0, 0;
-  if (cli_parse_bytes(v, &b) || b <= 1 || b > SIZE_MAX) return 2;
+  if (cli_parse_bytes(v, &b) || b <= 1 || b > SIZE_MAX)
+    return cli_parse_note_set(CLI_BUDGET_NOTE), 2;
   p->frac = 1.0, p->bytes = (size_t)b;
   return 0;
 }

@@ -625,6 +625,7 @@ static int args_option(const char *cmd, int argc, char **argv, int *i, const cha
     if (*i + 1 >= argc) return cli_usage_error(cmd, "unknown option or missing value: %s", flag);
     v = argv[++*i];
   }
+  cli_parse_note_set(NULL);
   int rc = fn(ud, flag, v);
   if (rc == 1) return cli_usage_error(cmd, "unknown option %s", flag);
   if (rc == 2)
@@ -658,15 +659,17 @@ int cli_parse_budget(const char *s, Qevict__V1__Budget *b) {
   size_t n = strlen(s);
   double d;
   uint64_t v;
+  cli_parse_note_set(CLI_BUDGET_NOTE); /* (cleared again on success) */
   if (!n) return -1;
   int suffix = isalpha((unsigned char)s[n - 1]);
   if (!suffix && (strchr(s, '.') || !cli_parse_float(s, -1e300, 1.0, &d))) {
-    if (cli_parse_float(s, 0.0, 1.0, &d) || !(d > 0)) return -1;
+    if (cli_parse_float(s, 0.0, 1.0, &d) || !(d > 0))
+      return cli_parse_note_set(CLI_BUDGET_NOTE), -1;
     b->kind_case = QEVICT__V1__BUDGET__KIND_FRACTION;
     b->fraction = d;
-    return 0;
+    return cli_parse_note_set(NULL), 0;
   }
-  if (cli_parse_bytes(s, &v)) return -1;
+  if (cli_parse_bytes(s, &v)) return cli_parse_note_set(CLI_BUDGET_NOTE), -1;
   b->kind_case = QEVICT__V1__BUDGET__KIND_BYTES;
   b->bytes = v;
   return 0;

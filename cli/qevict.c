@@ -67,6 +67,10 @@ static char parse_expected[80];
 
 const char *cli_parse_note(void) { return parse_expected; }
 
+void cli_parse_note_set(const char *note) {
+  snprintf(parse_expected, sizeof parse_expected, "%s", note ? note : "");
+}
+
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
@@ -104,6 +108,7 @@ static uint64_t bytes_suffix(const char *s) {
 }
 
 int cli_parse_bytes(const char *s, uint64_t *out) {
+  parse_expected[0] = '\0';
   size_t nd = strspn(s, "0123456789."), dots = 0;
   for (size_t i = 0; i < nd; i++) dots += s[i] == '.';
   uint64_t mult = bytes_suffix(s + nd);
@@ -122,6 +127,7 @@ int cli_parse_bytes(const char *s, uint64_t *out) {
 }
 
 int cli_parse_u64(const char *s, uint64_t *out) {
+  parse_expected[0] = '\0';
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);

@@ -33,6 +33,9 @@ static int ports_ok(const char *target, int min_port, int need) {
     if (!strncmp(t, "//", 2)) t = strchr(t + 2, '/') ? strchr(t + 2, '/') + 1 : t + 2;
   } else if (!strncmp(t, "ipv4:", 5) || !strncmp(t, "ipv6:", 5)) {
     t += 5, list = 1;
+  } else if (need) { /* a server listens on host:port or one of these */
+    if (!strncmp(t, "unix:", 5) || !strncmp(t, "unix-abstract:", 14) || !strncmp(t, "vsock:", 6))
+      return 1;
   } else {
     const char *colon = strchr(t, ':');
     const size_t sl = strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789+-.");

@@ -8,7 +8,7 @@
  * ipv6: list; a target without a port, and other schemes (unix:, xds:, ...), are gRPC's. */
 int qe_target_ports_ok(const char *target, int min_port);
 /* 1 when addr is an address a server can listen on as gRPC reads it: qe_target_ports_ok's forms
- * with a port (0..65535) written in every address, or another scheme (unix:, ...). */
+ * with a port (0..65535) written in every address, or unix:, unix-abstract: or vsock:. */
 int qe_listen_addr_ok(const char *addr);
 
 #endif

@@ -147,7 +147,8 @@ typedef struct kern_ops {
   /* Optional (NULL: the model keeps its projections apart; see kern_backend.fuse_proj): makes *out
    * the weights parts[0..n) (made by this backend's weight_upload, the same cols) stacked by
    * rows, and frees the parts (zeroed). On failure the parts are left as they were. Returns 0,
-   * QE_EINVAL (mixed parts) or QE_ENOMEM. */
+   * QE_EUNSUPPORTED (parts of another kind or width: the model keeps them apart), QE_EINVAL
+   * (no parts) or QE_ENOMEM. */
   int (*weight_concat)(kern_backend_t *be, kern_weight_t *out, kern_weight_t *parts, int n);
   /* y[m][w.rows] = x[m][w.cols] · wᵀ (+ bias[w.rows] if bias; accumulate into y if acc). w is a
    * plain fp32 weight or one made by this backend's weight_upload. */

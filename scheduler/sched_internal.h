@@ -52,7 +52,8 @@ struct sreq {
   char tenant[SCHED_TENANT_ID_MAX + 1];
   int orphan; /* its tenant was deleted: no later tenant of the same id finds it */
   char client_id[129];
-  uint64_t body_hash; /* FNV-1a of its GenerateRequest's bytes: a retry must send the same */
+  uint64_t body_hash; /* FNV-1a of its GenerateRequest as protobuf-c packs it again: a retry must
+                       * send the same request */
   char policy[96];    /* resolved policy name */
   int state;
   int32_t *prompt;

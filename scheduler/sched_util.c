@@ -63,8 +63,8 @@ static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   return -1;
 }
 
-/* Field f's name in path at at, with its index when repeated (seen [d->n_fields]: the elements
- * of each field met so far at this level). */
+/* Field f's name in path at at, with its index when repeated (seen [64]: the elements of each
+ * of the message's first 64 fields met so far at this level; a later field is named alone). */
 static void pb_name(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
                     unsigned *seen, char *path, size_t cap, size_t at) {
   const size_t fi = (size_t)(f - d->fields);

@@ -197,7 +197,7 @@ static int kcu_weight_concat(kern_backend_t *be, kern_weight_t *out, kern_weight
   size_t rows = 0;
   for (int i = 0; i < n; i++) {
     if (parts[i].dtype != KERN_WEIGHT_BF16 || parts[i].cols != parts[0].cols)
-      return qe_errf(QE_EINVAL, "cuda: weight_concat of part %d: not bf16 [%d] columns", i,
+      return qe_errf(QE_EUNSUPPORTED, "cuda: weight_concat of part %d: not bf16 [%d] columns", i,
                      parts[0].cols);
     rows += (size_t)parts[i].rows;
   }

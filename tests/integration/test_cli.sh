@@ -48,6 +48,12 @@ expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --t
 grep -q -- "--top-p (a number in \[1e-06, 1\])" "$TMP/err" || bad "--top-p 2: range not stated"
 expect_error "-n past its range" "$QEVICT" generate --model "$STORIES" --prompt hi -n 99999999
 grep -q -- "-n (an integer in 1..16777216)" "$TMP/err" || bad "-n 99999999: range not stated"
+# a note belongs to the option that failed: not to an earlier budget parsed as bytes
+expect_error "bad --scorer after a byte budget" "$QEVICT" generate --model "$STORIES" --prompt hi \
+  --policy qevict --budget 2G --scorer foo
+grep -q "(a number" "$TMP/err" && bad "--scorer foo: another option's range stated"
+expect_error "bad --budget" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict --budget abc
+grep -q "(a fraction in (0, 1\] or bytes" "$TMP/err" || bad "--budget abc: forms not stated"
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
 expect_error "bad --cpu-weights" "$QEVICT" generate --model "$STORIES" --prompt hi --cpu-weights q3
@@ -230,7 +236,7 @@ rc=$?
   bad "a worker failing at each restart: serve exit $rc: $(tail -2 "$TMP/serve.err")"
 # a gRPC port past 65535 is refused (gRPC took it modulo 65536), and so is a listen address
 # without a port (gRPC looked "bogus" up as a host and logged its own error line first)
-for a in 127.0.0.1:99999 bogus; do
+for a in 127.0.0.1:99999 bogus 127.0.0.1: localhost:abc; do
   "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st_port" --listen $a \
     --metrics-listen "" --worker-listen "unix:$TMP/w.sock" 2>"$TMP/err"
   rc=$?
