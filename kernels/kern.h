@@ -253,6 +253,11 @@ void kern_destroy(kern_backend_t *be); /* NULL-safe */
 
 /* Seeds a per-sequence sampler state (splitmix64 of seed; never 0). */
 uint64_t kern_rng_seed(uint64_t seed);
+/* weight_concat's check of parts[0..n): 0 and their rows in *rows; QE_EUNSUPPORTED (naming
+ * backend) when a part is not of dtype or not as wide as the first; QE_EINVAL for no parts or
+ * more than INT_MAX rows. */
+int kern_weight_stack_rows(const char *backend, const kern_weight_t *parts, int n, int dtype,
+                           size_t *rows);
 /* Next uniform float in [0, 1) from state (xorshift64*). */
 float kern_rng_uniform(uint64_t *state);
 

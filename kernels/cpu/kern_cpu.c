@@ -59,17 +59,26 @@ static void cpu_weight_free(kern_backend_t *be, kern_weight_t *w) {
   memset(w, 0, sizeof *w);
 }
 
+int kern_weight_stack_rows(const char *backend, const kern_weight_t *parts, int n, int dtype,
+                           size_t *rows) {
+  *rows = 0;
+  for (int i = 0; i < n; i++) {
+    if (parts[i].dtype != dtype || parts[i].cols != parts[0].cols)
+      return qe_errf(QE_EUNSUPPORTED, "%s: weight_concat of part %d: not %s [%d] columns", backend,
+                     i, dtype == KERN_WEIGHT_BF16 ? "bf16" : "f32", parts[0].cols);
+    *rows += (size_t)parts[i].rows;
+  }
+  if (n <= 0 || *rows > INT_MAX)
+    return qe_errf(QE_EINVAL, "%s: weight_concat of %d parts", backend, n);
+  return 0;
+}
+
 /* F32 parts stacked by rows (packed ones are not: QE_EUNSUPPORTED, the model keeps them). */
 static int cpu_weight_concat(kern_backend_t *be, kern_weight_t *out, kern_weight_t *parts, int n) {
   memset(out, 0, sizeof *out);
-  size_t rows = 0;
-  for (int i = 0; i < n; i++) {
-    if (parts[i].dtype != KERN_WEIGHT_F32 || parts[i].cols != parts[0].cols)
-      return qe_errf(QE_EUNSUPPORTED, "kern: weight_concat of part %d: not f32 [%d] columns", i,
-                     parts[0].cols);
-    rows += (size_t)parts[i].rows;
-  }
-  if (n <= 0 || rows > INT_MAX) return qe_errf(QE_EINVAL, "kern: weight_concat of %d parts", n);
+  size_t rows;
+  int rc = kern_weight_stack_rows("kern", parts, n, KERN_WEIGHT_F32, &rows);
+  if (rc) return rc;
   const size_t row_b = sizeof(float) * (size_t)parts[0].cols;
   char *d = cpu_alloc(be, rows * row_b);
   if (!d) return qe_errf(QE_ENOMEM, "kern: no memory for a stacked weight");

@@ -2,7 +2,6 @@
  * stream), the sticky error, bf16 weights (weight_upload), GEMMs through cuBLASLt (cuBLAS GemmEx
  * as the fallback) and the ops table. The kernels of the other ops are in kern_cuda_ops.cu;
  * sampling runs the CPU sampler on the host (logits are host memory by kern.h's contract). */
-#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -194,14 +193,9 @@ static void kcu_weight_free(kern_backend_t *be, kern_weight_t *w) {
 static int kcu_weight_concat(kern_backend_t *be, kern_weight_t *out, kern_weight_t *parts, int n) {
   kcu_t *c = KCU(be);
   memset(out, 0, sizeof *out);
-  size_t rows = 0;
-  for (int i = 0; i < n; i++) {
-    if (parts[i].dtype != KERN_WEIGHT_BF16 || parts[i].cols != parts[0].cols)
-      return qe_errf(QE_EUNSUPPORTED, "cuda: weight_concat of part %d: not bf16 [%d] columns", i,
-                     parts[0].cols);
-    rows += (size_t)parts[i].rows;
-  }
-  if (n <= 0 || rows > INT_MAX) return qe_errf(QE_EINVAL, "cuda: weight_concat of %d parts", n);
+  size_t rows;
+  const int bad = kern_weight_stack_rows("cuda", parts, n, KERN_WEIGHT_BF16, &rows);
+  if (bad) return bad;
   if (kcu_enter(c)) return kcu_sticky(c);
   const size_t row_b = (size_t)parts[0].cols * sizeof(__nv_bfloat16);
   char *d = NULL;
