@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_policy.h"
 #include "qe_status.h"
 
 static const char *lat_help =
@@ -72,11 +73,9 @@ static int add_policy(lat_args_t *a, const char *item, size_t len) {
   if (colon) *colon = '\0';
   if (!*buf || strlen(buf) >= sizeof p->name || (colon && (!colon[1] || strlen(colon + 1) >= 32)))
     return -1;
-  double f; /* a budget as generate's --budget takes it, checked before any run */
-  uint64_t b;
-  if (colon && cli_parse_float(colon + 1, 1e-9, 1.0, &f) &&
-      (cli_parse_bytes(colon + 1, &b) || b <= 1))
-    return -1;
+  cli_policy_t chk; /* the budget as generate's --budget takes it, checked before any run */
+  cli_policy_init(&chk);
+  if (colon && cli_policy_parse(&chk, "--budget", colon + 1)) return -1;
   snprintf(p->name, sizeof p->name, "%s", buf);
   snprintf(p->budget, sizeof p->budget, "%s", colon ? colon + 1 : "");
   for (int i = 0; i < a->n_pol; i++) /* (the same run twice: a repeated row) */

@@ -189,8 +189,9 @@ __global__ void kcu_rope_k(float *x, const int32_t *pos, int m, int n_heads, int
 }
 
 /* A fused projection's output qkv [m][n_q + 2 n_kv][hd] split into q, k (rotated as kcu_rope_k
- * rotates them) and v. One thread per (token, head, pair of dims): pair i < half rotates, the
- * others (and every pair of v) copy dims n_rot + 2 (i - half) and the next. hd even. */
+ * rotates them) and v. One thread per (token, head, pair i of dims): pair i < half rotates (dims
+ * 2i, 2i + 1 or, NEOX, i, i + half: together dims 0 .. n_rot - 1); the others, which are dims
+ * n_rot .. hd - 1 in either mode, and every pair of v copy dims 2i and 2i + 1. hd even. */
 __global__ void kcu_qkv_rope_k(float *q, float *k, float *v, const float *qkv, const int32_t *pos,
                                int m, int n_q, int n_kv, int hd, kcu_rope_c r) {
   const int nh = n_q + 2 * n_kv, hp = hd / 2;
@@ -205,8 +206,7 @@ __global__ void kcu_qkv_rope_k(float *q, float *k, float *v, const float *qkv, c
       int a = r.neox ? i : 2 * i, b = r.neox ? i + r.half : 2 * i + 1;
       kcu_rope_pair(r, pos[t], i, src[a], src[b], &dst[a], &dst[b]);
     } else {
-      int a = h < n_q + n_kv ? 2 * r.half + 2 * (i - r.half) : 2 * i;
-      dst[a] = src[a], dst[a + 1] = src[a + 1];
+      dst[2 * i] = src[2 * i], dst[2 * i + 1] = src[2 * i + 1];
     }
   }
 }
