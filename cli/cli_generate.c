@@ -333,12 +333,24 @@ static int make_backend(const gen_args_t *a, int rank, kern_backend_t **be) {
   return kern_cpu_create_ex(threads, a->cpu_weights, be);
 }
 
+/* Rows of a forward pass (the model's scratch): whole prompts, each layer sees a prompt entire
+ * before it is routed; all batch prompts at once when they hold at most CLI_PASS_TOKENS, else as
+ * many as that holds (at least one) and a decode row for each sequence beside them (gen_run's
+ * gen_prompt_budget then fills the passes with whole prompts). All eight prompts of 32K tokens in
+ * one pass of an 8B model took 54 GB of scratch. */
+#define CLI_PASS_TOKENS 16384
+static int gen_pass_rows(int n_ids, int batch) {
+  if (n_ids < 1) return 512;
+  int per = n_ids >= CLI_PASS_TOKENS ? 1 : CLI_PASS_TOKENS / n_ids;
+  per = per < batch ? per : batch;
+  long rows = (long)per * n_ids + (per < batch ? batch : 0);
+  return rows > 512 ? (int)rows : 512;
+}
+
 static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t **m,
                      kv_cache_t **kv) {
   int rc = make_backend(a, rank, be);
-  /* a whole prompt in one forward pass: each layer sees it all before it is routed */
-  int max_batch = a->n_ids * a->batch > 512 ? a->n_ids * a->batch : 512;
-  model_load_opts_t o = {*be, rank, a->tp, max_batch, 0};
+  model_load_opts_t o = {*be, rank, a->tp, gen_pass_rows(a->n_ids, a->batch), 0};
   model_hparams_t hp;
   if (!rc && a->shape) rc = model_shape_named(a->shape, &hp);
   if (!rc) rc = a->shape ? model_create_random(&hp, a->seed, &o, m) : model_load(a->model, &o, m);

@@ -532,12 +532,26 @@ static int alloc_outputs(gen_seq_t *seqs, int n, const gen_opts_t *o) {
   return 0;
 }
 
+int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n) {
+  long sum = 0;
+  int longest = 0;
+  for (int i = 0; i < n; i++) {
+    sum += seqs[i].n_prompt;
+    longest = seqs[i].n_prompt > longest ? seqs[i].n_prompt : longest;
+  }
+  return sum <= cap || cap - n < longest ? cap : cap - n;
+}
+
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, const gen_opts_t *o,
             gen_stats_t *stats) {
   gen_engine_t *e = NULL;
   gen_run_ctx_t x = {seqs, o};
-  gen_engine_opts_t eo = {NULL, run_on_token,       run_on_finish,
-                          &x,   model_max_batch(m), o->on_logits ? run_on_logits : NULL};
+  gen_engine_opts_t eo = {NULL,
+                          run_on_token,
+                          run_on_finish,
+                          &x,
+                          gen_prompt_budget(model_max_batch(m), seqs, n),
+                          o->on_logits ? run_on_logits : NULL};
   int active = 1, rc = check_run(m, kv, seqs, n, o);
   memset(stats, 0, sizeof *stats);
   if (!rc) rc = alloc_outputs(seqs, n, o);

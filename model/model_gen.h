@@ -171,10 +171,17 @@ typedef struct {
   int n_agree;
 } gen_seq_t;
 
+/* Prompt tokens a forward pass of gen_run takes at most (gen_engine_opts_t.max_prompt_per_step)
+ * for seqs[0..n) on a model of cap rows a pass: cap when every prompt fits one pass; else cap - n,
+ * a row kept for each sequence's decode beside a pass's prompts, so that passes take whole
+ * prompts (one longer than cap - n is split: then cap). */
+int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n);
+
 /* Rank 0: runs seqs[0..n) to completion in one continuous batch (n <= kv max_seqs; sequence
- * i in slot i; a prompt that fits the model's batch is prefilled in one step), then tells
- * followers to stop. QE_EINVAL (with detail) for a prompt that does not fit the model's
- * context or the batch; on any error the followers are released too. Built on the engine. */
+ * i in slot i; each prompt that fits the model's batch beside every sequence's decode row is
+ * prefilled in one step, see gen_prompt_budget), then tells followers to stop. QE_EINVAL (with
+ * detail) for a prompt that does not fit the model's context or the batch; on any error the
+ * followers are released too. Built on the engine. */
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *comm, gen_seq_t *seqs, int n,
             const gen_opts_t *o, gen_stats_t *st);
 

@@ -25,7 +25,8 @@
  * enqueued it (bench_block; nvbench's method), the GPU's own time. --tma adds a pipeline of
  * Hopper tensor copies to the FullKV shapes' pipelines, --pipes times only those reads and
  * pipelines, $QE_BENCH_QUICK=1 times one launch a measurement (for compute-sanitizer),
- * $ATTN_FIXED=M also times the automatic chunking as CUDA graph steps launch it (bench_fixed). */
+ * $ATTN_FIXED=M also times the automatic chunking as CUDA graph steps launch it (bench_fixed),
+ * $ATTN_CPV=1 the cp.async pipeline's ring depths and tile sizes against spin (bench_cpv). */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -147,14 +148,16 @@ struct Case {
 };
 
 /* One run: poisons, launches, downloads, compares (with keep's earlier run, bitwise, when set);
- * tickets 0: without ticket counters; acc: masses accumulated onto 0.25 (taken off again).
- * Returns 1 on failure. */
+ * tickets 0: without ticket counters; acc: masses accumulated onto 0.25 (taken off again);
+ * nomass: a call without masses (the outputs alone are checked). Returns 1 on failure. */
 static int check_run(const Case &cs, const attn_prob_t *pr, Dev *d, int chunk_win,
                      const std::vector<double> &ref, const std::vector<double> &rmass,
-                     std::vector<float> *keep, int tickets = 1, int acc = 0) {
+                     std::vector<float> *keep, int tickets = 1, int acc = 0, int nomass = 0) {
   const size_t n_out = (size_t)pr->n_seq * pr->n_head * pr->geom.head_dim;
+  const int n_tk = pr->n_seq;
   kc_attn_args_t a = dev_args(pr, d, chunk_win, tickets);
   a.flags = acc ? KC_ATTN_MASS_ACCUMULATE : 0;
+  if (nomass) a.mass = nullptr;
   CK(cudaMemset(d->out, 0xff, sizeof(float) * n_out)); /* NaN */
   CK(cudaMemset(d->mass, 0xff, sizeof(float) * (pr->n_win + 1)));
   if (acc) {
@@ -169,16 +172,16 @@ static int check_run(const Case &cs, const attn_prob_t *pr, Dev *d, int chunk_wi
   CK(cudaMemcpy(out.data(), d->out, sizeof(float) * n_out, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(out.data() + n_out, d->mass, sizeof(float) * pr->n_win, cudaMemcpyDeviceToHost));
   for (int w = 0; acc && w < pr->n_win; w++) out[n_out + w] -= 0.25f;
-  std::vector<uint32_t> tk(pr->n_seq);
-  CK(cudaMemcpy(tk.data(), d->tickets, sizeof(uint32_t) * pr->n_seq, cudaMemcpyDeviceToHost));
+  std::vector<uint32_t> tk(n_tk);
+  CK(cudaMemcpy(tk.data(), d->tickets, sizeof(uint32_t) * n_tk, cudaMemcpyDeviceToHost));
   double num = 0, den = 0, merr = 0;
   int bad = 0, zero_bad = 0, same = 1, tk_left = 0;
-  for (int b = 0; b < pr->n_seq; b++) tk_left += tk[b] != 0; /* each call leaves them zero */
+  for (int b = 0; b < n_tk; b++) tk_left += tk[b] != 0; /* each call leaves them zero */
   for (size_t i = 0; i < n_out; i++) {
     bad += !isfinite(out[i]);
     num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
   }
-  for (int w = 0; w < pr->n_win; w++) {
+  for (int w = 0; w < pr->n_win && !nomass; w++) {
     bad += !isfinite(out[n_out + w]);
     merr = fmax(merr, fabs(out[n_out + w] - rmass[w]));
     zero_bad += !kern_pwin_live(&pr->win[w]) && out[n_out + w] != 0.0f;
@@ -187,11 +190,11 @@ static int check_run(const Case &cs, const attn_prob_t *pr, Dev *d, int chunk_wi
   *keep = out;
   const double err = den > 0 ? sqrt(num / den) : sqrt(num);
   const int fail = bad || zero_bad || !same || tk_left || !(err < 1e-2) || !(merr < 1e-3);
-  printf("%s %-36s chunk %4d (%d)%s%s  err %.2e  mass %.2e  nonfinite %d  evicted!=0 %d  "
+  printf("%s %-36s chunk %4d (%d)%s%s%s  err %.2e  mass %.2e  nonfinite %d  evicted!=0 %d  "
          "tickets!=0 %d  repeat %s\n",
          fail ? "FAIL" : "ok  ", cs.name, chunk_win, kc_attn_chunk_win(&a),
-         tickets ? "" : " no tickets", acc ? " acc" : "", err, merr, bad, zero_bad, tk_left,
-         same ? "same" : "DIFFERS");
+         tickets ? "" : " no tickets", acc ? " acc" : "", nomass ? " no masses" : "", err, merr,
+         bad, zero_bad, tk_left, same ? "same" : "DIFFERS");
   fflush(stdout);
   return fail;
 }
@@ -228,6 +231,11 @@ static int check_case(const Case &cs, uint64_t seed) {
   const int one = pr.max_win > 0 ? pr.max_win : 1;
   fails += check_run(cs, &pr, &d, one, ref, rmass, &keep, 1, 1);
   fails += check_run(cs, &pr, &d, one, ref, rmass, &keep, 0, 1);
+  /* without masses (the FullKV cache's calls), three windows a chunk, with and without tickets:
+   * the outputs are the same bits */
+  keep.clear();
+  fails += check_run(cs, &pr, &d, 3, ref, rmass, &keep, 1, 0, 1);
+  fails += check_run(cs, &pr, &d, 3, ref, rmass, &keep, 0, 0, 1);
   dev_free(&d);
   attn_prob_free(&pr);
   return fails;
@@ -710,6 +718,52 @@ __global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink)
   atomicXor(sink, acc); /* the XOR of every word .x read: equal for every pipeline */
 }
 
+/* bench_read_cp with NS stages a warp and tiles of TT tokens (TT / 2 copies of K and of V a lane,
+ * NS - 1 tiles in flight while one is read), spin16 dependent steps per 16 tokens: whether a
+ * deeper ring or finer tiles in the same shared memory hide a tile's work (ATTN_CPV=1). */
+template <int NS, int TT>
+__global__ void bench_read_cpn(const uint4 *p, int seq, int spin16, unsigned *sink) {
+  extern __shared__ uint4 ring[]; /* [warp][NS stages][TT * 32] */
+  constexpr int SU = TT * 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  const int kvh = blockIdx.x, b = blockIdx.y, row = gridDim.x * 16, nT = seq / TT;
+  const int t0 = TT * (int)((long)nT * blockIdx.z / gridDim.z);
+  const int nt = (int)((long)nT * (blockIdx.z + 1) / gridDim.z) - t0 / TT;
+  const int spin = spin16 * TT / 16;
+  const uint4 *K = p + (size_t)(2 * b) * seq * row + kvh * 16 + lane % 16;
+  const uint4 *V = K + (size_t)seq * row;
+  uint4 *st = ring + warp * NS * SU;
+  auto issue = [&](int i, int s) {
+    const int t = t0 + TT * i;
+#pragma unroll
+    for (int j = 0; j < TT / 2; j++) {
+      const size_t r = (size_t)(t + 2 * j + lane / 16) * row;
+      const unsigned dk = (unsigned)__cvta_generic_to_shared(st + s * SU + j * 32 + lane);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(K + r));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk + SU / 2 * 16), "l"(V + r));
+    }
+  };
+  unsigned acc = 0;
+#pragma unroll
+  for (int k = 0; k < NS - 1; k++) {
+    if (warp + k * nw < nt) issue(warp + k * nw, k);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  int s = 0;
+  for (int i = warp; i < nt; i += nw, s = s + 1 == NS ? 0 : s + 1) {
+    if (i + (NS - 1) * nw < nt) issue(i + (NS - 1) * nw, s == 0 ? NS - 1 : s - 1);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < TT; j++) acc ^= st[s * SU + j * 32 + lane].x;
+    for (int k = 0; k < spin; k++)
+      asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
+    __syncwarp();
+  }
+  atomicXor(sink, acc);
+}
+
 /* The warp-specialized pipelines' parts (sm_90; no-ops below). A ring of ns stages of 8 KiB has
  * a "full" and an "empty" mbarrier a stage (8 bytes each, at shared addresses full and empty),
  * each completing on one arrival (full: plus the copies' bytes). ns must be a multiple of the
@@ -862,6 +916,62 @@ static int tma_map(CUtensorMap *m, void *arena, size_t n_rows) {
                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) fprintf(stderr, "bench: cuTensorMapEncodeTiled: error %d\n", (int)r);
   return r == CUDA_SUCCESS;
+}
+
+/* One bench_read_cpn<NS, TT> configuration on FullKV's bytes: nw warps a block, bps blocks a
+ * multiprocessor (the grid's chunks sized for it); the median of 100 queued launches, the XOR
+ * of one launch's reads in *xr. */
+template <int NS, int TT>
+static double bench_read_cpn_ms(uint8_t **arenas, int n_rot, int n_seq, int seq, int spin, int nw,
+                                int bps, unsigned *xr) {
+  int sms = 0, dev = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int smem = nw * NS * TT * 32 * 16, z = std::max(1, bps * sms / (8 * n_seq));
+  CK(cudaFuncSetAttribute(bench_read_cpn<NS, TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          smem));
+  unsigned *sink;
+  CK(cudaMalloc((void **)&sink, sizeof *sink));
+  auto launch = [&](int i) {
+    bench_read_cpn<NS, TT><<<dim3(8, n_seq, z), 32 * nw, smem>>>(
+        (const uint4 *)arenas[i % n_rot], seq, spin, sink);
+  };
+  CK(cudaMemset(sink, 0, sizeof *sink));
+  launch(0);
+  CK(cudaGetLastError());
+  CK(cudaMemcpy(xr, sink, sizeof *xr, cudaMemcpyDeviceToHost));
+  const double ms = event_median2(10, 110, launch, T_QUEUED).ms_gpu;
+  CK(cudaFree(sink));
+  return ms;
+}
+
+/* ATTN_CPV=1: the ring's depth and tile size against spin (bench_read_cpn), one JSON line each;
+ * x0: the XOR of bench_read_cp's reads (every configuration reads the same words). */
+static void bench_cpv(const char *name, uint8_t **arenas, int n_rot, int n_seq, int seq,
+                      double bytes, double copy_gpu, double attn_ms, unsigned x0) {
+  struct Cfg {
+    const char *nm;
+    int nw, bps;
+    double (*fn)(uint8_t **, int, int, int, int, int, int, unsigned *);
+  };
+  static const Cfg cfgs[] = {
+      {"ns2_t16_w6x2", 6, 2, bench_read_cpn_ms<2, 16>},
+      {"ns3_t16_w4x2", 4, 2, bench_read_cpn_ms<3, 16>},
+      {"ns4_t8_w6x2", 6, 2, bench_read_cpn_ms<4, 8>},
+      {"ns3_t8_w8x2", 8, 2, bench_read_cpn_ms<3, 8>},
+      {"ns4_t16_w3x2", 3, 2, bench_read_cpn_ms<4, 16>},
+      {"ns3_t16_w6x1", 6, 1, bench_read_cpn_ms<3, 16>},
+      {"ns2_t8_w12x2", 12, 2, bench_read_cpn_ms<2, 8>}};
+  for (const Cfg &c : cfgs)
+    for (int spin : {0, 400, 600, 800}) {
+      unsigned x = 0;
+      const double ms = c.fn(arenas, n_rot, n_seq, seq, spin, c.nw, c.bps, &x);
+      printf("{\"bench\": \"%s_cpv\", \"cfg\": \"%s\", \"spin\": %d, \"ms_gpu\": %.4f, "
+             "\"frac_copy_bw_gpu\": %.3f, \"attention_over\": %.3f, \"reads_match_cp\": %s}\n",
+             name, c.nm, spin, ms, bytes / ms / 1e6 / copy_gpu, attn_ms / ms,
+             spin == 0 && x != x0 ? "false" : "true");
+      fflush(stdout);
+    }
 }
 
 /* The memory pipelines alone (mode 0: bench_read_cp, 1: bench_read_ws, 2: bench_read_tma) on
@@ -1147,6 +1257,9 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
                spin == 0 && x != x0 ? "false" : "true");
         fflush(stdout);
       }
+    if (const char *e = getenv("ATTN_CPV"))
+      if (!strcmp(e, "1"))
+        bench_cpv(name, arenas.data(), n_rot, n_seq, seq, bytes, copy_gpu, best.ms_gpu, x0);
   }
   for (int r = 0; r < n_rot; r++) CK(cudaFree(arenas[r]));
   d.arena = nullptr;

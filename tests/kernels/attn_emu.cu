@@ -115,9 +115,11 @@ struct Case {
 
 /* One emulated call on pr at chunk_win (tickets: with ticket counters): out gets the outputs
  * then the masses (outputs poisoned first; masses too, or with acc accumulated onto 0.25, which
- * is taken off again), *tk_left the counters not back to zero. */
+ * is taken off again; nomass: a call without masses, which leaves them poisoned), *tk_left the
+ * counters not back to zero. */
 static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, float *out,
-                   int *tk_left, int skip = -1, int parts = 0, int lead = 0, int spread = 0) {
+                   int *tk_left, int skip = -1, int parts = 0, int lead = 0, int spread = 0,
+                   int nomass = 0) {
   const size_t n_out = (size_t)pr.n_seq * pr.n_head * pr.geom.head_dim;
   std::vector<float> tab(pr.geom.head_dim + 2);
   std::vector<uint32_t> tk(pr.n_seq, 0u);
@@ -132,7 +134,8 @@ static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, f
   std::vector<int32_t> nwin(pr.n_seq); /* skip >= 0: sequence skip's count negative */
   for (int b = 0; b < pr.n_seq; b++) nwin[b] = b == skip ? -1 : pr.seq_win[b + 1] - pr.seq_win[b];
   if (skip >= 0) a.seq_nwin = nwin.data();
-  a.mass = out + n_out, a.chunk_win = chunk_win, a.tickets = tickets ? tk.data() : nullptr;
+  a.mass = nomass ? nullptr : out + n_out, a.chunk_win = chunk_win;
+  a.tickets = tickets ? tk.data() : nullptr;
   const kca_ws_t wl = kca_ws_layout(&a, a.chunk_win);
   std::vector<float> ws(wl.total / 4 + 64, NAN);
   a.ws = ws.data(), a.ws_bytes = wl.total;
@@ -141,7 +144,7 @@ static int emu_run(const attn_prob_t &pr, int chunk_win, int tickets, int acc, f
   const int rc = emu_decode(&a, parts, lead, spread);
   for (int w = 0; acc && w < pr.n_win; w++) out[n_out + w] -= 0.25f;
   *tk_left = 0;
-  for (int b = 0; b < pr.n_seq; b++) *tk_left += tk[b] != 0;
+  for (uint32_t t : tk) *tk_left += t != 0;
   return rc;
 }
 
@@ -162,6 +165,28 @@ static int emu_skip(const attn_prob_t &pr, const Case &cs, const std::vector<flo
   f |= touched || differ || tk_left;
   printf("%s %-40s sequence 0 skipped: %d of its values written, %d others differ%s\n",
          f ? "FAIL" : "ok  ", cs.name, touched, differ, tk_left ? ", tickets left" : "");
+  return f;
+}
+
+/* The case's chunking without masses (the FullKV cache's calls), with and without tickets: the
+ * outputs of the run with masses (ref: its outputs, bitwise), the masses untouched. */
+static int emu_nomass(const attn_prob_t &pr, const Case &cs, const std::vector<float> &ref) {
+  const size_t n_out = (size_t)pr.n_seq * pr.n_head * pr.geom.head_dim;
+  int f = 0;
+  for (int tickets = 1; tickets >= 0; tickets--) {
+    std::vector<float> out(n_out + pr.n_win);
+    int tk_left = 0, rc = emu_run(pr, cs.chunk_win, tickets, 0, out.data(), &tk_left, -1, 0, 0, 0,
+                                  1);
+    int differ = 0, touched = 0;
+    for (size_t i = 0; i < n_out; i++) differ += memcmp(&out[i], &ref[i], sizeof(float)) != 0;
+    for (int w = 0; w < pr.n_win; w++) touched += !isnan(out[n_out + w]);
+    const int g = rc || differ || touched || tk_left;
+    printf("%s %-40s no masses%s: %d outputs differ from the run with masses, %d masses "
+           "written%s\n",
+           g ? "FAIL" : "ok  ", cs.name, tickets ? "" : " no tickets",
+           differ, touched, tk_left ? ", tickets left" : "");
+    f |= g;
+  }
   return f;
 }
 
@@ -225,6 +250,7 @@ static int emu_case(const Case &cs, uint64_t seed) {
     got[v] = out, fail |= f;
   }
   fail |= pr.n_seq > 1 && emu_skip(pr, cs, got[0]);
+  fail |= emu_nomass(pr, cs, got[0]);
   attn_prob_free(&pr);
   return fail;
 }

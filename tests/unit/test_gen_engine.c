@@ -329,6 +329,31 @@ static void check_prompt_room(rig_t *r) {
   r->kv->ops = own;
 }
 
+/* (f) gen_run's prompt budget: all prompts in the first pass when they fit the model's rows,
+ * else whole prompts beside a decode row a sequence (gen_prompt_budget); four prompts of 20
+ * tokens on the rig's 64 rows then go 60 tokens a pass, and give gen_run's tokens alone. */
+static void check_prompt_budget(rig_t *r) {
+  gen_seq_t q[4];
+  for (int i = 0; i < 4; i++) q[i] = (gen_seq_t){.prompt = p1, .n_prompt = 20};
+  CHECK(gen_prompt_budget(64, q, 2) == 64); /* 40 tokens: one pass */
+  q[0].n_prompt = 45;
+  CHECK(gen_prompt_budget(64, q, 2) == 62); /* 65 tokens: 62 a pass, two decode rows */
+  q[0].n_prompt = 63, q[1].n_prompt = 5;
+  CHECK(gen_prompt_budget(64, q, 2) == 64); /* 63 > 62: the long prompt is split anyway */
+  for (int i = 0; i < 4; i++) q[i] = (gen_seq_t){.prompt = p1, .n_prompt = 20};
+  CHECK(gen_prompt_budget(64, q, 4) == 60);
+  int32_t ref[MAXT];
+  const int nr = alone(r, p1, 20, 6, greedy, 0, ref);
+  gen_opts_t o = {6, greedy, 0, 1, NULL, NULL, NULL};
+  gen_stats_t st;
+  CHECK_OK(gen_run(r->m, r->kv, r->c, q, 4, &o, &st));
+  for (int i = 0; i < 4; i++) {
+    CHECK(same(q[i].out, q[i].n_out, ref, nr));
+    free(q[i].out);
+  }
+  CHECK(st.n_prompt == 80 && st.n_gen == 24);
+}
+
 /* Finishing on EOG and on the context; bad requests. */
 static int refuse_hook(void *ud, kv_cache_t *kv, int slot, int cap, const void *arg, size_t len) {
   if (len && *(const char *)arg == 'R') return qe_errf(QE_ENOSPC, "test: refused slot %d", slot);
@@ -542,6 +567,7 @@ int main(void) {
     check_cancel(&r);
     check_chunked(&r);
     check_prompt_room(&r);
+    check_prompt_budget(&r);
     check_finish_and_errors(&r);
     check_tp(&r, path);
   }
