@@ -1,0 +1,49 @@
+# call 2 (2026-12-05, twenty-second session): qevict generate at B=8 with 32K prompts on an 80 GB
+# card, whose forward scratch now holds one 32K prompt a pass (gen_pass_rows) instead of all eight
+# (54 GB: call 1's FullKV run found no memory for its 34.5 GB pool); FullKV and QEvict 20%
+export PACK=carry/pack; source bench/device_unpack.sh
+R=$OUT/r; mkdir -p $R
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total,driver_version --format=csv,noheader
+eng() { # NAME ARGS...
+  local name=$1; shift
+  /usr/bin/time -v timeout 150 qevict generate --shape llama3-8b --json --ignore-eos --device 0 "$@" > $R/e_$name.json 2> $R/e_$name.err
+  python3 -c "
+import json
+for l in open('$R/e_$name.json'):
+  if l.startswith('{'):
+    j=json.loads(l); s=j['summary']; print('engine %-12s TPOT ms %.3f prefill s %.2f eager %d' % ('$name', s['decode_s']/(s['steps']-1)*1e3, s['prefill_s'], j['graphs']['eager_steps']), 'ids', j['tokens'][:6], 'mem', {k: v for k, v in j['memory'].items() if k in ('policy', 'pool_faults', 'peak_bytes', 'kv_bytes')})" 2>/dev/null || echo "engine $name failed: $(grep -v '^\s' $R/e_$name.err | tail -2)"
+}
+attn() { # ROUND: the attention record's shapes and cuDNN, GPU time
+  python3 bench/sdpa_queued.py --shapes 32x1280,8x32768,32x32768 > $R/peer_$1.log 2>&1
+  ATTN_CHUNKS=4 timeout 200 attn_decode --bench --shapes full_b32_s1280,full_b8_s32768,abs_tiered20_w8_b8,full_b32_s32768,abs_tiered20_w8_b32_s32768 > $R/attn_$1.log 2>&1
+  python3 - $R $1 <<'PY'
+import json, sys
+R, r = sys.argv[1], sys.argv[2]
+peer = {}
+for l in open(f'{R}/peer_{r}.log'):
+    if l.startswith('{'):
+        j = json.loads(l)
+        if j['peer'] == 'torch-sdpa-cudnn': peer[(j['batch'], j['seq'])] = j['ms_gpu']
+full = {}
+for l in open(f'{R}/attn_{r}.log'):
+    if not l.startswith('{'): continue
+    j = json.loads(l)
+    b = j.get('bench', '')
+    if b.endswith('_no_masses') and 'frac_copy_bw_gpu' in j and b.startswith('full_b'):
+        sh = b[:-len('_no_masses')]
+        bs, sq = int(sh.split('_b')[1].split('_s')[0]), int(sh.split('_s')[1])
+        if sh not in full:
+            full[sh] = j['ms_gpu']
+            c = peer.get((bs, sq))
+            print(f'round {r} {sh:18s} no masses {j["ms_gpu"]:.4f} ms, of copy {j.get("frac_copy_bw_gpu", 0):.3f}, cuDNN {c}, ratio {j["ms_gpu"] / c if c else 0:.3f}')
+    if b.startswith('abs_tiered20') and j.get('auto'):
+        print(f'round {r} {b:28s} {j["ms_gpu"]:.4f} ms, ratio to FullKV (masses) {j.get("ratio_to_full_gpu")}')
+PY
+}
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then attn 1; fi
+eng full_b8_32k --batch 8 --prompt-len 32768 -n 128
+eng q20_b8_32k --batch 8 --prompt-len 32768 -n 128 --policy qevict --budget 0.2
+eng full_b32 --batch 32 --prompt-len 256 -n 1024
+eng q20_b32 --batch 32 --prompt-len 256 -n 1024 --policy qevict --budget 0.2
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then attn 2; fi
+(cd $OUT && tar czf r.tgz --remove-files r)
