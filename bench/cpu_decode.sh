@@ -40,7 +40,8 @@ for p in sorted(glob.glob(os.path.join(out, "*.json"))):
     else:
         s, b = d["summary"], int(name.rsplit("_b", 1)[1])
         w = d["ranks"][0]["weight_bytes"]
-        rows.setdefault(name, []).append(((s["generated_tokens"] - 1) * b / s["decode_s"],
+        dtok = s.get("decode_tokens", (s["generated_tokens"] - 1) * b)  # decode-only steps'
+        rows.setdefault(name, []).append((dtok / s["decode_s"],
                                           d["tokens"], w))
 med = {k: statistics.median(v[0] for v in vs) for k, vs in rows.items()}
 label = {"qevict_f32_b1": "qevict f32, batch 1", "qevict_packed_b1": "qevict packed, batch 1",

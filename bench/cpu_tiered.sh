@@ -41,7 +41,8 @@ for p in sorted(glob.glob(os.path.join(out, "*.json"))):
     name = os.path.basename(p).rsplit("_", 1)[0]
     d = json.load(open(p))
     s = d["summary"]
-    rows.setdefault(name, []).append((s["steps"] * batch / s["decode_s"], s["prefill_s"],
+    dtok = s.get("decode_tokens", s["steps"] * batch)  # tokens of the decode-only steps
+    rows.setdefault(name, []).append((dtok / s["decode_s"], s["prefill_s"],
                                       d["tokens"]))
 med = {k: (statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs))
        for k, vs in rows.items()}

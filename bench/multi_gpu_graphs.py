@@ -36,7 +36,8 @@ def equal_rows(out, t):
 
 def tpot(d):
     s = (d or {}).get("summary") or {}
-    return 1e3 * s["decode_s"] / s["steps"] if s.get("steps") else None
+    steps = s.get("decode_steps", s.get("steps"))  # decode-only steps (older runs: all)
+    return 1e3 * s["decode_s"] / steps if steps else None
 
 
 def timing_rows(out, t):

@@ -57,13 +57,13 @@ def engine(name):
     if not j:
         return None
     s = j["summary"]
-    steps = s["steps"] - 1
+    steps = s.get("decode_steps", s["steps"] - 1)  # decode-only steps
     ranks = j.get("ranks", [])
     ar = ranks[0] if ranks else {}
     return {
         "ttft": s["prefill_s"] * 1e3,  # speedup and efficiency: against the table's smallest TP
         "tpot": s["decode_s"] / steps * 1e3 if steps > 0 else float("nan"),
-        "tok_s": s["batch"] * steps / s["decode_s"] if s["decode_s"] > 0 else 0,
+        "tok_s": s.get("decode_tokens", s["batch"] * steps) / s["decode_s"] if s["decode_s"] > 0 else 0,
         "tp": s["tp"], "steps": s["steps"],
         "ar_ms": (ar.get("allreduce_ms") or 0) / s["steps"] if ar.get("allreduce_calls") else None,
         "ar_calls": (ar.get("allreduce_calls") or 0) / s["steps"] if ar.get("allreduce_calls") else None,

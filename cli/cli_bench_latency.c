@@ -57,7 +57,7 @@ typedef struct {
 
 /* One run's figures. */
 typedef struct {
-  double prefill_s, decode_s, prompt, gen, batch, fullkv, kv_bytes, rss_kb;
+  double prefill_s, decode_s, prompt, gen, batch, fullkv, kv_bytes, rss_kb, dsteps, dtok;
   long *tokens;
   long n_tokens;
 } lat_run_t;
@@ -286,6 +286,10 @@ static int parse_run(const char *doc, lat_run_t *r) {
   r->gen = jnum(doc, "\"summary\":", "generated_tokens");
   r->batch = jnum(doc, "\"summary\":", "batch");
   r->fullkv = jnum(doc, "\"summary\":", "fullkv_bytes");
+  /* decode-only steps and their tokens (a prompt in several passes: fewer than gen - 1) */
+  r->dsteps = jnum(doc, "\"summary\":", "decode_steps");
+  r->dtok = jnum(doc, "\"summary\":", "decode_tokens");
+  if (isnan(r->dsteps) || isnan(r->dtok)) r->dsteps = r->gen - 1, r->dtok = r->dsteps * r->batch;
   r->kv_bytes = jnum(doc, "\"memory\":", "bytes");
   if (isnan(r->kv_bytes)) r->kv_bytes = r->fullkv; /* FullKV: every token held */
   return isnan(r->prefill_s) || isnan(r->decode_s) || isnan(r->gen) || jtokens(doc, r) ? -1 : 0;
@@ -356,8 +360,8 @@ static lat_row_t row_of(const lat_run_t *runs, int rounds, const lat_run_t *ref)
   for (int r = 0; r < rounds; r++) {
     const lat_run_t *x = &runs[r];
     v[0][r] = x->prompt * x->batch / x->prefill_s;
-    v[1][r] = (x->gen - 1) * x->batch / x->decode_s;
-    v[2][r] = x->decode_s / (x->gen - 1) * 1e3;
+    v[1][r] = x->dtok / x->decode_s;
+    v[2][r] = x->decode_s / x->dsteps * 1e3;
     v[3][r] = x->kv_bytes, v[4][r] = x->rss_kb;
   }
   w.prefill_tps = median(v[0], rounds), w.decode_tps = median(v[1], rounds);

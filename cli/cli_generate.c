@@ -489,7 +489,7 @@ static const char *finish_name(int f) {
 
 static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_stats_t *st) {
   double pf = st->prefill_s > 0 ? st->n_prompt / st->prefill_s : 0;
-  double dc = st->decode_s > 0 ? (st->n_gen - a->batch) / st->decode_s : 0;
+  double dc = st->decode_s > 0 ? st->n_decode_gen / st->decode_s : 0;
   fprintf(stderr,
           "\nqevict: prompt %d tokens, generated %d tokens (finish: %s), batch %d, tp %d; "
           "prefill %.1f tok/s, decode %.1f tok/s\n",
@@ -510,9 +510,11 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
   const size_t fullkv = cli_policy_fullkv_bytes(kv, (long)s->n_prompt + s->n_out);
   printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"
          "\"batch\":%d,\"tp\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"steps\":%d,"
-         "\"weight_bytes\":%zu,\"backend\":\"%s\",\"fullkv_bytes\":%zu},\"memory\":",
+         "\"decode_steps\":%d,\"decode_tokens\":%ld,\"weight_bytes\":%zu,\"backend\":\"%s\","
+         "\"fullkv_bytes\":%zu},\"memory\":",
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
-         st->decode_s, st->n_steps, model_weight_bytes(m), model_backend(m)->ops->name, fullkv);
+         st->decode_s, st->n_steps, st->n_decode_steps, st->n_decode_gen, model_weight_bytes(m),
+         model_backend(m)->ops->name, fullkv);
   cli_policy_json(&a->pol, kv, stdout);
   model_graph_stats_t gs;
   model_graph_stats(m, &gs);

@@ -371,6 +371,7 @@ int gen_engine_step(gen_engine_t *e, int *active) {
   *(prompt ? &e->stats.prefill_s : &e->stats.decode_s) += now_s() - t0;
   e->stats.n_prompt += prompt;
   e->stats.n_steps++;
+  if (!prompt) e->stats.n_decode_steps++, e->stats.n_decode_gen += e->plan.n;
   return rc;
 }
 

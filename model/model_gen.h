@@ -25,6 +25,8 @@ typedef struct {
   double prefill_s, decode_s; /* wall time of steps with prompt tokens / decode only */
   long n_prompt, n_gen;
   int n_steps;
+  int n_decode_steps; /* steps without prompt tokens (decode_s's): a TPOT is decode_s over them */
+  long n_decode_gen;  /* tokens those steps sampled */
 } gen_stats_t;
 
 /* ---- step engine ------------------------------------------------------------------------- */
@@ -173,13 +175,14 @@ typedef struct {
 
 /* Prompt tokens a forward pass of gen_run takes at most (gen_engine_opts_t.max_prompt_per_step)
  * for seqs[0..n) on a model of cap rows a pass: cap when every prompt fits one pass; else cap - n,
- * a row kept for each sequence's decode beside a pass's prompts, so that passes take whole
- * prompts (one longer than cap - n is split: then cap). */
+ * a row kept for each sequence's decode beside a pass's prompts (cap when a prompt is longer than
+ * that). Passes are filled in slot order, so prompts of one length (generate's) that cap - n
+ * holds a whole number of go whole; a prompt of another length may be split. */
 int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n);
 
 /* Rank 0: runs seqs[0..n) to completion in one continuous batch (n <= kv max_seqs; sequence
- * i in slot i; each prompt that fits the model's batch beside every sequence's decode row is
- * prefilled in one step, see gen_prompt_budget), then tells followers to stop. QE_EINVAL (with
+ * i in slot i; the prompts in passes of at most gen_prompt_budget tokens), then tells followers
+ * to stop. QE_EINVAL (with
  * detail) for a prompt that does not fit the model's context or the batch; on any error the
  * followers are released too. Built on the engine. */
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *comm, gen_seq_t *seqs, int n,

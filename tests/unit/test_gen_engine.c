@@ -330,8 +330,10 @@ static void check_prompt_room(rig_t *r) {
 }
 
 /* (f) gen_run's prompt budget: all prompts in the first pass when they fit the model's rows,
- * else whole prompts beside a decode row a sequence (gen_prompt_budget); four prompts of 20
- * tokens on the rig's 64 rows then go 60 tokens a pass, and give gen_run's tokens alone. */
+ * else whole prompts beside a decode row a sequence (gen_prompt_budget). Four prompts of 20
+ * tokens on the rig's 64 rows: an engine with that budget feeds 60 and 20 prompt tokens in its
+ * first two passes (each prompt whole), then decodes; its decode-only steps and their tokens
+ * (gen_stats_t: a TPOT's denominator) are counted; gen_run gives the tokens of each alone. */
 static void check_prompt_budget(rig_t *r) {
   gen_seq_t q[4];
   for (int i = 0; i < 4; i++) q[i] = (gen_seq_t){.prompt = p1, .n_prompt = 20};
@@ -339,19 +341,43 @@ static void check_prompt_budget(rig_t *r) {
   q[0].n_prompt = 45;
   CHECK(gen_prompt_budget(64, q, 2) == 62); /* 65 tokens: 62 a pass, two decode rows */
   q[0].n_prompt = 63, q[1].n_prompt = 5;
-  CHECK(gen_prompt_budget(64, q, 2) == 64); /* 63 > 62: the long prompt is split anyway */
+  CHECK(gen_prompt_budget(64, q, 2) == 64); /* 63 > 62: no room for a decode row beside it */
   for (int i = 0; i < 4; i++) q[i] = (gen_seq_t){.prompt = p1, .n_prompt = 20};
   CHECK(gen_prompt_budget(64, q, 4) == 60);
   int32_t ref[MAXT];
   const int nr = alone(r, p1, 20, 6, greedy, 0, ref);
-  gen_opts_t o = {6, greedy, 0, 1, NULL, NULL, NULL};
+  rec_t rec;
+  gen_engine_t *e = engine(r, &rec, gen_prompt_budget(64, q, 4));
+  for (int i = 0; i < 4; i++) {
+    gen_req_t a = req(p1, 20, 6, greedy, 0);
+    CHECK_OK(gen_engine_add(e, i, &a));
+  }
+  int fed[3] = {0}, active = 1;
+  for (int k = 0; k < 3 && active; k++) {
+    gen_stats_t s0, s1;
+    gen_engine_stats(e, &s0);
+    CHECK_OK(gen_engine_step(e, &active));
+    gen_engine_stats(e, &s1);
+    fed[k] = (int)(s1.n_prompt - s0.n_prompt);
+    rec.step++;
+  }
+  CHECK(fed[0] == 60 && fed[1] == 20 && fed[2] == 0);
+  run_steps(e, &rec, 100);
   gen_stats_t st;
+  gen_engine_stats(e, &st);
+  /* passes 1-2 give 3 and 4 tokens; then 4 more for three sequences and 5 for the last */
+  CHECK(st.n_steps == 7 && st.n_decode_steps == 5 && st.n_decode_gen == 17);
+  for (int i = 0; i < 4; i++) CHECK(same(rec.tok[i], rec.n[i], ref, nr));
+  gen_engine_destroy(e);
+  gen_opts_t o = {6, greedy, 0, 1, NULL, NULL, NULL};
   CHECK_OK(gen_run(r->m, r->kv, r->c, q, 4, &o, &st));
   for (int i = 0; i < 4; i++) {
     CHECK(same(q[i].out, q[i].n_out, ref, nr));
     free(q[i].out);
   }
-  CHECK(st.n_prompt == 80 && st.n_gen == 24);
+  CHECK(st.n_prompt == 80 && st.n_gen == 24 && st.n_decode_gen == 17);
+  fprintf(stderr, "prompt budget 60 of 64 rows: prompts of 20 x 4 in passes of %d and %d; "
+          "%d decode-only steps of %d\n", fed[0], fed[1], st.n_decode_steps, st.n_steps);
 }
 
 /* Finishing on EOG and on the context; bad requests. */
