@@ -376,8 +376,10 @@ static void check_prompt_budget(rig_t *r) {
     free(q[i].out);
   }
   CHECK(st.n_prompt == 80 && st.n_gen == 24 && st.n_decode_gen == 17);
-  fprintf(stderr, "prompt budget 60 of 64 rows: prompts of 20 x 4 in passes of %d and %d; "
-          "%d decode-only steps of %d\n", fed[0], fed[1], st.n_decode_steps, st.n_steps);
+  fprintf(stderr,
+          "prompt budget 60 of 64 rows: prompts of 20 x 4 in passes of %d and %d; "
+          "%d decode-only steps of %d\n",
+          fed[0], fed[1], st.n_decode_steps, st.n_steps);
 }
 
 /* Finishing on EOG and on the context; bad requests. */
