@@ -921,6 +921,18 @@ static int tma_map(CUtensorMap *m, void *arena, size_t n_rows) {
   return r == CUDA_SUCCESS;
 }
 
+/* A pipeline's median time over 100 queued launch(i) after 10, and in *xr the XOR of the words
+ * one launch read (into sink, which is freed). */
+template <typename F> static double sink_time(unsigned *sink, F launch, unsigned *xr) {
+  CK(cudaMemset(sink, 0, sizeof *sink));
+  launch(0);
+  CK(cudaGetLastError());
+  CK(cudaMemcpy(xr, sink, sizeof *xr, cudaMemcpyDeviceToHost));
+  const double ms = event_median2(10, 110, launch, T_QUEUED).ms_gpu;
+  CK(cudaFree(sink));
+  return ms;
+}
+
 /* One bench_read_cpn<NS, TT> configuration on FullKV's bytes: nw warps a block, bps blocks a
  * multiprocessor (the grid's chunks sized for it); the median of 100 queued launches, the XOR
  * of one launch's reads in *xr. */
@@ -939,13 +951,7 @@ static double bench_read_cpn_ms(uint8_t **arenas, int n_rot, int n_seq, int seq,
     bench_read_cpn<NS, TT><<<dim3(8, n_seq, z), 32 * nw, smem>>>(
         (const uint4 *)arenas[i % n_rot], seq, spin, sink);
   };
-  CK(cudaMemset(sink, 0, sizeof *sink));
-  launch(0);
-  CK(cudaGetLastError());
-  CK(cudaMemcpy(xr, sink, sizeof *xr, cudaMemcpyDeviceToHost));
-  const double ms = event_median2(10, 110, launch, T_QUEUED).ms_gpu;
-  CK(cudaFree(sink));
-  return ms;
+  return sink_time(sink, launch, xr);
 }
 
 /* ATTN_CPV=1: the ring's depth and tile size against spin (bench_read_cpn), one JSON line each;
@@ -1012,13 +1018,7 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, 
     else
       bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
   };
-  CK(cudaMemset(sink, 0, sizeof *sink));
-  launch(0);
-  CK(cudaGetLastError());
-  CK(cudaMemcpy(xr, sink, sizeof *xr, cudaMemcpyDeviceToHost));
-  const double ms = event_median2(10, 110, launch, T_QUEUED).ms_gpu;
-  CK(cudaFree(sink));
-  return ms;
+  return sink_time(sink, launch, xr);
 }
 
 static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways, int gqa_seqs = 0,
