@@ -25,6 +25,7 @@ typedef struct {
   const char *model, *prompt, *prompt_file;
   const char *shape; /* --shape: random weights of a named shape instead of --model */
   long prompt_len;   /* --prompt-len: random prompt ids (with --shape) */
+  long max_batch;    /* --max-batch: rows a forward pass holds (0: gen_pass_rows) */
   int chat, json, tp, threads, batch, ignore_eos, diag;
   int top2, time_allreduce; /* --top2, --time-allreduce */
   int no_graphs;            /* --no-graphs, or QE_CUDA_GRAPHS=0 */
@@ -55,6 +56,9 @@ static const char *gen_help =
     "  --seed S          sampler seed (default 0)\n"
     "  --tp N            tensor-parallel ranks (processes, CPU collectives; default 1)\n"
     "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
+    "  --max-batch N     tokens a forward pass holds (its scratch): every prompt, or one prompt\n"
+    "                    and a decode row a sequence; passes take whole prompts (default: every\n"
+    "                    prompt when they hold 16384 tokens, else as many as that holds)\n"
     "  --threads N       CPU threads per rank (default: cores / tp)\n" CLI_CPU_WEIGHTS_HELP
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
     "                    the GPU count); policies full, qevict, kivi (h2o, streaming\n"
@@ -99,6 +103,8 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
     a->shape = v;
   else if (!strcmp(f, "--prompt-len"))
     return cli_parse_int(v, 1, 1 << 24, &a->prompt_len) ? 2 : 0;
+  else if (!strcmp(f, "--max-batch"))
+    return cli_parse_int(v, 1, 1 << 24, &a->max_batch) ? 2 : 0;
   else if (!strcmp(f, "--prompt"))
     a->prompt = v;
   else if (!strcmp(f, "--prompt-file"))
@@ -299,6 +305,18 @@ static int prepare(gen_args_t *a) {
   if (!rc && a->n_ids >= hp.n_ctx_train)
     rc = qe_errf(QE_EINVAL, "prompt of %d tokens exceeds the model context (%d)", a->n_ids,
                  hp.n_ctx_train);
+  if (!rc && a->max_batch && a->max_batch < a->n_ids)
+    rc = qe_errf(QE_EINVAL,
+                 "--max-batch %ld holds less than the prompt's %d tokens (a prompt goes whole "
+                 "into one forward pass)",
+                 a->max_batch, a->n_ids);
+  else if (!rc && a->max_batch && a->max_batch < (long)a->n_ids * a->batch &&
+           a->max_batch < (long)a->n_ids + a->batch)
+    rc = qe_errf(QE_EINVAL,
+                 "--max-batch %ld holds neither every prompt (%ld tokens) nor one prompt of %d "
+                 "tokens beside a decode row for each of the %d sequences (%ld)",
+                 a->max_batch, (long)a->n_ids * a->batch, a->n_ids, a->batch,
+                 (long)a->n_ids + a->batch);
   a->capacity =
       a->n_ids + (int)a->n_predict < hp.n_ctx_train ? a->n_ids + (int)a->n_predict : hp.n_ctx_train;
   if (!rc && a->n_ids + a->n_predict > hp.n_ctx_train)
@@ -350,7 +368,8 @@ static int gen_pass_rows(int n_ids, int batch) {
 static int load_rank(const gen_args_t *a, int rank, kern_backend_t **be, model_t **m,
                      kv_cache_t **kv) {
   int rc = make_backend(a, rank, be);
-  model_load_opts_t o = {*be, rank, a->tp, gen_pass_rows(a->n_ids, a->batch), 0};
+  int rows = a->max_batch ? (int)a->max_batch : gen_pass_rows(a->n_ids, a->batch);
+  model_load_opts_t o = {*be, rank, a->tp, rows, 0};
   model_hparams_t hp;
   if (!rc && a->shape) rc = model_shape_named(a->shape, &hp);
   if (!rc) rc = a->shape ? model_create_random(&hp, a->seed, &o, m) : model_load(a->model, &o, m);

@@ -540,7 +540,9 @@ int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n) {
     sum += seqs[i].n_prompt;
     longest = seqs[i].n_prompt > longest ? seqs[i].n_prompt : longest;
   }
-  return sum <= cap || cap - n < longest ? cap : cap - n;
+  if (sum <= cap || cap - n < longest) return cap;
+  /* prompts of one length: a whole number of them a pass */
+  return sum == (long)n * longest ? (cap - n) / longest * longest : cap - n;
 }
 
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, const gen_opts_t *o,

@@ -176,8 +176,9 @@ typedef struct {
 /* Prompt tokens a forward pass of gen_run takes at most (gen_engine_opts_t.max_prompt_per_step)
  * for seqs[0..n) on a model of cap rows a pass: cap when every prompt fits one pass; else cap - n,
  * a row kept for each sequence's decode beside a pass's prompts (cap when a prompt is longer than
- * that). Passes are filled in slot order, so prompts of one length (generate's) that cap - n
- * holds a whole number of go whole; a prompt of another length may be split. */
+ * that), rounded down to a whole number of prompts when they are all of one length (generate's):
+ * those then go whole. Passes are filled in slot order, so a prompt of another length may be
+ * split. */
 int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n);
 
 /* Rank 0: runs seqs[0..n) to completion in one continuous batch (n <= kv max_seqs; sequence

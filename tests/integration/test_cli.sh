@@ -56,6 +56,24 @@ expect_error "bad --budget" "$QEVICT" generate --model "$STORIES" --prompt hi --
 grep -q "(a fraction in (0, 1\] or bytes" "$TMP/err" || bad "--budget abc: forms not stated"
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
+expect_error "--max-batch below the prompt" "$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" --max-batch 4
+expect_error "--max-batch without room for a prompt and the decode rows" "$QEVICT" generate \
+  --model "$STORIES" --prompt "Once upon a time" --batch 3 --max-batch 7
+expect_error "bad --max-batch" "$QEVICT" generate --model "$STORIES" --prompt hi --max-batch 0
+# --max-batch 8 on three prompts of 5 tokens: a prompt a pass, the tokens of one pass for all three
+one=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 30 --batch 3 --ignore-eos --json 2>/dev/null)
+three=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 30 --batch 3 --ignore-eos --json --max-batch 8 2>/dev/null)
+python3 - "$one" "$three" <<'PY' || bad "--max-batch 8: passes or tokens"
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sa, sb = a["summary"], b["summary"]
+assert a["tokens"] == b["tokens"], "tokens differ"
+assert sa["steps"] == 30 and sb["steps"] == 32, (sa["steps"], sb["steps"])  # 1 and 3 prefill passes
+assert sa["decode_steps"] == sb["decode_steps"] == 29, (sa["decode_steps"], sb["decode_steps"])
+assert sa["decode_tokens"] == 87 and sb["decode_tokens"] == 84, (sa["decode_tokens"], sb["decode_tokens"])
+print("ok --max-batch 8: three passes of one prompt, the same tokens; decode_steps 29, "
+      "decode_tokens 87 and 84", file=sys.stderr)
+PY
 expect_error "bad --cpu-weights" "$QEVICT" generate --model "$STORIES" --prompt hi --cpu-weights q3
 expect_error "--cpu-weights with --device" "$QEVICT" generate --model "$STORIES" --prompt hi --cpu-weights packed --device 0
 expect_error "eval --cpu-weights bad" "$QEVICT" eval --model "$STORIES" --cpu-weights x

@@ -344,6 +344,8 @@ static void check_prompt_budget(rig_t *r) {
   CHECK(gen_prompt_budget(64, q, 2) == 64); /* 63 > 62: no room for a decode row beside it */
   for (int i = 0; i < 4; i++) q[i] = (gen_seq_t){.prompt = p1, .n_prompt = 20};
   CHECK(gen_prompt_budget(64, q, 4) == 60);
+  CHECK(gen_prompt_budget(70, q, 4) == 60); /* 66 rows hold three prompts of 20 */
+  CHECK(gen_prompt_budget(80, q, 4) == 80); /* all in one pass */
   int32_t ref[MAXT];
   const int nr = alone(r, p1, 20, 6, greedy, 0, ref);
   rec_t rec;
