@@ -63,8 +63,8 @@ print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in ("full", "qevict20"):
     b, n = runs[(name, "base")], runs[(name, "new")]
     pre = lambda rs: statistics.median(r["summary"]["prefill_s"] for r in rs)
-    dec = lambda rs: statistics.median(r["summary"].get("decode_steps", r["summary"]["steps"])
-                                       / r["summary"]["decode_s"] for r in rs)
+    dsteps = lambda s: s.get("decode_steps", s["generated_tokens"] - 1)  # decode-only steps
+    dec = lambda rs: statistics.median(dsteps(r["summary"]) / r["summary"]["decode_s"] for r in rs)
     pb, pn, db, dn = pre(b), pre(n), dec(b), dec(n)
     same = len({json.dumps(r["tokens"]) for r in b + n}) == 1
     print(f"| {name} | {pb:.2f} | {pn:.2f} | {pn / pb:.3f} | {db:.1f} | {dn:.1f} |"

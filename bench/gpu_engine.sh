@@ -133,7 +133,7 @@ if c and g:
 def engine(name):
     j = load(f"{name}.json")
     if not j: return None
-    s = j["summary"]; steps = s.get("decode_steps", s["steps"] - 1)  # decode-only steps
+    s = j["summary"]; steps = s.get("decode_steps", s["generated_tokens"] - 1)  # decode-only steps
     tpot = s["decode_s"] / steps * 1e3 if steps > 0 else float("nan")
     dtok = s.get("decode_tokens", s["batch"] * steps)
     return {"ttft_ms": s["prefill_s"] * 1e3, "tpot_ms": tpot, "batch": s["batch"],

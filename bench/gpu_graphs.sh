@@ -77,12 +77,12 @@ for base in ["b32_" + r for r in runs] + ["b1_full"]:
     for g in ["graphs", "eager"]:
         j = load(base + "_" + g)
         if not j: print("%-16s missing" % (base + "_" + g)); continue
-        s = j["summary"]; st = s["steps"] - 1
+        s = j["summary"]; st = s.get("decode_steps", s["generated_tokens"] - 1)  # decode-only
         tpot = s["decode_s"] / st * 1e3 if st > 0 else float("nan")
         gr = j.get("graphs", {})
         same = "" if g == "eager" or not e else str(j.get("tokens") == e.get("tokens"))
         print("%-16s %9.1f %9.3f %9.0f %10s %s" % (base + "_" + g, s["prefill_s"] * 1e3, tpot,
-              s["batch"] * st / s["decode_s"] if s["decode_s"] > 0 else 0,
+              s.get("decode_tokens", s["batch"] * st) / s["decode_s"] if s["decode_s"] > 0 else 0,
               "%s/%s" % (gr.get("replays", "-"), gr.get("eager_steps", "-")), same))
 lc = {}
 for pol in long_runs:
@@ -98,6 +98,7 @@ full = load("b32_full_graphs")
 for r in [r for r in runs if r != "full"]:
     j = load("b32_%s_graphs" % r)
     if full and j:
-        t = lambda x: x["summary"]["decode_s"] / (x["summary"]["steps"] - 1)
+        t = lambda x: x["summary"]["decode_s"] / x["summary"].get(
+            "decode_steps", x["summary"]["generated_tokens"] - 1)  # per decode-only step
         print("TPOT %s / FullKV (graphs): %.3f" % (r, t(j) / t(full)))
 PY

@@ -68,7 +68,8 @@ ta, tb = a["tokens"], b["tokens"]
 sa, sb = a["summary"], b["summary"]
 n = min(len(ta), len(tb))
 d = next((i for i in range(n) if ta[i] != tb[i]), -1 if len(ta) == len(tb) else n)
-rate = lambda s: (s["generated_tokens"] - 1) * s["batch"] / s["decode_s"] if s["decode_s"] > 0 else 0
+rate = lambda s: (s.get("decode_tokens", (s["generated_tokens"] - 1) * s["batch"]) / s["decode_s"]
+                  if s["decode_s"] > 0 else 0)  # tokens of the decode-only steps
 speed = f"decode {rate(sb):.0f} tok/s on {sb.get('backend')} vs {rate(sa):.0f} on {sa.get('backend')}"
 if d < 0:
     print(f"IDENTICAL {len(ta)} tokens; {speed}")

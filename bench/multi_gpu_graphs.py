@@ -36,8 +36,10 @@ def equal_rows(out, t):
 
 def tpot(d):
     s = (d or {}).get("summary") or {}
-    steps = s.get("decode_steps", s.get("steps"))  # decode-only steps (older runs: all)
-    return 1e3 * s["decode_s"] / steps if steps else None
+    if "decode_s" not in s:
+        return None
+    steps = s.get("decode_steps", s.get("generated_tokens", 1) - 1)  # decode-only steps
+    return 1e3 * s["decode_s"] / steps if steps > 0 else None
 
 
 def timing_rows(out, t):

@@ -57,14 +57,14 @@ def engine(name):
     if not j:
         return None
     s = j["summary"]
-    steps = s.get("decode_steps", s["steps"] - 1)  # decode-only steps
+    steps = s.get("decode_steps", s["generated_tokens"] - 1)  # decode-only steps
     ranks = j.get("ranks", [])
     ar = ranks[0] if ranks else {}
     return {
         "ttft": s["prefill_s"] * 1e3,  # speedup and efficiency: against the table's smallest TP
         "tpot": s["decode_s"] / steps * 1e3 if steps > 0 else float("nan"),
         "tok_s": s.get("decode_tokens", s["batch"] * steps) / s["decode_s"] if s["decode_s"] > 0 else 0,
-        "tp": s["tp"], "steps": s["steps"],
+        "tp": s["tp"], "steps": s["steps"], "decode_ms": s["decode_s"] * 1e3,
         "ar_ms": (ar.get("allreduce_ms") or 0) / s["steps"] if ar.get("allreduce_calls") else None,
         "ar_calls": (ar.get("allreduce_calls") or 0) / s["steps"] if ar.get("allreduce_calls") else None,
         "ranks": ranks, "mem": j.get("memory", {}),
@@ -106,7 +106,7 @@ def engine_table(prefix, tps, label):
             m = q["mem"]
             share = ""
             if m.get("routing_passes_decode"):
-                dec_ms = q["tpot"] * (q["steps"] - 1)
+                dec_ms = q["decode_ms"]
                 share = ", routing %.1f ms of %.0f ms decode (%.1f%%, %d passes)" % (
                     m["routing_gpu_ms_decode"], dec_ms, 100 * m["routing_gpu_ms_decode"] / dec_ms,
                     m["routing_passes_decode"])

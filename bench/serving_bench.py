@@ -45,7 +45,8 @@ def in_process(a, text):
                               "--ignore-eos", "--json"], capture_output=True, text=True, check=True)
         s = json.loads(out.stdout)["summary"]
         # the first token comes out of the prefill step; the others are decode steps
-        r = {"ttft_s": s["prefill_s"], "tok_s": (s["generated_tokens"] - 1) / s["decode_s"],
+        dtok = s.get("decode_tokens", s["generated_tokens"] - 1)
+        r = {"ttft_s": s["prefill_s"], "tok_s": dtok / s["decode_s"] if s["decode_s"] > 0 else 0.0,
              "prompt_tokens": s["prompt_tokens"]}
         best = r if best is None else {k: (min if k == "ttft_s" else max)(best[k], r[k])
                                         for k in r}

@@ -58,7 +58,8 @@ static const char *gen_help =
     "  --batch B         run B copies of the prompt in one batch (throughput; default 1)\n"
     "  --max-batch N     tokens a forward pass holds (its scratch): every prompt, or one prompt\n"
     "                    and a decode row a sequence; passes take whole prompts (default: every\n"
-    "                    prompt when they hold 16384 tokens, else as many as that holds)\n"
+    "                    prompt when they hold 16384 tokens, else as many as that holds and a\n"
+    "                    decode row a sequence; at least 512)\n"
     "  --threads N       CPU threads per rank (default: cores / tp)\n" CLI_CPU_WEIGHTS_HELP
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
     "                    the GPU count); policies full, qevict, kivi (h2o, streaming\n"

@@ -25,7 +25,8 @@ typedef struct {
   double prefill_s, decode_s; /* wall time of steps with prompt tokens / decode only */
   long n_prompt, n_gen;
   int n_steps;
-  int n_decode_steps; /* steps without prompt tokens (decode_s's): a TPOT is decode_s over them */
+  int n_decode_steps; /* steps without prompt tokens (decode_s's): decode_s over them is a TPOT
+                         while every decoding sequence fits one step (generate: batch <= rows) */
   long n_decode_gen;  /* tokens those steps sampled */
 } gen_stats_t;
 

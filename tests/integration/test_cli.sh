@@ -57,9 +57,13 @@ grep -q "(a fraction in (0, 1\] or bytes" "$TMP/err" || bad "--budget abc: forms
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
 expect_error "--max-batch below the prompt" "$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" --max-batch 4
+grep -q "max-batch 4 holds less than the prompt's 5 tokens" "$TMP/err" || bad "--max-batch 4: message"
 expect_error "--max-batch without room for a prompt and the decode rows" "$QEVICT" generate \
   --model "$STORIES" --prompt "Once upon a time" --batch 3 --max-batch 7
+grep -q "holds neither every prompt (15 tokens) nor one prompt of 5 tokens beside a decode row for each of the 3 sequences (8)" \
+  "$TMP/err" || bad "--max-batch 7: message"
 expect_error "bad --max-batch" "$QEVICT" generate --model "$STORIES" --prompt hi --max-batch 0
+grep -q "bad value '0' for --max-batch (an integer in 1..16777216)" "$TMP/err" || bad "--max-batch 0: message"
 # --max-batch 8 on three prompts of 5 tokens: a prompt a pass, the tokens of one pass for all three
 one=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 30 --batch 3 --ignore-eos --json 2>/dev/null)
 three=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 30 --batch 3 --ignore-eos --json --max-batch 8 2>/dev/null)
