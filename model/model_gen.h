@@ -184,9 +184,8 @@ int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n);
 
 /* Rank 0: runs seqs[0..n) to completion in one continuous batch (n <= kv max_seqs; sequence
  * i in slot i; the prompts in passes of at most gen_prompt_budget tokens), then tells followers
- * to stop. QE_EINVAL (with
- * detail) for a prompt that does not fit the model's context or the batch; on any error the
- * followers are released too. Built on the engine. */
+ * to stop. QE_EINVAL (with detail) for a prompt that does not fit the model's context or the
+ * batch; on any error the followers are released too. Built on the engine. */
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *comm, gen_seq_t *seqs, int n,
             const gen_opts_t *o, gen_stats_t *st);
 
