@@ -559,10 +559,19 @@ typedef struct {
   int pos0, n, quant;
 } kca_win_t;
 
-KCA_FN kca_win_t kca_win(const kca_params_t &p, int w) {
-  const kca_u4 a = kca_ld128(p.win + w), b = kca_ld128((const uint8_t *)(p.win + w) + 16);
-  const kca_u4 c = kca_ld128((const uint8_t *)(p.win + w) + 32);
-  const kca_u4 e = kca_ld128((const uint8_t *)(p.win + w) + 48);
+/* A window's 64-byte descriptor as loaded, before kca_win / kca_lwin decode it (the DREG walks'
+ * register prefetch keeps these words in flight across a tile's work). */
+typedef struct {
+  kca_u4 a, b, c, e;
+} kca_wraw_t;
+
+KCA_FN kca_wraw_t kca_wraw(const kca_params_t &p, int w) {
+  const uint8_t *d = (const uint8_t *)(p.win + w);
+  return (kca_wraw_t){kca_ld128(d), kca_ld128(d + 16), kca_ld128(d + 32), kca_ld128(d + 48)};
+}
+
+KCA_FN kca_win_t kca_win_dec(const kca_params_t &p, const kca_wraw_t &W) {
+  const kca_u4 a = W.a, b = W.b, c = W.c, e = W.e;
   kca_win_t r;
   r.k = p.arena + ((uint64_t)a.v[1] << 32 | a.v[0]);
   r.v = p.arena + ((uint64_t)a.v[3] << 32 | a.v[2]);
@@ -578,6 +587,8 @@ KCA_FN kca_win_t kca_win(const kca_params_t &p, int w) {
   return r;
 }
 
+KCA_FN kca_win_t kca_win(const kca_params_t &p, int w) { return kca_win_dec(p, kca_wraw(p, w)); }
+
 /* One window as one lane of a planned copy (kca_plan_t) reads it: only the three bases the lane
  * copies through. FULL: p0 = K page, p1 = V page; QUANT: p0 = the key codes (lanes 0-15) or
  * value codes (16-31), p1 = the key scales (lanes 0-15) or zeros (16-31), p2 = the value scales
@@ -592,10 +603,9 @@ KCA_FN const uint8_t *kca_at(const kca_params_t &p, uint32_t lo, uint32_t hi) {
   return p.arena + ((uint64_t)hi << 32 | lo);
 }
 
-KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quant) {
-  const uint8_t *d = (const uint8_t *)(p.win + w);
-  const kca_u4 a = kca_ld128(d), b = kca_ld128(d + 16), c = kca_ld128(d + 32);
-  const kca_u4 e = kca_ld128(d + 48);
+KCA_FN kca_lwin_t kca_lwin_dec(const kca_params_t &p, const kca_wraw_t &W, int lane,
+                               bool may_quant) {
+  const kca_u4 a = W.a, b = W.b, c = W.c, e = W.e;
   const int tier = (int)e.v[2], ntok = (int)e.v[1];
   const bool q = may_quant && tier == KERN_PW_QUANT, hi = lane >> 4 & 1, z = lane >> 3 & 1;
   const bool live = ntok > 0 && (tier == KERN_PW_FULL || q);
@@ -608,6 +618,10 @@ KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quan
   r.n = live ? kca_mini(ntok, p.omega) : 0;
   r.quant = q;
   return r;
+}
+
+KCA_FN kca_lwin_t kca_lwin(const kca_params_t &p, int w, int lane, bool may_quant) {
+  return kca_lwin_dec(p, kca_wraw(p, w), lane, may_quant);
 }
 
 #ifndef KCA_QLEAN /* KCA_QUAD: a quad's windows read as QUANT (the list says so): each lane loads */
@@ -651,11 +665,15 @@ template <> struct kca_wt<true> {
   using T = kca_lwin_t;
 };
 template <bool PL, int BITS>
-KCA_FN typename kca_wt<PL>::T kca_getwin(const kca_params_t &p, int w, int lane) {
+KCA_FN typename kca_wt<PL>::T kca_getwin_dec(const kca_params_t &p, const kca_wraw_t &W, int lane) {
   if constexpr (PL)
-    return kca_lwin(p, w, lane, BITS != 0);
+    return kca_lwin_dec(p, W, lane, BITS != 0);
   else
-    return kca_win(p, w);
+    return kca_win_dec(p, W);
+}
+template <bool PL, int BITS>
+KCA_FN typename kca_wt<PL>::T kca_getwin(const kca_params_t &p, int w, int lane) {
+  return kca_getwin_dec<PL, BITS>(p, kca_wraw(p, w), lane);
 }
 
 /* 1 when window w is attended (kca_win's n > 0, from its last 16 bytes only). */
@@ -2441,8 +2459,10 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
   if (KCA_QLATE && qload) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c); /* after the copies */
   qload = false;
   constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
-  typename kca_wt<PL>::T wd = {}; /* DREG: nxt's descriptor */
-  if (DREG && nxt.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nxt.k), lane);
+  kca_wraw_t wd = {}; /* DREG: nxt's descriptor as loaded, decoded at its issue (the load's
+                         latency then overlaps a tile's work; decoded at once it was 70% of
+                         the FullKV walk's stall samples, 2026-12-05) */
+  if (DREG && nxt.k >= 0) wd = kca_wraw(p, kca_pos_win<PK>(L, nxt.k));
   while (cur.k >= 0) {
     const int so = (stage ^ 1) * Ly::stage;
     if (nxt.k >= 0) {
@@ -2451,8 +2471,9 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
         kca_syncwarp();
       }
       if constexpr (DREG)
-        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl, wd, kca_pos_win<PK>(L, nxt.k),
-                                      16 * nxt.j, kvh, lane, gs, &nt);
+        tn = kca_issue1<HD, BITS, PL>(p, stages + so, so, pl,
+                                      kca_getwin_dec<PL, BITS>(p, wd, lane),
+                                      kca_pos_win<PK>(L, nxt.k), 16 * nxt.j, kvh, lane, gs, &nt);
       else
         tn = kca_walk_issue<HD, BITS, ROT, PK, PL, LS>(p, stages + so, so, pl, L, nxt, kvh, lane,
                                                         gs, &nt,
@@ -2463,7 +2484,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
     kca_cp_commit();
     kca_cur_t nn = nxt;
     if (nxt.k >= 0) nn = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, nxt, nt, lane);
-    if (DREG && nn.k >= 0) wd = kca_getwin<PL, BITS>(p, kca_pos_win<PK>(L, nn.k), lane);
+    if (DREG && nn.k >= 0) wd = kca_wraw(p, kca_pos_win<PK>(L, nn.k));
     kca_cp_wait1();
     kca_syncwarp();
     if (KCA_TRACE && ord == 0 && lane == 0) kca_tr(9 + warp);
