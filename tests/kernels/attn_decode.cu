@@ -682,48 +682,13 @@ __global__ void bench_read_gqa(const uint4 *p, int seq, unsigned *sink) {
 }
 
 /* The chunk kernel's memory pipeline alone (FullKV, n_kv 8, head_dim 128): block (KV head,
- * sequence, chunk) of 6 warps, each warp taking tiles of 16 tokens round-robin and copying a
- * tile's K and V slices (8 KiB) into its own two-stage shared-memory ring with 16-byte cp.async,
- * as kca_issue_half does, then waiting for all but the newest group and reading the stage; spin
- * dependent integer steps a tile stand for the attention's work. Its rate against spin says
- * whether the cp.async pipeline or the work per tile holds the kernel below the read roofline. */
-__global__ void bench_read_cp(const uint4 *p, int seq, int spin, unsigned *sink) {
-  extern __shared__ uint4 ring[]; /* [warp][2 stages][512] */
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  const int kvh = blockIdx.x, b = blockIdx.y, row = gridDim.x * 16, n16 = seq / 16;
-  const int t0 = 16 * (int)((long)n16 * blockIdx.z / gridDim.z);
-  const int nt = (int)((long)n16 * (blockIdx.z + 1) / gridDim.z) - t0 / 16;
-  const uint4 *K = p + (size_t)(2 * b) * seq * row + kvh * 16 + lane % 16, *V = K + (size_t)seq * row;
-  uint4 *st = ring + warp * 2 * 512;
-  auto issue = [&](int i, int s) {
-    const int t = t0 + 16 * i;
-    for (int j = 0; j < 8; j++) {
-      const size_t r = (size_t)(t + 2 * j + lane / 16) * row;
-      const unsigned dk = (unsigned)__cvta_generic_to_shared(st + s * 512 + j * 32 + lane);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(K + r));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk + 256 * 16), "l"(V + r));
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  };
-  unsigned acc = 0;
-  int i = warp, s = 0;
-  if (i < nt) issue(i, 0);
-  for (; i < nt; i += nw, s ^= 1) {
-    if (i + nw < nt) issue(i + nw, s ^ 1);
-    else asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-    __syncwarp();
-    for (int j = 0; j < 16; j++) acc ^= st[s * 512 + j * 32 + lane].x;
-    for (int k = 0; k < spin; k++) /* (asm: unrolled, the compiler would fold 4 steps into 1) */
-      asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(acc) : "r"(1664525u), "r"(1013904223u));
-    __syncwarp();
-  }
-  atomicXor(sink, acc); /* the XOR of every word .x read: equal for every pipeline */
-}
-
-/* bench_read_cp with NS stages a warp and tiles of TT tokens (TT / 2 copies of K and of V a lane,
- * NS - 1 tiles in flight while one is read), spin16 dependent steps per 16 tokens: whether a
- * deeper ring or finer tiles in the same shared memory hide a tile's work (ATTN_CPV=1). */
+ * sequence, chunk) of warps taking tiles of TT tokens round-robin and copying a tile's K and V
+ * slices (TT / 2 16-byte cp.async of each a lane, as kca_issue_half does) into the warp's own ring
+ * of NS stages (NS - 1 tiles in flight while one is read), then reading the stage; spin16
+ * dependent integer steps per 16 tokens stand for the attention's work. The kernel's own shape
+ * is <2, 16> with 6 warps: its rate against spin says whether the cp.async pipeline or the work
+ * per tile holds the kernel below the read roofline; other depths and tile sizes (ATTN_CPV=1),
+ * whether a deeper ring or finer tiles in the same shared memory would hide that work. */
 template <int NS, int TT>
 __global__ void bench_read_cpn(const uint4 *p, int seq, int spin16, unsigned *sink) {
   extern __shared__ uint4 ring[]; /* [warp][NS stages][TT * 32] */
@@ -819,7 +784,7 @@ __device__ unsigned ws_consume(const uint4 *ring, unsigned full, unsigned empty,
  * a ring of KCA_WS_NS stages shared by the block, each completing on its stage's "full" mbarrier;
  * warps 1 .. 5 take the tiles round-robin, wait for them, read them, spin, and free the stage on
  * its "empty" mbarrier. Up to KCA_WS_NS tiles a block are in flight whatever the consumers' work
- * (the two-stage ring of bench_read_cp holds one a warp while the warp works). */
+ * (the two-stage ring of bench_read_cpn<2, 16> holds one a warp while the warp works). */
 #define KCA_WS_NS 10 /* a multiple of the 5 consumers: see KCA_TMA_NS */
 __global__ void bench_read_ws(const uint4 *p, int seq, int spin, unsigned *sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -955,7 +920,7 @@ static double bench_read_cpn_ms(uint8_t **arenas, int n_rot, int n_seq, int seq,
 }
 
 /* ATTN_CPV=1: the ring's depth and tile size against spin (bench_read_cpn), one JSON line each;
- * x0: the XOR of bench_read_cp's reads (every configuration reads the same words). */
+ * x0: the XOR of mode 0's reads (every configuration reads the same words). */
 static void bench_cpv(const char *name, uint8_t **arenas, int n_rot, int n_seq, int seq,
                       double bytes, double copy_gpu, double attn_ms, unsigned x0) {
   struct Cfg {
@@ -983,11 +948,11 @@ static void bench_cpv(const char *name, uint8_t **arenas, int n_rot, int n_seq, 
     }
 }
 
-/* The memory pipelines alone (mode 0: bench_read_cp, 1: bench_read_ws, 2: bench_read_tma) on
- * FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the chunk kernel would (two
- * blocks a multiprocessor at most): the median of 100 after 10 (queued launches), and in *xr the
- * XOR of the words one launch read on arena 0 (equal for every mode when each reads every byte
- * once). Returns -1 when the mode cannot run here. */
+/* The memory pipelines alone (mode 0: bench_read_cpn<2, 16>, 1: bench_read_ws, 2:
+ * bench_read_tma) on FullKV's bytes (n_seq sequences of seq tokens) at spin, chunks as the chunk
+ * kernel would (two blocks a multiprocessor at most): the median of 100 after 10 (queued
+ * launches), and in *xr the XOR of the words one launch read on arena 0 (equal for every mode
+ * when each reads every byte once). Returns -1 when the mode cannot run here. */
 static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, int n_seq, int seq,
                                int spin, int mode, unsigned *xr) {
   int sms = 0, dev = 0;
@@ -1006,7 +971,8 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, 
   else if (mode == 1)
     CK(cudaFuncSetAttribute(bench_read_ws, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   else
-    CK(cudaFuncSetAttribute(bench_read_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(bench_read_cpn<2, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem));
   unsigned *sink;
   CK(cudaMalloc((void **)&sink, sizeof *sink));
   auto launch = [&](int i) {
@@ -1016,7 +982,7 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, 
     else if (mode == 1)
       bench_read_ws<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
     else
-      bench_read_cp<<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
+      bench_read_cpn<2, 16><<<dim3(8, n_seq, z), 192, smem>>>(a, seq, spin, sink);
   };
   return sink_time(sink, launch, xr);
 }
