@@ -56,8 +56,9 @@
 #ifndef KCA_DREG /* PK 1: the next tile's descriptor in registers a tile ahead (1: the FullKV */
 #define KCA_DREG 1 /* kernels, -1.2% on H200 2026-12-02; 2: every kernel, +2% on the tiered) */
 #endif
-#ifndef KCA_QLATE
-#define KCA_QLATE 1 /* Q loaded after the first tile's copies are issued (-0.8%: FullKV 32K) */
+#ifndef KCA_QLATE /* FULL-only kernels: Q loaded after the first tile's copies are issued */
+#define KCA_QLATE 1 /* (-0.8%: FullKV 32K; tiered kernels load it first: late, +0.2% at long_ctx's
+                       121 sequences, H100 2026-12-05) */
 #endif
 #ifndef KCA_PLAN
 #define KCA_PLAN 1 /* the lanes' copy offsets computed once per block (kca_plan_t) */
@@ -2393,6 +2394,11 @@ KCA_FN void kca_alone_masses(const kca_params_t &p, const kca_ml_t *ml, int b, i
   if (tid == 0) p.tickets[b] = 0; /* ready for the next call */
 }
 
+/* KCA_QLATE: the kernel loads Q after its walk's first copies are issued. */
+template <int BITS> struct kca_ql {
+  static constexpr bool v = KCA_QLATE && BITS == 0;
+};
+
 /* The walk's first tile, the tile after cu (ntile: tiles of cu's unit) and a tile's issue, by
  * the kernel's walk: KCA_LIST (with KCA_QUAD: quads), or the units'. */
 template <int HD, int BITS, int ROT, int PK, bool LS, bool G4>
@@ -2422,7 +2428,7 @@ KCA_FN kca_tile_t kca_walk_issue(const kca_params_t &p, uint8_t *stage, int soff
 
 /* One walk of a warp's tiles (the chunk's; KCA_LIST: a segment's): a two-stage cp.async
  * pipeline, tile i + 1 in flight while tile i is computed. qload: Q is still to be loaded
- * (KCA_QLATE: after the first tile's copies are issued). */
+ * (kca_ql: after the first tile's copies are issued). */
 template <int HD, int BITS, int ROT, int PK, bool PL, bool LS, bool G4>
 KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &st, kca_live_t &L,
                      const kca_plan_t &pl, int b, int kvh, int tid, int gs, bool &qload) {
@@ -2456,7 +2462,7 @@ KCA_FN void kca_walk(const kca_params_t &p, uint8_t *smem, kca_st_t<HD, BITS> &s
     kca_cp_commit();
     nxt = kca_walk_next<HD, BITS, ROT, PK, LS, G4>(p, L, cur, nt, lane);
   }
-  if (KCA_QLATE && qload) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c); /* after the copies */
+  if (kca_ql<BITS>::v && qload) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c); /* after copies */
   qload = false;
   constexpr bool DREG = PK == 1 && KCA_DREG >= (BITS ? 2 : 1);
   kca_wraw_t wd = {}; /* DREG: nxt's descriptor as loaded, decoded at its issue (the load's
@@ -2527,7 +2533,7 @@ KCA_FN void kca_chunk_body(const kca_params_t &p, uint8_t *smem, int chunk, int 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
   if (KCA_TRACE && tid == 0) kca_tr(0), kca_tr(1), kca_tr(2);
   kca_st_t<HD, BITS> st;
-  if (!KCA_QLATE) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c);
+  if (!kca_ql<BITS>::v) kca_load_q<HD, BITS, G4>(p, st, b, kvh, g, c);
   KCA_UNROLL
   for (int j = 0; j < HD / 16; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0;
   st.m[0] = st.m[1] = KCA_NEGINF, st.l[0] = st.l[1] = 0.0f;
