@@ -281,7 +281,8 @@ int main(int argc, char **argv) {
       {"gqa4 d128 w16 full long", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 1, 1.0, 0.0, {1500, 700}, 20},
       {"gqa4 d128 w32 full+evicted long", 8, 2, 128, 32, 2, 32, NORM, 128, 0, 2, 0.6, 0.0,
        {1200, 333}, 8},
-      /* a warp walks three batches of 32 positions (KCA_DLANE's descriptors a batch ahead) */
+      /* a warp walks three batches of 32 positions (a descriptor prefetch a batch ahead,
+         refuted 2026-12-05, failed a planted bug here only) */
       {"gqa4 d128 w16 full+evicted longest", 8, 2, 128, 16, 2, 32, NORM, 128, 0, 2, 0.7, 0.0,
        {6500, 37}, 400},
       {"mha d128 w16 int4 neox", 2, 2, 128, 16, 4, 32, NEOX, 128, 0, 0, 0.2, 0.6, {181, 64}, 16},
