@@ -57,8 +57,8 @@
 #define KCA_DREG 1 /* kernels, -1.2% on H200 2026-12-02; 2: every kernel, +2% on the tiered) */
 #endif
 #ifndef KCA_QLATE /* FULL-only kernels: Q loaded after the first tile's copies are issued */
-#define KCA_QLATE 1 /* (-0.8%: FullKV 32K; tiered kernels load it first: late, +0.2% at long_ctx's
-                       121 sequences, H100 2026-12-05) */
+#define KCA_QLATE 1 /* (-0.8%: FullKV 32K; late in the tiered kernels it cost +0.2% at long_ctx's
+                       121 sequences, H100 2026-12-05, so they load it first) */
 #endif
 #ifndef KCA_PLAN
 #define KCA_PLAN 1 /* the lanes' copy offsets computed once per block (kca_plan_t) */
