@@ -108,12 +108,12 @@ fi
 python3 - "$L" <<'PY'
 import json, sys, os, glob
 d = sys.argv[1]
-print("%-14s %-7s %5s %4s %9s %9s %9s %8s" % ("binary", "policy", "round", "seqs", "step ms", "tok/s", "route ms", "err"))
+print("%-18s %-7s %5s %4s %9s %9s %9s %8s" % ("binary", "policy", "round", "seqs", "step ms", "tok/s", "route ms", "err"))
 for f in sorted(glob.glob(os.path.join(d, "long_ctx*_*.json"))):
     try: j = json.loads(open(f).read().strip().splitlines()[-1])
     except Exception: print(os.path.basename(f), "unreadable"); continue
     n = os.path.basename(f)[:-5].rsplit("_", 2)
-    print("%-14s %-7s %5s %4d %9.1f %9.0f %9.2f %8d" % (n[0], n[1], n[2], j["sequences"], j["step_ms"],
+    print("%-18s %-7s %5s %4d %9.3f %9.1f %9.3f %8d" % (n[0], n[1], n[2], j["sequences"], j["step_ms"],
           j["tokens_per_s"], j.get("route_ms_per_step", -1), j["ranks"][0].get("pool_err_flags", 0)))
     if "promotions" in j: print("   migrations in the timed steps: promotions %d demotions %d quantizations %d evictions %d" % (j["promotions"], j["demotions"], j["quantizations"], j["evictions"]))
 PY
