@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 #include <float.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cub/block/block_radix_sort.cuh>
 
@@ -537,6 +540,66 @@ __global__ void kcr_phase_k(const kc_route_t r, const kc_route_call_t c, int ph,
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
+/* QE_ROUTE_PROF=1 (a diagnostic): every routing pass records a CUDA event after each of its
+ * stages (kcr_mark: the stage that ends there), waits for the last, and adds each stage's GPU time
+ * to that stage name's sum; the process prints the sums to stderr at exit (the wait serializes
+ * the host with each pass: for timings only). Passes of one layer (prefill) are not profiled. */
+#define KCR_PROF_MAX 24
+static struct {
+  int on, n, n_names; /* on: 1 profiling, 0 not, -1 (the first pass) not yet read */
+  cudaEvent_t ev[KCR_PROF_MAX];
+  const char *at[KCR_PROF_MAX];   /* this pass's marks */
+  const char *name[KCR_PROF_MAX]; /* the stages seen, first-seen order */
+  double ms[KCR_PROF_MAX];
+  long passes;
+} kcr_prof = {-1, 0, 0, {}, {}, {}, {}, 0};
+
+static void kcr_prof_print(void) {
+  double all = 0, np = kcr_prof.passes ? (double)kcr_prof.passes : 1.0;
+  for (int k = 0; k < kcr_prof.n_names; k++) all += kcr_prof.ms[k];
+  fprintf(stderr, "route prof: %ld passes, %.3f ms a pass\n", kcr_prof.passes, all / np);
+  for (int k = 0; k < kcr_prof.n_names; k++)
+    fprintf(stderr, "route prof: %-10s %8.3f ms a pass (%4.1f%%)\n", kcr_prof.name[k],
+            kcr_prof.ms[k] / np, all > 0 ? 100.0 * kcr_prof.ms[k] / all : 0.0);
+}
+
+/* A stage boundary: "begin" opens a pass, any other name ends the stage of that name. */
+static void kcr_mark(cudaStream_t st, const char *name) {
+  if (kcr_prof.on < 0) {
+    const char *e = getenv("QE_ROUTE_PROF");
+    kcr_prof.on = e && *e == '1';
+    for (int k = 0; kcr_prof.on && k < KCR_PROF_MAX; k++) cudaEventCreate(&kcr_prof.ev[k]);
+    if (kcr_prof.on) atexit(kcr_prof_print);
+  }
+  if (!kcr_prof.on) return;
+  if (!strcmp(name, "skip")) kcr_prof.n = KCR_PROF_MAX; /* a pass not profiled */
+  if (!strcmp(name, "begin")) kcr_prof.n = 0;
+  if (kcr_prof.n >= KCR_PROF_MAX) return;
+  kcr_prof.at[kcr_prof.n] = name;
+  cudaEventRecord(kcr_prof.ev[kcr_prof.n++], st);
+}
+
+static int kcr_prof_slot(const char *name) {
+  for (int k = 0; k < kcr_prof.n_names; k++)
+    if (!strcmp(kcr_prof.name[k], name)) return k;
+  if (kcr_prof.n_names >= KCR_PROF_MAX) return -1;
+  kcr_prof.name[kcr_prof.n_names] = name;
+  return kcr_prof.n_names++;
+}
+
+/* The pass's end: its stages' GPU times added to their sums. */
+static void kcr_prof_end(void) {
+  if (kcr_prof.on < 1 || kcr_prof.n < 2 || kcr_prof.n >= KCR_PROF_MAX) return;
+  cudaEventSynchronize(kcr_prof.ev[kcr_prof.n - 1]);
+  for (int k = 1; k < kcr_prof.n; k++) {
+    float ms = 0;
+    const int x = kcr_prof_slot(kcr_prof.at[k]);
+    if (x >= 0 && cudaEventElapsedTime(&ms, kcr_prof.ev[k - 1], kcr_prof.ev[k]) == cudaSuccess)
+      kcr_prof.ms[x] += ms;
+  }
+  kcr_prof.passes++;
+}
+
 typedef void (*kcr_decide_fn)(kc_route_t, kc_route_call_t, int);
 
 /* The decide kernel for P candidates: the radix sort's up to 8,192 (KCR_NT 32), else bitonic. */
@@ -660,10 +723,15 @@ static int kcr_demote_round(const kc_route_t *r, const kc_route_call_t *c, kc_qu
   const int last = round == KCR_ROUNDS - 1;
   int rc = KCR_CUDA(cudaMemsetAsync(r->n_qjobs, 0, sizeof(int32_t), st)) ? QE_EBACKEND : 0;
   if (!rc) rc = kcr_phase(r, c, KCR_PH_LEDGER, last, st);
+  kcr_mark(st, "ledger");
   if (!rc) q->jobs = r->qjobs, q->n_jobs_dev = r->n_qjobs, rc = kc_quant_windows(q, st);
+  kcr_mark(st, "quantize");
   if (!rc) kcr_merge_k<<<1, KCR_NT, 0, st>>>(*r); /* cut slabs' spares to the ledger stack */
   if (!rc) rc = KCR_LAUNCHED();
-  return rc ? rc : kcr_phase(r, c, KCR_PH_DEMOTE, last, st);
+  kcr_mark(st, "merge");
+  if (!rc) rc = kcr_phase(r, c, KCR_PH_DEMOTE, last, st);
+  kcr_mark(st, "demote");
+  return rc;
 }
 
 extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
@@ -687,25 +755,35 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
     return QE_EBACKEND;
   const dim3 grid((unsigned)c->n_slots, (unsigned)c->n_layers);
   const int low = r->n_units / 32 > 64 ? r->n_units / 32 : 64;
+  kcr_mark(st, c->n_layers > 1 ? "begin" : "skip"); /* (decode passes: every layer) */
   kcr_coalesce_k<<<1, 1024, 0, st>>>(*r, low);
   if (KCR_LAUNCHED()) return QE_EBACKEND;
+  kcr_mark(st, "coalesce");
   if (r->gkv.on && !r->recency) {
     if (r->gkv.chunk < 1 || !r->gkv.gscore)
       return qe_errf(QE_EINVAL, "kc_route_run: GraphKV on without its scratch");
     const int rc = kcr_gkv(r, c, qa, st);
     if (rc) return rc;
+    kcr_mark(st, "graphkv");
   }
   decide<<<grid, KCR_NT, smem, st>>>(*r, *c, P);
   if (KCR_LAUNCHED() || KCR_CUDA(cudaMemsetAsync(r->n_djobs, 0, sizeof(int32_t), st)) ||
       KCR_CUDA(cudaMemsetAsync(r->led_need, 0, sizeof(int32_t), st)))
     return QE_EBACKEND;
+  kcr_mark(st, "decide");
   kc_quant_args_t q = *qa;
   q.n_jobs = r->job_cap;
   int rc = kcr_phase(r, c, KCR_PH_EVICT, 1, st);
+  kcr_mark(st, "evict");
   for (int round = 0; !rc && round < KCR_ROUNDS; round++)
     rc = kcr_demote_round(r, c, &q, round, st);
   if (!rc) rc = kcr_phase(r, c, KCR_PH_PAGE, 1, st);
+  kcr_mark(st, "page");
   if (!rc) /* promotions: ledgers -> new pages */
     q.jobs = r->djobs, q.n_jobs_dev = r->n_djobs, rc = kc_dequant_windows(&q, stream);
-  return rc ? rc : kcr_phase(r, c, KCR_PH_COMMIT, 1, st);
+  kcr_mark(st, "dequantize");
+  if (!rc) rc = kcr_phase(r, c, KCR_PH_COMMIT, 1, st);
+  kcr_mark(st, "commit");
+  kcr_prof_end();
+  return rc;
 }
