@@ -3,10 +3,11 @@
 # test_kc_quant and attn_decode, each when packed) and times attn_decode's long_ctx shapes (--shapes
 # lc_, when packed) and long_ctx at 32K, $POLS (default "full qevict"), $ROUNDS rounds (2) of $NEW
 # new tokens (16), the binaries $BINS (default "long_ctx_base long_ctx": a base tree's long_ctx,
-# packed beside the others in carry/pack, against the tree's). Tars its logs to
-# $OUT/longctx_ab.tgz. SANITIZE=1 first runs compute-sanitizer memcheck and racecheck over
-# $SAN_RUNS (comma-separated commands of packed binaries; default test_kc_quant, the migration
-# kernels, test_kv_gpu --small, routing, and attn_decode --small, decode attention). With attn_decode_base
+# packed beside the others in carry/pack, against the tree's). Tars its logs to $OUT/$TAG.tgz
+# ($TAG: longctx_ab unless set, so that two runs in one call keep both). SANITIZE=1 first runs
+# compute-sanitizer memcheck and racecheck over $SAN_RUNS (comma-separated commands of packed
+# binaries; default test_kc_quant, the migration kernels, test_kv_gpu --small, routing, and
+# attn_decode --small, decode attention). With attn_decode_base
 # packed (a base tree's attn_decode) or attn_decode_NAME (a variant), the decode-attention kernel
 # bench of each against the tree's, first.
 # The pack (here): the four binaries the call runs, from the tree's CUDA build, and the base's:
@@ -16,12 +17,14 @@
 #   plus libs.tar.xz (bench/device_pack.sh's pack_libs); the whole of device_pack.sh's pack with a
 #   base beside it is over the 64 MiB a call carries.
 # LC=0 leaves out attn_decode's long_ctx shapes; ROUNDS=0 the long_ctx runs.
+# ROUTE_PROF=1 adds a QEvict run of the tree's long_ctx with its routing passes timed by stage.
 # PROFILE=1 adds the tree's QEvict decode steps 6-8 by kernel (bench/lc_ncu_steps.sh); KQ_SRC=1
 # the key quantization's Nsight Compute source profile (instruction mix and stalls).
 # Usage (repo root, on the device): bash bench/gpu_longctx_ab.sh   (carry: carry/pack)
 cd "$(dirname "$0")/.." || exit 2
 source bench/device_unpack.sh || exit 1
-L=$OUT/longctx_ab; mkdir -p "$L"
+TAG=${TAG:-longctx_ab}
+L=$OUT/$TAG; mkdir -p "$L"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$L/gpu.txt"
 have() { command -v "$1" >/dev/null; }
 for t in test_model_graph test_kv_gpu test_kc_quant; do # (each when packed)
@@ -84,6 +87,15 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     done
   done
 done
+# ROUTE_PROF=1: one QEvict run of the tree's long_ctx with QE_ROUTE_PROF=1 (the decode routing
+# passes timed by stage with CUDA events; the pass waits for its last event, so its step time is
+# not the record's), its stage table printed
+if [[ ${ROUTE_PROF:-0} == 1 ]]; then
+  QE_ROUTE_PROF=1 timeout 150 long_ctx --policy qevict --budget 0.2 --ctx 32768 --new "${NEW:-16}" \
+    > "$L/route_prof.json" 2> "$L/route_prof.err"
+  echo "long_ctx qevict, QE_ROUTE_PROF=1, rc $?:"
+  grep "route prof" "$L/route_prof.err"
+fi
 # FULL_ONCE=1: one FullKV run of the tree's long_ctx besides (when $POLS leaves it out)
 if [[ ${FULL_ONCE:-0} == 1 ]]; then
   timeout 150 long_ctx --policy full --budget 0.2 --ctx 32768 --new "${NEW:-16}" \
@@ -117,4 +129,4 @@ for f in sorted(glob.glob(os.path.join(d, "long_ctx*_*.json"))):
           j["tokens_per_s"], j.get("route_ms_per_step", -1), j["ranks"][0].get("pool_err_flags", 0)))
     if "promotions" in j: print("   migrations in the timed steps: promotions %d demotions %d quantizations %d evictions %d" % (j["promotions"], j["demotions"], j["quantizations"], j["evictions"]))
 PY
-tar -C "$OUT" -czf "$OUT/longctx_ab.tgz" longctx_ab && rm -rf "$L"
+tar -C "$OUT" -czf "$OUT/$TAG.tgz" "$TAG" && rm -rf "$L"
