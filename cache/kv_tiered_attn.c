@@ -13,6 +13,8 @@
 #include "kv_tiered_internal.h"
 #include "qe_status.h"
 
+#define KV_TATTN_MAX 64 /* sequences of one backend call (kv_tiered_attend splits a step) */
+
 /* Rotates token j of x [n][n_kv][hd] by sign * (start + step * j). */
 static void rotate_by(kv_tiered_t *t, float *x, int start, int step, int n, int sign) {
   int32_t pos[256];
@@ -260,7 +262,7 @@ static int in_place(const kv_tiered_t *t, const kv_attn_req_t *r) {
 /* One backend call for the requests read in place (the backend's decode split takes a call
  * whose sequences all have sources) and one for the gathered ones. */
 static void attend_calls(kv_tiered_t *t, const kern_attn_seq_t *work, int n) {
-  kern_attn_seq_t part[2][64];
+  kern_attn_seq_t part[2][KV_TATTN_MAX];
   int np[2] = {0, 0};
   for (int i = 0; i < n; i++) {
     int k = work[i].src != NULL;
@@ -293,12 +295,11 @@ static int layer_keys(kv_tiered_t *t, const kv_tlayer_t *L, int at, int place, i
   return n;
 }
 
-int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
-  kv_tiered_t *t = (kv_tiered_t *)kv;
-  kern_attn_seq_t work[64];
-  kv_tsrc_t srcs[64];
+/* One call of at most KV_TATTN_MAX sequences (kv_tiered_attend). */
+static int attend_part(kv_tiered_t *t, int layer, const kv_attn_req_t *reqs, int n_reqs) {
+  kern_attn_seq_t work[KV_TATTN_MAX];
+  kv_tsrc_t srcs[KV_TATTN_MAX];
   int total = 0, n_runs = 0, rc = 0, gathered = 0;
-  if (n_reqs > 64) return qe_errf(QE_EINVAL, "kv_tiered: more than 64 sequences in one call");
   for (int i = 0; i < n_reqs; i++) {
     const kv_tlayer_t *L = &t->seqs[reqs[i].seq].layers[layer];
     total += accessible(t, L);
@@ -329,5 +330,16 @@ int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n
     at += work[i].n_kv;
     if (!rc) rc = maybe_route(t, reqs[i].seq, layer, reqs[i].n_q > 1);
   }
+  return rc;
+}
+
+/* A step of more sequences than one call holds (a serving batch of up to 4,096) is attended
+ * KV_TATTN_MAX sequences at a time: each sequence's attention, scores and routing are its own,
+ * so the parts give the same results as one call would. */
+int kv_tiered_attend(kv_cache_t *kv, int layer, const kv_attn_req_t *reqs, int n_reqs) {
+  int rc = 0;
+  for (int i = 0; i < n_reqs && !rc; i += KV_TATTN_MAX)
+    rc = attend_part((kv_tiered_t *)kv, layer, reqs + i,
+                     n_reqs - i < KV_TATTN_MAX ? n_reqs - i : KV_TATTN_MAX);
   return rc;
 }

@@ -441,6 +441,20 @@ static int write_prompt(const lat_args_t *a, char *path, size_t n) {
   return -1;
 }
 
+/* 0 when every run timed decode steps; else (no TPOT to report: the model's context left room
+ * for fewer than two new tokens) exit 1 with a message, not a table of NaNs. */
+static int check_decoded(const lat_args_t *a, const lat_run_t *runs) {
+  for (int i = 0; i < a->n_pol * a->rounds; i++)
+    if (!(runs[i].dsteps > 0) || !(runs[i].decode_s > 0))
+      return cli_fail("bench latency",
+                      qe_errf(QE_ERANGE,
+                              "no decode step to time: the prompt leaves the model's "
+                              "context room for %.0f new token(s); a shorter prompt "
+                              "is needed",
+                              runs[i].gen));
+  return 0;
+}
+
 int cli_bench_latency(int argc, char **argv) {
   lat_args_t a;
   int rc = lat_parse(argc, argv, &a);
@@ -452,6 +466,7 @@ int cli_bench_latency(int argc, char **argv) {
   int pfd = !rc && !a.has_prompt ? write_prompt(&a, prompt, sizeof prompt) : -2;
   if (pfd == -1) rc = 1;
   if (!rc) rc = run_all(&a, *prompt ? prompt : NULL, runs);
+  if (!rc) rc = check_decoded(&a, runs);
   for (int i = 0; !rc && i < a.n_pol; i++) w[i] = row_of(&runs[i * a.rounds], a.rounds, &runs[0]);
   if (!rc && a.json)
     print_json(&a, w, &runs[0]);

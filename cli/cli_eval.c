@@ -224,7 +224,8 @@ static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
              : !strcmp(f, "--threads") ? &c->threads
                                        : NULL;
   if (!dst) return 1;
-  if (cli_parse_int(v, 1, 1 << 20, &l)) return -1;
+  /* threads: generate's bound (a thread each: 30,000 of them had exhausted the memory) */
+  if (cli_parse_int(v, 1, dst == &c->threads ? 256 : 1 << 20, &l)) return -1;
   *dst = (int)l;
   return 0;
 }

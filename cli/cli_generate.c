@@ -1,6 +1,7 @@
 /* cli_generate: `qevict generate`: loads a model in this process (and, with --tp N, in N-1
  * forked ranks joined by the CPU collective backend), runs a prompt, streams the text to
  * stdout and a summary to stderr (or one JSON object with --json). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -483,6 +484,7 @@ typedef struct {
   int n_ids;                    /* ids printed (--shape: no tokenizer, the output is ids) */
   gen_top2_t top2;              /* --top2: sequence 0's */
   gen_rank_report_t ranks[256]; /* --json: every rank's, gathered after the run */
+  int lost;                     /* a streamed token's text could not be written out */
 } gen_out_t;
 
 static void on_logits(void *ud, int seq, const float *logits, int n_vocab) {
@@ -492,14 +494,18 @@ static void on_logits(void *ud, int seq, const float *logits, int n_vocab) {
 
 static void on_token(void *ud, int seq, int id) {
   gen_out_t *o = ud;
-  char buf[256];
+  char stack[256], *buf = stack;
   if (seq != 0 || !o->stream_out) return;
   if (!o->tok) {
     printf("%s%d", o->n_ids++ ? " " : "", id);
     return;
   }
-  int n = tok_stream_push(&o->stream, id, buf, sizeof buf);
+  const size_t room = tok_stream_room(&o->stream, id); /* (a piece of any length) */
+  if (room > sizeof stack && !(buf = malloc(room))) return (void)(o->lost = 1);
+  int n = tok_stream_push(&o->stream, id, buf, room > sizeof stack ? room : sizeof stack);
   if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
+  if (n < 0) o->lost = 1;
+  if (buf != stack) free(buf);
   fflush(stdout);
 }
 
@@ -577,6 +583,7 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
     if (!rc) rc = grc;
   }
   if (!rc && a->json) print_json(a, m, kv, &seqs[0], &st, &out);
+  if (!rc && out.lost) rc = qe_errf(QE_ENOMEM, "a token's text could not be streamed");
   if (!rc && !a->json) {
     char buf[64];
     int k = out.tok ? tok_stream_flush(&out.stream, buf, sizeof buf) : 0;
@@ -654,9 +661,11 @@ int cli_generate(int argc, char **argv) {
   tp_comm_destroy(nc);
   int wrc = wait_ranks(&a, pids);
   unload_rank(be, m, kv);
-  if (a.trace) fclose(a.trace);
+  const int trc =
+      a.trace && fclose(a.trace) ? qe_errf(QE_EIO, "writing --trace: %s", strerror(errno)) : 0;
   free(a.ids);
   free(a.forced);
   if (!rc && wrc) rc = qe_errf(QE_ECOMM, "a tensor-parallel rank failed");
+  if (!rc && trc) rc = trc;
   return rc ? cli_fail("generate", rc) : 0;
 }

@@ -210,7 +210,19 @@ static int bench(int argc, char **argv) {
   return cli_usage_error("bench", "unknown benchmark '%s' (latency, serve)", argv[1]);
 }
 
-int main(int argc, char **argv) {
+/* A command's exit code rc, or 1 when it succeeded but its standard output could not be written
+ * (a full disk, a closed pipe): the output is then incomplete, and exit 0 would hide it. */
+static int output_checked(int rc) {
+  if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+  if (rc == 0) fprintf(stderr, "qevict: writing the standard output failed: %s\n", strerror(errno));
+  return rc ? rc : 1;
+}
+
+static int run_command(int argc, char **argv);
+
+int main(int argc, char **argv) { return output_checked(run_command(argc, argv)); }
+
+static int run_command(int argc, char **argv) {
 #ifdef QE_HAVE_SERVING
   /* installed under the daemons' names: qevict-sched and qevictd */
   const char *base = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];

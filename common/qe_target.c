@@ -36,11 +36,11 @@ static int ports_ok(const char *target, int min_port, int need) {
   } else if (need) { /* a server listens on host:port or one of these */
     if (!strncmp(t, "unix:", 5) || !strncmp(t, "unix-abstract:", 14) || !strncmp(t, "vsock:", 6))
       return 1;
-  } else {
-    const char *colon = strchr(t, ':');
-    const size_t sl = strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789+-.");
-    if (colon && (size_t)(colon - t) == sl && sl > 1 && !(colon[1] >= '0' && colon[1] <= '9'))
-      return 1; /* another scheme: unix:, unix-abstract:, xds:, ... */
+  } else { /* another of gRPC's schemes (a name before ':' that is not one is a host) */
+    static const char *const schemes[] = {
+        "unix:", "unix-abstract:", "vsock:", "xds:", "google-c2p:"};
+    for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
+      if (!strncmp(t, schemes[i], strlen(schemes[i]))) return 1;
   }
   for (;;) {
     const size_t n = list ? strcspn(t, ",") : strlen(t);

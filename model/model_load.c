@@ -69,6 +69,8 @@ static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *h
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   if (gguf_get_str(g, key, &s, &n)) return 0;
   if ((n == 4 && !memcmp(s, "none", 4)) || factor == 0.0f) return 0;
+  if (!isfinite(1.0f / factor)) /* (a subnormal factor: an infinite frequency scale) */
+    return qe_errf(QE_EFORMAT, "model: %s.rope.scaling.factor = %g is too small", arch, factor);
   hp->rope.freq_scale = 1.0f / factor;
   if (n == 6 && !memcmp(s, "linear", 6)) return 0;
   if (n == 4 && !memcmp(s, "yarn", 4)) {
@@ -386,11 +388,13 @@ static int load_rope_factors(model_t *m) {
   if (t->type != GGUF_T_F32 || t->n_elems != n)
     return qe_errf(QE_EFORMAT, "model: rope_freqs.weight must be F32 [%d]", n);
   memcpy(m->rope_factors, t->data, sizeof(float) * (size_t)n);
-  for (int i = 0; i < n; i++) /* each divides a frequency */
-    if (!isfinite(m->rope_factors[i]) || !(m->rope_factors[i] > 0))
+  for (int i = 0; i < n; i++) /* each divides a frequency: its inverse finite too */
+    if (!isfinite(m->rope_factors[i]) || !(m->rope_factors[i] > 0) ||
+        !isfinite(1.0f / m->rope_factors[i]))
       return qe_errf(QE_EFORMAT,
-                     "model: rope_freqs.weight[%d] = %g is not a finite positive number", i,
-                     m->rope_factors[i]);
+                     "model: rope_freqs.weight[%d] = %g is not a finite positive number with a "
+                     "finite inverse",
+                     i, m->rope_factors[i]);
   m->hp.rope.factors = m->rope_factors;
   return 0;
 }

@@ -114,6 +114,11 @@ int tok_stream_push(tok_stream_t *s, int id, char *out, size_t cap) {
   return n;
 }
 
+size_t tok_stream_room(const tok_stream_t *s, int id) {
+  if (id < 0 || id >= s->tok->n_vocab) return 0;
+  return 3 * (tok__piece_len(s->tok, id) + sizeof s->pend);
+}
+
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap) {
   if (s->n_pend == 0) return 0;
   if (cap < 3) return qe_errf(QE_ENOSPC, "tokenizer: stream flush needs 3 bytes");
@@ -143,8 +148,7 @@ int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special,
   size_t cap = 0, len = 0;
   int rc = grow(&buf, &cap, 16);
   for (size_t i = 0; i < n && rc >= 0; i++) {
-    size_t pl = ids[i] >= 0 && ids[i] < t->n_vocab ? tok__piece_len(t, ids[i]) : 0;
-    rc = grow(&buf, &cap, len + 3 * (pl + sizeof s.pend) + 4); /* U+FFFD triples a byte */
+    rc = grow(&buf, &cap, len + tok_stream_room(&s, ids[i]) + 4);
     if (rc >= 0) rc = tok_stream_push(&s, ids[i], buf + len, cap - len - 4);
     if (rc > 0) len += (size_t)rc;
   }

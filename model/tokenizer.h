@@ -59,9 +59,13 @@ typedef struct {
 } tok_stream_t;
 
 void tok_stream_init(tok_stream_t *s, const tok_t *t, int render_special, int strip_lead);
-/* Writes the text that id completes into out (cap >= 64 suffices for one token of any sane
- * vocabulary; returns QE_ENOSPC otherwise); returns bytes written (>= 0). */
+/* Writes the text that id completes into out (cap: at least tok_stream_room(s, id); returns
+ * QE_ENOSPC otherwise, the text lost); returns bytes written (>= 0). */
 int tok_stream_push(tok_stream_t *s, int id, char *out, size_t cap);
+/* The most bytes tok_stream_push(s, id, ...) may write: the pending bytes and id's piece, each
+ * byte as a 3-byte U+FFFD at worst (0 for an id outside the vocabulary). Some vocabularies have
+ * pieces of 80 bytes and more (SmolLM2's rows of '#' and runs of spaces). */
+size_t tok_stream_room(const tok_stream_t *s, int id);
 /* Flushes pending bytes (as U+FFFD if incomplete); returns bytes written. */
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
 

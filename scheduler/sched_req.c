@@ -221,6 +221,22 @@ static void emit_tokens(sreq_t *r, const uint32_t *ids, size_t n, uint32_t index
   free(text);
 }
 
+/* The text token id completes, held for release (a piece of any length: some vocabularies have
+ * tokens of 80 bytes and more). */
+static void push_text(sreq_t *r, int id) {
+  char stack[256], *buf = stack;
+  const size_t room = tok_stream_room(&r->detok, id);
+  if (room > sizeof stack && !(buf = malloc(room))) {
+    qe_log(QE_LOG_ERROR, "sched: request %s: out of memory for token %d's text", r->id_str, id);
+    return;
+  }
+  const int k = tok_stream_push(&r->detok, id, buf, room > sizeof stack ? room : sizeof stack);
+  if (k > 0) hold_text(r, buf, (size_t)k);
+  if (k < 0)
+    qe_log(QE_LOG_ERROR, "sched: request %s: token %d's text: %s", r->id_str, id, qe_errmsg());
+  if (buf != stack) free(buf);
+}
+
 void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint64_t offset) {
   if (r->state != SREQ_RUNNING) return;
   if (offset > (uint64_t)r->n_gen) {
@@ -231,11 +247,9 @@ void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint
   size_t skip = (size_t)((uint64_t)r->n_gen - offset); /* already received (a resume) */
   if (skip >= n) return;
   uint32_t index = (uint32_t)r->n_gen;
-  char buf[64];
   for (size_t i = skip; i < n; i++) {
     append_gen(r, (int32_t)ids[i]);
-    int k = tok_stream_push(&r->detok, (int)ids[i], buf, sizeof buf);
-    if (k > 0) hold_text(r, buf, (size_t)k);
+    push_text(r, (int)ids[i]);
   }
   uint64_t now = sched_now_us();
   sched_export_tokens(s, r, n - skip, now);

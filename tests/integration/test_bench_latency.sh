@@ -88,4 +88,12 @@ import json; assert json.load(open('$TMP/eq.json'))['policies'][0]['tokens'] == 
 rc=$?
 [[ $rc -eq 1 ]] && grep -q "exceeds the model context" "$TMP/err" \
   || bad "a synthetic prompt past the context (past an argument's 128 KiB): exit $rc, $(cat "$TMP/err")"
+# a prompt of 2,047 tokens leaves the 2,048-token context room for one new token: no decode step
+# to time, an error (it printed NaN speeds and exit 0)
+python3 -c "print('Once upon a time ' * 511 + 'Once upon', end='')" >"$TMP/full.txt"
+"$QEVICT" bench latency --model "$STORIES" --prompt-file "$TMP/full.txt" -n 8 --rounds 1 --json \
+  >"$TMP/nan.json" 2>"$TMP/err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "no decode step to time" "$TMP/err" && ! grep -qi nan "$TMP/nan.json" \
+  || bad "no decode step: exit $rc, $(cat "$TMP/err")"
 exit $fail

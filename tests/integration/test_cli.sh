@@ -56,6 +56,8 @@ expect_error "bad --budget" "$QEVICT" generate --model "$STORIES" --prompt hi --
 grep -q "(a fraction in (0, 1\] or bytes" "$TMP/err" || bad "--budget abc: forms not stated"
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
+expect_error "--budget 1 without --policy" "$QEVICT" generate --model "$STORIES" --prompt hi --budget 1
+grep -q -- "--budget needs --policy" "$TMP/err" || bad "--budget 1 alone: $(cat "$TMP/err")"
 expect_error "--max-batch below the prompt" "$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" --max-batch 4
 grep -q "max-batch 4 holds less than the prompt's 5 tokens" "$TMP/err" || bad "--max-batch 4: message"
 expect_error "--max-batch without room for a prompt and the decode rows" "$QEVICT" generate \
@@ -65,6 +67,17 @@ grep -q "holds neither every prompt (15 tokens) nor one prompt of 5 tokens besid
 expect_error "bad --max-batch" "$QEVICT" generate --model "$STORIES" --prompt hi --max-batch 0
 grep -q "bad value '0' for --max-batch (an integer in 1..16777216)" "$TMP/err" || bad "--max-batch 0: message"
 # --max-batch 8 on three prompts of 5 tokens: a prompt a pass, the tokens of one pass for all three
+# a tiered cache's step of more sequences than one backend call holds (64) goes in parts: it
+# runs, and sequence 0 gets the tokens it gets alone (greedy)
+b1=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 8 --ignore-eos --policy qevict --budget 100000 --json 2>"$TMP/err" | tokens)
+b65=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 8 --batch 65 --ignore-eos --policy qevict --budget 100000 --json 2>"$TMP/err" | tokens)
+[[ -n "$b1" && "$b1" == "$b65" ]] && echo "ok --batch 65 under qevict: the tokens of --batch 1" >&2 || bad "--batch 65 qevict: '$b65' against '$b1': $(cat "$TMP/err")"
+# an output that cannot be written (a full disk) is an error, not exit 0
+if [[ -w /dev/full ]]; then
+  "$QEVICT" generate --model "$STORIES" --prompt hi -n 4 >/dev/full 2>"$TMP/err"
+  rc=$?
+  [[ $rc -eq 1 ]] && grep -q "writing the standard output failed" "$TMP/err" && echo "ok stdout on a full disk: exit 1, $(cat "$TMP/err")" >&2 || bad "stdout on /dev/full: exit $rc, $(cat "$TMP/err")"
+fi
 one=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 30 --batch 3 --ignore-eos --json 2>/dev/null)
 three=$("$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 30 --batch 3 --ignore-eos --json --max-batch 8 2>/dev/null)
 python3 - "$one" "$three" <<'PY' || bad "--max-batch 8: passes or tokens"

@@ -64,7 +64,7 @@ expect_usage "-n 0" "-n" "$QEVICT" submit --prompt hi -n 0
 expect_usage "unknown --state" "--state" "$QEVICT" requests --state bogus
 # ports gRPC would take modulo 65536 or cut (reaching another port), or none at all
 for a in 127.0.0.1:83616 127.0.0.1:80x 127.0.0.1:0 "[::1]:99999" dns:///localhost:70000 \
-  ipv4:127.0.0.1:83616,127.0.0.2:50051; do
+  ipv4:127.0.0.1:83616,127.0.0.2:50051 127.0.0.1:-5 127.0.0.1: localhost:abc; do
   expect_usage "--server $a" "bad server address '$a'" "$QEVICT" submit --server "$a" --prompt hi
 done
 expect_usage "QEVICT_SERVER with a bad port" "(QEVICT_SERVER)" env QEVICT_SERVER=localhost:99999 \

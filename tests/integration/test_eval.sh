@@ -37,6 +37,7 @@ expect_exit 2 "unknown policy" "${E[@]}" --policies qevict,lru
 expect_exit 2 "budget above 1" "${E[@]}" --budgets 0.1,1.5
 expect_exit 2 "budget not a number" "${E[@]}" --budgets x
 expect_exit 2 "samples 0" "${E[@]}" --samples 0
+expect_exit 2 "threads past generate's 256 (a thread each)" "${E[@]}" --threads 30000
 expect_exit 2 "length beyond the context" "${E[@]}" --lengths 400,100000
 expect_exit 2 "graphkv on streaming" "${E[@]}" --policies streaming+graphkv
 expect_exit 2 "unknown option" "${E[@]}" --bogus 1

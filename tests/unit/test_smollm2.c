@@ -107,6 +107,26 @@ static void check_packed(const char *path, const int32_t *ids, int np, int V, co
   free(lg);
 }
 
+/* Tokens whose text is longer than a fixed buffer (45855: 80 '#'; 198: "\n") stream whole into
+ * a buffer of tok_stream_room bytes (the server's stream once cut them at 64 bytes). */
+static void check_long_pieces(const model_t *m) {
+  tok_stream_t st;
+  tok_stream_init(&st, model_tok(m), 0, 1);
+  const int ids[] = {45855, 198, 45855};
+  char want[200], got[400];
+  size_t k = 0;
+  memset(want, '#', 80), want[80] = '\n', memset(want + 81, '#', 80);
+  for (int i = 0; i < 3; i++) {
+    const size_t room = tok_stream_room(&st, ids[i]);
+    CHECK(k + room <= sizeof got);
+    const int n = tok_stream_push(&st, ids[i], got + k, room);
+    CHECK(n > 0 && (size_t)n <= room);
+    k += n > 0 ? (size_t)n : 0;
+  }
+  CHECK(k == 161 && !memcmp(got, want, 161));
+  CHECK(tok_stream_room(&st, -1) == 0);
+}
+
 int main(void) {
   const char *env = getenv("QE_SMOLLM2");
   if (!env || access(env, R_OK)) tu_skip("SmolLM2 GGUF absent (run deploy/fetch-model.sh)");
@@ -124,6 +144,7 @@ int main(void) {
     CHECK_OK(run_prefill(&r, ids, np, lg));
     check_logits(lg, V, ref, 1e-3);
     check_greedy(&r, ref);
+    check_long_pieces(r.m);
   }
   size_t bytes32 = r.m ? model_weight_bytes(r.m) : 0;
   rig_close(&r);
