@@ -36,7 +36,6 @@ void cli_policy_init(cli_policy_t *p) {
 static int parse_budget(cli_policy_t *p, const char *v) {
   double d;
   uint64_t b;
-  p->budget_set = 1;
   if (!cli_parse_float(v, 1e-9, 1.0, &d)) return p->frac = d, p->bytes = 0, 0;
   if (cli_parse_bytes(v, &b) || b <= 1 || b > SIZE_MAX)
     return cli_parse_note_set(CLI_BUDGET_NOTE), 2;
@@ -126,11 +125,16 @@ const char *cli_policy_stray(const cli_policy_t *p) {
   const struct {
     int set;
     const char *flag;
-  } opts[] = {{p->budget_set, "--budget"},   {p->q != -1, "--q"},
-              {p->omega != -1, "--window"},  {p->bits != -1, "--bits"},
-              {p->sink != -1, "--sink"},     {p->local != -1, "--local"},
-              {p->scorer != -1, "--scorer"}, {p->key_frame != -1, "--key-frame"},
-              {p->graphkv, "--graphkv"},     {p->trace != NULL, "--trace"}};
+  } opts[] = {{p->frac != 1.0 || p->bytes, "--budget"},
+              {p->q != -1, "--q"},
+              {p->omega != -1, "--window"},
+              {p->bits != -1, "--bits"},
+              {p->sink != -1, "--sink"},
+              {p->local != -1, "--local"},
+              {p->scorer != -1, "--scorer"},
+              {p->key_frame != -1, "--key-frame"},
+              {p->graphkv, "--graphkv"},
+              {p->trace != NULL, "--trace"}};
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     if (opts[i].set) return opts[i].flag;
   return NULL;

@@ -13,7 +13,6 @@ typedef struct {
   const char *name; /* policy (default "full") */
   double frac;      /* budget as a fraction of FullKV bytes (default 1) */
   size_t bytes;     /* budget in bytes for the whole request (all ranks); 0 = use frac */
-  int budget_set;   /* --budget given (even as 1: cli_policy_stray) */
   float q;          /* overrides; negative / zero = the policy's default */
   int omega, bits, sink, local;
   int scorer;  /* kv_scorer_t override, -1 = the policy's */

@@ -59,6 +59,10 @@ static int prompt_from_chat(sched_t *s, const Qevict__V1__ChatMessages *c, sreq_
   if (!c || !c->n_messages) return bad(e, SVAL_INVALID, "prompt.chat: no messages");
   if (s->chat_kind == CHAT_NONE)
     return bad(e, SVAL_INVALID, "prompt.chat: the model has no chat template");
+  if (c->n_messages > (size_t)s->hp.n_ctx_train) /* (each renders to a token or more: refused
+                                                    before millions are rendered, the loop held) */
+    return bad(e, SVAL_INVALID, "prompt.chat: %zu messages, more than the context length (%d)",
+               c->n_messages, s->hp.n_ctx_train);
   chat_msg_t *m = calloc(c->n_messages, sizeof *m);
   if (!m) return bad(e, SVAL_INTERNAL, "out of memory");
   int rc = 0;

@@ -56,8 +56,6 @@ expect_error "bad --budget" "$QEVICT" generate --model "$STORIES" --prompt hi --
 grep -q "(a fraction in (0, 1\] or bytes" "$TMP/err" || bad "--budget abc: forms not stated"
 expect_error "tp beyond kv heads" "$QEVICT" generate --model "$STORIES" --prompt hi --tp 8
 expect_error "unknown option" "$QEVICT" generate --model "$STORIES" --prompt hi --bogus 1
-expect_error "--budget 1 without --policy" "$QEVICT" generate --model "$STORIES" --prompt hi --budget 1
-grep -q -- "--budget needs --policy" "$TMP/err" || bad "--budget 1 alone: $(cat "$TMP/err")"
 expect_error "--max-batch below the prompt" "$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" --max-batch 4
 grep -q "max-batch 4 holds less than the prompt's 5 tokens" "$TMP/err" || bad "--max-batch 4: message"
 expect_error "--max-batch without room for a prompt and the decode rows" "$QEVICT" generate \

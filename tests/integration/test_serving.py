@@ -266,6 +266,10 @@ def test_hardening(srv, admin, cl):
     code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
     C.ok(code == IA and det.startswith("tenant.default_budget.bytes: must be > 0"),
          "a default budget of 0 bytes: %s '%s'" % (code, det))
+    r.tenant.default_budget.bytes = (1 << 64) - 1  # (past int64: every request was refused)
+    code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
+    C.ok(code == IA and det.startswith("tenant.default_budget.bytes: at most 2^63 - 1"),
+         "a default budget of 2^64 - 1 bytes: %s '%s'" % (code, det))
     r.tenant.default_budget.bytes = 1  # (accepted; a request it cannot hold names whose it is)
     set_key = admin.adm.SetTenant(r, metadata=admin.md, timeout=10).api_key
     tiny_default = Client(srv.addr, set_key)
