@@ -36,7 +36,6 @@ static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
     return qe_errf(QE_EINVAL, "tenant.default_budget.bytes: must be > 0");
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES && b->bytes > (uint64_t)INT64_MAX)
     return qe_errf(QE_EINVAL, "tenant.default_budget.bytes: at most 2^63 - 1");
-
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
     if (!(b->fraction > 0 && b->fraction <= 1))
       return qe_errf(QE_EINVAL, "tenant.default_budget.fraction: must be in (0, 1]");
