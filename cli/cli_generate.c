@@ -492,20 +492,19 @@ static void on_logits(void *ud, int seq, const float *logits, int n_vocab) {
   if (seq == 0) gen_top2_push(&o->top2, logits, n_vocab);
 }
 
+static void put_text(void *ud, const char *text, size_t n) {
+  (void)ud;
+  fwrite(text, 1, n, stdout);
+}
+
 static void on_token(void *ud, int seq, int id) {
   gen_out_t *o = ud;
-  char stack[256], *buf = stack;
   if (seq != 0 || !o->stream_out) return;
   if (!o->tok) {
     printf("%s%d", o->n_ids++ ? " " : "", id);
     return;
   }
-  const size_t room = tok_stream_room(&o->stream, id); /* (a piece of any length) */
-  if (room > sizeof stack && !(buf = malloc(room))) return (void)(o->lost = 1);
-  int n = tok_stream_push(&o->stream, id, buf, room > sizeof stack ? room : sizeof stack);
-  if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
-  if (n < 0) o->lost = 1;
-  if (buf != stack) free(buf);
+  if (tok_stream_emit(&o->stream, id, put_text, NULL) < 0) o->lost = 1;
   fflush(stdout);
 }
 

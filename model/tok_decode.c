@@ -119,6 +119,18 @@ size_t tok_stream_room(const tok_stream_t *s, int id) {
   return 3 * (tok__piece_len(s->tok, id) + sizeof s->pend);
 }
 
+int tok_stream_emit(tok_stream_t *s, int id, void (*emit)(void *ud, const char *text, size_t n),
+                    void *ud) {
+  char stack[256], *buf = stack;
+  const size_t room = tok_stream_room(s, id);
+  if (room > sizeof stack && !(buf = malloc(room)))
+    return qe_errf(QE_ENOMEM, "tokenizer: %zu bytes for token %d's text", room, id);
+  const int n = tok_stream_push(s, id, buf, room > sizeof stack ? room : sizeof stack);
+  if (n > 0) emit(ud, buf, (size_t)n);
+  if (buf != stack) free(buf);
+  return n;
+}
+
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap) {
   if (s->n_pend == 0) return 0;
   if (cap < 3) return qe_errf(QE_ENOSPC, "tokenizer: stream flush needs 3 bytes");

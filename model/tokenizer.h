@@ -66,6 +66,10 @@ int tok_stream_push(tok_stream_t *s, int id, char *out, size_t cap);
  * byte as a 3-byte U+FFFD at worst (0 for an id outside the vocabulary). Some vocabularies have
  * pieces of 80 bytes and more (SmolLM2's rows of '#' and runs of spaces). */
 size_t tok_stream_room(const tok_stream_t *s, int id);
+/* tok_stream_push into a buffer of tok_stream_room bytes (the stack's, or the heap's for a long
+ * piece), then emit(ud, text, n) when n > 0. Returns n, or QE_E*. */
+int tok_stream_emit(tok_stream_t *s, int id, void (*emit)(void *ud, const char *text, size_t n),
+                    void *ud);
 /* Flushes pending bytes (as U+FFFD if incomplete); returns bytes written. */
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
 

@@ -221,20 +221,13 @@ static void emit_tokens(sreq_t *r, const uint32_t *ids, size_t n, uint32_t index
   free(text);
 }
 
+static void hold_cb(void *r, const char *text, size_t n) { hold_text(r, text, n); }
+
 /* The text token id completes, held for release (a piece of any length: some vocabularies have
  * tokens of 80 bytes and more). */
 static void push_text(sreq_t *r, int id) {
-  char stack[256], *buf = stack;
-  const size_t room = tok_stream_room(&r->detok, id);
-  if (room > sizeof stack && !(buf = malloc(room))) {
-    qe_log(QE_LOG_ERROR, "sched: request %s: out of memory for token %d's text", r->id_str, id);
-    return;
-  }
-  const int k = tok_stream_push(&r->detok, id, buf, room > sizeof stack ? room : sizeof stack);
-  if (k > 0) hold_text(r, buf, (size_t)k);
-  if (k < 0)
+  if (tok_stream_emit(&r->detok, id, hold_cb, r) < 0)
     qe_log(QE_LOG_ERROR, "sched: request %s: token %d's text: %s", r->id_str, id, qe_errmsg());
-  if (buf != stack) free(buf);
 }
 
 void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint64_t offset) {

@@ -11,6 +11,7 @@
 #include <cub/block/block_radix_sort.cuh>
 
 extern "C" {
+#include "qe_env.h"
 #include "qe_status.h"
 }
 #include "kern_cuda_graphkv.h"
@@ -563,20 +564,23 @@ static void kcr_prof_print(void) {
             kcr_prof.ms[k] / np, all > 0 ? 100.0 * kcr_prof.ms[k] / all : 0.0);
 }
 
-/* A stage boundary: "begin" opens a pass, any other name ends the stage of that name. */
+/* The end of stage `name` of a profiled pass: an event. */
 static void kcr_mark(cudaStream_t st, const char *name) {
+  if (kcr_prof.on < 1 || kcr_prof.n >= KCR_PROF_MAX) return;
+  kcr_prof.at[kcr_prof.n] = name;
+  cudaEventRecord(kcr_prof.ev[kcr_prof.n++], st);
+}
+
+/* A pass's start: profiled (QE_ROUTE_PROF=1, read once) when `whole` (a decode pass, every
+ * layer); its first event. */
+static void kcr_prof_begin(cudaStream_t st, bool whole) {
   if (kcr_prof.on < 0) {
-    const char *e = getenv("QE_ROUTE_PROF");
-    kcr_prof.on = e && *e == '1';
+    kcr_prof.on = (int)qe_env_long("QE_ROUTE_PROF", 0, 1, 0);
     for (int k = 0; kcr_prof.on && k < KCR_PROF_MAX; k++) cudaEventCreate(&kcr_prof.ev[k]);
     if (kcr_prof.on) atexit(kcr_prof_print);
   }
-  if (!kcr_prof.on) return;
-  if (!strcmp(name, "skip")) kcr_prof.n = KCR_PROF_MAX; /* a pass not profiled */
-  if (!strcmp(name, "begin")) kcr_prof.n = 0;
-  if (kcr_prof.n >= KCR_PROF_MAX) return;
-  kcr_prof.at[kcr_prof.n] = name;
-  cudaEventRecord(kcr_prof.ev[kcr_prof.n++], st);
+  kcr_prof.n = whole ? 0 : KCR_PROF_MAX; /* (KCR_PROF_MAX: the pass records nothing) */
+  kcr_mark(st, "begin");
 }
 
 static int kcr_prof_slot(const char *name) {
@@ -755,7 +759,7 @@ extern "C" int kc_route_run(const kc_route_t *r, const kc_route_call_t *c,
     return QE_EBACKEND;
   const dim3 grid((unsigned)c->n_slots, (unsigned)c->n_layers);
   const int low = r->n_units / 32 > 64 ? r->n_units / 32 : 64;
-  kcr_mark(st, c->n_layers > 1 ? "begin" : "skip"); /* (decode passes: every layer) */
+  kcr_prof_begin(st, c->n_layers > 1);
   kcr_coalesce_k<<<1, 1024, 0, st>>>(*r, low);
   if (KCR_LAUNCHED()) return QE_EBACKEND;
   kcr_mark(st, "coalesce");
