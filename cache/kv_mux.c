@@ -396,13 +396,25 @@ int kv_mux_is_open(const kv_cache_t *kv, int slot) {
   return x && open_slot(x, slot) != NULL;
 }
 
+/* The first mux slot open on child c, or -1. */
+static int child_open_slot(const mux_child_t *c) {
+  for (int i = 0; i < c->kv->geom.max_seqs; i++)
+    if (c->owner[i] >= 0) return c->owner[i];
+  return -1;
+}
+
+int kv_mux_child_busy(const kv_cache_t *kv, int child_id) {
+  const kv_mux_t *x = as_mux(kv);
+  return x && child_of(x, child_id) && child_open_slot(&x->ch[child_id]) >= 0;
+}
+
 int kv_mux_remove_child(kv_cache_t *kv, int child_id) {
   kv_mux_t *x = as_mux(kv);
   if (!x || !child_of(x, child_id)) return qe_errf(QE_EINVAL, "kv_mux: no child %d", child_id);
   mux_child_t *c = &x->ch[child_id];
-  for (int i = 0; i < c->kv->geom.max_seqs; i++)
-    if (c->owner[i] >= 0)
-      return qe_errf(QE_EINVAL, "kv_mux: child %d has open slots (slot %d)", child_id, c->owner[i]);
+  const int open = child_open_slot(c);
+  if (open >= 0)
+    return qe_errf(QE_EINVAL, "kv_mux: child %d has open slots (slot %d)", child_id, open);
   for (int i = 0; i < kv->geom.max_seqs; i++)
     if (x->slots[i].child == child_id) x->slots[i] = (mux_slot_t){-1, 0, 0};
   kv_cache_destroy(c->kv);

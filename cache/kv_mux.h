@@ -40,6 +40,10 @@ int kv_mux_is_open(const kv_cache_t *kv, int slot);
  * unknown id. */
 int kv_mux_remove_child(kv_cache_t *kv, int child_id);
 
+/* 1 while any slot of child id is open through the mux (kv_mux_remove_child would refuse it),
+ * else 0 (also for an unknown id). */
+int kv_mux_child_busy(const kv_cache_t *kv, int child_id);
+
 /* Children currently held. */
 int kv_mux_n_children(const kv_cache_t *kv);
 

@@ -147,17 +147,32 @@ static int evict_child(wrk_cache_t *c) {
   return -1;
 }
 
-static int child_for(wrk_cache_t *c, const wrk_open_arg_t *a, int *idx) {
-  int empty = -1;
+/* The entry of the child that serves a's configuration, or -1; *empty: the first empty entry,
+ * or -1. */
+static int find_child(const wrk_cache_t *c, const wrk_open_arg_t *a, int *empty) {
+  *empty = -1;
   for (int i = 0; i < WC_MAX_CHILDREN; i++) {
-    wchild_t *w = &c->ch[i];
+    const wchild_t *w = &c->ch[i];
     if (w->id < 0) {
-      empty = empty < 0 ? i : empty;
+      *empty = *empty < 0 ? i : *empty;
       continue;
     }
-    if (w->full == a->full && (a->full || !memcmp(&w->cfg, &a->cfg, sizeof a->cfg)))
-      return *idx = i, 0;
+    if (w->full == a->full && (a->full || !memcmp(&w->cfg, &a->cfg, sizeof a->cfg))) return i;
   }
+  return -1;
+}
+
+int wrk_cache_can_open(const wrk_cache_t *c, const wrk_open_arg_t *a) {
+  int empty, i = find_child(c, a, &empty);
+  if (i >= 0 || empty >= 0) return 1;
+  for (i = 0; i < WC_MAX_CHILDREN; i++)
+    if (!kv_mux_child_busy(c->mux, c->ch[i].id)) return 1;
+  return 0;
+}
+
+static int child_for(wrk_cache_t *c, const wrk_open_arg_t *a, int *idx) {
+  int empty, i = find_child(c, a, &empty);
+  if (i >= 0) return *idx = i, 0;
   if (empty < 0 && (empty = evict_child(c)) < 0)
     return qe_errf(QE_ENOSPC, "more than %d distinct KV policies in use at once", WC_MAX_CHILDREN);
   kv_cache_t *kv = NULL;

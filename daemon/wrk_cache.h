@@ -36,6 +36,11 @@ void wrk_cache_destroy(wrk_cache_t *c);
 kv_cache_t *wrk_cache_kv(wrk_cache_t *c);
 /* The engine's open hook (ud = the wrk_cache_t). */
 int wrk_cache_open(void *ud, kv_cache_t *kv, int slot, int capacity, const void *arg, size_t len);
+/* 1 when an open of a's configuration can find its cache child now: the configuration's child
+ * exists, or an entry is free, or an idle child can be dropped for it; 0 while every one of the
+ * WC_MAX_CHILDREN (16) children serves open slots of other configurations (the worker holds
+ * such a start until one ends). */
+int wrk_cache_can_open(const wrk_cache_t *c, const wrk_open_arg_t *a);
 /* Memory of slot (live while open, final once closed, until the slot is opened again). */
 void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out);
 /* Records the bytes of an open FullKV slot (its final figure once closed); call after each

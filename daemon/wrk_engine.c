@@ -41,7 +41,7 @@ typedef struct {
   int n_slots;
   uint64_t cum[4];      /* promotions, demotions, evictions, routing events of finished requests */
   uint64_t last_report; /* now_ms() of the last memory report */
-  wcmd_t *held, *held_tail; /* starts waiting for a step with room for their whole prompt */
+  wcmd_t *held, *held_tail; /* starts waiting for room in a step or for a cache child */
   int fresh_prompt;         /* prompt tokens of the starts since the last step */
 } weng_t;
 
@@ -231,12 +231,21 @@ static int step_room(const weng_t *g) {
   return room;
 }
 
-/* Takes a start whose cache needs its prompt in one step (wrk_cache_whole_prompt) into the held
- * queue (FIFO), or fails it now when no step can hold its prompt. 1 when c was taken. */
+/* Whether start c can start now: a cache child for its policy (wrk_cache_can_open) and, where
+ * its cache needs its whole prompt in one step (wrk_cache_whole_prompt), room for it in the
+ * next step. */
+static int start_ready(const weng_t *g, const wcmd_t *c) {
+  if (!wrk_cache_can_open(g->w->cache, &c->arg)) return 0;
+  return !wrk_cache_whole_prompt(g->w->cache, &c->arg) || c->n_prompt <= step_room(g);
+}
+
+/* Takes a start into the held queue (FIFO) when its cache needs its whole prompt in one step,
+ * or when every cache child serves open slots of other policy configurations (it starts once
+ * one of them ends); fails it now when no step can hold its prompt. 1 when c was taken. */
 static int hold_start(weng_t *g, wcmd_t *c) {
-  int max_batch = g->w->cfg.max_batch;
-  if (!wrk_cache_whole_prompt(g->w->cache, &c->arg)) return 0;
-  if (c->n_prompt > max_batch) {
+  int max_batch = g->w->cfg.max_batch, whole = wrk_cache_whole_prompt(g->w->cache, &c->arg);
+  if (!whole && wrk_cache_can_open(g->w->cache, &c->arg)) return 0;
+  if (whole && c->n_prompt > max_batch) {
     char why[256];
     snprintf(why, sizeof why,
              "unsupported: prompt: policy '%s' on the GPU takes a prompt in one forward pass; "
@@ -255,10 +264,10 @@ static int hold_start(weng_t *g, wcmd_t *c) {
   return 1;
 }
 
-/* Starts held requests, oldest first, while the next step has room for their whole prompts. */
+/* Starts held requests, oldest first, while the oldest can start. */
 static int start_held(weng_t *g) {
   int rc = 0;
-  while (g->held && !rc && g->held->n_prompt <= step_room(g)) {
+  while (g->held && !rc && start_ready(g, g->held)) {
     wcmd_t *c = g->held;
     g->held = c->next;
     if (!g->held) g->held_tail = NULL;
@@ -371,7 +380,8 @@ static int drive(weng_t *g) {
   wrk_t *w = g->w;
   int rc = 0, active = 0, quit = 0;
   while (!rc) {
-    wcmd_t *c = take_cmds(w, !active, w->cfg.report_ms, &quit);
+    const int ready = g->held && start_ready(g, g->held); /* (no wait for it) */
+    wcmd_t *c = take_cmds(w, !active && !ready, w->cfg.report_ms, &quit);
     if (quit) {
       while (c) { /* dropped: the process is stopping */
         wcmd_t *n = c->next;

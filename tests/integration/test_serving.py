@@ -806,6 +806,42 @@ def test_tp():
         print(srv.tail(6000))
 
 
+def test_many_policies():
+    """More distinct policy configurations at once than a worker keeps caches for (16): the
+    starts beyond them wait for one to end, then run (they had failed once started)."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-pol"), workers=1,
+                         extra=["--max-seqs", "24", "--pool-bytes", "64M"])
+    srv.start()
+    failed = C.failed
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "pol", 1 << 30).api_key)
+    n, results = 20, [None] * 20
+    go = threading.Barrier(n)
+
+    def run(i):
+        r = cl.request(PROMPTS[i % 8], 300, "qevict", 0.5, ignore_eos=True)
+        r.policy.q = 0.5 + 0.02 * i
+        try:
+            go.wait(60)
+            results[i] = finished_of(cl.generate(r, timeout=300))
+        except (grpc.RpcError, threading.BrokenBarrierError) as e:
+            results[i] = e
+
+    th = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(400)
+    reasons = [r.reason if hasattr(r, "reason") else r for r in results]
+    C.ok(reasons == [pb.FINISH_REASON_LENGTH] * n,
+         "%d requests of %d distinct policy configurations at once on one worker all ran (%s)"
+         % (n, n, [pb.FinishReason.Name(r) if isinstance(r, int) else str(r)[:80]
+                   for r in reasons if r != pb.FINISH_REASON_LENGTH][:3]))
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def main():
     global ADMIN_MD, ADMIN
     state = os.path.join(TMP, "state")
@@ -838,6 +874,7 @@ def main():
     test_restart(srv, keys["beta"], "beta")
     srv.stop()
     test_tp()
+    test_many_policies()
     rc = C.done()
     if rc:
         print(srv.tail(6000))
