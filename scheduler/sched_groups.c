@@ -179,6 +179,7 @@ static void group_down(sched_t *s, sgroup_t *g) {
     if (g->rank[k].conn) tr_close(g->rank[k].conn); /* the group restarts as a whole */
   sched_health_changed(s);
   sched_groups_pump(s);
+  sched_req_end_queued_if_drained(s); /* (a draining group's requests had nowhere to resume) */
 }
 
 static void on_close(tr_conn_t *c, int reason, const char *detail) {
@@ -414,6 +415,12 @@ int sched_groups_serving(const sched_t *s) {
   return n;
 }
 
+int sched_groups_drained(const sched_t *s) {
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    if (!g->draining) return 0;
+  return s->groups != NULL;
+}
+
 uint64_t sched_groups_bytes_per_token(const sched_t *s) {
   for (const sgroup_t *g = s->groups; g; g = g->next)
     if (g->ever_up) return g->bytes_per_token;
@@ -439,6 +446,7 @@ int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse
   }
   resp->workers = *names;
   sched_health_changed(s); /* (every group draining: NOT_SERVING) */
+  sched_req_end_queued_if_drained(s);
   return 0;
 }
 

@@ -175,6 +175,10 @@ void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint
 void sched_req_started(sched_t *s, sreq_t *r);
 /* The request's bytes were admitted (from sched_admit): dispatch it. */
 void sched_req_admitted(sched_t *s, sreq_t *r);
+/* When every worker group is draining (sched_groups_drained), the requests still queued (for
+ * quota or for a worker) end with an error and their reservations come free: none could run
+ * until the scheduler restarts. */
+void sched_req_end_queued_if_drained(sched_t *s);
 /* Fills info (strings point into r; memory into *mem). */
 void sched_req_info(const sreq_t *r, Qevict__V1__RequestInfo *info, Qevict__V1__MemorySummary *mem);
 void sched_req_memory(const sreq_t *r, Qevict__V1__MemorySummary *out);
@@ -199,6 +203,9 @@ void sched_groups_release(sched_t *s, sreq_t *r);
 int sched_groups_up(const sched_t *s);
 /* Groups up and not draining: the ones that take new requests. */
 int sched_groups_serving(const sched_t *s);
+/* 1 when there are groups and every one is draining (up or not): none takes a request again
+ * until the scheduler restarts. */
+int sched_groups_drained(const sched_t *s);
 uint64_t sched_groups_bytes_per_token(const sched_t *s);
 void sched_groups_destroy(sched_t *s);
 int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,

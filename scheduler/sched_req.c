@@ -353,6 +353,19 @@ void sched_req_admitted(sched_t *s, sreq_t *r) {
   s->wait_tail = r;
 }
 
+void sched_req_end_queued_if_drained(sched_t *s) {
+  if (!sched_groups_drained(s)) return;
+  for (int again = 1; again;) { /* (a release may admit a request queued for quota) */
+    again = 0;
+    for (sreq_t *r = s->reqs; r; r = r->next_all)
+      if (r->state == SREQ_QUEUED)
+        again = 1, sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR,
+                                    "every worker is draining (qevict drain): none takes "
+                                    "requests until the scheduler restarts",
+                                    0);
+  }
+}
+
 void sched_admit_event(void *ud, uint64_t id, int status) {
   sched_t *s = ud;
   sreq_t *r = sched_req_find(s, id);

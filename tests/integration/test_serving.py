@@ -677,7 +677,19 @@ def test_drain(srv, cl):
     # queued until their deadline while Health said SERVING); a restart undoes it (test_restart)
     for rid in ids:
         list(cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=120))
+    # g0 takes 16 at once (--max-seqs): of 20 submitted, 4 wait for it; when it drains too they
+    # can never run, so they end (they had stayed queued, their bytes reserved, until a restart)
+    ids = [cl.gen.Submit(cl.request(PROMPTS[i % 8], 400, ignore_eos=True),
+                         metadata=cl.md, timeout=10).request_id for i in range(20)]
     cl.adm.Drain(pb.DrainRequest(worker="g0"), metadata=ADMIN_MD, timeout=10)
+    ends = [finish_reason_of(cl, rid, wait=60) for rid in ids]
+    t = cl.adm.GetTenant(pb.GetTenantRequest(id="big"), metadata=ADMIN_MD, timeout=10)
+    C.ok(ends.count(pb.FINISH_REASON_LENGTH) == 16 and ends.count(pb.FINISH_REASON_ERROR) == 4
+         and t.reserved_bytes == 0 and t.queued == 0,
+         "every worker draining: the 16 running requests finished, the 4 queued ended with an "
+         "error (%s; tenant reserved %d, queued %d)"
+         % ([pb.FinishReason.Name(e) if e is not None else None for e in ends],
+            t.reserved_bytes, t.queued))
     st = cl.health.Check(hpb.HealthCheckRequest(), timeout=10).status
     t0 = time.time()
     code, det = code_of(lambda: cl.generate(cl.request(PROMPTS[0], 4), timeout=30))
