@@ -140,11 +140,12 @@ static void on_open(tr_conn_t *c) {
   if (++g->n_conn == g->tp_size) group_up(s, g);
 }
 
-/* Requests of g that rank 0 finished but other ranks had not reported yet finish now, with
- * rank 0's outcome and the figures they have (they are done: never resumed). */
+/* Requests of g that rank 0 finished but other ranks had not reported yet, and those stopped
+ * by a stop string, finish now, with rank 0's outcome (or STOP) and the figures they have (they
+ * are done: never resumed). */
 static void finish_waiting(sched_t *s, sgroup_t *g) {
   for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (r->group == g && r->state == SREQ_RUNNING && (r->fin_ranks & 1))
+    if (r->group == g && r->state == SREQ_RUNNING && ((r->fin_ranks & 1) || r->stopping))
       sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
 }
 

@@ -85,6 +85,7 @@ struct sreq {
   uint64_t t_created, t_started, t_first, t_last_tok, t_finished; /* monotonic us */
   int64_t created_ms, started_ms, finished_ms;
   int dispatch_wait; /* admitted, waiting for a group with room */
+  int stopping;      /* a stop string matched: cancelled on the worker, its final memory awaited */
   int resumes;
   uv_timer_t expire; /* finished: forgotten after keep_finished_s */
   int timer_live;

@@ -230,8 +230,17 @@ static void push_text(sreq_t *r, int id) {
     qe_log(QE_LOG_ERROR, "sched: request %s: token %d's text: %s", r->id_str, id, qe_errmsg());
 }
 
+/* Stop string hit matched: the worker stops the request, whose Finished (reason STOP) waits for
+ * the worker's final memory figures (sched_req_finish). */
+static void stop_at(sched_t *s, sreq_t *r, int hit) {
+  snprintf(r->stop_hit, sizeof r->stop_hit, "%s", r->stop[hit]);
+  r->n_held = 0;
+  r->stopping = 1;
+  sched_groups_cancel(s, r);
+}
+
 void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint64_t offset) {
-  if (r->state != SREQ_RUNNING) return;
+  if (r->state != SREQ_RUNNING || r->stopping) return;
   if (offset > (uint64_t)r->n_gen) {
     qe_log(QE_LOG_ERROR, "sched: request %s: tokens from offset %llu, expected %d", r->id_str,
            (unsigned long long)offset, r->n_gen);
@@ -251,11 +260,7 @@ void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint
   int hit;
   size_t take = releasable(r, &hit);
   emit_tokens(r, ids + skip, n - skip, index, take);
-  if (hit >= 0) {
-    snprintf(r->stop_hit, sizeof r->stop_hit, "%s", r->stop[hit]);
-    r->n_held = 0;
-    sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_STOP, "", 1);
-  }
+  if (hit >= 0) stop_at(s, r, hit);
 }
 
 /* ---- finishing ---- */
@@ -297,6 +302,8 @@ static void wait_remove(sched_t *s, sreq_t *r) {
 
 void sched_req_finish(sched_t *s, sreq_t *r, int reason, const char *error, int cancel_worker) {
   if (r->state == SREQ_FINISHED) return;
+  if (r->stopping) /* (however its worker ended it, or a Cancel that came after) */
+    reason = QEVICT__V1__FINISH_REASON__FINISH_REASON_STOP, error = "", cancel_worker = 0;
   int was = r->state;
   r->state = SREQ_FINISHED;
   if (r->dispatch_wait) wait_remove(s, r);

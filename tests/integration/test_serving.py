@@ -152,8 +152,10 @@ def test_sampling_and_stop(cl):
     _, text = tokens_of(ev)
     f = finished_of(ev)
     C.ok(f is not None and f.reason == pb.FINISH_REASON_STOP and f.stop == stop and
-         stop not in text and full.startswith(text),
-         "stop string %r: reason STOP, text %r ends before it" % (stop, text))
+         stop not in text and full.startswith(text) and f.memory.bytes > 0 and
+         f.memory.peak_bytes >= f.memory.bytes,
+         "stop string %r: reason STOP, text %r ends before it, the worker's final memory "
+         "(%s bytes)" % (stop, text, f.memory.bytes if f else None))
     chat = pb.GenerateRequest(max_tokens=4)
     chat.prompt.chat.messages.add(role="user", content="hi")
     code, det = code_of(lambda: cl.generate(chat, timeout=30))
