@@ -81,10 +81,19 @@ static void watcher_pump(sreq_t *r, swatch_t *w) {
     }
   } else if (r->state != SREQ_FINISHED)
     return;
-  /* everything sent (or the stream failed): end it */
+  /* everything sent (or the stream failed, or it waited from an offset that the request ended
+     before: OUT_OF_RANGE, as Watch answers for a finished request): end it */
   watcher_remove(r, w);
   sgrpc_call_set_data(w->call, NULL);
-  sgrpc_finish(w->call, w->next < r->n_ev ? GS(UNAVAILABLE) : GS(OK), "", NULL, 0);
+  char why[96] = "";
+  if (w->next > r->n_ev)
+    snprintf(why, sizeof why, "from_offset: the request has %llu events",
+             (unsigned long long)r->n_ev);
+  sgrpc_finish(w->call,
+               w->next < r->n_ev ? GS(UNAVAILABLE)
+               : *why            ? GS(OUT_OF_RANGE)
+                                 : GS(OK),
+               why, NULL, 0);
   free(w);
 }
 

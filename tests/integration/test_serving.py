@@ -535,6 +535,14 @@ def test_submit_watch(srv, cl, key):
          "Watch far past a running request's events: %s in %.1f s '%s'" %
          (code, time.time() - t0, det))
     cl.gen.Cancel(pb.CancelRequest(request_id=live.request_id), metadata=cl.md, timeout=10)
+    # within that bound, from an offset the request ends before: OUT_OF_RANGE when it ends, as
+    # for a finished request (it had ended OK with no events)
+    short = cl.gen.Submit(cl.request(PROMPTS[2], 200, ignore_eos=True), metadata=cl.md,
+                          timeout=10)
+    code, det = code_of(lambda: list(cl.gen.Watch(pb.WatchRequest(
+        request_id=short.request_id, from_offset=300), metadata=cl.md, timeout=60)))
+    C.ok(code == grpc.StatusCode.OUT_OF_RANGE and det.startswith("from_offset: the request has"),
+         "Watch from past the events a live request ends with: %s '%s'" % (code, det))
 
 
 def running_on(worker, n_new):
