@@ -172,14 +172,17 @@ int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model
   int rc = cli_policy_resolve(p, g.head_dim, &d);
   if (rc) return rc;
   if (d.full) return make_full(be, &g, capacity, out);
+  /* (a byte budget is the whole sequence's: this rank's share, by its KV heads, as the
+     daemon's workers split it) */
+  const size_t share = (size_t)model_kv_share(model_hparams(m), model_shard(m), p->bytes);
 #ifdef QE_HAVE_KV_GPU
   if (!be->ops->host_memory) /* the GPU's tiered cache: routing on the device */
     return kv_gpu_create_tiered(be, &g, &model_hparams(m)->rope, &d.cfg, capacity, n_seqs, p->frac,
-                                p->bytes / (size_t)model_shard(m)->size, out);
+                                share, out);
 #endif
   rc = kv_tiered_create(be, &g, &model_hparams(m)->rope, &d.cfg, 0, out);
   if (rc) return rc;
-  kv_tiered_set_budget_spec(*out, p->frac, p->bytes / (size_t)model_shard(m)->size);
+  kv_tiered_set_budget_spec(*out, p->frac, share);
   rc = kv_tiered_reserve(*out, n_seqs, capacity);
   if (!rc && trace_out) kv_tiered_set_trace(*out, trace_event, trace_out);
   if (rc) {

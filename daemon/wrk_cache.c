@@ -189,8 +189,7 @@ static int child_for(wrk_cache_t *c, const wrk_open_arg_t *a, int *idx) {
 
 /* This rank's share of a whole-request budget: proportional to its KV heads. */
 static size_t rank_share(const wrk_cache_t *c, uint64_t budget) {
-  int n_kv = model_hparams(c->m)->n_head_kv;
-  return (size_t)(budget * (uint64_t)model_shard(c->m)->n_kv / (uint64_t)n_kv);
+  return (size_t)model_kv_share(model_hparams(c->m), model_shard(c->m), budget);
 }
 
 /* This rank's share of a tiered request's budget, for the next open of slot. */

@@ -50,6 +50,12 @@ typedef struct {
 int model_read_hparams(const gguf_t *g, model_hparams_t *hp);
 /* Computes rank's shard of hp; QE_EINVAL if size exceeds the KV heads or FFN columns. */
 int model_shard_of(const model_hparams_t *hp, int rank, int size, model_shard_t *sh);
+/* A rank's share of a whole-request KV byte budget: proportional to its KV heads (rounded
+ * down), the split every rank of a TP group and the scheduler agree on. */
+uint64_t model_kv_share(const model_hparams_t *hp, const model_shard_t *sh, uint64_t bytes);
+/* The whole-request budget whose share (model_kv_share) gives a rank at least rank_bytes:
+ * the inverse, rounded up. */
+uint64_t model_kv_whole(const model_hparams_t *hp, const model_shard_t *sh, uint64_t rank_bytes);
 
 /* Loads path: validates metadata, dequantizes this rank's weights into the backend, builds
  * the tokenizer. *out owned by caller: model_destroy(). Errors carry a qe_errf detail. */

@@ -104,14 +104,30 @@ static int on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {
   return 0;
 }
 
+/* The whole-request bytes g's pools hold: each rank holds its share (model_kv_share, by KV
+ * heads) in its own pool, so the rank that fills first bounds the group (under an even split
+ * and equal pools, the sum of the pools). */
+static int64_t group_pool(const sched_t *s, const sgroup_t *g) {
+  uint64_t pool = UINT64_MAX, sum = 0;
+  for (int k = 0; k < g->tp_size; k++) {
+    const uint64_t p = tr_conn_hello(g->rank[k].conn)->pool_bytes, n = (uint64_t)s->hp.n_head_kv;
+    model_shard_t sh;
+    sum += p;
+    if (model_shard_of(&s->hp, k, g->tp_size, &sh)) return (int64_t)sum; /* (not this model's) */
+    const uint64_t whole =
+        p / (uint64_t)sh.n_kv * n + p % (uint64_t)sh.n_kv * n / (uint64_t)sh.n_kv;
+    pool = whole < pool ? whole : pool;
+  }
+  return (int64_t)(pool < sum ? pool : sum);
+}
+
 static void group_up(sched_t *s, sgroup_t *g) {
-  int64_t pool = 0;
+  int64_t pool = group_pool(s, g);
   int seqs = 1 << 30;
   uint64_t bpt = 0;
   uint32_t ctx = UINT32_MAX;
   for (int k = 0; k < g->tp_size; k++) {
     const tr_hello_t *h = tr_conn_hello(g->rank[k].conn);
-    pool += (int64_t)h->pool_bytes;
     seqs = (int)h->max_sequences < seqs ? (int)h->max_sequences : seqs;
     bpt += h->full_kv_bytes_per_token;
     ctx = h->context_length < ctx ? h->context_length : ctx;

@@ -235,8 +235,9 @@ static int check_gpu_policy(const sched_t *s, const sreq_t *r, const kv_policy_d
 }
 
 /* Bytes of the whole request (all ranks) at the minimum budget and at FullKV of the tiered
- * cache for its capacity, summed over the shards of the model's TP split (the GPU cache's on
- * GPU workers). */
+ * cache for its capacity (the GPU cache's on GPU workers): the least whole budgets whose share
+ * gives every rank of the model's TP split its own minimum and FullKV (model_kv_share: by KV
+ * heads, so a rank of more heads than an even split needs more of the whole). */
 static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp, int gpu,
                          size_t *min, size_t *full) {
   *min = *full = 0;
@@ -249,7 +250,9 @@ static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp
     rc = gpu ? kv_gpu_bounds(&g, &d->cfg, cap, NULL, &a, &b)
              : kv_tiered_bounds(&g, &d->cfg, cap, &a, &b);
     if (rc) return rc;
-    *min += a, *full += b;
+    const size_t wa = (size_t)model_kv_whole(&s->hp, &sh, a),
+                 wb = (size_t)model_kv_whole(&s->hp, &sh, b);
+    *min = wa > *min ? wa : *min, *full = wb > *full ? wb : *full;
   }
   return 0;
 }

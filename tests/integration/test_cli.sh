@@ -344,6 +344,12 @@ if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   [[ "$full" == "$q100" ]] && echo "ok qevict 100% == full on SmolLM2" >&2 || bad "qevict 100% differs on SmolLM2"
   q2=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json --policy qevict --budget 1 --tp 2 | tokens)
   [[ "$full" == "$q2" ]] && echo "ok qevict 100% tp 2 == full on SmolLM2" >&2 || bad "qevict 100% tp 2 differs"
+  # SmolLM2's 3 KV heads split 1 + 2 over --tp 2: a byte budget is shared by KV heads, as the
+  # daemon's workers share it (rank 0, whose memory the JSON reports, holds a third; it had half)
+  rb=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 8 --ignore-eos --json --policy qevict --budget 3000000 --tp 2 |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["memory"]["budget_bytes"])')
+  [[ "$rb" == 1000000 ]] && echo "ok --tp 2 shares a byte budget by KV heads (rank 0: $rb of 3000000)" >&2 ||
+    bad "--tp 2 byte budget share: rank 0 got $rb of 3000000 (1000000 expected)"
   # packed weights (the Q4_1/Q8_0 blocks kept as they are): the fp32 weights' tokens, also at
   # tp 2 and under qevict 30%, with under 60% of the weight bytes
   for extra in "" "--tp 2" "--policy qevict --budget 0.3"; do

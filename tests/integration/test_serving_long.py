@@ -3,7 +3,8 @@
 context (written by rand_gguf, since no small downloadable model has one) is served by `qevict
 serve`; a Python grpcio client submits a 32,768-token prompt (token ids) with Submit, a second
 client watches it, and the job finishes with its whole prompt counted, under a 10% QEvict
-budget. usage: test_serving_long.py QEVICT RAND_GGUF   (exit 77 = skipped)"""
+budget. Then a TP group whose KV heads split unevenly holds its pool's bound.
+usage: test_serving_long.py QEVICT RAND_GGUF   (exit 77 = skipped)"""
 import os
 import random
 import subprocess
@@ -22,7 +23,47 @@ C = serving.Checks()
 N_PROMPT = 32768
 
 
+def uneven_tp():
+    """A TP group whose KV heads split unevenly (4 over --tp 3: 1, 1 and 2): each rank holds its
+    share of a budget by heads, so the rank of two heads bounds the group at twice its pool,
+    not the sum of the three (a budget between them had been admitted and overran that rank)."""
+    model = os.path.join(TMP, "uneven.gguf")
+    subprocess.run([RAND_GGUF, model, "--ctx", "4096", "--layers", "2", "--heads", "4", "--kv",
+                    "4"], check=True)
+    pool = 1 << 20
+    srv = serving.Server(QEVICT, model, os.path.join(TMP, "state-tp3"), workers=1,
+                         extra=["--tp", "3", "--pool-bytes", str(pool), "--max-seqs", "2"]).start()
+    ch = grpc.insecure_channel(srv.addr)
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = "tp3", 1 << 30
+    amd = (("authorization", "Bearer " + srv.admin_key()),)
+    md = (("authorization", "Bearer " + pbg.AdminStub(ch).SetTenant(r, metadata=amd,
+                                                                    timeout=10).api_key),)
+    gen = pbg.GenerationStub(ch)
+
+    def run(budget):
+        req = pb.GenerateRequest(max_tokens=1500, ignore_eos=True)
+        req.prompt.token_ids.ids.extend(range(3, 40))
+        req.policy.name, req.budget.bytes = "qevict", budget
+        try:
+            return grpc.StatusCode.OK, list(gen.Generate(req, metadata=md, timeout=300))
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+
+    code, det = run(pool * 5 // 2)
+    C.ok(code == grpc.StatusCode.RESOURCE_EXHAUSTED and "pool %d bytes" % (2 * pool) in det,
+         "4 KV heads over 3 ranks: a budget of 2.5 pools is refused (%s '%s')" % (code, det))
+    code, ev = run(2 * pool)
+    fin = ev[-1].finished if code == grpc.StatusCode.OK and ev[-1].HasField("finished") else None
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and
+         fin.memory.budget_bytes == 2 * pool and fin.memory.bytes <= 2 * pool,
+         "a budget of 2 pools runs on the three ranks (%s)" %
+         str(fin and (fin.reason, fin.memory.budget_bytes, fin.memory.bytes) or code))
+    srv.stop()
+
+
 def main():
+    uneven_tp()
     model = os.path.join(TMP, "long.gguf")
     subprocess.run([RAND_GGUF, model, "--ctx", "40000", "--layers", "1"], check=True)
     srv = serving.Server(QEVICT, model, os.path.join(TMP, "state"), workers=1,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -301,7 +302,41 @@ static void check_generation(void) {
   unlink(p);
 }
 
+/* A byte budget's shares by KV heads (model_kv_share) over every TP split of 1..8 KV heads,
+ * fresh random budgets: they never sum past the whole, and model_kv_whole is the least whole
+ * budget that gives a rank its bytes. */
+static void check_kv_shares(void) {
+  uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+  for (int n_kv = 1; n_kv <= 8; n_kv++)
+    for (int tp = 1; tp <= n_kv; tp++)
+      for (int it = 0; it < 200; it++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const uint64_t bytes = it == 0 ? UINT64_MAX : x >> (it % 60), want = x % 100000007u;
+        model_hparams_t hp = {0};
+        hp.n_head = hp.n_head_kv = n_kv, hp.n_ff = 64;
+        uint64_t sum = 0;
+        for (int rank = 0; rank < tp; rank++) {
+          model_shard_t sh;
+          CHECK_OK(model_shard_of(&hp, rank, tp, &sh));
+          sum += model_kv_share(&hp, &sh, bytes);
+          const uint64_t w = model_kv_whole(&hp, &sh, want);
+          CHECK(model_kv_share(&hp, &sh, w) >= want);
+          CHECK(w == 0 || model_kv_share(&hp, &sh, w - 1) < want);
+        }
+        CHECK(sum <= bytes && (tp > 1 || sum == bytes));
+      }
+  model_hparams_t hp = {0}; /* SmolLM2: 3 KV heads over 2 ranks, 1 + 2 */
+  hp.n_head = 9, hp.n_head_kv = 3, hp.n_ff = 64;
+  model_shard_t r0, r1;
+  CHECK_OK(model_shard_of(&hp, 0, 2, &r0));
+  CHECK_OK(model_shard_of(&hp, 1, 2, &r1));
+  CHECK(model_kv_share(&hp, &r0, 3000000) == 1000000 &&
+        model_kv_share(&hp, &r1, 3000000) == 2000000);
+  CHECK(model_kv_whole(&hp, &r0, 1000) == 3000 && model_kv_whole(&hp, &r1, 1000) == 1500);
+}
+
 int main(void) {
+  check_kv_shares();
   check_all_models();
   rand_model_spec_t llama = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 2, 31};
   rand_model_spec_t qwen = {MODEL_ARCH_QWEN2, GGUF_T_F32, 8, 4, 1, 2, 32}; /* (q, k, v biases) */
