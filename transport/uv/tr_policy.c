@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graphkv.h"
 #include "qe_status.h"
 
 #define P(x) QEVICT__WORKER__V1__POLICY__##x
@@ -37,6 +38,27 @@ static int check_ranges(const tr_policy_t *p) {
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].set && f[i].v > (1u << 24))
       return qe_errf(QE_EINVAL, "%s: %u is out of range", f[i].field, f[i].v);
+  return 0;
+}
+
+/* The overrides' own ranges, each named by its field path (kv_policy_check words them for the
+ * command line): QE_EINVAL. */
+static int check_values(const tr_policy_t *p) {
+  if (p->q_opt_case == P(Q_OPT_Q) && !(p->q >= 0.0f && p->q <= 1.0f))
+    return qe_errf(QE_EINVAL, "policy.q: must be in [0, 1] (got %g)", (double)p->q);
+  if (p->window_opt_case == P(WINDOW_OPT_WINDOW) && (p->window < 1 || p->window > 256))
+    return qe_errf(QE_EINVAL, "policy.window: must be in [1, 256] (got %u)", p->window);
+  if (p->bits_opt_case == P(BITS_OPT_BITS) && p->bits != 2 && p->bits != 4 && p->bits != 8)
+    return qe_errf(QE_EINVAL, "policy.bits: must be 2, 4 or 8 (got %u)", p->bits);
+  if (p->graphkv_k_opt_case == P(GRAPHKV_K_OPT_GRAPHKV_K) &&
+      !(p->graphkv_k > 0.0f && p->graphkv_k <= 1.0f))
+    return qe_errf(QE_EINVAL, "policy.graphkv.k: must be in (0, 1] (got %g)", (double)p->graphkv_k);
+  if (p->graphkv_m_opt_case == P(GRAPHKV_M_OPT_GRAPHKV_M) && p->graphkv_m < 1)
+    return qe_errf(QE_EINVAL, "policy.graphkv.m: must be >= 1 (got %u)", p->graphkv_m);
+  if (p->graphkv_t_opt_case == P(GRAPHKV_T_OPT_GRAPHKV_T) &&
+      (p->graphkv_t < 1 || p->graphkv_t > GRAPHKV_MAX_ROUNDS))
+    return qe_errf(QE_EINVAL, "policy.graphkv.t: must be in 1..%d (got %u)", GRAPHKV_MAX_ROUNDS,
+                   p->graphkv_t);
   return 0;
 }
 
@@ -80,7 +102,7 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
                    "cache options",
                    over);
   if (out->full) return 0;
-  if (check_ranges(p)) return QE_EINVAL;
+  if (check_ranges(p) || check_values(p)) return QE_EINVAL;
   kv_policy_cfg_t *c = &out->cfg;
   apply_overrides(p, c);
   if (p->bits_opt_case == P(BITS_OPT_BITS) && c->q == 0.0f)
