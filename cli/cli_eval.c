@@ -1,6 +1,7 @@
 /* cli_eval: `qevict eval`: parses the grid (tasks, lengths, samples, policies, budgets,
  * ablations), loads the model once on the CPU backend, runs every sample (cli_eval_run.c,
  * cli_eval_ppl.c) and writes the JSON and markdown reports (cli_eval_report.c). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,21 +416,34 @@ static int run_grid(eval_ctx_t *x) {
   return rc;
 }
 
-static int write_reports(const eval_cfg_t *c, const eval_results_t *r) {
-  int rc = 0;
-  if (c->json) {
-    FILE *f = strcmp(c->json, "-") ? fopen(c->json, "w") : stdout;
-    if (!f) return qe_errf(QE_EIO, "cannot write '%s'", c->json);
-    eval_report_json(c, r, f);
-    if (f != stdout && fclose(f)) rc = qe_errf(QE_EIO, "cannot write '%s'", c->json);
-  }
-  if (!rc && (c->markdown || !c->json || strcmp(c->json, "-"))) {
-    FILE *f = c->markdown && strcmp(c->markdown, "-") ? fopen(c->markdown, "w") : stdout;
-    if (!f) return qe_errf(QE_EIO, "cannot write '%s'", c->markdown);
-    eval_report_markdown(c, r, f);
-    if (f != stdout && fclose(f)) rc = qe_errf(QE_EIO, "cannot write '%s'", c->markdown);
-  }
+/* The report files, opened before the grid runs so that a path that cannot be written fails
+ * at once rather than after the whole grid; NULL where a report goes to stdout. */
+typedef struct {
+  FILE *json, *md;
+} eval_outs_t;
+
+static int open_reports(const eval_cfg_t *c, eval_outs_t *o) {
+  if (c->json && strcmp(c->json, "-") && !(o->json = fopen(c->json, "w")))
+    return qe_errf(QE_EIO, "--json: cannot write '%s': %s", c->json, strerror(errno));
+  if (c->markdown && strcmp(c->markdown, "-") && !(o->md = fopen(c->markdown, "w")))
+    return qe_errf(QE_EIO, "--markdown: cannot write '%s': %s", c->markdown, strerror(errno));
+  return 0;
+}
+
+/* Closes *f (not stdout); QE_EIO naming path when it, or a write before, failed. */
+static int close_report(FILE **f, const char *path, int rc) {
+  if (*f && fclose(*f) && !rc) rc = qe_errf(QE_EIO, "cannot write '%s'", path);
+  *f = NULL;
   return rc;
+}
+
+static int write_reports(const eval_cfg_t *c, const eval_results_t *r, eval_outs_t *o) {
+  int rc = 0;
+  if (c->json) eval_report_json(c, r, o->json ? o->json : stdout);
+  rc = close_report(&o->json, c->json, rc);
+  if (!rc && (c->markdown || !c->json || strcmp(c->json, "-")))
+    eval_report_markdown(c, r, o->md ? o->md : stdout);
+  return close_report(&o->md, c->markdown, rc);
 }
 
 /* The CPU backend, or with --device the CUDA GPU. */
@@ -447,7 +461,8 @@ static int make_backend(const eval_cfg_t *c, kern_backend_t **be) {
 
 /* Loads the model for prompts of up to the longest length in one forward pass and runs over
  * the ppl text's tokens ppl_ids[n_ppl] (borrowed). */
-static int run_loaded(eval_cfg_t *c, eval_results_t *res, int32_t *ppl_ids, int n_ppl) {
+static int run_loaded(eval_cfg_t *c, eval_results_t *res, int32_t *ppl_ids, int n_ppl,
+                      eval_outs_t *outs) {
   eval_ctx_t x = {.cfg = c, .res = res, .ppl_ids = ppl_ids, .n_ppl_ids = n_ppl};
   int max_len = 512;
   for (int i = 0; i < c->n_lengths; i++)
@@ -463,7 +478,7 @@ static int run_loaded(eval_cfg_t *c, eval_results_t *res, int32_t *ppl_ids, int 
     rc = run_grid(&x);
   }
   res->total_s = now_s() - t0;
-  if (!rc) rc = write_reports(c, res);
+  if (!rc) rc = write_reports(c, res, outs);
   tp_comm_destroy(x.comm);
   model_destroy(x.m);
   kern_destroy(x.be);
@@ -491,7 +506,10 @@ int cli_eval(int argc, char **argv) {
   res.n_ctx = hp.n_ctx_train;
   if ((code = check_model_cfg(c, &hp))) goto out;
   if ((code = check_data_cfg(c, g, &ppl_ids, &n_ppl))) goto out;
-  rc = run_loaded(c, &res, ppl_ids, n_ppl);
+  eval_outs_t outs = {NULL, NULL};
+  rc = open_reports(c, &outs);
+  if (!rc) rc = run_loaded(c, &res, ppl_ids, n_ppl, &outs);
+  close_report(&outs.json, c->json, 1), close_report(&outs.md, c->markdown, 1); /* (on errors) */
   code = rc ? cli_fail("eval", rc) : 0;
 out:
   free(ppl_ids);

@@ -43,6 +43,15 @@ expect_exit 2 "graphkv on streaming" "${E[@]}" --policies streaming+graphkv
 expect_exit 2 "unknown option" "${E[@]}" --bogus 1
 expect_exit 2 "a trailing comma" "${E[@]}" --tasks niah_single,
 expect_exit 2 "a repeated length" "${E[@]}" --lengths 256,256
+# a report path that cannot be written fails before the grid runs (it had run the whole grid
+# first): within seconds, on a grid of minutes
+for o in --json --markdown; do
+  t0=$SECONDS
+  expect_exit 1 "$o to a missing directory" "${E[@]}" --tasks qa --lengths 350 --samples 4 \
+    "$o" /nonexistent/r.out
+  grep -qF -- "$o: cannot write '/nonexistent/r.out'" "$TMP/err" && ((SECONDS - t0 < 20)) ||
+    bad "$o /nonexistent: $(cat "$TMP/err") after $((SECONDS - t0)) s"
+done
 expect_exit 2 "a repeated policy" "${E[@]}" --policies streaming,streaming
 expect_exit 2 "'all' in a list" "${E[@]}" --tasks all,ppl
 expect_exit 2 "missing value" "${E[@]}" --lengths
