@@ -45,7 +45,9 @@ long qe_env_long(const char *name, long lo, long hi, long dflt) {
   char *end = NULL;
   errno = 0;
   const long v = strtol(e, &end, 10);
-  if (!errno && !*end && v >= lo && v <= hi) return v;
+  const int digit0 = (*e >= '0' && *e <= '9') || ((*e == '-' || *e == '+') && e[1] >= '0' &&
+                                                  e[1] <= '9'); /* (strtol skips spaces) */
+  if (digit0 && !errno && !*end && v >= lo && v <= hi) return v;
   if (!first_warning(name)) return dflt;
   if (dflt >= lo && dflt <= hi)
     qe_log(QE_LOG_WARN, "%s='%s' ignored: %ld..%ld is expected (using %ld)", name, e, lo, hi, dflt);

@@ -65,7 +65,9 @@ int main(void) {
   CHECK(num("-4") == 7);
   CHECK(num("12abc") == 7);
   CHECK(num("abc") == 7);
-  CHECK(num(" 5") == 5); /* (strtol skips leading blanks) */
+  CHECK(num(" 5") == 7); /* a blank first is refused, as a choice's trailing blank is */
+  CHECK(num("+5") == 5);
+  CHECK(num("-") == 7);
   CHECK(num("99999999999999999999999") == 7);
   setenv("QE_TEST_ONCE", "x", 1);
   CHECK(warnings_during(refused_three_times) == 1);
