@@ -115,10 +115,11 @@ static double now_s(void) {
 /* ---- options ---- */
 
 /* --goodput's value: KEY:MS items separated by commas or spaces (KEY ttft, tpot or e2e, MS >
- * 0), into a->slo (a later flag adds to or replaces earlier bounds). 0 or CLI_OPT_PRINTED. */
+ * 0, each key once), into a->slo (a later flag adds to or replaces earlier bounds). 0 or
+ * CLI_OPT_PRINTED. */
 static int parse_goodput(bench_args_t *a, const char *v) {
   char buf[256], *save = NULL;
-  int n = 0;
+  int n = 0, seen = 0;
   if (strlen(v) >= sizeof buf)
     return cli_usage_error("bench serve", "--goodput: too long"), CLI_OPT_PRINTED;
   strcpy(buf, v);
@@ -133,6 +134,10 @@ static int parse_goodput(bench_args_t *a, const char *v) {
                              "--goodput: '%s%s%s' is not ttft:MS, tpot:MS or e2e:MS (MS > 0)", it,
                              colon ? ":" : "", colon ? colon + 1 : ""),
              CLI_OPT_PRINTED;
+    if (seen & 1 << k)
+      return cli_usage_error("bench serve", "--goodput: %s given twice", slo_name[k]),
+             CLI_OPT_PRINTED;
+    seen |= 1 << k;
     a->slo[k] = ms;
   }
   if (!n) return cli_usage_error("bench serve", "--goodput: no SLO given"), CLI_OPT_PRINTED;

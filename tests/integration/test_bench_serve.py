@@ -263,6 +263,7 @@ def test_usage():
              (["bench", "serve", "--goodput", "itl:5"], "'itl:5' is not"),
              (["bench", "serve", "--goodput", "tpot:0"], "tpot:0"),
              (["bench", "serve", "--goodput", ","], "no SLO"),
+             (["bench", "serve", "--goodput", "ttft:100,tpot:5,ttft:200"], "ttft given twice"),
              (["bench", "serve", "--input-len", "5"], "go together"),
              (["bench", "serve", "--input-len", "5", "--tokenizer", STORIES, "--input-words",
                "3"], "give no --input-words"),
