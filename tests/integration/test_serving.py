@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 import json
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving  # noqa: E402
@@ -712,6 +714,13 @@ def test_drain(srv, cl):
     C.ok(st == hpb.HealthCheckResponse.NOT_SERVING and code == grpc.StatusCode.UNAVAILABLE and
          det.startswith("every worker is draining") and time.time() - t0 < 5,
          "every worker draining: Health %s, a new request %s '%s'" % (st, code, det))
+    try:  # the HTTP probe says so too (it had answered 200 ok)
+        hz = urllib.request.urlopen("http://127.0.0.1:%d/healthz" % srv.mport, timeout=10)
+        hz = (hz.status, hz.read().decode())
+    except urllib.error.HTTPError as e:
+        hz = (e.code, e.read().decode())
+    C.ok(hz == (503, "every worker group is draining\n"), "every worker draining: /healthz %s"
+         % (hz,))
 
 
 def test_mixed_weights(srv):
