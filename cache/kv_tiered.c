@@ -203,8 +203,7 @@ static void tiered_seq_close(kv_cache_t *kv, int seq) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   if (seq < 0 || seq >= kv->geom.max_seqs || !t->seqs[seq].open) return;
   kv_tseq_t *s = &t->seqs[seq];
-  count_windows(t, s, &s->st);
-  s->st.bytes = tiered_seq_bytes(kv, seq);
+  kv_tiered_stats(kv, seq, &s->st); /* (the figures at the end) */
   t->final[seq] = s->st;
   for (int l = 0; l < kv->geom.n_layer; l++) {
     kv_tlayer_t *L = &s->layers[l];
@@ -345,6 +344,7 @@ void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out) {
   *out = s->st;
   count_windows(t, s, out);
   out->bytes = tiered_seq_bytes(kv, seq);
+  if (out->bytes > out->peak_bytes) out->peak_bytes = out->bytes; /* (between routings) */
 }
 
 int kv_tiered_check(const kv_cache_t *kv, int seq) {

@@ -591,8 +591,12 @@ static int cancel_opt(void *ud, const char *f, const char *v) { return cli_clien
 static void cancel_print(const char *id, const Qevict__V1__CancelResponse *r) {
   char state[32];
   cli_enum_short(&qevict__v1__request_state__descriptor, r->state, state, sizeof state);
+  const int stopping = r->state == QEVICT__V1__REQUEST_STATE__REQUEST_STATE_RUNNING;
   if (r->cancelled)
-    printf("request %s cancelled (now %s)\n", id, state);
+    printf("request %s cancelled (%s)\n", id,
+           stopping ? "its worker is stopping it" : "now finished");
+  else if (stopping)
+    printf("request %s is already being stopped\n", id);
   else
     printf("request %s had already finished: nothing to cancel (state %s)\n", id, state);
 }

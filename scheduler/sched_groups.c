@@ -156,12 +156,12 @@ static void on_open(tr_conn_t *c) {
   if (++g->n_conn == g->tp_size) group_up(s, g);
 }
 
-/* Requests of g that rank 0 finished but other ranks had not reported yet, and those stopped
- * by a stop string, finish now, with rank 0's outcome (or STOP) and the figures they have (they
- * are done: never resumed). */
+/* Requests of g that rank 0 finished but other ranks had not reported yet, and those ending
+ * (stopped by a stop string, cancelled), finish now, with rank 0's outcome (or the ending's)
+ * and the figures they have (they are done: never resumed). */
 static void finish_waiting(sched_t *s, sgroup_t *g) {
   for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (r->group == g && r->state == SREQ_RUNNING && ((r->fin_ranks & 1) || r->stopping))
+    if (r->group == g && r->state == SREQ_RUNNING && ((r->fin_ranks & 1) || r->ending))
       sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
 }
 
@@ -400,16 +400,16 @@ void sched_groups_pump(sched_t *s) {
   }
 }
 
-void sched_groups_cancel(sched_t *s, sreq_t *r) {
+int sched_groups_cancel(sched_t *s, sreq_t *r) {
   (void)s;
   sgroup_t *g = r->group;
-  if (!g || !g->up || !g->rank[0].conn) return;
+  if (!g || !g->up || !g->rank[0].conn) return 0;
   Qevict__Worker__V1__CancelRequest c = QEVICT__WORKER__V1__CANCEL_REQUEST__INIT;
   c.request_id = r->id;
   c.reason = "cancelled";
   tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
   env.msg_case = ENV(CANCEL_REQUEST), env.cancel_request = &c;
-  tr_send(g->rank[0].conn, &env);
+  return tr_send(g->rank[0].conn, &env) == 0;
 }
 
 void sched_groups_release(sched_t *s, sreq_t *r) {

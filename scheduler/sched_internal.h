@@ -85,7 +85,11 @@ struct sreq {
   uint64_t t_created, t_started, t_first, t_last_tok, t_finished; /* monotonic us */
   int64_t created_ms, started_ms, finished_ms;
   int dispatch_wait; /* admitted, waiting for a group with room */
-  int stopping;      /* a stop string matched: cancelled on the worker, its final memory awaited */
+  /* Ended while running (a stop string, Cancel, a client gone, the tenant deleted): the worker
+   * was told to stop it, and it finishes with this reason (a qevict.v1.FinishReason) and error
+   * once the worker's final figures are in; 0: not ending. */
+  int ending;
+  char end_error[64];
   int resumes;
   uv_timer_t expire; /* finished: forgotten after keep_finished_s */
   int timer_live;
@@ -168,7 +172,9 @@ void sched_req_stream_cancelled(sched_t *s, swatch_t *w);
 sreq_t *sched_req_find(sched_t *s, uint64_t id);
 sreq_t *sched_req_find_str(sched_t *s, const char *id);
 /* Ends a request (any state) with a reason; frees its reservation; finishes its streams once
- * they have sent everything. cancel_worker: tell its worker to stop it. */
+ * they have sent everything. cancel_worker: tell its worker to stop it, and, for a running
+ * request whose worker can be told, finish it when the worker has (its final memory figures
+ * in the Finished event: r->ending until then; any later finish takes r->ending's reason). */
 void sched_req_finish(sched_t *s, sreq_t *r, int reason, const char *error, int cancel_worker);
 /* Tokens from the worker (offset = index of ids[0] among generated tokens). */
 void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint64_t offset);
@@ -198,7 +204,8 @@ int sched_groups_listen(sched_t *s);
 int sched_groups_dispatch(sched_t *s, sreq_t *r);
 /* Dispatches waiting requests while groups have room. */
 void sched_groups_pump(sched_t *s);
-void sched_groups_cancel(sched_t *s, sreq_t *r);
+/* Tells r's worker to stop r: 1 when sent, 0 when its group cannot be told (down). */
+int sched_groups_cancel(sched_t *s, sreq_t *r);
 /* A running request left its group (finished or cancelled): its bytes come free there. */
 void sched_groups_release(sched_t *s, sreq_t *r);
 int sched_groups_up(const sched_t *s);

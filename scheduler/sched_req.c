@@ -240,16 +240,15 @@ static void push_text(sreq_t *r, int id) {
 }
 
 /* Stop string hit matched: the worker stops the request, whose Finished (reason STOP) waits for
- * the worker's final memory figures (sched_req_finish). */
+ * the worker's final memory figures (sched_req_finish); later tokens are dropped. */
 static void stop_at(sched_t *s, sreq_t *r, int hit) {
   snprintf(r->stop_hit, sizeof r->stop_hit, "%s", r->stop[hit]);
   r->n_held = 0;
-  r->stopping = 1;
-  sched_groups_cancel(s, r);
+  sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_STOP, "", 1);
 }
 
 void sched_req_tokens(sched_t *s, sreq_t *r, const uint32_t *ids, size_t n, uint64_t offset) {
-  if (r->state != SREQ_RUNNING || r->stopping) return;
+  if (r->state != SREQ_RUNNING || r->ending) return;
   if (offset > (uint64_t)r->n_gen) {
     qe_log(QE_LOG_ERROR, "sched: request %s: tokens from offset %llu, expected %d", r->id_str,
            (unsigned long long)offset, r->n_gen);
@@ -311,8 +310,14 @@ static void wait_remove(sched_t *s, sreq_t *r) {
 
 void sched_req_finish(sched_t *s, sreq_t *r, int reason, const char *error, int cancel_worker) {
   if (r->state == SREQ_FINISHED) return;
-  if (r->stopping) /* (however its worker ended it, or a Cancel that came after) */
-    reason = QEVICT__V1__FINISH_REASON__FINISH_REASON_STOP, error = "", cancel_worker = 0;
+  if (r->ending) { /* however its worker ended it; a Cancel or a disconnect meanwhile waits */
+    if (cancel_worker) return;
+    reason = r->ending, error = r->end_error;
+  } else if (cancel_worker && r->state == SREQ_RUNNING && sched_groups_cancel(s, r)) {
+    r->ending = reason; /* finished when the worker reports */
+    snprintf(r->end_error, sizeof r->end_error, "%s", error ? error : "");
+    return;
+  }
   int was = r->state;
   r->state = SREQ_FINISHED;
   if (r->dispatch_wait) wait_remove(s, r);
@@ -594,9 +599,9 @@ void sched_req_cancel_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, co
   sreq_t *r = lookup_msg(s, call, tenant, &qevict__v1__cancel_request__descriptor, msg, n);
   if (!r) return;
   Qevict__V1__CancelResponse resp = QEVICT__V1__CANCEL_RESPONSE__INIT;
-  resp.cancelled = r->state != SREQ_FINISHED;
+  resp.cancelled = r->state != SREQ_FINISHED && !r->ending;
   sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED, "", 1);
-  resp.state = QEVICT__V1__REQUEST_STATE__REQUEST_STATE_FINISHED;
+  resp.state = r->state; /* (RUNNING while its worker stops it) */
   sched_rpc_reply(call, &resp.base);
 }
 

@@ -468,8 +468,8 @@ def test_cancel(srv, admin, cl, tid):
     # stories260K can finish 2000 tokens before a Cancel lands on a loaded machine: a request
     # that finished first (Cancel says not cancelled, finish reason length) is tried again
     for attempt in range(5):
-        it = cl.gen.Generate(cl.request(PROMPTS[2], 2000, ignore_eos=True), metadata=cl.md,
-                             timeout=120)
+        it = cl.gen.Generate(cl.request(PROMPTS[2], 2000, "qevict", 0.3, ignore_eos=True),
+                             metadata=cl.md, timeout=120)
         first = next(it)
         rid = first.request_id
         next(it)  # some tokens flowed
@@ -478,6 +478,13 @@ def test_cancel(srv, admin, cl, tid):
             break
         it.cancel()
     C.ok(r.cancelled, "Cancel of a running request (attempt %d)" % (attempt + 1))
+    f = finished_of(list(it)) if r.cancelled else None
+    # its Finished waits for the worker's final figures (it had carried the last 500 ms report:
+    # zeros for a younger request, a peak below the bytes for an older one)
+    C.ok(f is not None and f.reason == pb.FINISH_REASON_CANCELLED and f.memory.bytes > 0 and
+         f.memory.peak_bytes >= f.memory.bytes and f.memory.routing_events > 0,
+         "a cancelled request's Finished has its final memory (%s)" %
+         (f and (f.memory.bytes, f.memory.peak_bytes, f.memory.routing_events),))
     wait_reserved_zero(srv, admin, cl, rid, tid, "Cancel")
     for attempt in range(5):  # the same race: a request that finished first is tried again
         it = cl.gen.Generate(cl.request(PROMPTS[3], 2000, ignore_eos=True), metadata=cl.md,
