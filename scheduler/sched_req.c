@@ -55,10 +55,20 @@ sreq_t *sched_req_find_str(sched_t *s, const char *id) {
   return NULL;
 }
 
+/* Whether r ended, or is ending, without its result: cancelled (a Cancel, or its client gone:
+ * the drop a retry follows) or failed. A retry under its client_request_id runs anew. */
+static int superseded(const sreq_t *r) {
+  const int why = r->state == SREQ_FINISHED ? r->finish_reason : r->ending;
+  return why == QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED ||
+         why == QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR;
+}
+
+/* The newest request of tenant under client_request_id cid that a retry attaches to. */
 static sreq_t *find_client_id(sched_t *s, const char *tenant, const char *cid) {
   if (!*cid) return NULL;
   for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (!r->orphan && !strcmp(r->client_id, cid) && !strcmp(r->tenant, tenant)) return r;
+    if (!r->orphan && !strcmp(r->client_id, cid) && !strcmp(r->tenant, tenant))
+      return superseded(r) ? NULL : r;
   return NULL;
 }
 

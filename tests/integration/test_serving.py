@@ -495,6 +495,23 @@ def test_cancel(srv, admin, cl, tid):
         if finish_reason_of(cl, rid) != pb.FINISH_REASON_LENGTH:
             break
     wait_reserved_zero(srv, admin, cl, rid, tid, "client disconnect")
+    # a retry under the client_request_id of a request its dropped client cancelled runs anew
+    # (it had attached to the cancelled request: Started, then Finished CANCELLED)
+    for attempt in range(5):
+        cid = "retry-%d" % attempt
+        it = cl.gen.Generate(cl.request(PROMPTS[3], 2000, ignore_eos=True, client_request_id=cid),
+                             metadata=cl.md, timeout=120)
+        rid = next(it).request_id
+        next(it)
+        it.cancel()
+        if finish_reason_of(cl, rid) == pb.FINISH_REASON_CANCELLED:
+            break
+    ev = cl.generate(cl.request(PROMPTS[3], 2000, ignore_eos=True, client_request_id=cid))
+    f = finished_of(ev)
+    C.ok(ev and ev[0].request_id != rid and f is not None and
+         f.reason == pb.FINISH_REASON_LENGTH and f.usage.completion_tokens == 2000,
+         "a retry after a dropped connection runs anew (%s, %s)" %
+         (ev and ev[0].request_id != rid, f and pb.FinishReason.Name(f.reason)))
 
 
 def test_submit_watch(srv, cl, key):
