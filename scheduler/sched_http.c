@@ -685,11 +685,30 @@ static void reject(uv_stream_t *listener) {
   uv_close((uv_handle_t *)t, free_handle);
 }
 
+/* At max_conns: closes the connection idle the longest (waiting for a request, nothing of one
+ * received: T_IDLE), so that idle connections cannot lock probes and scrapers out; 1 when one
+ * was found. The list is newest first. */
+static int drop_idle(sh_server_t *s) {
+  sh_conn_t *last = NULL;
+  for (sh_conn_t *c = s->conns; c; c = c->next)
+    if (!c->closing && c->timer_kind == T_IDLE) last = c;
+  if (last) conn_close(last);
+  return last != NULL;
+}
+
+/* Open connections not being closed. */
+static unsigned live_conns(const sh_server_t *s) {
+  unsigned n = 0;
+  for (const sh_conn_t *c = s->conns; c; c = c->next) n += !c->closing;
+  return n;
+}
+
 static void on_connection(uv_stream_t *listener, int status) {
   sh_server_t *s = listener->data;
   sh_conn_t *c;
   if (status < 0 || s->closing) return;
-  if (s->n_conns >= s->opt.max_conns || !(c = calloc(1, sizeof *c))) {
+  const int full = s->n_conns >= s->opt.max_conns && live_conns(s) >= s->opt.max_conns;
+  if ((full && !drop_idle(s)) || !(c = calloc(1, sizeof *c))) {
     reject(listener);
     return;
   }

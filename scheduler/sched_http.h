@@ -13,8 +13,9 @@
  *   one at a time. A request body (Content-Length) is read and discarded up to body_max bytes,
  *   larger ones get 413; Transfer-Encoding (chunked) gets 501. A connection idle for
  *   idle_timeout_ms is closed; a request head not complete head_timeout_ms after its first
- *   byte gets 408. Beyond max_conns connections, new ones are closed at once. Every response
- *   carries Content-Length, Content-Type and Connection; after a refusal (4xx/5xx from the
+ *   byte gets 408. At max_conns connections, a new one closes the one idle the longest
+ *   (waiting for a request, nothing of it received), or is closed at once when none is idle. Every
+ * response carries Content-Length, Content-Type and Connection; after a refusal (4xx/5xx from the
  *   parser or a timeout) the server answers, shuts its side down and closes the connection
  *   once the peer does (or after head_timeout_ms).
  *
