@@ -91,8 +91,7 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
   sched_tenant_t st = {0};
   char key[SCHED_KEY_STRLEN + 1] = "";
   int created = 0, rc = q->tenant ? 0 : qe_errf(QE_EINVAL, "tenant: missing");
-  if (!rc && strlen(q->tenant->id) > SCHED_TENANT_ID_MAX)
-    rc = qe_errf(QE_EINVAL, "tenant.id: longer than %d bytes", SCHED_TENANT_ID_MAX);
+  if (!rc) rc = sched_tenants_check_id(q->tenant->id, "tenant.id");
   if (!rc) {
     snprintf(st.id, sizeof st.id, "%s", q->tenant->id);
     st.kv_quota_bytes = (int64_t)q->tenant->kv_quota_bytes;
@@ -121,7 +120,8 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
 static void get_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
   UNPACK(Qevict__V1__GetTenantRequest, qevict__v1__get_tenant_request);
   sched_tenant_t st;
-  int rc = sched_tenants_get(s->tenants, q->id, &st);
+  int rc = sched_tenants_check_id(q->id, "id");
+  if (!rc) rc = sched_tenants_get(s->tenants, q->id, &st);
   qevict__v1__get_tenant_request__free_unpacked(q, NULL);
   if (rc) return fail(call, rc);
   tenant_msg_t m;
@@ -151,10 +151,9 @@ static void list_tenants(sched_t *s, sgrpc_call_t *call) {
 static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
   UNPACK(Qevict__V1__DeleteTenantRequest, qevict__v1__delete_tenant_request);
   char id[SCHED_TENANT_ID_MAX + 1];
-  if (strlen(q->id) > SCHED_TENANT_ID_MAX) { /* (as GetTenant: not cut to another tenant's id) */
+  if (sched_tenants_check_id(q->id, "id")) { /* (not cut to another tenant's id) */
     qevict__v1__delete_tenant_request__free_unpacked(q, NULL);
-    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "id: longer than %d bytes",
-                           SCHED_TENANT_ID_MAX);
+    return fail(call, QE_EINVAL);
   }
   snprintf(id, sizeof id, "%s", q->id);
   int force = q->force;
@@ -176,8 +175,10 @@ static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, si
   sched_rpc_reply(call, &r.base);
 }
 
+/* Whether r passes q's filters: a tenant's requests are those of the tenant now under that id
+ * (a deleted tenant's, still kept, are not a recreated one's). */
 static int wanted(const sreq_t *r, const Qevict__V1__ListRequestsRequest *q) {
-  if (*q->tenant && strcmp(q->tenant, r->tenant)) return 0;
+  if (*q->tenant && (r->orphan || strcmp(q->tenant, r->tenant))) return 0;
   if (!q->n_states) return 1;
   for (size_t i = 0; i < q->n_states; i++)
     if ((int)q->states[i] == r->state) return 1;
@@ -196,6 +197,10 @@ static long bad_state(const Qevict__V1__ListRequestsRequest *q) {
 
 static void list_requests(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
   UNPACK(Qevict__V1__ListRequestsRequest, qevict__v1__list_requests_request);
+  if (*q->tenant && sched_tenants_check_id(q->tenant, "tenant")) {
+    qevict__v1__list_requests_request__free_unpacked(q, NULL);
+    return fail(call, QE_EINVAL);
+  }
   const long bad = bad_state(q);
   if (bad >= 0) {
     const int v = (int)q->states[bad];

@@ -144,16 +144,18 @@ static int policy_char(int c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (c && strchr("_+.:=,-", c));
 }
 
-static int check_id(const char *id) {
-  if (!id) return qe_errf(QE_EINVAL, "tenant id: missing");
+int sched_tenants_check_id(const char *id, const char *field) {
+  if (!id) return qe_errf(QE_EINVAL, "%s: missing", field);
   size_t n = strnlen(id, SCHED_TENANT_ID_MAX + 1);
   if (n == 0 || n > SCHED_TENANT_ID_MAX)
-    return qe_errf(QE_EINVAL, "tenant id: must be 1 to %d characters", SCHED_TENANT_ID_MAX);
+    return qe_errf(QE_EINVAL, "%s: must be 1 to %d characters", field, SCHED_TENANT_ID_MAX);
   for (size_t i = 0; i < n; i++)
     if (!id_char((unsigned char)id[i]))
-      return qe_errf(QE_EINVAL, "tenant id: character %zu is not one of [A-Za-z0-9_.-]", i + 1);
+      return qe_errf(QE_EINVAL, "%s: character %zu is not one of [A-Za-z0-9_.-]", field, i + 1);
   return 0;
 }
+
+static int check_id(const char *id) { return sched_tenants_check_id(id, "tenant id"); }
 
 static int check_policy(const char *p, size_t cap) {
   size_t n = strnlen(p, cap);

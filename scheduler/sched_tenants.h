@@ -48,6 +48,9 @@ void sched_tenants_close(sched_tenants_t *ts);
  * issued. *created (optional) says whether the tenant was new. */
 int sched_tenants_set(sched_tenants_t *ts, const sched_tenant_t *t, unsigned flags,
                       char key_out[SCHED_KEY_STRLEN + 1], int *created);
+/* 0 when id is a tenant id (1 to SCHED_TENANT_ID_MAX of [A-Za-z0-9_.-]), else QE_EINVAL worded
+ * for the request field that holds it (e.g. "tenant.id"). */
+int sched_tenants_check_id(const char *id, const char *field);
 /* Copies the tenant id into *out; QE_ENOTFOUND if there is none. */
 int sched_tenants_get(sched_tenants_t *ts, const char *id, sched_tenant_t *out);
 /* All tenants, ordered by id, in a malloc'd array the caller frees (NULL when *n is 0). */

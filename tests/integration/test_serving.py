@@ -262,7 +262,19 @@ def test_hardening(srv, admin, cl):
         ("ListRequests of state 99", lambda: admin.adm.ListRequests(
             pb.ListRequestsRequest(states=[99]), metadata=admin.md, timeout=10), "states[0]: 99"),
         ("DeleteTenant of a 300-byte id", lambda: admin.adm.DeleteTenant(
-            pb.DeleteTenantRequest(id="t" * 300), metadata=admin.md, timeout=10), "id: longer"),
+            pb.DeleteTenantRequest(id="t" * 300), metadata=admin.md, timeout=10),
+         "id: must be 1 to 64 characters"),
+        # each tenant id is refused in its own field's words (they had read 'tenant id:',
+        # 'tenant.id: longer ...', 'id: longer ...'; a bad filter listed nothing)
+        ("GetTenant of 'a/b'", lambda: admin.adm.GetTenant(
+            pb.GetTenantRequest(id="a/b"), metadata=admin.md, timeout=10),
+         "id: character 2 is not one of"),
+        ("SetTenant of a 65-byte id", lambda: admin.adm.SetTenant(pb.SetTenantRequest(
+            tenant=pb.Tenant(id="t" * 65, kv_quota_bytes=1)), metadata=admin.md, timeout=10),
+         "tenant.id: must be 1 to 64 characters"),
+        ("ListRequests of tenant 'a/b'", lambda: admin.adm.ListRequests(
+            pb.ListRequestsRequest(tenant="a/b"), metadata=admin.md, timeout=10),
+         "tenant: character 2 is not one of"),
         ("GetRequest of an empty id", lambda: cl.gen.GetRequest(
             pb.GetRequestRequest(request_id=""), metadata=cl.md, timeout=10),
          "request_id: empty"),
@@ -337,6 +349,10 @@ def test_hardening(srv, admin, cl):
                            timeout=30)
     C.ok(not again.attached and again.request_id != job.request_id,
          "a recreated tenant's client_request_id starts a new request (attached %s)" % again.attached)
+    listed = [r.request_id for r in admin.adm.ListRequests(
+        pb.ListRequestsRequest(tenant="team.gone"), metadata=admin.md, timeout=10).requests]
+    C.ok(listed == [again.request_id], "ListRequests of a recreated tenant lists its own requests "
+         "only (%s; the old one's was %s)" % (listed, job.request_id))
     # a tenant's default fraction keeps its digits (%.6f once stored 1e-7 as 0: a full budget)
     r = pb.SetTenantRequest()
     r.tenant.id, r.tenant.kv_quota_bytes = "tiny.default", 1 << 30
