@@ -221,6 +221,8 @@ static int reg_insert(sm_reg_t *r, sm_fam_t *f) {
   return 0;
 }
 
+static int series_get(sm_fam_t *f, const char *const *values, sm_series_t **out);
+
 int sm_family(sm_reg_t *r, const char *name, const char *help, int type, const char *const *labels,
               int n_labels, const double *buckets, int n_buckets, sm_fam_t **out) {
   sm_fam_t *f;
@@ -238,7 +240,9 @@ int sm_family(sm_reg_t *r, const char *name, const char *help, int type, const c
     return rc;
   }
   if (out) *out = f;
-  return 0;
+  sm_series_t *s; /* an unlabeled counter or histogram is there at 0 from the start, so that
+                     rate() and increase() see its first increment (a gauge is set when read) */
+  return n_labels || type == SM_GAUGE ? 0 : series_get(f, NULL, &s);
 }
 
 int sm_create(sm_reg_t **out) {

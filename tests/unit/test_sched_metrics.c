@@ -44,6 +44,7 @@ static void test_basic(void) {
                      2, NULL, 0, &req));
   CHECK_OK(sm_family(r, "qevict_running", "", SM_GAUGE, NULL, 0, NULL, 0, &run));
   CHECK_OK(sm_family(r, "qevict_aaa_empty", "never used", SM_GAUGE, NULL, 0, NULL, 0, &empty));
+  CHECK_OK(sm_family(r, "qevict_tokens_total", "", SM_COUNTER, NULL, 0, NULL, 0, NULL));
   CHECK_OK(sm_add(req, V("b", "x"), 1));
   CHECK_OK(sm_add(req, V("a", "y"), 2));
   CHECK_OK(sm_add(req, V("a", "x"), 0.5));
@@ -59,7 +60,9 @@ static void test_basic(void) {
                    "qevict_requests_total{tenant=\"ab\",kind=\"\"} 1\n"
                    "qevict_requests_total{tenant=\"b\",kind=\"x\"} 3\n"
                    "# TYPE qevict_running gauge\n"
-                   "qevict_running 5\n"));
+                   "qevict_running 5\n"
+                   "# TYPE qevict_tokens_total counter\n" /* unlabeled, never added to: 0 */
+                   "qevict_tokens_total 0\n"));
   sm_destroy(r);
   sm_destroy(NULL);
 }
