@@ -562,6 +562,7 @@ int cli_serve(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL); /* (a closed terminal stops the children too) */
+  signal(SIGPIPE, SIG_IGN);     /* output into a pipe whose reader went away: EPIPE, not death */
   ch[0].argv = sched_argv(&o, state, wsock);
   for (int g = 0, k = 1; g < o.workers; g++)
     for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);

@@ -661,6 +661,15 @@ def test_kill_worker(srv, cl):
     srv.wait_groups(2, 120)
 
 
+def test_sigpipe(srv):
+    """qevict serve ignores SIGPIPE: logging into a pipe whose reader went away (| head, a log
+    shipper restarting) had killed it and with it the whole system."""
+    os.kill(srv.proc.pid, signal.SIGPIPE)
+    time.sleep(0.5)
+    C.ok(srv.proc.poll() is None and srv.metric("qevict_workers", state="up") == 2,
+         "qevict serve survives a SIGPIPE (exit %s)" % srv.proc.poll())
+
+
 def test_metrics(srv):
     text = srv.metrics_text()
     path = os.path.join(TMP, "metrics.txt")
@@ -945,6 +954,7 @@ def main():
     test_cancel(srv, admin, bigc, "big")
     test_submit_watch(srv, cl, keys["acme"])
     test_kill_worker(srv, bigc)
+    test_sigpipe(srv)
     test_metrics(srv)
     test_drain(srv, bigc)
     test_mixed_weights(srv)
