@@ -328,10 +328,23 @@ static int worker_tls(sched_t *s) {
   return rc;
 }
 
+/* Whether addr (a --worker-listen address) is reachable from this host only: a Unix socket,
+ * or loopback. */
+static int local_only(const char *addr) {
+  return !strncmp(addr, "unix:", 5) || !strncmp(addr, "127.", 4) || !strncmp(addr, "[::1]", 5) ||
+         !strncmp(addr, "localhost:", 10);
+}
+
 int sched_groups_listen(sched_t *s) {
   int rc = model_fingerprint(s->cfg.model, g_fingerprint);
   if (rc) return rc;
   if (s->cfg.worker_tls_cert && (rc = worker_tls(s))) return rc;
+  if (!s->cfg.worker_tls_cert && !local_only(s->cfg.worker_listen))
+    qe_log(QE_LOG_WARN,
+           "sched: the worker link on %s is plaintext and unauthenticated: any host that reaches "
+           "it with the model's file can register as a worker and receive the tenants' prompts "
+           "(--worker-tls-cert, --worker-tls-key and --worker-tls-ca make it mutual TLS)",
+           s->cfg.worker_listen);
   tr_options_t opt = {0};
   opt.tls = s->worker_tls;
   opt.timeout_ms = s->cfg.worker_timeout_ms;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_deploy: the systemd units of deploy/systemd pass `systemd-analyze verify` (their
 # ExecStart pointed at the binaries of this build), and the daemons answer --help under their
-# installed names. usage: test_deploy.sh QEVICT_SCHED QEVICTD   (exit 77 = skipped)
+# installed names; the workers' TP socket lies in the runtime directory their units share. usage: test_deploy.sh QEVICT_SCHED QEVICTD   (exit 77 = skipped)
 set -uo pipefail
 SCHED=$(readlink -f "$1")
 WRK=$(readlink -f "$2")
@@ -21,6 +21,14 @@ else
   echo "FAIL systemd-analyze verify: $out"; fail=1
 fi
 [[ -z "$out" ]] || { echo "FAIL: verify printed warnings"; fail=1; }
+# a group's ranks meet on a socket in the runtime directory the worker units share (the qevict
+# user can make it there; directly in /run, root's, it could not: a TP group crash-looped)
+U="$ROOT/deploy/systemd/qevictd@.service"
+rt=$(sed -n 's/^RuntimeDirectory=//p' "$U")
+tp=$(grep -o -- '--tp-addr [^ ]*' "$U" | cut -d' ' -f2)
+[[ -n $rt && $rt != *%* && $tp == "/run/$rt/"* ]] && grep -q '^RuntimeDirectoryPreserve=yes' "$U" &&
+  echo "ok the TP socket $tp is in the shared runtime directory /run/$rt" ||
+  { echo "FAIL: the TP socket '$tp' is not in a shared runtime directory ('$rt')"; fail=1; }
 "$SCHED" --help | grep -q "qevict sched" || { echo "FAIL: qevict-sched --help"; fail=1; }
 "$WRK" --help | grep -q "qevict worker" || { echo "FAIL: qevictd --help"; fail=1; }
 "$WRK" --model /nonexistent 2>"$TMP/err"; rc=$?
