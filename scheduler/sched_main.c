@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,13 +66,29 @@ static int admin_key(sched_t *s) {
   return rc;
 }
 
+/* An exclusive lock on the state directory (its file "lock", held open for the process's
+ * life): a second scheduler on the same directory would serve the same tenants with admission
+ * of its own, each tenant's quota once per scheduler. */
+static int lock_state(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/lock", dir);
+  const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return qe_errf(QE_EIO, "%s: cannot open (%s)", path, strerror(errno));
+  if (!flock(fd, LOCK_EX | LOCK_NB)) return 0; /* (fd stays open: the lock with it) */
+  const int busy = errno == EWOULDBLOCK;
+  close(fd);
+  return busy ? qe_errf(QE_EIO, "--state-dir %s is in use by another scheduler", dir)
+              : qe_errf(QE_EIO, "%s: cannot lock (%s)", path, strerror(errno));
+}
+
 static int open_state(sched_t *s) {
   if (!s->cfg.state_dir || !*s->cfg.state_dir) return qe_errf(QE_EINVAL, "--state-dir is required");
   if (mkdir(s->cfg.state_dir, 0700) && errno != EEXIST)
     return qe_errf(QE_EIO, "%s: cannot create (%s)", s->cfg.state_dir, strerror(errno));
   char path[4096];
   snprintf(path, sizeof path, "%s/tenants.db", s->cfg.state_dir);
-  int rc = sched_tenants_open(path, &s->tenants);
+  int rc = lock_state(s->cfg.state_dir);
+  if (!rc) rc = sched_tenants_open(path, &s->tenants);
   if (!rc) rc = admin_key(s);
   return rc;
 }

@@ -670,6 +670,18 @@ def test_sigpipe(srv):
          "qevict serve survives a SIGPIPE (exit %s)" % srv.proc.poll())
 
 
+def test_state_lock(srv):
+    """A second scheduler on a state directory in use is refused (it had served the same
+    tenants with admission of its own: each tenant's quota once per scheduler)."""
+    out = subprocess.run([QEVICT, "sched", "--model", STORIES, "--state-dir", srv.state_dir,
+                          "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                          "--worker-listen", "unix:" + os.path.join(TMP, "w2.sock")],
+                         capture_output=True, text=True, timeout=60)
+    C.ok(out.returncode == 1 and "is in use by another scheduler" in out.stderr,
+         "a second scheduler on the state directory: exit %d '%s'"
+         % (out.returncode, out.stderr.strip()[-120:]))
+
+
 def test_metrics(srv):
     text = srv.metrics_text()
     path = os.path.join(TMP, "metrics.txt")
@@ -955,6 +967,7 @@ def main():
     test_submit_watch(srv, cl, keys["acme"])
     test_kill_worker(srv, bigc)
     test_sigpipe(srv)
+    test_state_lock(srv)
     test_metrics(srv)
     test_drain(srv, bigc)
     test_mixed_weights(srv)
