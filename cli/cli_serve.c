@@ -548,6 +548,7 @@ int cli_serve(int argc, char **argv) {
   serve_opts_t o;
   int rc = parse_all("serve", serve_help, argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
+  if (o.s.ready_file) unlink(o.s.ready_file); /* (an earlier run's, until this one is ready) */
   char state[4096], wsock[4200];
   int temp;
   if (make_state(&o, state, sizeof state, &temp)) return 1;

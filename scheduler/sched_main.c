@@ -143,19 +143,34 @@ static void on_signal(uv_signal_t *h, int sig) {
   stop_all(h->data);
 }
 
+/* --ready-file before the start: a stale one (an earlier run's) removed, and the path tried
+ * for writing, so that one that cannot be written fails now instead of never appearing. */
+static int ready_preflight(const char *path) {
+  if (!path) return 0;
+  if (unlink(path) && errno != ENOENT)
+    return qe_errf(QE_EIO, "--ready-file %s: cannot remove the old one (%s)", path,
+                   strerror(errno));
+  FILE *f = fopen(path, "w");
+  if (!f) return qe_errf(QE_EIO, "--ready-file %s: cannot write (%s)", path, strerror(errno));
+  fclose(f);
+  unlink(path);
+  return 0;
+}
+
 static void on_tick(uv_timer_t *t) {
   sched_t *s = t->data;
   if (s->ready_written || !s->cfg.ready_file || !sched_groups_up(s)) return;
   FILE *f = fopen(s->cfg.ready_file, "w");
-  if (f) {
-    fprintf(f, "ready\n");
-    fclose(f);
-  }
+  const int bad = !f || fprintf(f, "ready\n") < 0;
+  if ((f && fclose(f)) || bad)
+    qe_log(QE_LOG_ERROR, "sched: --ready-file %s: cannot write (%s)", s->cfg.ready_file,
+           strerror(errno));
   s->ready_written = 1;
 }
 
 static int start(sched_t *s) {
-  int rc = open_state(s);
+  int rc = ready_preflight(s->cfg.ready_file);
+  if (!rc) rc = open_state(s);
   if (!rc) rc = load_tenants(s);
   if (!rc) rc = load_model(s);
   if (!rc) rc = sched_export_start(s);
@@ -178,7 +193,8 @@ static int start(sched_t *s) {
 }
 
 static void cleanup(sched_t *s) {
-  qe_tls_ctx_destroy(s->worker_tls); /* (its connections are gone with the loop) */
+  if (s->ready_written) unlink(s->cfg.ready_file); /* (not ready once stopped) */
+  qe_tls_ctx_destroy(s->worker_tls);               /* (its connections are gone with the loop) */
   sched_admit_destroy(s->admit);
   sched_tenants_close(s->tenants);
   tok_destroy(s->tok);

@@ -680,6 +680,12 @@ def test_state_lock(srv):
     C.ok(out.returncode == 1 and "is in use by another scheduler" in out.stderr,
          "a second scheduler on the state directory: exit %d '%s'"
          % (out.returncode, out.stderr.strip()[-120:]))
+    # a --ready-file that cannot be written fails the start (it had never appeared, silently)
+    out = subprocess.run([QEVICT, "serve", "--model", STORIES, "--listen", "127.0.0.1:0",
+                          "--metrics-listen", "127.0.0.1:0", "--ready-file", "/nonexistent/r"],
+                         capture_output=True, text=True, timeout=60)
+    C.ok(out.returncode == 1 and "--ready-file /nonexistent/r: cannot write" in out.stderr,
+         "an unwritable --ready-file: exit %d" % out.returncode)
 
 
 def test_metrics(srv):
@@ -973,6 +979,8 @@ def main():
     test_mixed_weights(srv)
     test_restart(srv, keys["beta"], "beta")
     srv.stop()
+    C.ok(not os.path.exists(srv.state_dir + ".ready"),
+         "the ready file is gone once the server stopped (it had stayed, saying ready)")
     test_tp()
     test_many_policies()
     rc = C.done()
