@@ -803,12 +803,17 @@ def test_mixed_weights(srv):
         time.sleep(0.2)
         with open(log, errors="replace") as f:
             text = f.read()
+    time.sleep(4.5)  # refused again after 1 s, then 2 s, then 4 s (it had retried every second)
+    with open(log, errors="replace") as f:
+        text = f.read()
     p.kill()
     p.wait()
     lines = [ln for ln in text.splitlines() if "run on cpu" in ln]
     C.ok(bool(lines) and "cpu-packed" in lines[0],
          "a packed-weights worker is refused beside fp32 ones: %s" % (lines[0][-120:] if lines
                                                                      else text[-300:]))
+    C.ok(2 <= len(lines) <= 3 and "reconnecting in 2 s" in text,
+         "a refused worker retries less and less often (%d refusals in 4.5 s)" % len(lines))
     n = sum(srv.metric("qevict_workers", state=st) or 0 for st in ("up", "draining", "down"))
     C.ok(n == 2, "the scheduler still has its 2 groups, not the refused one (%s)" % n)
 
