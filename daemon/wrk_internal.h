@@ -64,7 +64,7 @@ typedef struct wrk {
   uv_async_t wake;
   uv_timer_t retry;
   unsigned retry_ms; /* the next reconnection's delay: 1 s, doubled after each refusal to 60 s */
-  uv_signal_t sig_int, sig_term;
+  uv_signal_t sig_int, sig_term, sig_hup;
   tr_conn_t *conn;
   struct qe_tls_ctx *tls; /* the scheduler link's TLS context (NULL: plaintext) */
   int stopping;

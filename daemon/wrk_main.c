@@ -43,6 +43,7 @@ static void stop(wrk_t *w) {
   uv_close((uv_handle_t *)&w->retry, NULL);
   uv_close((uv_handle_t *)&w->sig_int, NULL);
   uv_close((uv_handle_t *)&w->sig_term, NULL);
+  uv_close((uv_handle_t *)&w->sig_hup, NULL);
 }
 
 /* ---- scheduler -> engine ---- */
@@ -265,9 +266,11 @@ static int loop_init(wrk_t *w, uv_loop_t *loop) {
   uv_timer_init(loop, &w->retry);
   uv_signal_init(loop, &w->sig_int);
   uv_signal_init(loop, &w->sig_term);
-  w->wake.data = w->retry.data = w->sig_int.data = w->sig_term.data = w;
+  uv_signal_init(loop, &w->sig_hup);
+  w->wake.data = w->retry.data = w->sig_int.data = w->sig_term.data = w->sig_hup.data = w;
   uv_signal_start(&w->sig_int, on_signal, SIGINT);
   uv_signal_start(&w->sig_term, on_signal, SIGTERM);
+  uv_signal_start(&w->sig_hup, on_signal, SIGHUP); /* (no reload: an orderly stop) */
   return 0;
 }
 

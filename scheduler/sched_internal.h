@@ -121,7 +121,7 @@ struct sgroup {
 struct sched {
   sched_config_t cfg;
   uv_loop_t *loop;
-  uv_signal_t sig_int, sig_term;
+  uv_signal_t sig_int, sig_term, sig_hup;
   uv_timer_t tick;
   sched_tenants_t *tenants;
   sched_admit_t *admit;

@@ -135,6 +135,7 @@ static void stop_all(sched_t *s) {
   sched_groups_destroy(s);
   uv_close((uv_handle_t *)&s->sig_int, NULL);
   uv_close((uv_handle_t *)&s->sig_term, NULL);
+  uv_close((uv_handle_t *)&s->sig_hup, NULL);
   uv_close((uv_handle_t *)&s->tick, NULL);
 }
 
@@ -179,10 +180,12 @@ static int start(sched_t *s) {
   if (rc) return rc;
   uv_signal_init(s->loop, &s->sig_int);
   uv_signal_init(s->loop, &s->sig_term);
+  uv_signal_init(s->loop, &s->sig_hup);
   uv_timer_init(s->loop, &s->tick);
-  s->sig_int.data = s->sig_term.data = s->tick.data = s;
+  s->sig_int.data = s->sig_term.data = s->sig_hup.data = s->tick.data = s;
   uv_signal_start(&s->sig_int, on_signal, SIGINT);
   uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+  uv_signal_start(&s->sig_hup, on_signal, SIGHUP); /* (no reload: an orderly stop) */
   uv_timer_start(&s->tick, on_tick, 100, 100);
   qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d)%s, workers on %s%s, metrics on %s%s",
          s->cfg.listen, sgrpc_server_port(s->grpc), s->cfg.tls_cert ? " over TLS" : "",
