@@ -40,7 +40,7 @@ static const char *sched_help =
     "  --worker-listen ADDR        where workers connect (default 127.0.0.1:50052; unix:PATH)\n"
     "  --admin-key-file FILE       admin key (read, or created with a new key; default\n"
     "                              STATE_DIR/admin.key)\n"
-    "  --max-message BYTES         gRPC message limit (default 64M)\n"
+    "  --max-message BYTES         gRPC message limit, at least 4K (default 64M)\n"
     "  --keep-finished SECONDS     finished requests stay watchable (default 600)\n"
     "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
     "  --ready-file FILE           written once a worker group is up\n" TLS_HELP
@@ -223,6 +223,8 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
   if (!strcmp(f, "--tp-addr")) return o->w.tp_addr = v, 0;
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
     if (parse_bytes(v, &b)) return cli_usage_error(cmd, "bad byte size for %s: '%s'", f, v);
+    if (f[2] == 'm' && b < 4096) /* (1 had refused every call, SetTenant's 11 bytes too) */
+      return cli_usage_error(cmd, "--max-message: %s is below 4K, too small for any call", v);
     *(f[2] == 'm' ? &o->s.max_message : &o->w.pool_bytes) = b;
     return 0;
   }

@@ -362,6 +362,16 @@ static int migrate_in_tx(sched_tenants_t *ts) {
   if (version > SCHEMA_VERSION || version < 0)
     return qe_errf(QE_EUNSUPPORTED, "tenant store: schema version %lld, this build knows %d",
                    (long long)version, SCHEMA_VERSION);
+  int64_t tables = 0; /* a store without its version but with its tables was damaged */
+  if (!version &&
+      !(rc = read_int(ts,
+                      "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                      "AND name = 'tenants'",
+                      &tables)) &&
+      tables)
+    return qe_errf(QE_EFORMAT,
+                   "tenant store: it holds a tenants table but no schema version: damaged "
+                   "(restore tenants.db from a backup, or move it away to start empty)");
   for (int64_t v = version; v < SCHEMA_VERSION && !rc; v++) rc = exec(ts, migrations[v]);
   if (!rc && version != SCHEMA_VERSION) rc = write_version(ts);
   return rc;

@@ -219,6 +219,7 @@ grep -q "warning: 5000 new tokens (-n) stop at the model's context of 2048 token
 # serve, sched and worker take only their own options
 expect_error "serve --rank" "$QEVICT" serve --model "$STORIES" --rank 7
 expect_error "serve --worker-timeout" "$QEVICT" serve --model "$STORIES" --worker-timeout 100
+expect_error "serve --max-message below 4K" "$QEVICT" serve --model "$STORIES" --max-message 1
 expect_error "worker --workers" "$QEVICT" worker --model "$STORIES" --workers 9
 expect_error "sched --cpu" "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st" --cpu
 expect_error "serve --bogus at the end" "$QEVICT" serve --model "$STORIES" --bogus

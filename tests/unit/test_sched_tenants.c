@@ -303,6 +303,11 @@ static void test_foreign_files(void) {
   sqlite3_finalize(s);
   sqlite3_close(db);
   CHECK(fails_with(sched_tenants_open(newer, &ts), QE_EUNSUPPORTED, "schema version"));
+  /* its tables without its version: damaged, said so (it had failed re-creating the tables) */
+  CHECK(sqlite3_open(newer, &db) == SQLITE_OK);
+  CHECK(sqlite3_exec(db, "DELETE FROM schema_version", 0, 0, 0) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK(fails_with(sched_tenants_open(newer, &ts), QE_EFORMAT, "no schema version: damaged"));
 }
 
 static void test_two_handles(void) {
