@@ -232,10 +232,12 @@ print(s.getsockname()[1])"; }
 TMPDIR="$QT" "$QEVICT" serve --model "$STORIES" --listen "127.0.0.1:$(free_port)" \
   --metrics-listen "127.0.0.1:$(free_port)" --ready-file "$TMP/ready" 2>"$TMP/serve.err" &
 spid=$!
-for _ in $(seq 600); do [[ -f "$TMP/ready" ]] && break; sleep 0.1; done
+ready=0
+for _ in $(seq 600); do [[ -f "$TMP/ready" ]] && ready=1 && break; sleep 0.1; done
 kill -TERM "$spid"
 wait "$spid" || bad "serve under a quoted TMPDIR: exit $?: $(tail -2 "$TMP/serve.err")"
-[[ -f "$TMP/ready" ]] || bad "serve under a quoted TMPDIR never got ready"
+((ready)) || bad "serve under a quoted TMPDIR never got ready"
+[[ ! -e "$TMP/ready" ]] || bad "serve left its ready file once stopped"
 [[ ! -e "$TMP/injected" ]] || bad "serve ran TMPDIR as shell code"
 [[ -z "$(ls -A "$QT")" ]] || bad "serve left its state directory: $(ls -A "$QT")"
 # serve killed outright (SIGKILL) takes its scheduler and worker along (their parent-death
