@@ -119,14 +119,15 @@ static void on_close(tr_conn_t *conn, int reason, const char *detail) {
   if (w->stopping) return;
   /* a refusal (another model, another kind of weights, a group clash) is retried less and less
      often, up to once a minute (once a second it had filled both logs) */
-  const unsigned ms = w->retry_ms < 1000 ? 1000 : w->retry_ms;
-  w->retry_ms = reason == TR_CLOSE_REFUSED ? (ms * 2 > 60000 ? 60000 : ms * 2) : 1000;
+  const int refused = reason == TR_CLOSE_REFUSED;
+  const unsigned ms = refused && w->retry_ms > 1000 ? w->retry_ms : 1000;
+  w->retry_ms = refused ? (ms * 2 > 60000 ? 60000 : ms * 2) : 1000;
   qe_log(QE_LOG_WARN, "wrk: scheduler connection: %s (%s); reconnecting in %u s",
-         tr_close_reason_str(reason), detail, (reason == TR_CLOSE_REFUSED ? ms : 1000) / 1000);
+         tr_close_reason_str(reason), detail, ms / 1000);
   /* nobody waits for the requests any more (rank 0 runs them; followers take no commands) */
   wcmd_t *c = w->cfg.rank == 0 ? calloc(1, sizeof *c) : NULL;
   if (c) c->kind = WCMD_CANCEL_ALL, wrk_push_cmd(w, c);
-  uv_timer_start(&w->retry, on_retry, reason == TR_CLOSE_REFUSED ? ms : 1000, 0);
+  uv_timer_start(&w->retry, on_retry, ms, 0);
 }
 
 static void connect_scheduler(wrk_t *w) {

@@ -56,6 +56,9 @@ uint64_t model_kv_share(const model_hparams_t *hp, const model_shard_t *sh, uint
 /* The whole-request budget whose share (model_kv_share) gives a rank at least rank_bytes:
  * the inverse, rounded up. */
 uint64_t model_kv_whole(const model_hparams_t *hp, const model_shard_t *sh, uint64_t rank_bytes);
+/* A whole-request budget whose share (model_kv_share) never passes rank_bytes: rank_bytes
+ * times the KV heads over the rank's, rounded down (a TP group's bound by one rank's pool). */
+uint64_t model_kv_within(const model_hparams_t *hp, const model_shard_t *sh, uint64_t rank_bytes);
 
 /* Loads path: validates metadata, dequantizes this rank's weights into the backend, builds
  * the tokenizer. *out owned by caller: model_destroy(). Errors carry a qe_errf detail. */

@@ -178,6 +178,11 @@ uint64_t model_kv_whole(const model_hparams_t *hp, const model_shard_t *sh, uint
   return rank_bytes / k * n + (rank_bytes % k * n + k - 1) / k;
 }
 
+uint64_t model_kv_within(const model_hparams_t *hp, const model_shard_t *sh, uint64_t rank_bytes) {
+  const uint64_t n = (uint64_t)hp->n_head_kv, k = (uint64_t)sh->n_kv;
+  return rank_bytes / k * n + rank_bytes % k * n / k;
+}
+
 /* A slice request: rows [r0, r0+nr), columns [c0, c0+nc) of a [ne1][ne0] tensor. */
 typedef struct {
   int64_t ne0, ne1;

@@ -110,12 +110,11 @@ static int on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {
 static int64_t group_pool(const sched_t *s, const sgroup_t *g) {
   uint64_t pool = UINT64_MAX, sum = 0;
   for (int k = 0; k < g->tp_size; k++) {
-    const uint64_t p = tr_conn_hello(g->rank[k].conn)->pool_bytes, n = (uint64_t)s->hp.n_head_kv;
+    const uint64_t p = tr_conn_hello(g->rank[k].conn)->pool_bytes;
     model_shard_t sh;
     sum += p;
     if (model_shard_of(&s->hp, k, g->tp_size, &sh)) return (int64_t)sum; /* (not this model's) */
-    const uint64_t whole =
-        p / (uint64_t)sh.n_kv * n + p % (uint64_t)sh.n_kv * n / (uint64_t)sh.n_kv;
+    const uint64_t whole = model_kv_within(&s->hp, &sh, p);
     pool = whole < pool ? whole : pool;
   }
   return (int64_t)(pool < sum ? pool : sum);

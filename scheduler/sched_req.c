@@ -74,6 +74,8 @@ static sreq_t *find_client_id(sched_t *s, const char *tenant, const char *cid) {
 
 /* ---- the event log and its streams ---- */
 
+#define PAST_END "from_offset: the request has %llu events" /* (Watch past a request's end) */
+
 static void watcher_remove(sreq_t *r, swatch_t *w) {
   for (swatch_t **p = &r->watchers; *p; p = &(*p)->next_w)
     if (*p == w) {
@@ -96,9 +98,7 @@ static void watcher_pump(sreq_t *r, swatch_t *w) {
   watcher_remove(r, w);
   sgrpc_call_set_data(w->call, NULL);
   char why[96] = "";
-  if (w->next > r->n_ev)
-    snprintf(why, sizeof why, "from_offset: the request has %llu events",
-             (unsigned long long)r->n_ev);
+  if (w->next > r->n_ev) snprintf(why, sizeof why, PAST_END, (unsigned long long)r->n_ev);
   sgrpc_finish(w->call,
                w->next < r->n_ev ? GS(UNAVAILABLE)
                : *why            ? GS(OUT_OF_RANGE)
@@ -571,8 +571,7 @@ void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const u
   qevict__v1__watch_request__free_unpacked(w, NULL);
   if (!r) return;
   if (from > r->n_ev && r->state == SREQ_FINISHED)
-    return sched_rpc_error(call, GS(OUT_OF_RANGE), "from_offset: the request has %llu events",
-                           (unsigned long long)r->n_ev);
+    return sched_rpc_error(call, GS(OUT_OF_RANGE), PAST_END, (unsigned long long)r->n_ev);
   /* a live request has at most a Tokens event a token, its Started and Finished and a few
      more on resumption: an offset far past them would wait for the request to end in vain */
   const uint64_t most = r->n_ev + 2 * (uint64_t)r->max_tokens + 16;

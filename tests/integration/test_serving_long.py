@@ -23,6 +23,15 @@ C = serving.Checks()
 N_PROMPT = 32768
 
 
+def tenant_md(srv, ch, tid):
+    """Call metadata of a new tenant tid (1 GiB quota), created over channel ch."""
+    r = pb.SetTenantRequest()
+    r.tenant.id, r.tenant.kv_quota_bytes = tid, 1 << 30
+    amd = (("authorization", "Bearer " + srv.admin_key()),)
+    key = pbg.AdminStub(ch).SetTenant(r, metadata=amd, timeout=10).api_key
+    return (("authorization", "Bearer " + key),)
+
+
 def uneven_tp():
     """A TP group whose KV heads split unevenly (4 over --tp 3: 1, 1 and 2): each rank holds its
     share of a budget by heads, so the rank of two heads bounds the group at twice its pool,
@@ -34,12 +43,7 @@ def uneven_tp():
     srv = serving.Server(QEVICT, model, os.path.join(TMP, "state-tp3"), workers=1,
                          extra=["--tp", "3", "--pool-bytes", str(pool), "--max-seqs", "2"]).start()
     ch = grpc.insecure_channel(srv.addr)
-    r = pb.SetTenantRequest()
-    r.tenant.id, r.tenant.kv_quota_bytes = "tp3", 1 << 30
-    amd = (("authorization", "Bearer " + srv.admin_key()),)
-    md = (("authorization", "Bearer " + pbg.AdminStub(ch).SetTenant(r, metadata=amd,
-                                                                    timeout=10).api_key),)
-    gen = pbg.GenerationStub(ch)
+    md, gen = tenant_md(srv, ch, "tp3"), pbg.GenerationStub(ch)
 
     def run(budget):
         req = pb.GenerateRequest(max_tokens=1500, ignore_eos=True)
@@ -69,12 +73,7 @@ def main():
     srv = serving.Server(QEVICT, model, os.path.join(TMP, "state"), workers=1,
                          extra=["--pool-bytes", "1G", "--max-seqs", "4"]).start()
     opts = [("grpc.max_send_message_length", 64 << 20)]
-    admin_ch = grpc.insecure_channel(srv.addr, options=opts)
-    amd = (("authorization", "Bearer " + srv.admin_key()),)
-    r = pb.SetTenantRequest()
-    r.tenant.id, r.tenant.kv_quota_bytes = "long", 1 << 30
-    key = pbg.AdminStub(admin_ch).SetTenant(r, metadata=amd, timeout=10).api_key
-    md = (("authorization", "Bearer " + key),)
+    md = tenant_md(srv, grpc.insecure_channel(srv.addr, options=opts), "long")
     rng = random.Random(5)
     req = pb.GenerateRequest(max_tokens=4, ignore_eos=True)
     req.prompt.token_ids.ids.extend(rng.randrange(3, 267) for _ in range(N_PROMPT))

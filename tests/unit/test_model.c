@@ -322,6 +322,7 @@ static void check_kv_shares(void) {
           const uint64_t w = model_kv_whole(&hp, &sh, want);
           CHECK(model_kv_share(&hp, &sh, w) >= want);
           CHECK(w == 0 || model_kv_share(&hp, &sh, w - 1) < want);
+          CHECK(model_kv_share(&hp, &sh, model_kv_within(&hp, &sh, want)) <= want);
         }
         CHECK(sum <= bytes && (tp > 1 || sum == bytes));
       }
@@ -333,6 +334,7 @@ static void check_kv_shares(void) {
   CHECK(model_kv_share(&hp, &r0, 3000000) == 1000000 &&
         model_kv_share(&hp, &r1, 3000000) == 2000000);
   CHECK(model_kv_whole(&hp, &r0, 1000) == 3000 && model_kv_whole(&hp, &r1, 1000) == 1500);
+  CHECK(model_kv_within(&hp, &r0, 1000) == 3000 && model_kv_within(&hp, &r1, 1001) == 1501);
 }
 
 int main(void) {
