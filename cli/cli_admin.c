@@ -316,17 +316,36 @@ static int tenant_delete(int argc, char **argv) {
   return rc;
 }
 
+/* The index of `qevict tenant`'s verb: its first argument that is neither an option nor an
+ * option's value (options given before the verb are its options: they move after it). */
+static int tenant_verb_at(int argc, char **argv) {
+  static const char *const no_value[] = {"--json", "--tls", "--rotate-key", NULL};
+  int i = 1;
+  while (i < argc && argv[i][0] == '-' && argv[i][1] && strcmp(argv[i], "--")) {
+    const char *a = argv[i];
+    int flag_only = strncmp(a, "--", 2) == 0 && strchr(a, '=') != NULL;
+    for (int k = 0; no_value[k] && !flag_only; k++) flag_only = !strcmp(a, no_value[k]);
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return i;
+    i += flag_only ? 1 : 2;
+  }
+  return i;
+}
+
 int cli_tenant(int argc, char **argv) {
   static const struct {
     const char *verb;
     int (*fn)(int, char **);
   } verbs[] = {
       {"set", tenant_set}, {"get", tenant_get}, {"list", tenant_list}, {"delete", tenant_delete}};
-  if (argc < 2) return cli_usage_error("tenant", "missing verb: set, get, list or delete");
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return fputs(tenant_help, stdout), 0;
+  const int at = tenant_verb_at(argc, argv);
+  if (at >= argc) return cli_usage_error("tenant", "missing verb: set, get, list or delete");
+  if (!strcmp(argv[at], "--help") || !strcmp(argv[at], "-h")) return fputs(tenant_help, stdout), 0;
+  char *verb = argv[at]; /* rotated to argv[1], the options before it after it */
+  memmove(argv + 2, argv + 1, sizeof *argv * (size_t)(at - 1));
+  argv[1] = verb;
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-    if (!strcmp(argv[1], verbs[i].verb)) return verbs[i].fn(argc - 1, argv + 1);
-  return cli_usage_error("tenant", "unknown verb '%s' (set, get, list or delete)", argv[1]);
+    if (!strcmp(verb, verbs[i].verb)) return verbs[i].fn(argc - 1, argv + 1);
+  return cli_usage_error("tenant", "unknown verb '%s' (set, get, list or delete)", verb);
 }
 
 /* ---- requests ---- */

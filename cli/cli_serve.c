@@ -546,6 +546,14 @@ static int remove_entry(const char *path, const struct stat *st, int kind, struc
   return remove(path);
 }
 
+/* The banner's note for a listen address of port 0 (the system picks one when the scheduler
+ * binds, and the scheduler's start line names it). */
+static const char *any_port(const char *addr) {
+  const size_t n = addr ? strlen(addr) : 0;
+  return n >= 2 && !strcmp(addr + n - 2, ":0") ? " (a free port: the scheduler's line names it)"
+                                               : "";
+}
+
 int cli_serve(int argc, char **argv) {
   serve_opts_t o;
   int rc = parse_all("serve", serve_help, argc, argv, &o);
@@ -574,10 +582,11 @@ int cli_serve(int argc, char **argv) {
   snprintf(keyfile, sizeof keyfile, "%s", o.s.admin_key_file ? o.s.admin_key_file : "");
   if (!*keyfile) snprintf(keyfile, sizeof keyfile, "%s/admin.key", state);
   fprintf(stderr,
-          "qevict serve: gRPC on %s%s, metrics on http%s://%s/metrics, %d worker group(s) of %d "
-          "rank(s), state in %s%s, admin key in %s\n",
-          o.s.listen, o.s.tls_cert ? " (TLS)" : "", o.s.metrics_tls ? "s" : "", o.s.metrics_listen,
-          o.workers, o.w.tp, state, temp ? " (temporary)" : "", keyfile);
+          "qevict serve: gRPC on %s%s%s, metrics on http%s://%s/metrics%s, %d worker group(s) of "
+          "%d rank(s), state in %s%s, admin key in %s\n",
+          o.s.listen, any_port(o.s.listen), o.s.tls_cert ? " (TLS)" : "",
+          o.s.metrics_tls ? "s" : "", o.s.metrics_listen, any_port(o.s.metrics_listen), o.workers,
+          o.w.tp, state, temp ? " (temporary)" : "", keyfile);
   int failed = 0;
   supervise(ch, n, &failed);
   stop_children(ch, n);

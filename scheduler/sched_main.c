@@ -187,11 +187,14 @@ static int start(sched_t *s) {
   uv_signal_start(&s->sig_term, on_signal, SIGTERM);
   uv_signal_start(&s->sig_hup, on_signal, SIGHUP); /* (no reload: an orderly stop) */
   uv_timer_start(&s->tick, on_tick, 100, 100);
-  qe_log(QE_LOG_INFO, "sched: gRPC on %s (port %d)%s, workers on %s%s, metrics on %s%s",
-         s->cfg.listen, sgrpc_server_port(s->grpc), s->cfg.tls_cert ? " over TLS" : "",
-         tr_server_address(s->workers), s->worker_tls ? " over mutual TLS" : "",
-         s->http ? s->cfg.metrics_listen : "(off)",
-         s->http && s->cfg.metrics_tls ? " over TLS" : "");
+  char mport[32] = "";
+  if (s->http) snprintf(mport, sizeof mport, " (port %d)", sh_server_port(s->http));
+  /* (at any log level: the ports, which a listen address of port 0 leaves to the system) */
+  fprintf(stderr, "qevict sched: gRPC on %s (port %d)%s, workers on %s%s, metrics on %s%s%s\n",
+          s->cfg.listen, sgrpc_server_port(s->grpc), s->cfg.tls_cert ? " over TLS" : "",
+          tr_server_address(s->workers), s->worker_tls ? " over mutual TLS" : "",
+          s->http ? s->cfg.metrics_listen : "(off)", mport,
+          s->http && s->cfg.metrics_tls ? " over TLS" : "");
   return 0;
 }
 

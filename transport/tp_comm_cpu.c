@@ -35,6 +35,7 @@
 #define TP_MAX_SIZE         4096                /* ranks per group at most (fits the uint16 arg) */
 #define TP_HELLO_TIMEOUT_MS 5000      /* rank 0 waits this long for an accepted peer's hello */
 #define TP_CONNECT_RETRY_NS 20000000L /* 20 ms between connect attempts */
+#define TP_WAIT_NOTE_MS     5000      /* a rank still waiting for its group says so this often */
 
 enum { TP_OP_AR_UP = 1, TP_OP_AR_DOWN, TP_OP_BC_UP, TP_OP_BC_DOWN, TP_OP_AG_UP, TP_OP_AG_DOWN };
 
@@ -542,13 +543,33 @@ static int tp__listen(const char *path, int backlog, int *out) {
   return 0;
 }
 
-/* Rank 0: accepts peers until size-1 have joined or the deadline passes. A peer with a bad
- * handshake is refused and dropped; the rest of the group may still join. */
-static int tp__accept_peers(tp_cpu_t *c, int lfd, int timeout_ms) {
-  int64_t deadline = tp__now_ms() + timeout_ms;
+/* Whether a wait that timed out at *note, before deadline, goes on: then says so in the log
+ * (rank 0 with joined of size - 1 peers in, or a rank r > 0 waiting for rank 0; a warning, so
+ * that it shows at the default level) and sets the next note. */
+static int tp__waiting(int64_t *note, int64_t deadline, int rank, int size, int joined,
+                       const char *path) {
+  const int64_t now = tp__now_ms();
+  if (now >= deadline) return 0;
+  const long left = (long)((deadline - now + 999) / 1000);
+  if (rank == 0)
+    qe_log(QE_LOG_WARN, "tp: rank 0: %d of %d peers joined on %s; waiting (%ld s left)", joined,
+           size - 1, path, left);
+  else
+    qe_log(QE_LOG_WARN, "tp: rank %d of %d: waiting for rank 0 to listen on %s (%ld s left)", rank,
+           size, path, left);
+  *note = now + TP_WAIT_NOTE_MS;
+  return 1;
+}
+
+/* Rank 0: accepts peers on path until size-1 have joined or the deadline passes, saying so every
+ * TP_WAIT_NOTE_MS. A peer with a bad handshake is refused and dropped; the rest of the group may
+ * still join. */
+static int tp__accept_peers(tp_cpu_t *c, int lfd, const char *path, int timeout_ms) {
+  int64_t deadline = tp__now_ms() + timeout_ms, note = tp__now_ms() + TP_WAIT_NOTE_MS;
   int joined = 0;
   while (joined < c->base.size - 1) {
-    int w = tp__wait(lfd, POLLIN, deadline);
+    int w = tp__wait(lfd, POLLIN, note < deadline ? note : deadline);
+    if (w == 1 && tp__waiting(&note, deadline, 0, c->base.size, joined, path)) continue;
     if (w == 1)
       return qe_errf(QE_ECOMM, "tp: rank 0: %d of %d peers joined within %d ms", joined,
                      c->base.size - 1, timeout_ms);
@@ -573,9 +594,11 @@ static int tp__accept_peers(tp_cpu_t *c, int lfd, int timeout_ms) {
   return 0;
 }
 
-/* Rank r > 0: connects to path, retrying while rank 0 is not listening yet. */
-static int tp__connect(const char *path, int rank, int64_t deadline, int *out) {
+/* Rank r > 0 of size: connects to path, retrying while rank 0 is not listening yet (and saying
+ * so every TP_WAIT_NOTE_MS). */
+static int tp__connect(const char *path, int rank, int size, int64_t deadline, int *out) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  int64_t note = tp__now_ms() + TP_WAIT_NOTE_MS;
   if (strlen(path) >= sizeof sa.sun_path)
     return qe_errf(QE_EINVAL, "tp: socket path too long: %s", path);
   memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -593,6 +616,7 @@ static int tp__connect(const char *path, int rank, int64_t deadline, int *out) {
     if (tp__now_ms() >= deadline)
       return qe_errf(QE_ECOMM, "tp: rank %d: no rank 0 listening on %s in time: %s", rank, path,
                      strerror(e));
+    if (tp__now_ms() >= note) tp__waiting(&note, deadline, rank, size, 0, path);
     struct timespec ts = {0, TP_CONNECT_RETRY_NS};
     nanosleep(&ts, NULL);
   }
@@ -604,12 +628,12 @@ static int tp__join(tp_cpu_t *c, const char *path, int timeout_ms) {
   if (c->base.rank == 0) {
     rc = tp__listen(path, c->base.size, &fd);
     if (rc) return rc;
-    rc = tp__accept_peers(c, fd, timeout_ms);
+    rc = tp__accept_peers(c, fd, path, timeout_ms);
     close(fd);
     unlink(path);
     return rc;
   }
-  rc = tp__connect(path, c->base.rank, deadline, &fd);
+  rc = tp__connect(path, c->base.rank, c->base.size, deadline, &fd);
   if (rc) return rc;
   c->fds[0] = fd;
   tp__tune(fd);

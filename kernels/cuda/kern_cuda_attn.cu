@@ -331,12 +331,12 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
 #define KCA_LEAD_PM_QUANT 75
 #endif
 
-/* The permille of a chunk that a call's lead may take: $QE_CUDA_ATTN_LEAD (0..250, read once;
+/* The permille of a chunk that a call's lead may take: $QE_CUDA_ATTN_LEAD (0..900, read once;
  * *forced 1: every call of two or more chunks takes it, whatever its waves), else
  * KCA_LEAD_PM_FULL or _QUANT by the cache's tiers. */
 static int kca_lead_pm(const kc_attn_args_t *a, int *forced) {
   static int env;
-  const int v = kca_env_once(&env, "QE_CUDA_ATTN_LEAD", 0, 250, -1); /* (-1: unset) */
+  const int v = kca_env_once(&env, "QE_CUDA_ATTN_LEAD", 0, 900, -1); /* (-1: unset) */
   *forced = v >= 0;
   return v >= 0 ? v : a->has_quant ? KCA_LEAD_PM_QUANT : KCA_LEAD_PM_FULL;
 }

@@ -125,7 +125,7 @@ int kc_attn_chunk_win(const kc_attn_args_t *a);
  * KC_ATTN_SPREAD. The lead (windows): the first half of each sequence's chunks take that many
  * windows more and the second half that many less, in a grid whose blocks are dispatched chunk
  * by chunk, for launches of one wave (a multiprocessor's warp scheduler favours the older of its
- * two blocks). $QE_CUDA_ATTN_LEAD (permille of a chunk, 0..250, read once) sets it for every call
+ * two blocks). $QE_CUDA_ATTN_LEAD (permille of a chunk, 0..900, read once) sets it for every call
  * of two chunks or more. KC_ATTN_SPREAD: in tiered calls of at most two waves of blocks, a
  * block's FULL tiles (memory-bound) run spread among its INT2 ones (issue-bound) instead of all
  * first ($QE_CUDA_ATTN_SPREAD: 0 never, 1 in every call; read once). A chunk_dev launch reads

@@ -87,6 +87,10 @@ expect_usage "budget 12X" "--budget" "$QEVICT" submit --prompt hi --budget 12X
 expect_usage "watch without ID" "ID" "$QEVICT" watch
 expect_usage "cancel without ID" "ID" "$QEVICT" cancel
 expect_usage "tenant get without ID" "ID" "$QEVICT" tenant get
+# options before the verb are the verb's (the bad address reaches the verb's parser)
+expect_usage "tenant option before the verb" "bad server address" "$QEVICT" tenant \
+  --server 127.0.0.1:70000 --json list
+expect_usage "tenant options, no verb" "missing verb" "$QEVICT" tenant --server 127.0.0.1:1
 expect_usage "tenant delete without ID" "ID" "$QEVICT" tenant delete --force
 expect_usage "tenant set without --quota" "--quota" "$QEVICT" tenant set acme
 expect_usage "tenant set --quota 0" "--quota" "$QEVICT" tenant set acme --quota 0

@@ -7,10 +7,12 @@ scrape), draining a worker, restart persistence; then a tensor-parallel group (`
 tokens of `qevict generate`, and memory figures summed over both ranks.
 usage: test_serving.py QEVICT_BINARY   (exit 77 = skipped)"""
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -686,6 +688,30 @@ def test_state_lock(srv):
                          capture_output=True, text=True, timeout=60)
     C.ok(out.returncode == 1 and "--ready-file /nonexistent/r: cannot write" in out.stderr,
          "an unwritable --ready-file: exit %d" % out.returncode)
+    C.ok("gRPC on 127.0.0.1:0 (a free port: the scheduler's line names it)" in out.stderr,
+         "serve's banner says that a port 0 is picked at start: %s" % out.stderr.strip()[:200])
+    test_free_ports()
+
+
+def test_free_ports():
+    """A scheduler on ports 0 names the ports it got, gRPC and metrics, and they serve."""
+    state = tempfile.mkdtemp(dir=TMP)
+    p = subprocess.Popen([QEVICT, "sched", "--model", STORIES, "--state-dir", state,
+                          "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                          "--worker-listen", "unix:" + os.path.join(state, "w.sock")],
+                         stderr=subprocess.PIPE, text=True)
+    line, t0 = "", time.time()
+    while "metrics on" not in line and time.time() - t0 < 60 and p.poll() is None:
+        line = p.stderr.readline()
+    m = re.search(r"gRPC on 127\.0\.0\.1:0 \(port (\d+)\).*metrics on 127\.0\.0\.1:0 \(port "
+                  r"(\d+)\)", line)
+    C.ok(m is not None, "the scheduler's start line names both ports: %s" % line.strip())
+    if m:
+        body = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(2), timeout=10).read()
+        C.ok(b"qevict_workers" in body, "the metrics port it named serves /metrics")
+        socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=10).close()
+    p.terminate()
+    C.ok(p.wait(timeout=30) == 0, "the scheduler stops on SIGTERM")
 
 
 def test_metrics(srv):

@@ -153,6 +153,10 @@ def test_tls_server():
             os.path.join(path("state-tls"), "admin.key"), "--tls-ca", path("ca.pem"), "--json")
     C.ok(r.returncode == 0 and '"t1"' in r.stdout, "qevict tenant get over TLS: exit %d"
          % r.returncode)
+    r = cli("tenant", "--server", srv.addr, "--json", "--admin-key-file",
+            os.path.join(path("state-tls"), "admin.key"), "--tls-ca", path("ca.pem"), "get", "t1")
+    C.ok(r.returncode == 0 and '"t1"' in r.stdout, "qevict tenant with its options before the "
+         "verb: exit %d, %s" % (r.returncode, r.stderr.strip()[-120:]))
     test_client_errors(sub)
     srv.stop()
 

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qe_log.h"
 #include "qe_status.h"
 #include "test_util.h"
 #include "tp_comm.h"
@@ -479,6 +480,44 @@ static void test_create_timeouts(void) {
   CHECK(now_ms() - t0 >= 250 && now_ms() - t0 < SLOW_MS);
 }
 
+/* A rank alone past TP_WAIT_NOTE_MS (5 s) logs that it waits, and for what, before its timeout:
+ * rank 0 with its peers' count and socket, a rank > 0 for rank 0's socket; each in a child whose
+ * log goes to a file, both at once. */
+static void wait_alone(const void *arg) {
+  const int *a = arg; /* rank, log file descriptor */
+  tp_comm_t *c = NULL;
+  dup2(a[1], 2);
+  qe_log_set_level(QE_LOG_WARN); /* (the default level) */
+  CHECK(tp_comm_create_cpu(g_path, a[0], 3, 5600, &c) == QE_ECOMM);
+}
+
+static void check_wait_log(int fd, const char *want) {
+  char buf[4096] = {0};
+  CHECK(pread(fd, buf, sizeof buf - 1, 0) > 0);
+  CHECK(strstr(buf, want) != NULL);
+  if (!strstr(buf, want)) fprintf(stderr, "no '%s' in the log:\n%s\n", want, buf);
+  CHECK(strstr(buf, g_path) != NULL && strstr(buf, "s left)") != NULL);
+  close(fd);
+}
+
+static void test_wait_notes(void) {
+  char f0[] = "/tmp/qe_tp_note_XXXXXX", f1[] = "/tmp/qe_tp_note_XXXXXX";
+  int a0[2] = {0, mkstemp(f0)}, a1[2] = {1, mkstemp(f1)};
+  CHECK(a0[1] >= 0 && a1[1] >= 0);
+  unlink(f0), unlink(f1);
+  new_path(); /* rank 0 listens here, rank 1 waits for another path */
+  pid_t p0 = fork_fn(wait_alone, a0);
+  char path0[sizeof g_path];
+  memcpy(path0, g_path, sizeof g_path);
+  new_path();
+  pid_t p1 = fork_fn(wait_alone, a1);
+  reap(p0, "rank 0 alone");
+  reap(p1, "rank 1 alone");
+  check_wait_log(a1[1], "tp: rank 1 of 3: waiting for rank 0 to listen on");
+  memcpy(g_path, path0, sizeof g_path);
+  check_wait_log(a0[1], "tp: rank 0: 0 of 2 peers joined on");
+}
+
 /* ---- single rank and arguments ------------------------------------------------------- */
 
 static void check_size1(tp_comm_t *c) {
@@ -550,5 +589,6 @@ int main(void) {
   test_bad_fds_handshakes();
   test_bad_path_handshakes();
   test_create_timeouts();
+  test_wait_notes();
   return tu_done("tp_comm");
 }
