@@ -210,18 +210,28 @@ static int kca_env_once(int *cache, const char *name, int lo, int hi, int dflt) 
   return v - 2;
 }
 
-int kc_attn_split(void) {
+static int kca_split_env(void) { /* $QE_CUDA_ATTN_SPLIT, -1 when unset or out of range */
   static int v;
-  return kca_env_once(&v, "QE_CUDA_ATTN_SPLIT", 1, 8, KC_ATTN_SPLIT);
+  return kca_env_once(&v, "QE_CUDA_ATTN_SPLIT", 1, 8, -1);
+}
+int kc_attn_split(void) { return kca_split_env() > 0 ? kca_split_env() : KC_ATTN_SPLIT; }
+int kc_attn_split_wide(void) { return kca_split_env() > 0 ? kca_split_env() : KC_ATTN_SPLIT_WIDE; }
+
+/* Whether a call of n_seq sequences is wide (kern_cuda_attn.h): tiered, and its long sequences
+ * in KC_ATTN_SPLIT chunks would fill more than two waves of slots. */
+static bool kca_wide(const kc_attn_args_t *a, int slots, long n_seq) {
+  return a->has_quant && n_seq * a->geom.n_kv * KC_ATTN_SPLIT > 2L * slots;
 }
 
 /* Chunks a sequence of the call's n_seq sequences with windows mw (slots: resident chunk blocks of
  * the device). One wave: about `slots` blocks of (sequence, KV head, chunk). Past one wave (with
- * masses, past half of one), long sequences in KC_ATTN_SPLIT chunks (kern_cuda_attn.h). */
+ * masses, past half of one), long sequences in KC_ATTN_SPLIT chunks, or KC_ATTN_SPLIT_WIDE in a
+ * wide call (kern_cuda_attn.h). */
 static long kca_per_seq(const kc_attn_args_t *a, int slots, long n_seq, int mw) {
   const long pairs = n_seq * a->geom.n_kv;
   const bool split = pairs > slots || (a->mass && 2 * pairs > slots);
-  if (split && mw >= 2 * KC_ATTN_SPLIT_MIN) return kc_attn_split();
+  if (split && mw >= 2 * KC_ATTN_SPLIT_MIN)
+    return kca_wide(a, slots, n_seq) ? kc_attn_split_wide() : kc_attn_split();
   return slots / pairs > 1 ? slots / pairs : 1;
 }
 
@@ -330,6 +340,9 @@ static int kca_launch_combine(const kc_attn_args_t *a, const kca_params_t *p, cu
 #ifndef KCA_LEAD_PM_QUANT
 #define KCA_LEAD_PM_QUANT 75
 #endif
+#ifndef KCA_LEAD_PM_WIDE /* wide tiered calls' lead (kca_wide) */
+#define KCA_LEAD_PM_WIDE 300
+#endif
 
 /* The permille of a chunk that a call's lead may take: $QE_CUDA_ATTN_LEAD (0..900, read once;
  * *forced 1: every call of two or more chunks takes it, whatever its waves), else
@@ -343,13 +356,16 @@ static int kca_lead_pm(const kc_attn_args_t *a, int *forced) {
 
 /* The lead (kca_chunk_beg) of a call of n_chunk chunks of cw windows on slots resident blocks
  * over n_sm multiprocessors: by default only for one wave in which some multiprocessors hold
- * two blocks; in whole units of the walk. */
+ * two blocks, and for wide tiered calls (KCA_LEAD_PM_WIDE); in whole units of the walk. */
 static int kca_lead(const kc_attn_args_t *a, int cw, int n_chunk, int slots, int n_sm) {
-  int forced = 0;
-  const int pm = kca_lead_pm(a, &forced), unit = kca_pk(a->geom.omega);
+  int forced = 0, pm = kca_lead_pm(a, &forced);
+  const int unit = kca_pk(a->geom.omega);
   const long blocks = (long)a->n_seq * a->geom.n_kv * n_chunk;
+  if (!forced && kca_wide(a, slots, a->n_seq))
+    pm = KCA_LEAD_PM_WIDE;
+  else if (!forced && (blocks > slots || blocks <= n_sm || slots < 2 * n_sm))
+    return 0;
   if (pm == 0 || n_chunk < 2) return 0;
-  if (!forced && (blocks > slots || blocks <= n_sm || slots < 2 * n_sm)) return 0;
   return (int)((long)cw * pm / 1000 / unit * unit);
 }
 
@@ -381,13 +397,16 @@ int kc_attn_lead(const kc_attn_args_t *a) {
 
 /* Whether a launch's grid is chunk-major (so that a lead's longer chunks are placed first): with
  * a lead; for chunk_dev launches (whose steps' leads come from chunk_dev[1]) when a lead may
- * come and the launch's blocks fill at most two waves, or the lead is forced. (A bucket of more
- * blocks keeps its order: a step of it that leads has the eager launch's bits, not its speed.) */
+ * come and the launch's blocks fill at most two waves, or the bucket is wide (kca_wide), or the
+ * lead is forced. (A bucket of more blocks keeps its order otherwise: a step of it that leads
+ * has the eager launch's bits, not its speed.) */
 static int kca_cmaj(const kc_attn_args_t *a, int lead, int n_chunk, int slots) {
   int forced = 0;
   if (!a->chunk_dev) return lead > 0;
   const long blocks = (long)a->n_seq * a->geom.n_kv * n_chunk;
-  return kca_lead_pm(a, &forced) > 0 && n_chunk > 1 && (forced || blocks <= 2L * slots);
+  const int pm = kca_lead_pm(a, &forced);
+  if (n_chunk < 2) return 0;
+  return forced ? pm > 0 : kca_wide(a, slots, a->n_seq) || (pm > 0 && blocks <= 2L * slots);
 }
 
 int kc_attn_decode(const kc_attn_args_t *a, void *stream) {

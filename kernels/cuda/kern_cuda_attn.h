@@ -110,10 +110,19 @@ int kc_attn_rope_init(const kern_rope_t *r, float *table_host, kc_attn_rope_t *o
  * 32 x 32K tokens at QEvict 20%: 0.356 ms in one chunk, 0.330 in two). */
 #define KC_ATTN_SPLIT     2
 #define KC_ATTN_SPLIT_MIN 1024
+/* A tiered call (has_quant) whose KC_ATTN_SPLIT chunks would still fill more than two waves
+ * ("wide": long_ctx's 59-121 sequences of 32K tokens) cuts its long sequences in
+ * KC_ATTN_SPLIT_WIDE chunks instead, and leads (kc_attn_lead) with 300 permille of a chunk in a
+ * chunk-major grid: its last waves hold the short chunks, so the tail is shorter (H100, 121 x
+ * 32K at QEvict 20%: 1.457 -> 1.404-1.406 ms; 59 sequences in long_ctx: 30.13 -> 29.51 ms a
+ * step). */
+#define KC_ATTN_SPLIT_WIDE 4
 
 /* The chunks a long sequence splits in past one wave: $QE_CUDA_ATTN_SPLIT when in 1..8, else
- * KC_ATTN_SPLIT (read once). */
+ * KC_ATTN_SPLIT (read once); kc_attn_split_wide: in a wide tiered call, $QE_CUDA_ATTN_SPLIT
+ * too, else KC_ATTN_SPLIT_WIDE. */
 int kc_attn_split(void);
+int kc_attn_split_wide(void);
 
 /* The chunk size (windows) the call will use: a->chunk_win if set, else one that spreads
  * n_seq * n_kv * chunks over the device's multiprocessors in about one wave, or past one wave
@@ -125,12 +134,12 @@ int kc_attn_chunk_win(const kc_attn_args_t *a);
  * KC_ATTN_SPREAD. The lead (windows): the first half of each sequence's chunks take that many
  * windows more and the second half that many less, in a grid whose blocks are dispatched chunk
  * by chunk, for launches of one wave (a multiprocessor's warp scheduler favours the older of its
- * two blocks). $QE_CUDA_ATTN_LEAD (permille of a chunk, 0..900, read once) sets it for every call
- * of two chunks or more. KC_ATTN_SPREAD: in tiered calls of at most two waves of blocks, a
- * block's FULL tiles (memory-bound) run spread among its INT2 ones (issue-bound) instead of all
- * first ($QE_CUDA_ATTN_SPREAD: 0 never, 1 in every call; read once). A chunk_dev launch reads
- * its step's word from chunk_dev[1], which the caller fills with this function's value for the
- * step's eager arguments. Negative: an error code. */
+ * two blocks), and for wide tiered calls (KC_ATTN_SPLIT_WIDE). $QE_CUDA_ATTN_LEAD (permille of a
+ * chunk, 0..900, read once) sets it for every call of two chunks or more. KC_ATTN_SPREAD: in tiered
+ * calls of at most two waves of blocks, a block's FULL tiles (memory-bound) run spread among its
+ * INT2 ones (issue-bound) instead of all first ($QE_CUDA_ATTN_SPREAD: 0 never, 1 in every call;
+ * read once). A chunk_dev launch reads its step's word from chunk_dev[1], which the caller fills
+ * with this function's value for the step's eager arguments. Negative: an error code. */
 #define KC_ATTN_SPREAD (1 << 30)
 int kc_attn_lead(const kc_attn_args_t *a);
 

@@ -480,6 +480,10 @@ static int check_all(int small, const char *only) {
        {2000, 17}, 0},
       {"abs gqa8 d64 w4 int4 quads", 16, 2, 64, 4, 4, 16, NORM, 64, 10000.f, 1, 1, 0.3, 0.5,
        {1500, 40}, 0, 0, 1},
+      /* a wide call (KC_ATTN_SPLIT_WIDE): 34 x 8 (sequence, KV head) pairs of 2,050 windows,
+         more than two waves of two chunks on 132 multiprocessors: four chunks, led */
+      {"abs gqa4 d128 w8 int2 wide", 32, 8, 128, 8, 2, 32, NORM, 128, 500000.f, 5, 4, 0.06, 0.5,
+       std::vector<int>(34, 16400), 0, 0, 1},
   };
   int fails = 0, n = 0;
   const uint64_t seed = (uint64_t)time(NULL); /* fresh data on every run; printed to replay */
@@ -1412,9 +1416,10 @@ static int max_chunk_checks(kc_attn_args_t a) {
 }
 
 /* The automatic chunking past one wave (kc_attn_chunk_win, on the current device): sequences of
- * 2 KC_ATTN_SPLIT_MIN windows or more in kc_attn_split() chunks, shorter ones whole. */
+ * 2 KC_ATTN_SPLIT_MIN windows or more in kc_attn_split_wide() chunks (a tiered call of many
+ * waves), kc_attn_split() without INT2 tiers, shorter ones whole. */
 static int split_checks(void) {
-  const int split = kc_attn_split();
+  const int split = kc_attn_split_wide();
   kc_attn_args_t a;
   memset(&a, 0, sizeof a);
   a.geom = {8, 128, 8, 2, 32};
@@ -1424,9 +1429,15 @@ static int split_checks(void) {
   a.max_win = 4 * KC_ATTN_SPLIT_MIN; /* 8,000 (sequence, KV head) pairs: many waves */
   const int cw = kc_attn_chunk_win(&a), want = ((a.max_win + split - 1) / split + 1) / 2 * 2;
   a.max_win = 2 * KC_ATTN_SPLIT_MIN - 2; /* (windows of 8 pair up: chunks of even counts) */
-  const int cw_short = kc_attn_chunk_win(&a), fails = (cw != want) + (cw_short != a.max_win);
-  printf("%s chunking past one wave: %d a chunk of %d windows (want %d), %d of %d (want %d)\n",
-         fails ? "FAIL" : "ok  ", cw, 4 * KC_ATTN_SPLIT_MIN, want, cw_short, a.max_win, a.max_win);
+  const int cw_short = kc_attn_chunk_win(&a);
+  a.max_win = 4 * KC_ATTN_SPLIT_MIN, a.has_quant = 0; /* FullKV: kc_attn_split() */
+  const int cw_full = kc_attn_chunk_win(&a), split_f = kc_attn_split();
+  const int want_f = ((a.max_win + split_f - 1) / split_f + 1) / 2 * 2;
+  a.has_quant = 1;
+  const int fails = (cw != want) + (cw_short != 2 * KC_ATTN_SPLIT_MIN - 2) + (cw_full != want_f);
+  printf("%s chunking past one wave: %d a chunk of %d windows (want %d), %d of %d (want %d), "
+         "FullKV %d (want %d)\n", fails ? "FAIL" : "ok  ", cw, 4 * KC_ATTN_SPLIT_MIN, want,
+         cw_short, 2 * KC_ATTN_SPLIT_MIN - 2, 2 * KC_ATTN_SPLIT_MIN - 2, cw_full, want_f);
   return fails + max_chunk_checks(a);
 }
 
