@@ -43,6 +43,9 @@ static const char *sched_help =
     "  --max-message BYTES         gRPC message limit, at least 4K (default 64M)\n"
     "  --keep-finished SECONDS     finished requests stay watchable (default 600)\n"
     "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
+    "  --shutdown-grace SECONDS    on SIGTERM, SIGINT or SIGHUP the accepted requests may finish\n"
+    "                              for this long, no new ones taken (default 30; 0 none; a\n"
+    "                              second signal stops at once)\n"
     "  --ready-file FILE           written once a worker group is up\n" TLS_HELP
     "  --worker-tls-cert FILE --worker-tls-key FILE --worker-tls-ca FILE\n"
     "                              the worker link over TLS only (this PEM chain and key), and\n"
@@ -82,7 +85,10 @@ static const char *serve_help =
     "  --cpu                       CPU workers (the default)\n"
     "  --cpu-weights f32|packed    their weights (default f32; see qevict worker --help)\n"
     "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
-    "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n" TLS_HELP;
+    "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n"
+    "  --shutdown-grace SECONDS    on a stop the scheduler's accepted requests may finish on the\n"
+    "                              workers for this long (default 30), then the workers "
+    "stop\n" TLS_HELP;
 
 /* Byte sizes: a number with an optional K, M or G suffix (powers of 1024). */
 static int parse_bytes(const char *s, size_t *out) {
@@ -119,6 +125,7 @@ static int opt_cmds(const char *f) {
            {"--tls-server-name", OPT_W},
            {"--max-message", OPT_S | OPT_V},
            {"--keep-finished", OPT_S | OPT_V},
+           {"--shutdown-grace", OPT_S | OPT_V},
            {"--worker-timeout", OPT_S},
            {"--scheduler", OPT_W},
            {"--group", OPT_W},
@@ -240,15 +247,24 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
               {"--max-seqs", 1, 4096},
               {"--max-batch", 16, 1 << 20},
               {"--workers", 1, 64},
-              {"--device", 0, 255}};
-  for (int i = 0; i < 9; i++) {
+              {"--device", 0, 255},
+              {"--shutdown-grace", 0, 86400}};
+  for (int i = 0; i < 10; i++) {
     if (strcmp(f, nums[i].flag)) continue;
     if ((rc = parse_num(cmd, f, v, nums[i].lo, nums[i].hi, &n))) return rc;
-    int *dst[] = {NULL,          NULL,           &o->w.rank,      &o->w.tp,
-                  &o->w.threads, &o->w.max_seqs, &o->w.max_batch, &o->workers,
-                  &o->w.device};
+    int *dst[] = {NULL,
+                  NULL,
+                  &o->w.rank,
+                  &o->w.tp,
+                  &o->w.threads,
+                  &o->w.max_seqs,
+                  &o->w.max_batch,
+                  &o->workers,
+                  &o->w.device,
+                  NULL};
     if (i == 0) o->s.keep_finished_s = (unsigned)n;
     if (i == 1) o->s.worker_timeout_ms = (unsigned)n;
+    if (i == 9) o->s.shutdown_grace_s = (unsigned)n;
     if (dst[i]) *dst[i] = n;
     return 0;
   }
@@ -384,8 +400,8 @@ typedef struct {
 #define SERVE_QUICK_S   3
 #define SERVE_MAX_QUICK 5
 
-static volatile sig_atomic_t g_stop;
-static void on_stop(int sig) { g_stop = sig; }
+static volatile sig_atomic_t g_stop, g_signals;
+static void on_stop(int sig) { g_stop = sig, g_signals++; }
 
 /* The strings fmt made for the children's argv, freed together by fmt_free_all. */
 static char **fmt_owned;
@@ -439,6 +455,7 @@ static char **sched_argv(const serve_opts_t *o, const char *state, const char *w
   if (o->s.ready_file) a[n++] = "--ready-file", a[n++] = (char *)o->s.ready_file;
   a[n++] = "--max-message", a[n++] = fmt("%zu", o->s.max_message);
   a[n++] = "--keep-finished", a[n++] = fmt("%u", o->s.keep_finished_s);
+  a[n++] = "--shutdown-grace", a[n++] = fmt("%u", o->s.shutdown_grace_s);
   if (o->s.tls_cert) a[n++] = "--tls-cert", a[n++] = (char *)o->s.tls_cert;
   if (o->s.tls_key) a[n++] = "--tls-key", a[n++] = (char *)o->s.tls_key;
   if (o->s.tls_client_ca) a[n++] = "--tls-client-ca", a[n++] = (char *)o->s.tls_client_ca;
@@ -509,7 +526,24 @@ static void supervise(child_t *ch, int n, int *failed) {
   }
 }
 
-static void stop_children(child_t *ch, int n) {
+/* The scheduler (ch[0]) first, while the workers run: its accepted requests may finish on them
+ * for its shutdown grace; a later signal to serve is passed on (it stops at once then). */
+static void stop_scheduler(child_t *ch, unsigned grace_s) {
+  if (ch[0].pid <= 0) return;
+  kill(ch[0].pid, SIGTERM);
+  sig_atomic_t seen = g_signals;
+  for (long waited = 0; waited < (grace_s + 10L) * 10; waited++) {
+    if (waitpid(ch[0].pid, NULL, WNOHANG) != 0) {
+      ch[0].pid = 0;
+      return;
+    }
+    if (g_signals != seen) seen = g_signals, kill(ch[0].pid, SIGTERM);
+    usleep(100000);
+  }
+}
+
+static void stop_children(child_t *ch, int n, unsigned grace_s) {
+  stop_scheduler(ch, grace_s);
   for (int i = n - 1; i >= 0; i--)
     if (ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
   for (int waited = 0; waited < 100; waited++) { /* 10 s, then kill what is left */
@@ -589,7 +623,7 @@ int cli_serve(int argc, char **argv) {
           o.w.tp, state, temp ? " (temporary)" : "", keyfile);
   int failed = 0;
   supervise(ch, n, &failed);
-  stop_children(ch, n);
+  stop_children(ch, n, o.s.shutdown_grace_s);
   if (temp && nftw(state, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
     fprintf(stderr, "qevict serve: could not remove %s: %s\n", state, strerror(errno));
   for (int i = 0; i < n; i++) free(ch[i].argv);

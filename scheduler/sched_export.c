@@ -191,11 +191,12 @@ static void on_http(void *ud, const char *method, const char *path, sh_response_
   (void)method;
   if (!strcmp(path, "/healthz")) {
     /* (as gRPC Health says: a scheduler whose every group drains takes no request) */
-    const int up = sched_groups_up(s), ok = !s->stopping && sched_groups_serving(s);
+    const int up = sched_groups_up(s), ok = !s->stopping && !s->closing && sched_groups_serving(s);
     return text(resp, ok ? 200 : 503,
-                ok   ? "ok\n"
-                : up ? "every worker group is draining\n"
-                     : "no worker group is up\n");
+                ok           ? "ok\n"
+                : s->closing ? "shutting down: finishing the accepted requests\n"
+                : up         ? "every worker group is draining\n"
+                             : "no worker group is up\n");
   }
   if (strcmp(path, "/metrics")) return text(resp, 404, "not found\n");
   request_gauges(s);

@@ -141,7 +141,9 @@ struct sched {
   uint64_t next_id;
   struct shealth *health_watchers; /* Health.Watch streams */
   int stopping, ready_written;
-  struct smetrics *m; /* metric families (sched_export.c) */
+  int closing;                /* stopping after a grace (sched_closing): no new requests */
+  uint64_t close_deadline_us; /* closing: the grace's end (sched_now_us) */
+  struct smetrics *m;         /* metric families (sched_export.c) */
 };
 
 /* sched_util.c */
@@ -190,6 +192,8 @@ void sched_req_end_queued_if_drained(sched_t *s);
 void sched_req_info(const sreq_t *r, Qevict__V1__RequestInfo *info, Qevict__V1__MemorySummary *mem);
 void sched_req_memory(const sreq_t *r, Qevict__V1__MemorySummary *out);
 void sched_req_destroy_all(sched_t *s);
+/* Requests not finished (queued or running), or whose streams have events still to send. */
+int sched_req_live(const sched_t *s);
 /* Cancels every queued or running request of tenant; returns how many. */
 /* Cancels a deleted tenant's unfinished requests (the count) and orphans all of its requests,
  * finished ones too: a tenant created again under the same id neither watches nor attaches to

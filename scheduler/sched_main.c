@@ -23,6 +23,7 @@ void sched_config_init(sched_config_t *c) {
   c->worker_listen = "127.0.0.1:50052";
   c->max_message = (size_t)64 << 20;
   c->keep_finished_s = 600;
+  c->shutdown_grace_s = 30;
   c->worker_timeout_ms = 5000;
 }
 
@@ -139,9 +140,20 @@ static void stop_all(sched_t *s) {
   uv_close((uv_handle_t *)&s->tick, NULL);
 }
 
+/* The first signal: the accepted requests may finish for shutdown_grace_s (sched_closing);
+ * a second one, or none left to wait for, stops at once. */
 static void on_signal(uv_signal_t *h, int sig) {
+  sched_t *s = h->data;
   (void)sig;
-  stop_all(h->data);
+  const int live = sched_req_live(s);
+  if (s->closing || !s->cfg.shutdown_grace_s || !live || !sched_groups_up(s)) return stop_all(s);
+  s->closing = 1;
+  s->close_deadline_us = sched_now_us() + (uint64_t)s->cfg.shutdown_grace_s * 1000000u;
+  qe_log(QE_LOG_WARN,
+         "sched: stopping: %d accepted request(s) may finish for up to %u s, no new "
+         "ones (a second signal stops at once)",
+         live, s->cfg.shutdown_grace_s);
+  sched_health_changed(s);
 }
 
 /* --ready-file before the start: a stale one (an earlier run's) removed, and the path tried
@@ -160,6 +172,12 @@ static int ready_preflight(const char *path) {
 
 static void on_tick(uv_timer_t *t) {
   sched_t *s = t->data;
+  if (s->closing &&
+      (!sched_req_live(s) || !sched_groups_up(s) || sched_now_us() >= s->close_deadline_us)) {
+    const int live = sched_req_live(s);
+    if (live) qe_log(QE_LOG_WARN, "sched: %d request(s) unfinished at the stop", live);
+    return stop_all(s);
+  }
   if (s->ready_written || !s->cfg.ready_file || !sched_groups_up(s)) return;
   FILE *f = fopen(s->cfg.ready_file, "w");
   const int bad = !f || fprintf(f, "ready\n") < 0;

@@ -657,6 +657,12 @@ unsigned sched_req_cancel_tenant(sched_t *s, const char *tenant) {
   return n;
 }
 
+int sched_req_live(const sched_t *s) {
+  int n = 0;
+  for (const sreq_t *r = s->reqs; r; r = r->next_all) n += r->state != SREQ_FINISHED || r->watchers;
+  return n;
+}
+
 void sched_req_destroy_all(sched_t *s) {
   while (s->reqs) {
     sreq_t *r = s->reqs;

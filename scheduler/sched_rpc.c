@@ -132,7 +132,7 @@ static int auth_admin(sched_t *s, sgrpc_call_t *call) {
 /* ---- grpc.health.v1.Health ---- */
 
 static int serving_status(const sched_t *s) {
-  return !s->stopping && sched_groups_serving(s)
+  return !s->stopping && !s->closing && sched_groups_serving(s)
              ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
 }
@@ -207,6 +207,9 @@ static void on_call(void *ud, sgrpc_call_t *call, int method, const uint8_t *req
   sched_t *s = ud;
   char tenant[SCHED_TENANT_ID_MAX + 1];
   if (s->stopping) return sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE, "shutting down");
+  if (s->closing && (method == M_GENERATE || method == M_SUBMIT))
+    return sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE,
+                           "shutting down: finishing the accepted requests, taking no new ones");
   if (method >= M_HEALTH_CHECK) return health_rpc(s, call, method, req, n);
   if (method >= M_SET_TENANT) {
     if (!auth_admin(s, call)) sched_admin_rpc(s, call, method - M_SET_TENANT, req, n);

@@ -19,6 +19,8 @@ typedef struct {
   size_t max_message;         /* gRPC message size limit both ways (default 64 MiB) */
   unsigned keep_finished_s;   /* finished requests stay visible to Watch/GetRequest (600) */
   unsigned worker_timeout_ms; /* a silent worker is down after this long (5000) */
+  unsigned shutdown_grace_s;  /* on SIGTERM, SIGINT or SIGHUP, accepted requests may finish for
+                               * this long (30; 0: none): no new ones, health NOT_SERVING */
   const char *ready_file;     /* written ("ready\n") once at least one group is up, if set */
   const char *tls_cert;       /* PEM certificate chain: the gRPC port speaks TLS only (with key) */
   const char *tls_key;        /* PEM private key of tls_cert */
@@ -32,8 +34,10 @@ typedef struct {
 /* Fills the defaults. */
 void sched_config_init(sched_config_t *c);
 
-/* Runs the scheduler until SIGINT or SIGTERM (then it drains nothing: clients get UNAVAILABLE
- * and workers are disconnected). Returns 0 after a clean stop, or a negative QE_E* when it could
+/* Runs the scheduler until SIGINT, SIGTERM or SIGHUP, then lets the accepted requests finish
+ * for up to shutdown_grace_s while it takes no new ones (a second signal, or no worker group
+ * left up, ends the wait); what is left then ends with UNAVAILABLE and workers are
+ * disconnected. Returns 0 after a clean stop, or a negative QE_E* when it could
  * not start (detail in qe_errmsg: bad address, unreadable model, state directory...). Installs
  * signal handlers; call it once per process. */
 int sched_run(const sched_config_t *c);

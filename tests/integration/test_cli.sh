@@ -221,6 +221,11 @@ expect_error "serve --rank" "$QEVICT" serve --model "$STORIES" --rank 7
 expect_error "serve --worker-timeout" "$QEVICT" serve --model "$STORIES" --worker-timeout 100
 expect_error "serve --max-message below 4K" "$QEVICT" serve --model "$STORIES" --max-message 1
 expect_error "worker --workers" "$QEVICT" worker --model "$STORIES" --workers 9
+expect_error "worker --shutdown-grace" "$QEVICT" worker --model "$STORIES" --shutdown-grace 5
+expect_error "sched --shutdown-grace past a day" "$QEVICT" sched --model "$STORIES" \
+  --state-dir "$TMP/st" --shutdown-grace 90000
+expect_error "serve --shutdown-grace not a number" "$QEVICT" serve --model "$STORIES" \
+  --shutdown-grace soon
 expect_error "sched --cpu" "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st" --cpu
 expect_error "serve --bogus at the end" "$QEVICT" serve --model "$STORIES" --bogus
 grep -q "unknown option" "$TMP/err" || bad "serve --bogus: $(cat "$TMP/err")"

@@ -816,6 +816,58 @@ def test_drain(srv, cl):
          % (hz,))
 
 
+def test_graceful_stop(srv, key):
+    """SIGTERM to serve: the scheduler takes no new request and answers 503 on /healthz while the
+    running request finishes on its worker (it had ended at once, UNAVAILABLE), then the whole
+    system exits 0. The request's worker is held still (SIGSTOP, under the 5 s worker timeout)
+    from before the signal until the checks are done, so it cannot finish early."""
+    cl = Client(srv.addr, key)
+    rid = cl.gen.Submit(cl.request(PROMPTS[0], 1500, ignore_eos=True), metadata=cl.md,
+                        timeout=10).request_id
+    worker = started_worker(cl, rid)
+    pids = srv.worker_pids(worker) if worker else []
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    info = cl.gen.GetRequest(pb.GetRequestRequest(request_id=rid), metadata=cl.md, timeout=10)
+    evs = []  # a client watching it to the end (the scheduler is gone once it has finished)
+
+    def watch():
+        try:
+            evs.extend(cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=120))
+        except grpc.RpcError as e:
+            evs.append(e)
+    th = threading.Thread(target=watch)
+    th.start()
+    time.sleep(0.2)
+    os.kill(srv.proc.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    code, det = code_of(lambda: cl.gen.Submit(cl.request(PROMPTS[1], 4), metadata=cl.md,
+                                              timeout=10))
+    try:
+        hz = urllib.request.urlopen("http://127.0.0.1:%d/healthz" % srv.mport, timeout=10)
+        hz = (hz.status, hz.read().decode())
+    except urllib.error.HTTPError as e:
+        hz = (e.code, e.read().decode())
+    for pid in pids:
+        os.kill(pid, signal.SIGCONT)
+    C.ok(info.state == pb.REQUEST_STATE_RUNNING and pids, "a request running when serve got "
+         "SIGTERM (%s on %s)" % (pb.RequestState.Name(info.state), worker))
+    C.ok(code == grpc.StatusCode.UNAVAILABLE and "taking no new ones" in det,
+         "in the shutdown grace a new request is refused: %s '%s'" % (code, det))
+    C.ok(hz == (503, "shutting down: finishing the accepted requests\n"),
+         "in the shutdown grace /healthz: %s" % (hz,))
+    th.join(120)
+    fin = finished_of(evs)
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and
+         fin.usage.completion_tokens == 1500, "the running request finished in the grace, its "
+         "watcher saw it to the end: %s" % (fin if fin is not None else evs[-1:]))
+    try:
+        rc = srv.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        rc = None
+    C.ok(rc == 0, "then serve stopped the scheduler and the workers: exit %s" % rc)
+
+
 def test_mixed_weights(srv):
     """A worker with packed CPU weights is refused by a scheduler whose workers hold fp32 ones (a
     request resumed on it after a fault would not give the same tokens)."""
@@ -1009,6 +1061,7 @@ def main():
     test_drain(srv, bigc)
     test_mixed_weights(srv)
     test_restart(srv, keys["beta"], "beta")
+    test_graceful_stop(srv, keys["beta"])
     srv.stop()
     C.ok(not os.path.exists(srv.state_dir + ".ready"),
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
