@@ -1061,7 +1061,7 @@ def main():
     test_drain(srv, bigc)
     test_mixed_weights(srv)
     test_restart(srv, keys["beta"], "beta")
-    test_graceful_stop(srv, keys["beta"])
+    test_graceful_stop(srv, big.api_key)
     srv.stop()
     C.ok(not os.path.exists(srv.state_dir + ".ready"),
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
