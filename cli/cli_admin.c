@@ -1,6 +1,7 @@
 /* cli_admin: the operator's commands against qevict-sched's Admin service, with the admin key:
  * `qevict tenant set|get|list|delete`, `qevict requests` (a table of the requests the
  * scheduler knows) and `qevict drain`. Text tables on stdout, or the response as JSON. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -79,6 +80,50 @@ static int admin_call(const char *cmd, const cli_client_opts_t *cl, const char *
   rc = cli_rpc_call(c, path, req, rd, cli_client_unary_timeout(cl), resp, &st);
   if (rc) rc = cli_client_fail(cmd, rc, &st);
   cli_rpc_close(c);
+  return rc;
+}
+
+/* A listing RPC's pages: the request (its page_token field at token), and where a response
+ * holds its items, their count and its next_page_token. */
+typedef struct {
+  const char *cmd, *method;
+  ProtobufCMessage *req;
+  char **token;
+  const ProtobufCMessageDescriptor *rd;
+  size_t items, count, next; /* offsets in the response */
+} pager_t;
+
+typedef struct {
+  ProtobufCMessage **pages;
+  void **items; /* every page's items in order (pointing into pages) */
+  size_t n_pages, n_items;
+} listing_t;
+
+static void listing_free(listing_t *l) {
+  for (size_t i = 0; i < l->n_pages; i++) protobuf_c_message_free_unpacked(l->pages[i], NULL);
+  free(l->pages);
+  free(l->items);
+}
+
+/* Calls p's RPC page after page until its last page or cap items (0: all) are in *l. */
+static int list_pages(const pager_t *p, const cli_client_opts_t *cl, size_t cap, listing_t *l) {
+  memset(l, 0, sizeof *l);
+  int rc = 0;
+  do {
+    ProtobufCMessage *r = NULL, **pg = realloc(l->pages, sizeof *pg * (l->n_pages + 1));
+    if (!pg) return cli_usage_error(p->cmd, "out of memory");
+    l->pages = pg;
+    if ((rc = admin_call(p->cmd, cl, p->method, p->req, p->rd, &r))) return rc;
+    l->pages[l->n_pages++] = r;
+    const size_t n = *(size_t *)((char *)r + p->count);
+    void **got = *(void ***)((char *)r + p->items), **all;
+    if (!(all = realloc(l->items, sizeof *all * (l->n_items + n + 1))))
+      return cli_usage_error(p->cmd, "out of memory");
+    memcpy(all + l->n_items, got, sizeof *all * n);
+    l->items = all, l->n_items += n;
+    *p->token = *(char **)((char *)r + p->next);
+  } while (**p->token && (!cap || l->n_items < cap));
+  if (cap && l->n_items > cap) l->n_items = cap;
   return rc;
 }
 
@@ -268,17 +313,26 @@ static void tlist_print(const Qevict__V1__ListTenantsResponse *r) {
 static int tenant_list(int argc, char **argv) {
   cli_client_opts_t cl;
   int n_pos;
-  ProtobufCMessage *resp = NULL;
   cli_client_init(&cl, 1);
   int rc = cli_args_parse("tenant list", argc, argv, tlist_help, json_flag, admin_opt, &cl, NULL, 0,
                           &n_pos);
   if (rc) return rc < 0 ? 0 : rc;
   Qevict__V1__ListTenantsRequest req = QEVICT__V1__LIST_TENANTS_REQUEST__INIT;
-  rc = admin_call("tenant list", &cl, "ListTenants", &req.base,
-                  &qevict__v1__list_tenants_response__descriptor, &resp);
-  if (!rc && cl.json) print_json_line(resp);
-  if (!rc && !cl.json) tlist_print((Qevict__V1__ListTenantsResponse *)resp);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  const pager_t p = {"tenant list",
+                     "ListTenants",
+                     &req.base,
+                     &req.page_token,
+                     &qevict__v1__list_tenants_response__descriptor,
+                     offsetof(Qevict__V1__ListTenantsResponse, tenants),
+                     offsetof(Qevict__V1__ListTenantsResponse, n_tenants),
+                     offsetof(Qevict__V1__ListTenantsResponse, next_page_token)};
+  listing_t l;
+  rc = list_pages(&p, &cl, 0, &l);
+  Qevict__V1__ListTenantsResponse all = QEVICT__V1__LIST_TENANTS_RESPONSE__INIT;
+  all.tenants = (Qevict__V1__Tenant **)l.items, all.n_tenants = l.n_items;
+  if (!rc && cl.json) print_json_line(&all.base);
+  if (!rc && !cl.json) tlist_print(&all);
+  listing_free(&l);
   return rc;
 }
 
@@ -420,17 +474,27 @@ static void req_print(const Qevict__V1__ListRequestsResponse *r) {
 int cli_requests(int argc, char **argv) {
   req_args_t a = {.req = QEVICT__V1__LIST_REQUESTS_REQUEST__INIT};
   int n_pos;
-  ProtobufCMessage *resp = NULL;
   cli_client_init(&a.cl, 1);
   a.req.states = a.states;
   int rc = cli_args_parse("requests", argc, argv, requests_help, json_flag, req_opt, &a, NULL, 0,
                           &n_pos);
   if (rc) return rc < 0 ? 0 : rc;
-  rc = admin_call("requests", &a.cl, "ListRequests", &a.req.base,
-                  &qevict__v1__list_requests_response__descriptor, &resp);
-  if (!rc && a.cl.json) print_json_line(resp);
-  if (!rc && !a.cl.json) req_print((Qevict__V1__ListRequestsResponse *)resp);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  const size_t cap = a.req.limit; /* (--limit: in pages of at most 1,000) */
+  const pager_t p = {"requests",
+                     "ListRequests",
+                     &a.req.base,
+                     &a.req.page_token,
+                     &qevict__v1__list_requests_response__descriptor,
+                     offsetof(Qevict__V1__ListRequestsResponse, requests),
+                     offsetof(Qevict__V1__ListRequestsResponse, n_requests),
+                     offsetof(Qevict__V1__ListRequestsResponse, next_page_token)};
+  listing_t l;
+  rc = list_pages(&p, &a.cl, cap, &l);
+  Qevict__V1__ListRequestsResponse all = QEVICT__V1__LIST_REQUESTS_RESPONSE__INIT;
+  all.requests = (Qevict__V1__RequestInfo **)l.items, all.n_requests = l.n_items;
+  if (!rc && a.cl.json) print_json_line(&all.base);
+  if (!rc && !a.cl.json) req_print(&all);
+  listing_free(&l);
   return rc;
 }
 

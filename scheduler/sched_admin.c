@@ -1,6 +1,9 @@
 /* sched_admin: the qevict.v1.Admin service (tenants, requests, drain), called after the admin
  * key was checked. Tenants live in SQLite (sched_tenants) and in admission (sched_admit). */
+#include <ctype.h>
+#include <errno.h>
 #include <grpc/status.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,17 +132,41 @@ static void get_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
   sched_rpc_reply(call, &m.t.base);
 }
 
-static void list_tenants(sched_t *s, sgrpc_call_t *call) {
+#define LIST_PAGE 1000 /* a page of ListTenants or ListRequests by default */
+
+/* A page of `want` (0 or past LIST_PAGE: LIST_PAGE) tenants of all[n] (ordered by id) after token
+ * (empty: from the first): its first index into *first and its size; next: the last one's id when
+ * more follow, else empty. */
+static size_t tenant_page(const sched_tenant_t *all, size_t n, const char *token, uint32_t want,
+                          size_t *first, char *next, size_t cap) {
+  size_t i = 0;
+  while (*token && i < n && strcmp(all[i].id, token) <= 0) i++;
+  const size_t page = want && want < LIST_PAGE ? want : LIST_PAGE;
+  const size_t cnt = n - i < page ? n - i : page;
+  *first = i, *next = '\0';
+  if (i + cnt < n) snprintf(next, cap, "%s", all[i + cnt - 1].id);
+  return cnt;
+}
+
+static void list_tenants(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
+  UNPACK(Qevict__V1__ListTenantsRequest, qevict__v1__list_tenants_request);
+  char token[SCHED_TENANT_ID_MAX + 1], next[SCHED_TENANT_ID_MAX + 1];
+  const uint32_t want = q->page_size;
+  const int bad = *q->page_token && sched_tenants_check_id(q->page_token, "page_token");
+  snprintf(token, sizeof token, "%s", bad ? "" : q->page_token);
+  qevict__v1__list_tenants_request__free_unpacked(q, NULL);
+  if (bad) return fail(call, QE_EINVAL);
   sched_tenant_t *all = NULL;
-  size_t n = 0;
-  int rc = sched_tenants_list(s->tenants, &all, &n);
+  size_t n_all = 0, first = 0;
+  int rc = sched_tenants_list(s->tenants, &all, &n_all);
   if (rc) return fail(call, rc);
-  tenant_msg_t *m = calloc(n ? n : 1, sizeof *m);
-  Qevict__V1__Tenant **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  const size_t cnt = tenant_page(all, n_all, token, want, &first, next, sizeof next);
+  tenant_msg_t *m = calloc(cnt ? cnt : 1, sizeof *m);
+  Qevict__V1__Tenant **ptrs = calloc(cnt ? cnt : 1, sizeof *ptrs);
   if (m && ptrs) {
-    for (size_t i = 0; i < n; i++) tenant_msg(s, &all[i], &m[i]), ptrs[i] = &m[i].t;
+    for (size_t i = 0; i < cnt; i++) tenant_msg(s, &all[first + i], &m[i]), ptrs[i] = &m[i].t;
     Qevict__V1__ListTenantsResponse r = QEVICT__V1__LIST_TENANTS_RESPONSE__INIT;
-    r.tenants = ptrs, r.n_tenants = n;
+    r.tenants = ptrs, r.n_tenants = cnt, r.next_page_token = next;
     sched_rpc_reply(call, &r.base);
   } else
     sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
@@ -195,6 +222,17 @@ static long bad_state(const Qevict__V1__ListRequestsRequest *q) {
   return -1;
 }
 
+/* A ListRequests page token (a request id, decimal) into *id; -1 when it is not one. */
+static int parse_page_token(const char *t, uint64_t *id) {
+  char *end;
+  if (!isdigit((unsigned char)*t) || strlen(t) > 20) return -1;
+  errno = 0;
+  const unsigned long long v = strtoull(t, &end, 10);
+  if (*end || errno) return -1;
+  *id = (uint64_t)v;
+  return 0;
+}
+
 static void list_requests(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_t n) {
   UNPACK(Qevict__V1__ListRequestsRequest, qevict__v1__list_requests_request);
   if (*q->tenant && sched_tenants_check_id(q->tenant, "tenant")) {
@@ -208,18 +246,29 @@ static void list_requests(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, si
     return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "states[%ld]: %d is not a state",
                            bad, v);
   }
-  size_t cnt = 0;
-  for (sreq_t *r = s->reqs; r; r = r->next_all) cnt += wanted(r, q);
-  if (q->limit && cnt > q->limit) cnt = q->limit;
+  uint64_t after = UINT64_MAX; /* page_token: the last id of the previous page */
+  if (*q->page_token && parse_page_token(q->page_token, &after)) {
+    qevict__v1__list_requests_request__free_unpacked(q, NULL);
+    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "page_token: not a token of ListRequests (pass next_page_token)");
+  }
+  sreq_t *from = s->reqs; /* newest first: ids fall along the list */
+  while (from && from->id >= after) from = from->next_all;
+  const size_t page = q->limit && q->limit < LIST_PAGE ? q->limit : LIST_PAGE;
+  size_t cnt = 0, more = 0;
+  for (sreq_t *r = from; r && !more; r = r->next_all)
+    if (wanted(r, q)) cnt < page ? (void)cnt++ : (void)(more = 1);
   Qevict__V1__RequestInfo *info = calloc(cnt ? cnt : 1, sizeof *info);
   Qevict__V1__MemorySummary *mem = calloc(cnt ? cnt : 1, sizeof *mem);
   Qevict__V1__RequestInfo **ptrs = calloc(cnt ? cnt : 1, sizeof *ptrs);
   if (info && mem && ptrs) {
     size_t i = 0;
-    for (sreq_t *r = s->reqs; r && i < cnt; r = r->next_all)
+    char next[24] = "";
+    for (sreq_t *r = from; r && i < cnt; r = r->next_all)
       if (wanted(r, q)) sched_req_info(r, &info[i], &mem[i]), ptrs[i] = &info[i], i++;
+    if (more) snprintf(next, sizeof next, "%s", info[cnt - 1].request_id);
     Qevict__V1__ListRequestsResponse resp = QEVICT__V1__LIST_REQUESTS_RESPONSE__INIT;
-    resp.requests = ptrs, resp.n_requests = cnt;
+    resp.requests = ptrs, resp.n_requests = cnt, resp.next_page_token = next;
     sched_rpc_reply(call, &resp.base);
   } else
     sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
@@ -251,7 +300,7 @@ void sched_admin_rpc(sched_t *s, sgrpc_call_t *call, int method, const uint8_t *
     get_tenant(s, call, msg, n);
     break;
   case A_LIST:
-    list_tenants(s, call);
+    list_tenants(s, call, msg, n);
     break;
   case A_DELETE:
     delete_tenant(s, call, msg, n);
