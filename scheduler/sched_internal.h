@@ -15,6 +15,7 @@
 #include "sched_admit.h"
 #include "sched_grpc.h"
 #include "sched_http.h"
+#include "sched_idx.h"
 #include "sched_metrics.h"
 #include "sched_tenants.h"
 #include "tokenizer.h"
@@ -137,6 +138,7 @@ struct sched {
   int chat_kind;
   sgroup_t *groups;
   sreq_t *reqs;                  /* newest first */
+  sidx_t by_id;                  /* the requests by id */
   sreq_t *wait_head, *wait_tail; /* admitted, not yet on a group */
   uint64_t next_id;
   struct shealth *health_watchers; /* Health.Watch streams */

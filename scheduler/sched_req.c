@@ -2,6 +2,9 @@
  * sched_validate), admitted, dispatched, fed tokens by its worker, finished; its events are
  * packed once into a log that every stream (Generate, Watch) replays at its own pace, one
  * message in flight per stream, so a slow client never stalls another. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,7 @@ static void req_free(sreq_t *r) {
 }
 
 static void unlink_req(sched_t *s, sreq_t *r) {
+  sidx_del(&s->by_id, r->id);
   if (r->prev_all)
     r->prev_all->next_all = r->next_all;
   else
@@ -43,16 +47,16 @@ static void req_forget(sched_t *s, sreq_t *r) {
     req_free(r);
 }
 
-sreq_t *sched_req_find(sched_t *s, uint64_t id) {
-  for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (r->id == id) return r;
-  return NULL;
-}
+/* (by id through s->by_id: a scan of every kept request had run once per worker message) */
+sreq_t *sched_req_find(sched_t *s, uint64_t id) { return sidx_get(&s->by_id, id); }
 
 sreq_t *sched_req_find_str(sched_t *s, const char *id) {
-  for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (!strcmp(r->id_str, id)) return r;
-  return NULL;
+  char *end;
+  if (!isdigit((unsigned char)*id) || strlen(id) > 20) return NULL;
+  errno = 0;
+  const unsigned long long v = strtoull(id, &end, 10);
+  sreq_t *r = *end || errno ? NULL : sched_req_find(s, (uint64_t)v);
+  return r && !strcmp(r->id_str, id) ? r : NULL; /* (not "007" for 7) */
 }
 
 /* Whether r ended, or is ending, without its result: cancelled (a Cancel, or its client gone:
@@ -435,6 +439,11 @@ static void link_req(sched_t *s, sreq_t *r) {
 
 static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
   int state = 0;
+  if (sidx_room(&s->by_id)) {
+    snprintf(e->msg, sizeof e->msg, "out of memory (the request index)");
+    e->status = SVAL_INTERNAL;
+    return -1;
+  }
   int rc = sched_admit_reserve(s->admit, r->id, r->tenant, r->budget, &state);
   if (rc == QE_ERANGE) {
     sched_admit_tenant_stats_t ts;
@@ -453,6 +462,7 @@ static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
     return -1;
   }
   link_req(s, r);
+  sidx_put(&s->by_id, r->id, r);
   if (state == SCHED_ADMIT_RUNNING) sched_req_admitted(s, r);
   return 0;
 }
@@ -676,4 +686,5 @@ void sched_req_destroy_all(sched_t *s) {
     if (r->timer_live) uv_timer_stop(&r->expire);
     req_forget(s, r);
   }
+  sidx_free(&s->by_id);
 }
