@@ -86,9 +86,8 @@ static const char *serve_help =
     "  --cpu-weights f32|packed    their weights (default f32; see qevict worker --help)\n"
     "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
     "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n"
-    "  --shutdown-grace SECONDS    on a stop the scheduler's accepted requests may finish on the\n"
-    "                              workers for this long (default 30), then the workers "
-    "stop\n" TLS_HELP;
+    "  --shutdown-grace SECONDS    on a stop, the accepted requests may finish for this long\n"
+    "                              (default 30) before the workers stop\n" TLS_HELP;
 
 /* Byte sizes: a number with an optional K, M or G suffix (powers of 1024). */
 static int parse_bytes(const char *s, size_t *out) {
