@@ -373,7 +373,7 @@ static int tenant_delete(int argc, char **argv) {
 /* The index of `qevict tenant`'s verb: its first argument that is neither an option nor an
  * option's value (options given before the verb are its options: they move after it). */
 static int tenant_verb_at(int argc, char **argv) {
-  static const char *const no_value[] = {"--json", "--tls", "--rotate-key", NULL};
+  static const char *const no_value[] = {"--json", "--tls", "--rotate-key", "--force", NULL};
   int i = 1;
   while (i < argc && argv[i][0] == '-' && argv[i][1] && strcmp(argv[i], "--")) {
     const char *a = argv[i];

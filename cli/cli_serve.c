@@ -435,6 +435,10 @@ static pid_t spawn(char **argv) {
     /* a supervisor killed outright (SIGKILL) takes its children along: SIGTERM, their orderly
        stop, instead of a scheduler and workers left serving on the ports */
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent) _exit(1);
+    /* a process group of its own: a Ctrl-C (or a signal to serve's whole group) reaches serve
+       alone, which stops the scheduler first, in its grace, and then the workers (the scheduler
+       had taken the terminal's SIGINT and serve's SIGTERM after it as two signals: at once) */
+    setpgid(0, 0);
     execv("/proc/self/exe", argv);
     fprintf(stderr, "qevict serve: exec failed: %s\n", strerror(errno));
     _exit(127);
@@ -530,7 +534,7 @@ static void supervise(child_t *ch, int n, int *failed) {
 static void stop_scheduler(child_t *ch, unsigned grace_s) {
   if (ch[0].pid <= 0) return;
   kill(ch[0].pid, SIGTERM);
-  sig_atomic_t seen = g_signals;
+  sig_atomic_t seen = g_signals > 0 ? 1 : 0; /* (a second signal already in: passed on now) */
   for (long waited = 0; waited < (grace_s + 10L) * 10; waited++) {
     if (waitpid(ch[0].pid, NULL, WNOHANG) != 0) {
       ch[0].pid = 0;
@@ -615,11 +619,13 @@ int cli_serve(int argc, char **argv) {
   snprintf(keyfile, sizeof keyfile, "%s", o.s.admin_key_file ? o.s.admin_key_file : "");
   if (!*keyfile) snprintf(keyfile, sizeof keyfile, "%s/admin.key", state);
   fprintf(stderr,
-          "qevict serve: gRPC on %s%s%s, metrics on http%s://%s/metrics%s, %d worker group(s) of "
-          "%d rank(s), state in %s%s, admin key in %s\n",
+          "qevict serve: gRPC on %s%s%s, metrics %s%s%s%s%s%s, %d worker group(s) of %d rank(s), "
+          "state in %s%s, admin key in %s\n",
           o.s.listen, any_port(o.s.listen), o.s.tls_cert ? " (TLS)" : "",
-          o.s.metrics_tls ? "s" : "", o.s.metrics_listen, any_port(o.s.metrics_listen), o.workers,
-          o.w.tp, state, temp ? " (temporary)" : "", keyfile);
+          *o.s.metrics_listen ? "on http" : "off",
+          *o.s.metrics_listen && o.s.metrics_tls ? "s" : "", *o.s.metrics_listen ? "://" : "",
+          o.s.metrics_listen, *o.s.metrics_listen ? "/metrics" : "", any_port(o.s.metrics_listen),
+          o.workers, o.w.tp, state, temp ? " (temporary)" : "", keyfile);
   int failed = 0;
   supervise(ch, n, &failed);
   stop_children(ch, n, o.s.shutdown_grace_s);

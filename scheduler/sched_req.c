@@ -525,6 +525,11 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
     return sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
   }
   sreq_t *old = find_client_id(s, tenant, g->client_request_id);
+  if (!old && s->closing) { /* (a retry of an accepted request attaches even so) */
+    qevict__v1__generate_request__free_unpacked(g, NULL);
+    return sched_rpc_error(call, GS(UNAVAILABLE),
+                           "shutting down: finishing the accepted requests, taking no new ones");
+  }
   if (!old && !sched_groups_serving(s)) { /* (a retry of a known request attaches even so) */
     qevict__v1__generate_request__free_unpacked(g, NULL);
     return sched_rpc_error(call, GS(UNAVAILABLE), "%s",

@@ -207,9 +207,6 @@ static void on_call(void *ud, sgrpc_call_t *call, int method, const uint8_t *req
   sched_t *s = ud;
   char tenant[SCHED_TENANT_ID_MAX + 1];
   if (s->stopping) return sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE, "shutting down");
-  if (s->closing && (method == M_GENERATE || method == M_SUBMIT))
-    return sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE,
-                           "shutting down: finishing the accepted requests, taking no new ones");
   if (method >= M_HEALTH_CHECK) return health_rpc(s, call, method, req, n);
   if (method >= M_SET_TENANT) {
     if (!auth_admin(s, call)) sched_admin_rpc(s, call, method - M_SET_TENANT, req, n);

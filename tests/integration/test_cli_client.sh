@@ -91,6 +91,8 @@ expect_usage "tenant get without ID" "ID" "$QEVICT" tenant get
 expect_usage "tenant option before the verb" "bad server address" "$QEVICT" tenant \
   --server 127.0.0.1:70000 --json list
 expect_usage "tenant options, no verb" "missing verb" "$QEVICT" tenant --server 127.0.0.1:1
+expect_usage "tenant --force before the verb" "bad server address" "$QEVICT" tenant --force \
+  --server 127.0.0.1:70000 delete acme
 expect_usage "tenant delete without ID" "ID" "$QEVICT" tenant delete --force
 expect_usage "tenant set without --quota" "--quota" "$QEVICT" tenant set acme
 expect_usage "tenant set --quota 0" "--quota" "$QEVICT" tenant set acme --quota 0

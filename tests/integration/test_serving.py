@@ -691,6 +691,11 @@ def test_state_lock(srv):
          "an unwritable --ready-file: exit %d" % out.returncode)
     C.ok("gRPC on 127.0.0.1:0 (a free port: the scheduler's line names it)" in out.stderr,
          "serve's banner says that a port 0 is picked at start: %s" % out.stderr.strip()[:200])
+    out = subprocess.run([QEVICT, "serve", "--model", STORIES, "--listen", "127.0.0.1:0",
+                          "--metrics-listen", "", "--ready-file", "/nonexistent/r"],
+                         capture_output=True, text=True, timeout=60)
+    C.ok(", metrics off, " in out.stderr, "serve's banner with metrics off says so (it had shown "
+         "http:///metrics): %s" % out.stderr.strip()[:160])
     test_free_ports()
 
 
@@ -861,13 +866,15 @@ def test_paging(admin):
 
 
 def test_graceful_stop(srv, key):
-    """SIGTERM to serve: the scheduler takes no new request and answers 503 on /healthz while the
-    running request finishes on its worker (it had ended at once, UNAVAILABLE), then the whole
-    system exits 0. The request's worker is held still (SIGSTOP, under the 5 s worker timeout)
-    from before the signal until the checks are done, so it cannot finish early."""
+    """A Ctrl-C to serve (SIGINT to its process group): the scheduler takes no new request and
+    answers 503 on /healthz while the running request finishes on its worker (it had ended at
+    once, UNAVAILABLE; and with the children in serve's group, the scheduler took the terminal's
+    SIGINT and serve's SIGTERM as two signals), a retry of it attaches, then the whole system
+    exits 0. The request's worker is held still (SIGSTOP, under the 5 s worker timeout) from
+    before the signal until the checks are done, so it cannot finish early."""
     cl = Client(srv.addr, key)
-    rid = cl.gen.Submit(cl.request(PROMPTS[0], 1500, ignore_eos=True), metadata=cl.md,
-                        timeout=10).request_id
+    job = cl.request(PROMPTS[0], 1500, ignore_eos=True, client_request_id="grace-1")
+    rid = cl.gen.Submit(job, metadata=cl.md, timeout=10).request_id
     worker = started_worker(cl, rid)
     pids = srv.worker_pids(worker) if worker else []
     for pid in pids:
@@ -883,8 +890,9 @@ def test_graceful_stop(srv, key):
     th = threading.Thread(target=watch)
     th.start()
     time.sleep(0.2)
-    os.kill(srv.proc.pid, signal.SIGTERM)
+    os.killpg(srv.proc.pid, signal.SIGINT)
     time.sleep(0.5)
+    again = cl.gen.Submit(job, metadata=cl.md, timeout=10)
     code, det = code_of(lambda: cl.gen.Submit(cl.request(PROMPTS[1], 4), metadata=cl.md,
                                               timeout=10))
     try:
@@ -895,9 +903,11 @@ def test_graceful_stop(srv, key):
     for pid in pids:
         os.kill(pid, signal.SIGCONT)
     C.ok(info.state == pb.REQUEST_STATE_RUNNING and pids, "a request running when serve got "
-         "SIGTERM (%s on %s)" % (pb.RequestState.Name(info.state), worker))
+         "its Ctrl-C (%s on %s)" % (pb.RequestState.Name(info.state), worker))
     C.ok(code == grpc.StatusCode.UNAVAILABLE and "taking no new ones" in det,
          "in the shutdown grace a new request is refused: %s '%s'" % (code, det))
+    C.ok(again.request_id == rid, "in the shutdown grace a retry of the accepted request attaches "
+         "(%s, the request %s)" % (again.request_id, rid))
     C.ok(hz == (503, "shutting down: finishing the accepted requests\n"),
          "in the shutdown grace /healthz: %s" % (hz,))
     th.join(120)
