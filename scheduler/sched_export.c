@@ -191,7 +191,7 @@ static void on_http(void *ud, const char *method, const char *path, sh_response_
   (void)method;
   if (!strcmp(path, "/healthz")) {
     /* (as gRPC Health says: a scheduler whose every group drains takes no request) */
-    const int up = sched_groups_up(s), ok = !s->stopping && !s->closing && sched_groups_serving(s);
+    const int up = sched_groups_up(s), ok = sched_groups_accepting(s);
     return text(resp, ok ? 200 : 503,
                 ok           ? "ok\n"
                 : s->closing ? "shutting down: finishing the accepted requests\n"

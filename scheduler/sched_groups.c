@@ -444,6 +444,10 @@ int sched_groups_serving(const sched_t *s) {
   return n;
 }
 
+int sched_groups_accepting(const sched_t *s) {
+  return !s->stopping && !s->closing && sched_groups_serving(s);
+}
+
 int sched_groups_drained(const sched_t *s) {
   for (const sgroup_t *g = s->groups; g; g = g->next)
     if (!g->draining) return 0;

@@ -217,6 +217,9 @@ void sched_groups_release(sched_t *s, sreq_t *r);
 int sched_groups_up(const sched_t *s);
 /* Groups up and not draining: the ones that take new requests. */
 int sched_groups_serving(const sched_t *s);
+/* Whether the scheduler takes new requests: serving groups, and not stopping (nor in its
+ * shutdown grace); what gRPC Health and /healthz report. */
+int sched_groups_accepting(const sched_t *s);
 /* 1 when there are groups and every one is draining (up or not): none takes a request again
  * until the scheduler restarts. */
 int sched_groups_drained(const sched_t *s);

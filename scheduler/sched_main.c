@@ -172,9 +172,8 @@ static int ready_preflight(const char *path) {
 
 static void on_tick(uv_timer_t *t) {
   sched_t *s = t->data;
-  if (s->closing &&
-      (!sched_req_live(s) || !sched_groups_up(s) || sched_now_us() >= s->close_deadline_us)) {
-    const int live = sched_req_live(s);
+  const int live = s->closing ? sched_req_live(s) : 0;
+  if (s->closing && (!live || !sched_groups_up(s) || sched_now_us() >= s->close_deadline_us)) {
     if (live) qe_log(QE_LOG_WARN, "sched: %d request(s) unfinished at the stop", live);
     return stop_all(s);
   }

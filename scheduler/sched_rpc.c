@@ -132,7 +132,7 @@ static int auth_admin(sched_t *s, sgrpc_call_t *call) {
 /* ---- grpc.health.v1.Health ---- */
 
 static int serving_status(const sched_t *s) {
-  return !s->stopping && !s->closing && sched_groups_serving(s)
+  return sched_groups_accepting(s)
              ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
 }

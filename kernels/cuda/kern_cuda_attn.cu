@@ -214,8 +214,14 @@ static int kca_split_env(void) { /* $QE_CUDA_ATTN_SPLIT, -1 when unset or out of
   static int v;
   return kca_env_once(&v, "QE_CUDA_ATTN_SPLIT", 1, 8, -1);
 }
-int kc_attn_split(void) { return kca_split_env() > 0 ? kca_split_env() : KC_ATTN_SPLIT; }
-int kc_attn_split_wide(void) { return kca_split_env() > 0 ? kca_split_env() : KC_ATTN_SPLIT_WIDE; }
+int kc_attn_split(void) {
+  const int v = kca_split_env();
+  return v > 0 ? v : KC_ATTN_SPLIT;
+}
+int kc_attn_split_wide(void) {
+  const int v = kca_split_env();
+  return v > 0 ? v : KC_ATTN_SPLIT_WIDE;
+}
 
 /* Whether a call of n_seq sequences is wide (kern_cuda_attn.h): tiered, and its long sequences
  * in KC_ATTN_SPLIT chunks would fill more than two waves of slots. */

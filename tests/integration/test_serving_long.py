@@ -27,9 +27,9 @@ def tenant_md(srv, ch, tid):
     """Call metadata of a new tenant tid (1 GiB quota), created over channel ch."""
     r = pb.SetTenantRequest()
     r.tenant.id, r.tenant.kv_quota_bytes = tid, 1 << 30
-    amd = (("authorization", "Bearer " + srv.admin_key()),)
-    key = pbg.AdminStub(ch).SetTenant(r, metadata=amd, timeout=10).api_key
-    return (("authorization", "Bearer " + key),)
+    admin_md = (("authorization", "Bearer " + srv.admin_key()),)
+    api_key = pbg.AdminStub(ch).SetTenant(r, metadata=admin_md, timeout=10).api_key
+    return (("authorization", "Bearer " + api_key),)
 
 
 def uneven_tp():
@@ -43,7 +43,8 @@ def uneven_tp():
     srv = serving.Server(QEVICT, model, os.path.join(TMP, "state-tp3"), workers=1,
                          extra=["--tp", "3", "--pool-bytes", str(pool), "--max-seqs", "2"]).start()
     ch = grpc.insecure_channel(srv.addr)
-    md, gen = tenant_md(srv, ch, "tp3"), pbg.GenerationStub(ch)
+    md = tenant_md(srv, ch, "uneven-tp")
+    gen = pbg.GenerationStub(ch)
 
     def run(budget):
         req = pb.GenerateRequest(max_tokens=1500, ignore_eos=True)
