@@ -61,6 +61,9 @@ static const char *worker_help =
     "  --max-seqs N        concurrent sequences (default 64)\n"
     "  --max-batch N       tokens per forward pass (default 4096)\n"
     "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G)\n"
+    "  --shutdown-grace SECONDS   on SIGTERM, SIGINT or SIGHUP the scheduler sends this group\n"
+    "                      no new requests and the running ones may finish for this long\n"
+    "                      (default 30; 0 none; a second signal stops at once)\n"
     "  --device N          CUDA GPU of the group's rank 0 (CUDA builds): rank R runs on GPU\n"
     "                      (N + R) mod the GPU count, KV on the GPU, NCCL between the ranks\n"
     "  --cpu               the CPU backend (the default)\n" CLI_CPU_WEIGHTS_HELP
@@ -124,7 +127,7 @@ static int opt_cmds(const char *f) {
            {"--tls-server-name", OPT_W},
            {"--max-message", OPT_S | OPT_V},
            {"--keep-finished", OPT_S | OPT_V},
-           {"--shutdown-grace", OPT_S | OPT_V},
+           {"--shutdown-grace", OPT_S | OPT_W | OPT_V},
            {"--worker-timeout", OPT_S},
            {"--scheduler", OPT_W},
            {"--group", OPT_W},
@@ -263,7 +266,7 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
                   NULL};
     if (i == 0) o->s.keep_finished_s = (unsigned)n;
     if (i == 1) o->s.worker_timeout_ms = (unsigned)n;
-    if (i == 9) o->s.shutdown_grace_s = (unsigned)n;
+    if (i == 9) o->s.shutdown_grace_s = o->w.shutdown_grace_s = (unsigned)n;
     if (dst[i]) *dst[i] = n;
     return 0;
   }

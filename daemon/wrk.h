@@ -21,6 +21,11 @@ typedef struct {
   size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB) */
   unsigned report_ms;    /* memory report interval (default 500) */
   unsigned timeout_ms;   /* scheduler silent this long: reconnect (default 5000) */
+  /* On the first SIGTERM, SIGINT or SIGHUP, rank 0 tells the scheduler it is stopping (no new
+   * requests come to its group) and lets its running requests finish for up to this long; a
+   * follower waits as long for rank 0 to end the group. A second signal, no scheduler link, or
+   * nothing running: at once. 0: at once (default 30). */
+  unsigned shutdown_grace_s;
   /* CUDA GPU of rank 0 of the group: rank r runs on GPU (device + r) mod the GPU count, with
    * the CUDA backend, KV caches on the GPU (wrk_cache.h) and NCCL between the ranks. -1
    * (default): the CPU backend. A device index at or past the count is QE_EINVAL; any device
@@ -37,7 +42,7 @@ typedef struct {
 
 void wrk_config_init(wrk_config_t *c);
 
-/* Runs the worker until SIGINT/SIGTERM (0) or a fatal error (a negative QE_E* with a detail:
+/* Runs the worker until SIGINT/SIGTERM/SIGHUP and its shutdown grace (0) or a fatal error (a negative QE_E* with a detail:
  * model load, the device, a broken TP group). A lost scheduler connection cancels the running
  * requests and reconnects. Installs signal handlers; once per process. */
 int wrk_run(const wrk_config_t *c);

@@ -43,6 +43,7 @@ typedef struct {
   uint64_t last_report; /* now_ms() of the last memory report */
   wcmd_t *held, *held_tail; /* starts waiting for room in a step or for a cache child */
   int fresh_prompt;         /* prompt tokens of the starts since the last step */
+  int told_idle;            /* WOUT_IDLE sent (leaving, nothing left to run) */
 } weng_t;
 
 static uint64_t now_ms(void) {
@@ -87,7 +88,7 @@ static void push_out(wrk_t *w, wout_t *o) {
   uv_async_send(&w->wake);
 }
 
-/* The engine's end: WOUT_FATAL with rc and its detail, or WOUT_STOPPED (rc 0). */
+/* The engine's end: WOUT_FATAL with rc and its detail, WOUT_STOPPED or WOUT_IDLE (rc 0). */
 static void push_end(wrk_t *w, int kind, int rc) {
   wout_t *o = calloc(1, sizeof *o);
   if (!o) return;
@@ -358,8 +359,9 @@ static void maybe_report(weng_t *g) {
   g->last_report = now_ms();
 }
 
-/* Waits for commands while idle (at most wait_ms); returns the commands taken, or NULL. */
-static wcmd_t *take_cmds(wrk_t *w, int idle, unsigned wait_ms, int *quit) {
+/* Waits for commands while idle (at most wait_ms); returns the commands taken, or NULL. *quit and
+ * *leaving: the flags of the same name (wrk_internal.h). */
+static wcmd_t *take_cmds(wrk_t *w, int idle, unsigned wait_ms, int *quit, int *leaving) {
   pthread_mutex_lock(&w->mu);
   if (idle && !w->in_head && !w->quit) {
     struct timespec ts;
@@ -371,17 +373,25 @@ static wcmd_t *take_cmds(wrk_t *w, int idle, unsigned wait_ms, int *quit) {
   }
   wcmd_t *c = w->in_head;
   w->in_head = w->in_tail = NULL;
-  *quit = w->quit;
+  *quit = w->quit, *leaving = w->leaving;
   pthread_mutex_unlock(&w->mu);
   return c;
 }
 
+/* Leaving (the worker's shutdown grace) and nothing running or held: tells the loop thread once,
+ * after this step's tokens and finishes, which then stops the worker. */
+static void maybe_done_leaving(weng_t *g, int leaving) {
+  if (!leaving || g->told_idle || gen_engine_n_active(g->e) || g->held) return;
+  g->told_idle = 1;
+  push_end(g->w, WOUT_IDLE, 0);
+}
+
 static int drive(weng_t *g) {
   wrk_t *w = g->w;
-  int rc = 0, active = 0, quit = 0;
+  int rc = 0, active = 0, quit = 0, leaving = 0;
   while (!rc) {
     const int ready = g->held && start_ready(g, g->held); /* (no wait for it) */
-    wcmd_t *c = take_cmds(w, !active && !ready, w->cfg.report_ms, &quit);
+    wcmd_t *c = take_cmds(w, !active && !ready, w->cfg.report_ms, &quit, &leaving);
     if (quit) {
       while (c) { /* dropped: the process is stopping */
         wcmd_t *n = c->next;
@@ -397,6 +407,7 @@ static int drive(weng_t *g) {
     if (!gen_engine_n_active(g->e)) active = 0;
     for (int i = 0; i < g->n_slots; i++) flush_slot(g, i);
     maybe_report(g);
+    maybe_done_leaving(g, leaving);
   }
   return rc;
 }
@@ -419,7 +430,7 @@ static void log_graphs(const wrk_t *w) {
 }
 
 static int run_rank0(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0, 0};
   g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
   gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch, NULL};
   int rc = g.slots ? gen_engine_create(w->m, wrk_cache_kv(w->cache), w->comm, &o, &g.e)
@@ -456,7 +467,7 @@ static void follow_closed(void *ud, int slot) {
 static void follow_tick(void *ud) { maybe_report(ud); }
 
 static int run_follower(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0, 0};
   gen_follow_hooks_t h = {open_hook, follow_closed, follow_tick, &g};
   return gen_follow_hooks(w->m, wrk_cache_kv(w->cache), w->comm, &h);
 }

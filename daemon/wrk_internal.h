@@ -17,8 +17,9 @@
 
 enum { WCMD_START, WCMD_CANCEL, WCMD_CANCEL_ALL, WCMD_DRAIN };
 /* WOUT_STOPPED: a follower's rank 0 ended the group in order (its shutdown, or its own failure,
- * which it reports): the follower exits without an error of its own. */
-enum { WOUT_TOKENS, WOUT_FINISHED, WOUT_REPORT, WOUT_FATAL, WOUT_STOPPED };
+ * which it reports): the follower exits without an error of its own. WOUT_IDLE: rank 0 is
+ * leaving and has nothing left to run: the worker stops. */
+enum { WOUT_TOKENS, WOUT_FINISHED, WOUT_REPORT, WOUT_FATAL, WOUT_STOPPED, WOUT_IDLE };
 
 typedef struct wcmd {
   int kind;
@@ -65,6 +66,7 @@ typedef struct wrk {
   uv_timer_t retry;
   unsigned retry_ms; /* the next reconnection's delay: 1 s, doubled after each refusal to 60 s */
   uv_signal_t sig_int, sig_term, sig_hup;
+  uv_timer_t grace; /* the shutdown grace's end (started by the first signal) */
   tr_conn_t *conn;
   struct qe_tls_ctx *tls; /* the scheduler link's TLS context (NULL: plaintext) */
   int stopping;
@@ -73,7 +75,9 @@ typedef struct wrk {
   pthread_cond_t cv;
   wcmd_t *in_head, *in_tail;
   wout_t *out_head, *out_tail;
-  int quit, fatal, thread_done;
+  /* leaving: the first stop signal came: rank 0 runs what it has, takes what the scheduler still
+   * sends, and says WOUT_IDLE when nothing is left */
+  int quit, fatal, thread_done, leaving;
   /* engine thread */
   pthread_t thread;
   kern_backend_t *be;

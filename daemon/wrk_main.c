@@ -27,6 +27,7 @@ void wrk_config_init(wrk_config_t *c) {
   c->pool_bytes = (size_t)4 << 30;
   c->report_ms = 500;
   c->timeout_ms = 5000;
+  c->shutdown_grace_s = 30;
 }
 
 static void connect_scheduler(wrk_t *w);
@@ -41,6 +42,7 @@ static void stop(wrk_t *w) {
   if (w->conn) tr_close(w->conn);
   uv_async_send(&w->wake);
   uv_close((uv_handle_t *)&w->retry, NULL);
+  uv_close((uv_handle_t *)&w->grace, NULL);
   uv_close((uv_handle_t *)&w->sig_int, NULL);
   uv_close((uv_handle_t *)&w->sig_term, NULL);
   uv_close((uv_handle_t *)&w->sig_hup, NULL);
@@ -122,6 +124,12 @@ static void on_close(tr_conn_t *conn, int reason, const char *detail) {
   const int refused = reason == TR_CLOSE_REFUSED;
   const unsigned ms = refused && w->retry_ms > 1000 ? w->retry_ms : 1000;
   w->retry_ms = refused ? (ms * 2 > 60000 ? 60000 : ms * 2) : 1000;
+  if (w->leaving) { /* (nobody waits for the running requests: the scheduler resumes them) */
+    qe_log(QE_LOG_INFO, "wrk: scheduler connection: %s (%s); stopping", tr_close_reason_str(reason),
+           detail);
+    stop(w);
+    return;
+  }
   qe_log(QE_LOG_WARN, "wrk: scheduler connection: %s (%s); reconnecting in %u s",
          tr_close_reason_str(reason), detail, ms / 1000);
   /* nobody waits for the requests any more (rank 0 runs them; followers take no commands) */
@@ -229,6 +237,9 @@ static void on_wake(uv_async_t *a) {
     } else if (o->kind == WOUT_STOPPED) {
       qe_log(QE_LOG_INFO, "wrk: rank 0 stopped the group; this rank exits");
       stop(w);
+    } else if (o->kind == WOUT_IDLE) {
+      qe_log(QE_LOG_INFO, "wrk: no request left to run; stopping");
+      stop(w);
     } else if (open && o->kind == WOUT_TOKENS)
       send_tokens(w, o);
     else if (open && o->kind == WOUT_FINISHED)
@@ -246,9 +257,41 @@ static void on_wake(uv_async_t *a) {
     uv_close((uv_handle_t *)&w->wake, NULL);
 }
 
+static void on_grace_over(uv_timer_t *t) {
+  wrk_t *w = t->data;
+  qe_log(QE_LOG_WARN,
+         "wrk: the shutdown grace (%u s) is over with requests still running; stopping (the "
+         "scheduler resumes them elsewhere)",
+         w->cfg.shutdown_grace_s);
+  stop(w);
+}
+
+/* The first stop signal with a grace and a scheduler link: the scheduler hears that this rank's
+ * group is stopping (a Drain from the worker: no new requests come to it); rank 0 runs what it
+ * has and stops when nothing is left (WOUT_IDLE), a follower when rank 0 ends the group. */
+static void begin_leaving(wrk_t *w, int sig) {
+  pthread_mutex_lock(&w->mu);
+  w->leaving = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  Qevict__Worker__V1__Drain d = QEVICT__WORKER__V1__DRAIN__INIT;
+  tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
+  env.msg_case = ENV(DRAIN), env.drain = &d;
+  tr_send(w->conn, &env);
+  uv_timer_start(&w->grace, on_grace_over, (uint64_t)w->cfg.shutdown_grace_s * 1000u, 0);
+  qe_log(QE_LOG_INFO,
+         "wrk: signal %d: stopping once %s (up to %u s; no new requests come; a second signal "
+         "stops at once)",
+         sig, w->cfg.rank ? "rank 0 ends the group" : "the running requests finish",
+         w->cfg.shutdown_grace_s);
+}
+
 static void on_signal(uv_signal_t *h, int sig) {
-  (void)sig;
-  stop(h->data);
+  wrk_t *w = h->data;
+  if (w->leaving || !w->cfg.shutdown_grace_s || !w->conn || !tr_conn_is_open(w->conn))
+    stop(w);
+  else
+    begin_leaving(w, sig);
 }
 
 static void default_name(wrk_t *w) {
@@ -265,10 +308,12 @@ static int loop_init(wrk_t *w, uv_loop_t *loop) {
   w->loop = loop;
   uv_async_init(loop, &w->wake, on_wake);
   uv_timer_init(loop, &w->retry);
+  uv_timer_init(loop, &w->grace);
   uv_signal_init(loop, &w->sig_int);
   uv_signal_init(loop, &w->sig_term);
   uv_signal_init(loop, &w->sig_hup);
-  w->wake.data = w->retry.data = w->sig_int.data = w->sig_term.data = w->sig_hup.data = w;
+  w->wake.data = w->retry.data = w->grace.data = w;
+  w->sig_int.data = w->sig_term.data = w->sig_hup.data = w;
   uv_signal_start(&w->sig_int, on_signal, SIGINT);
   uv_signal_start(&w->sig_term, on_signal, SIGTERM);
   uv_signal_start(&w->sig_hup, on_signal, SIGHUP); /* (no reload: an orderly stop) */

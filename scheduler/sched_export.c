@@ -123,9 +123,10 @@ static void set3(sm_fam_t *f, const char *a, const char *b, const char *c, doubl
 static void pool_gauges(sched_t *s) {
   struct smetrics *m = s->m;
   sm_clear(m->pool);
-  int up = 0, down = 0, draining = 0;
+  int up = 0, down = 0, draining = 0, stopping = 0;
   for (sgroup_t *g = s->groups; g; g = g->next) {
-    up += g->up && !g->draining, down += !g->up, draining += g->up && g->draining;
+    up += g->up && !g->draining && !g->leaving, down += !g->up;
+    draining += g->up && g->draining, stopping += g->up && g->leaving && !g->draining;
     if (!g->up) continue;
     for (int k = 0; k < g->tp_size; k++) {
       srank_t *rk = &g->rank[k];
@@ -139,10 +140,11 @@ static void pool_gauges(sched_t *s) {
     }
     set3(m->pool, g->name, "all", "reserved", (double)g->reserved);
   }
-  const char *su[1] = {"up"}, *sd[1] = {"down"}, *sr[1] = {"draining"};
+  const char *su[1] = {"up"}, *sd[1] = {"down"}, *sr[1] = {"draining"}, *ss[1] = {"stopping"};
   sm_set(m->workers, su, up);
   sm_set(m->workers, sd, down);
   sm_set(m->workers, sr, draining);
+  sm_set(m->workers, ss, stopping);
 }
 
 static void tenant_gauges(sched_t *s) {
@@ -191,12 +193,13 @@ static void on_http(void *ud, const char *method, const char *path, sh_response_
   (void)method;
   if (!strcmp(path, "/healthz")) {
     /* (as gRPC Health says: a scheduler whose every group drains takes no request) */
-    const int up = sched_groups_up(s), ok = sched_groups_accepting(s);
-    return text(resp, ok ? 200 : 503,
-                ok           ? "ok\n"
-                : s->closing ? "shutting down: finishing the accepted requests\n"
-                : up         ? "every worker group is draining\n"
-                             : "no worker group is up\n");
+    char why[160];
+    const int ok = sched_groups_accepting(s);
+    snprintf(why, sizeof why, "%s\n",
+             ok           ? "ok"
+             : s->closing ? "shutting down: finishing the accepted requests"
+                          : sched_groups_closed_why(s));
+    return text(resp, ok ? 200 : 503, why);
   }
   if (strcmp(path, "/metrics")) return text(resp, 404, "not found\n");
   request_gauges(s);

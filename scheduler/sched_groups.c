@@ -132,7 +132,7 @@ static void group_up(sched_t *s, sgroup_t *g) {
     ctx = h->context_length < ctx ? h->context_length : ctx;
   }
   g->pool_bytes = pool, g->max_seqs = seqs, g->bytes_per_token = bpt, g->context_length = ctx;
-  g->up = 1, g->ever_up = 1, g->reserved = 0, g->n_running = 0;
+  g->up = 1, g->ever_up = 1, g->reserved = 0, g->n_running = 0, g->leaving = 0;
   qe_log(QE_LOG_INFO, "sched: group %s up (%d ranks, pool %lld bytes, %d sequences)", g->name,
          g->tp_size, (long long)pool, seqs);
   update_pool(s);
@@ -286,6 +286,18 @@ static void on_report(sched_t *s, sgroup_t *g, int rank,
   }
 }
 
+/* A rank of g is stopping (its shutdown grace): g takes no new requests; its running ones
+ * finish there, or resume elsewhere if the group goes down first. */
+static void on_leaving(sched_t *s, sgroup_t *g, int rank) {
+  if (g->leaving) return;
+  g->leaving = 1;
+  qe_log(QE_LOG_INFO,
+         "sched: worker %s (group %s rank %d) is stopping: the group takes no new requests; its "
+         "%d running may finish",
+         g->rank[rank].name, g->name, rank, g->n_running);
+  sched_health_changed(s);
+}
+
 static void on_message(tr_conn_t *c, const tr_env_t *m) {
   sched_t *s = tr_conn_ud(c);
   int rank = 0;
@@ -304,6 +316,9 @@ static void on_message(tr_conn_t *c, const tr_env_t *m) {
     break;
   case ENV(MEMORY_REPORT):
     on_report(s, g, rank, m->memory_report);
+    break;
+  case ENV(DRAIN):
+    on_leaving(s, g, rank);
     break;
   case ENV(ERROR):
     qe_log(QE_LOG_WARN, "sched: worker %s: error %d: %s", g->rank[rank].name, m->error->code,
@@ -356,7 +371,7 @@ int sched_groups_listen(sched_t *s) {
 static sgroup_t *best_group(sched_t *s, const sreq_t *r) {
   sgroup_t *best = NULL;
   for (sgroup_t *g = s->groups; g; g = g->next) {
-    if (!g->up || g->draining || g->n_running >= g->max_seqs) continue;
+    if (!g->up || g->draining || g->leaving || g->n_running >= g->max_seqs) continue;
     if (g->pool_bytes - g->reserved < r->budget) continue;
     if (!best || g->pool_bytes - g->reserved > best->pool_bytes - best->reserved) best = g;
   }
@@ -440,8 +455,19 @@ int sched_groups_up(const sched_t *s) {
 
 int sched_groups_serving(const sched_t *s) {
   int n = 0;
-  for (const sgroup_t *g = s->groups; g; g = g->next) n += g->up && !g->draining;
+  for (const sgroup_t *g = s->groups; g; g = g->next) n += g->up && !g->draining && !g->leaving;
   return n;
+}
+
+const char *sched_groups_closed_why(const sched_t *s) {
+  int leaving = 0;
+  for (const sgroup_t *g = s->groups; g; g = g->next) leaving += g->up && g->leaving;
+  if (!sched_groups_up(s)) return "no worker is serving yet";
+  if (leaving)
+    return "every worker is stopping or draining: none takes new requests until one starts "
+           "again";
+  return "every worker is draining (qevict drain): none takes new requests until the scheduler "
+         "restarts";
 }
 
 int sched_groups_accepting(const sched_t *s) {

@@ -110,7 +110,9 @@ typedef struct {
 struct sgroup {
   char name[64];
   char worker_id[80];
-  int tp_size, n_conn, up, draining, ever_up;
+  /* draining: an admin Drain (kept across reconnections); leaving: a rank said it is stopping
+   * (its shutdown grace; cleared when the group comes up again) */
+  int tp_size, n_conn, up, draining, leaving, ever_up;
   srank_t rank[SREQ_MAX_RANKS];
   int64_t pool_bytes, reserved;
   int max_seqs, n_running;
@@ -215,8 +217,10 @@ int sched_groups_cancel(sched_t *s, sreq_t *r);
 /* A running request left its group (finished or cancelled): its bytes come free there. */
 void sched_groups_release(sched_t *s, sreq_t *r);
 int sched_groups_up(const sched_t *s);
-/* Groups up and not draining: the ones that take new requests. */
+/* Groups up and neither draining nor leaving: the ones that take new requests. */
 int sched_groups_serving(const sched_t *s);
+/* Why no group takes new requests (sched_groups_serving 0): a sentence without a final stop. */
+const char *sched_groups_closed_why(const sched_t *s);
 /* Whether the scheduler takes new requests: serving groups, and not stopping (nor in its
  * shutdown grace); what gRPC Health and /healthz report. */
 int sched_groups_accepting(const sched_t *s);

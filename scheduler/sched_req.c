@@ -532,10 +532,7 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
   }
   if (!old && !sched_groups_serving(s)) { /* (a retry of a known request attaches even so) */
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    return sched_rpc_error(call, GS(UNAVAILABLE), "%s",
-                           sched_groups_up(s) ? "every worker is draining (qevict drain): none "
-                                                "takes new requests until the scheduler restarts"
-                                              : "no worker is serving yet");
+    return sched_rpc_error(call, GS(UNAVAILABLE), "%s", sched_groups_closed_why(s));
   }
   sreq_t *r = old ? NULL : req_new(s, tenant);
   sval_err_t e = {0};

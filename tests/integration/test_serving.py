@@ -818,8 +818,8 @@ def test_drain(srv, cl):
         hz = (hz.status, hz.read().decode())
     except urllib.error.HTTPError as e:
         hz = (e.code, e.read().decode())
-    C.ok(hz == (503, "every worker group is draining\n"), "every worker draining: /healthz %s"
-         % (hz,))
+    C.ok(hz[0] == 503 and hz[1].startswith("every worker is draining (qevict drain)"),
+         "every worker draining: /healthz %s" % (hz,))
 
 
 def test_paging(admin):
@@ -920,6 +920,164 @@ def test_graceful_stop(srv, key):
     except subprocess.TimeoutExpired:
         rc = None
     C.ok(rc == 0, "then serve stopped the scheduler and the workers: exit %s" % rc)
+
+
+class Units:
+    """A scheduler and workers as separate processes, each started by hand as systemd starts its
+    units (qevict sched, qevict worker), with logs in the state directory."""
+
+    def __init__(self, name):
+        self.dir = os.path.join(TMP, name)
+        os.makedirs(self.dir)
+        self.port, self.mport = serving.free_ports(2)
+        self.addr, self.sock = "127.0.0.1:%d" % self.port, "unix:" + self.dir + "/w.sock"
+        self.procs, self.metrics_ssl = {}, None
+
+    def spawn(self, name, args):
+        log = open(os.path.join(self.dir, name + ".log"), "ab")
+        self.procs[name] = subprocess.Popen([QEVICT] + args, stdout=log, stderr=log,
+                                            start_new_session=True)
+        return self.procs[name]
+
+    def sched(self):
+        self.spawn("sched", ["sched", "--model", STORIES, "--state-dir", self.dir, "--listen",
+                             self.addr, "--metrics-listen", "127.0.0.1:%d" % self.mport,
+                             "--worker-listen", self.sock, "--worker-timeout", "30000",
+                             "--shutdown-grace", "60"])
+
+    def worker(self, group):
+        return self.spawn(group, ["worker", "--model", STORIES, "--scheduler", self.sock,
+                                  "--group", group, "--max-seqs", "16", "--pool-bytes", "64M",
+                                  "--threads", "1", "--shutdown-grace", "60"])
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
+            return f.read()
+
+    def metric(self, state):
+        for line in serving.Server.metrics_text(self).splitlines():
+            if line.startswith('qevict_workers{state="%s"}' % state):
+                return float(line.split()[-1])
+        return None
+
+    def wait_up(self, n):
+        deadline = time.time() + 60
+        while time.time() < deadline and (self.metric("up") or 0) < n:
+            time.sleep(0.1)
+        return (self.metric("up") or 0) >= n
+
+    def exit_code(self, name, wait=60):
+        try:
+            return self.procs[name].wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill_all(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def long_jobs(cl, n, n_new, res):
+    """n Generate streams of n_new tokens in threads (events or the error into res[i]); returns
+    the threads once every stream has its first tokens."""
+    started = [threading.Event() for _ in range(n)]
+
+    def run(i):
+        evs = []
+        try:
+            for e in cl.gen.Generate(cl.request(PROMPTS[i % 8], n_new, ignore_eos=True),
+                                     metadata=cl.md, timeout=300):
+                evs.append(e)
+                if e.HasField("tokens"):
+                    started[i].set()
+        except grpc.RpcError as e:
+            evs.append(e)
+        started[i].set()
+        res[i] = evs
+    ths = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ths:
+        t.start()
+    for e in started:
+        e.wait(120)
+    return ths
+
+
+def all_finished(res, n_new):
+    fins = [finished_of(evs) if evs and not isinstance(evs[-1], Exception) else None
+            for evs in res]
+    return sum(f is not None and f.reason == pb.FINISH_REASON_LENGTH and
+               f.usage.completion_tokens == n_new for f in fins), fins
+
+
+def test_worker_stop():
+    """Workers as separate processes (systemd units). A SIGTERM to a busy worker: its group takes
+    no new requests (they run on the other group) while its running requests finish there, not
+    resumed elsewhere, and it exits 0 (it had stopped at once, its requests resumed on another).
+    Then a SIGTERM to the scheduler and the last worker together (systemctl stop of every unit):
+    the running requests finish all their tokens and both exit 0 (the worker had ended them at
+    once, the scheduler's grace notwithstanding). The busy worker is held still (SIGSTOP) while
+    the signals are sent, so its requests cannot finish first."""
+    u = Units("units")
+    n_new, n_jobs = 1900, 16
+    try:
+        u.sched()
+        u.worker("ga")
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
+            time.sleep(0.1)
+        C.ok(u.wait_up(1), "units: the scheduler and worker ga up")
+        with open(os.path.join(u.dir, "admin.key")) as f:
+            admin = Client(u.addr, f.read().strip())
+        cl = Client(u.addr, set_tenant(admin, "units", 1 << 30).api_key)
+        res = [None] * n_jobs
+        ths = long_jobs(cl, n_jobs, n_new, res)
+        ga = u.procs["ga"]
+        os.kill(ga.pid, signal.SIGSTOP)
+        u.worker("gb")
+        up = u.wait_up(2)
+        os.kill(ga.pid, signal.SIGTERM)  # (pending until it runs again)
+        os.kill(ga.pid, signal.SIGCONT)
+        deadline = time.time() + 10
+        while "is stopping" not in u.log("sched") and time.time() < deadline:
+            time.sleep(0.05)
+        stopping = u.metric("stopping")
+        rid = cl.gen.Submit(cl.request(PROMPTS[0], 8), metadata=cl.md, timeout=10).request_id
+        where = started_worker(cl, rid)
+        lst = admin.adm.ListRequests(pb.ListRequestsRequest(states=[pb.REQUEST_STATE_RUNNING]),
+                                     metadata=admin.md, timeout=10)
+        still = sum(r.worker == "ga" for r in lst.requests)
+        C.ok(up and stopping == 1 and where == "gb" and still > 0,
+             "a SIGTERM to busy worker ga: qevict_workers{state=\"stopping\"} %s; a new request "
+             "ran on %s while %d of ga's were still running" % (stopping, where, still))
+        for t in ths:
+            t.join(300)
+        n_ok, fins = all_finished(res, n_new)
+        resumed = u.log("sched").count(" resumes on ")
+        C.ok(n_ok == n_jobs and resumed == 0, "ga's %d running requests finished there, all %d "
+             "tokens (%d did; %d resumed elsewhere)" % (n_jobs, n_new, n_ok, resumed))
+        C.ok(u.exit_code("ga") == 0, "then worker ga exited %s" % u.exit_code("ga", 0))
+        ths = long_jobs(cl, n_jobs, n_new, res)
+        gb = u.procs["gb"]
+        os.kill(gb.pid, signal.SIGSTOP)
+        u.procs["sched"].send_signal(signal.SIGTERM)
+        os.kill(gb.pid, signal.SIGTERM)
+        time.sleep(0.3)
+        os.kill(gb.pid, signal.SIGCONT)
+        for t in ths:
+            t.join(300)
+        n_ok, fins = all_finished(res, n_new)
+        C.ok(n_ok == n_jobs, "SIGTERM to the scheduler and worker gb at once: the %d running "
+             "requests finished all %d tokens (%d did; the first's end: %s)"
+             % (n_jobs, n_new, n_ok, str(res[0][-1:])[:300]))
+        rs, rb = u.exit_code("sched"), u.exit_code("gb")
+        C.ok(rs == 0 and rb == 0, "then the scheduler exited %s and gb %s" % (rs, rb))
+    finally:
+        u.kill_all()
+        if C.failed:
+            for n in ("sched", "ga", "gb"):
+                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
 
 
 def test_mixed_weights(srv):
@@ -1120,6 +1278,7 @@ def main():
     srv.stop()
     C.ok(not os.path.exists(srv.state_dir + ".ready"),
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
+    test_worker_stop()
     test_tp()
     test_many_policies()
     rc = C.done()
