@@ -42,9 +42,10 @@ typedef struct {
 
 void wrk_config_init(wrk_config_t *c);
 
-/* Runs the worker until SIGINT/SIGTERM/SIGHUP and its shutdown grace (0) or a fatal error (a negative QE_E* with a detail:
- * model load, the device, a broken TP group). A lost scheduler connection cancels the running
- * requests and reconnects. Installs signal handlers; once per process. */
+/* Runs the worker until SIGINT/SIGTERM/SIGHUP and its shutdown grace (0) or a fatal error (a
+ * negative QE_E* with a detail: model load, the device, a broken TP group). A lost scheduler
+ * connection cancels the running requests and reconnects. Installs signal handlers; once per
+ * process. */
 int wrk_run(const wrk_config_t *c);
 
 #endif
