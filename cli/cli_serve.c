@@ -64,6 +64,10 @@ static const char *worker_help =
     "  --shutdown-grace SECONDS   on SIGTERM, SIGINT or SIGHUP the scheduler sends this group\n"
     "                      no new requests and the running ones may finish for this long\n"
     "                      (default 30; 0 none; a second signal stops at once)\n"
+    "  --step-timeout SECONDS   a step (or a TP follower's wait for rank 0) that has not come\n"
+    "                      back in this long (a hung GPU or collective) makes the worker exit\n"
+    "                      with status 70 for its supervisor to restart it (default 300 with\n"
+    "                      --device, none on the CPU; 0 none)\n"
     "  --device N          CUDA GPU of the group's rank 0 (CUDA builds): rank R runs on GPU\n"
     "                      (N + R) mod the GPU count, KV on the GPU, NCCL between the ranks\n"
     "  --cpu               the CPU backend (the default)\n" CLI_CPU_WEIGHTS_HELP
@@ -87,7 +91,7 @@ static const char *serve_help =
     "                              (N + G * T + R) mod the GPU count\n"
     "  --cpu                       CPU workers (the default)\n"
     "  --cpu-weights f32|packed    their weights (default f32; see qevict worker --help)\n"
-    "  --threads N --max-seqs N --max-batch N --pool-bytes B   per worker rank\n"
+    "  --threads N --max-seqs N --max-batch N --pool-bytes B --step-timeout S   per worker rank\n"
     "  --max-message BYTES --keep-finished SECONDS --ready-file FILE\n"
     "  --shutdown-grace SECONDS    on a stop, the accepted requests may finish for this long\n"
     "                              (default 30) before the workers stop\n" TLS_HELP;
@@ -129,6 +133,7 @@ static int opt_cmds(const char *f) {
            {"--keep-finished", OPT_S | OPT_V},
            {"--shutdown-grace", OPT_S | OPT_W | OPT_V},
            {"--worker-timeout", OPT_S},
+           {"--step-timeout", OPT_W | OPT_V},
            {"--scheduler", OPT_W},
            {"--group", OPT_W},
            {"--name", OPT_W},
@@ -250,20 +255,14 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
               {"--max-batch", 16, 1 << 20},
               {"--workers", 1, 64},
               {"--device", 0, 255},
-              {"--shutdown-grace", 0, 86400}};
-  for (int i = 0; i < 10; i++) {
+              {"--shutdown-grace", 0, 86400},
+              {"--step-timeout", 0, 86400}};
+  for (int i = 0; i < 11; i++) {
     if (strcmp(f, nums[i].flag)) continue;
     if ((rc = parse_num(cmd, f, v, nums[i].lo, nums[i].hi, &n))) return rc;
-    int *dst[] = {NULL,
-                  NULL,
-                  &o->w.rank,
-                  &o->w.tp,
-                  &o->w.threads,
-                  &o->w.max_seqs,
-                  &o->w.max_batch,
-                  &o->workers,
-                  &o->w.device,
-                  NULL};
+    int *dst[] = {NULL,          NULL,           &o->w.rank,          &o->w.tp,
+                  &o->w.threads, &o->w.max_seqs, &o->w.max_batch,     &o->workers,
+                  &o->w.device,  NULL,           &o->w.step_timeout_s};
     if (i == 0) o->s.keep_finished_s = (unsigned)n;
     if (i == 1) o->s.worker_timeout_ms = (unsigned)n;
     if (i == 9) o->s.shutdown_grace_s = o->w.shutdown_grace_s = (unsigned)n;
@@ -482,6 +481,7 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes", a[n++] = fmt("%zu", o->w.pool_bytes);
   if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
+  if (o->w.step_timeout_s >= 0) a[n++] = "--step-timeout", a[n++] = fmt("%d", o->w.step_timeout_s);
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */
     a[n++] = "--device", a[n++] = fmt("%d", (o->w.device + g * o->w.tp) % o->n_gpus);
   return a;

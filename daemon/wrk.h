@@ -26,6 +26,11 @@ typedef struct {
    * follower waits as long for rank 0 to end the group. A second signal, no scheduler link, or
    * nothing running: at once. 0: at once (default 30). */
   unsigned shutdown_grace_s;
+  /* The engine thread silent this long (a step, or a follower's wait for rank 0, that does not
+   * come back: a hung GPU or collective, a stopped peer rank): the worker exits with status
+   * WRK_EXIT_STUCK for its supervisor to restart it. 0: never; negative (default): 300 s on a
+   * GPU, never on the CPU (a long prompt's single pass there may take minutes). */
+  int step_timeout_s;
   /* CUDA GPU of rank 0 of the group: rank r runs on GPU (device + r) mod the GPU count, with
    * the CUDA backend, KV caches on the GPU (wrk_cache.h) and NCCL between the ranks. -1
    * (default): the CPU backend. A device index at or past the count is QE_EINVAL; any device
@@ -39,6 +44,9 @@ typedef struct {
    * files are QE_EINVAL/QE_EIO/QE_EFORMAT from wrk_run, before the model loads. */
   const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 } wrk_config_t;
+
+/* The exit status of a worker whose engine stopped answering (step_timeout_s). */
+#define WRK_EXIT_STUCK 70
 
 void wrk_config_init(wrk_config_t *c);
 

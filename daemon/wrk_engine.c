@@ -40,13 +40,13 @@ typedef struct {
   wslot_t *slots; /* [n_slots] */
   int n_slots;
   uint64_t cum[4];      /* promotions, demotions, evictions, routing events of finished requests */
-  uint64_t last_report; /* now_ms() of the last memory report */
+  uint64_t last_report; /* wrk_now_ms() of the last memory report */
   wcmd_t *held, *held_tail; /* starts waiting for room in a step or for a cache child */
   int fresh_prompt;         /* prompt tokens of the starts since the last step */
   int told_idle;            /* WOUT_IDLE sent (leaving, nothing left to run) */
 } weng_t;
 
-static uint64_t now_ms(void) {
+uint64_t wrk_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
@@ -354,9 +354,9 @@ static void report(weng_t *g) {
 
 /* A memory report when report_ms have passed since the last one. */
 static void maybe_report(weng_t *g) {
-  if (now_ms() - g->last_report < g->w->cfg.report_ms) return;
+  if (wrk_now_ms() - g->last_report < g->w->cfg.report_ms) return;
   report(g);
-  g->last_report = now_ms();
+  g->last_report = wrk_now_ms();
 }
 
 /* Waits for commands while idle (at most wait_ms); returns the commands taken, or NULL. *quit and
@@ -390,6 +390,7 @@ static int drive(weng_t *g) {
   wrk_t *w = g->w;
   int rc = 0, active = 0, quit = 0, leaving = 0;
   while (!rc) {
+    atomic_store(&w->beat_ms, wrk_now_ms()); /* (at least every report_ms: take_cmds's wait) */
     const int ready = g->held && start_ready(g, g->held); /* (no wait for it) */
     wcmd_t *c = take_cmds(w, !active && !ready, w->cfg.report_ms, &quit, &leaving);
     if (quit) {
@@ -464,7 +465,12 @@ static void follow_closed(void *ud, int slot) {
   push_out(g->w, o);
 }
 
-static void follow_tick(void *ud) { maybe_report(ud); }
+/* (after each of rank 0's operations: at least every report_ms, its idle no-op) */
+static void follow_tick(void *ud) {
+  weng_t *g = ud;
+  atomic_store(&g->w->beat_ms, wrk_now_ms());
+  maybe_report(g);
+}
 
 static int run_follower(wrk_t *w) {
   weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0, 0};

@@ -6,6 +6,7 @@
 #define QE_WRK_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -66,7 +67,9 @@ typedef struct wrk {
   uv_timer_t retry;
   unsigned retry_ms; /* the next reconnection's delay: 1 s, doubled after each refusal to 60 s */
   uv_signal_t sig_int, sig_term, sig_hup;
-  uv_timer_t grace; /* the shutdown grace's end (started by the first signal) */
+  uv_timer_t grace;         /* the shutdown grace's end (started by the first signal) */
+  uv_timer_t watch;         /* every second: the engine thread's beat against step_timeout_s */
+  _Atomic uint64_t beat_ms; /* the engine thread's last sign of life (wrk_now_ms; 0: none yet) */
   tr_conn_t *conn;
   struct qe_tls_ctx *tls; /* the scheduler link's TLS context (NULL: plaintext) */
   int stopping;
@@ -95,6 +98,8 @@ int wrk_engine_load(wrk_t *w);
 void *wrk_engine_main(void *arg);
 void wrk_engine_unload(wrk_t *w);
 void wrk_push_cmd(wrk_t *w, wcmd_t *c);
+/* Milliseconds of CLOCK_MONOTONIC. */
+uint64_t wrk_now_ms(void);
 void wrk_free_cmd(wcmd_t *c);
 void wrk_free_out(wout_t *o);
 

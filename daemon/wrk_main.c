@@ -28,6 +28,7 @@ void wrk_config_init(wrk_config_t *c) {
   c->report_ms = 500;
   c->timeout_ms = 5000;
   c->shutdown_grace_s = 30;
+  c->step_timeout_s = -1;
 }
 
 static void connect_scheduler(wrk_t *w);
@@ -43,6 +44,7 @@ static void stop(wrk_t *w) {
   uv_async_send(&w->wake);
   uv_close((uv_handle_t *)&w->retry, NULL);
   uv_close((uv_handle_t *)&w->grace, NULL);
+  uv_close((uv_handle_t *)&w->watch, NULL);
   uv_close((uv_handle_t *)&w->sig_int, NULL);
   uv_close((uv_handle_t *)&w->sig_term, NULL);
   uv_close((uv_handle_t *)&w->sig_hup, NULL);
@@ -294,6 +296,28 @@ static void on_signal(uv_signal_t *h, int sig) {
     begin_leaving(w, sig);
 }
 
+/* The step timeout in seconds (wrk.h step_timeout_s): 0 for none. */
+static unsigned step_timeout(const wrk_config_t *c) {
+  return c->step_timeout_s >= 0 ? (unsigned)c->step_timeout_s : c->device >= 0 ? 300u : 0u;
+}
+
+/* The engine thread silent past the step timeout: nothing in this process can free it (a CUDA
+ * call or a collective that never returns), so the process exits for its supervisor to start
+ * it again; the scheduler resumes its requests on another group. */
+static void on_watch(uv_timer_t *t) {
+  wrk_t *w = t->data;
+  const uint64_t beat = atomic_load(&w->beat_ms), now = wrk_now_ms();
+  const unsigned limit = step_timeout(&w->cfg);
+  if (!limit || !beat || now < beat || now - beat < (uint64_t)limit * 1000u) return;
+  qe_log(QE_LOG_ERROR,
+         "wrk: %s: the engine has not come back for %llu s (a hung GPU or collective, or a "
+         "stopped peer rank; --step-timeout %u): exiting with status %d for a supervisor to "
+         "restart this worker",
+         w->name, (unsigned long long)((now - beat) / 1000u), limit, WRK_EXIT_STUCK);
+  fflush(NULL);
+  _exit(WRK_EXIT_STUCK);
+}
+
 static void default_name(wrk_t *w) {
   char host[64] = "localhost";
   gethostname(host, sizeof host - 1);
@@ -309,10 +333,12 @@ static int loop_init(wrk_t *w, uv_loop_t *loop) {
   uv_async_init(loop, &w->wake, on_wake);
   uv_timer_init(loop, &w->retry);
   uv_timer_init(loop, &w->grace);
+  uv_timer_init(loop, &w->watch);
+  if (step_timeout(&w->cfg)) uv_timer_start(&w->watch, on_watch, 1000, 1000);
   uv_signal_init(loop, &w->sig_int);
   uv_signal_init(loop, &w->sig_term);
   uv_signal_init(loop, &w->sig_hup);
-  w->wake.data = w->retry.data = w->grace.data = w;
+  w->wake.data = w->retry.data = w->grace.data = w->watch.data = w;
   w->sig_int.data = w->sig_term.data = w->sig_hup.data = w;
   uv_signal_start(&w->sig_int, on_signal, SIGINT);
   uv_signal_start(&w->sig_term, on_signal, SIGTERM);

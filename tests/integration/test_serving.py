@@ -1205,6 +1205,57 @@ def test_tp():
         print(srv.tail(6000))
 
 
+def test_stuck_rank():
+    """A TP group whose rank 1 stops answering mid-request (SIGSTOP): rank 0's engine waits in
+    the collective, which no timeout of the scheduler's ends, so after --step-timeout its worker
+    exits 70 for serve to restart it (it had waited there for good, its loop still answering the
+    scheduler's heartbeats). Rank 1 is then killed (it never came back) and restarted; the
+    request resumes and finishes all its tokens."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-stuck"), workers=1,
+                         extra=["--tp", "2", "--step-timeout", "4", "--threads", "1"])
+    srv.start()
+    failed = C.failed
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "stuck", 1 << 30).api_key)
+    evs = []
+
+    def run():
+        try:
+            evs.extend(cl.gen.Generate(cl.request(PROMPTS[0], 1900, ignore_eos=True),
+                                       metadata=cl.md, timeout=300))
+        except grpc.RpcError as e:
+            evs.append(e)
+    th = threading.Thread(target=run)
+    th.start()
+    deadline = time.time() + 60
+    while not any(e.HasField("tokens") for e in list(evs) if not isinstance(e, Exception)) \
+            and time.time() < deadline:
+        time.sleep(0.01)
+    ranks = {}
+    for pid in srv.worker_pids("g0"):
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            args = f.read().split(b"\0")
+        ranks[int(args[args.index(b"--rank") + 1])] = pid
+    os.kill(ranks[1], signal.SIGSTOP)
+    t0, deadline = time.time(), time.time() + 30
+    while "has not come back" not in srv.tail(1 << 16) and time.time() < deadline:
+        time.sleep(0.1)
+    waited = time.time() - t0
+    line = [ln for ln in srv.tail(1 << 16).splitlines() if "has not come back" in ln][:1]
+    C.ok(line and ":%d:" % ranks[0] in line[0] and "exiting with status 70" in line[0],
+         "rank 1 stopped mid-request: rank 0 (pid %d) exited 70 after %.1f s (--step-timeout 4): "
+         "%s" % (ranks[0], waited, line))
+    os.kill(ranks[1], signal.SIGKILL)
+    th.join(300)
+    fin = finished_of([e for e in evs if not isinstance(e, Exception)])
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and
+         fin.usage.completion_tokens == 1900, "the group restarted and the request resumed and "
+         "finished all 1900 tokens (%s)" % (fin if fin is not None else evs[-1:]))
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def test_many_policies():
     """More distinct policy configurations at once than a worker keeps caches for (16): the
     starts beyond them wait for one to end, then run (they had failed once started)."""
@@ -1280,6 +1331,7 @@ def main():
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
     test_worker_stop()
     test_tp()
+    test_stuck_rank()
     test_many_policies()
     rc = C.done()
     if rc:
