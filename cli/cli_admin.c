@@ -371,15 +371,24 @@ static int tenant_delete(int argc, char **argv) {
 }
 
 /* The index of `qevict tenant`'s verb: its first argument that is neither an option nor an
- * option's value (options given before the verb are its options: they move after it). */
+ * option's value (options given before the verb are its options: they move after it). An option
+ * of no verb before it: minus its index (its value, if any, had been taken for the verb). */
 static int tenant_verb_at(int argc, char **argv) {
   static const char *const no_value[] = {"--json", "--tls", "--rotate-key", "--force", NULL};
+  static const char *const value[] = {
+      "--quota",   "--max-request-budget", "--default-budget", "--default-policy",
+      "--server",  "--timeout",            "--tls-ca",         "--tls-cert",
+      "--tls-key", "--tls-server-name",    "--admin-key-file", NULL};
   int i = 1;
   while (i < argc && argv[i][0] == '-' && argv[i][1] && strcmp(argv[i], "--")) {
-    const char *a = argv[i];
-    int flag_only = strncmp(a, "--", 2) == 0 && strchr(a, '=') != NULL;
-    for (int k = 0; no_value[k] && !flag_only; k++) flag_only = !strcmp(a, no_value[k]);
+    const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
+    const size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    int flag_only = eq != NULL, known = 0;
+    for (int k = 0; no_value[k] && !known; k++) known = flag_only |= !strcmp(a, no_value[k]);
+    for (int k = 0; value[k] && !known; k++)
+      known = strlen(value[k]) == len && !strncmp(a, value[k], len);
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return i;
+    if (!known) return -i;
     i += flag_only ? 1 : 2;
   }
   return i;
@@ -392,6 +401,10 @@ int cli_tenant(int argc, char **argv) {
   } verbs[] = {
       {"set", tenant_set}, {"get", tenant_get}, {"list", tenant_list}, {"delete", tenant_delete}};
   const int at = tenant_verb_at(argc, argv);
+  if (at < 0)
+    return cli_usage_error("tenant", "unknown option '%s' (before the verb: set, get, list or "
+                                     "delete)",
+                           argv[-at]);
   if (at >= argc) return cli_usage_error("tenant", "missing verb: set, get, list or delete");
   if (!strcmp(argv[at], "--help") || !strcmp(argv[at], "-h")) return fputs(tenant_help, stdout), 0;
   char *verb = argv[at]; /* rotated to argv[1], the options before it after it */
