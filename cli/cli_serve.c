@@ -533,7 +533,9 @@ static void supervise(child_t *ch, int n, int *failed) {
 }
 
 /* The scheduler (ch[0]) first, while the workers run: its accepted requests may finish on them
- * for its shutdown grace; a later signal to serve is passed on (it stops at once then). */
+ * for its shutdown grace; a later signal to serve is passed on (it stops at once then) as
+ * SIGINT: a second SIGTERM sent before the scheduler took the first would merge with it (one
+ * pending signal of a kind), and the scheduler would wait out its grace. */
 static void stop_scheduler(child_t *ch, unsigned grace_s) {
   if (ch[0].pid <= 0) return;
   kill(ch[0].pid, SIGTERM);
@@ -543,7 +545,7 @@ static void stop_scheduler(child_t *ch, unsigned grace_s) {
       ch[0].pid = 0;
       return;
     }
-    if (g_signals != seen) seen = g_signals, kill(ch[0].pid, SIGTERM);
+    if (g_signals != seen) seen = g_signals, kill(ch[0].pid, SIGINT);
     usleep(100000);
   }
 }

@@ -1080,6 +1080,35 @@ def test_worker_stop():
                 print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
 
 
+def test_two_signals():
+    """A SIGTERM and a SIGINT to serve at once (the second before serve began its stop; two
+    SIGTERMs would merge into one pending signal): the scheduler stops at once, as a second
+    signal means, and serve exits in seconds with its 16 requests (~10 s of work on one thread)
+    unfinished. Serve had counted a second signal that came before its stop began as seen, never
+    passed it on, and waited for the requests (12.2 s here; up to the grace)."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-2sig"), workers=1,
+                         extra=["--shutdown-grace", "60", "--threads", "1"]).start()
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "twosig", 1 << 30).api_key)
+    res = [None] * 16
+    ths = long_jobs(cl, 16, 1900, res)
+    os.kill(srv.proc.pid, signal.SIGTERM)
+    os.kill(srv.proc.pid, signal.SIGINT)
+    t0 = time.time()
+    try:
+        rc = srv.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        rc = None
+    took = time.time() - t0
+    for t in ths:
+        t.join(60)
+    n_ok, _ = all_finished(res, 1900)
+    C.ok(rc == 0 and took < 5 and n_ok < 16, "SIGTERM and SIGINT to serve at once: it exited %s in "
+         "%.1f s, %d of 16 requests finished (a lost second signal waits for them)"
+         % (rc, took, n_ok))
+    srv.stop()
+
+
 def test_mixed_weights(srv):
     """A worker with packed CPU weights is refused by a scheduler whose workers hold fp32 ones (a
     request resumed on it after a fault would not give the same tokens)."""
@@ -1330,6 +1359,7 @@ def main():
     C.ok(not os.path.exists(srv.state_dir + ".ready"),
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
     test_worker_stop()
+    test_two_signals()
     test_tp()
     test_stuck_rank()
     test_many_policies()
