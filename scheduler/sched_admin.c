@@ -42,6 +42,10 @@ static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
     if (!(b->fraction > 0 && b->fraction <= 1))
       return qe_errf(QE_EINVAL, "tenant.default_budget.fraction: must be in (0, 1]");
+    if ((!*name || d.full) && b->fraction < 1) /* (it had been kept, and ignored) */
+      return qe_errf(QE_EINVAL, "tenant.default_budget.fraction: policy full keeps every token "
+                                "(also the policy when none is named); a fraction below 1 needs "
+                                "a tenant.default_policy.name that evicts or quantizes");
     /* (%e keeps a float's digits, where %.6f stored 1e-7 as 0.0, and always has a '.': a
        fraction, not bytes, when read back) */
     snprintf(out, n, "%s:%.9e", *name ? name : "full", b->fraction);

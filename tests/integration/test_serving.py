@@ -295,6 +295,15 @@ def test_hardening(srv, admin, cl):
     code, det = code_of(lambda: admin.adm.SetTenant(r, metadata=admin.md, timeout=10))
     C.ok(code == IA and det.startswith("tenant.default_budget.bytes: at most 2^63 - 1"),
          "a default budget of 2^64 - 1 bytes: %s '%s'" % (code, det))
+    for name in ("", "full"):  # (a fraction on full had been stored and ignored)
+        f = pb.SetTenantRequest()
+        f.tenant.id, f.tenant.kv_quota_bytes = "fullfrac", 1 << 30
+        f.tenant.default_budget.fraction = 0.2
+        if name:
+            f.tenant.default_policy.name = name
+        code, det = code_of(lambda: admin.adm.SetTenant(f, metadata=admin.md, timeout=10))
+        C.ok(code == IA and det.startswith("tenant.default_budget.fraction: policy full keeps"),
+             "a default fraction 0.2 on policy %r: %s '%s'" % (name, code, det))
     r.tenant.default_budget.bytes = 1  # (accepted; a request it cannot hold names whose it is)
     set_key = admin.adm.SetTenant(r, metadata=admin.md, timeout=10).api_key
     tiny_default = Client(srv.addr, set_key)
