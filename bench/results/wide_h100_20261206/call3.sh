@@ -6,7 +6,7 @@
 # 121 x 32K new / old, two rounds. Carry carry/pack (bench/device_pack.sh).
 export PACK=carry/pack
 LC=0 ROUNDS=1 NEW=200 BINS=long_ctx POLS="qevict full" TAG=new bash bench/gpu_longctx_ab.sh
-QE_CUDA_ATTN_SPLIT=2 QE_CUDA_ATTN_LEAD=0 LC=0 ROUNDS=1 NEW=200 BINS=long_ctx POLS=qevict \
+QE_CUDA_ATTN_SPLIT=2 QE_CUDA_ATTN_LEAD=0 CHECKS=0 ROUNDS=1 NEW=200 BINS=long_ctx POLS=qevict \
   TAG=old bash bench/gpu_longctx_ab.sh
 source bench/device_unpack.sh
 for r in 1 2; do
