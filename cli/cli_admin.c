@@ -375,10 +375,12 @@ static int tenant_delete(int argc, char **argv) {
  * of no verb before it: minus its index (its value, if any, had been taken for the verb). */
 static int tenant_verb_at(int argc, char **argv) {
   static const char *const no_value[] = {"--json", "--tls", "--rotate-key", "--force", NULL};
-  static const char *const value[] = {
-      "--quota",   "--max-request-budget", "--default-budget", "--default-policy",
-      "--server",  "--timeout",            "--tls-ca",         "--tls-cert",
-      "--tls-key", "--tls-server-name",    "--admin-key-file", NULL};
+  static const char *const value[] = {"--quota",          "--max-request-budget",
+                                      "--default-budget", "--default-policy",
+                                      "--server",         "--timeout",
+                                      "--tls-ca",         "--tls-cert",
+                                      "--tls-key",        "--tls-server-name",
+                                      "--admin-key-file", NULL};
   int i = 1;
   while (i < argc && argv[i][0] == '-' && argv[i][1] && strcmp(argv[i], "--")) {
     const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
@@ -402,8 +404,9 @@ int cli_tenant(int argc, char **argv) {
       {"set", tenant_set}, {"get", tenant_get}, {"list", tenant_list}, {"delete", tenant_delete}};
   const int at = tenant_verb_at(argc, argv);
   if (at < 0)
-    return cli_usage_error("tenant", "unknown option '%s' (before the verb: set, get, list or "
-                                     "delete)",
+    return cli_usage_error("tenant",
+                           "unknown option '%s' (before the verb: set, get, list or "
+                           "delete)",
                            argv[-at]);
   if (at >= argc) return cli_usage_error("tenant", "missing verb: set, get, list or delete");
   if (!strcmp(argv[at], "--help") || !strcmp(argv[at], "-h")) return fputs(tenant_help, stdout), 0;
