@@ -89,6 +89,7 @@ static int open_state(sched_t *s) {
   char path[4096];
   snprintf(path, sizeof path, "%s/tenants.db", s->cfg.state_dir);
   int rc = lock_state(s->cfg.state_dir);
+  if (!rc) rc = sched_tenants_check_emptied(path);
   if (!rc) rc = sched_tenants_open(path, &s->tenants);
   if (!rc) rc = admin_key(s);
   return rc;

@@ -394,6 +394,18 @@ static int configure(sched_tenants_t *ts) {
   return rc;
 }
 
+int sched_tenants_check_emptied(const char *path) {
+  struct stat st;
+  char wal[4096];
+  if (stat(path, &st) || !S_ISREG(st.st_mode) || st.st_size > 0) return 0;
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  if (!stat(wal, &st) && st.st_size > 0) return 0;
+  return qe_errf(QE_EFORMAT,
+                 "tenant store: %s exists but is empty (0 bytes): its tenants may have been lost "
+                 "(restore it from a backup, or remove it to start with none)",
+                 path);
+}
+
 int sched_tenants_open(const char *path, sched_tenants_t **out) {
   if (!out) return qe_errf(QE_EINVAL, "tenant store: no output handle");
   *out = NULL;

@@ -692,6 +692,18 @@ def test_state_lock(srv):
     C.ok(out.returncode == 1 and "is in use by another scheduler" in out.stderr,
          "a second scheduler on the state directory: exit %d '%s'"
          % (out.returncode, out.stderr.strip()[-120:]))
+    # a tenant store truncated to 0 bytes is refused, said so (it had started as a new store,
+    # every tenant gone without a word)
+    emptied = os.path.join(TMP, "state-emptied")
+    os.makedirs(emptied)
+    open(os.path.join(emptied, "tenants.db"), "wb").close()
+    out = subprocess.run([QEVICT, "sched", "--model", STORIES, "--state-dir", emptied,
+                          "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                          "--worker-listen", "unix:" + os.path.join(emptied, "w.sock")],
+                         capture_output=True, text=True, timeout=60)
+    C.ok(out.returncode == 1 and "tenants.db exists but is empty (0 bytes)" in out.stderr,
+         "a scheduler on an emptied tenants.db: exit %d '%s'" % (out.returncode,
+                                                                 out.stderr.strip()[-160:]))
     # a --ready-file that cannot be written fails the start (it had never appeared, silently)
     out = subprocess.run([QEVICT, "serve", "--model", STORIES, "--listen", "127.0.0.1:0",
                           "--metrics-listen", "127.0.0.1:0", "--ready-file", "/nonexistent/r"],

@@ -308,6 +308,19 @@ static void test_foreign_files(void) {
   CHECK(sqlite3_exec(db, "DELETE FROM schema_version", 0, 0, 0) == SQLITE_OK);
   sqlite3_close(db);
   CHECK(fails_with(sched_tenants_open(newer, &ts), QE_EFORMAT, "no schema version: damaged"));
+  /* a store truncated to 0 bytes: found, said so (SQLite takes it for a new one) */
+  const char *emptied = db_path("emptied.db");
+  CHECK_OK(sched_tenants_open(emptied, &ts));
+  sched_tenant_t t = tenant("kept", 100, 0, "");
+  char key[SCHED_KEY_STRLEN + 1];
+  CHECK_OK(sched_tenants_set(ts, &t, 0, key, NULL));
+  sched_tenants_close(ts);
+  struct stat st;
+  CHECK(stat(emptied, &st) == 0 && st.st_size > 0); /* (closed: checkpointed into the file) */
+  CHECK_OK(sched_tenants_check_emptied(emptied));
+  CHECK_OK(sched_tenants_check_emptied(db_path("absent.db")));
+  CHECK(truncate(emptied, 0) == 0);
+  CHECK(fails_with(sched_tenants_check_emptied(emptied), QE_EFORMAT, "exists but is empty"));
 }
 
 static void test_two_handles(void) {
