@@ -139,8 +139,9 @@ struct sched {
   model_hparams_t hp;
   int chat_kind;
   sgroup_t *groups;
-  sreq_t *reqs;                  /* newest first */
-  sidx_t by_id;                  /* the requests by id */
+  sreq_t *reqs;  /* newest first */
+  sidx_t by_id;  /* the requests by id */
+  sidx_t by_cid; /* the newest request of a (tenant, client_request_id) by their hash (cid_key) */
   sreq_t *wait_head, *wait_tail; /* admitted, not yet on a group */
   uint64_t next_id;
   struct shealth *health_watchers; /* Health.Watch streams */

@@ -28,8 +28,21 @@ static void req_free(sreq_t *r) {
   free(r);
 }
 
+/* The by_cid key of a tenant's client_request_id: FNV-1a over both (with the tenant's NUL). */
+static uint64_t cid_key(const char *tenant, const char *cid) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = tenant;; p++) {
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    if (!*p) break;
+  }
+  for (const char *p = cid; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
 static void unlink_req(sched_t *s, sreq_t *r) {
   sidx_del(&s->by_id, r->id);
+  const uint64_t ck = cid_key(r->tenant, r->client_id);
+  if (*r->client_id && sidx_get(&s->by_cid, ck) == r) sidx_del(&s->by_cid, ck);
   if (r->prev_all)
     r->prev_all->next_all = r->next_all;
   else
@@ -67,13 +80,16 @@ static int superseded(const sreq_t *r) {
          why == QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR;
 }
 
-/* The newest request of tenant under client_request_id cid that a retry attaches to. */
+/* The newest request of tenant under client_request_id cid that a retry attaches to: by_cid's,
+ * or, when another pair shares its key, the newest one found by a scan (none older can be
+ * attached to: a retry attaches to a request that it does not supersede). */
 static sreq_t *find_client_id(sched_t *s, const char *tenant, const char *cid) {
   if (!*cid) return NULL;
-  for (sreq_t *r = s->reqs; r; r = r->next_all)
-    if (!r->orphan && !strcmp(r->client_id, cid) && !strcmp(r->tenant, tenant))
-      return superseded(r) ? NULL : r;
-  return NULL;
+  sreq_t *r = sidx_get(&s->by_cid, cid_key(tenant, cid));
+  if (r && (strcmp(r->client_id, cid) || strcmp(r->tenant, tenant)))
+    for (r = s->reqs; r && (r->orphan || strcmp(r->client_id, cid) || strcmp(r->tenant, tenant));)
+      r = r->next_all;
+  return r && !r->orphan && !superseded(r) ? r : NULL;
 }
 
 /* ---- the event log and its streams ---- */
@@ -439,7 +455,7 @@ static void link_req(sched_t *s, sreq_t *r) {
 
 static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
   int state = 0;
-  if (sidx_room(&s->by_id)) {
+  if (sidx_room(&s->by_id) || sidx_room(&s->by_cid)) {
     snprintf(e->msg, sizeof e->msg, "out of memory (the request index)");
     e->status = SVAL_INTERNAL;
     return -1;
@@ -463,6 +479,11 @@ static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
   }
   link_req(s, r);
   sidx_put(&s->by_id, r->id, r);
+  if (*r->client_id) { /* (the newest of its pair: a retry attaches to it) */
+    const uint64_t ck = cid_key(r->tenant, r->client_id);
+    sidx_del(&s->by_cid, ck);
+    sidx_put(&s->by_cid, ck, r);
+  }
   if (state == SCHED_ADMIT_RUNNING) sched_req_admitted(s, r);
   return 0;
 }
@@ -689,4 +710,5 @@ void sched_req_destroy_all(sched_t *s) {
     req_forget(s, r);
   }
   sidx_free(&s->by_id);
+  sidx_free(&s->by_cid);
 }
