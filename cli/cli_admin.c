@@ -408,6 +408,8 @@ int cli_tenant(int argc, char **argv) {
                            "unknown option '%s' (before the verb: set, get, list or "
                            "delete)",
                            argv[-at]);
+  if (at > argc) /* (an option that takes a value, last) */
+    return cli_usage_error("tenant", "%s needs a value", argv[argc - 1]);
   if (at >= argc) return cli_usage_error("tenant", "missing verb: set, get, list or delete");
   if (!strcmp(argv[at], "--help") || !strcmp(argv[at], "-h")) return fputs(tenant_help, stdout), 0;
   char *verb = argv[at]; /* rotated to argv[1], the options before it after it */

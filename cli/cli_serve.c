@@ -503,7 +503,8 @@ static void supervise(child_t *ch, int n, int *failed) {
       if (ch[i].pid != pid) continue;
       const int quick = time(NULL) - ch[i].started < SERVE_QUICK_S;
       ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
-      const int first = ch[i].restarts == 0 && quick && !WIFSIGNALED(status);
+      /* (a failure: an exit status other than 0; a worker that stopped in its grace exits 0) */
+      const int first = ch[i].restarts == 0 && quick && WIFEXITED(status) && WEXITSTATUS(status);
       const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
       char why[96]; /* (one fprintf: the children share this stderr) */
       if (first)

@@ -70,6 +70,7 @@ typedef struct wrk {
   uv_timer_t grace;         /* the shutdown grace's end (started by the first signal) */
   uv_timer_t watch;         /* every second: the engine thread's beat against step_timeout_s */
   _Atomic uint64_t beat_ms; /* the engine thread's last sign of life (wrk_now_ms; 0: none yet) */
+  uint64_t watch_last, watch_resumed; /* the last watch tick; the last resumption of the process */
   tr_conn_t *conn;
   struct qe_tls_ctx *tls; /* the scheduler link's TLS context (NULL: plaintext) */
   int stopping;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qe_log.h"
@@ -32,6 +33,7 @@ void wrk_config_init(wrk_config_t *c) {
 }
 
 static void connect_scheduler(wrk_t *w);
+static void enter_leaving(wrk_t *w, const char *why);
 
 static void stop(wrk_t *w) {
   if (w->stopping) return;
@@ -96,6 +98,10 @@ static void on_message(tr_conn_t *conn, const tr_env_t *m) {
       c->kind = WCMD_CANCEL, c->request_id = m->cancel_request->request_id;
     break;
   case ENV(DRAIN):
+    if (m->drain->stop) { /* (another rank is stopping: this one ends the group when idle) */
+      if (!w->leaving) enter_leaving(w, "another rank of the group is stopping");
+      break;
+    }
     if (m->drain->cancel_running && (c = calloc(1, sizeof *c))) c->kind = WCMD_CANCEL_ALL;
     qe_log(QE_LOG_INFO, "wrk: draining");
     break;
@@ -261,39 +267,53 @@ static void on_wake(uv_async_t *a) {
 
 static void on_grace_over(uv_timer_t *t) {
   wrk_t *w = t->data;
-  qe_log(QE_LOG_WARN,
-         "wrk: the shutdown grace (%u s) is over with requests still running; stopping (the "
-         "scheduler resumes them elsewhere)",
-         w->cfg.shutdown_grace_s);
+  if (w->cfg.rank)
+    qe_log(QE_LOG_WARN,
+           "wrk: the shutdown grace (%u s) is over before rank 0 ended the group; "
+           "stopping",
+           w->cfg.shutdown_grace_s);
+  else
+    qe_log(QE_LOG_WARN,
+           "wrk: the shutdown grace (%u s) is over with requests still running; stopping (the "
+           "scheduler resumes them elsewhere)",
+           w->cfg.shutdown_grace_s);
   stop(w);
 }
 
-/* The first stop signal with a grace and a scheduler link: the scheduler hears that this rank's
- * group is stopping (a Drain from the worker: no new requests come to it); rank 0 runs what it
- * has and stops when nothing is left (WOUT_IDLE), a follower when rank 0 ends the group. */
-static void begin_leaving(wrk_t *w, int sig) {
+/* The shutdown grace (why: its cause, for the log): rank 0 runs what it has and what still comes
+ * and stops when nothing is left (WOUT_IDLE), a follower when rank 0 ends the group; at the
+ * grace's end at once. */
+static void enter_leaving(wrk_t *w, const char *why) {
   pthread_mutex_lock(&w->mu);
   w->leaving = 1;
   pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  uv_timer_start(&w->grace, on_grace_over, (uint64_t)w->cfg.shutdown_grace_s * 1000u, 0);
+  qe_log(QE_LOG_INFO,
+         "wrk: %s: stopping once %s (up to %u s; no new requests come; a second signal stops at "
+         "once)",
+         why, w->cfg.rank ? "rank 0 ends the group" : "the running requests finish",
+         w->cfg.shutdown_grace_s);
+}
+
+/* A stop signal: the first, with a grace and a scheduler link, tells the scheduler that this
+ * rank is stopping (a Drain from the worker: its group takes no new requests; the scheduler has
+ * rank 0 end the group when a follower stops) and begins the grace; otherwise at once. */
+static void on_signal(uv_signal_t *h, int sig) {
+  wrk_t *w = h->data;
+  if (w->leaving || !w->cfg.shutdown_grace_s || !w->conn || !tr_conn_is_open(w->conn)) {
+    qe_log(QE_LOG_INFO, "wrk: signal %d: stopping now%s", sig,
+           w->leaving ? " (a second signal)" : "");
+    stop(w);
+    return;
+  }
   Qevict__Worker__V1__Drain d = QEVICT__WORKER__V1__DRAIN__INIT;
   tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
   env.msg_case = ENV(DRAIN), env.drain = &d;
   tr_send(w->conn, &env);
-  uv_timer_start(&w->grace, on_grace_over, (uint64_t)w->cfg.shutdown_grace_s * 1000u, 0);
-  qe_log(QE_LOG_INFO,
-         "wrk: signal %d: stopping once %s (up to %u s; no new requests come; a second signal "
-         "stops at once)",
-         sig, w->cfg.rank ? "rank 0 ends the group" : "the running requests finish",
-         w->cfg.shutdown_grace_s);
-}
-
-static void on_signal(uv_signal_t *h, int sig) {
-  wrk_t *w = h->data;
-  if (w->leaving || !w->cfg.shutdown_grace_s || !w->conn || !tr_conn_is_open(w->conn))
-    stop(w);
-  else
-    begin_leaving(w, sig);
+  char why[32];
+  snprintf(why, sizeof why, "signal %d", sig);
+  enter_leaving(w, why);
 }
 
 /* The step timeout in seconds (wrk.h step_timeout_s): 0 for none. */
@@ -306,7 +326,13 @@ static unsigned step_timeout(const wrk_config_t *c) {
  * it again; the scheduler resumes its requests on another group. */
 static void on_watch(uv_timer_t *t) {
   wrk_t *w = t->data;
-  const uint64_t beat = atomic_load(&w->beat_ms), now = wrk_now_ms();
+  const uint64_t now = wrk_now_ms();
+  /* a tick far past its second: the whole process was held (SIGSTOP, a paused VM), the engine
+     too; its silence counts from now (a worker resumed after 3 s had exited 70 at once) */
+  if (now - w->watch_last > 2500) w->watch_resumed = now;
+  w->watch_last = now;
+  uint64_t beat = atomic_load(&w->beat_ms);
+  beat = beat && beat < w->watch_resumed ? w->watch_resumed : beat;
   const unsigned limit = step_timeout(&w->cfg);
   if (!limit || !beat || now < beat || now - beat < (uint64_t)limit * 1000u) return;
   qe_log(QE_LOG_ERROR,
@@ -334,6 +360,7 @@ static int loop_init(wrk_t *w, uv_loop_t *loop) {
   uv_timer_init(loop, &w->retry);
   uv_timer_init(loop, &w->grace);
   uv_timer_init(loop, &w->watch);
+  w->watch_last = wrk_now_ms();
   if (step_timeout(&w->cfg)) uv_timer_start(&w->watch, on_watch, 1000, 1000);
   uv_signal_init(loop, &w->sig_int);
   uv_signal_init(loop, &w->sig_term);
@@ -360,38 +387,62 @@ static int load_tls(wrk_t *w) {
   return rc;
 }
 
-int wrk_run(const wrk_config_t *c) {
-  wrk_t w;
-  memset(&w, 0, sizeof w);
-  w.cfg = *c;
-  default_name(&w);
-  pthread_mutex_init(&w.mu, NULL);
-  pthread_cond_init(&w.cv, NULL);
+/* Whether the engine thread ended (and was joined): rank 0 waits for it; a follower, which may
+ * be blocked on a rank 0 that is gone, 5 s at most (its state then stays allocated: the process
+ * exits around the thread, which may still touch it; on the stack, that had crashed followers
+ * at exit). */
+static int join_engine(wrk_t *w) {
+  if (w->cfg.rank == 0) return pthread_join(w->thread, NULL) == 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 5;
+  return pthread_timedjoin_np(w->thread, NULL, &ts) == 0;
+}
+
+/* Up to the engine thread's start: 0, or the error (what was set up undone). */
+static int wrk_start(wrk_t *w, uv_loop_t *loop) {
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
   signal(SIGPIPE, SIG_IGN);
-  int rc = load_tls(&w);
-  if (!rc) rc = model_fingerprint(c->model, w.fingerprint);
-  if (!rc) rc = wrk_engine_load(&w);
-  uv_loop_t loop;
-  if (!rc) rc = loop_init(&w, &loop);
-  if (!rc && pthread_create(&w.thread, NULL, wrk_engine_main, &w))
+  int rc = load_tls(w);
+  if (!rc) rc = model_fingerprint(w->cfg.model, w->fingerprint);
+  if (!rc) rc = wrk_engine_load(w);
+  if (!rc) rc = loop_init(w, loop);
+  if (!rc && pthread_create(&w->thread, NULL, wrk_engine_main, w))
     rc = qe_errf(QE_EIO, "cannot start the engine thread");
   if (rc) {
-    wrk_engine_unload(&w);
-    qe_tls_ctx_destroy(w.tls);
+    wrk_engine_unload(w);
+    qe_tls_ctx_destroy(w->tls);
+  }
+  return rc;
+}
+
+int wrk_run(const wrk_config_t *c) {
+  wrk_t *w = calloc(1, sizeof *w);
+  uv_loop_t *loop = calloc(1, sizeof *loop);
+  int rc = w && loop ? 0 : qe_errf(QE_ENOMEM, "wrk: out of memory");
+  if (!rc) {
+    w->cfg = *c;
+    default_name(w);
+    rc = wrk_start(w, loop);
+  }
+  if (rc) {
+    free(w);
+    free(loop);
     return rc;
   }
-  qe_log(QE_LOG_INFO, "wrk: %s (group %s rank %d/%d, %s) loaded %s; connecting to %s%s", w.name,
-         c->group, c->rank, c->tp, w.device, c->model, c->scheduler, w.tls ? " over TLS" : "");
-  connect_scheduler(&w);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_mutex_lock(&w.mu);
-  int done = w.thread_done;
-  pthread_mutex_unlock(&w.mu);
-  if (done || c->rank == 0) {
-    pthread_join(w.thread, NULL);
-    uv_loop_close(&loop);
-    wrk_engine_unload(&w);
-    qe_tls_ctx_destroy(w.tls);
-  }
-  return w.fatal ? qe_errf(w.fatal, "the engine stopped (see the log)") : 0;
+  qe_log(QE_LOG_INFO, "wrk: %s (group %s rank %d/%d, %s) loaded %s; connecting to %s%s", w->name,
+         c->group, c->rank, c->tp, w->device, c->model, c->scheduler, w->tls ? " over TLS" : "");
+  connect_scheduler(w);
+  uv_run(loop, UV_RUN_DEFAULT);
+  const int fatal = w->fatal;
+  if (join_engine(w)) {
+    uv_loop_close(loop);
+    wrk_engine_unload(w);
+    qe_tls_ctx_destroy(w->tls);
+    free(loop);
+    free(w);
+  } else
+    qe_log(QE_LOG_INFO, "wrk: the engine thread still waits for rank 0; exiting around it");
+  return fatal ? qe_errf(fatal, "the engine stopped (see the log)") : 0;
 }

@@ -166,6 +166,7 @@ static void finish_waiting(sched_t *s, sgroup_t *g) {
 
 /* The group lost a rank: its requests go back to the front of the dispatch list. */
 static void group_down(sched_t *s, sgroup_t *g) {
+  const int had = g->n_running;
   g->up = 0;
   finish_waiting(s, g);
   sreq_t *head = NULL, *tail = NULL;
@@ -190,7 +191,11 @@ static void group_down(sched_t *s, sgroup_t *g) {
     if (!s->wait_tail) s->wait_tail = tail;
   }
   g->reserved = 0, g->n_running = 0;
-  qe_log(QE_LOG_WARN, "sched: group %s down; its requests resume elsewhere", g->name);
+  if (g->leaving && !had)
+    qe_log(QE_LOG_INFO, "sched: group %s stopped (its shutdown)", g->name);
+  else
+    qe_log(QE_LOG_WARN, "sched: group %s down; its %d running request(s) resume elsewhere", g->name,
+           had);
   for (int k = 0; k < g->tp_size; k++)
     if (g->rank[k].conn) tr_close(g->rank[k].conn); /* the group restarts as a whole */
   sched_health_changed(s);
@@ -208,8 +213,9 @@ static void on_close(tr_conn_t *c, int reason, const char *detail) {
     sched_export_worker_refused(s, reason == TR_CLOSE_TLS ? "tls" : "refused");
   }
   if (!g) return;
-  qe_log(QE_LOG_WARN, "sched: worker %s (group %s rank %d) gone: %s (%s)", g->rank[rank].name,
-         g->name, rank, tr_close_reason_str(reason), detail);
+  qe_log(g->leaving ? QE_LOG_INFO : QE_LOG_WARN, "sched: worker %s (group %s rank %d) %s: %s (%s)",
+         g->rank[rank].name, g->name, rank, g->leaving ? "left (it was stopping)" : "gone",
+         tr_close_reason_str(reason), detail);
   g->rank[rank].conn = NULL;
   g->n_conn--;
   if (g->up) group_down(s, g);
@@ -292,9 +298,16 @@ static void on_leaving(sched_t *s, sgroup_t *g, int rank) {
   if (g->leaving) return;
   g->leaving = 1;
   qe_log(QE_LOG_INFO,
-         "sched: worker %s (group %s rank %d) is stopping: the group takes no new requests; its "
-         "%d running may finish",
-         g->rank[rank].name, g->name, rank, g->n_running);
+         "sched: worker %s (group %s rank %d) is stopping: the group takes no new requests%s",
+         g->rank[rank].name, g->name, rank,
+         g->n_running ? "; its running requests may finish" : "");
+  if (rank && g->up) { /* (rank 0 ends the group: then the follower stops) */
+    Qevict__Worker__V1__Drain d = QEVICT__WORKER__V1__DRAIN__INIT;
+    tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
+    d.stop = 1;
+    env.msg_case = ENV(DRAIN), env.drain = &d;
+    tr_send(g->rank[0].conn, &env);
+  }
   sched_health_changed(s);
 }
 
@@ -462,7 +475,7 @@ int sched_groups_serving(const sched_t *s) {
 const char *sched_groups_closed_why(const sched_t *s) {
   int leaving = 0;
   for (const sgroup_t *g = s->groups; g; g = g->next) leaving += g->up && g->leaving;
-  if (!sched_groups_up(s)) return "no worker is serving yet";
+  if (!sched_groups_up(s)) return "no worker group is up";
   if (leaving)
     return "every worker is stopping or draining: none takes new requests until one starts "
            "again";

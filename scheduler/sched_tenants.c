@@ -399,11 +399,11 @@ int sched_tenants_check_emptied(const char *path) {
   char wal[4096];
   if (stat(path, &st) || !S_ISREG(st.st_mode) || st.st_size > 0) return 0;
   snprintf(wal, sizeof wal, "%s-wal", path);
-  if (!stat(wal, &st) && st.st_size > 0) return 0;
+  const int has_wal = !stat(wal, &st) && st.st_size > 0;
   return qe_errf(QE_EFORMAT,
-                 "tenant store: %s exists but is empty (0 bytes): its tenants may have been lost "
-                 "(restore it from a backup, or remove it to start with none)",
-                 path);
+                 "tenant store: %s exists but is empty (0 bytes%s): its tenants may have been "
+                 "lost (restore it from a backup, or remove it to start with none)",
+                 path, has_wal ? "; SQLite would drop the write-ahead log beside it" : "");
 }
 
 int sched_tenants_open(const char *path, sched_tenants_t **out) {

@@ -39,10 +39,12 @@ enum { SCHED_TENANT_ROTATE_KEY = 1 };
  * caller (sched_tenants_close). */
 int sched_tenants_open(const char *path, sched_tenants_t **out);
 
-/* QE_EFORMAT, naming the path, when the store at path exists with 0 bytes and an empty WAL: what
- * a truncation leaves, which sched_tenants_open would take for a new store (its tenants gone
- * without a word); 0 otherwise. For a caller that alone opens the store (the scheduler, under
- * its state directory's lock): a store another handle is creating looks the same. */
+/* QE_EFORMAT, naming the path, when the store at path exists with 0 bytes: what a truncation
+ * leaves, which sched_tenants_open would take for a new store, its tenants gone without a word
+ * (a write-ahead log beside it too: SQLite drops the log of an empty file; an opened store has
+ * its first page written at once); 0 otherwise. For a caller that alone opens the store (the
+ * scheduler, under its state directory's lock): a store another handle is creating looks the
+ * same. */
 int sched_tenants_check_emptied(const char *path);
 /* Closes the handle; NULL is allowed. */
 void sched_tenants_close(sched_tenants_t *ts);

@@ -94,6 +94,8 @@ expect_usage "tenant options, no verb" "missing verb" "$QEVICT" tenant --server 
 # (the verb had been taken for --bogus's value: "missing verb")
 expect_usage "tenant, an unknown option before the verb" "unknown option '--bogus'" "$QEVICT" \
   tenant --bogus list
+expect_usage "tenant, an option without its value, no verb" "--server needs a value" "$QEVICT" \
+  tenant --server
 expect_usage "tenant --force before the verb" "bad server address" "$QEVICT" tenant --force \
   --server 127.0.0.1:70000 delete acme
 expect_usage "tenant delete without ID" "ID" "$QEVICT" tenant delete --force

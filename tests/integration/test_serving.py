@@ -966,10 +966,11 @@ class Units:
                              "--worker-listen", self.sock, "--worker-timeout", "30000",
                              "--shutdown-grace", "60"])
 
-    def worker(self, group):
-        return self.spawn(group, ["worker", "--model", STORIES, "--scheduler", self.sock,
-                                  "--group", group, "--max-seqs", "16", "--pool-bytes", "64M",
-                                  "--threads", "1", "--shutdown-grace", "60"])
+    def worker(self, group, name=None, extra=()):
+        return self.spawn(name or group, ["worker", "--model", STORIES, "--scheduler", self.sock,
+                                          "--group", group, "--max-seqs", "16", "--pool-bytes",
+                                          "64M", "--threads", "1", "--shutdown-grace", "60"]
+                          + list(extra))
 
     def log(self, name):
         with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
@@ -1099,6 +1100,56 @@ def test_worker_stop():
         if C.failed:
             for n in ("sched", "ga", "gb"):
                 print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+
+
+def test_follower_stop():
+    """A SIGTERM to a TP group's rank 1 alone: the scheduler has rank 0 end the group once its
+    requests are done, so both ranks exit 0 long before the grace (60 s); rank 1 had waited out
+    its grace with a false "requests still running" warning, and rank 0 had then exited 1 on the
+    broken link. And a worker held (SIGSTOP) for 3.5 s under --step-timeout 2 runs on after
+    SIGCONT (it had exited 70 at once: its silence counted the pause)."""
+    u = Units("units-tp")
+    try:
+        u.sched()
+        tp = ["--tp", "2", "--tp-addr", os.path.join(u.dir, "tp.sock")]
+        u.worker("gt", "r0", tp + ["--rank", "0"])
+        u.worker("gt", "r1", tp + ["--rank", "1"])
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
+            time.sleep(0.1)
+        up = u.wait_up(1)
+        with open(os.path.join(u.dir, "admin.key")) as f:
+            admin = Client(u.addr, f.read().strip())
+        cl = Client(u.addr, set_tenant(admin, "units", 1 << 30).api_key)
+        res = [None] * 8
+        ths = long_jobs(cl, 8, 1900, res)
+        t0 = time.time()
+        u.procs["r1"].send_signal(signal.SIGTERM)
+        for t in ths:
+            t.join(300)
+        n_ok, _ = all_finished(res, 1900)
+        r0, r1 = u.exit_code("r0", 50), u.exit_code("r1", 50)
+        took = time.time() - t0
+        C.ok(up and n_ok == 8 and r0 == 0 and r1 == 0 and took < 50,
+             "SIGTERM to TP rank 1 alone: %d of 8 requests finished, then rank 0 ended the group "
+             "(exits: rank 0 %s, rank 1 %s) %.1f s after the signal (grace 60 s)"
+             % (n_ok, r0, r1, took))
+        w = u.worker("gs", "paused", ["--step-timeout", "2"])
+        C.ok(u.wait_up(1), "worker gs up")
+        os.kill(w.pid, signal.SIGSTOP)
+        time.sleep(3.5)
+        os.kill(w.pid, signal.SIGCONT)
+        time.sleep(3)
+        C.ok(w.poll() is None, "a worker held 3.5 s under --step-timeout 2 runs on after SIGCONT "
+             "(exit %s)" % w.poll())
+    finally:
+        u.kill_all()
+        if C.failed:
+            for n in ("sched", "r0", "r1", "paused"):
+                try:
+                    print("---- %s log ----\n%s" % (n, u.log(n)[-2500:]))
+                except OSError:
+                    pass
 
 
 def test_two_signals():
@@ -1380,6 +1431,7 @@ def main():
     C.ok(not os.path.exists(srv.state_dir + ".ready"),
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
     test_worker_stop()
+    test_follower_stop()
     test_two_signals()
     test_tp()
     test_stuck_rank()

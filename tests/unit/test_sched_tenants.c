@@ -321,6 +321,13 @@ static void test_foreign_files(void) {
   CHECK_OK(sched_tenants_check_emptied(db_path("absent.db")));
   CHECK(truncate(emptied, 0) == 0);
   CHECK(fails_with(sched_tenants_check_emptied(emptied), QE_EFORMAT, "exists but is empty"));
+  /* with a write-ahead log beside it (SQLite drops it: the tenants had gone) */
+  char wal[512];
+  snprintf(wal, sizeof wal, "%s-wal", emptied);
+  FILE *wf = fopen(wal, "wb");
+  CHECK(wf != NULL);
+  if (wf) fputs("not empty", wf), fclose(wf);
+  CHECK(fails_with(sched_tenants_check_emptied(emptied), QE_EFORMAT, "write-ahead log"));
 }
 
 static void test_two_handles(void) {
