@@ -388,14 +388,14 @@ static int load_tls(wrk_t *w) {
 }
 
 /* Whether the engine thread ended (and was joined): rank 0 waits for it; a follower, which may
- * be blocked on a rank 0 that is gone, 5 s at most (its state then stays allocated: the process
- * exits around the thread, which may still touch it; on the stack, that had crashed followers
- * at exit). */
+ * be blocked on a rank 0 that is gone or still running, 2 s at most (its state then stays
+ * allocated: the process exits around the thread, which may still touch it; on the stack, that
+ * had crashed followers at exit). */
 static int join_engine(wrk_t *w) {
   if (w->cfg.rank == 0) return pthread_join(w->thread, NULL) == 0;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += 5;
+  ts.tv_sec += 2;
   return pthread_timedjoin_np(w->thread, NULL, &ts) == 0;
 }
 
