@@ -74,6 +74,7 @@ typedef struct wrk {
   tr_conn_t *conn;
   struct qe_tls_ctx *tls; /* the scheduler link's TLS context (NULL: plaintext) */
   int stopping;
+  int signalled; /* a stop signal came (the next one stops at once) */
   /* shared, under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;

@@ -301,19 +301,20 @@ static void enter_leaving(wrk_t *w, const char *why) {
  * rank 0 end the group when a follower stops) and begins the grace; otherwise at once. */
 static void on_signal(uv_signal_t *h, int sig) {
   wrk_t *w = h->data;
-  if (w->leaving || !w->cfg.shutdown_grace_s || !w->conn || !tr_conn_is_open(w->conn)) {
+  if (w->signalled || !w->cfg.shutdown_grace_s || !w->conn || !tr_conn_is_open(w->conn)) {
     qe_log(QE_LOG_INFO, "wrk: signal %d: stopping now%s", sig,
-           w->leaving ? " (a second signal)" : "");
+           w->signalled ? " (a second signal)" : "");
     stop(w);
     return;
   }
+  w->signalled = 1; /* (a grace the scheduler began, for another rank, is not a signal) */
   Qevict__Worker__V1__Drain d = QEVICT__WORKER__V1__DRAIN__INIT;
   tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
   env.msg_case = ENV(DRAIN), env.drain = &d;
   tr_send(w->conn, &env);
   char why[32];
   snprintf(why, sizeof why, "signal %d", sig);
-  enter_leaving(w, why);
+  if (!w->leaving) enter_leaving(w, why);
 }
 
 /* The step timeout in seconds (wrk.h step_timeout_s): 0 for none. */

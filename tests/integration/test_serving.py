@@ -1134,6 +1134,26 @@ def test_follower_stop():
              "SIGTERM to TP rank 1 alone: %d of 8 requests finished, then rank 0 ended the group "
              "(exits: rank 0 %s, rank 1 %s) %.1f s after the signal (grace 60 s)"
              % (n_ok, r0, r1, took))
+        # both ranks signalled, rank 0's signal after the scheduler's word that rank 1 stops
+        # (rank 0 had taken its own first signal for a second one and stopped at once, its
+        # requests left with no group to resume on)
+        u.worker("gt", "r0", tp + ["--rank", "0"])
+        u.worker("gt", "r1", tp + ["--rank", "1"])
+        up = u.wait_up(1)
+        ths = long_jobs(cl, 8, 1900, res)
+        r0p = u.procs["r0"]
+        os.kill(r0p.pid, signal.SIGSTOP)
+        u.procs["r1"].send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        os.kill(r0p.pid, signal.SIGTERM)
+        os.kill(r0p.pid, signal.SIGCONT)
+        for t in ths:
+            t.join(120)
+        n_ok, _ = all_finished(res, 1900)
+        r0, r1 = u.exit_code("r0", 50), u.exit_code("r1", 50)
+        C.ok(up and n_ok == 8 and r0 == 0 and r1 == 0, "SIGTERM to both TP ranks, rank 0's after "
+             "the scheduler told it that rank 1 stops: %d of 8 requests finished (exits: rank 0 "
+             "%s, rank 1 %s)" % (n_ok, r0, r1))
         w = u.worker("gs", "paused", ["--step-timeout", "2"])
         C.ok(u.wait_up(1), "worker gs up")
         os.kill(w.pid, signal.SIGSTOP)
