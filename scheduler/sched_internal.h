@@ -36,8 +36,10 @@ typedef struct sched sched_t;
 typedef struct swatch {
   sgrpc_call_t *call;
   sreq_t *req;
-  uint64_t next;      /* next event offset to send */
-  int sending, owner; /* owner: the Generate stream that started the request */
+  uint64_t next; /* next event offset to send */
+  /* owner: a Generate stream of a request that a Generate started (its first or a retry's):
+   * the request is cancelled when the last of them drops (sreq.n_owners) */
+  int sending, owner;
   struct swatch *next_w;
 } swatch_t;
 
@@ -55,6 +57,8 @@ struct sreq {
   char client_id[129];
   uint64_t body_hash; /* FNV-1a of its GenerateRequest as protobuf-c packs it again: a retry must
                        * send the same request */
+  int submitted;      /* started by Submit: no stream's drop cancels it */
+  int n_owners;       /* its owner streams attached (swatch.owner) */
   char policy[96];    /* resolved policy name */
   int state;
   int32_t *prompt;

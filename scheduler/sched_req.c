@@ -100,6 +100,7 @@ static void watcher_remove(sreq_t *r, swatch_t *w) {
   for (swatch_t **p = &r->watchers; *p; p = &(*p)->next_w)
     if (*p == w) {
       *p = w->next_w;
+      r->n_owners -= w->owner;
       return;
     }
 }
@@ -162,6 +163,7 @@ static swatch_t *watcher_add(sreq_t *r, sgrpc_call_t *call, uint64_t from, int o
   if (!w) return NULL;
   *w = (swatch_t){call, r, from, 0, owner, r->watchers};
   r->watchers = w;
+  r->n_owners += owner;
   sgrpc_call_set_data(call, w);
   watcher_pump(r, w);
   return w;
@@ -175,15 +177,28 @@ void sched_req_stream_sent(sched_t *s, swatch_t *w, int ok) {
   watcher_pump(w->req, w);
 }
 
+/* An owner stream of r gone (its client cancelled or disconnected): r is cancelled only when
+ * no other owner is attached (a retry that attached under r's client_request_id while the first
+ * stream was still connected gets r's output). */
+static void owner_gone(sched_t *s, sreq_t *r) {
+  if (r->state == SREQ_FINISHED) return;
+  if (r->n_owners > 0) {
+    qe_log(QE_LOG_INFO,
+           "sched: request %s: client disconnected, %d other Generate stream(s) attached: "
+           "running on",
+           r->id_str, r->n_owners);
+    return;
+  }
+  qe_log(QE_LOG_INFO, "sched: request %s: client disconnected, cancelling", r->id_str);
+  sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED, "", 1);
+}
+
 void sched_req_stream_cancelled(sched_t *s, swatch_t *w) {
   sreq_t *r = w->req;
   watcher_remove(r, w);
   sgrpc_call_set_data(w->call, NULL);
   sgrpc_finish(w->call, GS(CANCELLED), "client went away", NULL, 0);
-  if (w->owner && r->state != SREQ_FINISHED) {
-    qe_log(QE_LOG_INFO, "sched: request %s: client disconnected, cancelling", r->id_str);
-    sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_CANCELLED, "", 1);
-  }
+  if (w->owner) owner_gone(s, r);
   free(w);
 }
 
@@ -523,7 +538,8 @@ static uint64_t body_hash(const ProtobufCMessage *m) {
 }
 
 /* A retry under r's client_request_id: the same request attaches; another body is refused
- * (it would silently stream the first request's output). */
+ * (it would silently stream the first request's output). A Generate retry of a request that a
+ * Generate started is one of its owners: the request runs while any of them is connected. */
 static void attach(sgrpc_call_t *call, sreq_t *r, int submit, uint64_t hash) {
   if (hash != r->body_hash)
     sched_rpc_error(call, GS(ALREADY_EXISTS),
@@ -532,7 +548,7 @@ static void attach(sgrpc_call_t *call, sreq_t *r, int submit, uint64_t hash) {
                     r->client_id, r->id_str);
   else if (submit)
     reply_submit(call, r, 1);
-  else if (!watcher_add(r, call, 0, 0))
+  else if (!watcher_add(r, call, 0, !r->submitted))
     sched_rpc_error(call, GS(INTERNAL), "out of memory");
 }
 
@@ -561,7 +577,7 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
   const uint64_t hash = body_hash(&g->base);
   qevict__v1__generate_request__free_unpacked(g, NULL);
   if (old) return attach(call, old, submit, hash);
-  if (r) r->body_hash = hash;
+  if (r) r->body_hash = hash, r->submitted = submit;
   if (!rc) rc = admit(s, r, &e);
   if (rc) {
     if (r) req_free(r);

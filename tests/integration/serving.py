@@ -70,9 +70,12 @@ def free_port():
 class Server:
     """`qevict serve` in a process group of its own, with its ports and state directory."""
 
-    def __init__(self, qevict, model, state_dir, workers=1, extra=(), log=None, metrics_ssl=None):
-        """metrics_ssl: an ssl.SSLContext for a metrics endpoint served over TLS."""
+    def __init__(self, qevict, model, state_dir, workers=1, extra=(), log=None, metrics_ssl=None,
+                 env=None):
+        """metrics_ssl: an ssl.SSLContext for a metrics endpoint served over TLS; env: variables
+        set for the server (QEVICT_LOG)."""
         self.qevict, self.model, self.state_dir = qevict, model, state_dir
+        self.env = dict(os.environ, **env) if env else None
         self.metrics_ssl = metrics_ssl
         self.workers, self.extra = workers, list(extra)
         self.pick_ports()
@@ -105,7 +108,7 @@ class Server:
                 "--workers", str(self.workers), "--ready-file", ready] + self.extra
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=self.logf,
-                                     start_new_session=True)
+                                     start_new_session=True, env=self.env)
         deadline = time.time() + timeout
         while not os.path.exists(ready):
             if self.proc.poll() is not None:

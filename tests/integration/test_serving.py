@@ -4,7 +4,8 @@ stories260K) driven by Python grpcio with stubs generated from our .proto at tes
 auth, health (Check and Watch), tenants and quotas, 64 concurrent streams, cancel and
 disconnect, Submit + Watch, a killed worker, bad input, metrics (promtool, a real Prometheus
 scrape), draining a worker, restart persistence; then a tensor-parallel group (`--tp 2`): the
-tokens of `qevict generate`, and memory figures summed over both ranks.
+tokens of `qevict generate`, and memory figures summed over both ranks; a Generate retry that
+outlives its first stream's drop.
 usage: test_serving.py QEVICT_BINARY   (exit 77 = skipped)"""
 import os
 import re
@@ -1413,6 +1414,77 @@ def test_many_policies():
         print(srv.tail(6000))
 
 
+def generate_events(it):
+    """The events of a Generate stream until it ends (an error status ends the list too)."""
+    ev = []
+    try:
+        for e in it:
+            ev.append(e)
+    except grpc.RpcError:
+        pass
+    return ev
+
+
+def dropped_while_running(srv, rid):
+    """Whether the scheduler saw a Generate stream of rid go away before rid finished (it logs
+    it then; stories260K may finish first on a loaded machine)."""
+    return ("sched: request %s: client disconnected" % rid) in srv.tail(1 << 22)
+
+
+def test_generate_retry():
+    """A Generate retry (the same client_request_id) attached to a request whose first Generate
+    stream is still connected: the first stream's drop leaves the request running for the
+    retry, which gets every token (it had ended CANCELLED, its caller's work lost); the last
+    attached stream's drop still cancels it, and a Generate attached to a Submit's request
+    never does."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-retry"), workers=1,
+                         env={"QEVICT_LOG": "info"})  # (it logs a drop it saw)
+    srv.start()
+    failed = C.failed
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "retry", 1 << 30).api_key)
+    for attempt in range(5):  # an attempt whose request ended before the drop is tried again
+        req = cl.request(PROMPTS[0], 2000, ignore_eos=True, client_request_id="gr-%d" % attempt)
+        first = cl.gen.Generate(req, metadata=cl.md, timeout=120)
+        rid = next(first).request_id
+        next(first)  # some tokens flowed
+        retry = cl.gen.Generate(req, metadata=cl.md, timeout=120)
+        ev = [next(retry)]
+        first.cancel()  # the first client goes away (a proxy's timeout)
+        ev += generate_events(retry)
+        if dropped_while_running(srv, rid):
+            break
+    f = finished_of(ev)
+    C.ok(ev[0].request_id == rid and f is not None and f.reason == pb.FINISH_REASON_LENGTH and
+         f.usage.completion_tokens == 2000 and len(tokens_of(ev)[0]) == 2000,
+         "a Generate retry runs on when the first stream drops (attempt %d: %s, %s, %d tokens)"
+         % (attempt + 1, ev[0].request_id == rid, f and pb.FinishReason.Name(f.reason),
+            len(tokens_of(ev)[0])))
+    for attempt in range(5):  # both streams gone: the last one's drop cancels the request
+        req = cl.request(PROMPTS[1], 2000, ignore_eos=True, client_request_id="gl-%d" % attempt)
+        first = cl.gen.Generate(req, metadata=cl.md, timeout=120)
+        rid = next(first).request_id
+        retry = cl.gen.Generate(req, metadata=cl.md, timeout=120)
+        next(retry)
+        retry.cancel()
+        first.cancel()
+        if finish_reason_of(cl, rid) != pb.FINISH_REASON_LENGTH:
+            break
+    C.ok(finish_reason_of(cl, rid) == pb.FINISH_REASON_CANCELLED,
+         "the drop of a request's last attached Generate stream cancels it")
+    req = cl.request(PROMPTS[2], 2000, ignore_eos=True, client_request_id="gs")
+    sub = cl.gen.Submit(req, metadata=cl.md, timeout=10)
+    it = cl.gen.Generate(req, metadata=cl.md, timeout=120)
+    first = next(it)
+    it.cancel()
+    C.ok(first.request_id == sub.request_id and
+         finish_reason_of(cl, sub.request_id, 120) == pb.FINISH_REASON_LENGTH,
+         "a Generate attached to a Submit's request does not cancel it when it drops")
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def main():
     global ADMIN_MD, ADMIN
     state = os.path.join(TMP, "state")
@@ -1456,6 +1528,7 @@ def main():
     test_tp()
     test_stuck_rank()
     test_many_policies()
+    test_generate_retry()
     rc = C.done()
     if rc:
         print(srv.tail(6000))
