@@ -362,7 +362,7 @@ int cli_sched(int argc, char **argv) {
   if (rc) return rc < 0 ? 0 : rc;
   if (!o.s.state_dir) return cli_usage_error("sched", "--state-dir is required");
   rc = sched_run(&o.s);
-  return rc ? cli_fail("sched", rc) : 0;
+  return rc < 0 ? cli_fail("sched", rc) : rc; /* (SCHED_EXIT_UNFINISHED, or 0) */
 }
 
 static int default_threads(int per_host_ranks) {
@@ -536,23 +536,28 @@ static void supervise(child_t *ch, int n, int *failed) {
 /* The scheduler (ch[0]) first, while the workers run: its accepted requests may finish on them
  * for its shutdown grace; a later signal to serve is passed on (it stops at once then) as
  * SIGINT: a second SIGTERM sent before the scheduler took the first would merge with it (one
- * pending signal of a kind), and the scheduler would wait out its grace. */
-static void stop_scheduler(child_t *ch, unsigned grace_s) {
-  if (ch[0].pid <= 0) return;
+ * pending signal of a kind), and the scheduler would wait out its grace. Returns its exit
+ * status (-1: none, or it did not exit in time). */
+static int stop_scheduler(child_t *ch, unsigned grace_s) {
+  if (ch[0].pid <= 0) return -1;
   kill(ch[0].pid, SIGTERM);
   sig_atomic_t seen = g_signals > 0 ? 1 : 0; /* (a second signal already in: passed on now) */
   for (long waited = 0; waited < (grace_s + 10L) * 10; waited++) {
-    if (waitpid(ch[0].pid, NULL, WNOHANG) != 0) {
+    int status = 0;
+    const pid_t r = waitpid(ch[0].pid, &status, WNOHANG);
+    if (r != 0) {
       ch[0].pid = 0;
-      return;
+      return r > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
     if (g_signals != seen) seen = g_signals, kill(ch[0].pid, SIGINT);
     usleep(100000);
   }
+  return -1;
 }
 
-static void stop_children(child_t *ch, int n, unsigned grace_s) {
-  stop_scheduler(ch, grace_s);
+/* Stops the scheduler, then the workers; returns the scheduler's exit status (stop_scheduler). */
+static int stop_children(child_t *ch, int n, unsigned grace_s) {
+  const int sched_status = stop_scheduler(ch, grace_s);
   for (int i = n - 1; i >= 0; i--)
     if (ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
   for (int waited = 0; waited < 100; waited++) { /* 10 s, then kill what is left */
@@ -562,11 +567,12 @@ static void stop_children(child_t *ch, int n, unsigned grace_s) {
         left++;
       else
         ch[i].pid = 0;
-    if (!left) return;
+    if (!left) return sched_status;
     usleep(100000);
   }
   for (int i = 0; i < n; i++)
     if (ch[i].pid > 0) kill(ch[i].pid, SIGKILL), waitpid(ch[i].pid, NULL, 0);
+  return sched_status;
 }
 
 static int make_state(serve_opts_t *o, char *dir, size_t n, int *temp) {
@@ -634,11 +640,12 @@ int cli_serve(int argc, char **argv) {
           o.workers, o.w.tp, state, temp ? " (temporary)" : "", keyfile);
   int failed = 0;
   supervise(ch, n, &failed);
-  stop_children(ch, n, o.s.shutdown_grace_s);
+  const int sched_status = stop_children(ch, n, o.s.shutdown_grace_s);
   if (temp && nftw(state, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
     fprintf(stderr, "qevict serve: could not remove %s: %s\n", state, strerror(errno));
   for (int i = 0; i < n; i++) free(ch[i].argv);
   free(ch);
   fmt_free_all();
-  return failed;
+  /* (the scheduler's stop with accepted requests unfinished is serve's status too) */
+  return failed ? 1 : sched_status == SCHED_EXIT_UNFINISHED ? SCHED_EXIT_UNFINISHED : 0;
 }

@@ -17,7 +17,8 @@
   X(QE_ENOSPC, -8, "out of pool memory")                                                           \
   X(QE_ECOMM, -9, "communication error")                                                           \
   X(QE_ECANCELED, -10, "canceled")                                                                 \
-  X(QE_EBACKEND, -11, "backend error")
+  X(QE_EBACKEND, -11, "backend error")                                                             \
+  X(QE_EBUSY, -12, "busy")
 
 enum {
 #define QE__ENUM(name, code, text) name = code,

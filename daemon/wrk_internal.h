@@ -66,6 +66,7 @@ typedef struct wrk {
   uv_async_t wake;
   uv_timer_t retry;
   unsigned retry_ms; /* the next reconnection's delay: 1 s, doubled after each refusal to 60 s */
+  int busy_told;     /* "busy" logged at WARN since the last registration (later ones: INFO) */
   uv_signal_t sig_int, sig_term, sig_hup;
   uv_timer_t grace;         /* the shutdown grace's end (started by the first signal) */
   uv_timer_t watch;         /* every second: the engine thread's beat against step_timeout_s */

@@ -116,7 +116,7 @@ static void on_message(tr_conn_t *conn, const tr_env_t *m) {
 
 static void on_open(tr_conn_t *conn) {
   wrk_t *w = tr_conn_ud(conn);
-  w->retry_ms = 1000;
+  w->retry_ms = 1000, w->busy_told = 0;
   qe_log(QE_LOG_INFO, "wrk: %s registered with the scheduler as %s", w->name,
          tr_conn_hello_ack(conn)->worker_id);
 }
@@ -128,7 +128,8 @@ static void on_close(tr_conn_t *conn, int reason, const char *detail) {
   w->conn = NULL;
   if (w->stopping) return;
   /* a refusal (another model, another kind of weights, a group clash) is retried less and less
-     often, up to once a minute (once a second it had filled both logs) */
+     often, up to once a minute (once a second it had filled both logs); a place held by a
+     stopping worker of the same rank (busy) once a second: it frees within its grace */
   const int refused = reason == TR_CLOSE_REFUSED;
   const unsigned ms = refused && w->retry_ms > 1000 ? w->retry_ms : 1000;
   w->retry_ms = refused ? (ms * 2 > 60000 ? 60000 : ms * 2) : 1000;
@@ -138,8 +139,11 @@ static void on_close(tr_conn_t *conn, int reason, const char *detail) {
     stop(w);
     return;
   }
-  qe_log(QE_LOG_WARN, "wrk: scheduler connection: %s (%s); reconnecting in %u s",
-         tr_close_reason_str(reason), detail, ms / 1000);
+  const int busy = reason == TR_CLOSE_BUSY; /* (told once at WARN: it repeats each second) */
+  qe_log(busy && w->busy_told ? QE_LOG_INFO : QE_LOG_WARN,
+         "wrk: scheduler connection: %s (%s); reconnecting in %u s", tr_close_reason_str(reason),
+         detail, ms / 1000);
+  w->busy_told |= busy;
   /* nobody waits for the requests any more (rank 0 runs them; followers take no commands) */
   wcmd_t *c = w->cfg.rank == 0 ? calloc(1, sizeof *c) : NULL;
   if (c) c->kind = WCMD_CANCEL_ALL, wrk_push_cmd(w, c);

@@ -88,6 +88,9 @@ static int on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {
   sgroup_t *g = group_find(s, h->group);
   if (g && g->tp_size != (int)h->tp_size)
     return qe_errf(QE_EINVAL, "group %s has tp_size %d, not %u", g->name, g->tp_size, h->tp_size);
+  if (g && g->rank[h->rank].conn && g->leaving) /* (its worker is in its shutdown grace) */
+    return qe_errf(QE_EBUSY, "rank %u of group %s is still held by a stopping worker", h->rank,
+                   g->name);
   if (g && g->rank[h->rank].conn)
     return qe_errf(QE_EINVAL, "rank %u of group %s is already connected", h->rank, g->name);
   if (!g) {
@@ -207,6 +210,8 @@ static void on_close(tr_conn_t *c, int reason, const char *detail) {
   sched_t *s = tr_conn_ud(c);
   int rank = 0;
   sgroup_t *g = group_of(c, &rank);
+  if (!g && reason == TR_CLOSE_BUSY)
+    qe_log(QE_LOG_INFO, "sched: a worker waits for its place: %s", detail);
   if (!g && (reason == TR_CLOSE_TLS || reason == TR_CLOSE_REFUSED)) {
     qe_log(QE_LOG_WARN, "sched: a worker connection failed: %s (%s)", tr_close_reason_str(reason),
            detail);

@@ -151,6 +151,7 @@ struct sched {
   struct shealth *health_watchers; /* Health.Watch streams */
   int stopping, ready_written;
   int closing;                /* stopping after a grace (sched_closing): no new requests */
+  int unfinished;             /* accepted requests left when it stopped (sched_run's status) */
   uint64_t close_deadline_us; /* closing: the grace's end (sched_now_us) */
   struct smetrics *m;         /* metric families (sched_export.c) */
 };

@@ -130,6 +130,7 @@ static int load_model(sched_t *s) {
 static void stop_all(sched_t *s) {
   if (s->stopping) return;
   s->stopping = 1;
+  s->unfinished = sched_req_live(s);
   qe_log(QE_LOG_INFO, "sched: stopping");
   sched_req_destroy_all(s);
   sched_rpc_stop(s);
@@ -175,7 +176,6 @@ static void on_tick(uv_timer_t *t) {
   sched_t *s = t->data;
   const int live = s->closing ? sched_req_live(s) : 0;
   if (s->closing && (!live || !sched_groups_up(s) || sched_now_us() >= s->close_deadline_us)) {
-    if (live) qe_log(QE_LOG_WARN, "sched: %d request(s) unfinished at the stop", live);
     return stop_all(s);
   }
   if (s->ready_written || !s->cfg.ready_file || !sched_groups_up(s)) return;
@@ -252,5 +252,8 @@ int sched_run(const sched_config_t *c) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   cleanup(&s);
-  return 0;
+  if (s.unfinished)
+    qe_log(QE_LOG_WARN, "sched: stopped with %d accepted request(s) unfinished: exit status %d",
+           s.unfinished, SCHED_EXIT_UNFINISHED);
+  return s.unfinished ? SCHED_EXIT_UNFINISHED : 0;
 }

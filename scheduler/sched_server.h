@@ -37,9 +37,14 @@ void sched_config_init(sched_config_t *c);
 /* Runs the scheduler until SIGINT, SIGTERM or SIGHUP, then lets the accepted requests finish
  * for up to shutdown_grace_s while it takes no new ones (a second signal, or no worker group
  * left up, ends the wait); what is left then ends with UNAVAILABLE and workers are
- * disconnected. Returns 0 after a clean stop, or a negative QE_E* when it could
- * not start (detail in qe_errmsg: bad address, unreadable model, state directory...). Installs
- * signal handlers; call it once per process. */
+ * disconnected. Returns 0 after a clean stop, SCHED_EXIT_UNFINISHED after a stop that left
+ * accepted requests unfinished (the grace's end, a second signal, no worker group up), or a
+ * negative QE_E* when it could not start (detail in qe_errmsg: bad address, unreadable model,
+ * state directory...). Installs signal handlers; call it once per process. */
 int sched_run(const sched_config_t *c);
+
+/* sched_run's status, and qevict sched's exit status, after a stop with accepted requests
+ * unfinished (EX_TEMPFAIL: they ended UNAVAILABLE, and their clients may retry them). */
+#define SCHED_EXIT_UNFINISHED 75
 
 #endif

@@ -295,8 +295,9 @@ static void server_handshake(tr_conn_t *c, tr_env_t *m) {
   ack.heartbeat_ms = c->opt.heartbeat_ms;
   qe_errclear();
   if (c->cb.on_hello && (rc = c->cb.on_hello(c, h, &ack))) {
-    conn_fail(c, TR_CLOSE_REFUSED, ERR_CODE(REFUSED), "refused: %s",
-              *qe_errmsg() ? qe_errmsg() : qe_strerror(rc));
+    const int busy = rc == QE_EBUSY;
+    conn_fail(c, busy ? TR_CLOSE_BUSY : TR_CLOSE_REFUSED, busy ? ERR_CODE(BUSY) : ERR_CODE(REFUSED),
+              "%s: %s", busy ? "busy" : "refused", *qe_errmsg() ? qe_errmsg() : qe_strerror(rc));
     return;
   }
   if (c->state == TR__CLOSING) return; /* on_hello closed it */
@@ -314,6 +315,7 @@ static void client_handshake(tr_conn_t *c, tr_env_t *m) {
     int code = m->error->code;
     int reason = code == ERR_CODE(VERSION_MISMATCH) ? TR_CLOSE_VERSION
                  : code == ERR_CODE(REFUSED)        ? TR_CLOSE_REFUSED
+                 : code == ERR_CODE(BUSY)           ? TR_CLOSE_BUSY
                                                     : TR_CLOSE_PEER_ERROR;
     conn_end(c, reason, 1, "peer: %s", m->error->message);
     tr_env_free(m);

@@ -49,7 +49,8 @@ typedef Qevict__Worker__V1__HelloAck tr_hello_ack_t;
  * sequence; OVERSIZE a declared length above the maximum; VERSION protocol versions differ;
  * REFUSED on_hello said no; TIMEOUT no handshake in time or a silent peer; PEER_ERROR the
  * peer sent a fatal Error; OVERLOAD the peer stopped reading (write queue > max_queued); TLS the
- * TLS handshake or a record failed (a certificate refused, a peer not speaking TLS). */
+ * TLS handshake or a record failed (a certificate refused, a peer not speaking TLS); BUSY
+ * on_hello said not yet (QE_EBUSY: the place is held for now; connect again soon). */
 #define TR_CLOSE_REASONS(X)                                                                        \
   X(TR_CLOSE_LOCAL, "closed locally")                                                              \
   X(TR_CLOSE_EOF, "peer closed the connection")                                                    \
@@ -62,7 +63,8 @@ typedef Qevict__Worker__V1__HelloAck tr_hello_ack_t;
   X(TR_CLOSE_TIMEOUT, "timed out")                                                                 \
   X(TR_CLOSE_PEER_ERROR, "peer reported an error")                                                 \
   X(TR_CLOSE_OVERLOAD, "peer not reading")                                                         \
-  X(TR_CLOSE_TLS, "tls failed")
+  X(TR_CLOSE_TLS, "tls failed")                                                                    \
+  X(TR_CLOSE_BUSY, "busy")
 
 typedef enum {
 #define TR__ENUM(name, text) name,
@@ -78,7 +80,7 @@ typedef struct tr_callbacks {
   /* Listening side only, may be NULL (accept every peer of the right version): vets a peer's
    * Hello. Return 0 to accept (fields set in ack, e.g. worker_id, are sent; strings must stay
    * valid until this returns) or a negative QE_E* with a qe_errf detail, sent to the peer in
-   * a fatal Error before closing (TR_CLOSE_REFUSED). */
+   * a fatal Error before closing (TR_CLOSE_REFUSED; QE_EBUSY: TR_CLOSE_BUSY). */
   int (*on_hello)(tr_conn_t *c, const tr_hello_t *hello, tr_hello_ack_t *ack);
   /* The handshake is done; tr_send may be used. May be NULL. */
   void (*on_open)(tr_conn_t *c);
