@@ -46,7 +46,6 @@ static void stop(wrk_t *w) {
   uv_async_send(&w->wake);
   uv_close((uv_handle_t *)&w->retry, NULL);
   uv_close((uv_handle_t *)&w->grace, NULL);
-  uv_close((uv_handle_t *)&w->watch, NULL);
   uv_close((uv_handle_t *)&w->sig_int, NULL);
   uv_close((uv_handle_t *)&w->sig_term, NULL);
   uv_close((uv_handle_t *)&w->sig_hup, NULL);
@@ -264,9 +263,13 @@ static void on_wake(uv_async_t *a) {
   pthread_mutex_lock(&w->mu);
   int done = w->thread_done;
   pthread_mutex_unlock(&w->mu);
-  /* a follower blocked on rank 0 is not waited for: the process exits around it */
-  if (w->stopping && (done || w->cfg.rank > 0) && !uv_is_closing((uv_handle_t *)&w->wake))
+  /* a follower blocked on rank 0 is not waited for: the process exits around it; rank 0 waits
+     for its engine under the step timeout's watch, closed only now (closed at the stop, it had
+     left a stuck engine holding rank 0 until its supervisor killed it) */
+  if (w->stopping && (done || w->cfg.rank > 0) && !uv_is_closing((uv_handle_t *)&w->wake)) {
     uv_close((uv_handle_t *)&w->wake, NULL);
+    uv_close((uv_handle_t *)&w->watch, NULL);
+  }
 }
 
 static void on_grace_over(uv_timer_t *t) {

@@ -1217,6 +1217,44 @@ def test_follower_stop():
                     pass
 
 
+def test_stuck_at_stop():
+    """A TP rank 0 whose shutdown grace ends while its engine is stuck (rank 1 held by SIGSTOP
+    mid-request, so the collective never returns): its step timeout still holds after its loop
+    has ended, and it exits 70 about --step-timeout after the engine's last step (it had waited
+    for the engine until the CPU collective's 60 s I/O timeout; on a GPU, for good)."""
+    u = Units("units-stuck")
+    ths = []
+    try:
+        u.sched()
+        tp = ["--tp", "2", "--tp-addr", os.path.join(u.dir, "tp.sock")]
+        u.worker("gt", "r0", tp + ["--rank", "0", "--step-timeout", "4", "--shutdown-grace", "1"])
+        u.worker("gt", "r1", tp + ["--rank", "1"])
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
+            time.sleep(0.1)
+        up = u.wait_up(1)
+        with open(os.path.join(u.dir, "admin.key")) as f:
+            admin = Client(u.addr, f.read().strip())
+        cl = Client(u.addr, set_tenant(admin, "stuck", 1 << 30).api_key)
+        res = [None] * 4
+        ths = long_jobs(cl, 4, 1900, res)
+        os.kill(u.procs["r1"].pid, signal.SIGSTOP)
+        u.procs["r0"].send_signal(signal.SIGTERM)
+        t0 = time.time()
+        r0 = u.exit_code("r0", 45)
+        took = time.time() - t0
+        C.ok(up and r0 == 70 and took < 20, "rank 0 stopped with its engine stuck (rank 1 held): "
+             "exit %s %.1f s after its SIGTERM (--step-timeout 4, --shutdown-grace 1)"
+             % (r0, took))
+    finally:
+        u.kill_all()
+        for t in ths:
+            t.join(30)
+        if C.failed:
+            for n in ("sched", "r0", "r1"):
+                print("---- %s log ----\n%s" % (n, u.log(n)[-2500:]))
+
+
 def test_two_signals():
     """A SIGTERM and a SIGINT to serve at once (the second before serve began its stop; two
     SIGTERMs would merge into one pending signal): the scheduler stops at once, as a second
@@ -1570,6 +1608,7 @@ def main():
     test_worker_stop()
     test_follower_stop()
     test_replace_worker()
+    test_stuck_at_stop()
     test_two_signals()
     test_tp()
     test_stuck_rank()
