@@ -15,6 +15,7 @@
 #include "kv_mux.h"
 #include "qe_log.h"
 #include "qe_status.h"
+#include "wrk_held.h"
 #include "wrk_internal.h"
 #ifdef QE_HAVE_CUDA
 #include "cuda/kern_cuda.h"
@@ -41,9 +42,9 @@ typedef struct {
   int n_slots;
   uint64_t cum[4];      /* promotions, demotions, evictions, routing events of finished requests */
   uint64_t last_report; /* wrk_now_ms() of the last memory report */
-  wcmd_t *held, *held_tail; /* starts waiting for room in a step or for a cache child */
-  int fresh_prompt;         /* prompt tokens of the starts since the last step */
-  int told_idle;            /* WOUT_IDLE sent (leaving, nothing left to run) */
+  wrk_held_t held;      /* starts waiting for room in a step or for a cache child */
+  int fresh_prompt;     /* prompt tokens of the starts since the last step */
+  int told_idle;        /* WOUT_IDLE sent (leaving, nothing left to run) */
 } weng_t;
 
 uint64_t wrk_now_ms(void) {
@@ -232,12 +233,21 @@ static int step_room(const weng_t *g) {
   return room;
 }
 
-/* Whether start c can start now: a cache child for its policy (wrk_cache_can_open) and, where
- * its cache needs its whole prompt in one step (wrk_cache_whole_prompt), room for it in the
- * next step. */
-static int start_ready(const weng_t *g, const wcmd_t *c) {
-  if (!wrk_cache_can_open(g->w->cache, &c->arg)) return 0;
+/* Whether start c has a cache child for its policy (wrk_cache_can_open), and whether, where its
+ * cache needs its whole prompt in one step (wrk_cache_whole_prompt), the next step has room for
+ * it (the held queue's conditions, wrk_held_next). */
+static int child_ok(void *ctx, const wcmd_t *c) {
+  const weng_t *g = ctx;
+  return wrk_cache_can_open(g->w->cache, &c->arg);
+}
+static int room_ok(void *ctx, const wcmd_t *c) {
+  const weng_t *g = ctx;
   return !wrk_cache_whole_prompt(g->w->cache, &c->arg) || c->n_prompt <= step_room(g);
+}
+
+/* The next held start that can start now (wrk_held_next), unlinked when take. */
+static wcmd_t *held_next(weng_t *g, int take) {
+  return wrk_held_next(&g->held, child_ok, room_ok, g, take);
 }
 
 /* Takes a start into the held queue (FIFO) when its cache needs its whole prompt in one step,
@@ -256,22 +266,15 @@ static int hold_start(weng_t *g, wcmd_t *c) {
     wrk_free_cmd(c);
     return 1;
   }
-  c->next = NULL;
-  if (g->held_tail)
-    g->held_tail->next = c;
-  else
-    g->held = c;
-  g->held_tail = c;
+  wrk_held_push(&g->held, c);
   return 1;
 }
 
-/* Starts held requests, oldest first, while the oldest can start. */
+/* Starts the held requests that can start now (held_next: a start waiting for a cache child no
+ * longer holds the ones behind it; on a GPU worker it had held every start queued after it). */
 static int start_held(weng_t *g) {
   int rc = 0;
-  while (g->held && !rc && start_ready(g, g->held)) {
-    wcmd_t *c = g->held;
-    g->held = c->next;
-    if (!g->held) g->held_tail = NULL;
+  for (wcmd_t *c; !rc && (c = held_next(g, 1));) {
     rc = start(g, c);
     wrk_free_cmd(c);
   }
@@ -280,18 +283,11 @@ static int start_held(weng_t *g) {
 
 /* Ends the held starts of request id (all: every one) as cancelled. */
 static void drop_held(weng_t *g, uint64_t id, int all) {
-  wcmd_t **p = &g->held, *tail = NULL;
-  while (*p) {
-    wcmd_t *c = *p;
-    if (!all && c->request_id != id) {
-      tail = c, p = &c->next;
-      continue;
-    }
-    *p = c->next;
+  for (wcmd_t *c = wrk_held_remove(&g->held, id, all), *next; c; c = next) {
+    next = c->next;
     end_unstarted(g, c, WF(CANCELLED), "");
     wrk_free_cmd(c);
   }
-  g->held_tail = tail;
 }
 
 /* After a step: the prompts of the starts before it are in (or being fed in chunks). */
@@ -381,7 +377,7 @@ static wcmd_t *take_cmds(wrk_t *w, int idle, unsigned wait_ms, int *quit, int *l
 /* Leaving (the worker's shutdown grace) and nothing running or held: tells the loop thread once,
  * after this step's tokens and finishes, which then stops the worker. */
 static void maybe_done_leaving(weng_t *g, int leaving) {
-  if (!leaving || g->told_idle || gen_engine_n_active(g->e) || g->held) return;
+  if (!leaving || g->told_idle || gen_engine_n_active(g->e) || g->held.head) return;
   g->told_idle = 1;
   push_end(g->w, WOUT_IDLE, 0);
 }
@@ -390,8 +386,8 @@ static int drive(weng_t *g) {
   wrk_t *w = g->w;
   int rc = 0, active = 0, quit = 0, leaving = 0;
   while (!rc) {
-    atomic_store(&w->beat_ms, wrk_now_ms()); /* (at least every report_ms: take_cmds's wait) */
-    const int ready = g->held && start_ready(g, g->held); /* (no wait for it) */
+    atomic_store(&w->beat_ms, wrk_now_ms());   /* (at least every report_ms: take_cmds's wait) */
+    const int ready = held_next(g, 0) != NULL; /* (no wait for it) */
     wcmd_t *c = take_cmds(w, !active && !ready, w->cfg.report_ms, &quit, &leaving);
     if (quit) {
       while (c) { /* dropped: the process is stopping */
@@ -431,17 +427,14 @@ static void log_graphs(const wrk_t *w) {
 }
 
 static int run_rank0(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0, 0};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, {NULL, NULL}, 0, 0};
   g.slots = calloc((size_t)g.n_slots, sizeof *g.slots);
   gen_engine_opts_t o = {open_hook, on_token, on_finish, &g, w->cfg.max_batch, NULL};
   int rc = g.slots ? gen_engine_create(w->m, wrk_cache_kv(w->cache), w->comm, &o, &g.e)
                    : qe_errf(QE_ENOMEM, "out of memory");
   if (!rc) rc = drive(&g);
-  while (g.held) { /* the process is stopping */
-    wcmd_t *c = g.held;
-    g.held = c->next;
-    wrk_free_cmd(c);
-  }
+  for (wcmd_t *c = wrk_held_remove(&g.held, 0, 1), *next; c; c = next) /* stopping */
+    next = c->next, wrk_free_cmd(c);
   gen_engine_destroy(g.e);
   for (int i = 0; g.slots && i < g.n_slots; i++) free(g.slots[i].pend);
   free(g.slots);
@@ -473,7 +466,7 @@ static void follow_tick(void *ud) {
 }
 
 static int run_follower(wrk_t *w) {
-  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, NULL, NULL, 0, 0};
+  weng_t g = {w, NULL, NULL, w->cfg.max_seqs, {0}, 0, {NULL, NULL}, 0, 0};
   gen_follow_hooks_t h = {open_hook, follow_closed, follow_tick, &g};
   return gen_follow_hooks(w->m, wrk_cache_kv(w->cache), w->comm, &h);
 }
