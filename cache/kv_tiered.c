@@ -65,11 +65,34 @@ static size_t min_budget_of(const kv_tiered_t *t) {
   return (t->sink_bytes + t->local_reserve) * (size_t)t->base.geom.n_layer;
 }
 
+/* The protected regions of a slot of n tokens, per layer, capped at what the slot can hold:
+ * sink, the bytes of its first min(n_sink, n) tokens; floor, the sink's and the local windows'
+ * (at most the windows past the sink: all of them when the local region covers the slot, whose
+ * windows then never age); hist, the windows past the sink at Full where some can age, else 0.
+ * A slot whose regions fit has the cache's sink_bytes and local_reserve. */
+typedef struct {
+  size_t sink, floor, hist;
+} kv_tregions_t;
+
+static kv_tregions_t regions_of(const kv_tiered_t *t, long n) {
+  if (n < 0) n = 0;
+  const long o = t->cfg.omega, sink = n < t->cfg.n_sink ? n : t->cfg.n_sink, hist = n - sink;
+  const size_t unit = t->page_bytes + t->meta_bytes, wins = (size_t)((hist + o - 1) / o);
+  size_t prot = (size_t)((t->cfg.n_local + o - 1) / o + 1); /* (sizes_init's local_reserve) */
+  kv_tregions_t r = {(size_t)sink * 2 * t->row * sizeof(float), 0, wins * unit};
+  if (hist <= t->cfg.n_local) prot = wins, r.hist = 0;
+  r.floor = r.sink + (prot < wins ? prot : wins) * unit;
+  return r;
+}
+
 static size_t fullkv_bytes_of(const kv_tiered_t *t, long n_tokens) {
-  long hist = n_tokens > t->cfg.n_sink ? n_tokens - t->cfg.n_sink : 0;
-  size_t wins = (size_t)((hist + t->cfg.omega - 1) / t->cfg.omega);
-  size_t layer = t->sink_bytes + t->local_reserve + wins * (t->page_bytes + t->meta_bytes);
-  return layer * (size_t)t->base.geom.n_layer;
+  kv_tregions_t r = regions_of(t, n_tokens);
+  return (r.floor + r.hist) * (size_t)t->base.geom.n_layer;
+}
+
+/* The smallest budget of a slot of n tokens: its protected regions, all layers. */
+static size_t slot_min_budget(const kv_tiered_t *t, long n) {
+  return regions_of(t, n).floor * (size_t)t->base.geom.n_layer;
 }
 
 size_t kv_tiered_min_budget(const kv_cache_t *kv) { return min_budget_of((const kv_tiered_t *)kv); }
@@ -87,7 +110,7 @@ int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_t
   int rc = kv_policy_check(&t.cfg, geom->head_dim);
   if (rc) return rc;
   sizes_init(&t);
-  *min_budget = min_budget_of(&t);
+  *min_budget = slot_min_budget(&t, n_tokens);
   *fullkv = fullkv_bytes_of(&t, n_tokens);
   return 0;
 }
@@ -113,11 +136,6 @@ static size_t spec_budget(const kv_tiered_t *t, int capacity) {
 int kv_tiered_set_budget(kv_cache_t *kv, int seq, size_t budget) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   if (seq < 0 || seq >= kv->geom.max_seqs) return qe_errf(QE_EINVAL, "kv_tiered: bad slot %d", seq);
-  if (budget < kv_tiered_min_budget(kv))
-    return qe_errf(QE_EINVAL,
-                   "budget %zu bytes is below the cost of the protected regions (sink %d + "
-                   "local %d tokens): %zu bytes",
-                   budget, t->cfg.n_sink, t->cfg.n_local, kv_tiered_min_budget(kv));
   t->pending_budget[seq] = budget;
   return 0;
 }
@@ -175,12 +193,12 @@ void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud) {
   t->trace_ud = ud;
 }
 
-/* Layer l's share of the budget: uniform, or decreasing with depth (pyramid, 1.5x to 0.5x). */
-static size_t layer_budget(const kv_tiered_t *t, size_t budget, int l) {
+/* Layer l's share of slot s's budget: uniform, or decreasing with depth (pyramid, 1.5x to
+ * 0.5x of what exceeds the layers' floors). */
+static size_t layer_budget(const kv_tiered_t *t, const kv_tseq_t *s, int l) {
   int L = t->base.geom.n_layer;
-  size_t floor_b = t->sink_bytes + t->local_reserve;
-  if (!t->cfg.pyramid || L == 1) return budget / (size_t)L;
-  return floor_b + kv_pyramid_share(budget - floor_b * (size_t)L, l, L);
+  if (!t->cfg.pyramid || L == 1) return s->budget / (size_t)L;
+  return s->floor + kv_pyramid_share(s->budget - s->floor * (size_t)L, l, L);
 }
 
 size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w) {
@@ -215,33 +233,39 @@ static void tiered_seq_close(kv_cache_t *kv, int seq) {
   memset(s, 0, sizeof *s);
 }
 
+/* Each layer's budget share and sink rows (the slot's sink: at most its capacity). */
+static int open_layers(kv_tiered_t *t, kv_tseq_t *s) {
+  for (int l = 0; l < t->base.geom.n_layer; l++) {
+    kv_tlayer_t *L = &s->layers[l];
+    L->budget = layer_budget(t, s, l);
+    L->sink = s->sink_bytes ? malloc(s->sink_bytes) : NULL;
+    if (s->sink_bytes && !L->sink) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  }
+  return 0;
+}
+
 static int tiered_seq_open(kv_cache_t *kv, int seq, int capacity) {
   kv_tiered_t *t = (kv_tiered_t *)kv;
   if (seq < 0 || seq >= kv->geom.max_seqs || capacity <= 0)
     return qe_errf(QE_EINVAL, "kv_tiered: bad slot %d or capacity %d", seq, capacity);
   size_t budget = t->pending_budget[seq] ? t->pending_budget[seq] : spec_budget(t, capacity);
-  if (budget < kv_tiered_min_budget(kv))
+  if (budget < slot_min_budget(t, capacity))
     return qe_errf(QE_EINVAL,
                    "budget %zu bytes is below the cost of the protected regions (sink %d + "
-                   "local %d tokens): %zu bytes",
-                   budget, t->cfg.n_sink, t->cfg.n_local, kv_tiered_min_budget(kv));
+                   "local %d tokens, at most the slot's %d): %zu bytes",
+                   budget, t->cfg.n_sink, t->cfg.n_local, capacity, slot_min_budget(t, capacity));
   tiered_seq_close(kv, seq);
   kv_tseq_t *s = &t->seqs[seq];
   s->layers = calloc((size_t)kv->geom.n_layer, sizeof *s->layers);
   if (!s->layers) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
+  kv_tregions_t r = regions_of(t, capacity);
   s->open = 1, s->capacity = capacity, s->budget = budget;
+  s->sink_bytes = r.sink, s->floor = r.floor;
   s->st.budget = s->budget;
   s->st.workspace = kv_tiered_workspace(t);
-  for (int l = 0; l < kv->geom.n_layer; l++) {
-    kv_tlayer_t *L = &s->layers[l];
-    L->budget = layer_budget(t, s->budget, l);
-    L->sink = t->cfg.n_sink ? malloc(t->sink_bytes) : NULL;
-    if (t->cfg.n_sink && !L->sink) {
-      tiered_seq_close(kv, seq);
-      return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
-    }
-  }
-  return 0;
+  int rc = open_layers(t, s);
+  if (rc) tiered_seq_close(kv, seq);
+  return rc;
 }
 
 static int new_window(kv_tiered_t *t, kv_tlayer_t *L, int start) {
@@ -272,12 +296,13 @@ static void add_key_norm(kv_tiered_t *t, kv_win_t *w, const float *k, int pos) {
   }
 }
 
-static int store_token(kv_tiered_t *t, kv_tlayer_t *L, int p, const float *k, const float *v) {
+static int store_token(kv_tiered_t *t, const kv_tseq_t *s, kv_tlayer_t *L, int p, const float *k,
+                       const float *v) {
   size_t row = t->row, rb = sizeof(float) * row;
-  if (p < t->cfg.n_sink) {
+  if (p < t->cfg.n_sink) { /* (p < the slot's capacity: within its sink) */
     memcpy(L->sink + (size_t)p * 2 * row, k, rb);
     memcpy(L->sink + ((size_t)p * 2 + 1) * row, v, rb);
-    if (p == 0) L->bytes += t->sink_bytes;
+    if (p == 0) L->bytes += s->sink_bytes;
     return 0;
   }
   int wi = (p - t->cfg.n_sink) / t->cfg.omega, rc = 0;
@@ -302,7 +327,7 @@ static int tiered_store(kv_cache_t *kv, int seq, int layer, int pos0, int n, con
                    pos0, pos0 + n, seq, L->len, s->capacity);
   int rc = 0;
   for (int i = 0; i < n && !rc; i++)
-    rc = store_token(t, L, pos0 + i, k + (size_t)i * t->row, v + (size_t)i * t->row);
+    rc = store_token(t, s, L, pos0 + i, k + (size_t)i * t->row, v + (size_t)i * t->row);
   if (!rc) L->len = pos0 + n;
   if (layer == kv->geom.n_layer - 1) s->len = L->len;
   return rc;
@@ -322,7 +347,7 @@ static void count_windows(const kv_tiered_t *t, const kv_tseq_t *s, kv_mem_stats
   st->windows[0] = st->windows[1] = st->windows[2] = 0;
   for (int l = 0; l < t->base.geom.n_layer; l++) {
     const kv_tlayer_t *L = &s->layers[l];
-    st->sink_bytes += L->len > 0 && t->cfg.n_sink ? t->sink_bytes : 0;
+    st->sink_bytes += L->len > 0 ? s->sink_bytes : 0;
     for (int i = 0; i < L->n_wins; i++) {
       const kv_win_t *w = &L->wins[i];
       st->windows[w->tier]++;
@@ -352,7 +377,7 @@ int kv_tiered_check(const kv_cache_t *kv, int seq) {
   const kv_tseq_t *s = &t->seqs[seq];
   for (int l = 0; s->open && l < kv->geom.n_layer; l++) {
     const kv_tlayer_t *L = &s->layers[l];
-    size_t b = L->len > 0 && t->cfg.n_sink ? t->sink_bytes : 0;
+    size_t b = L->len > 0 ? s->sink_bytes : 0;
     for (int i = 0; i < L->n_wins; i++) {
       const kv_win_t *w = &L->wins[i];
       if ((w->tier == KV_TIER_FULL) != (w->page != NULL) ||

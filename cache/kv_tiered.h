@@ -48,12 +48,17 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
  * and layer, the policy-independent base of equal-bytes comparisons); a fraction >= 1 means
  * "hold everything at Full" (kv_tiered_fullkv_bytes). Default: fraction 1. */
 void kv_tiered_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes);
-/* Budget (bytes) the next seq_open of `seq` will use (overrides the spec). */
+/* Budget (bytes) the next seq_open of `seq` will use (overrides the spec); seq_open refuses it
+ * (QE_EINVAL) below the slot's protected regions for its capacity (kv_tiered_bounds). */
 int kv_tiered_set_budget(kv_cache_t *kv, int seq, size_t budget);
-/* The smallest budget this cache accepts (sink + protected local region, all layers). */
+/* The smallest budget of a slot whose sink and local regions fit its capacity (sink + protected
+ * local region, all layers); a shorter slot's regions, and its minimum, hold only its tokens. */
 size_t kv_tiered_min_budget(const kv_cache_t *kv);
 /* Bytes this cache needs to hold n tokens all at Full (all layers), metadata and the
- * protected-region reserve included: a budget of at least this never evicts or quantizes. */
+ * protected-region reserve included: a budget of at least this never evicts or quantizes. A
+ * sink or local region longer than n tokens counts only those tokens (the sink its first
+ * min(sink, n), the local region the windows past it: then no window ages and this is every
+ * token at Full, in windows past the sink). */
 size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
 /* Re-sizes the (empty) page pool for n_seqs sequences of up to `capacity` tokens under the
  * budget spec: their budgets, one layer of prompt at Full during prefill routing, and slack
@@ -61,9 +66,10 @@ size_t kv_tiered_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
 int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity);
 /* Re-sizes the (empty) page pool to `bytes` (QE_EINVAL while pages are in use). */
 int kv_tiered_set_pool(kv_cache_t *kv, size_t bytes);
-/* The same two figures without a cache, for a cache of geometry geom and configuration cfg
- * (fitted and checked as kv_tiered_create does: QE_EINVAL naming the field): the smallest
- * budget and the bytes that hold n_tokens all at Full. Pure: the scheduler's admission uses it. */
+/* Two figures without a cache, for a cache of geometry geom and configuration cfg (fitted and
+ * checked as kv_tiered_create does: QE_EINVAL naming the field): the smallest budget of a slot
+ * of n_tokens (its protected regions, capped at its tokens) and the bytes that hold n_tokens all
+ * at Full (kv_tiered_fullkv_bytes). Pure: the scheduler's admission uses it. */
 int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_tokens,
                      size_t *min_budget, size_t *fullkv);
 /* Full page bytes of one window of one layer (pool sizing). */

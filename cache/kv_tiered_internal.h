@@ -22,7 +22,7 @@ typedef struct {
 } kv_win_t;
 
 typedef struct {
-  float *sink; /* [n_sink][2][row]: K (post-RoPE) then V per token */
+  float *sink; /* [min(n_sink, capacity)][2][row]: K (post-RoPE) then V per token */
   kv_win_t *wins;
   int n_wins, cap_wins;
   int n_aged;    /* aged windows at the last routing */
@@ -36,6 +36,8 @@ typedef struct {
   int len; /* tokens stored (all layers move together) */
   int capacity;
   size_t budget;
+  size_t sink_bytes; /* a layer's sink rows: min(n_sink, capacity) tokens */
+  size_t floor;      /* a layer's protected regions, capped at the capacity (kv_tiered.c) */
   kv_tlayer_t *layers;
   kv_mem_stats_t st;
 } kv_tseq_t;
@@ -55,8 +57,8 @@ typedef struct {
   kern_rope_t rope;
   kv_qsizes_t qs;
   size_t row; /* floats per token per K or V: n_kv * head_dim */
-  size_t page_bytes, ledger_bytes, sink_bytes, meta_bytes;
-  size_t local_reserve; /* protected windows' worst-case bytes per layer */
+  size_t page_bytes, ledger_bytes, sink_bytes, meta_bytes; /* sink: all n_sink tokens */
+  size_t local_reserve; /* protected windows' worst-case bytes per layer (a long slot's) */
   kv_pool_t *pool;
   kv_tseq_t *seqs;
   size_t *pending_budget;

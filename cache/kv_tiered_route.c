@@ -123,15 +123,15 @@ static int apply_tiers(kv_tiered_t *t, kv_win_t **wins, const int *tier, int n, 
   return rc;
 }
 
-static size_t layer_bytes(const kv_tiered_t *t, const kv_tlayer_t *L) {
-  size_t b = L->len > 0 && t->cfg.n_sink ? t->sink_bytes : 0;
+static size_t layer_bytes(const kv_tiered_t *t, const kv_tseq_t *s, const kv_tlayer_t *L) {
+  size_t b = L->len > 0 ? s->sink_bytes : 0;
   for (int i = 0; i < L->n_wins; i++) b += kv_tiered_win_bytes(t, &L->wins[i]);
   return b;
 }
 
 static void finish_event(kv_tiered_t *t, kv_tseq_t *s, kv_tlayer_t *L, kv_route_event_t *ev,
                          const int *tier, int n) {
-  L->bytes = layer_bytes(t, L);
+  L->bytes = layer_bytes(t, s, L);
   for (int i = 0; i < n; i++)
     tier[i] == KV_TIER_FULL   ? ev->n_full++
     : tier[i] == KV_TIER_INT2 ? ev->n_int2++
@@ -148,8 +148,7 @@ static void finish_event(kv_tiered_t *t, kv_tseq_t *s, kv_tlayer_t *L, kv_route_
 int kv_tiered_route_layer(kv_tiered_t *t, int seq, int layer) {
   kv_tseq_t *s = &t->seqs[seq];
   kv_tlayer_t *L = &s->layers[layer];
-  size_t floor_b = t->sink_bytes + t->local_reserve;
-  size_t b_hist = L->budget > floor_b ? L->budget - floor_b : 0;
+  size_t b_hist = L->budget > s->floor ? L->budget - s->floor : 0;
   if (L->bytes > L->budget && L->bytes - L->budget > s->st.peak_transient)
     s->st.peak_transient = L->bytes - L->budget;
   int n = 0, rc = 0;

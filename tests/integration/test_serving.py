@@ -257,6 +257,21 @@ def test_hardening(srv, admin, cl):
     ev = cl.generate(policy_req("qevict", local=32))  # (longer than the request: still fine)
     C.ok(finished_of(ev) is not None and len(tokens_of(ev)[0]) == 8,
          "an explicit local of 32 on an 11-token request runs, as the default 32 does")
+    # sink or local past the request (2026-12-06): reserved whole at 2,000 tokens, above the
+    # tenant's 400,000-byte quota (refused); now the sink holds the request's tokens, FullKV's
+    # bytes, and the local region its windows past the sink
+    for region, most in (("sink", 1.0), ("local", 2.0)):
+        ev, err = [], None
+        try:
+            ev = cl.generate(policy_req("qevict", **{region: 2000}))
+        except grpc.RpcError as x:
+            err = "%s '%s'" % (x.code(), x.details())
+        st = [e.started for e in ev if e.HasField("started")]
+        got = (st[0].reserved_bytes, st[0].full_kv_bytes) if st else None
+        C.ok(finished_of(ev) is not None and len(tokens_of(ev)[0]) == 8 and got and
+             got[1] <= got[0] * most and got[0] <= got[1] * most,
+             "%s 2000 on an 11-token request runs, reserving about its FullKV (%s)" %
+             (region, err or got))
     greedy = tokens_of(cl.generate(cl.request(PROMPTS[0], 6)))[0]
     tiny = tokens_of(cl.generate(cl.request(PROMPTS[0], 6, sampling=pb.Sampling(
         temperature=1e-38, top_p=0.9, seed=1))))[0]

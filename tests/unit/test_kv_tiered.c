@@ -3,7 +3,8 @@
  * to 100% on a random model with invariants checked after every step (bytes <= budget,
  * accounting consistent, evicted windows never return, ledgers never change once written);
  * qevict at 100% bit-identical to FullKV; RoPE un-rotation; bad configurations refused;
- * kv_cache_set_observer on every kind of CPU cache. */
+ * kv_cache_set_observer on every kind of CPU cache; sink and local regions longer than the
+ * request capped at its tokens (bounds, a slot's sink, FullKV's logits). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,6 +463,106 @@ static void check_key_frames(kern_backend_t *be) {
   CHECK(na >= 20 && abs > 0 && abs < 0.03);
 }
 
+/* ---- requests shorter than their protected regions ----------------------------------------- */
+
+/* FullKV bytes of n tokens of geometry g on the CPU (2 x n_kv x head_dim floats a layer). */
+static size_t tokens_bytes(const kv_geom_t *g, long n) {
+  return (size_t)n * 2 * (size_t)g->n_kv_head * (size_t)g->head_dim * sizeof(float) *
+         (size_t)g->n_layer;
+}
+
+/* kv_tiered_bounds of qevict (window 8, sink 5, local 32) with `sink` and `local` for n tokens
+ * on 4 layers of 2 KV heads of 16: *min and *full in bytes. */
+static void short_bounds(int sink, int local, long n, size_t *min, size_t *full) {
+  kv_geom_t g = {4, 4, 2, 16, 1};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  d.cfg.n_sink = sink, d.cfg.n_local = local;
+  *min = *full = 0;
+  CHECK_OK(kv_tiered_bounds(&g, &d.cfg, n, min, full));
+}
+
+/* The 2026-12-05 audit: a 2-token request with sink 8,192 reserved the whole sink. A sink or
+ * local region longer than the request is capped at the request's tokens (FullKV of them, in
+ * windows past the sink); requests whose regions fit keep the figures of before. */
+static void check_short_bounds(void) {
+  const size_t tok = 2 * 2 * 16 * sizeof(float), unit = 8 * tok + 12, L = 4; /* meta: 12 */
+  kv_geom_t g = {4, 4, 2, 16, 1};
+  size_t min = 0, full = 0;
+  short_bounds(8192, 32, 2, &min, &full); /* the sink holds both tokens */
+  fprintf(stderr, "2 tokens, sink 8192: min %zu, FullKV %zu bytes (policy full: %zu)\n", min, full,
+          tokens_bytes(&g, 2));
+  CHECK(full == tokens_bytes(&g, 2) && min == full);
+  short_bounds(0, 8192, 2, &min, &full); /* no sink: one window, which never ages */
+  CHECK(full == unit * L && min == full);
+  short_bounds(0, 8192, 20, &min, &full);
+  CHECK(full == 3 * unit * L && min == full);
+  short_bounds(5, 32, 37, &min, &full); /* sink + local exactly: every window protected */
+  CHECK(full == (5 * tok + 4 * unit) * L && min == full);
+  short_bounds(5, 32, 40, &min, &full); /* the regions fit: the figures of before */
+  CHECK(min == (5 * tok + 5 * unit) * L && full == (5 * tok + 10 * unit) * L);
+  short_bounds(5, 32, 1000, &min, &full);
+  CHECK(min == (5 * tok + 5 * unit) * L && full == (5 * tok + 130 * unit) * L);
+}
+
+/* A slot of 2 tokens under sink 8,192 takes a budget of FullKV of its 2 tokens, and its sink
+ * holds those 2 (the whole sink had been allocated per layer). */
+static void check_short_slot(kern_backend_t *be) {
+  kv_geom_t g = {4, 4, 2, 16, 1};
+  kern_rope_t r = {KERN_ROPE_NORM, 16, 10000, 1, NULL, 0, 1, 32, 1, 512};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  d.cfg.n_sink = 8192;
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  if (!kv) return;
+  CHECK_OK(kv_tiered_set_budget(kv, 0, tokens_bytes(&g, 2)));
+  CHECK_OK(kv->ops->seq_open(kv, 0, 2));
+  uint64_t s = 5;
+  float k[2 * 32], v[2 * 32];
+  for (int i = 0; i < 2 * 32; i++) k[i] = tu_randf(&s, -2, 2), v[i] = tu_randf(&s, -2, 2);
+  for (int l = 0; l < g.n_layer; l++) CHECK_OK(kv->ops->store(kv, 0, l, 0, 2, k, v));
+  kv_mem_stats_t st;
+  kv_tiered_stats(kv, 0, &st);
+  fprintf(stderr, "2-token slot, sink 8192: sink %zu bytes, budget %zu (FullKV %zu)\n",
+          st.sink_bytes, st.budget, tokens_bytes(&g, 2));
+  CHECK(st.sink_bytes == tokens_bytes(&g, 2) && st.bytes == st.sink_bytes);
+  CHECK(st.budget == tokens_bytes(&g, 2));
+  CHECK_OK(kv_tiered_check(kv, 0));
+  kv_cache_destroy(kv);
+}
+
+/* A sink or local region past the request (NP + ND tokens) at 100%: FullKV's logits, bit for
+ * bit, under a budget of what the tokens take (the sink's rows; or the sink's and windows'). */
+static void check_long_regions(world_t *wd) {
+  int V = model_hparams(wd->m)->n_vocab;
+  float *ref = malloc(sizeof(float) * (ND + 1) * V), *got = malloc(sizeof(float) * (ND + 1) * V);
+  kv_geom_t g = model_kv_geom(wd->m, 1);
+  kv_mem_stats_t st;
+  kv_cache_t *full = NULL;
+  CHECK_OK(kv_full_create(wd->be, &g, &full));
+  CHECK_OK(run_policy(wd, full, ref, &st, 0));
+  kv_cache_destroy(full);
+  const size_t L = (size_t)g.n_layer, tok = tokens_bytes(&g, 1) / L, wins = (NP + ND - 5 + 7) / 8;
+  for (int i = 0; i < 2; i++) {
+    kv_policy_desc_t d;
+    kv_cache_t *kv = NULL;
+    CHECK_OK(kv_policy_find("qevict", &d)); /* window 8, sink 5 */
+    if (i) d.cfg.n_local = 4096;
+    if (!i) d.cfg.n_sink = 4096;
+    CHECK_OK(kv_tiered_create(wd->be, &g, &model_hparams(wd->m)->rope, &d.cfg, 64u << 20, &kv));
+    CHECK_OK(run_policy(wd, kv, got, &st, 1));
+    int same = !memcmp(ref, got, sizeof(float) * (ND + 1) * V);
+    size_t want = i ? (5 * tok + wins * (8 * tok + 12)) * L : tokens_bytes(&g, NP + ND);
+    fprintf(stderr, "%s 4096 at 100%%: logits %s FullKV's, budget %zu bytes (want %zu)\n",
+            i ? "local" : "sink", same ? "bit-identical to" : "DIFFER from", st.budget, want);
+    CHECK(same && st.evictions == 0 && st.budget == want);
+    kv_cache_destroy(kv);
+  }
+  free(ref);
+  free(got);
+}
+
 /* Every check that needs a model, on one random model. */
 static void check_model(const rand_model_spec_t *sp, int full_checks) {
   const char *path = "/tmp/qe_test_tiered.gguf";
@@ -475,10 +576,12 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);
   if (full_checks) check_ledger_cycles(wd.be);
   if (full_checks) check_key_frames(wd.be);
+  if (full_checks) check_short_slot(wd.be);
   if (wd.m && full_checks) {
     check_rope_roundtrip(&wd);
     check_bad_config(&wd);
     check_observer_setter(&wd);
+    check_long_regions(&wd);
   }
   if (wd.m) {
     check_identical(&wd);
@@ -561,6 +664,7 @@ static void check_gpu_policies(void) {
 
 int main(void) {
   check_worked_example();
+  check_short_bounds();
   check_gpu_bounds();
   check_gpu_policies();
   rand_model_spec_t llama_gqa = {1, 0 /* F32 */, 8, 2, 0, 2, 21};
