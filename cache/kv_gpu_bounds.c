@@ -67,7 +67,12 @@ int kv_gpu_bounds(const kv_geom_t *g, const kv_policy_cfg_t *cfg, long n_tokens,
   size_t unit = kv_gpu_page_bytes(g, o) + KV_GPU_WIN_META, L = (size_t)g->n_layer;
   size_t sink = (size_t)(cfg->n_sink + o - 1) / (size_t)o;
   size_t prot = (size_t)(cfg->n_local + o - 1) / (size_t)o + 1;
-  size_t per = (sink + prot) * unit, wins = (size_t)((n_tokens + o - 1) / o);
+  size_t wins = n_tokens > 0 ? (size_t)((n_tokens + o - 1) / o) : 0;
+  if (n_tokens > 0) { /* a slot of n_tokens holds no more sink or protected windows than that */
+    sink = sink < wins ? sink : wins;
+    prot = prot < wins ? prot : wins;
+  }
+  size_t per = (sink + prot) * unit;
   if (floor) *floor = per;
   if (min_budget) *min_budget = per * L;
   if (fullkv) *fullkv = (per + wins * unit) * L;

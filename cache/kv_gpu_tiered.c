@@ -60,23 +60,28 @@ static size_t budget_for(const kv_gpu_t *g, int seq, int capacity) {
 /* ---- slots ------------------------------------------------------------------------------------
  */
 
-/* B_hist of layer l under a slot budget of b bytes (at least kv_gpu_min_budget): b split evenly
- * over the layers, or by PyramidKV's shares of what exceeds the layers' floors. */
-static int64_t layer_bhist(const kv_gpu_tier_t *t, size_t b, int l, int L) {
-  if (!t->cfg.pyramid || L == 1) return (int64_t)(b / (size_t)L - t->floor);
-  return (int64_t)kv_pyramid_share(b - t->floor * (size_t)L, l, L);
+/* B_hist of layer l under a slot budget of b bytes (at least the slot's floor, per layer, over
+ * the layers): b split evenly over the layers, or by PyramidKV's shares of what exceeds the
+ * layers' floors. */
+static int64_t layer_bhist(const kv_gpu_tier_t *t, size_t b, size_t floor, int l, int L) {
+  if (!t->cfg.pyramid || L == 1) return (int64_t)(b / (size_t)L - floor);
+  return (int64_t)kv_pyramid_share(b - floor * (size_t)L, l, L);
 }
 
 int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
   kv_gpu_tier_t *t = g->t;
   const int L = g->base.geom.n_layer, S = g->base.geom.max_seqs;
-  size_t b = budget_for(g, seq, capacity);
-  if (b < kv_gpu_min_budget(&g->base))
-    return qe_errf(QE_EINVAL, "kv_gpu: budget %zu bytes below the minimum %zu (sink and local)", b,
-                   kv_gpu_min_budget(&g->base));
+  size_t b = budget_for(g, seq, capacity), floor = t->floor; /* (the slot's: its capacity's) */
+  int rc = kv_gpu_bounds(&g->base.geom, &t->cfg, capacity, &floor, NULL, NULL);
+  if (!rc && b < floor * (size_t)L)
+    rc = qe_errf(QE_EINVAL,
+                 "kv_gpu: budget %zu bytes below the minimum %zu (sink and local, at most the "
+                 "slot's %d tokens)",
+                 b, floor * (size_t)L, capacity);
+  if (rc) return rc;
   t->budget[seq] = b, t->pending[seq] = 0;
-  for (int l = 0; l < L; l++) t->h_bhist[(size_t)l * S + seq] = layer_bhist(t, b, l, L);
-  int rc = kc_route_reset_slot(&t->rt, seq, g->stream);
+  for (int l = 0; l < L; l++) t->h_bhist[(size_t)l * S + seq] = layer_bhist(t, b, floor, l, L);
+  rc = kc_route_reset_slot(&t->rt, seq, g->stream);
   if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * (size_t)L * S);
   return rc;
 }
@@ -371,14 +376,15 @@ static int check_cfg(const kv_policy_cfg_t *c) {
  * units, which bound a forward pass's prompt tokens: kv_cache_prompt_room). */
 static int pool_units(const kv_gpu_t *g, size_t budget, int n_seqs, int capacity, long *room) {
   const kv_gpu_tier_t *t = g->t;
-  size_t per = budget / (size_t)g->base.geom.n_layer;
-  double hist = per > t->floor ? (double)(per - t->floor) : 0.0;
+  size_t per = budget / (size_t)g->base.geom.n_layer, floor = t->floor; /* (capacity's) */
+  (void)kv_gpu_bounds(&g->base.geom, &t->cfg, capacity, &floor, NULL, NULL);
+  double hist = per > floor ? (double)(per - floor) : 0.0;
   double unit = (double)(g->page_bytes + KVG_META), led = (double)(t->rt.lay.total + KVG_META);
   double q = t->rt.use_int2 ? t->cfg.q : 0.0;
   double rho = (double)g->page_bytes / ((double)t->rt.led_per * led); /* unit bytes / charged */
   double pressured = (t->rt.use_full ? (1.0 - q) : 0.0) + q * rho;
   double phys = hist * (pressured > 1.0 ? pressured : 1.0);
-  size_t steady = (size_t)(((double)t->floor + phys) / unit) + 3;
+  size_t steady = (size_t)(((double)floor + phys) / unit) + 3;
   size_t prompt = (size_t)(capacity + g->omega - 1) / (size_t)g->omega;
   size_t L = (size_t)g->base.geom.n_layer, n = (size_t)n_seqs;
   size_t base = n * steady * L, extra = base / 16 > 2 * prompt ? base / 16 : 2 * prompt;

@@ -1298,6 +1298,74 @@ static void check_onset(double frac, int steps) {
   kv_cache_destroy(kv);
 }
 
+/* A sink (or local region) longer than the slot: the slot opens with the budget of its own
+ * tokens (kv_gpu_bounds at its capacity; the whole regions' minimum had refused it), holds
+ * every token at FULL within that budget, and attends as the FullKV cache does. */
+static void check_short_regions(int sink, int local) {
+  enum { S = 2, C = 100, P = 90 };
+  kv_geom_t ge = {4, 8, 2, 128, S};
+  kern_rope_t rope = {KERN_ROPE_NORM, 128, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  d.cfg.n_sink = sink, d.cfg.n_local = local;
+  size_t full = 0;
+  CHECK_OK(kv_gpu_bounds(&ge, &d.cfg, C, NULL, NULL, &full));
+  kv_cache_t *kv = NULL, *ref = NULL;
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, C, S, 1.0, 0, &kv));
+  CHECK_OK(
+      kv_gpu_create(g_gpu, &ge, KV_GPU_OMEGA, C, kv_gpu_pool_bytes(&ge, KV_GPU_OMEGA, S, C), &ref));
+  if (!kv || !ref) return;
+  for (int s = 0; s < S; s++) {
+    CHECK_OK(kv_gpu_set_budget(kv, s, full));
+    CHECK_OK(kv->ops->seq_open(kv, s, C));
+    CHECK_OK(ref->ops->seq_open(ref, s, C));
+  }
+  const int nq = ge.n_head * ge.head_dim, row = ge.n_kv_head * ge.head_dim;
+  float *q = randv((size_t)S * C * nq), *k = randv((size_t)S * C * row);
+  float *dq = dput(q, sizeof(float) * (size_t)S * C * nq),
+        *dk = dput(k, sizeof(float) * (size_t)S * C * row);
+  float *o1 = kern_alloc(g_gpu, sizeof(float) * (size_t)S * C * nq),
+        *o2 = kern_alloc(g_gpu, sizeof(float) * (size_t)S * C * nq);
+  double err = 0;
+  for (int t = -1; t < C - P; t++) { /* t = -1: the prompts */
+    const int n = t < 0 ? P : 1, pos0 = t < 0 ? 0 : P + t;
+    for (int l = 0; l < ge.n_layer; l++) {
+      kv_attn_req_t r1[S], r2[S];
+      for (int s = 0; s < S; s++) {
+        const size_t off = (size_t)s * C + (size_t)pos0;
+        for (int c = 0; c < 2; c++) {
+          kv_cache_t *x = c ? ref : kv;
+          CHECK_OK(x->ops->store(x, s, l, pos0, n, dk + off * row, dk + off * row));
+        }
+        r1[s] = (kv_attn_req_t){s, pos0, n, dq + off * nq, o1 + off * nq};
+        r2[s] = (kv_attn_req_t){s, pos0, n, dq + off * nq, o2 + off * nq};
+      }
+      CHECK_OK(kv->ops->attend(kv, l, r1, S));
+      CHECK_OK(ref->ops->attend(ref, l, r2, S));
+    }
+  }
+  float *h1 = malloc(sizeof(float) * (size_t)S * C * nq), *h2 = malloc(sizeof(float) * S * C * nq);
+  dget(h1, o1, sizeof(float) * (size_t)S * C * nq), dget(h2, o2, sizeof(float) * S * C * nq);
+  for (size_t i = 0; i < (size_t)S * C * nq; i++) {
+    const double e = fabs((double)h1[i] - (double)h2[i]);
+    err = e > err ? e : err;
+  }
+  int over = 0, faults = 0, lost = 0;
+  for (int s = 0; s < S; s++) {
+    kv_gpu_stats_t st;
+    CHECK_OK(kv_gpu_stats(kv, s, &st));
+    over += st.bytes > st.budget, faults |= st.err_flags, lost += st.windows[1] + st.windows[2];
+  }
+  fprintf(stderr,
+          "kv_gpu short slot (sink %d, local %d; %d tokens under a %zu-byte budget): max |out - "
+          "FullKV| %.2e, err flags %d, slots over budget %d, windows not FULL %d\n",
+          sink, local, C, full, err, faults, over, lost);
+  CHECK(err < 1e-3 && faults == 0 && over == 0 && lost == 0);
+  kern_free(g_gpu, dq), kern_free(g_gpu, dk), kern_free(g_gpu, o1), kern_free(g_gpu, o2);
+  free(q), free(k), free(h1), free(h2);
+  kv_cache_destroy(kv), kv_cache_destroy(ref);
+}
+
 int main(int argc, char **argv) {
   int small = argc > 1 && !strcmp(argv[1], "--small"); /* compute-sanitizer runs */
   if (kern_cuda_device_count() <= 0) tu_skip("no CUDA device visible (the CUDA backend is built)");
@@ -1332,6 +1400,8 @@ int main(int argc, char **argv) {
   if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.15, 60, 0);
   if (!small) check_tiered("qevict+graphkv", ABS, 8, 2, 128, 0.3, 80, 0);
   check_onset(0.2, small ? 16 : 64);
+  check_short_regions(4096, 32);
+  check_short_regions(5, 4096);
   if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);
   if (!small) check_observers("kivi", -1), check_observers("streaming", -1);

@@ -605,6 +605,17 @@ static void check_gpu_bounds(void) {
   CHECK(floor_b == (1 + 4 + 1) * unit); /* sink: 1 window; local: 4 + 1 in flight */
   CHECK(min_b == floor_b * 32);
   CHECK(full == (floor_b + 125 * unit) * 32);
+  /* a sink or local region longer than the request: only the request's windows (a 2-token
+     request under sink 8,192 had reserved 1,024 sink windows a layer, 34 MB in all) */
+  kv_policy_cfg_t c = d.cfg;
+  c.n_sink = 8192;
+  CHECK_OK(kv_gpu_bounds(&g, &c, 2, &floor_b, &min_b, &full));
+  CHECK(floor_b == 2 * unit && min_b == floor_b * 32 && full == 3 * unit * 32);
+  c.n_sink = 5, c.n_local = 8192;
+  CHECK_OK(kv_gpu_bounds(&g, &c, 100, &floor_b, NULL, NULL));
+  CHECK(floor_b == (1 + 13) * unit); /* local: the request's 13 windows, not 1,024 + 1 */
+  CHECK_OK(kv_gpu_bounds(&g, &c, 0, &floor_b, NULL, NULL)); /* any length: the whole regions */
+  CHECK(floor_b == (1 + 1024 + 1) * unit);
   d.cfg.omega = 1; /* h2o's token-level default */
   CHECK(kv_gpu_bounds(&g, &d.cfg, 1000, NULL, &min_b, &full) == QE_EUNSUPPORTED);
 }
