@@ -1346,10 +1346,12 @@ static void check_short_regions(int sink, int local) {
   }
   float *h1 = malloc(sizeof(float) * (size_t)S * C * nq), *h2 = malloc(sizeof(float) * S * C * nq);
   dget(h1, o1, sizeof(float) * (size_t)S * C * nq), dget(h2, o2, sizeof(float) * S * C * nq);
+  double ref2 = 0; /* normalized error (bf16 P in the FullKV kernel, fp16 in the tiered one) */
   for (size_t i = 0; i < (size_t)S * C * nq; i++) {
-    const double e = fabs((double)h1[i] - (double)h2[i]);
-    err = e > err ? e : err;
+    const double e = (double)h1[i] - (double)h2[i];
+    err += e * e, ref2 += (double)h2[i] * h2[i];
   }
+  err = sqrt(err / (ref2 > 0 ? ref2 : 1));
   int over = 0, faults = 0, lost = 0;
   for (int s = 0; s < S; s++) {
     kv_gpu_stats_t st;
@@ -1357,10 +1359,10 @@ static void check_short_regions(int sink, int local) {
     over += st.bytes > st.budget, faults |= st.err_flags, lost += st.windows[1] + st.windows[2];
   }
   fprintf(stderr,
-          "kv_gpu short slot (sink %d, local %d; %d tokens under a %zu-byte budget): max |out - "
-          "FullKV| %.2e, err flags %d, slots over budget %d, windows not FULL %d\n",
+          "kv_gpu short slot (sink %d, local %d; %d tokens under a %zu-byte budget): normalized "
+          "error against FullKV %.2e, err flags %d, slots over budget %d, windows not FULL %d\n",
           sink, local, C, full, err, faults, over, lost);
-  CHECK(err < 1e-3 && faults == 0 && over == 0 && lost == 0);
+  CHECK(err < 1e-2 && faults == 0 && over == 0 && lost == 0);
   kern_free(g_gpu, dq), kern_free(g_gpu, dk), kern_free(g_gpu, o1), kern_free(g_gpu, o2);
   free(q), free(k), free(h1), free(h2);
   kv_cache_destroy(kv), kv_cache_destroy(ref);
