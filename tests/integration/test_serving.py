@@ -1004,6 +1004,17 @@ class Units:
             time.sleep(0.1)
         return (self.metric("up") or 0) >= n
 
+    def clients(self, tenant):
+        """Once the scheduler wrote its admin key and one group is up: (up, the admin client, a
+        client of a new tenant with a 1 GiB quota)."""
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(self.dir, "admin.key")) and time.time() < deadline:
+            time.sleep(0.1)
+        up = self.wait_up(1)
+        with open(os.path.join(self.dir, "admin.key")) as f:
+            admin = Client(self.addr, f.read().strip())
+        return up, admin, Client(self.addr, set_tenant(admin, tenant, 1 << 30).api_key)
+
     def exit_code(self, name, wait=60):
         try:
             return self.procs[name].wait(wait)
@@ -1062,13 +1073,8 @@ def test_worker_stop():
     try:
         u.sched()
         u.worker("ga")
-        deadline = time.time() + 60
-        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
-            time.sleep(0.1)
-        C.ok(u.wait_up(1), "units: the scheduler and worker ga up")
-        with open(os.path.join(u.dir, "admin.key")) as f:
-            admin = Client(u.addr, f.read().strip())
-        cl = Client(u.addr, set_tenant(admin, "units", 1 << 30).api_key)
+        up, admin, cl = u.clients("units")
+        C.ok(up, "units: the scheduler and worker ga up")
         res = [None] * n_jobs
         ths = long_jobs(cl, n_jobs, n_new, res)
         ga = u.procs["ga"]
@@ -1128,13 +1134,8 @@ def test_replace_worker():
     try:
         u.sched()
         u.worker("ga")
-        deadline = time.time() + 60
-        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
-            time.sleep(0.1)
-        C.ok(u.wait_up(1), "units-rep: the scheduler and worker ga up")
-        with open(os.path.join(u.dir, "admin.key")) as f:
-            admin = Client(u.addr, f.read().strip())
-        cl = Client(u.addr, set_tenant(admin, "rep", 1 << 30).api_key)
+        up, admin, cl = u.clients("rep")
+        C.ok(up, "units-rep: the scheduler and worker ga up")
         res = [None] * n_jobs
         ths = long_jobs(cl, n_jobs, n_new, res)
         os.kill(u.procs["ga"].pid, signal.SIGTERM)
@@ -1174,13 +1175,7 @@ def test_follower_stop():
         tp = ["--tp", "2", "--tp-addr", os.path.join(u.dir, "tp.sock")]
         u.worker("gt", "r0", tp + ["--rank", "0"])
         u.worker("gt", "r1", tp + ["--rank", "1"])
-        deadline = time.time() + 60
-        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
-            time.sleep(0.1)
-        up = u.wait_up(1)
-        with open(os.path.join(u.dir, "admin.key")) as f:
-            admin = Client(u.addr, f.read().strip())
-        cl = Client(u.addr, set_tenant(admin, "units", 1 << 30).api_key)
+        up, admin, cl = u.clients("units")
         res = [None] * 8
         ths = long_jobs(cl, 8, 1900, res)
         t0 = time.time()
@@ -1244,13 +1239,7 @@ def test_stuck_at_stop():
         tp = ["--tp", "2", "--tp-addr", os.path.join(u.dir, "tp.sock")]
         u.worker("gt", "r0", tp + ["--rank", "0", "--step-timeout", "4", "--shutdown-grace", "1"])
         u.worker("gt", "r1", tp + ["--rank", "1"])
-        deadline = time.time() + 60
-        while not os.path.exists(os.path.join(u.dir, "admin.key")) and time.time() < deadline:
-            time.sleep(0.1)
-        up = u.wait_up(1)
-        with open(os.path.join(u.dir, "admin.key")) as f:
-            admin = Client(u.addr, f.read().strip())
-        cl = Client(u.addr, set_tenant(admin, "stuck", 1 << 30).api_key)
+        up, admin, cl = u.clients("stuck")
         res = [None] * 4
         ths = long_jobs(cl, 4, 1900, res)
         os.kill(u.procs["r1"].pid, signal.SIGSTOP)
