@@ -117,6 +117,15 @@ int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_t
 
 size_t kv_tiered_page_bytes(const kv_cache_t *kv) { return ((const kv_tiered_t *)kv)->page_bytes; }
 
+size_t kv_tiered_pool_for(const kv_cache_t *kv, size_t charged) {
+  const kv_tiered_t *t = (const kv_tiered_t *)kv;
+  if (t->cfg.q <= 0 || !t->ledger_bytes) return charged;
+  const size_t per = t->page_bytes / t->ledger_bytes, k = per > 64 ? 64 : per ? per : 1;
+  const double rho = (double)t->page_bytes / ((double)k * (double)t->ledger_bytes);
+  const double f = (1.0 - t->cfg.q) + t->cfg.q * rho;
+  return f > 1.0 ? (size_t)((double)charged * f) + 1 : charged;
+}
+
 void kv_tiered_set_gather(kv_cache_t *kv, int on) { ((kv_tiered_t *)kv)->gather = on != 0; }
 
 void kv_tiered_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes) {
@@ -148,6 +157,7 @@ int kv_tiered_reserve(kv_cache_t *kv, int n_seqs, int capacity) {
   /* one layer's prompt at Full while it is routed, and partly filled INT2 slots per layer */
   size_t windows = (size_t)capacity / (size_t)t->cfg.omega + 2;
   size_t transient = windows * t->page_bytes + 2 * t->page_bytes * (size_t)kv->geom.n_layer;
+  per_seq = kv_tiered_pool_for(kv, per_seq); /* (INT2 ledgers that do not fill a page) */
   return kv_tiered_set_pool(kv, (size_t)n_seqs * (per_seq + per_seq / 8 + transient));
 }
 

@@ -74,6 +74,12 @@ int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_t
                      size_t *min_budget, size_t *fullkv);
 /* Full page bytes of one window of one layer (pool sizing). */
 size_t kv_tiered_page_bytes(const kv_cache_t *kv);
+/* The pool bytes that hold `charged` bytes of budget however routing splits them between the
+ * tiers: an INT2 ledger is charged its own bytes but takes 1/k of a Full page's slot (k ledgers
+ * fit a page, at most 64), so where k ledgers do not fill a page (windows of 1 token: one
+ * ledger a slot) the policy's INT2 share q costs more pool than budget: charged x max(1,
+ * (1 - q) + q x page / (k x ledger)). */
+size_t kv_tiered_pool_for(const kv_cache_t *kv, size_t charged);
 /* Live stats of an open slot, or the final stats of the slot's last sequence once closed. */
 void kv_tiered_stats(const kv_cache_t *kv, int seq, kv_mem_stats_t *out);
 void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud);

@@ -372,9 +372,11 @@ static lat_row_t row_of(const lat_run_t *runs, int rounds, const lat_run_t *ref)
 
 static void print_table(const lat_args_t *a, const lat_row_t *w, const lat_run_t *ref) {
   char kv[32], rss[32];
-  printf("%d round(s), prompt %.0f tokens, %ld new, batch %.0f; medians, ratios to %s%s%s\n",
-         a->rounds, ref->prompt, a->n, ref->batch, a->pol[0].name, *a->pol[0].budget ? ":" : "",
-         a->pol[0].budget);
+  char asked[48] = ""; /* (the model's context may stop a run short of -n) */
+  if ((long)ref->gen != a->n) snprintf(asked, sizeof asked, " (of %ld asked)", a->n);
+  printf("%d round(s), prompt %.0f tokens, %.0f new%s, batch %.0f; medians, ratios to %s%s%s\n",
+         a->rounds, ref->prompt, ref->gen, asked, ref->batch, a->pol[0].name,
+         *a->pol[0].budget ? ":" : "", a->pol[0].budget);
   printf("%-22s %18s %18s %9s %22s %11s %12s\n", "policy", "prefill tok/s", "decode tok/s",
          "TPOT ms", "KV bytes (of FullKV)", "peak RSS", "same tokens");
   for (int i = 0; i < a->n_pol; i++) {
@@ -392,8 +394,9 @@ static void print_table(const lat_args_t *a, const lat_row_t *w, const lat_run_t
 }
 
 static void print_json(const lat_args_t *a, const lat_row_t *w, const lat_run_t *ref) {
-  printf("{\"rounds\":%d,\"prompt_tokens\":%.0f,\"new_tokens\":%ld,\"batch\":%.0f,\"policies\":[",
-         a->rounds, ref->prompt, a->n, ref->batch);
+  printf("{\"rounds\":%d,\"prompt_tokens\":%.0f,\"new_tokens\":%.0f,\"new_tokens_asked\":%ld,"
+         "\"batch\":%.0f,\"policies\":[",
+         a->rounds, ref->prompt, ref->gen, a->n, ref->batch);
   for (int i = 0; i < a->n_pol; i++) {
     printf("%s{\"policy\":\"%s\",\"budget\":", i ? "," : "", a->pol[i].name);
     if (*a->pol[i].budget)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -243,6 +244,16 @@ static void cfg_defaults(eval_cfg_t *c) {
     c->tasks[c->n_tasks++] = eval_task_name(*t);
 }
 
+/* Whether the two report paths are one destination: both stdout ("-"), the same name, or the
+ * same existing file under two names. */
+static int same_report(const char *a, const char *b) {
+  if (!a || !b) return 0;
+  if (!strcmp(a, b)) return 1;
+  struct stat sa, sb;
+  return strcmp(a, "-") && strcmp(b, "-") && !stat(a, &sa) && !stat(b, &sb) &&
+         sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /* 0 parsed, -1 --help printed, 2 usage error printed. argv items may be modified. */
 static int parse_args(int argc, char **argv, eval_cfg_t *c) {
   cfg_defaults(c);
@@ -274,6 +285,10 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
     }
   }
   if (!c->model) return cli_usage_error("eval", "--model is required");
+  if (same_report(c->json, c->markdown))
+    return cli_usage_error("eval", "--json and --markdown name the same destination '%s' (the "
+                                   "reports would overwrite or interleave each other)",
+                           c->json);
   if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
   if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
   if (c->device >= 0 && c->cpu_weights != KERN_WEIGHT_F32)
@@ -418,32 +433,47 @@ static int run_grid(eval_ctx_t *x) {
 
 /* The report files, opened before the grid runs so that a path that cannot be written fails
  * at once rather than after the whole grid; NULL where a report goes to stdout. */
+/* The report files, each written as PATH.partial and renamed to PATH once complete, so that a
+ * failed or interrupted run leaves an earlier report in place (it had emptied it at start). */
 typedef struct {
   FILE *json, *md;
+  char json_tmp[PATH_MAX], md_tmp[PATH_MAX];
 } eval_outs_t;
 
-static int open_reports(const eval_cfg_t *c, eval_outs_t *o) {
-  if (c->json && strcmp(c->json, "-") && !(o->json = fopen(c->json, "w")))
-    return qe_errf(QE_EIO, "--json: cannot write '%s': %s", c->json, strerror(errno));
-  if (c->markdown && strcmp(c->markdown, "-") && !(o->md = fopen(c->markdown, "w")))
-    return qe_errf(QE_EIO, "--markdown: cannot write '%s': %s", c->markdown, strerror(errno));
+static int open_report(const char *path, const char *flag, FILE **f, char *tmp) {
+  if (!path || !strcmp(path, "-")) return 0;
+  if (snprintf(tmp, PATH_MAX, "%s.partial", path) >= PATH_MAX)
+    return qe_errf(QE_EIO, "%s: the path '%s' is too long", flag, path);
+  if (!(*f = fopen(tmp, "w")))
+    return qe_errf(QE_EIO, "%s: cannot write '%s' (through '%s'): %s", flag, path, tmp,
+                   strerror(errno));
   return 0;
 }
 
-/* Closes *f (not stdout); QE_EIO naming path when it, or a write before, failed. */
-static int close_report(FILE **f, const char *path, int rc) {
-  if (*f && fclose(*f) && !rc) rc = qe_errf(QE_EIO, "cannot write '%s'", path);
+static int open_reports(const eval_cfg_t *c, eval_outs_t *o) {
+  int rc = open_report(c->json, "--json", &o->json, o->json_tmp);
+  return rc ? rc : open_report(c->markdown, "--markdown", &o->md, o->md_tmp);
+}
+
+/* Closes *f (not stdout) and renames its tmp to path, or removes it after rc (an error before);
+ * QE_EIO naming path when the close or the rename failed. */
+static int close_report(FILE **f, const char *path, const char *tmp, int rc) {
+  if (!*f) return rc;
+  if (fclose(*f) && !rc) rc = qe_errf(QE_EIO, "cannot write '%s'", tmp);
   *f = NULL;
+  if (!rc && rename(tmp, path))
+    rc = qe_errf(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+  if (rc) unlink(tmp);
   return rc;
 }
 
 static int write_reports(const eval_cfg_t *c, const eval_results_t *r, eval_outs_t *o) {
   int rc = 0;
   if (c->json) eval_report_json(c, r, o->json ? o->json : stdout);
-  rc = close_report(&o->json, c->json, rc);
+  rc = close_report(&o->json, c->json, o->json_tmp, rc);
   if (!rc && (c->markdown || !c->json || strcmp(c->json, "-")))
     eval_report_markdown(c, r, o->md ? o->md : stdout);
-  return close_report(&o->md, c->markdown, rc);
+  return close_report(&o->md, c->markdown, o->md_tmp, rc);
 }
 
 /* The CPU backend, or with --device the CUDA GPU. */
@@ -506,10 +536,11 @@ int cli_eval(int argc, char **argv) {
   res.n_ctx = hp.n_ctx_train;
   if ((code = check_model_cfg(c, &hp))) goto out;
   if ((code = check_data_cfg(c, g, &ppl_ids, &n_ppl))) goto out;
-  eval_outs_t outs = {NULL, NULL};
+  eval_outs_t outs = {0};
   rc = open_reports(c, &outs);
   if (!rc) rc = run_loaded(c, &res, ppl_ids, n_ppl, &outs);
-  close_report(&outs.json, c->json, 1), close_report(&outs.md, c->markdown, 1); /* (on errors) */
+  close_report(&outs.json, c->json, outs.json_tmp, 1); /* (on errors: the partial files go) */
+  close_report(&outs.md, c->markdown, outs.md_tmp, 1);
   code = rc ? cli_fail("eval", rc) : 0;
 out:
   free(ppl_ids);

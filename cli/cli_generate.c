@@ -82,7 +82,9 @@ static const char *gen_help =
     "  --budget B        persistent KV bytes: a fraction of FullKV in (0, 1], or bytes (> 1,\n"
     "                    with an optional K, M or G suffix);\n"
     "                    1: room for every window at Full, the cache's metadata included\n"
-    "  --q Q             INT2 share of the history budget in [0, 1] (qevict default 0.7)\n"
+    "  --q Q             INT2 share of the history budget in [0, 1] (qevict default 0.7; 1: no\n"
+    "                    Full tier for history, every aged window INT2 as kivi's, whatever the\n"
+    "                    budget)\n"
     "  --window W        tokens per window (qevict default 8)\n"
     "  --bits B          INT2/INT4/INT8 ledger: 2, 4 or 8\n"
     "  --key-frame F     abs (default: keys quantized post-RoPE, as Full pages hold them),\n"
@@ -524,13 +526,14 @@ static void print_summary(const gen_args_t *a, const gen_seq_t *s, const gen_sta
 static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, const gen_seq_t *s,
                        const gen_stats_t *st, const gen_out_t *out) {
   char *text = NULL;
-  if (model_tok(m)) tok_decode(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text);
+  size_t n_text = 0; /* (a token may decode to a NUL byte: escaped, not an end) */
+  if (model_tok(m)) tok_decode_len(model_tok(m), s->out, (size_t)s->n_out, 0, 0, &text, &n_text);
   printf("{\"prompt_tokens\":");
   qe_json_ids(stdout, s->prompt, (size_t)s->n_prompt);
   printf(",\"tokens\":");
   qe_json_ids(stdout, s->out, (size_t)s->n_out);
   printf(",\"text\":");
-  qe_json_str(stdout, text ? text : "", text ? strlen(text) : 0);
+  qe_json_str(stdout, text ? text : "", text ? n_text : 0);
   /* sequence 0's tokens on rank 0 at FullKV: the base of the budgets' fractions */
   const size_t fullkv = cli_policy_fullkv_bytes(kv, (long)s->n_prompt + s->n_out);
   printf(",\"finish\":\"%s\",\"summary\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,"

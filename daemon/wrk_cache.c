@@ -70,7 +70,8 @@ static size_t child_pool(const wrk_cache_t *c, const kv_cache_t *kv, const kv_po
   size_t page = kv_tiered_page_bytes(kv);
   size_t ctx = (size_t)model_hparams(c->m)->n_ctx_train;
   size_t per_slot = (ctx / (size_t)cfg->omega + 2 + 2 * (size_t)c->geom.n_layer) * page;
-  return c->pool_bytes + c->pool_bytes / 8 + (size_t)c->geom.max_seqs * per_slot;
+  const size_t held = kv_tiered_pool_for(kv, c->pool_bytes); /* (INT2 ledgers' slots) */
+  return held + held / 8 + (size_t)c->geom.max_seqs * per_slot;
 }
 
 /* Whether the GPU tiered cache runs cfg (kv_gpu_create_tiered's limits), as QE_EUNSUPPORTED

@@ -154,6 +154,12 @@ static int grow(char **buf, size_t *cap, size_t need) {
 
 int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special, int strip_lead,
                char **text) {
+  size_t len = 0;
+  return tok_decode_len(t, ids, n, render_special, strip_lead, text, &len);
+}
+
+int tok_decode_len(const tok_t *t, const int32_t *ids, size_t n, int render_special,
+                   int strip_lead, char **text, size_t *out_len) {
   tok_stream_t s;
   tok_stream_init(&s, t, render_special, strip_lead);
   char *buf = NULL;
@@ -172,6 +178,6 @@ int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special,
   }
   len += (size_t)rc;
   buf[len] = '\0';
-  *text = buf;
+  *text = buf, *out_len = len;
   return 0;
 }

@@ -76,6 +76,10 @@ int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
 /* Decodes a whole id sequence into a malloc'd NUL-terminated string (*text, caller frees). */
 int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special, int strip_lead,
                char **text);
+/* tok_decode with the text's length in *len (a token may decode to a NUL byte: the text is then
+ * longer than its strlen). */
+int tok_decode_len(const tok_t *t, const int32_t *ids, size_t n, int render_special,
+                   int strip_lead, char **text, size_t *len);
 
 /* Chat templates: recognised from tokenizer.chat_template. */
 typedef enum { CHAT_NONE = 0, CHAT_CHATML = 1, CHAT_LLAMA3 = 2 } chat_kind_t;

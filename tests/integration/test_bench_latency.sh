@@ -53,6 +53,14 @@ grep -q "^full " "$TMP/t.txt" && grep -q "^qevict:0.6 " "$TMP/t.txt" && grep -q 
   --json >"$TMP/s.json" 2>"$TMP/err" && python3 -c "
 import json, sys; b = json.load(open('$TMP/s.json')); assert len(b['policies']) == 2, b" \
   || bad "--shape tiny: $(tail -1 "$TMP/err")"
+# -n past the context: the report gives the tokens the runs made, and what was asked (it gave
+# the asked count as the new tokens)
+"$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 5000 --ignore-eos --rounds 1 \
+  --policies full --json >"$TMP/c.json" 2>/dev/null && python3 -c "
+import json; b = json.load(open('$TMP/c.json')); r = b['policies'][0]
+assert b['new_tokens_asked'] == 5000 and b['new_tokens'] == r['tokens'] < 5000, b" \
+  && echo "ok bench latency -n past the context reports the tokens made" >&2 \
+  || bad "-n past the context: $(head -c 300 "$TMP/c.json")"
 
 # failures and usage
 "$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 4 --rounds 1 --policies full,lru \

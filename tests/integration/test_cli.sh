@@ -97,6 +97,21 @@ expect_error "unknown command" "$QEVICT" frobnicate
 expect_error "version with an argument" "$QEVICT" version --bogus
 # CUDA graphs switch: --no-graphs takes no value (QE_CUDA_GRAPHS is a knob: see below)
 expect_error "--no-graphs with a value" "$QEVICT" generate --model "$STORIES" --prompt hi --no-graphs=1
+# INT2 ledgers of windows of one token take a pool slot each (their bytes do not fill a page):
+# the pool is sized for the slots the policy's INT2 share needs (these ran out of pool memory)
+python3 -c "print('a' * 2045, end='')" >"$TMP/a2045.txt"
+for pol in "kivi --window 1 --budget 0.3" "h2o --q 1 --budget 0.2" "qevict --q 1 --window 1 --budget 0.3"; do
+  # shellcheck disable=SC2086
+  "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP/a2045.txt" -n 2 --policy $pol \
+    >/dev/null 2>"$TMP/err" && echo "ok token-level INT2 under pressure: --policy $pol" >&2 ||
+    bad "token-level INT2 (--policy $pol): $(tail -1 "$TMP/err")"
+done
+# --json's text keeps a token that decodes to a NUL byte, escaped (the text ended there)
+echo '407 3 261 378' >"$TMP/nul_ids"
+"$QEVICT" generate --model "$STORIES" --prompt Once -n 4 --json --force-ids "$TMP/nul_ids" \
+  2>/dev/null | python3 -c "import json,sys; t=json.load(sys.stdin)['text']; \
+assert t == ' upon\x00 a time', repr(t)" && echo "ok --json text past a NUL byte" >&2 ||
+  bad "--json text cut at a NUL byte"
 # --json keeps a failed run's reason (the memory report's own lookups used to erase it)
 expect_error "--json, budget below the protected regions" "$QEVICT" generate --model "$STORIES" \
   --prompt hi -n 8 --policy qevict --budget 0.6 --json

@@ -52,6 +52,16 @@ for o in --json --markdown; do
   grep -qF -- "$o: cannot write '/nonexistent/r.out'" "$TMP/err" && ((SECONDS - t0 < 20)) ||
     bad "$o /nonexistent: $(cat "$TMP/err") after $((SECONDS - t0)) s"
 done
+# the two reports to one destination (they overwrote or interleaved each other, exit 0)
+expect_exit 2 "--json and --markdown to one file" "${E[@]}" --json "$TMP/same" --markdown "$TMP/same"
+expect_exit 2 "--json and --markdown both to stdout" "${E[@]}" --json - --markdown -
+# an interrupted run (~10 s of grid, SIGINT after 3) leaves an earlier report as it was: the
+# reports are written beside it and renamed once complete (it had emptied it at the start)
+echo old >"$TMP/keep.json"
+timeout -s INT 3 "${E[@]}" --tasks niah_single,qa --lengths 350,450 --samples 4 --all-samples \
+  --json "$TMP/keep.json" >/dev/null 2>&1
+[[ $(cat "$TMP/keep.json") == old ]] && echo "ok an interrupted eval kept the earlier report" >&2 ||
+  bad "an interrupted eval changed the earlier report: $(head -c 80 "$TMP/keep.json")"
 expect_exit 2 "a repeated policy" "${E[@]}" --policies streaming,streaming
 expect_exit 2 "'all' in a list" "${E[@]}" --tasks all,ppl
 expect_exit 2 "missing value" "${E[@]}" --lengths
