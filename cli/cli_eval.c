@@ -286,8 +286,9 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
   }
   if (!c->model) return cli_usage_error("eval", "--model is required");
   if (same_report(c->json, c->markdown))
-    return cli_usage_error("eval", "--json and --markdown name the same destination '%s' (the "
-                                   "reports would overwrite or interleave each other)",
+    return cli_usage_error("eval",
+                           "--json and --markdown name the same destination '%s' (the "
+                           "reports would overwrite or interleave each other)",
                            c->json);
   if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
   if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
