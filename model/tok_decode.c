@@ -158,8 +158,8 @@ int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special,
   return tok_decode_len(t, ids, n, render_special, strip_lead, text, &len);
 }
 
-int tok_decode_len(const tok_t *t, const int32_t *ids, size_t n, int render_special,
-                   int strip_lead, char **text, size_t *out_len) {
+int tok_decode_len(const tok_t *t, const int32_t *ids, size_t n, int render_special, int strip_lead,
+                   char **text, size_t *out_len) {
   tok_stream_t s;
   tok_stream_init(&s, t, render_special, strip_lead);
   char *buf = NULL;

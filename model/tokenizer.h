@@ -78,8 +78,8 @@ int tok_decode(const tok_t *t, const int32_t *ids, size_t n, int render_special,
                char **text);
 /* tok_decode with the text's length in *len (a token may decode to a NUL byte: the text is then
  * longer than its strlen). */
-int tok_decode_len(const tok_t *t, const int32_t *ids, size_t n, int render_special,
-                   int strip_lead, char **text, size_t *len);
+int tok_decode_len(const tok_t *t, const int32_t *ids, size_t n, int render_special, int strip_lead,
+                   char **text, size_t *len);
 
 /* Chat templates: recognised from tokenizer.chat_template. */
 typedef enum { CHAT_NONE = 0, CHAT_CHATML = 1, CHAT_LLAMA3 = 2 } chat_kind_t;
