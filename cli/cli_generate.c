@@ -283,7 +283,9 @@ static int check_shape_memory(const gen_args_t *a, const model_hparams_t *hp) {
 static int check_regions(const gen_args_t *a, const kv_policy_desc_t *d, int n_ctx) {
   const char *stray = d->full ? cli_policy_stray(&a->pol) : NULL;
   if (stray)
-    return qe_errf(QE_EINVAL, "%s needs --policy (policy %s keeps every token at full precision)",
+    return qe_errf(QE_EINVAL,
+                   "%s needs a tiered --policy (qevict, h2o, kivi, ...): policy %s keeps every "
+                   "token at full precision",
                    stray, a->pol.name);
   const int sink = !d->full && d->cfg.n_sink > n_ctx;
   if (sink || (!d->full && d->cfg.n_local > n_ctx))

@@ -199,7 +199,7 @@ expect_error "--window -1" "$QEVICT" "${G[@]}" --policy qevict --window -1
 expect_error "--sink -1" "$QEVICT" "${G[@]}" --policy qevict --sink -1
 expect_error "--sink past the context" "$QEVICT" "${G[@]}" --policy qevict --sink 1000000
 expect_error "--budget without --policy" "$QEVICT" "${G[@]}" --budget 0.2
-grep -q -- "--budget needs --policy" "$TMP/err" || bad "--budget without --policy: $(cat "$TMP/err")"
+grep -q -- "--budget needs a tiered --policy" "$TMP/err" || bad "--budget without --policy: $(cat "$TMP/err")"
 expect_error "--bits without --policy" "$QEVICT" "${G[@]}" --bits 4
 expect_error "--budget past 2^63" "$QEVICT" "${G[@]}" --policy qevict --budget 99999999999999999999
 expect_error "--seed ' -1'" "$QEVICT" "${G[@]}" --seed " -1"
