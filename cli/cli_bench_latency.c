@@ -309,7 +309,7 @@ static void last_line(FILE *f, char *buf, size_t n) {
  * (2 when generate found its options bad, else 1). */
 static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *prompt, lat_run_t *r) {
   const char *av[LAT_MAX_ARGS + 16];
-  char n_text[24], *out = NULL, msg[512];
+  char n_text[24], *out = NULL, msg[512] = "";
   FILE *ef = tmpfile();
   snprintf(n_text, sizeof n_text, "%ld", a->n);
   child_argv(a, p, prompt, n_text, av);
@@ -318,11 +318,13 @@ static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *promp
   if (rc == 127) rc = -1; /* (exec failed: its message is in ef) */
   if (rc) {
     if (ef) last_line(ef, msg, sizeof msg);
-    fprintf(stderr, "qevict bench latency: policy %s%s%s: %s\n", p->name, *p->budget ? ":" : "",
+    const int synth = !a->has_prompt && strstr(msg, "exceeds the model context") != NULL;
+    fprintf(stderr, "qevict bench latency: policy %s%s%s: %s%s\n", p->name, *p->budget ? ":" : "",
             p->budget,
             rc == -2     ? "generate's output does not read"
             : ef && *msg ? msg
-                         : "failed");
+                         : "failed",
+            synth ? " (the synthetic prompt of --input-words words: give fewer, or --prompt)" : "");
   }
   if (ef) fclose(ef);
   free(out);

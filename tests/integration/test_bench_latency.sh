@@ -53,6 +53,12 @@ grep -q "^full " "$TMP/t.txt" && grep -q "^qevict:0.6 " "$TMP/t.txt" && grep -q 
   --json >"$TMP/s.json" 2>"$TMP/err" && python3 -c "
 import json, sys; b = json.load(open('$TMP/s.json')); assert len(b['policies']) == 2, b" \
   || bad "--shape tiny: $(tail -1 "$TMP/err")"
+# the default synthetic prompt past stories260K's context: the error says it is the synthetic one
+"$QEVICT" bench latency --model "$STORIES" -n 4 --rounds 1 --policies full >/dev/null 2>"$TMP/err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "synthetic prompt of --input-words" "$TMP/err" \
+  && echo "ok the default synthetic prompt past the context says so" >&2 \
+  || bad "the synthetic prompt past the context: exit $rc, $(cat "$TMP/err")"
 # -n past the context: the report gives the tokens the runs made, and what was asked (it gave
 # the asked count as the new tokens)
 "$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 5000 --ignore-eos --rounds 1 \
