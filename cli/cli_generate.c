@@ -45,7 +45,7 @@ typedef struct {
 } gen_args_t;
 
 static const char *gen_help =
-    "usage: qevict generate --model FILE (--prompt TEXT | --prompt-file F) [options]\n"
+    "usage: qevict generate --model FILE (--prompt TEXT | --prompt-file F, - for stdin) [options]\n"
     "       qevict generate --shape NAME --prompt-len N [options]\n"
     "  --shape NAME      random weights of a named shape (llama3-8b, llama3-70b, tiny), no file\n"
     "                    and no tokenizer: the prompt is N random ids (--seed), output is ids\n"
@@ -185,6 +185,9 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     return cli_usage_error("generate", "--prompt-len goes with --shape");
   if (a->model && !a->prompt == !a->prompt_file)
     return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
+  if (a->sampler.temp == 0 && (a->sampler.top_k || a->sampler.top_p < 1))
+    fprintf(stderr, "qevict generate: note: --top-k and --top-p act with --temp above 0; this run "
+                    "decodes greedily\n");
   if ((a->top2 && !a->json) || (a->diag && (a->top2 || a->force_ids)))
     return cli_usage_error("generate", "--top2 needs --json; --diagnostics takes neither --top2 "
                                        "nor --force-ids");

@@ -99,6 +99,9 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
 
 int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *d) {
   char name[96];
+  if (p->graphkv && !strcmp(p->name, "full"))
+    return qe_errf(QE_EINVAL, "--graphkv needs a scorer-based --policy to re-score (qevict, h2o, "
+                              "snapkv, pyramidkv, knorm), not full");
   snprintf(name, sizeof name, "%s%s", p->name,
            p->graphkv && !strstr(p->name, "+graphkv") ? "+graphkv" : "");
   int rc = kv_policy_find(name, d);

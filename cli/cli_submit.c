@@ -15,7 +15,7 @@ static const char *submit_help =
     "usage: qevict submit (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [options]\n"
     "Runs a prompt on qevict-sched, streams its text to stdout and a memory summary to stderr.\n"
     "  --prompt TEXT     the prompt (plain text, the model's BOS rule applies)\n"
-    "  --prompt-file F   read the prompt from F (at most 64 MiB)\n"
+    "  --prompt-file F   read the prompt from F (- for standard input; at most 64 MiB)\n"
     "  --ids 1,2,3       an already tokenized prompt (vocabulary ids)\n"
     "  --chat            send the prompt as the user message of a chat (the model's template)\n"
     "  --system TEXT     with --chat: a system message before it\n"

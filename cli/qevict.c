@@ -137,7 +137,8 @@ int cli_parse_u64(const char *s, uint64_t *out) {
 }
 
 int cli_read_text_file(const char *what, const char *path, size_t max, char **out) {
-  FILE *f = fopen(path, "rb");
+  const int in = !strcmp(path, "-"); /* (standard input) */
+  FILE *f = in ? stdin : fopen(path, "rb");
   if (!f) return qe_errf(QE_EIO, "%s '%s': %s", what, path, strerror(errno));
   size_t cap = 1 << 16, n = 0, r;
   char *buf = malloc(cap + 1);
@@ -148,7 +149,7 @@ int cli_read_text_file(const char *what, const char *path, size_t max, char **ou
     buf = grown;
   }
   const int err = ferror(f) ? errno : 0;
-  fclose(f);
+  if (!in) fclose(f);
   if (!buf) return qe_errf(QE_ENOMEM, "%s '%s': out of memory", what, path);
   const char *nul = memchr(buf, 0, n);
   const size_t at = nul ? (size_t)(nul - buf) : n; /* (n: none) */

@@ -106,6 +106,17 @@ for pol in "kivi --window 1 --budget 0.3" "h2o --q 1 --budget 0.2" "qevict --q 1
     >/dev/null 2>"$TMP/err" && echo "ok token-level INT2 under pressure: --policy $pol" >&2 ||
     bad "token-level INT2 (--policy $pol): $(tail -1 "$TMP/err")"
 done
+# --prompt-file - reads standard input (it looked for a file named '-'), also under --tp 2
+printf 'Once upon a time' >"$TMP/p.txt"
+want=$("$QEVICT" generate --model "$STORIES" --prompt-file "$TMP/p.txt" -n 8 --json 2>/dev/null | tokens)
+for tp in 1 2; do
+  got=$("$QEVICT" generate --model "$STORIES" --prompt-file - -n 8 --json --tp $tp <"$TMP/p.txt" \
+    2>/dev/null | tokens)
+  [[ -n "$want" && "$got" == "$want" ]] && echo "ok --prompt-file - (--tp $tp)" >&2 ||
+    bad "--prompt-file - (--tp $tp): '$got' against '$want'"
+done
+expect_error "--graphkv without a policy" "$QEVICT" generate --model "$STORIES" --prompt hi --graphkv
+grep -q "needs a scorer-based --policy" "$TMP/err" || bad "--graphkv alone: $(cat "$TMP/err")"
 # --json's text keeps a token that decodes to a NUL byte, escaped (the text ended there)
 echo '407 3 261 378' >"$TMP/nul_ids"
 "$QEVICT" generate --model "$STORIES" --prompt Once -n 4 --json --force-ids "$TMP/nul_ids" \
