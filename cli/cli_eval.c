@@ -105,10 +105,11 @@ static int add_ablations(eval_cfg_t *c) {
   return rc;
 }
 
-/* The options of a --policies item after NAME (":window=W", ":keyframe=F", in any order):
- * 0, or -2 (usage error printed). */
+/* The options of a --policies item after NAME (":window=W", ":keyframe=F", in any order, each
+ * once): 0, or -2 (usage error printed). */
 static int parse_policy_opts(const char *label, char *opt, long *w, int *key_frame) {
   static const char *frames[] = {"keyframe=pos", "keyframe=window", "keyframe=abs"};
+  int seen_w = 0, seen_f = 0;
   while (opt) {
     char *next = strchr(opt, ':');
     if (next) *next++ = '\0';
@@ -120,6 +121,10 @@ static int parse_policy_opts(const char *label, char *opt, long *w, int *key_fra
       return cli_usage_error("eval",
                              "bad policy option '%s' (NAME[:window=W][:keyframe=pos|window|abs])",
                              label),
+             -2;
+    if (frame >= 0 ? seen_f++ : seen_w++) /* (the last had won, the label naming both) */
+      return cli_usage_error("eval", "policy '%s' gives its %s twice", label,
+                             frame >= 0 ? "keyframe" : "window"),
              -2;
     if (frame >= 0) *key_frame = frame;
     opt = next;

@@ -63,6 +63,7 @@ timeout -s INT 3 "${E[@]}" --tasks niah_single,qa --lengths 350,450 --samples 4 
 [[ $(cat "$TMP/keep.json") == old ]] && echo "ok an interrupted eval kept the earlier report" >&2 ||
   bad "an interrupted eval changed the earlier report: $(head -c 80 "$TMP/keep.json")"
 expect_exit 2 "a repeated policy" "${E[@]}" --policies streaming,streaming
+expect_exit 2 "a policy option given twice" "${E[@]}" --policies qevict:window=4:window=8
 expect_exit 2 "'all' in a list" "${E[@]}" --tasks all,ppl
 expect_exit 2 "missing value" "${E[@]}" --lengths
 expect_exit 1 "missing model file" "$QEVICT" eval --model "$TMP/nope.gguf" --quiet
