@@ -312,8 +312,10 @@ static int prepare(gen_args_t *a) {
   if (!rc && !a->shape) rc = tok_create(g, &tok);
   if (!rc && !a->shape) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)
-    rc = qe_errf(QE_EINVAL, "prompt of %d tokens exceeds the model context (%d)", a->n_ids,
-                 hp.n_ctx_train);
+    rc = qe_errf(QE_EINVAL,
+                 "prompt of %d tokens exceeds the model context (%d tokens, one of which a new "
+                 "token needs)",
+                 a->n_ids, hp.n_ctx_train);
   if (!rc && a->max_batch && a->max_batch < a->n_ids)
     rc = qe_errf(QE_EINVAL,
                  "--max-batch %ld holds less than the prompt's %d tokens (a prompt goes whole "

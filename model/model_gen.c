@@ -131,7 +131,9 @@ static int check_req(const model_t *m, int slot, const gen_req_t *r) {
   const model_hparams_t *hp = model_hparams(m);
   if (!r->prompt || r->n_prompt <= 0) return qe_errf(QE_EINVAL, "gen: slot %d: empty prompt", slot);
   if (r->n_prompt >= hp->n_ctx_train)
-    return qe_errf(QE_EINVAL, "gen: prompt of %d tokens exceeds the model context (%d)",
+    return qe_errf(QE_EINVAL,
+                   "gen: prompt of %d tokens exceeds the model context (%d tokens, one of which "
+                   "a new token needs)",
                    r->n_prompt, hp->n_ctx_train);
   if (r->n_predict <= 0) return qe_errf(QE_EINVAL, "gen: n_predict must be positive");
   if (r->n_forced < 0 || (r->n_forced > 0 && !r->forced))
