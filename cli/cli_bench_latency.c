@@ -189,16 +189,18 @@ char *cli_bench_words(long words, uint64_t seed, long i) {
   return t;
 }
 
-/* The child's argv for policy p (strings borrowed; n_text: -n's value). */
+/* The child's argv for policy p (strings borrowed; n_text: -n's value): the bench's own options,
+ * then generate's as given, last, so that one given without its value ends the line (it took
+ * the bench's next argument for its value: "bad value '--prompt-file' for --threads"). */
 static void child_argv(const lat_args_t *a, const lat_pol_t *p, const char *prompt_file,
                        const char *n_text, const char **av) {
   int k = 0;
   av[k++] = "qevict", av[k++] = "generate";
-  for (int i = 0; i < a->n_pass; i++) av[k++] = a->pass[i];
   if (prompt_file) av[k++] = "--prompt-file", av[k++] = prompt_file;
   av[k++] = "-n", av[k++] = n_text, av[k++] = "--ignore-eos", av[k++] = "--json";
   av[k++] = "--policy", av[k++] = p->name;
   if (*p->budget) av[k++] = "--budget", av[k++] = p->budget;
+  for (int i = 0; i < a->n_pass; i++) av[k++] = a->pass[i];
   av[k] = NULL;
 }
 

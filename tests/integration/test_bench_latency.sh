@@ -93,6 +93,8 @@ usage "-n without a value" bench latency --model "$STORIES" -n
 usage "-n 1 (no decode step to time)" bench latency --model "$STORIES" -n 1
 usage "a generate option without its value (generate's usage error)" bench latency \
   --model "$STORIES" --rounds 1 --policies full --threads
+grep -q "missing value: --threads" "$TMP/err" ||
+  bad "--threads without its value: $(tail -1 "$TMP/err") (it had named bench's next argument)"
 "$QEVICT" bench latency --model="$STORIES" --input-words=40 -n 4 --rounds=1 --policies=full \
   --threads=1 --json >"$TMP/eq.json" 2>"$TMP/err" && python3 -c "
 import json; assert json.load(open('$TMP/eq.json'))['policies'][0]['tokens'] == 4" \
