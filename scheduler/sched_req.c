@@ -408,15 +408,19 @@ void sched_req_started(sched_t *s, sreq_t *r) {
   sched_export_started(s, r);
 }
 
+/* An admitted request joins the back of the dispatch wait list, which is then served oldest
+ * first: dispatched at once, it took a slot that a request admitted before it still waited for
+ * (a finished request frees its slot before its quota), so one tenant's stream of admissions
+ * starved the others' waiting requests. */
 void sched_req_admitted(sched_t *s, sreq_t *r) {
   if (r->state != SREQ_QUEUED) return;
-  if (sched_groups_dispatch(s, r)) return;
   r->dispatch_wait = 1;
   if (s->wait_tail)
     s->wait_tail->next_wait = r;
   else
     s->wait_head = r;
   s->wait_tail = r;
+  sched_groups_pump(s);
 }
 
 void sched_req_end_queued_if_drained(sched_t *s) {

@@ -1163,6 +1163,37 @@ def test_replace_worker():
                 print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
 
 
+def test_fair_dispatch():
+    """A request admitted while no worker slot is free waits its turn for one: tenant
+    A (quota for 2 requests, 2 slots) queues 12 requests, then tenant B sends one, admitted at
+    once and waiting for a slot. B starts when the first slot frees, before A's later requests
+    (each of A's admissions had taken the freed slot at once: B waited for all of them)."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-fair"), workers=1,
+                         extra=["--max-seqs", "2", "--threads", "1"]).start()
+    admin = Client(srv.addr, srv.admin_key())
+    a = Client(srv.addr, set_tenant(admin, "fair-a", 1 << 30).api_key)
+    b = Client(srv.addr, set_tenant(admin, "fair-b", 1 << 30).api_key)
+
+    def req(c):
+        return c.request(PROMPTS[0], 600, "qevict", 0.3, ignore_eos=True)
+
+    def info(c, rid):
+        return c.gen.GetRequest(pb.GetRequestRequest(request_id=rid), metadata=c.md, timeout=10)
+    first = a.generate(req(a))
+    per = first[0].started.reserved_bytes
+    set_tenant(admin, "fair-a", per * 2)
+    ra = [a.gen.Submit(req(a), metadata=a.md, timeout=10).request_id for _ in range(12)]
+    rb = b.gen.Submit(req(b), metadata=b.md, timeout=10).request_id
+    evs = list(b.gen.Watch(pb.WatchRequest(request_id=rb), metadata=b.md, timeout=120))
+    sb = info(b, rb).started_unix_ms
+    passed = sum(1 for r in ra[2:] if 0 < info(a, r).started_unix_ms <= sb)
+    fin = finished_of(evs)
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and passed <= 1,
+         "tenant B's request, admitted behind 10 of tenant A's waiting for its quota: %d of them "
+         "started before it (queue time %.2f s)" % (passed, evs[0].started.queue_time_us / 1e6))
+    srv.stop()
+
+
 def test_follower_stop():
     """A SIGTERM to a TP group's rank 1 alone: the scheduler has rank 0 end the group once its
     requests are done, so both ranks exit 0 long before the grace (60 s); rank 1 had waited out
@@ -1617,6 +1648,7 @@ def main():
     test_tp()
     test_stuck_rank()
     test_many_policies()
+    test_fair_dispatch()
     test_generate_retry()
     rc = C.done()
     if rc:
