@@ -148,7 +148,13 @@ static void on_open(tr_conn_t *c) {
   sgroup_t *g = tr_conn_data(c);
   const tr_hello_t *h = tr_conn_hello(c);
   srank_t *rk = &g->rank[h->rank];
+  /* the same worker back on a new link (a heartbeat timeout, a network blip) reports the same
+     cumulative counters: the last seen stay, or its whole history was counted again */
+  uint64_t seen[4];
+  const int same = !strcmp(rk->name, h->name);
+  memcpy(seen, rk->transitions, sizeof seen);
   memset(rk, 0, sizeof *rk);
+  if (same) memcpy(rk->transitions, seen, sizeof seen);
   rk->conn = c;
   rk->pool_bytes = h->pool_bytes;
   snprintf(rk->name, sizeof rk->name, "%s", h->name);

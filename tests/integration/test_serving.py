@@ -1194,6 +1194,39 @@ def test_fair_dispatch():
     srv.stop()
 
 
+def test_reconnect_counters():
+    """A worker back on a new link without restarting (held by SIGSTOP past the 5 s heartbeat
+    timeout, then SIGCONT) reports the same cumulative routing and transition counters: the
+    scheduler's counters stay where they were (they counted the worker's whole history again)."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-rec"), workers=1,
+                         extra=["--threads", "1"]).start()
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "rec", 1 << 30).api_key)
+    cl.generate(cl.request(PROMPTS[0], 1500, "qevict", 0.3, ignore_eos=True))
+    fams = ("qevict_routing_events_total", "qevict_window_transitions_total")
+
+    def total():
+        return sum(float(ln.rsplit(" ", 1)[1]) for ln in srv.metrics_text().splitlines()
+                   if ln.startswith(fams))
+    time.sleep(1.5)  # (a memory report carries the cumulative figures)
+    before = total()
+    pid = srv.worker_pids("g0")[0]
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.time() + 20
+    while srv.metric("qevict_workers", state="down") != 1 and time.time() < deadline:
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGCONT)
+    deadline = time.time() + 20
+    while srv.metric("qevict_workers", state="up") != 1 and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)
+    after = total()
+    C.ok(before > 0 and after == before and srv.worker_pids("g0") == [pid],
+         "a worker back on a new link, no request in between: routing and transition counters "
+         "%.0f before, %.0f after" % (before, after))
+    srv.stop()
+
+
 def test_follower_stop():
     """A SIGTERM to a TP group's rank 1 alone: the scheduler has rank 0 end the group once its
     requests are done, so both ranks exit 0 long before the grace (60 s); rank 1 had waited out
@@ -1649,6 +1682,7 @@ def main():
     test_stuck_rank()
     test_many_policies()
     test_fair_dispatch()
+    test_reconnect_counters()
     test_generate_retry()
     rc = C.done()
     if rc:
