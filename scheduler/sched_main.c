@@ -23,6 +23,7 @@ void sched_config_init(sched_config_t *c) {
   c->worker_listen = "127.0.0.1:50052";
   c->max_message = (size_t)64 << 20;
   c->keep_finished_s = 600;
+  c->max_queued = 10000;
   c->shutdown_grace_s = 30;
   c->worker_timeout_ms = 5000;
 }

@@ -472,8 +472,24 @@ static void link_req(sched_t *s, sreq_t *r) {
   s->reqs = r;
 }
 
+/* Whether the tenant of r already has max_queued requests accepted and not finished (running,
+ * waiting for a slot or for its quota): a client that floods the queue is refused, not held in
+ * the scheduler's memory for good (4,000 Submits past a one-request quota had all queued). */
+static int over_queue(sched_t *s, const sreq_t *r, sval_err_t *e) {
+  sched_admit_tenant_stats_t ts;
+  if (!s->cfg.max_queued || sched_admit_tenant_stats(s->admit, r->tenant, &ts)) return 0;
+  if (ts.n_queued + ts.n_running < s->cfg.max_queued) return 0;
+  snprintf(e->msg, sizeof e->msg,
+           "tenant %s has %zu requests accepted and not finished, the scheduler's bound "
+           "(--max-queued %u): retry when some have finished",
+           r->tenant, ts.n_queued + ts.n_running, s->cfg.max_queued);
+  e->status = SVAL_EXHAUSTED;
+  return 1;
+}
+
 static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
   int state = 0;
+  if (over_queue(s, r, e)) return -1;
   if (sidx_room(&s->by_id) || sidx_room(&s->by_cid)) {
     snprintf(e->msg, sizeof e->msg, "out of memory (the request index)");
     e->status = SVAL_INTERNAL;

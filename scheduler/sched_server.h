@@ -18,6 +18,8 @@ typedef struct {
                                * does not exist (default STATE_DIR/admin.key) */
   size_t max_message;         /* gRPC message size limit both ways (default 64 MiB) */
   unsigned keep_finished_s;   /* finished requests stay visible to Watch/GetRequest (600) */
+  unsigned max_queued;        /* a tenant's accepted, unfinished requests at most (10000; 0: no
+                               * bound); past it Generate and Submit are RESOURCE_EXHAUSTED */
   unsigned worker_timeout_ms; /* a silent worker is down after this long (5000) */
   unsigned shutdown_grace_s;  /* on SIGTERM, SIGINT or SIGHUP, accepted requests may finish for
                                * this long (30; 0: none): no new ones, health NOT_SERVING */

@@ -1227,6 +1227,39 @@ def test_reconnect_counters():
     srv.stop()
 
 
+def test_max_queued():
+    """--max-queued bounds a tenant's accepted, unfinished requests: past it a Submit is
+    RESOURCE_EXHAUSTED naming the flag (they had all queued in the scheduler's memory, 4,000
+    of them past a one-request quota), other tenants are unaffected, and once the tenant's
+    requests finish it is served again."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-maxq"), workers=1,
+                         extra=["--max-queued", "5", "--threads", "1"]).start()
+    admin = Client(srv.addr, srv.admin_key())
+    a = Client(srv.addr, set_tenant(admin, "maxq-a", 1 << 30).api_key)
+    b = Client(srv.addr, set_tenant(admin, "maxq-b", 1 << 30).api_key)
+    def req(c):
+        return c.request(PROMPTS[0], 300, "qevict", 0.3, ignore_eos=True)
+    per = a.generate(req(a))[0].started.reserved_bytes
+    set_tenant(admin, "maxq-a", per)  # (one request at a time)
+    codes, rids, msg = [], [], ""
+    for _ in range(8):
+        try:
+            rids.append(a.gen.Submit(req(a), metadata=a.md, timeout=10).request_id)
+            codes.append("OK")
+        except grpc.RpcError as e:
+            codes.append(e.code().name)
+            msg = e.details()
+    other = b.generate(req(b))
+    for rid in rids:
+        list(a.gen.Watch(pb.WatchRequest(request_id=rid), metadata=a.md, timeout=120))
+    again = a.generate(req(a))
+    C.ok(codes == ["OK"] * 5 + ["RESOURCE_EXHAUSTED"] * 3 and "--max-queued 5" in msg and
+         finished_of(other) is not None and finished_of(again) is not None,
+         "--max-queued 5: 8 Submits of one tenant gave %s (%s); another tenant ran meanwhile, and "
+         "the first again once its 5 finished" % (codes, msg[:90]))
+    srv.stop()
+
+
 def test_follower_stop():
     """A SIGTERM to a TP group's rank 1 alone: the scheduler has rank 0 end the group once its
     requests are done, so both ranks exit 0 long before the grace (60 s); rank 1 had waited out
@@ -1683,6 +1716,7 @@ def main():
     test_many_policies()
     test_fair_dispatch()
     test_reconnect_counters()
+    test_max_queued()
     test_generate_retry()
     rc = C.done()
     if rc:
