@@ -27,6 +27,10 @@ struct kv_pool {
   size_t full_pages, q_pages;
 };
 
+int kv_pool_q_per_slot(size_t full_page, size_t q_page) {
+  return full_page / q_page > 64 ? 64 : (int)(full_page / q_page);
+}
+
 int kv_pool_create(kern_backend_t *be, size_t bytes, size_t full_page, size_t q_page,
                    kv_pool_t **out) {
   if (!full_page || !q_page || q_page > full_page)
@@ -35,7 +39,7 @@ int kv_pool_create(kern_backend_t *be, size_t bytes, size_t full_page, size_t q_
   if (!p) return qe_errf(QE_ENOMEM, "kv_pool: out of memory");
   *p = (kv_pool_t){.be = be, .full_page = full_page, .q_page = q_page, .partial = -1};
   p->n_slots = (int)((bytes + full_page - 1) / full_page);
-  p->per_slot = (int)(full_page / q_page) > 64 ? 64 : (int)(full_page / q_page);
+  p->per_slot = kv_pool_q_per_slot(full_page, q_page);
   p->arena = kern_alloc(be, (size_t)p->n_slots * full_page);
   p->slots = calloc((size_t)p->n_slots + 1, sizeof *p->slots);
   p->free_stack = malloc(sizeof(int) * ((size_t)p->n_slots + 1));

@@ -22,6 +22,8 @@ typedef struct {
 int kv_pool_create(kern_backend_t *be, size_t bytes, size_t full_page, size_t q_page,
                    kv_pool_t **out);
 void kv_pool_destroy(kv_pool_t *p);
+/* INT2 pages a slot holds for page sizes full_page >= q_page > 0: as many as fit, at most 64. */
+int kv_pool_q_per_slot(size_t full_page, size_t q_page);
 /* Returns a page or NULL when the arena is exhausted (the caller reports QE_ENOSPC). */
 void *kv_pool_alloc_full(kv_pool_t *p);
 void *kv_pool_alloc_q(kv_pool_t *p);

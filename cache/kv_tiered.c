@@ -30,6 +30,11 @@ static void sizes_init(kv_tiered_t *t) {
 
 static const kv_cache_ops_t tiered_ops;
 
+/* A ledger's pool page: the ledger, or a whole page where it does not fit one (kv_pool_create). */
+static size_t q_page_of(const kv_tiered_t *t) {
+  return t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
+}
+
 int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_t *rope,
                      const kv_policy_cfg_t *cfg_in, size_t pool_bytes, kv_cache_t **out) {
   kv_policy_cfg_t fitted = kv_policy_fit(cfg_in, geom->head_dim), *cfg = &fitted;
@@ -49,10 +54,9 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   t->final = calloc((size_t)geom->max_seqs, sizeof *t->final);
   t->tmp = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
   t->tmp2 = malloc(sizeof(float) * (size_t)cfg->omega * t->row);
-  size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
   if (!t->seqs || !t->pending_budget || !t->final || !t->tmp || !t->tmp2)
     rc = qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
-  if (!rc) rc = kv_pool_create(be, pool_bytes, t->page_bytes, q_page, &t->pool);
+  if (!rc) rc = kv_pool_create(be, pool_bytes, t->page_bytes, q_page_of(t), &t->pool);
   if (rc) {
     tiered_ops.destroy(&t->base);
     return rc;
@@ -120,7 +124,7 @@ size_t kv_tiered_page_bytes(const kv_cache_t *kv) { return ((const kv_tiered_t *
 size_t kv_tiered_pool_for(const kv_cache_t *kv, size_t charged) {
   const kv_tiered_t *t = (const kv_tiered_t *)kv;
   if (t->cfg.q <= 0 || !t->ledger_bytes) return charged;
-  const size_t per = t->page_bytes / t->ledger_bytes, k = per > 64 ? 64 : per ? per : 1;
+  const int k = kv_pool_q_per_slot(t->page_bytes, q_page_of(t)); /* (the pool's packing) */
   const double rho = (double)t->page_bytes / ((double)k * (double)t->ledger_bytes);
   const double f = (1.0 - t->cfg.q) + t->cfg.q * rho;
   return f > 1.0 ? (size_t)((double)charged * f) + 1 : charged;
@@ -166,9 +170,8 @@ int kv_tiered_set_pool(kv_cache_t *kv, size_t bytes) {
   kv_pool_stats_t ps;
   kv_pool_stats(t->pool, &ps);
   if (ps.full_pages || ps.q_pages) return qe_errf(QE_EINVAL, "kv_tiered: resizing a pool in use");
-  size_t q_page = t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
   kv_pool_t *np = NULL;
-  int rc = kv_pool_create(kv->be, bytes, t->page_bytes, q_page, &np);
+  int rc = kv_pool_create(kv->be, bytes, t->page_bytes, q_page_of(t), &np);
   if (rc) return rc;
   kv_pool_destroy(t->pool);
   t->pool = np;

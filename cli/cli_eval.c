@@ -438,9 +438,9 @@ static int run_grid(eval_ctx_t *x) {
 }
 
 /* The report files, opened before the grid runs so that a path that cannot be written fails
- * at once rather than after the whole grid; NULL where a report goes to stdout. */
-/* The report files, each written as PATH.partial and renamed to PATH once complete, so that a
- * failed or interrupted run leaves an earlier report in place (it had emptied it at start). */
+ * at once rather than after the whole grid (NULL where a report goes to stdout), each written
+ * as PATH.partial and renamed to PATH once complete, so that a failed or interrupted run leaves
+ * an earlier report in place (it had emptied it at start). */
 typedef struct {
   FILE *json, *md;
   char json_tmp[PATH_MAX], md_tmp[PATH_MAX];
