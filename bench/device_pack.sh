@@ -2,7 +2,7 @@
 # device_pack.sh: packs what a device call needs and the device lacks into carry/pack (ignored;
 # name it in `carry`): the CUDA + serving build's binaries (qevict, which is also qevictd and
 # qevict-sched by its name, long_ctx, test_kv_gpu, test_kern_cuda, test_kc_quant,
-# test_model_graph, attn_decode), xz-compressed,
+# test_model_graph, attn_decode, attn_block), xz-compressed,
 # and the shared libraries of gRPC, libuv, protobuf-c and SQLite they link (the device has none
 # of them), from this Debian 12 machine. bench/device_unpack.sh undoes it there.
 # Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled,
@@ -93,7 +93,8 @@ PACK=carry/pack
 meson configure "$BUILD" -Dgpu_sm=90 -Dgpu_ptx=false >/dev/null
 drop_stale_cuda "$BUILD"
 BINS=(cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda
-  tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode)
+  tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode
+  tests/kernels/attn_block)
 ninja -C "$BUILD" "${BINS[@]}" >/dev/null
 rm -rf "$PACK" && mkdir -p "$PACK"
 for b in "${BINS[@]}"; do pack_bin "$BUILD" "$b" "$PACK"; done
