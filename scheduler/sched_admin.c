@@ -114,7 +114,8 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
   unsigned flags = q->rotate_key ? SCHED_TENANT_ROTATE_KEY : 0;
   qevict__v1__set_tenant_request__free_unpacked(q, NULL);
   if (!rc) rc = sched_tenants_set(s->tenants, &st, flags, key, &created);
-  if (!rc) rc = sched_admit_set_tenant(s->admit, st.id, st.kv_quota_bytes);
+  sched_refit_t fit = {s, &st}; /* (the tenant's waiting requests clamped as a fresh one) */
+  if (!rc) rc = sched_admit_refit_tenant(s->admit, st.id, st.kv_quota_bytes, sched_req_refit, &fit);
   if (!rc) rc = sched_tenants_get(s->tenants, st.id, &st);
   if (rc) return fail(call, rc);
   tenant_msg_t m;

@@ -185,9 +185,9 @@ static void queue_remove(sched_admit_t *a, areq_t *r) {
 
 /* ---- events ---- */
 
-/* Room for one event per request that may still leave the queue, so pushes never fail. */
-static int ev_reserve(sched_admit_t *a) {
-  size_t need = a->ev_n + a->n_queued + 1;
+/* Room for `more` events past the pending ones, so pushes never fail. */
+static int ev_room(sched_admit_t *a, size_t more) {
+  size_t need = a->ev_n + more;
   if (need <= a->ev_cap) return 0;
   size_t cap = a->ev_cap * 2 > need ? a->ev_cap * 2 : need + 16;
   aevent_t *e = realloc(a->ev, cap * sizeof *e);
@@ -195,6 +195,9 @@ static int ev_reserve(sched_admit_t *a) {
   a->ev = e, a->ev_cap = cap;
   return 0;
 }
+
+/* Room for one event per request that may still leave the queue. */
+static int ev_reserve(sched_admit_t *a) { return ev_room(a, a->n_queued + 1); }
 
 static void ev_push(sched_admit_t *a, uint64_t id, int status) {
   QE_ASSERT(a->ev_n < a->ev_cap);
@@ -296,6 +299,44 @@ static void drop_queued(sched_admit_t *a, atenant_t *t, int64_t max_bytes, int s
   }
 }
 
+/* Ends r, queued or reserved, with an event of status (a refusal). */
+static void refuse(sched_admit_t *a, areq_t *r, int status) {
+  if (r->state == SCHED_ADMIT_QUEUED) {
+    queue_remove(a, r);
+  } else {
+    r->t->reserved -= r->bytes, r->t->n_running--;
+    a->used -= r->bytes, a->n_running--;
+  }
+  req_unlink(a, r);
+  ev_push(a, r->id, status);
+  free(r);
+}
+
+/* r's bytes become bytes (> 0; a reserved r's no more than it holds). */
+static void resize(sched_admit_t *a, areq_t *r, int64_t bytes) {
+  const int64_t d = bytes - r->bytes;
+  QE_ASSERT(bytes > 0 && (r->state == SCHED_ADMIT_QUEUED || d <= 0));
+  if (r->state == SCHED_ADMIT_QUEUED)
+    r->t->queued_bytes += d, a->queued_bytes += d;
+  else
+    r->t->reserved += d, a->used += d;
+  r->bytes = bytes;
+}
+
+/* Each request of t takes the bytes fit gives it, or is refused. */
+static void refit(sched_admit_t *a, atenant_t *t, sched_admit_fit_cb fit, void *user) {
+  for (size_t i = 0; i < a->n_rb; i++)
+    for (areq_t *r = a->rb[i], *next; r; r = next) {
+      next = r->hnext;
+      if (r->t != t) continue;
+      const int64_t bytes = fit(user, r->id, r->bytes);
+      if (bytes < 0)
+        refuse(a, r, (int)bytes);
+      else
+        resize(a, r, bytes);
+    }
+}
+
 /* ---- public ---- */
 
 int sched_admit_create(int64_t pool_bytes, sched_admit_cb cb, void *user, sched_admit_t **out) {
@@ -366,13 +407,20 @@ static int tenant_add(sched_admit_t *a, const char *tenant, int64_t quota) {
 }
 
 int sched_admit_set_tenant(sched_admit_t *a, const char *tenant, int64_t quota_bytes) {
+  return sched_admit_refit_tenant(a, tenant, quota_bytes, NULL, NULL);
+}
+
+int sched_admit_refit_tenant(sched_admit_t *a, const char *tenant, int64_t quota_bytes,
+                             sched_admit_fit_cb fit, void *user) {
   int rc = check_tenant_id(tenant);
   if (rc) return rc;
   if (quota_bytes <= 0)
     return qe_errf(QE_EINVAL, "kv_quota_bytes: must be > 0 (got %lld)", (long long)quota_bytes);
   atenant_t *t = tenant_find(a, tenant);
   if (!t) return tenant_add(a, tenant, quota_bytes);
+  if (fit && (rc = ev_room(a, a->n_req + 1))) return rc;
   t->quota = quota_bytes, t->removed = 0;
+  if (fit) refit(a, t, fit, user);
   drop_queued(a, t, quota_bytes, QE_ERANGE);
   admit_pass(a);
   ev_deliver(a);

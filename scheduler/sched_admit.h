@@ -9,8 +9,9 @@
  * nothing else until it fits. So while it could run, a request is passed by at most max_bypass
  * requests that arrived after it, and none starves while running requests keep finishing.
  * Invariants: a tenant's reserved bytes never exceed its quota (a lowered quota applies to new
- * admissions: requests already running keep their bytes) and the reserved sum never exceeds
- * the pool. Not thread-safe: one sched_admit is driven by one thread (the scheduler's loop). */
+ * admissions: requests already running keep their bytes, or what sched_admit_refit_tenant's
+ * caller leaves them) and the reserved sum never exceeds the pool. Not thread-safe: one
+ * sched_admit is driven by one thread (the scheduler's loop). */
 #ifndef QE_SCHED_ADMIT_H
 #define QE_SCHED_ADMIT_H
 
@@ -24,10 +25,11 @@ typedef struct sched_admit sched_admit_t;
 
 /* A queued request left the queue: status 0 = admitted (its bytes are now reserved; release it
  * when it ends), QE_ERANGE = refused because a lowered quota or pool means it can never fit,
- * QE_ENOTFOUND = its tenant was removed. Refused requests are forgotten. Events are delivered in
- * order, after the accounting is consistent, from inside the call that caused them (release,
- * set_tenant, ...); the callback may call any sched_admit function except destroy (the events
- * that raises are delivered after the current one). */
+ * QE_ENOTFOUND = its tenant was removed; or a queued or reserved one was refused by
+ * sched_admit_refit_tenant's fit (its status). Refused requests are forgotten. Events are
+ * delivered in order, after the accounting is consistent, from inside the call that caused them
+ * (release, set_tenant, ...); the callback may call any sched_admit function except destroy (the
+ * events that raises are delivered after the current one). */
 typedef void (*sched_admit_cb)(void *user, uint64_t request_id, int status);
 
 enum { SCHED_ADMIT_NONE = 0, SCHED_ADMIT_QUEUED = 1, SCHED_ADMIT_RUNNING = 2 };
@@ -59,6 +61,18 @@ int sched_admit_set_max_bypass(sched_admit_t *a, unsigned max_bypass);
  * requests that exceed it (QE_ERANGE events); a higher one may admit waiting requests. Setting
  * a removed tenant that still drains brings it back. */
 int sched_admit_set_tenant(sched_admit_t *a, const char *tenant, int64_t quota_bytes);
+/* The bytes of a tenant's request (queued, or reserved) under its tenant's new limits, for
+ * sched_admit_refit_tenant: > 0 (at most bytes for a reserved one), or a negative QE_E* code
+ * that refuses it. It may not call sched_admit functions. */
+typedef int64_t (*sched_admit_fit_cb)(void *user, uint64_t request_id, int64_t bytes);
+/* sched_admit_set_tenant that, first, asks fit (NULL: none) for the new bytes of each of the
+ * tenant's requests: a queued one takes them and keeps its place in the queue, a reserved one
+ * gives back the bytes it no longer needs, and a refused one, queued or reserved, leaves (its
+ * bytes come free) with an event of fit's status. Then the queued requests that exceed the new
+ * quota are refused as in sched_admit_set_tenant, and waiting ones may be admitted: all in one
+ * step, so nothing is admitted under the old quota with the new bytes or the reverse. */
+int sched_admit_refit_tenant(sched_admit_t *a, const char *tenant, int64_t quota_bytes,
+                             sched_admit_fit_cb fit, void *user);
 /* Removes a tenant: its queued requests are refused (QE_ENOTFOUND events), new reservations
  * get QE_ENOTFOUND, and its running requests keep their bytes until released. */
 int sched_admit_remove_tenant(sched_admit_t *a, const char *tenant);

@@ -69,6 +69,13 @@ struct sreq {
   char *stop[SREQ_MAX_STOP];
   int n_stop;
   int64_t budget, full_kv_bytes;
+  /* The budget it asked for, before its tenant's limits (sval_clamp_budget applies them at
+   * Submit, and sched_req_refit again while it waits when they change): ask_bytes, the bytes it
+   * named (budget.bytes), else 0; ask, its bytes or fraction, at most all at Full (policy full:
+   * its FullKV); ask_min, the policy's minimum (sink and local windows); ask_full, policy full;
+   * ask_default, its budget is its tenant's default_budget. */
+  uint64_t ask_bytes, ask, ask_min;
+  int ask_full, ask_default;
   sgroup_t *group; /* running: where */
   int32_t *gen;    /* tokens received so far */
   int n_gen, cap_gen;
@@ -80,6 +87,8 @@ struct sreq {
   uint64_t n_ev, cap_ev;
   swatch_t *watchers;
   int finish_reason; /* qevict.v1.FinishReason */
+  /* error: what it finished with; before that, what sched_req_refit refused it with (for
+   * sched_admit_event) */
   char error[256], stop_hit[257];
   smem_t mem[SREQ_MAX_RANKS]; /* per rank of its group */
   /* Finishing on a TP group: rank 0's RequestFinished gives the outcome, every rank's its
@@ -210,6 +219,16 @@ int sched_req_live(const sched_t *s);
  * them. */
 unsigned sched_req_cancel_tenant(sched_t *s, const char *tenant);
 void sched_admit_event(void *ud, uint64_t id, int status);
+/* SetTenant's sched_admit_fit_cb (user: a sched_refit_t): a request that has not started gets
+ * its budget under the tenant's new limits by the rule Submit applies (sval_clamp_budget), and
+ * never more than it was accepted with; one that a fresh submission would be refused is refused
+ * (it ends with that refusal's error). A request that started (running, stopping, or waiting to
+ * resume on another group) keeps its budget. */
+typedef struct {
+  sched_t *s;
+  const sched_tenant_t *t;
+} sched_refit_t;
+int64_t sched_req_refit(void *user, uint64_t id, int64_t bytes);
 
 /* sched_groups.c */
 int sched_groups_listen(sched_t *s);

@@ -444,10 +444,32 @@ void sched_admit_event(void *ud, uint64_t id, int status) {
     sched_req_admitted(s, r);
     return;
   }
-  sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR,
-                   status == QE_ENOTFOUND ? "tenant removed"
-                                          : "can no longer fit the tenant's quota or the pool",
-                   0);
+  char why[sizeof r->error]; /* (sched_req_refit's refusal, if it was one) */
+  snprintf(why, sizeof why, "%s",
+           status == QE_ENOTFOUND ? "tenant removed"
+           : *r->error            ? r->error
+                                  : "can no longer fit the tenant's quota or the pool");
+  sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR, why, 0);
+}
+
+int64_t sched_req_refit(void *user, uint64_t id, int64_t bytes) {
+  const sched_refit_t *c = user;
+  sreq_t *r = sched_req_find(c->s, id);
+  if (!r || r->orphan || r->state != SREQ_QUEUED || r->t_started) return bytes;
+  int64_t budget = 0;
+  sval_err_t e = {0};
+  if (sval_clamp_budget(r, c->t, &budget, &e)) {
+    snprintf(r->error, sizeof r->error, "the tenant's limits changed: %.220s", e.msg);
+    return QE_ERANGE;
+  }
+  if (budget < r->budget) {
+    qe_log(QE_LOG_INFO,
+           "sched: request %s (tenant %s): %lld bytes under the tenant's new limits "
+           "(was %lld)",
+           r->id_str, r->tenant, (long long)budget, (long long)r->budget);
+    r->budget = budget;
+  }
+  return r->budget;
 }
 
 /* ---- creation ---- */

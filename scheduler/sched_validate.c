@@ -16,6 +16,9 @@
 #define WP(x) QEVICT__WORKER__V1__POLICY__##x
 #define PP(x) QEVICT__V1__POLICY__##x
 
+/* (a budget the request did not give is its tenant's default: said so in the messages) */
+#define WHOSE_DEFAULT " (the tenant's default_budget)"
+
 static int bad(sval_err_t *e, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -270,74 +273,89 @@ static int check_regions(const Qevict__V1__Policy *p, long ctx, sval_err_t *e) {
   return 0;
 }
 
-static int resolve_budget(sched_t *s, const Qevict__V1__GenerateRequest *g, const sched_tenant_t *t,
-                          sreq_t *r, sval_err_t *e) {
-  double frac = 0;
-  uint64_t bytes = 0;
+/* The policy of r (the request's, else the tenant's default "NAME[:BUDGET]", whose budget goes
+ * into *frac or *bytes), resolved and checked against the model and the workers' cache into d. */
+static int resolve_policy(sched_t *s, const Qevict__V1__GenerateRequest *g, const sched_tenant_t *t,
+                          sreq_t *r, kv_policy_desc_t *d, double *frac, uint64_t *bytes,
+                          sval_err_t *e) {
   char name[96] = "";
   const Qevict__V1__Policy *p = g->policy;
-  long cap = (long)r->n_prompt + r->max_tokens;
-  if (!p || !*p->name) tenant_default(t, name, sizeof name, &frac, &bytes);
+  if (!p || !*p->name) tenant_default(t, name, sizeof name, frac, bytes);
   snprintf(r->policy_name, sizeof r->policy_name, "%s", p && *p->name ? p->name : name);
   qevict__worker__v1__policy__init(&r->wpolicy);
   if (p) policy_copy(p, r);
   r->wpolicy.name = r->policy_name;
-  kv_policy_desc_t d;
-  if (tr_policy_resolve(&r->wpolicy, s->hp.head_dim, &d))
+  if (tr_policy_resolve(&r->wpolicy, s->hp.head_dim, d))
     return bad(e, SVAL_INVALID, "%s", qe_errmsg());
-  snprintf(r->policy, sizeof r->policy, "%s", d.name);
-  if (!d.full && check_regions(p, s->hp.n_ctx_train, e)) return -1;
-  int tp = s->groups ? s->groups->tp_size : 1, gpu = gpu_groups(s);
-  if (gpu && !d.full && check_gpu_policy(s, r, &d, tp, e)) return -1;
+  snprintf(r->policy, sizeof r->policy, "%s", d->name);
+  if (!d->full && check_regions(p, s->hp.n_ctx_train, e)) return -1;
+  int tp = s->groups ? s->groups->tp_size : 1;
+  if (gpu_groups(s) && !d->full && check_gpu_policy(s, r, d, tp, e)) return -1;
+  return 0;
+}
+
+/* Policy full: the budget it asks for is its FullKV (r->ask), which a fraction below 1 or fewer
+ * bytes cannot name. */
+static int ask_full(const Qevict__V1__Budget *b, uint64_t bytes, const char *whose, sreq_t *r,
+                    sval_err_t *e) {
+  if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION && b->fraction < 1)
+    return bad(e, SVAL_INVALID,
+               "budget.fraction: policy full keeps every token; a fraction below 1 needs a "
+               "policy that evicts or quantizes (policy.name)");
+  if (bytes && (int64_t)bytes < r->full_kv_bytes)
+    return bad(e, SVAL_INVALID, "budget%s: policy full needs %lld bytes (prompt + max_tokens)",
+               whose, (long long)r->full_kv_bytes);
+  r->ask_full = 1, r->ask = (uint64_t)r->full_kv_bytes;
+  return 0;
+}
+
+/* The budget r asks for before its tenant's limits (r->ask*, sreq_t): the request's bytes or
+ * fraction (else the tenant's default ones in frac, bytes), at most what holding everything at
+ * Full would cost, and the policy's minimum. */
+static int resolve_ask(sched_t *s, const Qevict__V1__GenerateRequest *g, const kv_policy_desc_t *d,
+                       double frac, uint64_t bytes, sreq_t *r, sval_err_t *e) {
   const Qevict__V1__Budget *b = g->budget;
-  const int tenant_budget = !(b && b->kind_case) && (frac != 0 || bytes != 0);
-  int explicit_bytes = b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES;
+  r->ask_default = !(b && b->kind_case) && (frac != 0 || bytes != 0);
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
     if (!(b->fraction > 0 && b->fraction <= 1))
       return bad(e, SVAL_INVALID, "budget.fraction: must be in (0, 1]");
     frac = b->fraction, bytes = 0;
-  } else if (explicit_bytes) {
+  } else if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES) {
     if (!b->bytes) return bad(e, SVAL_INVALID, "budget.bytes: must be > 0");
-    bytes = b->bytes, frac = 0;
+    bytes = b->bytes, frac = 0, r->ask_bytes = bytes;
   }
-  /* (a budget the request did not give is its tenant's default: said so in the messages) */
-  const char *whose = tenant_budget ? " (the tenant's default_budget)" : "";
-  uint64_t per_tok = sched_groups_bytes_per_token(s);
-  r->full_kv_bytes = (int64_t)(per_tok * (uint64_t)cap);
-  int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
-  if (explicit_bytes && bytes > (uint64_t)t->kv_quota_bytes) /* (unsigned: 2^63 and up too) */
-    return bad(e, SVAL_EXHAUSTED, "budget.bytes: %llu exceeds the tenant's quota (%lld bytes)",
-               (unsigned long long)bytes, (long long)t->kv_quota_bytes);
-  if (d.full) {
-    if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION && b->fraction < 1)
-      return bad(e, SVAL_INVALID,
-                 "budget.fraction: policy full keeps every token; a fraction below 1 needs a "
-                 "policy that evicts or quantizes (policy.name)");
-    if (bytes && (int64_t)bytes < r->full_kv_bytes)
-      return bad(e, SVAL_INVALID, "budget%s: policy full needs %lld bytes (prompt + max_tokens)",
-                 whose, (long long)r->full_kv_bytes);
-    if (r->full_kv_bytes > limit)
-      return bad(e, SVAL_EXHAUSTED,
-                 "budget: FullKV of prompt + max_tokens is %lld bytes, above the tenant's limit "
-                 "(%lld bytes)",
-                 (long long)r->full_kv_bytes, (long long)limit);
-    r->budget = r->full_kv_bytes;
-    return 0;
-  }
+  long cap = (long)r->n_prompt + r->max_tokens;
+  r->full_kv_bytes = (int64_t)(sched_groups_bytes_per_token(s) * (uint64_t)cap);
+  if (d->full) return ask_full(b, bytes, r->ask_default ? WHOSE_DEFAULT : "", r, e);
   size_t min, full;
-  if (policy_bounds(s, &d, cap, tp, gpu, &min, &full))
+  int tp = s->groups ? s->groups->tp_size : 1;
+  if (policy_bounds(s, d, cap, tp, gpu_groups(s), &min, &full))
     return bad(e, SVAL_INVALID, "%s", qe_errmsg());
   uint64_t want = bytes                      ? bytes
                   : frac >= 1.0 || frac == 0 ? full
                                              : (uint64_t)(frac * (double)r->full_kv_bytes);
-  if (want > full) want = full;
-  if ((int64_t)want > limit) want = (uint64_t)limit;
-  if (want < min)
+  r->ask = want > full ? full : want, r->ask_min = min;
+  return 0;
+}
+
+int sval_clamp_budget(const sreq_t *r, const sched_tenant_t *t, int64_t *budget, sval_err_t *e) {
+  const char *whose = r->ask_default ? WHOSE_DEFAULT : "";
+  int64_t limit = t->max_request_budget_bytes ? t->max_request_budget_bytes : t->kv_quota_bytes;
+  if (r->ask_bytes > (uint64_t)t->kv_quota_bytes) /* (unsigned: 2^63 and up too) */
+    return bad(e, SVAL_EXHAUSTED, "budget.bytes: %llu exceeds the tenant's quota (%lld bytes)",
+               (unsigned long long)r->ask_bytes, (long long)t->kv_quota_bytes);
+  if (r->ask_full && r->full_kv_bytes > limit)
+    return bad(e, SVAL_EXHAUSTED,
+               "budget: FullKV of prompt + max_tokens is %lld bytes, above the tenant's limit "
+               "(%lld bytes)",
+               (long long)r->full_kv_bytes, (long long)limit);
+  uint64_t want = r->ask > (uint64_t)limit ? (uint64_t)limit : r->ask;
+  if (want < r->ask_min)
     return bad(e, SVAL_INVALID,
-               "budget%s: %llu bytes is below policy %s's minimum for this request (%zu bytes: "
+               "budget%s: %llu bytes is below policy %s's minimum for this request (%llu bytes: "
                "sink and local windows, policy.sink and policy.local)",
-               whose, (unsigned long long)want, d.name, min);
-  r->budget = (int64_t)want;
+               whose, (unsigned long long)want, r->policy, (unsigned long long)r->ask_min);
+  *budget = (int64_t)want;
   return 0;
 }
 
@@ -349,5 +367,10 @@ int sval_request(sched_t *s, const char *tenant, const Qevict__V1__GenerateReque
   if (check_client_id(g->client_request_id, r, e) || check_prompt(s, g, r, e) ||
       check_length(s, g, r, e) || check_sampling(g->sampling, r, e) || check_stop(g, r, e))
     return -1;
-  return resolve_budget(s, g, &t, r, e);
+  kv_policy_desc_t d;
+  double frac = 0;
+  uint64_t bytes = 0;
+  if (resolve_policy(s, g, &t, r, &d, &frac, &bytes, e) || resolve_ask(s, g, &d, frac, bytes, r, e))
+    return -1;
+  return sval_clamp_budget(r, &t, &r->budget, e);
 }

@@ -17,4 +17,12 @@ typedef struct {
 int sval_request(sched_t *s, const char *tenant, const Qevict__V1__GenerateRequest *g, sreq_t *r,
                  sval_err_t *e);
 
+/* The budget of r (resolved by sval_request: its r->ask*) under tenant t's limits into *budget:
+ * clamped to the per-request limit (max_request_budget_bytes, else the quota); refused when
+ * named bytes exceed the quota, a FullKV request exceeds the limit (SVAL_EXHAUSTED) or the
+ * clamped budget is below the policy's minimum (SVAL_INVALID). 0, or -1 with *e set. The one
+ * rule for a request sent (sval_request) and for one waiting when its tenant's limits change
+ * (sched_req_refit). */
+int sval_clamp_budget(const sreq_t *r, const sched_tenant_t *t, int64_t *budget, sval_err_t *e);
+
 #endif

@@ -1267,6 +1267,68 @@ def test_max_queued():
     srv.stop()
 
 
+def test_quota_lowered():
+    """A tenant's quota lowered below the fraction budget of its requests that wait (one for a
+    worker slot, one for the quota): each is clamped to the new limit by the rule a fresh
+    submission gets and runs, with the budget of the same request sent after the change (the one
+    waiting for the quota had ended with an error, "can no longer fit", and the one waiting for
+    a slot had run with its old budget, above the new quota). Lowered so far that a fresh
+    submission is refused, a waiting request ends with the fresh refusal's error. The worker is
+    held (SIGSTOP) while the queue is built and the quota changed, so nothing finishes first."""
+    u = Units("units-lower")
+    try:
+        u.sched()
+        u.worker("g0", extra=["--max-seqs", "1"])
+        up, admin, a = u.clients("lower")
+        quota_lowered(u, admin, a, u.procs["g0"].pid)
+    finally:
+        u.kill_all()
+        if C.failed:
+            for n in ("sched", "g0"):
+                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+
+
+def quota_lowered(u, admin, a, pid):
+    def submit():
+        r = a.request(PROMPTS[0], 300, "qevict", 0.3, ignore_eos=True)
+        return a.gen.Submit(r, metadata=a.md, timeout=10).request_id
+
+    def outcome(rid):
+        evs = list(a.gen.Watch(pb.WatchRequest(request_id=rid), metadata=a.md, timeout=120))
+        st = [e.started.reserved_bytes for e in evs if e.HasField("started")]
+        fin = finished_of(evs)
+        return (st[0] if st else 0, fin.reason if fin else None, fin.error if fin else "")
+    per = outcome(submit())[0]
+    set_tenant(admin, "lower", per * 5 // 2)  # (two requests reserved at once, not three)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r1, r2, r3 = submit(), submit(), submit()  # running, waiting for the slot, for the quota
+        set_tenant(admin, "lower", per // 2)
+        r4 = submit()  # the same request sent after the change
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    got = [outcome(r) for r in (r1, r2, r3, r4)]
+    C.ok(all(g[1] == pb.FINISH_REASON_LENGTH for g in got) and got[0][0] == per and
+         got[1][0] == got[2][0] == got[3][0] == per // 2,
+         "a quota lowered from 2.5 to 0.5 requests: the requests waiting for a slot and for the "
+         "quota ran clamped as the same request sent after it (reserved %s, %d; finish %s %s)"
+         % ([g[0] for g in got[:3]], got[3][0], [g[1] for g in got], got[2][2][:60]))
+    set_tenant(admin, "lower", per * 5 // 2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r1, r2, r3 = submit(), submit(), submit()
+        set_tenant(admin, "lower", 4096)
+        code, det = code_of(submit)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    got = [outcome(r) for r in (r1, r2, r3)]
+    C.ok(code == grpc.StatusCode.INVALID_ARGUMENT and got[0][1] == pb.FINISH_REASON_LENGTH and
+         all(g[1] == pb.FINISH_REASON_ERROR and det and det in g[2] for g in got[1:]),
+         "a quota lowered below the policy's minimum: a fresh request is %s '%s'; the waiting "
+         "ones end with that error (%s), the running one finishes (%s)"
+         % (code, det[:50], [g[2][:60] for g in got[1:]], got[0][1]))
+
+
 def test_follower_stop():
     """A SIGTERM to a TP group's rank 1 alone: the scheduler has rank 0 end the group once its
     requests are done, so both ranks exit 0 long before the grace (60 s); rank 1 had waited out
@@ -1724,6 +1786,7 @@ def main():
     test_fair_dispatch()
     test_reconnect_counters()
     test_max_queued()
+    test_quota_lowered()
     test_generate_retry()
     rc = C.done()
     if rc:

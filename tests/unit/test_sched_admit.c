@@ -1,10 +1,10 @@
 /* test_sched_admit: admission accounting. Hand-made sequences with known outcomes (immediate,
  * queued, refused; FIFO within a tenant and round-robin across tenants; a big head that does
  * not block other tenants; the starvation guard; cancel; quota, pool and tenant changes; a
- * callback that calls back in), then a randomized simulation of thousands of operations checked
- * after every one against a mirror model: FIFO order, quota and pool never exceeded by an
- * admission, nothing left waiting that could run, bounded bypassing, and a final drain in which
- * every accepted request runs. */
+ * quota change that refits the tenant's requests; a callback that calls back in), then a randomized
+ * simulation of thousands of operations checked after every one against a mirror model: FIFO order,
+ * quota and pool never exceeded by an admission, nothing left waiting that could run, bounded
+ * bypassing, and a final drain in which every accepted request runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +238,54 @@ static void test_changes(void) {
   CHECK(reserve(a, 11, "B", 10) == SCHED_ADMIT_RUNNING);
   sched_admit_destroy(a); /* with requests still held: frees them, no events */
   CHECK(l.n == 0);
+}
+
+/* sched_admit_refit_tenant's fit for test_refit: ids 2 and 3 shrink to 10 and 35, 4 and 5 are
+ * refused (QE_EINVAL, QE_ERANGE); any other keeps its bytes. Counts its calls. */
+static int n_fit;
+static int64_t fit_cb(void *user, uint64_t id, int64_t bytes) {
+  (void)user;
+  n_fit++;
+  return id == 2 ? 10 : id == 3 ? 35 : id == 4 ? QE_EINVAL : id == 5 ? QE_ERANGE : bytes;
+}
+
+/* A quota lowered with the tenant's requests refitted in the same step: a reserved one shrinks,
+ * a queued one shrinks and keeps waiting under the new quota (the old one would have admitted
+ * it), refused ones leave with fit's status (a reserved one's bytes come free), and another
+ * tenant's requests are not asked about. */
+static void test_refit(void) {
+  log_t l = {0};
+  sched_admit_t *a;
+  CHECK_OK(sched_admit_create(1000, log_cb, &l, &a));
+  if (!a) return;
+  CHECK_OK(sched_admit_set_tenant(a, "A", 130));
+  CHECK_OK(sched_admit_set_tenant(a, "B", 100));
+  CHECK(reserve(a, 1, "A", 60) == SCHED_ADMIT_RUNNING);
+  CHECK(reserve(a, 2, "A", 40) == SCHED_ADMIT_RUNNING);
+  CHECK(reserve(a, 5, "A", 30) == SCHED_ADMIT_RUNNING);
+  CHECK(reserve(a, 3, "A", 50) == SCHED_ADMIT_QUEUED);
+  CHECK(reserve(a, 4, "A", 20) == SCHED_ADMIT_QUEUED);
+  CHECK(reserve(a, 6, "B", 50) == SCHED_ADMIT_RUNNING);
+  CHECK_OK(sched_admit_refit_tenant(a, "A", 100, fit_cb, NULL));
+  CHECK(n_fit == 5 && l.n == 2); /* (A's five requests, in the table's order) */
+  for (int i = 0; i < l.n; i++)
+    CHECK((l.id[i] == 4 && l.status[i] == QE_EINVAL) || (l.id[i] == 5 && l.status[i] == QE_ERANGE));
+  l.n = 0;
+  sched_admit_tenant_stats_t ts;
+  CHECK_OK(sched_admit_tenant_stats(a, "A", &ts));
+  CHECK(ts.quota_bytes == 100 && ts.reserved_bytes == 70 && ts.n_running == 2);
+  CHECK(ts.queued_bytes == 35 && ts.n_queued == 1); /* 70 + 35 > 100, though <= 130 */
+  sched_admit_stats_t ps;
+  sched_admit_stats(a, &ps);
+  CHECK(ps.reserved_bytes == 120 && ps.queued_bytes == 35 && ps.n_running == 3);
+  CHECK(sched_admit_state(a, 4) == SCHED_ADMIT_NONE && sched_admit_state(a, 5) == SCHED_ADMIT_NONE);
+  CHECK_OK(sched_admit_release(a, 2));
+  CHECK(ADMITTED(&l, 3)); /* 60 + 35 */
+  CHECK(reserved_of(a, "A") == 95);
+  CHECK_OK(sched_admit_release(a, 1));
+  CHECK_OK(sched_admit_release(a, 3));
+  CHECK(reserved_of(a, "A") == 0);
+  sched_admit_destroy(a);
 }
 
 /* A callback that releases each admitted request at once admits the whole queue, in order. */
@@ -477,6 +525,7 @@ int main(void) {
   test_round_robin();
   test_starvation_guard();
   test_changes();
+  test_refit();
   test_reentrant_callback();
   test_simulation();
   return tu_done("sched_admit");
