@@ -1,6 +1,7 @@
 /* sched_admit: admission accounting (see sched_admit.h). Requests and tenants live in two
- * chained hash tables; each tenant keeps its waiting requests in a FIFO list, and the tenants
- * that have waiting requests form a ring whose cursor (a->turn) is the tenant served next.
+ * chained hash tables (a removed tenant whose requests still run leaves its table for a list,
+ * a->gone, so that its id is free); each tenant keeps its waiting requests in a FIFO list, and the
+ * tenants that have waiting requests form a ring whose cursor (a->turn) is the tenant served next.
  * After every public call the state is a fixpoint: no waiting request could be admitted. */
 #include "sched_admit.h"
 
@@ -26,9 +27,9 @@ struct atenant {
   char id[SCHED_ADMIT_TENANT_MAX + 1];
   int64_t quota, reserved, queued_bytes;
   size_t n_running, n_queued;
-  int removed;
+  int removed;              /* unlinked from the id table, its running requests still held */
   areq_t *head, *tail;      /* FIFO of waiting requests */
-  atenant_t *hnext;         /* hash chain */
+  atenant_t *hnext;         /* hash chain (removed: the list a->gone) */
   atenant_t *rprev, *rnext; /* ring of tenants with waiting requests */
 };
 
@@ -44,8 +45,9 @@ struct sched_admit {
   uint64_t next_seq;
   sched_admit_cb cb;
   void *user;
-  areq_t **rb;    /* [n_rb] request buckets */
-  atenant_t **tb; /* [n_tb] tenant buckets */
+  areq_t **rb;     /* [n_rb] request buckets */
+  atenant_t **tb;  /* [n_tb] tenant buckets */
+  atenant_t *gone; /* removed tenants whose running requests are not all released yet */
   size_t n_rb, n_req, n_tb;
   atenant_t *turn; /* ring cursor; NULL when nothing waits */
   aevent_t *ev;    /* [ev_cap] pending events; ev_head..ev_n not yet delivered */
@@ -125,11 +127,18 @@ static int tenant_grow(sched_admit_t *a) {
   return 0;
 }
 
-static void tenant_free(sched_admit_t *a, atenant_t *t) {
+static void tenant_unlink(sched_admit_t *a, atenant_t *t) {
   atenant_t **p = &a->tb[str_hash(t->id) & (a->n_tb - 1)];
   while (*p != t) p = &(*p)->hnext;
   *p = t->hnext;
   a->n_tenants--;
+}
+
+/* Frees a removed tenant once its last request was released. */
+static void gone_free(sched_admit_t *a, atenant_t *t) {
+  atenant_t **p = &a->gone;
+  while (*p != t) p = &(*p)->hnext;
+  *p = t->hnext;
   free(t);
 }
 
@@ -364,6 +373,7 @@ void sched_admit_destroy(sched_admit_t *a) {
     for (areq_t *r = a->rb[i], *next; r; r = next) next = r->hnext, free(r);
   for (size_t i = 0; a->tb && i < a->n_tb; i++)
     for (atenant_t *t = a->tb[i], *next; t; t = next) next = t->hnext, free(t);
+  for (atenant_t *t = a->gone, *next; t; t = next) next = t->hnext, free(t);
   free(a->rb);
   free(a->tb);
   free(a->ev);
@@ -419,7 +429,7 @@ int sched_admit_refit_tenant(sched_admit_t *a, const char *tenant, int64_t quota
   atenant_t *t = tenant_find(a, tenant);
   if (!t) return tenant_add(a, tenant, quota_bytes);
   if (fit && (rc = ev_room(a, a->n_req + 1))) return rc;
-  t->quota = quota_bytes, t->removed = 0;
+  t->quota = quota_bytes;
   if (fit) refit(a, t, fit, user);
   drop_queued(a, t, quota_bytes, QE_ERANGE);
   admit_pass(a);
@@ -431,10 +441,13 @@ int sched_admit_remove_tenant(sched_admit_t *a, const char *tenant) {
   int rc = check_tenant_id(tenant);
   atenant_t *t = rc ? NULL : tenant_find(a, tenant);
   if (rc) return rc;
-  if (!t || t->removed) return qe_errf(QE_ENOTFOUND, "tenant: '%s' unknown", tenant);
-  t->removed = 1;
+  if (!t) return qe_errf(QE_ENOTFOUND, "tenant: '%s' unknown", tenant);
   drop_queued(a, t, -1, QE_ENOTFOUND);
-  if (!t->n_running) tenant_free(a, t);
+  tenant_unlink(a, t); /* (its id is free at once: a tenant set again under it starts clean) */
+  if (!t->n_running)
+    free(t);
+  else
+    t->removed = 1, t->hnext = a->gone, a->gone = t;
   admit_pass(a);
   ev_deliver(a);
   return 0;
@@ -445,7 +458,7 @@ static int check_reserve(sched_admit_t *a, uint64_t id, const char *tenant, int6
   int rc = check_tenant_id(tenant);
   if (rc) return rc;
   *t = tenant_find(a, tenant);
-  if (!*t || (*t)->removed) return qe_errf(QE_ENOTFOUND, "tenant: '%s' unknown", tenant);
+  if (!*t) return qe_errf(QE_ENOTFOUND, "tenant: '%s' unknown", tenant);
   if (bytes <= 0) return qe_errf(QE_EINVAL, "bytes: must be > 0 (got %lld)", (long long)bytes);
   if (req_find(a, id))
     return qe_errf(QE_EINVAL, "request id: %llu is already reserved or queued",
@@ -491,7 +504,7 @@ int sched_admit_release(sched_admit_t *a, uint64_t id) {
   }
   req_unlink(a, r);
   free(r);
-  if (t->removed && !t->n_running && !t->n_queued) tenant_free(a, t);
+  if (t->removed && !t->n_running) gone_free(a, t);
   admit_pass(a);
   ev_deliver(a);
   return 0;
@@ -508,8 +521,8 @@ int sched_admit_tenant_stats(const sched_admit_t *a, const char *tenant,
   const atenant_t *t = rc ? NULL : tenant_find(a, tenant);
   if (rc) return rc;
   if (!t) return qe_errf(QE_ENOTFOUND, "tenant: '%s' unknown", tenant);
-  *out = (sched_admit_tenant_stats_t){t->quota,     t->reserved, t->queued_bytes,
-                                      t->n_running, t->n_queued, t->removed};
+  *out = (sched_admit_tenant_stats_t){t->quota, t->reserved, t->queued_bytes, t->n_running,
+                                      t->n_queued};
   return 0;
 }
 

@@ -37,7 +37,6 @@ enum { SCHED_ADMIT_NONE = 0, SCHED_ADMIT_QUEUED = 1, SCHED_ADMIT_RUNNING = 2 };
 typedef struct {
   int64_t quota_bytes, reserved_bytes, queued_bytes;
   size_t n_running, n_queued;
-  int removed; /* removed, still holding running requests */
 } sched_admit_tenant_stats_t;
 
 typedef struct {
@@ -58,8 +57,8 @@ int sched_admit_set_pool(sched_admit_t *a, int64_t pool_bytes);
 int sched_admit_set_max_bypass(sched_admit_t *a, unsigned max_bypass);
 
 /* Adds a tenant (id: 1..64 bytes) or changes its quota (> 0). A lower quota refuses queued
- * requests that exceed it (QE_ERANGE events); a higher one may admit waiting requests. Setting
- * a removed tenant that still drains brings it back. */
+ * requests that exceed it (QE_ERANGE events); a higher one may admit waiting requests. A tenant
+ * set again after sched_admit_remove_tenant is a new one, whatever the removed one still holds. */
 int sched_admit_set_tenant(sched_admit_t *a, const char *tenant, int64_t quota_bytes);
 /* The bytes of a tenant's request (queued, or reserved) under its tenant's new limits, for
  * sched_admit_refit_tenant: > 0 (at most bytes for a reserved one), or a negative QE_E* code
@@ -74,7 +73,9 @@ typedef int64_t (*sched_admit_fit_cb)(void *user, uint64_t request_id, int64_t b
 int sched_admit_refit_tenant(sched_admit_t *a, const char *tenant, int64_t quota_bytes,
                              sched_admit_fit_cb fit, void *user);
 /* Removes a tenant: its queued requests are refused (QE_ENOTFOUND events), new reservations
- * get QE_ENOTFOUND, and its running requests keep their bytes until released. */
+ * get QE_ENOTFOUND, and its running requests keep their bytes of the pool until released. Its
+ * id is free at once: a tenant set again under it starts with nothing reserved, running or
+ * queued, and the removed one's requests never count against its quota or in its stats. */
 int sched_admit_remove_tenant(sched_admit_t *a, const char *tenant);
 
 /* Reserves bytes (> 0) for request id (unique among reserved and queued requests) of tenant.
@@ -89,7 +90,7 @@ int sched_admit_release(sched_admit_t *a, uint64_t id);
 
 /* SCHED_ADMIT_NONE, _QUEUED or _RUNNING. */
 int sched_admit_state(const sched_admit_t *a, uint64_t id);
-/* QE_ENOTFOUND for a tenant that is unknown (or removed and drained). */
+/* QE_ENOTFOUND for a tenant that is unknown or removed. */
 int sched_admit_tenant_stats(const sched_admit_t *a, const char *tenant,
                              sched_admit_tenant_stats_t *out);
 void sched_admit_stats(const sched_admit_t *a, sched_admit_stats_t *out);

@@ -158,7 +158,7 @@ static void tenant_gauges(sched_t *s) {
     sched_admit_tenant_stats(s->admit, all[i].id, &ts);
     double full = 0, int2 = 0, other = 0;
     for (sreq_t *r = s->reqs; r; r = r->next_all) {
-      if (r->state != SREQ_RUNNING || strcmp(r->tenant, all[i].id)) continue;
+      if (r->state != SREQ_RUNNING || r->orphan || strcmp(r->tenant, all[i].id)) continue;
       Qevict__V1__MemorySummary mem;
       sched_req_memory(r, &mem);
       full += (double)mem.full_bytes, int2 += (double)mem.int2_bytes;

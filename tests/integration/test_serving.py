@@ -1329,6 +1329,75 @@ def quota_lowered(u, admin, a, pid):
          % (code, det[:50], [g[2][:60] for g in got[1:]], got[0][1]))
 
 
+def tenant_gauge(u, tid, kind):
+    """qevict_tenant_kv_bytes{tenant=tid,kind=kind} of a scrape of u (None if absent)."""
+    for line in serving.Server.metrics_text(u).splitlines():
+        if (line.startswith("qevict_tenant_kv_bytes{") and 'tenant="%s"' % tid in line
+                and 'kind="%s"' % kind in line):
+            return float(line.split()[-1])
+    return None
+
+
+def test_tenant_recreated():
+    """A tenant deleted while its request is still stopping (its worker held by SIGSTOP, so the
+    cancel waits), then created again under its id: the new tenant starts clean, its gauges and
+    its quota free of the old request (which had counted in both until it stopped: reserved
+    bytes, running, memory, and the new tenant's first request queued behind it)."""
+    u = Units("units-again")
+    try:
+        u.sched()
+        u.worker("g0")
+        up, admin, old = u.clients("again")
+        tenant_recreated(u, admin, old, u.procs["g0"].pid)
+    finally:
+        u.kill_all()
+        if C.failed:
+            for n in ("sched", "g0"):
+                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+
+
+def tenant_recreated(u, admin, old, pid):
+    def req(c):
+        return c.request(PROMPTS[0], 1900, "qevict", 0.3, ignore_eos=True)
+    per = old.generate(req(old))[0].started.reserved_bytes
+    set_tenant(admin, "again", per)  # (one request at a time)
+    it = old.gen.Generate(req(old), metadata=old.md, timeout=120)
+    rid = next(it).request_id
+    deadline = time.time() + 30
+    while time.time() < deadline:  # (until the worker reported its memory)
+        info = old.gen.GetRequest(pb.GetRequestRequest(request_id=rid), metadata=old.md,
+                                  timeout=10)
+        if info.memory.bytes > 0:
+            break
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        admin.adm.DeleteTenant(pb.DeleteTenantRequest(id="again", force=True), metadata=admin.md,
+                               timeout=10)
+        new = Client(u.addr, set_tenant(admin, "again", per).api_key)
+        t = admin.adm.GetTenant(pb.GetTenantRequest(id="again"), metadata=admin.md, timeout=10)
+        gauges = {k: tenant_gauge(u, "again", k) for k in ("reserved", "full", "int2", "other")}
+        rid2 = new.gen.Submit(req(new), metadata=new.md, timeout=10).request_id
+        info2 = new.gen.GetRequest(pb.GetRequestRequest(request_id=rid2), metadata=new.md,
+                                   timeout=10)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    fin1 = finished_of(list(it))
+    fin2 = finished_of(list(new.gen.Watch(pb.WatchRequest(request_id=rid2), metadata=new.md,
+                                          timeout=120)))
+    after = admin.adm.GetTenant(pb.GetTenantRequest(id="again"), metadata=admin.md, timeout=10)
+    C.ok(t.reserved_bytes == 0 and t.running == 0 and t.queued == 0 and
+         not any(gauges.values()) and info2.reserved_bytes == per,
+         "a tenant recreated while the deleted one's request was stopping starts clean: "
+         "GetTenant reserved %d, running %d; gauges %s; its first request reserved %d of %d"
+         % (t.reserved_bytes, t.running, gauges, info2.reserved_bytes, per))
+    C.ok(fin1 is not None and fin1.reason == pb.FINISH_REASON_CANCELLED and fin2 is not None and
+         fin2.reason == pb.FINISH_REASON_LENGTH and after.reserved_bytes == 0 and
+         after.running == 0,
+         "then the old request ended cancelled (%s), the new one finished (%s), and the tenant "
+         "holds %d bytes" % (fin1 and fin1.reason, fin2 and fin2.reason, after.reserved_bytes))
+
+
 def test_follower_stop():
     """A SIGTERM to a TP group's rank 1 alone: the scheduler has rank 0 end the group once its
     requests are done, so both ranks exit 0 long before the grace (60 s); rank 1 had waited out
@@ -1787,6 +1856,7 @@ def main():
     test_reconnect_counters()
     test_max_queued()
     test_quota_lowered()
+    test_tenant_recreated()
     test_generate_retry()
     rc = C.done()
     if rc:
