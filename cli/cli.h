@@ -39,25 +39,41 @@ int cli_fail(const char *what, int rc);
 /* Prints "qevict <cmd>: <msg>" plus a hint to --help and returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Strict numeric parsing: the whole string must be a number within [lo, hi], without leading
- * blanks. 0 or -1. */
+ * blanks or '+'. 0 or -1. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
-/* What the last failed cli_parse_int or cli_parse_float took, " (an integer in 1..64)" or
- * " (a number in [0, 1])", for the usage error that follows; "" after a success. */
+/* What the last failed cli_parse_int, cli_parse_float or cli_parse_bytes took, " (an integer
+ * in 1..64)" or " (a number in [0, 1])", for the usage error that follows; "" after a success. */
 const char *cli_parse_note(void);
 /* Sets the note (NULL: none): an option loop clears it before each option, and a parser that
  * tries several forms states them all. */
 void cli_parse_note_set(const char *note);
-/* The note of a budget that is neither form. */
-#define CLI_BUDGET_NOTE " (a fraction in (0, 1] or bytes, with an optional K, M or G)"
+/* The suffixes of a byte size (K, M and G in either case: powers of 1024; a lower-case b, bits,
+ * is none of them). */
+#define CLI_BYTES_SUFFIXES "an optional suffix B, K, KB, KiB, M, MB, MiB, G, GB or GiB"
+/* The notes of a byte size, and of a budget, that is neither form. */
+#define CLI_BYTES_NOTE  " (bytes with " CLI_BYTES_SUFFIXES ")"
+#define CLI_BUDGET_NOTE " (a fraction in (0, 1] or bytes with " CLI_BYTES_SUFFIXES ")"
+/* A decimal integer without sign (--seed, --from): 0 or -1. */
 int cli_parse_u64(const char *s, uint64_t *out);
-/* A byte size: digits with an optional suffix K, M, G (powers of 1024) or B; > 0 and below
- * 2^63. 0 or -1. */
+/* A byte size: digits (a '.' among them before a suffix: "1.5G") with an optional suffix (the
+ * letter K, M or G alone or followed by B or iB, or B), > 0 and below 2^63. 0, or -1 with the
+ * note CLI_BYTES_NOTE. */
 int cli_parse_bytes(const char *s, uint64_t *out);
-/* Reads a text file of at most max bytes into *out (malloc'd, NUL-terminated): QE_EIO (cannot
- * open or read, a directory too), QE_ERANGE (larger) or QE_EINVAL (it holds a NUL byte, which
- * would cut the text), each with a detail "<what> '<path>': <reason>". */
+/* Reads a text file of at most max bytes (max < SIZE_MAX) into *out (malloc'd, NUL-terminated),
+ * reading no more than max + 1 bytes of it: QE_EIO (cannot open or read, a directory too),
+ * QE_ERANGE (larger) or QE_EINVAL (it holds a NUL byte, which would cut the text), each with a
+ * detail "<what> '<path>': <reason>". */
 int cli_read_text_file(const char *what, const char *path, size_t max, char **out);
+/* Reads a --prompt-file (path, or - for standard input) as cli_read_text_file does: one larger
+ * than max is QE_ERANGE "--prompt-file '<path>': larger than <max> bytes (<max in KiB/MiB>),
+ * <why>" (why: what bounds it). Every command's prompt files are read here. */
+int cli_read_prompt_file(const char *path, size_t max, const char *why, char **out);
+/* The most a --prompt-file may hold where no model is at hand to bound it: the client commands
+ * (the server's model is not known here) and bench latency's standard input (read before any
+ * model, once for all its runs). 64 MiB, the most one request message carries (CLI_RPC_MAX_MSG),
+ * less 64 KiB for the rest of the request. */
+#define CLI_PROMPT_FILE_MAX (((size_t)64 << 20) - ((size_t)1 << 16))
 /* A --graphkv value "k,m,T": source fraction k in (0, 1], m in 1..2^20 neighbours, T in
  * 1..GRAPHKV_MAX_ROUNDS rounds. 0 or -1. */
 int cli_parse_graphkv(const char *s, double *k, long *m, long *t);

@@ -19,8 +19,9 @@ static const char *tenant_help =
     "  get ID                                        one tenant's settings and usage\n"
     "  list                                          every tenant\n"
     "  delete ID [--force]                           delete a tenant and its key\n"
-    "Sizes: bytes with an optional suffix K, M, G (powers of 1024). These commands call the\n"
-    "Admin service with the admin key (--admin-key-file or $QEVICT_ADMIN_KEY).\n";
+    "Sizes: bytes with an optional suffix K, M or G (powers of 1024; KB or KiB alike) or B; a\n"
+    "lower-case b (bits) is refused. These commands call the Admin service with the admin key\n"
+    "(--admin-key-file or $QEVICT_ADMIN_KEY).\n";
 
 static const char *tset_help =
     "usage: qevict tenant set ID --quota BYTES [options]\n"
@@ -32,8 +33,8 @@ static const char *tset_help =
     "  --default-budget B          their budget: a fraction of FullKV in (0, 1] (a value with a\n"
     "                              '.' or <= 1) or bytes (K, M, G suffixes)\n"
     "  --rotate-key                issue a new API key (the old one stops working at once)\n"
-    "ID: 1 to 64 of A-Z a-z 0-9 _ . -; sizes take suffixes K, M, G (powers of "
-    "1024).\n" CLI_ADMIN_HELP;
+    "ID: 1 to 64 of A-Z a-z 0-9 _ . -; sizes take suffixes K, M or G (powers of 1024; KB or\n"
+    "KiB alike) or B, not a lower-case b (bits).\n" CLI_ADMIN_HELP;
 
 static const char *tget_help =
     "usage: qevict tenant get ID [options]\n"

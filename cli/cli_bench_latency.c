@@ -34,7 +34,8 @@ static const char *lat_help =
     "  --json            one JSON object instead of the table\n"
     "Every other option goes to qevict generate as given (--prompt, --prompt-file, --chat,\n"
     "--batch, --threads, --tp, --device, --cpu-weights, --q, --window, --scorer, ...); see\n"
-    "qevict generate --help. exit status: 0; 1 a run failed (its last message is printed);\n"
+    "qevict generate --help. --prompt-file - (standard input) is read once, at most 64 MiB\n"
+    "less 64 KiB, for every run. exit status: 0; 1 a run failed (its last message is printed);\n"
     "2 bad usage.\n";
 
 #define LAT_MAX_POL  16
@@ -47,6 +48,8 @@ typedef struct {
 typedef struct {
   lat_pol_t pol[LAT_MAX_POL];
   int n_pol, rounds, json, has_prompt;
+  int stdin_prompt; /* --prompt-file -: read here once for every run (it was the first's alone) */
+  int prompt_fd;    /* each run's standard input: the prompt of stdin or the synthetic one, or -1 */
   long n, words;
   const char *model;              /* --model's or --shape's value */
   const char *pass[LAT_MAX_ARGS]; /* options for generate */
@@ -147,6 +150,7 @@ static int lat_parse(int argc, char **argv, lat_args_t *a) {
     if (a->n_pass + 2 >= LAT_MAX_ARGS) return cli_usage_error("bench latency", "too many options");
     a->has_prompt |=
         !strcmp(name, "--prompt") || !strcmp(name, "--prompt-file") || !strcmp(name, "--shape");
+    a->stdin_prompt |= !strcmp(name, "--prompt-file") && v && !strcmp(v, "-");
     if ((!strcmp(name, "--model") || !strcmp(name, "--shape")) && v) a->model = v;
     if (eq && a->n_names < LAT_MAX_ARGS / 2) { /* (generate takes "--flag value") */
       char *nm = a->names[a->n_names++];
@@ -189,14 +193,15 @@ char *cli_bench_words(long words, uint64_t seed, long i) {
   return t;
 }
 
-/* The child's argv for policy p (strings borrowed; n_text: -n's value): the bench's own options,
- * then generate's as given, last, so that one given without its value ends the line (it took
- * the bench's next argument for its value: "bad value '--prompt-file' for --threads"). */
-static void child_argv(const lat_args_t *a, const lat_pol_t *p, const char *prompt_file,
-                       const char *n_text, const char **av) {
+/* The child's argv for policy p (strings borrowed; n_text: -n's value): the bench's own options
+ * (the synthetic prompt from standard input without a prompt), then generate's as given, last,
+ * so that one given without its value ends the line (it took the bench's next argument for its
+ * value: "bad value '--prompt-file' for --threads"). */
+static void child_argv(const lat_args_t *a, const lat_pol_t *p, const char *n_text,
+                       const char **av) {
   int k = 0;
   av[k++] = "qevict", av[k++] = "generate";
-  if (prompt_file) av[k++] = "--prompt-file", av[k++] = prompt_file;
+  if (!a->has_prompt) av[k++] = "--prompt-file", av[k++] = "-";
   av[k++] = "-n", av[k++] = n_text, av[k++] = "--ignore-eos", av[k++] = "--json";
   av[k++] = "--policy", av[k++] = p->name;
   if (*p->budget) av[k++] = "--budget", av[k++] = p->budget;
@@ -219,19 +224,25 @@ static char *read_all(int fd) {
   return b;
 }
 
-/* The child: stdout into the pipe, stderr into errf, killed with this process. */
-static void child_exec(const char **av, int pfd[2], int errf, pid_t parent) {
+/* The child: standard input from the start of in (unless -1), stdout into the pipe, stderr into
+ * errf, killed with this process. */
+static void child_exec(const char **av, int in, int pfd[2], int errf, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(127); /* (the parent died before the line above) */
   dup2(pfd[1], 1), dup2(errf, 2), close(pfd[0]), close(pfd[1]);
+  if (in >= 0 && (lseek(in, 0, SEEK_SET) != 0 || dup2(in, 0) != 0)) {
+    dprintf(2, "qevict bench latency: cannot give the prompt to a run: %s\n", strerror(errno));
+    _exit(127);
+  }
   execv("/proc/self/exe", (char *const *)av);
   dprintf(2, "qevict bench latency: cannot run qevict generate: %s\n", strerror(errno));
   _exit(127);
 }
 
-/* Runs av with stdout into *out and stderr into errf: 0 when it exited 0 and wrote something,
- * else its exit status (> 0), or -1 (*rss_kb: its peak resident memory). */
-static int spawn(const char **av, int errf, char **out, double *rss_kb) {
+/* Runs av with stdin from in (-1: this process's), stdout into *out and stderr into errf: 0 when
+ * it exited 0 and wrote something, else its exit status (> 0), or -1 (*rss_kb: its peak resident
+ * memory). */
+static int spawn(const char **av, int in, int errf, char **out, double *rss_kb) {
   int pfd[2];
   struct rusage ru;
   int status = 0;
@@ -240,7 +251,7 @@ static int spawn(const char **av, int errf, char **out, double *rss_kb) {
   if (pipe(pfd)) return -1;
   fflush(stdout), fflush(stderr);
   pid_t pid = fork();
-  if (pid == 0) child_exec(av, pfd, errf, parent);
+  if (pid == 0) child_exec(av, in, pfd, errf, parent);
   close(pfd[1]);
   if (pid > 0) *out = read_all(pfd[0]);
   close(pfd[0]);
@@ -309,18 +320,19 @@ static void last_line(FILE *f, char *buf, size_t n) {
 
 /* One run of policy p. 0, or the exit code after a message naming the policy and the child's
  * (2 when generate found its options bad, else 1). */
-static int run_policy(const lat_args_t *a, const lat_pol_t *p, const char *prompt, lat_run_t *r) {
+static int run_policy(const lat_args_t *a, const lat_pol_t *p, lat_run_t *r) {
   const char *av[LAT_MAX_ARGS + 16];
   char n_text[24], *out = NULL, msg[512] = "";
   FILE *ef = tmpfile();
   snprintf(n_text, sizeof n_text, "%ld", a->n);
-  child_argv(a, p, prompt, n_text, av);
-  int rc = ef ? spawn(av, fileno(ef), &out, &r->rss_kb) : -1;
+  child_argv(a, p, n_text, av);
+  int rc = ef ? spawn(av, a->prompt_fd, fileno(ef), &out, &r->rss_kb) : -1;
   if (!rc && parse_run(out, r)) rc = -2;
   if (rc == 127) rc = -1; /* (exec failed: its message is in ef) */
   if (rc) {
     if (ef) last_line(ef, msg, sizeof msg);
-    const int synth = !a->has_prompt && strstr(msg, "exceeds the model context") != NULL;
+    const int synth = !a->has_prompt && (strstr(msg, "exceeds the model context") || /* tokens */
+                                         strstr(msg, "within the model's context")); /* bytes */
     fprintf(stderr, "qevict bench latency: policy %s%s%s: %s%s\n", p->name, *p->budget ? ":" : "",
             p->budget,
             rc == -2     ? "generate's output does not read"
@@ -416,35 +428,40 @@ static void print_json(const lat_args_t *a, const lat_row_t *w, const lat_run_t 
 }
 
 /* Every policy, --rounds times in rotating order, into runs[policy * rounds + round]. */
-static int run_all(const lat_args_t *a, const char *prompt, lat_run_t *runs) {
+static int run_all(const lat_args_t *a, lat_run_t *runs) {
   for (int r = 0; r < a->rounds; r++)
     for (int k = 0; k < a->n_pol; k++) {
       int p = (k + r) % a->n_pol;
       if (!a->json)
         fprintf(stderr, "qevict bench latency: round %d/%d, %s%s%s\n", r + 1, a->rounds,
                 a->pol[p].name, *a->pol[p].budget ? ":" : "", a->pol[p].budget);
-      int rc = run_policy(a, &a->pol[p], prompt, &runs[p * a->rounds + r]);
+      int rc = run_policy(a, &a->pol[p], &runs[p * a->rounds + r]);
       if (rc) return rc;
     }
   return 0;
 }
 
-/* The synthetic prompt in an unlinked temporary file, named to the children by its descriptor
- * (path: "/dev/fd/N"; nothing is left behind however this process ends). The descriptor, or -1
- * after a message. */
-static int write_prompt(const lat_args_t *a, char *path, size_t n) {
+/* The runs' prompt, --prompt-file -'s (read once, at most CLI_PROMPT_FILE_MAX bytes: no model
+ * here to bound it; each run's generate bounds it by its model's) or the synthetic one, in an
+ * unlinked temporary file that each run reads as its standard input (nothing is left behind
+ * however this process ends). The descriptor, or -1 after a message. */
+static int write_prompt(const lat_args_t *a) {
   const char *dir = getenv("TMPDIR");
-  char tmpl[4096];
+  char tmpl[4096], *text = NULL;
   snprintf(tmpl, sizeof tmpl, "%s/qevict-bench-XXXXXX", dir && *dir ? dir : "/tmp");
-  char *text = cli_bench_words(a->words, 0, 0);
-  int fd = text ? mkstemp(tmpl) : -1;
+  static const char *why = "the most bench latency reads of its standard input";
+  int rc = a->stdin_prompt ? cli_read_prompt_file("-", CLI_PROMPT_FILE_MAX, why, &text) : 0;
+  if (!a->stdin_prompt && !(text = cli_bench_words(a->words, 0, 0)))
+    rc = qe_errf(QE_ENOMEM, "the synthetic prompt: out of memory");
+  int fd = rc ? -1 : mkstemp(tmpl);
   size_t len = text ? strlen(text) : 0;
   if (fd >= 0) unlink(tmpl);
   int ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
   free(text);
-  if (ok) return snprintf(path, n, "/dev/fd/%d", fd), fd;
+  if (ok) return fd;
   if (fd >= 0) close(fd);
-  cli_fail("bench latency", qe_errf(QE_EIO, "cannot write the prompt to a temporary file"));
+  if (!rc) rc = qe_errf(QE_EIO, "cannot write the prompt to a temporary file");
+  cli_fail("bench latency", rc);
   return -1;
 }
 
@@ -466,13 +483,12 @@ int cli_bench_latency(int argc, char **argv) {
   lat_args_t a;
   int rc = lat_parse(argc, argv, &a);
   if (rc) return rc < 0 ? 0 : rc;
-  char prompt[64] = "";
   lat_run_t *runs = calloc((size_t)(a.n_pol * a.rounds), sizeof *runs);
   lat_row_t w[LAT_MAX_POL];
   if (!runs) rc = cli_fail("bench latency", QE_ENOMEM);
-  int pfd = !rc && !a.has_prompt ? write_prompt(&a, prompt, sizeof prompt) : -2;
-  if (pfd == -1) rc = 1;
-  if (!rc) rc = run_all(&a, *prompt ? prompt : NULL, runs);
+  a.prompt_fd = -1;
+  if (!rc && (!a.has_prompt || a.stdin_prompt) && (a.prompt_fd = write_prompt(&a)) < 0) rc = 1;
+  if (!rc) rc = run_all(&a, runs);
   if (!rc) rc = check_decoded(&a, runs);
   for (int i = 0; !rc && i < a.n_pol; i++) w[i] = row_of(&runs[i * a.rounds], a.rounds, &runs[0]);
   if (!rc && a.json)
@@ -481,6 +497,6 @@ int cli_bench_latency(int argc, char **argv) {
     print_table(&a, w, &runs[0]);
   for (int i = 0; runs && i < a.n_pol * a.rounds; i++) free(runs[i].tokens);
   free(runs);
-  if (pfd >= 0) close(pfd);
+  if (a.prompt_fd >= 0) close(a.prompt_fd);
   return rc;
 }

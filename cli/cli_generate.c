@@ -80,7 +80,8 @@ static const char *gen_help =
     "  --policy NAME     full (default), streaming, snapkv, pyramidkv, knorm, h2o, kivi, qevict;\n"
     "                    NAME+graphkv re-scores a scorer-based policy with GraphKV\n"
     "  --budget B        persistent KV bytes: a fraction of FullKV in (0, 1], or bytes (> 1,\n"
-    "                    with an optional K, M or G suffix);\n"
+    "                    with an optional suffix K, M or G, alone or with B or iB: powers of\n"
+    "                    1024; or B; a lower-case b, bits, is refused);\n"
     "                    1: room for every window at Full, the cache's metadata included\n"
     "  --q Q             INT2 share of the history budget in [0, 1] (qevict default 0.7; 1: no\n"
     "                    Full tier for history, every aged window INT2 as kivi's, whatever the\n"
@@ -194,9 +195,11 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (a->diag && (a->tp != 1 || a->batch != 1 || !strcmp(a->pol.name, "full")))
     return cli_usage_error("generate",
                            "--diagnostics needs a policy other than full, --tp 1 and --batch 1");
-  if (a->time_allreduce && a->device < 0)
-    return cli_usage_error("generate",
-                           "--time-allreduce times NCCL all-reduces: it needs --device");
+  const char *gpu_only = a->time_allreduce ? "--time-allreduce times NCCL all-reduces"
+                         : a->no_graphs    ? "--no-graphs turns CUDA graphs off"
+                                           : NULL; /* (QE_CUDA_GRAPHS=0 is a knob: no check) */
+  if (gpu_only && a->device < 0)
+    return cli_usage_error("generate", "%s: it needs --device", gpu_only);
   if (a->device >= 0 && a->cpu_weights != KERN_WEIGHT_F32)
     return cli_usage_error("generate", "--cpu-weights is for the CPU backend, not --device");
   static const char *const off_on[] = {"0", "1"};
@@ -209,19 +212,29 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   return 0;
 }
 
-/* Reads the prompt text (from the argument or the file) into a malloc'd string. */
-static int read_prompt(const gen_args_t *a, char **text) {
+/* Reads the prompt text (from the argument or the file) into a malloc'd string. A prompt file
+ * is read no further than the most bytes n_ctx tokens can hold (tok_max_piece_len), at most
+ * 1 GiB: a larger one cannot fit the context (/dev/zero was read for 1 GiB first). */
+static int read_prompt(const gen_args_t *a, const tok_t *tok, int n_ctx, char **text) {
   if (a->prompt) return (*text = strdup(a->prompt)) ? 0 : QE_ENOMEM;
-  return cli_read_text_file("prompt file", a->prompt_file, (size_t)1 << 30, text);
+  const size_t piece = tok_max_piece_len(tok), ceiling = (size_t)1 << 30;
+  const size_t max = piece && (size_t)n_ctx * piece < ceiling ? (size_t)n_ctx * piece : ceiling;
+  char why[160];
+  snprintf(why, sizeof why,
+           max == ceiling ? "the most any prompt file can be (the model's context: %d tokens of "
+                            "at most %zu bytes, its longest vocabulary piece)"
+                          : "the most a prompt within the model's context can take (%d tokens "
+                            "of at most %zu bytes, its longest vocabulary piece)",
+           n_ctx, piece);
+  return cli_read_prompt_file(a->prompt_file, max, why, text);
 }
 
 /* Encodes the prompt, wrapped in the chat template with --chat. */
-/* Encodes the prompt, wrapped in the chat template with --chat. */
-static int prompt_ids(const gguf_t *g, const tok_t *tok, const gen_args_t *a, int32_t **ids,
-                      int *n) {
+static int prompt_ids(const gguf_t *g, const tok_t *tok, int n_ctx, const gen_args_t *a,
+                      int32_t **ids, int *n) {
   char *text = NULL, *chat = NULL;
   size_t nn = 0;
-  int rc = read_prompt(a, &text);
+  int rc = read_prompt(a, tok, n_ctx, &text);
   if (rc) return rc;
   if (!*text) rc = qe_errf(QE_EINVAL, "the prompt is empty");
   if (!rc && a->chat) {
@@ -310,7 +323,7 @@ static int prepare(gen_args_t *a) {
   if (!rc) rc = cli_policy_resolve(&a->pol, hp.head_dim, &d);
   if (!rc) rc = check_regions(a, &d, hp.n_ctx_train);
   if (!rc && !a->shape) rc = tok_create(g, &tok);
-  if (!rc && !a->shape) rc = prompt_ids(g, tok, a, &a->ids, &a->n_ids);
+  if (!rc && !a->shape) rc = prompt_ids(g, tok, hp.n_ctx_train, a, &a->ids, &a->n_ids);
   if (!rc && a->n_ids >= hp.n_ctx_train)
     rc = qe_errf(QE_EINVAL,
                  "prompt of %d tokens exceeds the model context (%d tokens, one of which a new "

@@ -32,7 +32,7 @@ void cli_policy_init(cli_policy_t *p) {
   p->gkv = graphkv_defaults();
 }
 
-/* --budget: a fraction in (0, 1] or bytes (> 1; a K, M or G suffix as submit takes). */
+/* --budget: a fraction in (0, 1] or bytes (> 1; cli_parse_bytes's suffixes, as submit takes). */
 static int parse_budget(cli_policy_t *p, const char *v) {
   double d;
   uint64_t b;

@@ -19,6 +19,7 @@
 
 /* Largest request or response message (a 32K-token prompt and its events fit easily). */
 #define CLI_RPC_MAX_MSG (64 << 20)
+_Static_assert(CLI_PROMPT_FILE_MAX + (1 << 16) <= CLI_RPC_MAX_MSG, "a prompt file fits a request");
 /* Deadline of a unary call when --timeout is not given (connecting included). */
 #define CLI_RPC_UNARY_TIMEOUT_S 10.0
 

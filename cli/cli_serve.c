@@ -98,18 +98,6 @@ static const char *serve_help =
     "  --shutdown-grace SECONDS    on a stop, the accepted requests may finish for this long\n"
     "                              (default 30) before the workers stop\n" TLS_HELP;
 
-/* Byte sizes: a number with an optional K, M or G suffix (powers of 1024). */
-static int parse_bytes(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
-  if (shift) end++;
-  if (!*s || *s == '-' || *end || errno || !v || v > (1ull << (63 - shift))) return -1;
-  *out = (size_t)(v << shift);
-  return 0;
-}
-
 /* Which commands take option f (S: sched, W: worker, V: serve); 0 when none does. */
 enum { OPT_S = 1, OPT_W = 2, OPT_V = 4 };
 static int opt_cmds(const char *f) {
@@ -216,7 +204,7 @@ static int parse_tls(serve_opts_t *o, const char *f, const char *v) {
 
 /* One option of any of the three commands; 1 if not one of them. */
 static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
-  size_t b;
+  uint64_t b;
   if (!strcmp(f, "--model")) return o->s.model = o->w.model = v, 0;
   if (!strcmp(f, "--listen"))
     return qe_listen_addr_ok(v) ? (o->s.listen = v, 0)
@@ -239,10 +227,11 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
   if (!strcmp(f, "--name")) return o->w.name = v, 0;
   if (!strcmp(f, "--tp-addr")) return o->w.tp_addr = v, 0;
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
-    if (parse_bytes(v, &b)) return cli_usage_error(cmd, "bad byte size for %s: '%s'", f, v);
+    if (cli_parse_bytes(v, &b))
+      return cli_usage_error(cmd, "bad byte size for %s: '%s'%s", f, v, cli_parse_note());
     if (f[2] == 'm' && b < 4096) /* (1 had refused every call, SetTenant's 11 bytes too) */
       return cli_usage_error(cmd, "--max-message: %s is below 4K, too small for any call", v);
-    *(f[2] == 'm' ? &o->s.max_message : &o->w.pool_bytes) = b;
+    *(f[2] == 'm' ? &o->s.max_message : &o->w.pool_bytes) = (size_t)b;
     return 0;
   }
   int n = 0, rc;

@@ -15,7 +15,8 @@ static const char *submit_help =
     "usage: qevict submit (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [options]\n"
     "Runs a prompt on qevict-sched, streams its text to stdout and a memory summary to stderr.\n"
     "  --prompt TEXT     the prompt (plain text, the model's BOS rule applies)\n"
-    "  --prompt-file F   read the prompt from F (- for standard input; at most 64 MiB)\n"
+    "  --prompt-file F   read the prompt from F (- for standard input): at most 64 MiB less\n"
+    "                    64 KiB (what one request carries); reading stops there\n"
     "  --ids 1,2,3       an already tokenized prompt (vocabulary ids)\n"
     "  --chat            send the prompt as the user message of a chat (the model's template)\n"
     "  --system TEXT     with --chat: a system message before it\n"
@@ -34,7 +35,8 @@ static const char *submit_help =
     "  --policy NAME     full, streaming, snapkv, pyramidkv, knorm, h2o, kivi, qevict;\n"
     "                    NAME+graphkv re-scores a scorer-based policy with GraphKV\n"
     "  --budget B        persistent KV bytes: a fraction of FullKV in (0, 1] (a value with a '.'\n"
-    "                    or <= 1), or bytes with an optional suffix K, M, G (powers of 1024)\n"
+    "                    or <= 1), or bytes with an optional suffix K, M or G (powers of 1024;\n"
+    "                    KB or KiB alike) or B; a lower-case b, bits, is refused\n"
     "  --q Q             INT2 share of the history budget in [0, 1]\n"
     "  --window W        tokens per window (>= 1)\n"
     "  --bits B          quantized tier: 2, 4 or 8 bits\n"
@@ -163,10 +165,7 @@ static int sub_text_opt(sub_args_t *a, const char *f, const char *v) {
     a->request_id = v;
   } else if (!strcmp(f, "--budget")) {
     if (cli_parse_budget(v, &a->budget))
-      return cli_usage_error(a->cmd,
-                             "bad value '%s' for --budget (a fraction in (0, 1] or bytes > 0 "
-                             "with an optional K, M, G suffix)",
-                             v),
+      return cli_usage_error(a->cmd, "bad value '%s' for --budget%s", v, CLI_BUDGET_NOTE),
              CLI_OPT_PRINTED;
     a->has_budget = 1;
   } else
@@ -270,9 +269,8 @@ static int sub_build_prompt(const sub_args_t *a, sub_req_t *r) {
     r->prompt.kind_case = QEVICT__V1__PROMPT__KIND_TOKEN_IDS, r->prompt.token_ids = &r->tids;
     return 0;
   }
-  /* (at most 64 MiB less room for the rest of the request) */
-  if (a->prompt_file &&
-      cli_read_text_file("--prompt-file", a->prompt_file, CLI_RPC_MAX_MSG - (1 << 16), &r->text))
+  if (a->prompt_file && cli_read_prompt_file(a->prompt_file, CLI_PROMPT_FILE_MAX,
+                                             "the most one request message carries", &r->text))
     return cli_usage_error(a->cmd, "bad %s", qe_errmsg());
   if (a->prompt && !(r->text = strdup(a->prompt))) return cli_fail(a->cmd, QE_ENOMEM);
   if (!*r->text) return cli_usage_error(a->cmd, "the prompt is empty");

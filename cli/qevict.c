@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli.h"
 #include "graphkv.h"
@@ -61,9 +60,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   return 2;
 }
 
-/* What the last failed cli_parse_int or cli_parse_float wanted, " (an integer in 1..64)", or ""
- * after a success. */
-static char parse_expected[80];
+/* What the last failed cli_parse_int, cli_parse_float or cli_parse_bytes wanted, " (an integer
+ * in 1..64)", or "" after a success. */
+static char parse_expected[128];
 
 const char *cli_parse_note(void) { return parse_expected; }
 
@@ -71,12 +70,16 @@ void cli_parse_note_set(const char *note) {
   snprintf(parse_expected, sizeof parse_expected, "%s", note ? note : "");
 }
 
+/* Whether s cannot start a number: empty, a leading blank or '+' (which strtol, strtoull and
+ * strtod skip or take: "-n +5" was 5). */
+static int bad_start(const char *s) { return !*s || isspace((unsigned char)*s) || *s == '+'; }
+
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
   parse_expected[0] = '\0';
-  if (!*s || isspace((unsigned char)*s) || *end || errno || v < lo || v > hi) {
+  if (bad_start(s) || *end || errno || v < lo || v > hi) {
     snprintf(parse_expected, sizeof parse_expected, " (an integer in %ld..%ld)", lo, hi);
     return -1;
   }
@@ -89,7 +92,7 @@ int cli_parse_float(const char *s, double lo, double hi, double *out) {
   errno = 0;
   double v = strtod(s, &end);
   parse_expected[0] = '\0';
-  if (!*s || isspace((unsigned char)*s) || *end || errno || !(v >= lo && v <= hi)) {
+  if (bad_start(s) || *end || errno || !(v >= lo && v <= hi)) {
     snprintf(parse_expected, sizeof parse_expected, " (a number in [%g, %g])", lo, hi);
     return -1;
   }
@@ -97,18 +100,19 @@ int cli_parse_float(const char *s, double lo, double hi, double *out) {
   return 0;
 }
 
-/* The multiplier of a size suffix ("", "B", "K", "KiB", "M", ...); 0 when not one. */
+/* The multiplier of a size suffix: none or "B" (1); K, M or G in either case (powers of 1024),
+ * alone or followed by "B" or "iB". 0 when not one: a lower-case b is bits ("100Kb" had been
+ * taken as 100 KiB). */
 static uint64_t bytes_suffix(const char *s) {
   static const char *units = "KMG";
-  if (!*s || !strcasecmp(s, "B")) return 1;
+  if (!*s || !strcmp(s, "B")) return 1;
   const char *u = strchr(units, toupper((unsigned char)s[0]));
-  if (!u) return 0;
-  if (s[1] && strcasecmp(s + 1, "iB") && strcasecmp(s + 1, "B")) return 0;
+  if (!u || (s[1] && strcmp(s + 1, "iB") && strcmp(s + 1, "B"))) return 0;
   return (uint64_t)1 << (10 * (u - units + 1));
 }
 
-int cli_parse_bytes(const char *s, uint64_t *out) {
-  parse_expected[0] = '\0';
+/* cli_parse_bytes without its note. */
+static int bytes_value(const char *s, uint64_t *out) {
   size_t nd = strspn(s, "0123456789."), dots = 0;
   for (size_t i = 0; i < nd; i++) dots += s[i] == '.';
   uint64_t mult = bytes_suffix(s + nd);
@@ -126,12 +130,18 @@ int cli_parse_bytes(const char *s, uint64_t *out) {
   return 0;
 }
 
+int cli_parse_bytes(const char *s, uint64_t *out) {
+  const int rc = bytes_value(s, out);
+  cli_parse_note_set(rc ? CLI_BYTES_NOTE : NULL);
+  return rc;
+}
+
 int cli_parse_u64(const char *s, uint64_t *out) {
   parse_expected[0] = '\0';
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (!*s || isspace((unsigned char)*s) || *end || errno || *s == '-') return -1;
+  if (bad_start(s) || *end || errno || *s == '-') return -1;
   *out = v;
   return 0;
 }
@@ -140,13 +150,15 @@ int cli_read_text_file(const char *what, const char *path, size_t max, char **ou
   const int in = !strcmp(path, "-"); /* (standard input) */
   FILE *f = in ? stdin : fopen(path, "rb");
   if (!f) return qe_errf(QE_EIO, "%s '%s': %s", what, path, strerror(errno));
-  size_t cap = 1 << 16, n = 0, r;
+  /* no more than max + 1 bytes are read (the one past max says it is larger): cap <= max + 1 */
+  size_t cap = max < (1 << 16) ? max + 1 : 1 << 16, n = 0, r;
   char *buf = malloc(cap + 1);
   while (buf && n <= max && (r = fread(buf + n, 1, cap - n, f)) > 0) {
     n += r;
-    char *grown = n == cap ? realloc(buf, (cap *= 2) + 1) : buf;
+    const size_t grow = n < cap || n > max ? cap : cap <= max / 2 ? cap * 2 : max + 1;
+    char *grown = grow > cap ? realloc(buf, grow + 1) : buf;
     if (!grown) free(buf);
-    buf = grown;
+    buf = grown, cap = grow;
   }
   const int err = ferror(f) ? errno : 0;
   if (!in) fclose(f);
@@ -161,6 +173,15 @@ int cli_read_text_file(const char *what, const char *path, size_t max, char **ou
     return qe_errf(QE_EINVAL, "%s '%s': a NUL byte at offset %zu (not text)", what, path, at);
   *out = buf;
   return 0;
+}
+
+int cli_read_prompt_file(const char *path, size_t max, const char *why, char **out) {
+  int rc = cli_read_text_file("--prompt-file", path, max, out);
+  char b[32];
+  if (rc == QE_ERANGE)
+    rc = qe_errf(rc, "--prompt-file '%s': larger than %zu bytes (%s), %s", path, max,
+                 cli_fmt_bytes(b, sizeof b, max), why);
+  return rc;
 }
 
 int cli_parse_graphkv(const char *s, double *k, long *m, long *t) {

@@ -387,6 +387,13 @@ const char *tok_piece(const tok_t *t, int id) {
   return id >= 0 && id < t->n_vocab ? tok__piece(t, id) : NULL;
 }
 
+size_t tok_max_piece_len(const tok_t *t) {
+  size_t max = 0;
+  for (int i = 0; i < t->n_vocab; i++)
+    if (tok__piece_len(t, i) > max) max = tok__piece_len(t, i);
+  return max;
+}
+
 /* ---- encoding ---- */
 
 /* The longest special token at s (control ones only when parse_special): id or -1. */

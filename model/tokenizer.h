@@ -34,6 +34,11 @@ int tok_add_bos(const tok_t *t);
 
 /* The raw vocabulary piece of id (as stored in the GGUF), NULL if out of range. */
 const char *tok_piece(const tok_t *t, int id);
+/* Bytes of the longest raw piece. No token's text is longer than its piece (SPM's U+2581 is 3
+ * bytes for a space, <0xXX> 6 for a byte; byte-level BPE's characters 1 or 2 for a byte), so a
+ * text of n tokens has at most n times this many bytes (ignoring bytes dropped for want of a
+ * byte token or <unk>). */
+size_t tok_max_piece_len(const tok_t *t);
 
 /* Encodes text (len bytes, any content: invalid UTF-8 is encoded via byte fallback / bytes).
  * add_bos: prepend BOS if the model has one. parse_special: match special-token texts.

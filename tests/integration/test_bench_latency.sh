@@ -68,6 +68,22 @@ assert b['new_tokens_asked'] == 5000 and b['new_tokens'] == r['tokens'] < 5000, 
   && echo "ok bench latency -n past the context reports the tokens made" >&2 \
   || bad "-n past the context: $(head -c 300 "$TMP/c.json")"
 
+# --prompt-file - (standard input) is read once, for every run: each run has the whole prompt
+# (the first run had read it all and the next ones an empty prompt, which generate refused)
+printf '%s' "$P" | "$QEVICT" bench latency --model "$STORIES" --prompt-file - -n 64 --rounds 2 \
+  --policies full,qevict:0.5 --json >"$TMP/in.json" 2>"$TMP/err" && python3 -c "
+import json; b, a = json.load(open('$TMP/in.json')), json.load(open('$TMP/b.json'))
+assert len(b['policies']) == 2 and b['prompt_tokens'] == a['prompt_tokens'] > 1, (b, a)" \
+  && echo "ok --prompt-file - in every run" >&2 || bad "--prompt-file -: $(tail -1 "$TMP/err")"
+# ... and no further than 64 MiB less 64 KiB (a run's generate had read 1 GiB of it)
+"$QEVICT" bench latency --model "$STORIES" --prompt-file - -n 4 --rounds 1 --policies full \
+  </dev/zero >/dev/null 2>"$TMP/err"
+rc=$?
+want="--prompt-file '-': larger than 67043328 bytes (63.9 MiB), the most bench latency reads"
+[[ $rc -eq 1 ]] && grep -qF -- "$want of its standard input" "$TMP/err" \
+  && echo "ok --prompt-file - from /dev/zero: $(cat "$TMP/err")" >&2 \
+  || bad "--prompt-file - from /dev/zero: exit $rc, $(cat "$TMP/err")"
+
 # failures and usage
 "$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 4 --rounds 1 --policies full,lru \
   >/dev/null 2>"$TMP/err"
@@ -83,6 +99,12 @@ usage() {
 usage "bench alone" bench
 usage "an unknown benchmark" bench nosuch
 usage "--rounds 0" bench latency --model "$STORIES" --rounds 0
+usage "--rounds +2" bench latency --model "$STORIES" --rounds +2
+grep -qF "bad value '+2' for --rounds" "$TMP/err" || bad "--rounds +2: $(cat "$TMP/err")"
+usage "--no-graphs without --device (generate's usage error)" bench latency --model "$STORIES" \
+  --prompt hi -n 4 --rounds 1 --policies full --no-graphs
+grep -q -- "--no-graphs turns CUDA graphs off: it needs --device" "$TMP/err" ||
+  bad "--no-graphs without --device: $(cat "$TMP/err")"
 usage "--policy instead of --policies" bench latency --model "$STORIES" --policy qevict
 usage "an empty policy" bench latency --model "$STORIES" --policies full,,qevict
 usage "a budget-less colon" bench latency --model "$STORIES" --policies qevict:
@@ -102,7 +124,8 @@ import json; assert json.load(open('$TMP/eq.json'))['policies'][0]['tokens'] == 
 "$QEVICT" bench latency --model "$STORIES" --input-words 30000 -n 4 --rounds 1 --policies full \
   >/dev/null 2>"$TMP/err"
 rc=$?
-[[ $rc -eq 1 ]] && grep -q "exceeds the model context" "$TMP/err" \
+# (past the most bytes a prompt within the context can take, too: generate reads no more of it)
+[[ $rc -eq 1 ]] && grep -q "larger than 18432 bytes.*synthetic prompt of --input-words" "$TMP/err" \
   || bad "a synthetic prompt past the context (past an argument's 128 KiB): exit $rc, $(cat "$TMP/err")"
 # a prompt of 2,047 tokens leaves the 2,048-token context room for one new token: no decode step
 # to time, an error (it printed NaN speeds and exit 0)

@@ -42,6 +42,39 @@ expect_error "a NUL byte in the prompt file" "$QEVICT" generate --model "$STORIE
 grep -q "NUL byte at offset 9" "$TMP/err" || bad "NUL prompt file: $(cat "$TMP/err")"
 expect_error "prompt file is a directory" "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP"
 grep -q "Is a directory" "$TMP/err" || bad "directory prompt file: $(cat "$TMP/err")"
+# a prompt file is read no further than the most a prompt within the context can take:
+# stories260K's 2,048 tokens of at most 9 bytes (its longest piece), 18,432 bytes (/dev/zero was
+# read for 1 GiB first; a file past the bound was read whole and tokenized)
+BOUND="larger than 18432 bytes (18.0 KiB), the most a prompt within the model's context can take"
+expect_error "prompt file /dev/zero" "$QEVICT" generate --model "$STORIES" --prompt-file /dev/zero
+grep -qF -- "--prompt-file '/dev/zero': $BOUND" "$TMP/err" || bad "/dev/zero: $(cat "$TMP/err")"
+python3 -c "print('a' * 18433, end='')" >"$TMP/a18433.txt"
+expect_error "prompt file a byte past the bound" "$QEVICT" generate --model "$STORIES" \
+  --prompt-file "$TMP/a18433.txt"
+grep -qF -- "--prompt-file '$TMP/a18433.txt': $BOUND" "$TMP/err" ||
+  bad "18,433 bytes: $(cat "$TMP/err")"
+head -c 18432 "$TMP/a18433.txt" >"$TMP/a18432.txt" # (read, and then too long in tokens)
+expect_error "prompt file at the bound" "$QEVICT" generate --model "$STORIES" \
+  --prompt-file "$TMP/a18432.txt"
+grep -q "exceeds the model context" "$TMP/err" || bad "18,432 bytes: $(cat "$TMP/err")"
+# standard input from an endless pipe: refused once past the bound, having taken little more
+python3 - "$QEVICT" "$STORIES" "$BOUND" <<'PY' || bad "--prompt-file - from an endless pipe"
+import os, subprocess, sys
+p = subprocess.Popen([sys.argv[1], "generate", "--model", sys.argv[2], "--prompt-file", "-"],
+                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+sent, chunk = 0, b"a" * 65536
+try:
+    while sent < 3 << 30:
+        sent += os.write(p.stdin.fileno(), chunk)
+except BrokenPipeError:
+    pass
+err = p.stderr.read().decode()
+rc = p.wait(timeout=60)
+assert sent < 1 << 20, "%d bytes taken: %s" % (sent, err)
+assert rc == 1 and "--prompt-file '-': " + sys.argv[3] in err, (rc, err)
+print("ok --prompt-file - from an endless pipe: %d bytes taken, %s" % (sent, err.strip()),
+      file=sys.stderr)
+PY
 expect_error "empty prompt" "$QEVICT" generate --model "$STORIES" --prompt ""
 expect_error "bad -n" "$QEVICT" generate --model "$STORIES" --prompt hi -n -3
 expect_error "bad --top-p" "$QEVICT" generate --model "$STORIES" --prompt hi --top-p 2
@@ -144,8 +177,8 @@ for kv in QE_CPU_SPIN_US=abc QE_CPU_SPIN_US=-5 QE_TIERED_GATHER=yes QE_CUDA_GRAP
   esac
   [[ "$got" == "$want" ]] || bad "$kv: other tokens ($got, not $want)"
 done
-# on the CPU backend nothing is recorded, whatever the switch says; --json says so
-for sw in "" "--no-graphs" "QE_CUDA_GRAPHS=0" "QE_CUDA_GRAPHS=1"; do
+# on the CPU backend nothing is recorded, whatever the knob says; --json says so
+for sw in "" "QE_CUDA_GRAPHS=0" "QE_CUDA_GRAPHS=1"; do
   envs=(); flags=()
   [[ $sw == QE_* ]] && envs=("$sw") || { [[ -n $sw ]] && flags=("$sw"); }
   env "${envs[@]}" "$QEVICT" generate --model "$STORIES" --prompt hi -n 3 --json "${flags[@]}" \
@@ -220,6 +253,19 @@ expect_error "--graphkv m past int" "$QEVICT" "${G[@]}" --policy qevict --graphk
 "$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,8,64 >/dev/null 2>"$TMP/err" ||
   bad "--graphkv rounds 64: $(cat "$TMP/err")"
 expect_error "--time-allreduce without --device" "$QEVICT" "${G[@]}" --time-allreduce
+grep -q -- "--time-allreduce .*: it needs --device" "$TMP/err" ||
+  bad "--time-allreduce: $(cat "$TMP/err")"
+# --no-graphs is a GPU switch too (it was taken on the CPU, where it does nothing)
+expect_error "--no-graphs without --device" "$QEVICT" "${G[@]}" --no-graphs
+grep -q -- "--no-graphs turns CUDA graphs off: it needs --device" "$TMP/err" ||
+  bad "--no-graphs without --device: $(cat "$TMP/err")"
+# integers (and the other numbers) with a leading '+' (strtol takes it: -n +5 was 5) or blank
+for ov in "-n|+5" "-n| 5" "--max-batch|+512" "--threads|+1" "--seed|+3" "--top-p|+0.5" \
+  "--window|+8"; do
+  expect_error "${ov%|*} '${ov#*|}'" "$QEVICT" "${G[@]}" --policy qevict "${ov%|*}" "${ov#*|}"
+  grep -qF -- "bad value '${ov#*|}' for ${ov%|*}" "$TMP/err" ||
+    bad "${ov%|*} '${ov#*|}': $(cat "$TMP/err")"
+done
 # a failure every rank shares is one line (rank 0's), not one a rank
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect_error "--device 0 --tp 2 without a GPU" "$QEVICT" "${G[@]}" --device 0 --tp 2
@@ -237,6 +283,23 @@ b1=$("$QEVICT" generate --model "$STORIES" --prompt hi -n 100 --policy qevict --
 [[ $b1 == 61440 ]] || bad "--budget 60K: budget_bytes '$b1', expected 61440"
 expect_error "--budget with a bad suffix" "$QEVICT" generate --model "$STORIES" --prompt hi \
   --policy qevict --budget 10x
+# the suffixes: K, M, G in either case, alone or with B or iB, and B; a lower-case b is bits and
+# refused (100Kb was 100 KiB), naming --budget and the suffixes it takes
+for b in 60KiB 60KB 60kB 61440B 0.05859375M; do
+  "$QEVICT" generate --model "$STORIES" --prompt hi -n 2 --policy qevict --budget $b --json \
+    >"$TMP/b.json" 2>/dev/null
+  got=$(python3 -c "import json,sys; print(json.load(sys.stdin)['memory']['budget_bytes'])" \
+    <"$TMP/b.json")
+  [[ $got == 61440 ]] || bad "--budget $b: budget_bytes '$got', expected 61440"
+done
+SUFFIXES="(a fraction in (0, 1] or bytes with an optional suffix B, K, KB, KiB, M, MB, MiB, G, GB"
+SUFFIXES="$SUFFIXES or GiB)"
+for b in 100Kb 100kb 100b 1Gb 1GIB 100KiBx; do
+  expect_error "--budget $b" "$QEVICT" generate --model "$STORIES" --prompt hi --policy qevict \
+    --budget $b
+  grep -qF "bad value '$b' for --budget $SUFFIXES" "$TMP/err" ||
+    bad "--budget $b: $(cat "$TMP/err")"
+done
 # -n past the context: said, not cut silently
 "$QEVICT" generate --model "$STORIES" --prompt hi -n 5000 --ignore-eos --json >"$TMP/out" \
   2>"$TMP/err" || bad "-n 5000 failed"
@@ -258,6 +321,14 @@ expect_error "sched --shutdown-grace past a day" "$QEVICT" sched --model "$STORI
   --state-dir "$TMP/st" --shutdown-grace 90000
 expect_error "serve --shutdown-grace not a number" "$QEVICT" serve --model "$STORIES" \
   --shutdown-grace soon
+# serve's and worker's byte sizes go through the shared parser: no '+' or blank (their own
+# strtoull took them, and the worker started)
+for v in +4G " 4096" 4Gb; do
+  expect_error "worker --pool-bytes '$v'" timeout -s KILL 20 "$QEVICT" worker --model "$STORIES" \
+    --pool-bytes "$v"
+  grep -qF "bad byte size for --pool-bytes: '$v' (bytes with an optional suffix" "$TMP/err" ||
+    bad "--pool-bytes '$v': $(cat "$TMP/err")"
+done
 expect_error "sched --cpu" "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st" --cpu
 expect_error "serve --bogus at the end" "$QEVICT" serve --model "$STORIES" --bogus
 grep -q "unknown option" "$TMP/err" || bad "serve --bogus: $(cat "$TMP/err")"

@@ -117,6 +117,23 @@ expect_usage "a NUL byte in the prompt file" "NUL byte" "$QEVICT" submit --promp
 : >"$TMP/empty.txt"
 expect_usage "empty prompt file" "empty" "$QEVICT" submit --prompt-file "$TMP/empty.txt"
 expect_usage "empty --prompt" "empty" "$QEVICT" submit --prompt ""
+# a prompt file is read no further than the most one request carries (64 MiB less 64 KiB)
+ZERO="--prompt-file '/dev/zero': larger than 67043328 bytes (63.9 MiB), the most one request"
+ZERO="$ZERO message carries"
+expect_usage "prompt file /dev/zero" "$ZERO" "$QEVICT" submit "$S" --prompt-file /dev/zero
+expect_usage "bench serve, prompt file /dev/zero" "$ZERO" "$QEVICT" bench serve "$S" --requests 1 \
+  --prompt-file /dev/zero
+# integers with a leading '+' (strtol takes it: -n +5 was 5) and byte sizes in bits (100Kb was
+# 100 KiB) are refused, naming the option (and a size's suffixes)
+expect_usage "-n +5" "bad value '+5' for -n" "$QEVICT" submit "$S" --prompt hi -n +5
+expect_usage "--window +8" "--window" "$QEVICT" submit "$S" --prompt hi --window +8
+expect_usage "--limit +5" "--limit" "$QEVICT" requests "$S" --limit +5
+expect_usage "--from +1" "--from" "$QEVICT" watch r1 "$S" --from +1
+SFX="bytes with an optional suffix B, K, KB, KiB, M, MB, MiB, G, GB or GiB)"
+expect_usage "budget 100Kb" "bad value '100Kb' for --budget (a fraction in (0, 1] or $SFX" \
+  "$QEVICT" submit "$S" --prompt hi --budget 100Kb
+expect_usage "tenant set --quota 1Gb" "bad value '1Gb' for --quota ($SFX" "$QEVICT" tenant set \
+  acme "$S" --quota 1Gb
 expect_usage "bad --ids" "--ids" "$QEVICT" submit --ids 1,,2
 expect_usage "negative --ids" "--ids" "$QEVICT" submit --ids 1,-2
 expect_usage "--chat with --ids" "--chat" "$QEVICT" submit --ids 1,2 --chat

@@ -228,6 +228,7 @@ static void test_spm_toy(void) {
   CHECK(tok_kind(t) == TOK_KIND_SPM && tok_n_vocab(t) == NSPM && tok_add_bos(t) == 1);
   CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_eot(t) == -1 && tok_is_eog(t, 2));
   CHECK(!tok_is_eog(t, 1) && strcmp(tok_piece(t, S_ABC), "abc") == 0 && !tok_piece(t, NSPM));
+  CHECK(tok_max_piece_len(t) == strlen("<0x00>"));
   ENC_IS(t, "abc", 1, 0, 1, S_SP, S_ABC);  /* bc (-1) first, then a+bc = abc (-3) */
   ENC_IS(t, "aaa", 0, 0, S_SP, S_AA, S_A); /* equal scores: leftmost first */
   ENC_IS(t, "a b", 0, 0, S_SPA, S_SP, S_B);
@@ -348,6 +349,7 @@ static void test_bpe_toy(void) {
   if (!t) return;
   CHECK(tok_kind(t) == TOK_KIND_BPE && tok_add_bos(t) == 0 && tok_eot(t) == B_IME);
   CHECK(tok_is_eog(t, B_EOT) && tok_is_eog(t, B_IME) && !tok_is_eog(t, B_IMS));
+  CHECK(tok_max_piece_len(t) == strlen("<|begin_of_text|>"));
   ENC_IS(t, "the the", 0, 0, 't', B_HE, B_GTHE); /* he (rank 1) before Ġt+h: no rank */
   ENC_IS(t, "<|im_start|>the", 0, 1, B_IMS, 't', B_HE);
   ENC_IS(t, "<|im_start|>", 0, 0, B_LTBAR, 'i', 'm', '_', 's', 't', 'a', 'r', 't', '|', '>');
