@@ -1,5 +1,6 @@
 /* kv_policies: the policy registry (one line per policy), lookup by name with the
  * "+graphkv" suffix, validation of a policy configuration, and PyramidKV's layer shares. */
+#include <stdint.h>
 #include <string.h>
 
 #include "kv_policies_internal.h"
@@ -55,11 +56,22 @@ int kv_policy_check(const kv_policy_cfg_t *c, int head_dim) {
   return rc;
 }
 
+/* Layer l's pyramid weight (1.5 at the first layer down to 0.5 at the last). */
+static double pyramid_weight(int l, int L) { return 1.5 - (double)l / (L - 1); }
+
+size_t kv_pyramid_share_capped(size_t spare, size_t cap, int l, int L) {
+  if (L <= 1) return spare < cap ? spare : cap;
+  double total = 0;
+  for (int i = 0; i < L; i++) total += pyramid_weight(i, L);
+  int k = 0; /* layers [0, k) take cap (the weights decrease, so the first ones fill first) */
+  while (k < L && (double)(spare - (size_t)k * cap) * pyramid_weight(k, L) / total >= (double)cap)
+    total -= pyramid_weight(k++, L);
+  if (l < k) return cap;
+  return (size_t)((double)(spare - (size_t)k * cap) * pyramid_weight(l, L) / total);
+}
+
 size_t kv_pyramid_share(size_t spare, int l, int L) {
-  if (L <= 1) return spare;
-  double w = 1.5 - (double)l / (L - 1), total = 0;
-  for (int i = 0; i < L; i++) total += 1.5 - (double)i / (L - 1);
-  return (size_t)((double)spare * w / total);
+  return kv_pyramid_share_capped(spare, SIZE_MAX, l, L);
 }
 
 kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim) {

@@ -54,6 +54,11 @@ kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim);
  * decreasing linearly with depth from 1.5 to 0.5, normalized over the layers, rounded down. Both
  * tiered caches (CPU and GPU) size their layers with it. */
 size_t kv_pyramid_share(size_t spare, int l, int L);
+/* The same with no layer's share above cap (the bytes its history takes at Full, all it can
+ * use): the capped layers' excess goes to the others by their weights (water-filling), so a
+ * budget that holds every layer's history holds it in every layer (kv_tiered; the shares of
+ * an uncapped split are kv_pyramid_share's to the byte). */
+size_t kv_pyramid_share_capped(size_t spare, size_t cap, int l, int L);
 /* Checks a configuration: QE_EINVAL with a detail naming the field (window, bits, q, sink,
  * local, group, graphkv...). */
 int kv_policy_check(const kv_policy_cfg_t *cfg, int head_dim);

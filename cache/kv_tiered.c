@@ -207,11 +207,12 @@ void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud) {
 }
 
 /* Layer l's share of slot s's budget: uniform, or decreasing with depth (pyramid, 1.5x to
- * 0.5x of what exceeds the layers' floors). */
+ * 0.5x of what exceeds the layers' floors, no layer's share past its history at Full). */
 static size_t layer_budget(const kv_tiered_t *t, const kv_tseq_t *s, int l) {
   int L = t->base.geom.n_layer;
   if (!t->cfg.pyramid || L == 1) return s->budget / (size_t)L;
-  return s->floor + kv_pyramid_share(s->budget - s->floor * (size_t)L, l, L);
+  size_t hist = regions_of(t, s->capacity).hist;
+  return s->floor + kv_pyramid_share_capped(s->budget - s->floor * (size_t)L, hist, l, L);
 }
 
 size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w) {

@@ -62,6 +62,28 @@ static void check_worked_example(void) {
   CHECK(tiers_are(tier, "QQEEEE"));
 }
 
+/* PyramidKV's layer shares capped at a layer's history: never above the cap, never more than
+ * the spare bytes in all, every layer's whole history when the spare holds them all (the deeper
+ * layers had 0.5x: pyramidkv at 100% evicted), kv_pyramid_share's shares when nothing caps. */
+static void check_pyramid_shares(void) {
+  const size_t cap = 10000;
+  for (int L = 2; L <= 9; L++)
+    for (size_t spare = 0; spare <= cap * (size_t)L + 999; spare += 997) {
+      size_t sum = 0, over = 0;
+      for (int l = 0; l < L; l++) {
+        size_t sh = kv_pyramid_share_capped(spare, cap, l, L);
+        sum += sh, over += sh > cap;
+        if (l && sh > kv_pyramid_share_capped(spare, cap, l - 1, L)) over++; /* not decreasing */
+      }
+      CHECK(over == 0 && sum <= spare);
+      CHECK(spare < cap * (size_t)L || sum == cap * (size_t)L);
+    }
+  for (int l = 0; l < 4; l++) {
+    CHECK(kv_pyramid_share_capped(4 * cap, cap, l, 4) == cap);
+    CHECK(kv_pyramid_share_capped(cap, SIZE_MAX, l, 4) == kv_pyramid_share(cap, l, 4));
+  }
+}
+
 /* ---- policies on a random model ---------------------------------------------------------- */
 
 enum { NP = 100, ND = 48, MAXW = 64 };
@@ -242,7 +264,8 @@ static void check_observer_setter(world_t *wd) {
   kv_cache_destroy(kv), kv_cache_destroy(full), kv_cache_destroy(mux);
 }
 
-/* qevict at 100% (and h2o, kivi at 100%) gives bit-identical logits to FullKV. */
+/* qevict at 100% (and h2o, snapkv, pyramidkv, qevict+graphkv at 100%) gives bit-identical
+ * logits to FullKV (pyramidkv's deeper layers had held half their history: 2026-12-06 audit). */
 static void check_identical(world_t *wd) {
   int V = model_hparams(wd->m)->n_vocab;
   float *ref = malloc(sizeof(float) * (ND + 1) * V), *got = malloc(sizeof(float) * (ND + 1) * V);
@@ -252,8 +275,8 @@ static void check_identical(world_t *wd) {
   CHECK_OK(kv_full_create(wd->be, &g, &full));
   CHECK_OK(run_policy(wd, full, ref, &st, 0));
   kv_cache_destroy(full);
-  const char *names[] = {"qevict", "h2o", "snapkv", "qevict+graphkv"};
-  for (int i = 0; i < 4; i++) {
+  const char *names[] = {"qevict", "h2o", "snapkv", "qevict+graphkv", "pyramidkv"};
+  for (int i = 0; i < 5; i++) {
     kv_cache_t *kv = NULL;
     CHECK_OK(make_tiered(wd, names[i], 1.0, &kv));
     CHECK_OK(run_policy(wd, kv, got, &st, 1));
@@ -675,6 +698,7 @@ static void check_gpu_policies(void) {
 
 int main(void) {
   check_worked_example();
+  check_pyramid_shares();
   check_short_bounds();
   check_gpu_bounds();
   check_gpu_policies();
