@@ -2,6 +2,7 @@
  * their scores (re-scored by GraphKV when the policy says so), the byte-exact decision
  * (kv_route.c) and the migrations: evictions first, then demotions (quantizing only the first
  * time: the ledger is write-once and kept through promotions), then promotions. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,14 @@ static void mean_key(kv_tiered_t *t, const kv_win_t *w, float *out) {
   for (size_t d = 0; d < t->row; d++) out[d] /= (float)w->n;
 }
 
+/* A routing score as GraphKV takes it (>= 0, higher kept): knorm's, minus the mean key norm,
+ * as the inverse norm (the same ranking; clipped at 0 every knorm score had tied); the
+ * attention scores as they are, clipped at 0. */
+static float graphkv_score(const kv_tiered_t *t, float score) {
+  if (t->cfg.scorer == KV_SCORE_KNORM) return score < 0 ? fminf(-1.0f / score, FLT_MAX) : FLT_MAX;
+  return score > 0 ? score : 0;
+}
+
 /* Re-scores cand[] scores with GraphKV over the candidates' mean pre-RoPE keys. */
 static int graphkv_scores(kv_tiered_t *t, kv_cand_t *c, kv_win_t **wins, int n, size_t b_hist) {
   float *keys = malloc(sizeof(float) * t->row * (size_t)n), *s = malloc(sizeof(float) * (size_t)n);
@@ -99,7 +108,7 @@ static int graphkv_scores(kv_tiered_t *t, kv_cand_t *c, kv_win_t **wins, int n, 
   int rc = keys && s && ws ? 0 : qe_errf(QE_ENOMEM, "kv_tiered: out of memory (graphkv)");
   for (int i = 0; !rc && i < n; i++) {
     mean_key(t, wins[i], keys + (size_t)i * t->row);
-    s[i] = c[i].score > 0 ? c[i].score : 0;
+    s[i] = graphkv_score(t, c[i].score);
   }
   if (!rc)
     rc = graphkv_rescore(s, keys, n, (int)t->row, budget_slots(t, b_hist, n), &t->cfg.gkv, ws);

@@ -180,7 +180,8 @@ static int make_tiered(world_t *wd, const char *policy, double frac, kv_cache_t 
 static void check_policies(world_t *wd) {
   worst_mass_err = 0;
   static const double fracs[] = {0.0, 0.1, 0.3, 0.6, 1.0};
-  static const char *extra[] = {"qevict+graphkv", "h2o+graphkv", "snapkv+graphkv", NULL};
+  static const char *extra[] = {"qevict+graphkv", "h2o+graphkv", "snapkv+graphkv", "knorm+graphkv",
+                                NULL};
   const kv_policy_desc_t *const *list = kv_policy_list();
   const char *names[32];
   int n = 0;
@@ -409,6 +410,41 @@ static void check_ledger_cycles(kern_backend_t *be) {
   kv_cache_destroy(kv);
 }
 
+/* knorm+graphkv keeps knorm's choice where GraphKV finds no similar keys: five aged windows of
+ * 4 tokens whose pre-RoPE keys lie on orthogonal channel pairs, key norms 5, 4, 3, 1, 2, room
+ * for two at Full: the two of lowest norm stay. knorm's scores (minus the norm) had been clipped
+ * to 0 for GraphKV, so every window tied and the two oldest stayed. */
+static void check_knorm_graphkv(kern_backend_t *be) {
+  kv_geom_t g = {1, 2, 1, 16, 1};
+  kern_rope_t r = {KERN_ROPE_NORM, 16, 10000, 1, NULL, 0, 1, 32, 1, 512};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("knorm+graphkv", &d));
+  d.cfg.omega = 4, d.cfg.n_sink = 0, d.cfg.n_local = 4;
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  if (!kv) return;
+  /* page 512 + meta 16 (knorm's norm sum): protected 2 x 528, history 2 x 528 */
+  CHECK_OK(kv_tiered_set_budget(kv, 0, 4 * 528));
+  CHECK_OK(kv->ops->seq_open(kv, 0, 24));
+  static const float norm[6] = {5, 4, 3, 1, 2, 1};
+  float k[24 * 16] = {0}, v[24 * 16];
+  int32_t pos[24];
+  uint64_t s = 13;
+  for (int i = 0; i < 24; i++) {
+    pos[i] = i, k[i * 16 + 2 * (i / 4)] = norm[i / 4];
+    for (int c = 0; c < 16; c++) v[i * 16 + c] = tu_randf(&s, -1, 1);
+  }
+  be->ops->rope(be, k, pos, 24, 1, 16, &r); /* the cache stores post-RoPE keys */
+  CHECK_OK(kv->ops->store(kv, 0, 0, 0, 24, k, v));
+  CHECK_OK(kv_tiered_test_route(kv, 0, 0));
+  CHECK_OK(kv_tiered_check(kv, 0));
+  char got[6] = {0};
+  for (int w = 0; w < 5; w++) got[w] = "FQE"[kv_tiered_window_tier(kv, 0, 0, w)];
+  fprintf(stderr, "knorm+graphkv, key norms 5 4 3 1 2, two Full: tiers %s\n", got);
+  CHECK(!strcmp(got, "EEEFF"));
+  kv_cache_destroy(kv);
+}
+
 /* The max abs difference between window x's ledger keys, dequantized, and the frame's keys:
  * pre-RoPE (k itself), rotated by each token's offset in the window, or post-RoPE (by its
  * position). */
@@ -598,6 +634,7 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   uint64_t s = 9 + sp->seed;
   for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);
   if (full_checks) check_ledger_cycles(wd.be);
+  if (full_checks) check_knorm_graphkv(wd.be);
   if (full_checks) check_key_frames(wd.be);
   if (full_checks) check_short_slot(wd.be);
   if (wd.m && full_checks) {
