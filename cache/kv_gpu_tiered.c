@@ -62,17 +62,19 @@ static size_t budget_for(const kv_gpu_t *g, int seq, int capacity) {
 
 /* B_hist of layer l under a slot budget of b bytes (at least the slot's floor, per layer, over
  * the layers): b split evenly over the layers, or by PyramidKV's shares of what exceeds the
- * layers' floors. */
-static int64_t layer_bhist(const kv_gpu_tier_t *t, size_t b, size_t floor, int l, int L) {
+ * layers' floors, none past cap (the slot's windows at Full, all a layer can use: a budget that
+ * holds every layer's history holds it in every layer, as kv_tiered's layer_budget). */
+static int64_t layer_bhist(const kv_gpu_tier_t *t, size_t b, size_t floor, size_t cap, int l,
+                           int L) {
   if (!t->cfg.pyramid || L == 1) return (int64_t)(b / (size_t)L - floor);
-  return (int64_t)kv_pyramid_share(b - floor * (size_t)L, l, L);
+  return (int64_t)kv_pyramid_share_capped(b - floor * (size_t)L, cap, l, L);
 }
 
 int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
   kv_gpu_tier_t *t = g->t;
   const int L = g->base.geom.n_layer, S = g->base.geom.max_seqs;
-  size_t b = budget_for(g, seq, capacity), floor = t->floor; /* (the slot's: its capacity's) */
-  int rc = kv_gpu_bounds(&g->base.geom, &t->cfg, capacity, &floor, NULL, NULL);
+  size_t b = budget_for(g, seq, capacity), floor = t->floor, full = 0; /* (its capacity's) */
+  int rc = kv_gpu_bounds(&g->base.geom, &t->cfg, capacity, &floor, NULL, &full);
   if (!rc && b < floor * (size_t)L)
     rc = qe_errf(QE_EINVAL,
                  "kv_gpu: budget %zu bytes below the minimum %zu (sink and local, at most the "
@@ -80,7 +82,8 @@ int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
                  b, floor * (size_t)L, capacity);
   if (rc) return rc;
   t->budget[seq] = b, t->pending[seq] = 0;
-  for (int l = 0; l < L; l++) t->h_bhist[(size_t)l * S + seq] = layer_bhist(t, b, floor, l, L);
+  const size_t cap = full / (size_t)L - floor; /* (kv_gpu_bounds: floor + the windows, a layer) */
+  for (int l = 0; l < L; l++) t->h_bhist[(size_t)l * S + seq] = layer_bhist(t, b, floor, cap, l, L);
   rc = kc_route_reset_slot(&t->rt, seq, g->stream);
   if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * (size_t)L * S);
   return rc;

@@ -314,7 +314,9 @@ __global__ void __launch_bounds__(32 * NW) fb_kernel(const __grid_constant__ fb_
 
 /* out[b][h][d] from the chunks' partials (block (b, h), thread d), after the chunk kernel. */
 __global__ void __launch_bounds__(FB_HD) fb_combine(const __grid_constant__ fb_params p) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory"); /* the chunk kernel's writes are visible */
+#endif
   const size_t h = blockIdx.x;
   const int d = threadIdx.x, n = p.n_chunk;
   const float *lse = p.part_lse + h * n;

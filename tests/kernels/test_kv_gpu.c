@@ -777,20 +777,56 @@ static int check_recency_order(kv_gpu_t *g, const tstate_t *st, int n_slots) {
 }
 
 /* The slots' layer budgets as set at open, against what the budget allows independently of how
- * they were computed: the layers' B_hist plus their floors within the slot's budget; even over
- * the layers, or with pyramid budgets on two layers, the first layer's share three times the
- * last's (weights 1.5 and 0.5). Returns the violations. */
+ * they were computed: the layers' B_hist plus their floors within the slot's budget, none past
+ * the slot's windows at Full (cap: all a layer can use); even over the layers, or with pyramid
+ * budgets kv_pyramid_share_capped's shares of what exceeds the floors, to the byte. Returns the
+ * violations. */
 static int check_layer_budgets(const kv_gpu_t *g, int n_slots) {
   const int L = g->base.geom.n_layer;
   int bad = 0;
   for (int s = 0; s < n_slots; s++) {
-    int64_t sum = 0, first = bhist(g, 0, s), last = bhist(g, L - 1, s);
-    for (int l = 0; l < L; l++) sum += bhist(g, l, s) + (int64_t)g->t->floor;
-    bad += sum > (int64_t)g->t->budget[s] || first < 0 || last < 0;
-    if (!g->t->cfg.pyramid) bad += first != last;
-    if (g->t->cfg.pyramid && L == 2) bad += llabs(first - 3 * last) > 3;
+    size_t floor = 0, full = 0, b = g->t->budget[s];
+    CHECK_OK(kv_gpu_bounds(&g->base.geom, &g->t->cfg, g->seqs[s].capacity, &floor, NULL, &full));
+    const int64_t cap = (int64_t)(full / (size_t)L - floor), first = bhist(g, 0, s);
+    int64_t sum = 0;
+    for (int l = 0; l < L; l++) {
+      const int64_t h = bhist(g, l, s);
+      sum += h + (int64_t)floor;
+      bad += h < 0 || (g->t->cfg.pyramid && h > cap);
+      if (g->t->cfg.pyramid)
+        bad += h != (int64_t)kv_pyramid_share_capped(b - floor * (size_t)L, (size_t)cap, l, L);
+      else
+        bad += h != first;
+    }
+    bad += sum > (int64_t)b;
   }
   return bad;
+}
+
+/* PyramidKV at a budget of 1 (every window at Full): each layer's B_hist is the slot's windows
+ * at Full, so no layer evicts (the uncapped 1.5x-0.5x split had left the deeper layers short). */
+static void check_pyramid_full(void) {
+  kv_geom_t ge = {4, 8, 2, 128, 2};
+  kern_rope_t rope = {KERN_ROPE_NORM, 128, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("pyramidkv", &d));
+  d.cfg.omega = 8;
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, 300, 2, 1.0, 0, &kv));
+  if (!kv) return;
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  for (int s = 0; s < 2; s++) CHECK_OK(kv->ops->seq_open(kv, s, s ? 300 : 37));
+  size_t floor = 0, full = 0;
+  int short_layers = 0;
+  for (int s = 0; s < 2; s++) {
+    CHECK_OK(kv_gpu_bounds(&ge, &g->t->cfg, g->seqs[s].capacity, &floor, NULL, &full));
+    for (int l = 0; l < ge.n_layer; l++)
+      short_layers += bhist(g, l, s) != (int64_t)(full / (size_t)ge.n_layer - floor);
+  }
+  fprintf(stderr, "pyramidkv at budget 1: %d (layer, slot) B_hist short of the slot's windows\n",
+          short_layers);
+  CHECK(short_layers == 0 && check_layer_budgets(g, 2) == 0);
+  kv_cache_destroy(kv);
 }
 
 /* kc_route_add_masses with SnapKV's pooling against kv_tiered_attn.c's pool_masses rule, on the
@@ -1394,6 +1430,7 @@ int main(int argc, char **argv) {
   check_pooled_masses();
   check_tiered("snapkv", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 8);
   if (!small) check_tiered("pyramidkv", ABS, 8, 2, 128, 0.3, 80, 8);
+  check_pyramid_full();
   check_graphkv_kernel(small);
   check_mean_keys(KERN_ROPE_NORM, 0);
   check_mean_keys(KERN_ROPE_NORM, 1);
