@@ -252,8 +252,6 @@ static int prompt_ids(const gguf_t *g, const tok_t *tok, int n_ctx, const gen_ar
   return rc;
 }
 
-/* Before any rank starts: the model's metadata, the TP split, the policy, the prompt (so that
- * every rank sizes its cache for the same capacity) and the trace file. One clear error. */
 /* --shape: the shape's hyperparameters and a prompt of random ids (seeded). */
 static int prepare_shape(gen_args_t *a, model_hparams_t *hp) {
   int rc = model_shape_named(a->shape, hp);
@@ -310,6 +308,8 @@ static int check_regions(const gen_args_t *a, const kv_policy_desc_t *d, int n_c
   return 0;
 }
 
+/* Before any rank starts: the model's metadata, the TP split, the policy, the prompt (so that
+ * every rank sizes its cache for the same capacity) and the trace file. One clear error. */
 static int prepare(gen_args_t *a) {
   gguf_t *g = NULL;
   tok_t *tok = NULL;

@@ -213,7 +213,6 @@ void sched_req_memory(const sreq_t *r, Qevict__V1__MemorySummary *out);
 void sched_req_destroy_all(sched_t *s);
 /* Requests not finished (queued or running), or whose streams have events still to send. */
 int sched_req_live(const sched_t *s);
-/* Cancels every queued or running request of tenant; returns how many. */
 /* Cancels a deleted tenant's unfinished requests (the count) and orphans all of its requests,
  * finished ones too: a tenant created again under the same id neither watches nor attaches to
  * them. */

@@ -36,16 +36,8 @@ extern "C" {
 #include "attn_ref.h"
 #include "qe_status.h"
 }
+#include "cuda_check.h"
 #include "kern_cuda_attn.h"
-
-#define CK(call)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 #define FB_HD  128 /* head_dim */
 #define FB_ROW 256 /* bytes of one token's K (or V) row of one KV head */

@@ -44,16 +44,8 @@ extern "C" {
 #include "attn_ref.h"
 #include "qe_status.h"
 }
+#include "cuda_check.h"
 #include "kern_cuda_attn.h"
-
-#define CK(call)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 #define CKQ(call)                                                                                  \
   do {                                                                                             \
