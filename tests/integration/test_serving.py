@@ -832,10 +832,19 @@ def test_drain(srv, cl):
     for rid in ids:
         list(cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=120))
     # g0 takes 16 at once (--max-seqs): of 20 submitted, 4 wait for it; when it drains too they
-    # can never run, so they end (they had stayed queued, their bytes reserved, until a restart)
-    ids = [cl.gen.Submit(cl.request(PROMPTS[i % 8], 400, ignore_eos=True),
-                         metadata=cl.md, timeout=10).request_id for i in range(20)]
-    cl.adm.Drain(pb.DrainRequest(worker="g0"), metadata=ADMIN_MD, timeout=10)
+    # can never run, so they end (they had stayed queued, their bytes reserved, until a restart).
+    # g0 is held still (SIGSTOP) until the drain: none of the 16 can end first and free a slot
+    # for one of the 4 (under load, 3 had: 19 finished)
+    g0 = srv.worker_pids("g0")
+    for p in g0:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        ids = [cl.gen.Submit(cl.request(PROMPTS[i % 8], 400, ignore_eos=True),
+                             metadata=cl.md, timeout=10).request_id for i in range(20)]
+        cl.adm.Drain(pb.DrainRequest(worker="g0"), metadata=ADMIN_MD, timeout=10)
+    finally:
+        for p in g0:
+            os.kill(p, signal.SIGCONT)
     ends = [finish_reason_of(cl, rid, wait=60) for rid in ids]
     t = cl.adm.GetTenant(pb.GetTenantRequest(id="big"), metadata=ADMIN_MD, timeout=10)
     C.ok(ends.count(pb.FINISH_REASON_LENGTH) == 16 and ends.count(pb.FINISH_REASON_ERROR) == 4
