@@ -70,10 +70,12 @@ int kv_gpu_set_budget(kv_cache_t *kv, int seq, size_t budget);
  * scheduler and the worker size budgets with it): *floor, the bytes per layer every slot holds
  * whatever its budget (the sink rounded up to whole windows, the protected local windows and
  * one in flight, each a FULL page plus KV_GPU_WIN_META); *min_budget, that over all layers;
- * *fullkv, the bytes that hold n_tokens all at FULL. n_tokens > 0: a slot of that many tokens,
- * whose sink and protected windows are each at most its windows (a sink or local region longer
- * than the request reserves only the request's); 0: a slot of any length. Any output may be
- * NULL. 0, or QE_EUNSUPPORTED for a window the GPU kernels do not take. */
+ * *fullkv, the bytes that hold n_tokens all at FULL: the floor plus every window past the sink,
+ * per layer (kv_tiered's rule: kv_slot_regions, with the sink in whole windows). n_tokens > 0: a
+ * slot of that many tokens, whose regions hold only its windows (a sink or local region longer
+ * than the request reserves the request's windows, each once: its floor and FullKV bytes are
+ * then its windows at FULL); 0: a slot of any length. Any output may be NULL. 0, or
+ * QE_EUNSUPPORTED for a window the GPU kernels do not take. */
 int kv_gpu_bounds(const kv_geom_t *g, const kv_policy_cfg_t *cfg, long n_tokens, size_t *floor,
                   size_t *min_budget, size_t *fullkv);
 

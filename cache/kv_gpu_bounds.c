@@ -64,17 +64,17 @@ int kv_gpu_bounds(const kv_geom_t *g, const kv_policy_cfg_t *cfg, long n_tokens,
                    "kv_gpu: the GPU cache takes windows of 4, 8 or a multiple of 16 tokens up to "
                    "1024 (--window; got %d)",
                    o);
-  size_t unit = kv_gpu_page_bytes(g, o) + KV_GPU_WIN_META, L = (size_t)g->n_layer;
-  size_t sink = (size_t)(cfg->n_sink + o - 1) / (size_t)o;
-  size_t prot = (size_t)(cfg->n_local + o - 1) / (size_t)o + 1;
-  size_t wins = n_tokens > 0 ? (size_t)((n_tokens + o - 1) / o) : 0;
-  if (n_tokens > 0) { /* a slot of n_tokens holds no more sink or protected windows than that */
-    sink = sink < wins ? sink : wins;
-    prot = prot < wins ? prot : wins;
+  const size_t unit = kv_gpu_page_bytes(g, o) + KV_GPU_WIN_META, L = (size_t)g->n_layer;
+  const long sink_tok = ((long)cfg->n_sink + o - 1) / o * o; /* (whole windows) */
+  size_t sink = (size_t)(sink_tok / o), prot = (size_t)(((long)cfg->n_local + o - 1) / o) + 1;
+  size_t hist = 0;
+  if (n_tokens > 0) { /* kv_tiered's regions of the slot, in the GPU's windows */
+    const kv_slot_regions_t r = kv_slot_regions(n_tokens, sink_tok, cfg->n_local, o);
+    sink = (size_t)((r.sink + o - 1) / o), prot = (size_t)r.prot, hist = (size_t)r.hist;
   }
-  size_t per = (sink + prot) * unit;
+  const size_t per = (sink + prot) * unit;
   if (floor) *floor = per;
   if (min_budget) *min_budget = per * L;
-  if (fullkv) *fullkv = (per + wins * unit) * L;
+  if (fullkv) *fullkv = (per + hist * unit) * L;
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "qe_status.h"
 
 _Static_assert(KV_GPU_GRAPHKV_MAX_M == KC_GRAPHKV_MAX_M, "GraphKV neighbour limits differ");
+_Static_assert(KV_GPU_WIN_META == KVG_META, "kv_gpu_bounds charges other window bookkeeping");
 
 /* ---- sizes and budgets ------------------------------------------------------------------------
  */
@@ -60,16 +61,6 @@ static size_t budget_for(const kv_gpu_t *g, int seq, int capacity) {
 /* ---- slots ------------------------------------------------------------------------------------
  */
 
-/* B_hist of layer l under a slot budget of b bytes (at least the slot's floor, per layer, over
- * the layers): b split evenly over the layers, or by PyramidKV's shares of what exceeds the
- * layers' floors, none past cap (the slot's windows at Full, all a layer can use: a budget that
- * holds every layer's history holds it in every layer, as kv_tiered's layer_budget). */
-static int64_t layer_bhist(const kv_gpu_tier_t *t, size_t b, size_t floor, size_t cap, int l,
-                           int L) {
-  if (!t->cfg.pyramid || L == 1) return (int64_t)(b / (size_t)L - floor);
-  return (int64_t)kv_pyramid_share_capped(b - floor * (size_t)L, cap, l, L);
-}
-
 int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
   kv_gpu_tier_t *t = g->t;
   const int L = g->base.geom.n_layer, S = g->base.geom.max_seqs;
@@ -82,8 +73,11 @@ int kv_gpu__tier_open(kv_gpu_t *g, int seq, int capacity) {
                  b, floor * (size_t)L, capacity);
   if (rc) return rc;
   t->budget[seq] = b, t->pending[seq] = 0;
-  const size_t cap = full / (size_t)L - floor; /* (kv_gpu_bounds: floor + the windows, a layer) */
-  for (int l = 0; l < L; l++) t->h_bhist[(size_t)l * S + seq] = layer_bhist(t, b, floor, cap, l, L);
+  /* B_hist by kv_tiered's rule (kv_layer_hist); pyramid shares capped at the history at FULL,
+     the windows past the sink (kv_gpu_bounds: full is the floor and those, a layer) */
+  const size_t cap = full / (size_t)L - floor;
+  for (int l = 0; l < L; l++)
+    t->h_bhist[(size_t)l * S + seq] = (int64_t)kv_layer_hist(b, floor, cap, t->cfg.pyramid, l, L);
   rc = kc_route_reset_slot(&t->rt, seq, g->stream);
   if (!rc) rc = kv_gpu__stage(g, t->d_bhist.p, t->h_bhist, sizeof(int64_t) * (size_t)L * S);
   return rc;

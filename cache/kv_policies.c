@@ -1,5 +1,6 @@
 /* kv_policies: the policy registry (one line per policy), lookup by name with the
- * "+graphkv" suffix, validation of a policy configuration, and PyramidKV's layer shares. */
+ * "+graphkv" suffix, validation of a policy configuration, PyramidKV's layer shares, and the
+ * slot regions and layer budgets both tiered caches (CPU and GPU) size with. */
 #include <stdint.h>
 #include <string.h>
 
@@ -72,6 +73,20 @@ size_t kv_pyramid_share_capped(size_t spare, size_t cap, int l, int L) {
 
 size_t kv_pyramid_share(size_t spare, int l, int L) {
   return kv_pyramid_share_capped(spare, SIZE_MAX, l, L);
+}
+
+size_t kv_layer_hist(size_t budget, size_t floor, size_t cap, int pyramid, int l, int L) {
+  const size_t even = budget / (size_t)L, all = floor * (size_t)L;
+  if (!pyramid || L <= 1) return even > floor ? even - floor : 0;
+  return kv_pyramid_share_capped(budget > all ? budget - all : 0, cap, l, L);
+}
+
+kv_slot_regions_t kv_slot_regions(long n, long n_sink, long n_local, long omega) {
+  if (n < 0) n = 0;
+  const long sink = n < n_sink ? n : n_sink, past = n - sink, wins = (past + omega - 1) / omega;
+  const long prot = (n_local + omega - 1) / omega + 1;
+  if (past <= n_local) return (kv_slot_regions_t){sink, wins, wins, 0}; /* none can age */
+  return (kv_slot_regions_t){sink, wins, prot < wins ? prot : wins, wins};
 }
 
 kv_policy_cfg_t kv_policy_fit(const kv_policy_cfg_t *cfg, int head_dim) {

@@ -59,6 +59,22 @@ size_t kv_pyramid_share(size_t spare, int l, int L);
  * budget that holds every layer's history holds it in every layer (kv_tiered; the shares of
  * an uncapped split are kv_pyramid_share's to the byte). */
 size_t kv_pyramid_share_capped(size_t spare, size_t cap, int l, int L);
+/* B_hist of layer l of L under a slot budget of `budget` bytes whose every layer holds `floor`
+ * bytes of protected regions: the budget split evenly over the layers less the floor, or with
+ * pyramid PyramidKV's share of what exceeds the layers' floors, none above cap (the bytes the
+ * slot's history takes at Full: kv_pyramid_share_capped). 0 where the floor takes it all. Both
+ * tiered caches (CPU and GPU) size their layers with it. */
+size_t kv_layer_hist(size_t budget, size_t floor, size_t cap, int pyramid, int l, int L);
+/* The regions of a slot of n tokens (n >= 0) laid out as a sink of n_sink tokens then windows of
+ * omega tokens (the GPU cache's sink is rounded up to whole windows first), in the rule both
+ * tiered caches size their bounds with: the sink holds its first min(n_sink, n) tokens; `wins`
+ * windows lie past it; `prot` of them are protected (the local region's windows and one in
+ * flight; every one when their tokens fit the local region, so that none can age); `hist` is
+ * every window past the sink when some can age (what routing may hold at Full), else 0. */
+typedef struct {
+  long sink, wins, prot, hist;
+} kv_slot_regions_t;
+kv_slot_regions_t kv_slot_regions(long n, long n_sink, long n_local, long omega);
 /* Checks a configuration: QE_EINVAL with a detail naming the field (window, bits, q, sink,
  * local, group, graphkv...). */
 int kv_policy_check(const kv_policy_cfg_t *cfg, int head_dim);

@@ -79,14 +79,10 @@ typedef struct {
 } kv_tregions_t;
 
 static kv_tregions_t regions_of(const kv_tiered_t *t, long n) {
-  if (n < 0) n = 0;
-  const long o = t->cfg.omega, sink = n < t->cfg.n_sink ? n : t->cfg.n_sink, hist = n - sink;
-  const size_t unit = t->page_bytes + t->meta_bytes, wins = (size_t)((hist + o - 1) / o);
-  size_t prot = (size_t)((t->cfg.n_local + o - 1) / o + 1); /* (sizes_init's local_reserve) */
-  kv_tregions_t r = {(size_t)sink * 2 * t->row * sizeof(float), 0, wins * unit};
-  if (hist <= t->cfg.n_local) prot = wins, r.hist = 0;
-  r.floor = r.sink + (prot < wins ? prot : wins) * unit;
-  return r;
+  const kv_slot_regions_t w = kv_slot_regions(n, t->cfg.n_sink, t->cfg.n_local, t->cfg.omega);
+  const size_t unit = t->page_bytes + t->meta_bytes;
+  const size_t sink = (size_t)w.sink * 2 * t->row * sizeof(float);
+  return (kv_tregions_t){sink, sink + (size_t)w.prot * unit, (size_t)w.hist * unit};
 }
 
 static size_t fullkv_bytes_of(const kv_tiered_t *t, long n_tokens) {
@@ -209,10 +205,9 @@ void kv_tiered_set_trace(kv_cache_t *kv, kv_trace_fn fn, void *ud) {
 /* Layer l's share of slot s's budget: uniform, or decreasing with depth (pyramid, 1.5x to
  * 0.5x of what exceeds the layers' floors, no layer's share past its history at Full). */
 static size_t layer_budget(const kv_tiered_t *t, const kv_tseq_t *s, int l) {
-  int L = t->base.geom.n_layer;
-  if (!t->cfg.pyramid || L == 1) return s->budget / (size_t)L;
-  size_t hist = regions_of(t, s->capacity).hist;
-  return s->floor + kv_pyramid_share_capped(s->budget - s->floor * (size_t)L, hist, l, L);
+  const size_t hist = regions_of(t, s->capacity).hist; /* (the pyramid's cap) */
+  return s->floor +
+         kv_layer_hist(s->budget, s->floor, hist, t->cfg.pyramid, l, t->base.geom.n_layer);
 }
 
 size_t kv_tiered_win_bytes(const kv_tiered_t *t, const kv_win_t *w) {
@@ -273,6 +268,7 @@ static int tiered_seq_open(kv_cache_t *kv, int seq, int capacity) {
   s->layers = calloc((size_t)kv->geom.n_layer, sizeof *s->layers);
   if (!s->layers) return qe_errf(QE_ENOMEM, "kv_tiered: out of memory");
   kv_tregions_t r = regions_of(t, capacity);
+  t->pending_budget[seq] = 0; /* (for this open only, as kv_gpu's) */
   s->open = 1, s->capacity = capacity, s->budget = budget;
   s->sink_bytes = r.sink, s->floor = r.floor;
   s->st.budget = s->budget;

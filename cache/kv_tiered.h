@@ -48,8 +48,9 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
  * and layer, the policy-independent base of equal-bytes comparisons); a fraction >= 1 means
  * "hold everything at Full" (kv_tiered_fullkv_bytes). Default: fraction 1. */
 void kv_tiered_set_budget_spec(kv_cache_t *kv, double fraction, size_t bytes);
-/* Budget (bytes) the next seq_open of `seq` will use (overrides the spec); seq_open refuses it
- * (QE_EINVAL) below the slot's protected regions for its capacity (kv_tiered_bounds). */
+/* Budget (bytes) the next seq_open of `seq` will use (overrides the spec; 0: the spec); seq_open
+ * refuses it (QE_EINVAL) below the slot's protected regions for its capacity (kv_tiered_bounds)
+ * and keeps it for the next try; an open that succeeds uses it up (later opens take the spec). */
 int kv_tiered_set_budget(kv_cache_t *kv, int seq, size_t budget);
 /* The smallest budget of a slot whose sink and local regions fit its capacity (sink + protected
  * local region, all layers); a shorter slot's regions, and its minimum, hold only its tokens. */

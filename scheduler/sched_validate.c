@@ -261,8 +261,8 @@ static int policy_bounds(sched_t *s, const kv_policy_desc_t *d, long cap, int tp
 }
 
 /* A sink or local region longer than the model's context, refused as generate refuses them (a
- * region longer than the request holds only the request's tokens: kv_tiered_bounds; the GPU
- * cache's kv_gpu_bounds still counts it whole). */
+ * region longer than the request holds only the request's tokens: kv_tiered_bounds, and
+ * kv_gpu_bounds in the GPU's windows). */
 static int check_regions(const Qevict__V1__Policy *p, long ctx, sval_err_t *e) {
   if (p && p->sink_opt_case == PP(SINK_OPT_SINK) && (long)p->sink > ctx)
     return bad(e, SVAL_INVALID, "policy.sink: %u tokens exceeds the model context (%ld)", p->sink,

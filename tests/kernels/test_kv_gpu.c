@@ -22,6 +22,9 @@
  * - SnapKV on the device: kc_route_add_masses' pooled window scores bit for bit against
  *   kv_tiered_attn.c's pool_masses rule; every tiered case's layer budgets within the slot's
  *   budget (even over the layers, or 3:1 with pyramid budgets on two layers);
+ * - slots at their FullKV budget (check_fullkv_slot): kv_gpu_bounds' FullKV bytes equal the
+ *   slot's windows counted once by kv_tiered's rule (sink rounded up to whole windows), every
+ *   layer's B_hist holds the windows past the sink (pyramidkv too), and nothing leaves FULL;
  * - kv_gpu_pool_usage: FullKV counts the pages open slots hold and their peak; tiered counts the
  *   held FULL pages and slabs with a held ledger (as the device state says after every step), a
  *   peak that never falls and bounds it, and nothing in use once every slot is closed.
@@ -1334,27 +1337,51 @@ static void check_onset(double frac, int steps) {
   kv_cache_destroy(kv);
 }
 
-/* A sink (or local region) longer than the slot: the slot opens with the budget of its own
- * tokens (kv_gpu_bounds at its capacity; the whole regions' minimum had refused it), holds
- * every token at FULL within that budget, and attends as the FullKV cache does. */
-static void check_short_regions(int sink, int local) {
-  enum { S = 2, C = 100, P = 90 };
+/* A slot's FullKV bytes by kv_tiered's rule in the GPU's windows (the sink rounded up to whole
+ * windows), computed here apart from kv_gpu_bounds: the sink's windows, the protected ones (the
+ * local region's and one in flight; every window past the sink when none can age) and the
+ * windows past the sink that can age, each a FULL page and its bookkeeping, every window once. */
+static size_t fullkv_want(const kv_geom_t *ge, const kv_policy_cfg_t *c, long n) {
+  const long o = c->omega, sink_tok = (c->n_sink + o - 1) / o * o,
+             sink = n < sink_tok ? n : sink_tok;
+  const long sw = (sink + o - 1) / o, past = n - sink, wins = (past + o - 1) / o;
+  const long prot = (c->n_local + o - 1) / o + 1, ages = past > c->n_local;
+  const long per = sw + (ages ? (prot < wins ? prot : wins) + wins : wins);
+  return (size_t)per * (kv_gpu_page_bytes(ge, (int)o) + KVG_META) * (size_t)ge->n_layer;
+}
+
+/* A slot at its FullKV budget (fullkv_want at its capacity, which kv_gpu_bounds must give): every
+ * token stays FULL within the budget, attended as the FullKV cache does, and every layer's B_hist
+ * holds its windows past the sink (PyramidKV's shares capped at them). With a sink or local region
+ * longer than the slot the budget is the slot's windows; the whole regions' minimum had refused
+ * it, then the sink and local windows had been counted each up to all of the slot's windows, and
+ * the sink's windows twice in FullKV (budgets above it; pyramid's cap above the history, so at
+ * this budget the deeper layers evicted). P prompt tokens, then decode to C. */
+static void check_fullkv_slot(const char *policy, int omega, int sink, int local, int P, int C) {
+  enum { S = 2 };
   kv_geom_t ge = {4, 8, 2, 128, S};
   kern_rope_t rope = {KERN_ROPE_NORM, 128, 500000.0f, 1.0f, NULL, 0.0f, 1.0f, 32.0f, 1.0f, 0};
   kv_policy_desc_t d;
-  CHECK_OK(kv_policy_find("qevict", &d));
+  CHECK_OK(kv_policy_find(policy, &d));
+  if (omega) d.cfg.omega = omega;
   d.cfg.n_sink = sink, d.cfg.n_local = local;
-  size_t full = 0;
-  CHECK_OK(kv_gpu_bounds(&ge, &d.cfg, C, NULL, NULL, &full));
+  size_t full = 0, floor = 0;
+  const size_t want = fullkv_want(&ge, &d.cfg, C);
+  CHECK_OK(kv_gpu_bounds(&ge, &d.cfg, C, &floor, NULL, &full));
   kv_cache_t *kv = NULL, *ref = NULL;
   CHECK_OK(kv_gpu_create_tiered(g_gpu, &ge, &rope, &d.cfg, C, S, 1.0, 0, &kv));
   CHECK_OK(
       kv_gpu_create(g_gpu, &ge, KV_GPU_OMEGA, C, kv_gpu_pool_bytes(&ge, KV_GPU_OMEGA, S, C), &ref));
   if (!kv || !ref) return;
+  kv_gpu_t *g = (kv_gpu_t *)kv;
+  const int o = g->omega, sw = (sink + o - 1) / o, wins = (C + o - 1) / o;
+  const int64_t hist = (int64_t)(want / (size_t)ge.n_layer) - (int64_t)floor;
+  int short_layers = 0;
   for (int s = 0; s < S; s++) {
-    CHECK_OK(kv_gpu_set_budget(kv, s, full));
+    CHECK_OK(kv_gpu_set_budget(kv, s, want));
     CHECK_OK(kv->ops->seq_open(kv, s, C));
     CHECK_OK(ref->ops->seq_open(ref, s, C));
+    for (int l = 0; l < ge.n_layer; l++) short_layers += bhist(g, l, s) < hist;
   }
   const int nq = ge.n_head * ge.head_dim, row = ge.n_kv_head * ge.head_dim;
   float *q = randv((size_t)S * C * nq), *k = randv((size_t)S * C * row);
@@ -1395,9 +1422,12 @@ static void check_short_regions(int sink, int local) {
     over += st.bytes > st.budget, faults |= st.err_flags, lost += st.windows[1] + st.windows[2];
   }
   fprintf(stderr,
-          "kv_gpu short slot (sink %d, local %d; %d tokens under a %zu-byte budget): normalized "
+          "kv_gpu slot at FullKV (%s, window %d, sink %d, local %d; %d tokens, %d windows, %d in "
+          "the sink): FullKV %zu bytes (want %zu), layers short of their history %d, normalized "
           "error against FullKV %.2e, err flags %d, slots over budget %d, windows not FULL %d\n",
-          sink, local, C, full, err, faults, over, lost);
+          policy, o, sink, local, C, wins, sw < wins ? sw : wins, full, want, short_layers, err,
+          faults, over, lost);
+  CHECK(full == want && short_layers == 0);
   CHECK(err < 1e-2 && faults == 0 && over == 0 && lost == 0);
   kern_free(g_gpu, dq), kern_free(g_gpu, dk), kern_free(g_gpu, o1), kern_free(g_gpu, o2);
   free(q), free(k), free(h1), free(h2);
@@ -1439,8 +1469,10 @@ int main(int argc, char **argv) {
   if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.15, 60, 0);
   if (!small) check_tiered("qevict+graphkv", ABS, 8, 2, 128, 0.3, 80, 0);
   check_onset(0.2, small ? 16 : 64);
-  check_short_regions(4096, 32);
-  check_short_regions(5, 4096);
+  check_fullkv_slot("qevict", 0, 4096, 32, 90, 100); /* regions longer than the slot */
+  check_fullkv_slot("qevict", 0, 5, 4096, 90, 100);
+  check_fullkv_slot("qevict", 0, 5, 32, 90, 100);      /* windows age: the sink's window once */
+  check_fullkv_slot("pyramidkv", 8, 64, 32, 290, 300); /* 8 sink windows: the deeper layers */
   if (!small) check_onset(0.5, 500);
   check_observers("qevict", 0.3f);
   if (!small) check_observers("kivi", -1), check_observers("streaming", -1);

@@ -82,6 +82,15 @@ static void check_pyramid_shares(void) {
     CHECK(kv_pyramid_share_capped(4 * cap, cap, l, 4) == cap);
     CHECK(kv_pyramid_share_capped(cap, SIZE_MAX, l, 4) == kv_pyramid_share(cap, l, 4));
   }
+  /* kv_layer_hist, the layers' B_hist of both caches: even (the budget's share less the floor),
+     or the capped pyramid shares of what exceeds the floors; 0 where the floor takes it all */
+  for (int l = 0; l < 4; l++) {
+    CHECK(kv_layer_hist(4003, 300, cap, 0, l, 4) == 700);
+    CHECK(kv_layer_hist(4003, 300, 500, 1, l, 4) == kv_pyramid_share_capped(2803, 500, l, 4));
+    CHECK(kv_layer_hist(1000, 300, cap, 0, l, 4) == 0 &&
+          kv_layer_hist(1000, 300, cap, 1, l, 4) == 0);
+  }
+  CHECK(kv_layer_hist(4003, 300, 500, 1, 0, 1) == 3703); /* one layer: the budget less its floor */
 }
 
 /* ---- policies on a random model ---------------------------------------------------------- */
@@ -591,6 +600,35 @@ static void check_short_slot(kern_backend_t *be) {
   kv_cache_destroy(kv);
 }
 
+/* kv_tiered_set_budget is for the next open only (as kv_gpu_set_budget): an open that succeeds
+ * uses it up, one refused keeps it; later opens take the budget spec (here its fraction 1: the
+ * slot's FullKV bytes). It had stayed for every later open of the slot. */
+static void check_budget_once(kern_backend_t *be) {
+  kv_geom_t g = {2, 4, 2, 16, 1};
+  kern_rope_t r = {KERN_ROPE_NORM, 16, 10000, 1, NULL, 0, 1, 32, 1, 512};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  kv_cache_t *kv = NULL;
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  if (!kv) return;
+  const size_t min = kv_tiered_fullkv_bytes(kv, 100) / 2, full = kv_tiered_fullkv_bytes(kv, 100);
+  kv_mem_stats_t st;
+  CHECK_OK(kv_tiered_set_budget(kv, 0, 1));
+  CHECK(kv->ops->seq_open(kv, 0, 100) == QE_EINVAL); /* below the minimum: kept for a retry */
+  CHECK(kv->ops->seq_open(kv, 0, 100) == QE_EINVAL);
+  CHECK_OK(kv_tiered_set_budget(kv, 0, min));
+  CHECK_OK(kv->ops->seq_open(kv, 0, 100));
+  kv_tiered_stats(kv, 0, &st);
+  CHECK(st.budget == min);
+  kv->ops->seq_close(kv, 0);
+  CHECK_OK(kv->ops->seq_open(kv, 0, 100));
+  kv_tiered_stats(kv, 0, &st);
+  fprintf(stderr, "a slot's second open after kv_tiered_set_budget(%zu): budget %zu (spec %zu)\n",
+          min, st.budget, full);
+  CHECK(st.budget == full);
+  kv_cache_destroy(kv);
+}
+
 /* A sink or local region past the request (NP + ND tokens) at 100%: FullKV's logits, bit for
  * bit, under a budget of what the tokens take (the sink's rows; or the sink's and windows'). */
 static void check_long_regions(world_t *wd) {
@@ -637,6 +675,7 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   if (full_checks) check_knorm_graphkv(wd.be);
   if (full_checks) check_key_frames(wd.be);
   if (full_checks) check_short_slot(wd.be);
+  if (full_checks) check_budget_once(wd.be);
   if (wd.m && full_checks) {
     check_rope_roundtrip(&wd);
     check_bad_config(&wd);
@@ -664,20 +703,52 @@ static void check_gpu_bounds(void) {
   CHECK_OK(kv_gpu_bounds(&g, &d.cfg, 1000, &floor_b, &min_b, &full));
   CHECK(floor_b == (1 + 4 + 1) * unit); /* sink: 1 window; local: 4 + 1 in flight */
   CHECK(min_b == floor_b * 32);
-  CHECK(full == (floor_b + 125 * unit) * 32);
-  /* a sink or local region longer than the request: only the request's windows (a 2-token
-     request under sink 8,192 had reserved 1,024 sink windows a layer, 34 MB in all) */
+  CHECK(full == (floor_b + 124 * unit) * 32); /* the 124 windows past the sink (not 125) */
+  /* a sink or local region longer than the request: only the request's windows, each once (a
+     2-token request under sink 8,192 had reserved 1,024 sink windows a layer, 34 MB in all;
+     then 2 windows a layer, FullKV 3, for its one window) */
   kv_policy_cfg_t c = d.cfg;
   c.n_sink = 8192;
   CHECK_OK(kv_gpu_bounds(&g, &c, 2, &floor_b, &min_b, &full));
-  CHECK(floor_b == 2 * unit && min_b == floor_b * 32 && full == 3 * unit * 32);
+  CHECK(floor_b == unit && min_b == floor_b * 32 && full == unit * 32);
   c.n_sink = 5, c.n_local = 8192;
-  CHECK_OK(kv_gpu_bounds(&g, &c, 100, &floor_b, NULL, NULL));
-  CHECK(floor_b == (1 + 13) * unit); /* local: the request's 13 windows, not 1,024 + 1 */
+  CHECK_OK(kv_gpu_bounds(&g, &c, 100, &floor_b, NULL, &full));
+  CHECK(floor_b == 13 * unit && full == 13 * unit * 32);    /* the request's 13 windows */
   CHECK_OK(kv_gpu_bounds(&g, &c, 0, &floor_b, NULL, NULL)); /* any length: the whole regions */
   CHECK(floor_b == (1 + 1024 + 1) * unit);
   d.cfg.omega = 1; /* h2o's token-level default */
   CHECK(kv_gpu_bounds(&g, &d.cfg, 1000, NULL, &min_b, &full) == QE_EUNSUPPORTED);
+}
+
+/* The 2026-12-06 GPU audit: kv_gpu_bounds counted the sink's windows twice in FullKV (in the
+ * floor and again among the slot's windows) and, for a slot shorter than its regions, capped the
+ * sink and the local windows each at the slot's windows (a 1-window request: floor 2 windows,
+ * FullKV 3). With a sink of whole windows both caches lay a slot out alike, so their bounds must
+ * count the same windows: the GPU's less its sink windows equal the CPU's less its sink bytes, in
+ * each cache's window units, for every length, sink and local region (qevict, window 8). */
+static void check_gpu_bounds_rule(void) {
+  kv_geom_t g = {2, 4, 2, 64, 1};
+  kv_policy_desc_t d;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  const size_t gu = kv_gpu_page_bytes(&g, 8) + KV_GPU_WIN_META, tok = 2 * 2 * 64 * sizeof(float);
+  const size_t cu = 8 * tok + 12, L = 2; /* the CPU's window: page and meta */
+  static const int sinks[] = {0, 8, 16, 4096}, locals[] = {0, 5, 32, 4096};
+  int bad = 0, cases = 0;
+  for (int si = 0; si < 4; si++)
+    for (int li = 0; li < 4; li++)
+      for (long n = 1; n <= 300; n++, cases++) {
+        d.cfg.n_sink = sinks[si], d.cfg.n_local = locals[li];
+        size_t gf = 0, gfull = 0, cmin = 0, cfull = 0;
+        CHECK_OK(kv_gpu_bounds(&g, &d.cfg, n, &gf, NULL, &gfull));
+        CHECK_OK(kv_tiered_bounds(&g, &d.cfg, n, &cmin, &cfull));
+        const size_t sink = (size_t)(n < sinks[si] ? n : sinks[si]), sw = (sink + 7) / 8;
+        const size_t cf = cmin / L - sink * tok, cw = cfull / L - sink * tok;
+        bad += gf / gu - sw != cf / cu || gfull / L / gu - sw != cw / cu;
+        bad += gf % gu != 0 || cf % cu != 0 || gfull / L % gu != 0 || cw % cu != 0;
+      }
+  fprintf(stderr, "kv_gpu_bounds against kv_tiered_bounds, window for window: %d of %d differ\n",
+          bad, cases);
+  CHECK(bad == 0);
 }
 
 /* Which policies the GPU cache runs, and the request field each refusal names. */
@@ -738,6 +809,7 @@ int main(void) {
   check_pyramid_shares();
   check_short_bounds();
   check_gpu_bounds();
+  check_gpu_bounds_rule();
   check_gpu_policies();
   rand_model_spec_t llama_gqa = {1, 0 /* F32 */, 8, 2, 0, 2, 21};
   rand_model_spec_t qwen_mha = {2, 8 /* Q8_0 */, 8, 8, 1, 2, 5};
