@@ -1449,8 +1449,8 @@ int main(int argc, char **argv) {
   const int POS = KV_KEY_FRAME_POS, ABS = KV_KEY_FRAME_ABS;
   check_tiered("qevict", POS, 8, 2, 128, 0.3, small ? 12 : 80, 0);
   check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 0);
-  if (!small) check_tiered("qevict", POS, 9, 3, 64, 0.15, 60, 0);
-  if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.15, 60, 0);
+  if (!small) check_tiered("qevict", POS, 9, 3, 64, 0.2, 60, 0);
+  if (!small) check_tiered("qevict", ABS, 9, 3, 64, 0.2, 60, 0);
   if (!small) check_tiered("kivi", POS, 8, 2, 128, 0.25, 80, 0);
   /* windows of 4: post-RoPE keys (the kernel's PK 4 tiles), and h2o's FULL-only routing */
   check_tiered("qevict", ABS, 8, 2, 128, 0.3, small ? 12 : 80, 4);
@@ -1466,7 +1466,7 @@ int main(int argc, char **argv) {
   check_mean_keys(KERN_ROPE_NORM, 1);
   if (!small) check_mean_keys(KERN_ROPE_NEOX, 0), check_mean_keys(KERN_ROPE_NEOX, 1);
   check_tiered("qevict+graphkv", POS, 8, 2, 128, 0.3, small ? 12 : 80, 0);
-  if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.15, 60, 0);
+  if (!small) check_tiered("qevict+graphkv", POS, 9, 3, 64, 0.2, 60, 0);
   if (!small) check_tiered("qevict+graphkv", ABS, 8, 2, 128, 0.3, 80, 0);
   check_onset(0.2, small ? 16 : 64);
   check_fullkv_slot("qevict", 0, 4096, 32, 90, 100); /* regions longer than the slot */
