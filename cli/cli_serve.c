@@ -376,7 +376,7 @@ int cli_worker(int argc, char **argv) {
     return cli_usage_error("worker", "--scheduler: %s", qe_errmsg());
   if (!o.w.threads) o.w.threads = default_threads(o.w.tp);
   rc = wrk_run(&o.w);
-  return rc ? cli_fail("worker", rc) : 0;
+  return rc < 0 ? cli_fail("worker", rc) : rc; /* (WRK_EXIT_RESTART, or 0) */
 }
 
 /* ---- serve: the supervisor ---- */
@@ -483,9 +483,16 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   return a;
 }
 
+/* Whether a child's exit status says it failed to start: an exit code other than 0 (a worker
+ * that stopped in its grace exits 0) and WRK_EXIT_RESTART (a worker whose engine ran and then
+ * stopped: a TP peer killed within 3 s of the start had made its peers stop everything). */
+static int start_failure(int status) {
+  return WIFEXITED(status) && WEXITSTATUS(status) && WEXITSTATUS(status) != WRK_EXIT_RESTART;
+}
+
 /* Waits for children; restarts the ones that die (at most once a second each). A child that
- * fails (exit code, not a signal) within 3 s of its first start is a configuration error (a
- * port in use, an unreadable model): everything stops and *failed is set. */
+ * fails (start_failure) within 3 s of its first start is a configuration error (a port in use,
+ * an unreadable model): everything stops and *failed is set. */
 static void supervise(child_t *ch, int n, int *failed) {
   while (!g_stop) {
     int status;
@@ -499,8 +506,7 @@ static void supervise(child_t *ch, int n, int *failed) {
       if (ch[i].pid != pid) continue;
       const int quick = time(NULL) - ch[i].started < SERVE_QUICK_S;
       ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
-      /* (a failure: an exit status other than 0; a worker that stopped in its grace exits 0) */
-      const int first = ch[i].restarts == 0 && quick && WIFEXITED(status) && WEXITSTATUS(status);
+      const int first = ch[i].restarts == 0 && quick && start_failure(status);
       const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
       char why[96]; /* (one fprintf: the children share this stderr) */
       if (first)

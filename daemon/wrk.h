@@ -28,7 +28,7 @@ typedef struct {
   unsigned shutdown_grace_s;
   /* The engine thread silent this long (a step, or a follower's wait for rank 0, that does not
    * come back: a hung GPU or collective, a stopped peer rank): the worker exits with status
-   * WRK_EXIT_STUCK for its supervisor to restart it. 0: never; negative (default): 300 s on a
+   * WRK_EXIT_RESTART for its supervisor to restart it. 0: never; negative (default): 300 s on a
    * GPU, never on the CPU (a long prompt's single pass there may take minutes). */
   int step_timeout_s;
   /* CUDA GPU of rank 0 of the group: rank r runs on GPU (device + r) mod the GPU count, with
@@ -45,15 +45,18 @@ typedef struct {
   const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 } wrk_config_t;
 
-/* The exit status of a worker whose engine stopped answering (step_timeout_s). */
-#define WRK_EXIT_STUCK 70
+/* The exit status of a worker whose engine stopped after its start: silent past step_timeout_s,
+ * or failed (a peer rank lost, a broken collective, a failed step): for its supervisor to
+ * restart it (`qevict serve` never takes it for a failure to start). */
+#define WRK_EXIT_RESTART 70
 
 void wrk_config_init(wrk_config_t *c);
 
-/* Runs the worker until SIGINT/SIGTERM/SIGHUP and its shutdown grace (0) or a fatal error (a
- * negative QE_E* with a detail: model load, the device, a broken TP group). A lost scheduler
- * connection cancels the running requests and reconnects. Installs signal handlers; once per
- * process. */
+/* Runs the worker until SIGINT/SIGTERM/SIGHUP and its shutdown grace (0) or a fatal error: a
+ * negative QE_E* with a detail before the engine started (model load, the device, the TP group's
+ * join), WRK_EXIT_RESTART once its engine stopped on an error (logged: a broken TP group). A lost
+ * scheduler connection cancels the running requests and reconnects. Installs signal handlers; once
+ * per process. */
 int wrk_run(const wrk_config_t *c);
 
 #endif

@@ -347,9 +347,9 @@ static void on_watch(uv_timer_t *t) {
          "wrk: %s: the engine has not come back for %llu s (a hung GPU or collective, or a "
          "stopped peer rank; --step-timeout %u): exiting with status %d for a supervisor to "
          "restart this worker",
-         w->name, (unsigned long long)((now - beat) / 1000u), limit, WRK_EXIT_STUCK);
+         w->name, (unsigned long long)((now - beat) / 1000u), limit, WRK_EXIT_RESTART);
   fflush(NULL);
-  _exit(WRK_EXIT_STUCK);
+  _exit(WRK_EXIT_RESTART);
 }
 
 static void default_name(wrk_t *w) {
@@ -452,5 +452,10 @@ int wrk_run(const wrk_config_t *c) {
     free(w);
   } else
     qe_log(QE_LOG_INFO, "wrk: the engine thread still waits for rank 0; exiting around it");
-  return fatal ? qe_errf(fatal, "the engine stopped (see the log)") : 0;
+  if (fatal) /* (a runtime failure: its status tells a supervisor it started, unlike a load's) */
+    qe_log(QE_LOG_ERROR,
+           "wrk: the engine stopped; exiting with status %d for a supervisor to "
+           "restart this worker",
+           WRK_EXIT_RESTART);
+  return fatal ? WRK_EXIT_RESTART : 0;
 }

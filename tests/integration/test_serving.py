@@ -1709,6 +1709,59 @@ def test_stuck_rank():
         print(srv.tail(6000))
 
 
+def rank_pids(srv, group):
+    """{rank: pid} of a group's worker processes (their --rank argument)."""
+    ranks = {}
+    for pid in srv.worker_pids(group):
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            args = f.read().split(b"\0")
+        ranks[int(args[args.index(b"--rank") + 1])] = pid
+    return ranks
+
+
+def test_rank_killed_early():
+    """A TP rank killed within 3 s of serve's start (its first streams running): its peers' engines
+    stop on the broken collective and they exit, which serve took for a failure to start (an exit
+    code within 3 s of the first start) and stopped everything, every request UNAVAILABLE. They
+    now exit 70 (restart me, as a stuck engine), serve restarts the group and the requests resume
+    and finish all their tokens."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-early"), workers=1,
+                         extra=["--tp", "2", "--threads", "1"])
+    srv.start()
+    failed = C.failed
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "early", 1 << 30).api_key)
+    evs = []
+
+    def run():
+        try:
+            evs.extend(cl.gen.Generate(cl.request(PROMPTS[0], 1500, ignore_eos=True),
+                                       metadata=cl.md, timeout=300))
+        except grpc.RpcError as e:
+            evs.append(e)
+    th = threading.Thread(target=run)
+    th.start()
+    deadline = time.time() + 60
+    while not any(e.HasField("tokens") for e in list(evs) if not isinstance(e, Exception)) \
+            and time.time() < deadline:
+        time.sleep(0.005)
+    ranks = rank_pids(srv, "g0")
+    with open("/proc/uptime") as f, open("/proc/%d/stat" % ranks[1]) as g:
+        age = float(f.read().split()[0]) - int(g.read().rsplit(")", 1)[1].split()[19]) / 100.0
+    os.kill(ranks[1], signal.SIGKILL)
+    th.join(300)
+    fin = finished_of([e for e in evs if not isinstance(e, Exception)])
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and
+         fin.usage.completion_tokens == 1500 and srv.proc.poll() is None,
+         "rank 1 killed %.1f s after its start: the group restarted, the request finished all "
+         "1500 tokens and serve runs on (%s)" % (age, fin if fin is not None else evs[-1:]))
+    C.ok("failed at start" not in srv.tail(1 << 16), "serve took no peer's exit for a failure "
+         "to start")
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def test_many_policies():
     """More distinct policy configurations at once than a worker keeps caches for (16): the
     starts beyond them wait for one to end, then run (they had failed once started)."""
@@ -1860,6 +1913,7 @@ def main():
     test_two_signals()
     test_tp()
     test_stuck_rank()
+    test_rank_killed_early()
     test_many_policies()
     test_fair_dispatch()
     test_reconnect_counters()
