@@ -168,6 +168,29 @@ static int make_full(kern_backend_t *be, const kv_geom_t *g, int capacity, kv_ca
   return kv_full_create(be, g, out);
 }
 
+/* A --budget in bytes under tensor parallelism: this rank's share (by its KV heads) must hold its
+ * slot's protected regions (the check a slot's open makes, in the request's terms: the open
+ * named the rank's share and the rank's minimum). 0, or QE_EINVAL naming --budget and the
+ * least whole budget this rank takes. */
+static int check_share(const cli_policy_t *p, kern_backend_t *be, const model_t *m,
+                       const kv_geom_t *g, const kv_policy_cfg_t *cfg, int capacity, size_t share) {
+  const model_shard_t *sh = model_shard(m);
+  size_t min = 0, full = 0;
+  if (!p->bytes || sh->size < 2) return 0;
+  int rc = kv_tiered_bounds(g, cfg, capacity, &min, &full);
+#ifdef QE_HAVE_KV_GPU
+  if (!be->ops->host_memory) rc = kv_gpu_bounds(g, cfg, capacity, NULL, &min, NULL);
+#else
+  (void)be;
+#endif
+  if (rc || share >= min) return rc;
+  return qe_errf(QE_EINVAL,
+                 "--budget %zu bytes at --tp %d gives rank %d %zu bytes (its %d of %d KV heads), "
+                 "below its protected regions' %zu bytes for %d tokens: give at least %llu bytes",
+                 p->bytes, sh->size, sh->rank, share, sh->n_kv, model_hparams(m)->n_head_kv, min,
+                 capacity, (unsigned long long)model_kv_whole(model_hparams(m), sh, min));
+}
+
 int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m, int n_seqs,
                           int capacity, FILE *trace_out, kv_cache_t **out) {
   kv_policy_desc_t d;
@@ -178,6 +201,8 @@ int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model
   /* (a byte budget is the whole sequence's: this rank's share, by its KV heads, as the
      daemon's workers split it) */
   const size_t share = (size_t)model_kv_share(model_hparams(m), model_shard(m), p->bytes);
+  rc = check_share(p, be, m, &g, &d.cfg, capacity, share);
+  if (rc) return rc;
 #ifdef QE_HAVE_KV_GPU
   if (!be->ops->host_memory) /* the GPU's tiered cache: routing on the device */
     return kv_gpu_create_tiered(be, &g, &model_hparams(m)->rope, &d.cfg, capacity, n_seqs, p->frac,

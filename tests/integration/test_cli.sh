@@ -266,6 +266,14 @@ for ov in "-n|+5" "-n| 5" "--max-batch|+512" "--threads|+1" "--seed|+3" "--top-p
   grep -qF -- "bad value '${ov#*|}' for ${ov%|*}" "$TMP/err" ||
     bad "${ov%|*} '${ov#*|}': $(cat "$TMP/err")"
 done
+# a --budget in bytes too small for a rank's share under --tp names the whole budget it takes
+# (it named rank 0's share and that rank's minimum: "budget 3675 bytes is below ... 4220")
+expect_error "--budget 16879 at --tp 3" "$QEVICT" generate --model "$STORIES" \
+  --prompt "Once upon a time" -n 8 --tp 3 --policy qevict --budget 16879
+grep -qF -- "--budget 16879 bytes at --tp 3 gives rank 0 4219 bytes" "$TMP/err" &&
+  grep -qF -- "give at least 16880 bytes" "$TMP/err" || bad "--budget at --tp 3: $(cat "$TMP/err")"
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a time" -n 8 --tp 3 --policy qevict \
+  --budget 16880 >/dev/null 2>"$TMP/err" || bad "--budget 16880 at --tp 3: $(cat "$TMP/err")"
 # a failure every rank shares is one line (rank 0's), not one a rank
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect_error "--device 0 --tp 2 without a GPU" "$QEVICT" "${G[@]}" --device 0 --tp 2
