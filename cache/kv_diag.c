@@ -113,16 +113,28 @@ static void mean_add(kv_mean_t *m, double v) {
 
 static double mean_of(const kv_mean_t *m) { return m->n ? m->sum / (double)m->n : NAN; }
 
+/* Windows that were complete at the routing event ev: all but the last when the shadow's next
+ * step s (the first after the event) still has no window past ev's, i.e. when the tokens after
+ * the event join ev's last window (a prefill event, or a local region that is not whole
+ * windows). That window is local (Full, never missed), and its mass cannot be split between
+ * the states of the event and later ones, so FMM leaves it out of its denominator. */
+static int wins_at_event(const kv_drec_t *ev, const kv_drec_t *s) {
+  return s->n_wins > ev->n_wins || !ev->n_wins ? ev->n_wins : ev->n_wins - 1;
+}
+
 /* FMM of one routing event against the shadow's next `horizon` steps (int2_missed: INT2
- * windows count as missed). */
+ * windows count as missed): the FullKV mass on states existing at the event (the sink and the
+ * windows then complete) that falls on windows then missed, over all of it. */
 static void fmm_event_x(const kv_diag_t *d, const kv_dlist_t *sh, const kv_drec_t *ev,
                         int int2_missed, kv_mean_t *m) {
   double miss = 0, all = 0;
+  int n_old = -1;
   for (int len = ev->len + 1; len <= ev->len + d->horizon; len++) {
     const kv_drec_t *s = at_len(sh, len);
     if (!s) continue;
+    if (n_old < 0) n_old = wins_at_event(ev, s);
     all += s->sink;
-    for (int w = 0; w < ev->n_wins && w < s->n_wins; w++) {
+    for (int w = 0; w < n_old && w < s->n_wins; w++) {
       all += s->mass[w];
       if (ev->tier[w] == KV_TIER_EVICTED || (int2_missed && ev->tier[w] == KV_TIER_INT2))
         miss += s->mass[w];
