@@ -151,9 +151,12 @@ static int is_full_aged(const kv_drec_t *r, int w) {
   return w < r->n_aged && r->tier[w] == KV_TIER_FULL;
 }
 
+/* Churn between consecutive events a, b over the windows aged at both: a window that left the
+ * local region between them (the recent region's deterministic slide, which seed 000's 3.5
+ * excludes) is not compared, so a policy under no pressure churns 0. */
 static void churn_pair(const kv_drec_t *a, const kv_drec_t *b, kv_mean_t *m) {
   long inter = 0, uni = 0;
-  int n = a->n_wins > b->n_wins ? a->n_wins : b->n_wins;
+  const int n = a->n_aged < b->n_aged ? a->n_aged : b->n_aged;
   for (int w = 0; w < n; w++) {
     int x = w < a->n_wins && is_full_aged(a, w), y = w < b->n_wins && is_full_aged(b, w);
     inter += x && y, uni += x || y;

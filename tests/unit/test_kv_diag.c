@@ -92,6 +92,28 @@ static void check_partial_window(void) {
   kv_diag_destroy(d);
 }
 
+/* A policy routing event of n windows, the first `aged` of them aged. */
+static void route_aged(kv_diag_t *d, int len, int n, int aged, const int *tier) {
+  kv_obs_t o = {KV_OBS_ROUTE, 0, 0, len, 0, n, aged, NULL, 0, tier};
+  kv_diag_observe_policy(d, &o);
+}
+
+/* Churn compares the windows aged at both events: one that ages between them (the recent
+ * region's slide) is not a change of the retained set (it was: 1 - 2/3 with nothing evicted). */
+static void check_churn_slide(void) {
+  kv_diag_t *d = NULL;
+  CHECK_OK(kv_diag_create(1, 2, 1, &d));
+  const int t1[4] = {F, F, F, F}, t2[4] = {E, F, F, F};
+  route_aged(d, 10, 3, 2, t1), route_aged(d, 14, 4, 3, t1); /* w2 ages, stays Full: 0 */
+  route_aged(d, 18, 4, 4, t2);                              /* w0 evicted: {0,1,2} -> {1,2} */
+  kv_diag_result_t r;
+  CHECK_OK(kv_diag_compute(d, &r));
+  fprintf(stderr, "churn over the local region's slide: %g (want %g)\n", r.churn,
+          (0 + 1.0 / 3) / 2);
+  CHECK(near(r.churn, (0.0 + 1.0 / 3) / 2));
+  kv_diag_destroy(d);
+}
+
 int main(void) {
   kv_diag_t *d = NULL;
   CHECK_OK(kv_diag_create(1, 2, 1, &d));
@@ -121,5 +143,6 @@ int main(void) {
   kv_diag_destroy(d);
   check_steps();
   check_partial_window();
+  check_churn_slide();
   return tu_done("test_kv_diag");
 }
