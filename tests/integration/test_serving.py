@@ -1658,6 +1658,36 @@ def test_tp():
         print(srv.tail(6000))
 
 
+def rank_pids(srv, group):
+    """{rank: pid} of a group's worker processes (their --rank argument)."""
+    ranks = {}
+    for pid in srv.worker_pids(group):
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            args = f.read().split(b"\0")
+        ranks[int(args[args.index(b"--rank") + 1])] = pid
+    return ranks
+
+
+def long_request(cl, n_new, poll):
+    """One Generate of n_new tokens in a thread, its events (or the error) into the list
+    returned with the thread, once its first tokens came (or after 60 s)."""
+    evs = []
+
+    def run():
+        try:
+            evs.extend(cl.gen.Generate(cl.request(PROMPTS[0], n_new, ignore_eos=True),
+                                       metadata=cl.md, timeout=300))
+        except grpc.RpcError as e:
+            evs.append(e)
+    th = threading.Thread(target=run)
+    th.start()
+    deadline = time.time() + 60
+    while not any(e.HasField("tokens") for e in list(evs) if not isinstance(e, Exception)) \
+            and time.time() < deadline:
+        time.sleep(poll)
+    return th, evs
+
+
 def test_stuck_rank():
     """A TP group whose rank 1 stops answering mid-request (SIGSTOP): rank 0's engine waits in
     the collective, which no timeout of the scheduler's ends, so after --step-timeout its worker
@@ -1670,25 +1700,8 @@ def test_stuck_rank():
     failed = C.failed
     admin = Client(srv.addr, srv.admin_key())
     cl = Client(srv.addr, set_tenant(admin, "stuck", 1 << 30).api_key)
-    evs = []
-
-    def run():
-        try:
-            evs.extend(cl.gen.Generate(cl.request(PROMPTS[0], 1900, ignore_eos=True),
-                                       metadata=cl.md, timeout=300))
-        except grpc.RpcError as e:
-            evs.append(e)
-    th = threading.Thread(target=run)
-    th.start()
-    deadline = time.time() + 60
-    while not any(e.HasField("tokens") for e in list(evs) if not isinstance(e, Exception)) \
-            and time.time() < deadline:
-        time.sleep(0.01)
-    ranks = {}
-    for pid in srv.worker_pids("g0"):
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            args = f.read().split(b"\0")
-        ranks[int(args[args.index(b"--rank") + 1])] = pid
+    th, evs = long_request(cl, 1900, 0.01)
+    ranks = rank_pids(srv, "g0")
     os.kill(ranks[1], signal.SIGSTOP)
     t0, deadline = time.time(), time.time() + 30
     while "has not come back" not in srv.tail(1 << 16) and time.time() < deadline:
@@ -1709,16 +1722,6 @@ def test_stuck_rank():
         print(srv.tail(6000))
 
 
-def rank_pids(srv, group):
-    """{rank: pid} of a group's worker processes (their --rank argument)."""
-    ranks = {}
-    for pid in srv.worker_pids(group):
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            args = f.read().split(b"\0")
-        ranks[int(args[args.index(b"--rank") + 1])] = pid
-    return ranks
-
-
 def test_rank_killed_early():
     """A TP rank killed within 3 s of serve's start (its first streams running): its peers' engines
     stop on the broken collective and they exit, which serve took for a failure to start (an exit
@@ -1731,20 +1734,7 @@ def test_rank_killed_early():
     failed = C.failed
     admin = Client(srv.addr, srv.admin_key())
     cl = Client(srv.addr, set_tenant(admin, "early", 1 << 30).api_key)
-    evs = []
-
-    def run():
-        try:
-            evs.extend(cl.gen.Generate(cl.request(PROMPTS[0], 1500, ignore_eos=True),
-                                       metadata=cl.md, timeout=300))
-        except grpc.RpcError as e:
-            evs.append(e)
-    th = threading.Thread(target=run)
-    th.start()
-    deadline = time.time() + 60
-    while not any(e.HasField("tokens") for e in list(evs) if not isinstance(e, Exception)) \
-            and time.time() < deadline:
-        time.sleep(0.005)
+    th, evs = long_request(cl, 1500, 0.005)
     ranks = rank_pids(srv, "g0")
     with open("/proc/uptime") as f, open("/proc/%d/stat" % ranks[1]) as g:
         age = float(f.read().split()[0]) - int(g.read().rsplit(")", 1)[1].split()[19]) / 100.0
