@@ -177,12 +177,15 @@ static int check_share(const cli_policy_t *p, kern_backend_t *be, const model_t 
   const model_shard_t *sh = model_shard(m);
   size_t min = 0, full = 0;
   if (!p->bytes || sh->size < 2) return 0;
-  int rc = kv_tiered_bounds(g, cfg, capacity, &min, &full);
+  int rc;
 #ifdef QE_HAVE_KV_GPU
-  if (!be->ops->host_memory) rc = kv_gpu_bounds(g, cfg, capacity, NULL, &min, NULL);
+  if (!be->ops->host_memory) /* (the GPU's tiered cache, its bounds) */
+    rc = kv_gpu_bounds(g, cfg, capacity, NULL, &min, NULL);
+  else
 #else
   (void)be;
 #endif
+    rc = kv_tiered_bounds(g, cfg, capacity, &min, &full);
   if (rc || share >= min) return rc;
   return qe_errf(QE_EINVAL,
                  "--budget %zu bytes at --tp %d gives rank %d %zu bytes (its %d of %d KV heads), "

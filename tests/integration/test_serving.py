@@ -1036,6 +1036,13 @@ class Units:
                 p.kill()
                 p.wait()
 
+    def finish(self):
+        """Kills what still runs; after a failed check, prints each process's log tail."""
+        self.kill_all()
+        if C.failed:
+            for n in self.procs:
+                print("---- %s log ----\n%s" % (n, self.log(n)[-3000:]))
+
 
 def long_jobs(cl, n, n_new, res):
     """n Generate streams of n_new tokens in threads (events or the error into res[i]); returns
@@ -1127,10 +1134,7 @@ def test_worker_stop():
         rs, rb = u.exit_code("sched"), u.exit_code("gb")
         C.ok(rs == 0 and rb == 0, "then the scheduler exited %s and gb %s" % (rs, rb))
     finally:
-        u.kill_all()
-        if C.failed:
-            for n in ("sched", "ga", "gb"):
-                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+        u.finish()
 
 
 def test_replace_worker():
@@ -1173,10 +1177,7 @@ def test_replace_worker():
              "after ga exited %s; ga's %d requests finished (%d did)"
              % (busy, t_up - t_exit, rc, n_jobs, n_ok))
     finally:
-        u.kill_all()
-        if C.failed:
-            for n in ("sched", "ga", "ga2"):
-                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+        u.finish()
 
 
 def test_fair_dispatch():
@@ -1291,10 +1292,7 @@ def test_quota_lowered():
         up, admin, a = u.clients("lower")
         quota_lowered(u, admin, a, u.procs["g0"].pid)
     finally:
-        u.kill_all()
-        if C.failed:
-            for n in ("sched", "g0"):
-                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+        u.finish()
 
 
 def quota_lowered(u, admin, a, pid):
@@ -1359,10 +1357,7 @@ def test_tenant_recreated():
         up, admin, old = u.clients("again")
         tenant_recreated(u, admin, old, u.procs["g0"].pid)
     finally:
-        u.kill_all()
-        if C.failed:
-            for n in ("sched", "g0"):
-                print("---- %s log ----\n%s" % (n, u.log(n)[-3000:]))
+        u.finish()
 
 
 def tenant_recreated(u, admin, old, pid):
@@ -1462,13 +1457,7 @@ def test_follower_stop():
         C.ok(w.poll() is None, "a worker held 3.5 s under --step-timeout 2 runs on after SIGCONT "
              "(exit %s)" % w.poll())
     finally:
-        u.kill_all()
-        if C.failed:
-            for n in ("sched", "r0", "r1", "paused"):
-                try:
-                    print("---- %s log ----\n%s" % (n, u.log(n)[-2500:]))
-                except OSError:
-                    pass
+        u.finish()
 
 
 def test_stuck_at_stop():
@@ -1495,12 +1484,9 @@ def test_stuck_at_stop():
              "exit %s %.1f s after its SIGTERM (--step-timeout 4, --shutdown-grace 1)"
              % (r0, took))
     finally:
-        u.kill_all()
+        u.finish()
         for t in ths:
             t.join(30)
-        if C.failed:
-            for n in ("sched", "r0", "r1"):
-                print("---- %s log ----\n%s" % (n, u.log(n)[-2500:]))
 
 
 def test_two_signals():
