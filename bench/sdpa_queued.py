@@ -19,12 +19,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 SLEEP_CYCLES = 4_000_000  # ~2 ms at 2 GHz
 
 
-def timed(fn, queued, rep):
+def timed(fn, queued, rep, flush=None):
     ts, host = [], []
     for _ in range(rep):
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         if queued:
+            if flush is not None:
+                flush.zero_()  # untimed: evicts the previous call's lines from L2
             torch.cuda._sleep(SLEEP_CYCLES)
         h0 = time.perf_counter()
         a.record()
@@ -54,6 +56,9 @@ def main():
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--rep", type=int, default=100)
+    ap.add_argument("--flush", action="store_true",
+                    help="write 4x the L2's bytes before each queued call (attn_decode's "
+                         "ATTN_FLUSH=1): inputs read from DRAM, as in a decode step")
     o = ap.parse_args()
     if o.rep < 1:
         ap.error("--rep: at least 1")
@@ -67,6 +72,10 @@ def main():
             ap.error(f"--shapes: {shape!r}: batch and sequence must be positive")
         shapes.append((batch, seq))
     s_ms = sleep_ms()
+    flush = None
+    if o.flush:
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        flush = torch.empty(4 * l2, dtype=torch.uint8, device="cuda")
     for batch, seq in shapes:
         q = torch.randn(batch, o.hq, 1, o.dim, dtype=torch.bfloat16, device="cuda")
         k = torch.randn(batch, o.hkv, seq, o.dim, dtype=torch.bfloat16, device="cuda")
@@ -83,8 +92,8 @@ def main():
                         fn()
                     torch.cuda.synchronize()
                     ms, _ = timed(fn, False, o.rep)
-                    ms_gpu, host_ms = timed(fn, True, o.rep)
-                row.update(ms=ms, ms_gpu=ms_gpu, kv_GBps=kv_bytes / ms / 1e6,
+                    ms_gpu, host_ms = timed(fn, True, o.rep, flush)
+                row.update(ms=ms, ms_gpu=ms_gpu, l2_flushed=o.flush, kv_GBps=kv_bytes / ms / 1e6,
                            kv_GBps_gpu=kv_bytes / ms_gpu / 1e6, host_enqueue_max_ms=host_ms,
                            queue_ahead=host_ms < 0.5 * s_ms)
             except Exception as e:  # a backend may not take this shape

@@ -197,9 +197,17 @@ KCA_FN int kca_pin(int x) { /* x computed here, once: the compiler may not reder
   return r;
 }
 KCA_FN kca_sptr_t kca_pin_s(kca_sptr_t a) { return (kca_sptr_t)kca_pin((int)a); }
+/* KCA_L2HINT (an experiment's build flag): the 16-byte copies' L2 prefetch size, 0 (none, the
+ * default), 128 or 256 bytes. */
+#if KCA_L2HINT == 256
+#define KCA_CP16_OP "cp.async.cg.shared.global.L2::256B"
+#elif KCA_L2HINT == 128
+#define KCA_CP16_OP "cp.async.cg.shared.global.L2::128B"
+#else
+#define KCA_CP16_OP "cp.async.cg.shared.global"
+#endif
 KCA_FN void kca_cps16(kca_sptr_t d, const void *src, int ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0)
-               : "memory");
+  asm volatile(KCA_CP16_OP " [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 KCA_FN void kca_cps8(kca_sptr_t d, const void *src, int ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(ok ? 8 : 0)

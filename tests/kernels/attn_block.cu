@@ -62,9 +62,16 @@ __device__ __forceinline__ uint32_t fb_sa(const void *p) {
 __device__ __forceinline__ uint32_t fb_swz(int r, int c) {
   return (uint32_t)(r * FB_ROW + ((c ^ (r & 7)) << 4));
 }
+/* FB_L2HINT (an experiment's build flag): the copies' L2 prefetch size, 0 (none), 128 or 256. */
+#if FB_L2HINT == 256
+#define FB_CP16_OP "cp.async.cg.shared.global.L2::256B"
+#elif FB_L2HINT == 128
+#define FB_CP16_OP "cp.async.cg.shared.global.L2::128B"
+#else
+#define FB_CP16_OP "cp.async.cg.shared.global"
+#endif
 __device__ __forceinline__ void fb_cp16(uint32_t dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
+  asm volatile(FB_CP16_OP " [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void fb_commit(void) {
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -535,6 +542,7 @@ template <typename F> static double time_queued(int n_rot, int reps, F launch) {
   CK(cudaEventCreate(&e1));
   std::vector<double> t;
   for (int i = 0; i < reps + 5; i++) {
+    l2_flush();
     fb_spin<<<1, 1>>>(4000000ll);
     CK(cudaEventRecord(e0));
     launch(i % n_rot);

@@ -556,6 +556,7 @@ struct Blocker {
     CK(cudaFree(late));
   }
   void hold(void) {
+    l2_flush();
     *(volatile int *)go = 0;
     bench_block<<<1, 1>>>(go, 4000000000ll, late); /* ~2 s at 2 GHz */
   }
@@ -652,20 +653,24 @@ __global__ void bench_read(const uint4 *p, size_t n, unsigned *sink) {
   if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads */
 }
 
-/* The same bytes read in the chunk kernel's pattern (FullKV, n_kv 8, head_dim 128): block (KV
+/* (HM: the same walk over a head-major layout, each KV head's K or V rows of a sequence
+ * contiguous, as torch's [B, H_kv, S, D] tensors that cuDNN reads: ATTN_HM=1.)
+ * The same bytes read in the chunk kernel's pattern (FullKV, n_kv 8, head_dim 128): block (KV
  * head, sequence, chunk) reads its head's 256-byte slice of every 2 KiB token row of its chunk
  * of the sequence's K rows and V rows (rows contiguous; the problem's 32 KiB pages are shuffled
  * over the arena, the same bytes), 16 lanes a row, 4 loads in flight per thread, 192 threads,
  * chunks as many as make two blocks per multiprocessor: a layout's cost apart from the
  * attention's own work. */
+template <bool HM>
 __global__ void bench_read_gqa(const uint4 *p, int seq, unsigned *sink) {
   const int kvh = blockIdx.x, b = blockIdx.y, nkv = gridDim.x, per = blockDim.x / 16;
-  const int row = nkv * 16; /* uint4 per token row (n_kv * 128 bf16) */
+  const int row = HM ? 16 : nkv * 16; /* uint4 per token row (n_kv * 128 bf16; HM: one head) */
   const int t0 = (int)((long)seq * blockIdx.z / gridDim.z);
   const int t1 = (int)((long)seq * (blockIdx.z + 1) / gridDim.z);
   unsigned acc = 0;
   for (int kv = 0; kv < 2; kv++) {
-    const uint4 *k = p + ((size_t)(2 * b + kv) * seq) * row + kvh * 16 + threadIdx.x % 16;
+    const uint4 *k = HM ? p + ((size_t)(2 * b + kv) * nkv + kvh) * seq * 16 + threadIdx.x % 16
+                        : p + ((size_t)(2 * b + kv) * seq) * row + kvh * 16 + threadIdx.x % 16;
     for (int t = t0 + threadIdx.x / 16; t < t1; t += 4 * per) {
       uint4 a[4];
 #pragma unroll
@@ -984,7 +989,7 @@ static double bench_read_cp_ms(uint8_t **arenas, int n_rot, size_t arena_bytes, 
 }
 
 static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways, int gqa_seqs = 0,
-                            int gqa_len = 0) {
+                            int gqa_len = 0, int gqa_hm = 0) {
   int sms = 0, dev = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -993,8 +998,12 @@ static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways,
   Timing best = {1e30, 1e30};
   for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
     const Timing t = event_median2(10, 110, [&](int i) {
-      if (gqa_seqs) /* (per_sm: 4, 8, 16 chunks' worth of blocks a multiprocessor, halved) */
-        bench_read_gqa<<<dim3(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
+      if (gqa_seqs && gqa_hm) /* (per_sm: 4, 8, 16 chunks' worth of blocks an SM, halved) */
+        bench_read_gqa<true><<<dim3(8, gqa_seqs,
+                                    (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
+                               192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
+      else if (gqa_seqs)
+        bench_read_gqa<false><<<dim3(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
                          192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
       else
         bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
@@ -1204,6 +1213,11 @@ static Result bench_shape(const char *name, int n_seq, int seq, int omega, int n
            name, rms, bytes / rms / 1e6 / copy_gbps, g_opt.pipes ? 0.0 : best.ms / rms, gms,
            bytes / gms / 1e6 / copy_gbps, g_opt.pipes ? 0.0 : best.ms / gms, rt.ms_gpu,
            bytes / rt.ms_gpu / 1e6 / copy_gpu);
+    const Timing gp = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, T_QUEUED, n_seq, seq),
+                 hm = bench_read_ms(arenas.data(), n_rot, (size_t)bytes, T_QUEUED, n_seq, seq, 1);
+    printf("{\"bench\": \"%s_read_patterns\", \"stream_ms_gpu\": %.4f, \"gqa_ms_gpu\": %.4f, "
+           "\"head_major_ms_gpu\": %.4f, \"gqa_over_stream\": %.4f, \"hm_over_gqa\": %.4f}\n",
+           name, rt.ms_gpu, gp.ms_gpu, hm.ms_gpu, gp.ms_gpu / rt.ms_gpu, hm.ms_gpu / gp.ms_gpu);
     int dev = 0, major = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
