@@ -42,9 +42,10 @@ int gen_report_fill(kern_backend_t *be, const model_t *m, kv_cache_t *kv, tp_com
                     tp_comm_t *nc, gen_rank_report_t *r) {
   char keep[512]; /* the run's failure, if any: the report's own misses must not erase it */
   snprintf(keep, sizeof keep, "%s", qe_errmsg());
-  *r = (gen_rank_report_t){c->rank, -1, (int64_t)model_weight_bytes(m), -1, -1, -1, -1, -1, -1, -1,
-                           0,       -1};
+  *r = (gen_rank_report_t){
+      c->rank, -1, (int64_t)model_weight_bytes(m), -1, -1, -1, -1, -1, -1, -1, 0, -1, {0}};
   report_gpu(be, kv, r);
+  cli_policy_mem(kv, &r->mem);
 #ifdef QE_HAVE_NCCL
   long calls = 0;
   if (nc && !tp_comm_nccl_time(nc, &r->allreduce_ms, &calls)) r->allreduce_calls = calls;
@@ -63,7 +64,7 @@ static void json_i64(FILE *f, const char *key, int64_t v, int comma) {
     fprintf(f, "\"%s\":%lld%s", key, (long long)v, comma ? "," : "");
 }
 
-void gen_report_json(const gen_rank_report_t *all, int n, FILE *f) {
+void gen_report_json(const gen_rank_report_t *all, int n, const char *policy, FILE *f) {
   fputc('[', f);
   for (int i = 0; i < n; i++) {
     const gen_rank_report_t *r = &all[i];
@@ -78,7 +79,9 @@ void gen_report_json(const gen_rank_report_t *all, int n, FILE *f) {
     json_i64(f, "pool_units_peak", r->pool_peak, 1);
     json_i64(f, "pool_arena_bytes", r->pool_arena_bytes, 1);
     json_i64(f, "allreduce_calls", r->allreduce_calls, 1);
-    fprintf(f, "\"allreduce_ms\":%.3f}", r->allreduce_calls < 0 ? 0.0 : r->allreduce_ms);
+    fprintf(f, "\"allreduce_ms\":%.3f,\"memory\":", r->allreduce_calls < 0 ? 0.0 : r->allreduce_ms);
+    cli_policy_mem_json(policy, -1, &r->mem, f);
+    fputc('}', f);
   }
   fputc(']', f);
 }

@@ -1,6 +1,7 @@
 /* cli_gen_report: what `qevict generate --json` reports beside the tokens: each tensor-parallel
- * rank's memory, KV pool use and all-reduce time (gathered to rank 0 over the CPU link), the
- * top two logits of sequence 0 at every step (--top2), and the ids read for teacher forcing
+ * rank's memory, KV cache memory summary, KV pool use and all-reduce time (gathered to rank 0 over
+ * the CPU link), the top two logits of sequence 0 at every step (--top2), and the ids read for
+ * teacher forcing
  * (--force-ids). */
 #ifndef QE_CLI_GEN_REPORT_H
 #define QE_CLI_GEN_REPORT_H
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli_policy.h"
 #include "kern.h"
 #include "kv_cache.h"
 #include "model.h"
@@ -21,13 +23,14 @@ typedef struct {
   int64_t pool_unit_bytes, pool_units, pool_in_use, pool_peak, pool_arena_bytes;
   double allreduce_ms;
   int64_t allreduce_calls;
+  cli_policy_mem_t mem; /* its KV cache's slot 0 (the text summary gives rank 0's alone) */
 } gen_rank_report_t;
 
 /* This rank's figures (nc: its NCCL communicator or NULL; timed when timing was turned on). */
 int gen_report_fill(kern_backend_t *be, const model_t *m, kv_cache_t *kv, tp_comm_t *c,
                     tp_comm_t *nc, gen_rank_report_t *r);
-/* A JSON array of n reports. */
-void gen_report_json(const gen_rank_report_t *all, int n, FILE *f);
+/* A JSON array of n reports (policy: --policy's name, for each rank's "memory"). */
+void gen_report_json(const gen_rank_report_t *all, int n, const char *policy, FILE *f);
 
 /* Per step: id and logit of the best and second-best token. */
 typedef struct {

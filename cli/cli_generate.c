@@ -563,7 +563,7 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
          finish_name(s->finish), s->n_prompt, s->n_out, a->batch, a->tp, st->prefill_s,
          st->decode_s, st->n_steps, st->n_decode_steps, st->n_decode_gen, model_weight_bytes(m),
          model_backend(m)->ops->name, fullkv);
-  cli_policy_json(&a->pol, kv, stdout);
+  cli_policy_json(&a->pol, kv, 0, stdout); /* rank 0's; "ranks" has every rank's */
   model_graph_stats_t gs;
   model_graph_stats(m, &gs);
   printf(",\"graphs\":{\"enabled\":%s,\"used\":%s,\"captures\":%ld,\"replays\":%ld,"
@@ -571,7 +571,7 @@ static void print_json(const gen_args_t *a, const model_t *m, kv_cache_t *kv, co
          model_graphs_on(m) ? "true" : "false", gs.replays > 0 ? "true" : "false", gs.captures,
          gs.replays, gs.warmups, gs.eager_steps);
   printf(",\"ranks\":");
-  gen_report_json(out->ranks, a->tp, stdout);
+  gen_report_json(out->ranks, a->tp, a->pol.name, stdout);
   if (a->forced) printf(",\"forced\":%d,\"agree\":%d", a->n_forced, s->n_agree);
   if (a->top2) printf(",\"top2\":"), gen_top2_json(&out->top2, stdout);
   printf("}\n");
@@ -651,7 +651,7 @@ static int run_diagnostics(const gen_args_t *a, model_t *m, kern_backend_t *be, 
   gen_opts_t o = {(int)a->n_predict, a->sampler, a->seed, a->ignore_eos, NULL, NULL, NULL};
   int rc = cli_diag_run(m, be, c, &a->pol, kv, a->capacity, &o, &sh, &pol, &r);
   if (!rc) print_diag(a, &r, &pol);
-  if (!rc && a->json) cli_policy_json(&a->pol, kv, stdout), printf("}\n");
+  if (!rc && a->json) cli_policy_json(&a->pol, kv, 0, stdout), printf("}\n");
   if (!rc && !a->json) cli_policy_print(&a->pol, kv, stderr);
   free(sh.out), free(pol.out);
   return rc;

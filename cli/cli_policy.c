@@ -236,8 +236,8 @@ static int gpu_stats(kv_cache_t *kv, kv_gpu_stats_t *s) {
 }
 
 /* A GPU cache's warning when its pool ran out during the run (nothing otherwise). */
-static void pool_warning(const kv_gpu_stats_t *gs, FILE *f) {
-  if (gs->err_flags & 1)
+static void pool_warning(int err_flags, FILE *f) {
+  if (err_flags & 1)
     fprintf(f, "qevict: warning: the GPU cache's pool ran out of units during the run: windows "
                "were kept at a lower tier or (a new window) left unstored, so routing was not "
                "exact; QEVICT_KV_GPU_POOL_SLACK=30 gives the pool 30%% more units (README)\n");
@@ -253,7 +253,7 @@ void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
             "routing events %ld; pool faults %d\n",
             p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
             gs.promotions, gs.demotions, gs.evictions, gs.routings, gs.err_flags);
-  if (gpu) pool_warning(&gs, f);
+  if (gpu) pool_warning(gs.err_flags, f);
   if (!is_tiered(kv)) return;
   kv_mem_stats_t s;
   kv_tiered_stats(kv, 0, &s);
@@ -267,21 +267,6 @@ void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
           s.evictions, s.routing_events, s.peak_transient, s.workspace);
 }
 
-/* The GPU routing passes' device time (kv_gpu_routing_time), closing the memory object. */
-static void gpu_routing_json(kv_cache_t *kv, FILE *f) {
-  double ms[2] = {0, 0};
-  long n[2] = {0, 0};
-#ifdef QE_HAVE_KV_GPU
-  (void)kv_gpu_routing_time(kv, ms, n);
-#else
-  (void)kv;
-#endif
-  fprintf(f,
-          "\"routing_gpu_ms_prefill\":%.3f,\"routing_passes_prefill\":%ld,"
-          "\"routing_gpu_ms_decode\":%.3f,\"routing_passes_decode\":%ld}",
-          ms[0], n[0], ms[1], n[1]);
-}
-
 size_t cli_policy_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
 #ifdef QE_HAVE_KV_GPU
   if (kv_gpu_is(kv)) return kv_gpu_fullkv_bytes(kv, n_tokens);
@@ -291,48 +276,68 @@ size_t cli_policy_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {
          (size_t)g->head_dim;
 }
 
-int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out) {
+void cli_policy_mem(kv_cache_t *kv, cli_policy_mem_t *m) {
   kv_gpu_stats_t gs;
+  *m = (cli_policy_mem_t){CLI_MEM_FULL};
   if (gpu_stats(kv, &gs)) {
-    *out = (kv_mem_stats_t){.budget = gs.budget, .bytes = gs.bytes, .peak_bytes = gs.bytes};
-    memcpy(out->windows, gs.windows, sizeof out->windows);
-    out->promotions = gs.promotions, out->demotions = gs.demotions;
-    out->evictions = gs.evictions, out->quantizations = gs.quantizations;
-    out->routing_events = gs.routings;
-    return 1;
+    kv_mem_stats_t *s = &m->s;
+    m->kind = CLI_MEM_GPU, m->pool_faults = gs.err_flags;
+    *s = (kv_mem_stats_t){.budget = gs.budget, .bytes = gs.bytes, .peak_bytes = gs.bytes};
+    memcpy(s->windows, gs.windows, sizeof s->windows);
+    s->promotions = gs.promotions, s->demotions = gs.demotions;
+    s->evictions = gs.evictions, s->quantizations = gs.quantizations;
+    s->routing_events = gs.routings;
+#ifdef QE_HAVE_KV_GPU
+    (void)kv_gpu_routing_time(kv, m->routing_ms, m->routing_passes);
+#endif
+  } else if (is_tiered(kv)) {
+    m->kind = CLI_MEM_CPU;
+    kv_tiered_stats(kv, 0, &m->s);
   }
-  if (!is_tiered(kv)) return 0;
-  kv_tiered_stats(kv, 0, out);
-  return 1;
 }
 
-void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
-  kv_gpu_stats_t gs;
-  if (gpu_stats(kv, &gs)) {
+int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out) {
+  cli_policy_mem_t m;
+  cli_policy_mem(kv, &m);
+  if (m.kind != CLI_MEM_FULL) *out = m.s;
+  return m.kind != CLI_MEM_FULL;
+}
+
+void cli_policy_mem_json(const char *policy, int rank, const cli_policy_mem_t *m, FILE *f) {
+  const kv_mem_stats_t *s = &m->s;
+  fprintf(f, "{\"policy\":\"%s\"", m->kind == CLI_MEM_FULL ? "full" : policy);
+  if (rank >= 0) fprintf(f, ",\"rank\":%d", rank);
+  if (m->kind == CLI_MEM_FULL) {
+    fputc('}', f);
+    return;
+  }
+  fprintf(f, "%s,\"budget_bytes\":%zu,\"bytes\":%zu",
+          m->kind == CLI_MEM_GPU ? ",\"device\":\"gpu\"" : "", s->budget, s->bytes);
+  if (m->kind == CLI_MEM_CPU)
     fprintf(f,
-            "{\"policy\":\"%s\",\"device\":\"gpu\",\"budget_bytes\":%zu,\"bytes\":%zu,"
-            "\"windows_full\":%ld,\"windows_int2\":%ld,\"windows_evicted\":%ld,"
-            "\"promotions\":%ld,\"demotions\":%ld,\"evictions\":%ld,\"quantizations\":%ld,"
-            "\"routing_events\":%ld,\"pool_faults\":%d,",
-            p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
-            gs.promotions, gs.demotions, gs.evictions, gs.quantizations, gs.routings, gs.err_flags);
-    gpu_routing_json(kv, f);
-    pool_warning(&gs, stderr); /* (the JSON goes to f, the warning beside it) */
-    return;
-  }
-  if (!is_tiered(kv)) {
-    fprintf(f, "{\"policy\":\"full\"}");
-    return;
-  }
-  kv_mem_stats_t s;
-  kv_tiered_stats(kv, 0, &s);
+            ",\"peak_bytes\":%zu,\"full_bytes\":%zu,\"int2_bytes\":%zu,\"sink_bytes\":%zu,"
+            "\"meta_bytes\":%zu",
+            s->peak_bytes, s->full_bytes, s->int2_bytes, s->sink_bytes, s->meta_bytes);
   fprintf(f,
-          "{\"policy\":\"%s\",\"budget_bytes\":%zu,\"bytes\":%zu,\"peak_bytes\":%zu,"
-          "\"full_bytes\":%zu,\"int2_bytes\":%zu,\"sink_bytes\":%zu,\"meta_bytes\":%zu,"
-          "\"windows_full\":%ld,\"windows_int2\":%ld,\"windows_evicted\":%ld,"
+          ",\"windows_full\":%ld,\"windows_int2\":%ld,\"windows_evicted\":%ld,"
           "\"promotions\":%ld,\"demotions\":%ld,\"evictions\":%ld,\"quantizations\":%ld,"
-          "\"routing_events\":%ld,\"peak_transient_bytes\":%zu,\"workspace_bytes\":%zu}",
-          p->name, s.budget, s.bytes, s.peak_bytes, s.full_bytes, s.int2_bytes, s.sink_bytes,
-          s.meta_bytes, s.windows[0], s.windows[1], s.windows[2], s.promotions, s.demotions,
-          s.evictions, s.quantizations, s.routing_events, s.peak_transient, s.workspace);
+          "\"routing_events\":%ld,",
+          s->windows[0], s->windows[1], s->windows[2], s->promotions, s->demotions, s->evictions,
+          s->quantizations, s->routing_events);
+  if (m->kind == CLI_MEM_CPU)
+    fprintf(f, "\"peak_transient_bytes\":%zu,\"workspace_bytes\":%zu}", s->peak_transient,
+            s->workspace);
+  else /* the GPU routing passes' device time (kv_gpu_routing_time) */
+    fprintf(f,
+            "\"pool_faults\":%d,\"routing_gpu_ms_prefill\":%.3f,\"routing_passes_prefill\":%ld,"
+            "\"routing_gpu_ms_decode\":%.3f,\"routing_passes_decode\":%ld}",
+            m->pool_faults, m->routing_ms[0], m->routing_passes[0], m->routing_ms[1],
+            m->routing_passes[1]);
+}
+
+void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, int rank, FILE *f) {
+  cli_policy_mem_t m;
+  cli_policy_mem(kv, &m);
+  cli_policy_mem_json(p->name, rank, &m, f);
+  if (m.kind == CLI_MEM_GPU) pool_warning(m.pool_faults, stderr); /* (beside the JSON) */
 }

@@ -38,7 +38,23 @@ int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model
                           int capacity, FILE *trace_out, kv_cache_t **out);
 /* Memory summary of slot 0 after the run (nothing for FullKV). */
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
-void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
+/* The same as one JSON object (cli_policy_mem_json of kv's, labelled with rank when rank >= 0),
+ * and the GPU pool's warning on stderr. */
+void cli_policy_json(const cli_policy_t *p, kv_cache_t *kv, int rank, FILE *f);
+
+enum { CLI_MEM_FULL, CLI_MEM_CPU, CLI_MEM_GPU };
+/* One rank's memory summary of slot 0: plain data (the ranks of generate --tp gather theirs). */
+typedef struct {
+  int kind;               /* CLI_MEM_FULL (no figures), _CPU (tiered) or _GPU (tiered) */
+  kv_mem_stats_t s;       /* cli_policy_mem_stats's */
+  int pool_faults;        /* GPU: kv_gpu_stats_t's err_flags */
+  double routing_ms[2];   /* GPU: the routing passes' device time, prefill and decode */
+  long routing_passes[2]; /* GPU: their passes */
+} cli_policy_mem_t;
+void cli_policy_mem(kv_cache_t *kv, cli_policy_mem_t *out);
+/* m as one JSON object: "policy" (policy's name, or "full"), "rank" when rank >= 0, then the
+ * figures of its kind (a FullKV cache has none). */
+void cli_policy_mem_json(const char *policy, int rank, const cli_policy_mem_t *m, FILE *f);
 /* Slot 0's memory figures of a tiered cache, CPU (kv_tiered_stats) or GPU (kv_gpu_stats: the
  * figures as of its last routing; peak_bytes is those bytes, the transient and workspace fields
  * are 0). 1 when filled, 0 for a cache without them (FullKV). */

@@ -456,6 +456,23 @@ assert m["windows_int2"] > 0 and m["demotions"] > 0, m
 assert len(ev) == m["routing_events"] and all(e["bytes"] <= e["budget"] for e in ev)
 print(f"ok qevict 40%: {m['bytes']} <= {m['budget_bytes']} bytes, {m['windows_int2']} INT2 windows, {len(ev)} events", file=sys.stderr)
 PY
+# --tp 3 --json gives every rank's memory summary under "ranks", and "memory" (rank 0's) says so
+# (it gave rank 0's alone, unlabelled): stories260K's 4 KV heads split 1 + 1 + 2, so rank 2 holds
+# twice rank 0's budget, and the ranks' budgets sum to the --tp 1 run's
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a time there was a little girl" -n 150 \
+  --ignore-eos --json --policy qevict --budget 0.4 --tp 3 >"$TMP/q3.json" || bad "qevict 40% tp 3"
+python3 - "$TMP/q.json" "$TMP/q3.json" <<'PY' || bad "--tp 3: every rank's memory"
+import json, sys
+one, three = (json.load(open(p)) for p in sys.argv[1:3])
+m, ranks = three["memory"], three["ranks"]
+assert one["memory"]["rank"] == 0 and m["rank"] == 0 and [r["rank"] for r in ranks] == [0, 1, 2], m
+assert ranks[0]["memory"] == {k: v for k, v in m.items() if k != "rank"}, (m, ranks[0])
+b = [r["memory"]["budget_bytes"] for r in ranks]
+assert b[2] == 2 * b[0] == 2 * b[1] and sum(b) == one["memory"]["budget_bytes"], b
+assert all(0 < r["memory"]["bytes"] <= r["memory"]["budget_bytes"] for r in ranks), ranks
+print("ok --tp 3: each rank's memory, budgets %s of %d" % (b, one["memory"]["budget_bytes"]),
+      file=sys.stderr)
+PY
 if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   same_tp "$QE_SMOLLM2" "The capital of France is" 48 2 3
   full=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json | tokens)
