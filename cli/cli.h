@@ -6,6 +6,10 @@
 #include <stdint.h>
 
 int cli_generate(int argc, char **argv);
+/* `qevict generate`'s options checked as cli_generate checks them before it reads anything (no
+ * file opened, no input read): 0, or 2 after its usage message. bench latency checks its runs'
+ * options with it before it reads their prompt. */
+int cli_generate_usage(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 /* `qevict eval` (cli_eval.c): KV policies against FullKV at matched bytes; exit 0, 1 or 2. */
 int cli_eval(int argc, char **argv);
@@ -70,7 +74,7 @@ int cli_read_text_file(const char *what, const char *path, size_t max, char **ou
  * <why>" (why: what bounds it). Every command's prompt files are read here. */
 int cli_read_prompt_file(const char *path, size_t max, const char *why, char **out);
 /* The most a --prompt-file may hold where no model is at hand to bound it: the client commands
- * (the server's model is not known here) and bench latency's standard input (read before any
+ * (the server's model is not known here) and bench latency's prompt file (read before any
  * model, once for all its runs). 64 MiB, the most one request message carries (CLI_RPC_MAX_MSG),
  * less 64 KiB for the rest of the request. */
 #define CLI_PROMPT_FILE_MAX (((size_t)64 << 20) - ((size_t)1 << 16))

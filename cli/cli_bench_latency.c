@@ -34,9 +34,9 @@ static const char *lat_help =
     "  --json            one JSON object instead of the table\n"
     "Every other option goes to qevict generate as given (--prompt, --prompt-file, --chat,\n"
     "--batch, --threads, --tp, --device, --cpu-weights, --q, --window, --scorer, ...); see\n"
-    "qevict generate --help. --prompt-file - (standard input) is read once, at most 64 MiB\n"
-    "less 64 KiB, for every run. exit status: 0; 1 a run failed (its last message is printed);\n"
-    "2 bad usage.\n";
+    "qevict generate --help, and checked by its rules before any input is read. --prompt-file\n"
+    "F (a file, a FIFO, - for standard input) is read once, at most 64 MiB less 64 KiB, for\n"
+    "every run. exit status: 0; 1 a run failed (its last message is printed); 2 bad usage.\n";
 
 #define LAT_MAX_POL  16
 #define LAT_MAX_ARGS 256
@@ -48,8 +48,8 @@ typedef struct {
 typedef struct {
   lat_pol_t pol[LAT_MAX_POL];
   int n_pol, rounds, json, has_prompt;
-  int stdin_prompt; /* --prompt-file -: read here once for every run (it was the first's alone) */
-  int prompt_fd;    /* each run's standard input: the prompt of stdin or the synthetic one, or -1 */
+  const char *prompt_file; /* --prompt-file F: read here once, each run reads its copy as "-" */
+  int prompt_fd;           /* each run's standard input: F's copy or the synthetic prompt, or -1 */
   long n, words;
   const char *model;              /* --model's or --shape's value */
   const char *pass[LAT_MAX_ARGS]; /* options for generate */
@@ -150,9 +150,11 @@ static int lat_parse(int argc, char **argv, lat_args_t *a) {
     if (a->n_pass + 2 >= LAT_MAX_ARGS) return cli_usage_error("bench latency", "too many options");
     a->has_prompt |=
         !strcmp(name, "--prompt") || !strcmp(name, "--prompt-file") || !strcmp(name, "--shape");
-    a->stdin_prompt |= !strcmp(name, "--prompt-file") && v && !strcmp(v, "-");
     if ((!strcmp(name, "--model") || !strcmp(name, "--shape")) && v) a->model = v;
-    if (eq && a->n_names < LAT_MAX_ARGS / 2) { /* (generate takes "--flag value") */
+    if (!strcmp(name, "--prompt-file") && v) { /* (a FIFO reached the first run alone) */
+      a->prompt_file = v, i += !eq;
+      a->pass[a->n_pass++] = "--prompt-file", a->pass[a->n_pass++] = "-";
+    } else if (eq && a->n_names < LAT_MAX_ARGS / 2) { /* (generate takes "--flag value") */
       char *nm = a->names[a->n_names++];
       memcpy(nm, name, sizeof a->names[0]);
       a->pass[a->n_pass++] = nm, a->pass[a->n_pass++] = v;
@@ -318,6 +320,19 @@ static void last_line(FILE *f, char *buf, size_t n) {
   buf[strcspn(buf, "\n")] = '\0';
 }
 
+/* What a run's message that its prompt is past the model's context means here (a run's '-' is
+ * bench latency's copy of the prompt file or its synthetic prompt), into buf; "" otherwise. */
+static const char *ctx_hint(const lat_args_t *a, const char *msg, char *buf, size_t n) {
+  const int ctx = strstr(msg, "exceeds the model context") || /* tokens */
+                  strstr(msg, "within the model's context");  /* bytes */
+  buf[0] = '\0';
+  if (ctx && a->prompt_file)
+    snprintf(buf, n, " (the prompt of --prompt-file '%s', each run's input)", a->prompt_file);
+  else if (ctx && !a->has_prompt)
+    snprintf(buf, n, " (the synthetic prompt of --input-words words: give fewer, or --prompt)");
+  return buf;
+}
+
 /* One run of policy p. 0, or the exit code after a message naming the policy and the child's
  * (2 when generate found its options bad, else 1). */
 static int run_policy(const lat_args_t *a, const lat_pol_t *p, lat_run_t *r) {
@@ -331,14 +346,13 @@ static int run_policy(const lat_args_t *a, const lat_pol_t *p, lat_run_t *r) {
   if (rc == 127) rc = -1; /* (exec failed: its message is in ef) */
   if (rc) {
     if (ef) last_line(ef, msg, sizeof msg);
-    const int synth = !a->has_prompt && (strstr(msg, "exceeds the model context") || /* tokens */
-                                         strstr(msg, "within the model's context")); /* bytes */
+    char whose[4200];
     fprintf(stderr, "qevict bench latency: policy %s%s%s: %s%s\n", p->name, *p->budget ? ":" : "",
             p->budget,
             rc == -2     ? "generate's output does not read"
             : ef && *msg ? msg
                          : "failed",
-            synth ? " (the synthetic prompt of --input-words words: give fewer, or --prompt)" : "");
+            ctx_hint(a, msg, whose, sizeof whose));
   }
   if (ef) fclose(ef);
   free(out);
@@ -427,6 +441,22 @@ static void print_json(const lat_args_t *a, const lat_row_t *w, const lat_run_t 
   printf("]}\n");
 }
 
+/* Every run's options as generate checks them, before any input is read (a conflict such as
+ * --prompt with --prompt-file - was reported after all of standard input): 0 or 2. */
+static int check_runs(const lat_args_t *a) {
+  const char *av[LAT_MAX_ARGS + 16];
+  char n_text[24];
+  int rc = 0;
+  snprintf(n_text, sizeof n_text, "%ld", a->n);
+  for (int p = 0; !rc && p < a->n_pol; p++) {
+    int n = 0;
+    child_argv(a, &a->pol[p], n_text, av);
+    while (av[n]) n++;
+    rc = cli_generate_usage(n - 1, (char **)av + 1);
+  }
+  return rc;
+}
+
 /* Every policy, --rounds times in rotating order, into runs[policy * rounds + round]. */
 static int run_all(const lat_args_t *a, lat_run_t *runs) {
   for (int r = 0; r < a->rounds; r++)
@@ -441,7 +471,7 @@ static int run_all(const lat_args_t *a, lat_run_t *runs) {
   return 0;
 }
 
-/* The runs' prompt, --prompt-file -'s (read once, at most CLI_PROMPT_FILE_MAX bytes: no model
+/* The runs' prompt, --prompt-file's (read once, at most CLI_PROMPT_FILE_MAX bytes: no model
  * here to bound it; each run's generate bounds it by its model's) or the synthetic one, in an
  * unlinked temporary file that each run reads as its standard input (nothing is left behind
  * however this process ends). The descriptor, or -1 after a message. */
@@ -449,9 +479,10 @@ static int write_prompt(const lat_args_t *a) {
   const char *dir = getenv("TMPDIR");
   char tmpl[4096], *text = NULL;
   snprintf(tmpl, sizeof tmpl, "%s/qevict-bench-XXXXXX", dir && *dir ? dir : "/tmp");
-  static const char *why = "the most bench latency reads of its standard input";
-  int rc = a->stdin_prompt ? cli_read_prompt_file("-", CLI_PROMPT_FILE_MAX, why, &text) : 0;
-  if (!a->stdin_prompt && !(text = cli_bench_words(a->words, 0, 0)))
+  static const char *why = "the most bench latency reads of a prompt file";
+  int rc =
+      a->prompt_file ? cli_read_prompt_file(a->prompt_file, CLI_PROMPT_FILE_MAX, why, &text) : 0;
+  if (!a->prompt_file && !(text = cli_bench_words(a->words, 0, 0)))
     rc = qe_errf(QE_ENOMEM, "the synthetic prompt: out of memory");
   int fd = rc ? -1 : mkstemp(tmpl);
   size_t len = text ? strlen(text) : 0;
@@ -482,12 +513,13 @@ static int check_decoded(const lat_args_t *a, const lat_run_t *runs) {
 int cli_bench_latency(int argc, char **argv) {
   lat_args_t a;
   int rc = lat_parse(argc, argv, &a);
+  if (!rc) rc = check_runs(&a);
   if (rc) return rc < 0 ? 0 : rc;
   lat_run_t *runs = calloc((size_t)(a.n_pol * a.rounds), sizeof *runs);
   lat_row_t w[LAT_MAX_POL];
   if (!runs) rc = cli_fail("bench latency", QE_ENOMEM);
   a.prompt_fd = -1;
-  if (!rc && (!a.has_prompt || a.stdin_prompt) && (a.prompt_fd = write_prompt(&a)) < 0) rc = 1;
+  if (!rc && (!a.has_prompt || a.prompt_file) && (a.prompt_fd = write_prompt(&a)) < 0) rc = 1;
   if (!rc) rc = run_all(&a, runs);
   if (!rc) rc = check_decoded(&a, runs);
   for (int i = 0; !rc && i < a.n_pol; i++) w[i] = row_of(&runs[i * a.rounds], a.rounds, &runs[0]);

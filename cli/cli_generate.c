@@ -186,9 +186,6 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     return cli_usage_error("generate", "--prompt-len goes with --shape");
   if (a->model && !a->prompt == !a->prompt_file)
     return cli_usage_error("generate", "give exactly one of --prompt and --prompt-file");
-  if (a->sampler.temp == 0 && (a->sampler.top_k || a->sampler.top_p < 1))
-    fprintf(stderr, "qevict generate: note: --top-k and --top-p act with --temp above 0; this run "
-                    "decodes greedily\n");
   if ((a->top2 && !a->json) || (a->diag && (a->top2 || a->force_ids)))
     return cli_usage_error("generate", "--top2 needs --json; --diagnostics takes neither --top2 "
                                        "nor --force-ids");
@@ -657,10 +654,19 @@ static int run_diagnostics(const gen_args_t *a, model_t *m, kern_backend_t *be, 
   return rc;
 }
 
+int cli_generate_usage(int argc, char **argv) {
+  gen_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  return rc < 0 ? 0 : rc;
+}
+
 int cli_generate(int argc, char **argv) {
   gen_args_t a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? 0 : rc;
+  if (a.sampler.temp == 0 && (a.sampler.top_k || a.sampler.top_p < 1))
+    fprintf(stderr, "qevict generate: note: --top-k and --top-p act with --temp above 0; this run "
+                    "decodes greedily\n");
   if (a.batch * a.tp > 256) return cli_usage_error("generate", "--batch and --tp are too large");
   pid_t pids[256] = {0};
   tp_comm_t *c = NULL;

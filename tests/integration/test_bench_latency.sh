@@ -75,12 +75,31 @@ printf '%s' "$P" | "$QEVICT" bench latency --model "$STORIES" --prompt-file - -n
 import json; b, a = json.load(open('$TMP/in.json')), json.load(open('$TMP/b.json'))
 assert len(b['policies']) == 2 and b['prompt_tokens'] == a['prompt_tokens'] > 1, (b, a)" \
   && echo "ok --prompt-file - in every run" >&2 || bad "--prompt-file -: $(tail -1 "$TMP/err")"
+# any --prompt-file is read once: a named FIFO gives its prompt to every run (each run re-opened
+# it, and the second one waited for a writer that never came)
+mkfifo "$TMP/fifo"
+printf '%s' "$P" >"$TMP/fifo" &
+writer=$!
+timeout 120 "$QEVICT" bench latency --model "$STORIES" --prompt-file "$TMP/fifo" -n 64 \
+  --rounds 2 --policies full,qevict:0.5 --json >"$TMP/fifo.json" 2>"$TMP/err" && python3 -c "
+import json; b, a = json.load(open('$TMP/fifo.json')), json.load(open('$TMP/b.json'))
+assert len(b['policies']) == 2 and b['prompt_tokens'] == a['prompt_tokens'] > 1, (b, a)" \
+  && echo "ok --prompt-file FIFO in every run" >&2 || bad "--prompt-file FIFO: $(tail -1 "$TMP/err")"
+kill "$writer" 2>/dev/null; wait "$writer" 2>/dev/null
+# a file's prompt past the context: the message names the file (each run reads a copy, '-')
+python3 -c "print('Once upon a time ' * 700)" >"$TMP/long.txt"
+"$QEVICT" bench latency --model "$STORIES" --prompt-file="$TMP/long.txt" -n 4 --rounds 1 \
+  --policies full >/dev/null 2>"$TMP/err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -qF -- "(the prompt of --prompt-file '$TMP/long.txt'" "$TMP/err" \
+  && echo "ok a prompt file past the context: $(cat "$TMP/err")" >&2 \
+  || bad "a prompt file past the context: exit $rc, $(cat "$TMP/err")"
 # ... and no further than 64 MiB less 64 KiB (a run's generate had read 1 GiB of it)
 "$QEVICT" bench latency --model "$STORIES" --prompt-file - -n 4 --rounds 1 --policies full \
   </dev/zero >/dev/null 2>"$TMP/err"
 rc=$?
 want="--prompt-file '-': larger than 67043328 bytes (63.9 MiB), the most bench latency reads"
-[[ $rc -eq 1 ]] && grep -qF -- "$want of its standard input" "$TMP/err" \
+[[ $rc -eq 1 ]] && grep -qF -- "$want of a prompt file" "$TMP/err" \
   && echo "ok --prompt-file - from /dev/zero: $(cat "$TMP/err")" >&2 \
   || bad "--prompt-file - from /dev/zero: exit $rc, $(cat "$TMP/err")"
 
@@ -105,6 +124,17 @@ usage "--no-graphs without --device (generate's usage error)" bench latency --mo
   --prompt hi -n 4 --rounds 1 --policies full --no-graphs
 grep -q -- "--no-graphs turns CUDA graphs off: it needs --device" "$TMP/err" ||
   bad "--no-graphs without --device: $(cat "$TMP/err")"
+# an option conflict is reported before any input is read: standard input that never ends
+# (a FIFO held open here) was read to its end first
+mkfifo "$TMP/open"
+exec 3<>"$TMP/open"
+timeout 20 "$QEVICT" bench latency --model "$STORIES" --prompt hi --prompt-file - \
+  <"$TMP/open" >/dev/null 2>"$TMP/err"
+rc=$?
+exec 3>&-
+[[ $rc -eq 2 ]] && grep -q "give exactly one of --prompt and --prompt-file" "$TMP/err" \
+  && echo "ok ($rc) --prompt with --prompt-file -, before reading: $(cat "$TMP/err")" >&2 \
+  || bad "--prompt with --prompt-file - on an endless input: exit $rc, $(cat "$TMP/err")"
 usage "--policy instead of --policies" bench latency --model "$STORIES" --policy qevict
 usage "an empty policy" bench latency --model "$STORIES" --policies full,,qevict
 usage "a budget-less colon" bench latency --model "$STORIES" --policies qevict:

@@ -35,6 +35,13 @@ for f in nan_eps inf_eps negative_eps; do # a bad epsilon is refused naming its 
   grep -q "llama.attention.layer_norm_rms_epsilon" "$TMP/err" || bad "$f.gguf: key not named"
 done
 expect_error "missing file" "$QEVICT" generate --model "$TMP/nope.gguf" --prompt hi
+# an option conflict is reported before any input is read (standard input that never ends: a
+# FIFO held open here; bench latency read all of it first: test_bench_latency)
+mkfifo "$TMP/open"
+exec 3<>"$TMP/open"
+expect_error "--prompt with --prompt-file - on an endless input" timeout 20 "$QEVICT" generate \
+  --model "$STORIES" --prompt hi --prompt-file - <"$TMP/open"
+exec 3>&-
 python3 -c "print('Once upon a time ' * 700)" >"$TMP/long.txt"
 expect_error "prompt longer than context" "$QEVICT" generate --model "$STORIES" --prompt-file "$TMP/long.txt"
 printf 'Once upon\0 a time' >"$TMP/nul.txt"

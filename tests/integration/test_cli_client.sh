@@ -109,6 +109,16 @@ expect_usage "tenant without verb" "verb" "$QEVICT" tenant
 expect_usage "tenant unknown verb" "frob" "$QEVICT" tenant frob
 echo hello >"$TMP/prompt.txt"
 expect_usage "--prompt and --prompt-file" "--prompt-file" "$QEVICT" submit --prompt hi --prompt-file "$TMP/prompt.txt"
+# ... reported before any input is read: standard input that never ends (a FIFO held open here)
+# is not waited for (bench latency read all of it first: test_bench_latency)
+mkfifo "$TMP/open"
+exec 3<>"$TMP/open"
+for cmd in submit "bench serve"; do
+  # shellcheck disable=SC2086
+  expect_usage "$cmd --prompt with --prompt-file - on an endless input" "--prompt-file" \
+    "$QEVICT" $cmd --prompt hi --prompt-file - <"$TMP/open"
+done
+exec 3>&-
 expect_usage "no prompt" "--prompt" "$QEVICT" submit
 expect_usage "unreadable prompt file" "--prompt-file" "$QEVICT" submit --prompt-file "$TMP/absent.txt"
 expect_usage "prompt file is a directory" "--prompt-file" "$QEVICT" submit --prompt-file "$TMP"
