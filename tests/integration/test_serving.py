@@ -1654,6 +1654,13 @@ def rank_pids(srv, group):
     return ranks
 
 
+def proc_age(pid):
+    """Seconds since process pid started (its /proc/PID/stat start time against /proc/uptime)."""
+    with open("/proc/uptime") as f, open("/proc/%d/stat" % pid) as g:
+        up, start = float(f.read().split()[0]), int(g.read().rsplit(")", 1)[1].split()[19])
+    return up - start / os.sysconf("SC_CLK_TCK")
+
+
 def long_request(cl, n_new, poll):
     """One Generate of n_new tokens in a thread, its events (or the error) into the list
     returned with the thread, once its first tokens came (or after 60 s)."""
@@ -1722,9 +1729,10 @@ def test_rank_killed_early():
     cl = Client(srv.addr, set_tenant(admin, "early", 1 << 30).api_key)
     th, evs = long_request(cl, 1500, 0.005)
     ranks = rank_pids(srv, "g0")
-    with open("/proc/uptime") as f, open("/proc/%d/stat" % ranks[1]) as g:
-        age = float(f.read().split()[0]) - int(g.read().rsplit(")", 1)[1].split()[19]) / 100.0
+    age = proc_age(ranks[1])
     os.kill(ranks[1], signal.SIGKILL)
+    C.ok(age < 3.0, "rank 1 killed %.1f s after its start, within serve's 3 s of a start (later, "
+         "this would test a rank that died after its start)" % age)
     th.join(300)
     fin = finished_of([e for e in evs if not isinstance(e, Exception)])
     C.ok(fin is not None and fin.reason == pb.FINISH_REASON_LENGTH and
