@@ -308,7 +308,8 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
 }
 
 /* Each task's new tokens at each length: a generation task's prompt and new tokens within the
- * context n_ctx, ppl's scored tokens fewer than the length. 0, or 2 after a usage error. */
+ * context n_ctx, ppl's scored tokens and the one before them fewer than the length. 0, or 2
+ * after a usage error. */
 static int check_new_tokens(const eval_cfg_t *c, int n_ctx) {
   for (int t = 0; t < c->n_tasks; t++) {
     const eval_task_t *k = eval_task_find(c->tasks[t]); /* NULL: ppl */
@@ -320,10 +321,11 @@ static int check_new_tokens(const eval_cfg_t *c, int n_ctx) {
                                "task %s: length %d + %d new tokens exceed the model "
                                "context (%d)",
                                c->tasks[t], len, n_new, n_ctx);
-      if (!k && n_new >= len)
-        return cli_usage_error(
-            "eval", "task ppl: length %d must be longer than the %d tokens it scores (--new)", len,
-            n_new);
+      if (!k && n_new + 1 >= len)
+        return cli_usage_error("eval",
+                               "task ppl: length %d must be longer than the %d tokens it scores "
+                               "(--new) and the token before them",
+                               len, n_new);
     }
   }
   return 0;

@@ -1,15 +1,17 @@
 /* cli_eval_ppl: the perplexity task of `qevict eval`: a window of L tokens of a real text
- * (BOS, then the text from a seeded offset) is prefilled up to L - N tokens and the last N are
- * teacher-forced one decode step at a time, so that the policy routes as it does while
- * generating. FullKV's log-probabilities are the reference: each variant x budget reports its
- * perplexity over the N tokens, the mean KL(FullKV || policy) of the next-token distributions
- * and how often both argmaxes agree. */
+ * (BOS, then the text from a seeded offset) is prefilled up to L - N - 1 tokens and the rest are
+ * teacher-forced one decode step at a time, so that each of the last N tokens is predicted by a
+ * decode step after the policy routed, as while generating (the prefill's own prediction
+ * attends the whole prompt under every policy). FullKV's logits are the reference: each
+ * variant x budget reports its perplexity over the N tokens, the mean KL(FullKV || policy) of
+ * the next-token distributions and how often both argmaxes agree (eval_ppl.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli_eval.h"
+#include "eval_ppl.h"
 #include "qe_status.h"
 
 static double now_s(void) {
@@ -18,22 +20,13 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* In place: a row of logits becomes log-probabilities (double accumulation). */
-static void log_softmax(float *x, int n) {
-  float mx = x[0];
-  for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-  double sum = 0;
-  for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
-  float lse = (float)(mx + log(sum));
-  for (int i = 0; i < n; i++) x[i] -= lse;
-}
-
-/* Forward passes of seq[0..L) under a fresh cache of policy p: the first L - N tokens in one
- * batch, then one token per step; lp[i] (i < N) = log-probabilities of the token at L - N + i. */
-static int forced_logp(eval_ctx_t *x, const cli_policy_t *p, const int32_t *seq, int L, int N,
-                       float *lp, kv_mem_stats_t *mem) {
+/* Forward passes of seq[0..L-1) under a fresh cache of policy p (N + 1 < L): the first
+ * L - N - 1 tokens in one batch (its logits, into lp's first row, are overwritten), then one
+ * token per step; lp[i] (i < N) = the logits of the token at L - N + i. */
+static int forced_logits(eval_ctx_t *x, const cli_policy_t *p, const int32_t *seq, int L, int N,
+                         float *lp, kv_mem_stats_t *mem) {
   kv_cache_t *kv = NULL;
-  int V = model_hparams(x->m)->n_vocab, P = L - N;
+  int V = model_hparams(x->m)->n_vocab, P = L - N - 1;
   int32_t *pos = malloc(sizeof(int32_t) * (size_t)L), *sid = calloc((size_t)L, sizeof(int32_t));
   int rc = pos && sid ? 0 : qe_errf(QE_ENOMEM, "eval: out of memory");
   for (int i = 0; !rc && i < L; i++) pos[i] = i;
@@ -41,36 +34,15 @@ static int forced_logp(eval_ctx_t *x, const cli_policy_t *p, const int32_t *seq,
   int opened = !rc && !(rc = kv->ops->seq_open(kv, 0, L));
   model_batch_t b = {P, seq, pos, sid, NULL};
   if (!rc) rc = model_forward(x->m, kv, x->comm, &b, lp);
-  for (int i = 0; !rc && i < N - 1; i++) {
+  for (int i = 0; !rc && i < N; i++) {
     b = (model_batch_t){1, seq + P + i, pos + P + i, sid, NULL};
-    rc = model_forward(x->m, kv, x->comm, &b, lp + (size_t)(i + 1) * V);
+    rc = model_forward(x->m, kv, x->comm, &b, lp + (size_t)i * V);
   }
-  for (int i = 0; !rc && i < N; i++) log_softmax(lp + (size_t)i * V, V);
   if (!rc && mem) cli_policy_mem_stats(kv, mem);
   if (opened) kv->ops->seq_close(kv, 0);
   kv_cache_destroy(kv);
   free(pos), free(sid);
   return rc;
-}
-
-/* Perplexity of the forced tokens, KL from the reference ref (NULL: none) and top-1
- * agreement with it, into row r. */
-static void ppl_into(const float *lp, const float *ref, const int32_t *target, int N, int V,
-                     eval_row_t *r) {
-  double nll = 0, kl = 0;
-  int agree = 0;
-  for (int i = 0; i < N; i++) {
-    const float *a = lp + (size_t)i * V, *f = ref ? ref + (size_t)i * V : a;
-    nll -= a[target[i]];
-    int am = 0, fm = 0;
-    for (int v = 0; v < V; v++) {
-      if (ref) kl += exp((double)f[v]) * ((double)f[v] - a[v]);
-      am = a[v] > a[am] ? v : am, fm = f[v] > f[fm] ? v : fm;
-    }
-    agree += am == fm;
-  }
-  r->is_ppl = 1, r->n_scored = N;
-  r->ppl = exp(nll / N), r->kl = ref ? kl / N : 0.0, r->top1 = (double)agree / N;
 }
 
 static void ppl_progress(const eval_ctx_t *x, const eval_row_t *r) {
@@ -92,11 +64,14 @@ static int ppl_run(eval_ctx_t *x, int task, int length, int sample, int v, int b
   cli_policy_t p;
   cli_policy_init(&p);
   if (v >= 0) p = x->cfg->variants[v].pol, p.frac = x->cfg->budgets[b], p.bytes = 0;
-  r->n_prompt = L - N, r->n_out = N, r->compared = 1;
-  int rc = forced_logp(x, &p, seq, L, N, v < 0 ? ref : lp, &r->mem);
+  r->n_prompt = L - N - 1, r->n_out = N, r->compared = 1;
+  int rc = forced_logits(x, &p, seq, L, N, v < 0 ? ref : lp, &r->mem);
   r->has_mem = !rc && v >= 0;
+  eval_ppl_t s;
   if (!rc)
-    ppl_into(v < 0 ? ref : lp, v < 0 ? NULL : ref, seq + L - N, N, model_hparams(x->m)->n_vocab, r);
+    rc = eval_ppl_score(v < 0 ? ref : lp, v < 0 ? NULL : ref, seq + L - N, N,
+                        model_hparams(x->m)->n_vocab, &s);
+  if (!rc) r->is_ppl = 1, r->n_scored = N, r->ppl = s.ppl, r->kl = s.kl, r->top1 = s.top1;
   r->wall_s = now_s() - t0;
   if (rc) {
     int fatal = eval_row_error(r, rc);
@@ -127,7 +102,8 @@ int eval_run_ppl(eval_ctx_t *x, int task, int length, int sample) {
   int32_t *seq = malloc(sizeof(int32_t) * (size_t)L);
   float *ref = malloc(sizeof(float) * V * (size_t)N), *lp = malloc(sizeof(float) * V * (size_t)N);
   int rc = seq && ref && lp ? 0 : qe_errf(QE_ENOMEM, "eval: out of memory");
-  if (!rc && N >= L) rc = qe_errf(QE_EINVAL, "eval: ppl needs more than %d tokens (got %d)", N, L);
+  if (!rc && N + 1 >= L)
+    rc = qe_errf(QE_EINVAL, "eval: ppl needs more than %d tokens (got %d)", N + 1, L);
   if (!rc) rc = ppl_window(x, L, sample, seq);
   if (rc == QE_EINVAL) { /* reported as the FullKV row's error */
     eval_row_t *r = eval_row_add(x->res, task, length, sample, -1, -1);

@@ -71,14 +71,16 @@ expect_exit 2 "bad policy option" "${E[@]}" --policies h2o:win=8
 expect_exit 2 "bad window value" "${E[@]}" --policies h2o:window=x
 expect_exit 2 "bad device" "${E[@]}" --device -1
 # what the arguments rule out is refused before any run (no progress, no table): a length below
-# a task's shortest prompt, ppl's scored tokens not below the length, a length whose new tokens
-# pass the context (2048), a ppl text too short for the length; a policy spec longer than a
-# label (cut, it equalled the next one, which was dropped as its duplicate)
+# a task's shortest prompt, ppl's scored tokens and the token before them not below the length
+# (each scored token is a decode step's prediction, after a prefill of at least one token), a
+# length whose new tokens pass the context (2048), a ppl text too short for the length; a policy
+# spec longer than a label (cut, it equalled the next one, which was dropped as its duplicate)
 : >"$TMP/empty.txt"
 printf 'Once upon a time.' >"$TMP/short.txt"
 K="qevict:keyframe=pos:keyframe=abs:keyframe=pos:keyframe=abs"
 for t in "2|needs at least|--tasks niah_single --lengths 16" \
     "2|must be longer than the 64 tokens|--tasks ppl --lengths 64 --new 64" \
+    "2|and the token before them|--tasks ppl --lengths 65 --new 64" \
     "2|exceed the model context|--tasks qa --lengths 2048 --new 64" \
     "1|is empty|--tasks ppl --lengths 64 --new 8 --ppl-text $TMP/empty.txt" \
     "1|fewer than length 300 needs|--tasks ppl --lengths 300 --ppl-text $TMP/short.txt" \
@@ -96,6 +98,17 @@ rc=$?
 "$QEVICT" eval --help | grep -q -- "--ablations" || bad "eval --help"
 # diagnostics stay on with --device (the GPU cache has the observers): the help says so
 "$QEVICT" eval --help | grep -A3 -- "--device N" | grep -q "diagnostics" || bad "eval --help: --device"
+
+# ppl scores decode steps only: with --new 1 the one scored token is predicted after the
+# prefill's routing, so policies at 30% differ from FullKV (it had been the prefill's own
+# prediction, which attends the whole prompt under every policy: KL 0, top-1 1 for all)
+"${E[@]}" --tasks ppl --lengths 300 --samples 1 --new 1 --policies streaming,qevict,kivi \
+  --budgets 0.3 --json "$TMP/p1.json" --markdown /dev/null || bad "ppl --new 1: exit $?"
+python3 - "$TMP/p1.json" <<'PY' || bad "ppl --new 1: a policy's KL is 0 (the prefill's prediction)"
+import json, sys
+r = [x for x in json.load(open(sys.argv[1]))["runs"] if x["policy"] != "full"]
+sys.exit(0 if len(r) == 3 and all(x.get("kl", 0) > 0 for x in r) else 1)
+PY
 
 # The slice: two generation tasks and perplexity; 5% is below stories' protected regions.
 RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
