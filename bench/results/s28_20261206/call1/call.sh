@@ -4,7 +4,7 @@
 # (FullKV B=32 S=1280, B=8 32K, B=32 32K; tiered 20% w8 B=8 and B=32 32K) with torch SDPA cuDNN
 # queued the same way, two rounds. On another card it stops (the H100's figures are measured).
 # Carry carry/pack (bench/device_pack.sh).
-export PACK=carry/pack
+export PACK=${PACK:-carry/pack}
 G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "card: $G"
 case "$G" in *H200*) ;; *) echo "not an H200: nothing to run"; exit 0 ;; esac

@@ -1,7 +1,7 @@
 # Thirtieth session, call 2: the 16-byte copies' L2 prefetch size (cp.async ... .L2::128B /
 # .L2::256B; builds with -DKCA_L2HINT=N -DFB_L2HINT=N, packed as attn_decode_hN, attn_block_hN)
 # against the tree's (no hint): the tree's kernels at FullKV (no masses) and tiered 20%, and
-# attn_block, two rounds alternating. Carry carry/pk2 (attn_decode, attn_block and their variants from carry/pack, and libs.tar.xz).
+# attn_block, two rounds alternating. Carry carry/pk2 (attn_decode, attn_block and their variants from carry/pack, long_ctx and libs.tar.xz).
 export PACK=carry/pk2
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total,driver_version --format=csv,noheader
 source bench/device_unpack.sh
@@ -19,3 +19,7 @@ for v in "" _h128 _h256; do
   echo "attn_block$v rc $?"; grep -v '^{' $OUT/block$v.log | grep -v ^variant | grep "tree \|t64s2w4"
 done
 echo "done at $SECONDS s"
+# On an H200, the twenty-eighth session's owed call as well (it stops at once on another card).
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+  *H200*) PACK=carry/pk2 bash bench/results/s28_20261206/call1/call.sh ;;
+esac
