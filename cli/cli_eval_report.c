@@ -4,7 +4,10 @@
  * itself thus scores 1 wherever it solved one, and its mean over every sample is mean_score); the
  * diagnostics and memory figures are means over every run that has them; per task they pool
  * every length, and the average over tasks is the mean of the per-task means (tasks FullKV
- * fails entirely have no accuracy and do not enter it). Nothing timed enters the results. */
+ * fails entirely have no accuracy and do not enter it). A mean is over the finite values: each
+ * one left out (a KL of +inf, a diagnostic undefined on its run, NaN) is counted and reported
+ * beside it, in the JSON's left_out and in the markdown's cell; the average over tasks reports
+ * the sum of its tasks' counts. Nothing timed enters the results. */
 #include <math.h>
 #include <string.h>
 
@@ -12,8 +15,9 @@
 #include "qe_json.h"
 
 typedef struct {
-  double sum;
-  long n;
+  double sum;    /* of the n finite values */
+  long n;        /* finite values */
+  long inf, nan; /* values left out: infinite, NaN */
 } eval_acc_t;
 
 enum {
@@ -54,7 +58,10 @@ typedef struct {
 } eval_cell_t;
 
 static void add(eval_acc_t *a, double v) {
-  if (isfinite(v)) a->sum += v, a->n++;
+  if (isfinite(v))
+    a->sum += v, a->n++;
+  else
+    isnan(v) ? a->nan++ : a->inf++;
 }
 static double mean(const eval_acc_t *a) { return a->n ? a->sum / (double)a->n : NAN; }
 
@@ -97,17 +104,24 @@ static int excluded(const eval_cfg_t *c, const eval_results_t *r, int t) {
   return f.passed == 0;
 }
 
-/* Mean over the non-excluded generation tasks of a per-task mean. */
-static double over_tasks(const eval_cfg_t *c, const eval_results_t *r, int v, int b, int k,
-                         int *n_tasks) {
+/* Over the non-excluded generation tasks: the per-task means of aggregate k (n: the tasks
+ * with one) and the sums of the values they left out. */
+static eval_acc_t over_tasks(const eval_cfg_t *c, const eval_results_t *r, int v, int b, int k) {
   eval_acc_t m = {0};
   for (int t = 0; t < c->n_tasks; t++) {
     if (is_ppl(c, t) || excluded(c, r, t)) continue;
     eval_cell_t cell = cell_of(r, t, -1, v, b);
-    add(&m, mean(&cell.a[k]));
+    const eval_acc_t *a = &cell.a[k];
+    if (a->n) m.sum += mean(a), m.n++;
+    m.inf += a->inf, m.nan += a->nan;
   }
-  if (n_tasks) *n_tasks = (int)m.n;
-  return mean(&m);
+  return m;
+}
+
+/* Whether aggregate k belongs to the entry of task t (t < 0: the average over tasks). */
+static int shown(const eval_cfg_t *c, int t, int k) {
+  if (k >= A_PPL) return t >= 0 && is_ppl(c, t);
+  return t < 0 || !is_ppl(c, t) || k == A_BYTES;
 }
 
 static const char *label(const eval_cfg_t *c, int v) {
@@ -229,6 +243,16 @@ static void json_row(const eval_cfg_t *c, const eval_row_t *r, FILE *f) {
   fprintf(f, "}");
 }
 
+/* ,"left_out":{"kl":{"inf":1,"nan":0},...}: the values the means of task t's entry left out. */
+static void json_left_out(const eval_cfg_t *c, int t, const eval_acc_t *a, FILE *f) {
+  fprintf(f, ",\"left_out\":{");
+  for (int k = 0, n = 0; k < A_N; k++)
+    if (shown(c, t, k) && (a[k].inf || a[k].nan))
+      fprintf(f, "%s\"%s\":{\"inf\":%ld,\"nan\":%ld}", n++ ? "," : "", acc_names[k], a[k].inf,
+              a[k].nan);
+  fprintf(f, "}");
+}
+
 /* One aggregate entry (t < 0: the average over tasks). */
 static void json_cell(const eval_cfg_t *c, const eval_results_t *r, int t, int l, int v, int b,
                       FILE *f) {
@@ -242,18 +266,17 @@ static void json_cell(const eval_cfg_t *c, const eval_results_t *r, int t, int l
   jstr(f, label(c, v));
   fprintf(f, ",\"budget\":%g", budget(c, b));
   eval_cell_t cell = t >= 0 ? cell_of(r, t, l, v, b) : (eval_cell_t){0};
-  int n_tasks = 0;
   if (t >= 0)
     fprintf(f, ",\"runs\":%ld,\"errors\":%ld,\"passed\":%ld,\"compared\":%ld", cell.rows,
             cell.errors, cell.passed, cell.a[A_SCORE].n);
+  for (int k = 0; k < A_N && t < 0; k++) cell.a[k] = over_tasks(c, r, v, b, k);
   for (int k = 0; k < A_N; k++) {
-    double m = t >= 0 ? mean(&cell.a[k]) : over_tasks(c, r, v, b, k, &n_tasks);
-    if (k >= A_PPL && (t < 0 || !is_ppl(c, t))) continue;
-    if (k < A_PPL && t >= 0 && is_ppl(c, t) && k != A_BYTES) continue;
+    if (!shown(c, t, k)) continue;
     fprintf(f, ",\"%s\":", acc_names[k]);
-    qe_json_num(f, m);
+    qe_json_num(f, mean(&cell.a[k]));
   }
-  if (t < 0) fprintf(f, ",\"tasks\":%d", n_tasks);
+  json_left_out(c, t, cell.a, f);
+  if (t < 0) fprintf(f, ",\"tasks\":%ld", cell.a[A_SCORE].n);
   fprintf(f, "}");
 }
 
@@ -297,6 +320,16 @@ static void md_num(FILE *f, double v, const char *fmt) {
     fprintf(f, "n/a");
 }
 
+/* The mean of a, then the values it left out: "0.123 (2 inf, 1 NaN left out)". */
+static void md_mean(FILE *f, const eval_acc_t *a, const char *fmt) {
+  md_num(f, mean(a), fmt);
+  if (!a->inf && !a->nan) return;
+  fprintf(f, " (");
+  if (a->inf) fprintf(f, "%ld inf%s", a->inf, a->nan ? ", " : "");
+  if (a->nan) fprintf(f, "%ld NaN", a->nan);
+  fprintf(f, " left out)");
+}
+
 static void md_fullkv(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
   fprintf(f, "FullKV on every sample (a sample FullKV fails is left out of the comparison; a "
              "task it fails everywhere is excluded):\n\n| task | length | FullKV passed | FullKV "
@@ -306,7 +339,7 @@ static void md_fullkv(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
       if (is_ppl(c, t)) continue;
       eval_cell_t cell = cell_of(r, t, l, -1, -1);
       fprintf(f, "| %s | %d | %ld / %ld | ", c->tasks[t], c->lengths[l], cell.passed, cell.rows);
-      md_num(f, mean(&cell.a[A_ALL]), "%.3f");
+      md_mean(f, &cell.a[A_ALL], "%.3f");
       fprintf(f, " | %ld |\n", cell.errors);
     }
   fprintf(f, "\nExcluded (FullKV solves no sample):");
@@ -332,15 +365,17 @@ static void md_accuracy(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
         if (is_ppl(c, t)) continue;
         eval_cell_t cell = cell_of(r, t, -1, v, b);
         fprintf(f, " ");
-        md_num(f, excluded(c, r, t) ? NAN : mean(&cell.a[A_SCORE]), "%.3f");
+        if (excluded(c, r, t)) cell.a[A_SCORE] = (eval_acc_t){0};
+        md_mean(f, &cell.a[A_SCORE], "%.3f");
         fprintf(f, " | ");
-        md_num(f, mean(&cell.a[A_FMM]), "%.4f");
+        md_mean(f, &cell.a[A_FMM], "%.4f");
         fprintf(f, " |");
       }
+      eval_acc_t acc = over_tasks(c, r, v, b, A_SCORE), fmm = over_tasks(c, r, v, b, A_FMM);
       fprintf(f, " ");
-      md_num(f, over_tasks(c, r, v, b, A_SCORE, NULL), "%.3f");
+      md_mean(f, &acc, "%.3f");
       fprintf(f, " | ");
-      md_num(f, over_tasks(c, r, v, b, A_FMM, NULL), "%.4f");
+      md_mean(f, &fmm, "%.4f");
       fprintf(f, " |\n");
     }
   fprintf(f, "\n");
@@ -362,7 +397,7 @@ static void md_diag(const eval_cfg_t *c, const eval_results_t *r, FILE *f) {
       const char *fm[] = {"%.3f", "%.4f", "%.4f", "%.4f", "%.1f", "%.4f", "%.4f", "%.1f", "%.3f"};
       for (int i = 0; i < 9; i++) {
         fprintf(f, " ");
-        md_num(f, mean(&all.a[ks[i]]), fm[i]);
+        md_mean(f, &all.a[ks[i]], fm[i]);
         fprintf(f, " |");
       }
       fprintf(f, " %ld |\n", all.errors);
@@ -381,11 +416,11 @@ static void md_ppl(const eval_cfg_t *c, const eval_results_t *r, int t, FILE *f)
       for (int l = 0; l < c->n_lengths; l++) {
         eval_cell_t cell = cell_of(r, t, l, v, b);
         fprintf(f, "| %s | %g%% | %d | ", label(c, v), 100 * budget(c, b), c->lengths[l]);
-        md_num(f, mean(&cell.a[A_PPL]), "%.3f");
+        md_mean(f, &cell.a[A_PPL], "%.3f");
         fprintf(f, " | ");
-        md_num(f, mean(&cell.a[A_KL]), "%.5f");
+        md_mean(f, &cell.a[A_KL], "%.5f");
         fprintf(f, " | ");
-        md_num(f, mean(&cell.a[A_TOP1]), "%.3f");
+        md_mean(f, &cell.a[A_TOP1], "%.3f");
         fprintf(f, " | %ld |\n", cell.errors);
       }
   fprintf(f, "\n");

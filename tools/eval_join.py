@@ -64,9 +64,10 @@ def table(full, runs):
     for task, length, pol, b in keys:
         rs = [r for r in runs if (r["task"], r["length"], r["policy"], r["budget"]) == (task, length, pol, b)]
         if task == "ppl":
-            kl = [r["kl"] for r in rs if r.get("kl") is not None]
+            # a KL that is not finite (null in the runs) is listed as n/a, not left out
+            kl = ["n/a" if r["kl"] is None else "%.4f" % r["kl"] for r in rs if "kl" in r]
             md.append("| ppl | %d | %s | %g%% | - | - | %s |" % (
-                length, pol, 100 * b, ", ".join("%.4f" % k for k in kl) or "n/a"))
+                length, pol, 100 * b, ", ".join(kl) or "n/a"))
             continue
         solved = [k for k, f in full.items() if k[0] == task and k[1] == length and f["pass"]]
         sc = [r["score"] for r in rs if r.get("compared") and "error" not in r]

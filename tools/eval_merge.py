@@ -40,12 +40,30 @@ def wmean(x, n, y, m):
     return (x * n + y * m) / (n + m)
 
 
-def compared(r):
-    return r.get("compared") or 0
+def left_out(r, k):
+    """The values of k's mean left out as not finite (+inf, NaN)."""
+    return sum((r.get("left_out") or {}).get(k, {}).values())
 
 
-def clean_runs(r):
-    return (r.get("runs") or 0) - (r.get("errors") or 0)
+def compared(r, k):
+    return (r.get("compared") or 0) - left_out(r, k)
+
+
+def clean_runs(r, k):
+    return (r.get("runs") or 0) - (r.get("errors") or 0) - left_out(r, k)
+
+
+def join_left_out(q, r):
+    """r's counts of values left out added to q's (those of the means joined)."""
+    lq = q.setdefault("left_out", {})
+    for k in UNJOINED:
+        lq.pop(k, None)
+    for k, c in (r.get("left_out") or {}).items():
+        if k in UNJOINED:
+            continue
+        for why, n in c.items():
+            lq.setdefault(k, {}).setdefault(why, 0)
+            lq[k][why] += n
 
 
 MEANS = ((("mean_score", "accuracy"), compared), (("kl", "ppl", "top1"), clean_runs))
@@ -56,7 +74,8 @@ UNJOINED = ("fmm", "churn", "global_lir", "ttr_median", "qsa", "int2_mass_ratio"
 def join(a, b):
     """b's table rows folded into a's: counts summed; the accuracy and mean score weighted by
     the compared samples, perplexity, KL and top-1 agreement by the runs without an error (means
-    over both shards' samples); the diagnostics' means, which these tables do not use, dropped."""
+    over both shards' samples), less the values each mean left out (left_out, summed); the
+    diagnostics' means, which these tables do not use, dropped."""
     keys = ("task", "length", "policy", "budget")
     at = {tuple(r.get(k) for k in keys): r for r in a["table"]}
     for r in b["table"]:
@@ -65,9 +84,9 @@ def join(a, b):
             a["table"].append(r)
             continue
         for fields, weight in MEANS:
-            n, m = weight(q), weight(r)
             for k in fields:
-                q[k] = wmean(q.get(k), n, r.get(k), m)
+                q[k] = wmean(q.get(k), weight(q, k), r.get(k), weight(r, k))
+        join_left_out(q, r)
         for k in UNJOINED:
             q.pop(k, None)
         for k in ("runs", "passed", "compared", "errors"):
@@ -88,9 +107,20 @@ def cell(j, length, pol, budget, key):
     return (sum(vals) / len(vals), n) if vals else (None, 0)
 
 
-def ppl_kl(j, length, pol, budget):
+def ppl_row(j, length, pol, budget):
     v = [r for r in rows(j, task="ppl", length=length, policy=pol) if abs(r["budget"] - budget) < 1e-9]
-    return v[0].get("kl") if v else None
+    return v[0] if v else {}
+
+
+def ppl_kl(j, length, pol, budget):
+    return ppl_row(j, length, pol, budget).get("kl")
+
+
+def kl_cell(j, length, pol, budget):
+    """The KL as the table shows it, with the values its mean left out (as qevict eval does)."""
+    lo = (ppl_row(j, length, pol, budget).get("left_out") or {}).get("kl", {})
+    why = ", ".join("%d %s" % (n, w if w == "inf" else "NaN") for w, n in sorted(lo.items()) if n)
+    return fmt(ppl_kl(j, length, pol, budget), 4) + (" (%s left out)" % why if why else "")
 
 
 def policies(j):
@@ -130,7 +160,7 @@ def main():
             for L, j in data:
                 a, n = cell(j, L, p, b, "mean_score")
                 acc.append("%s (%d)" % (fmt(a, 2), n))
-            kl = [fmt(ppl_kl(j, L, p, b), 4) for L, j in data]
+            kl = [kl_cell(j, L, p, b) for L, j in data]
             md.append("| %s | %d%% | %s | %s |" % (p, round(100 * b), " | ".join(acc), " | ".join(kl)))
     md.append("\nAt 5% and 10%: qevict against the best other policy at the same bytes "
               "(accuracy; KL, lower is better):\n")
