@@ -10,6 +10,9 @@ int cli_generate(int argc, char **argv);
  * file opened, no input read): 0, or 2 after its usage message. bench latency checks its runs'
  * options with it before it reads their prompt. */
 int cli_generate_usage(int argc, char **argv);
+/* 1 when `qevict generate` takes the argument after option f as f's value (every option but
+ * its flags, --help and --graphkv[=...]: also an unknown one, as its parser does). Pure. */
+int cli_generate_takes_value(const char *f);
 int cli_inspect(int argc, char **argv);
 /* `qevict eval` (cli_eval.c): KV policies against FullKV at matched bytes; exit 0, 1 or 2. */
 int cli_eval(int argc, char **argv);

@@ -34,7 +34,9 @@ static const char *lat_help =
     "  --json            one JSON object instead of the table\n"
     "Every other option goes to qevict generate as given (--prompt, --prompt-file, --chat,\n"
     "--batch, --threads, --tp, --device, --cpu-weights, --q, --window, --scorer, ...); see\n"
-    "qevict generate --help, and checked by its rules before any input is read. --prompt-file\n"
+    "qevict generate --help, and checked by its rules before any input is read; the argument\n"
+    "after an option of generate that takes a value is its value, whatever it looks like\n"
+    "(--prompt --json: the prompt \"--json\"). --prompt-file\n"
     "F (a file, a FIFO, - for standard input) is read once, at most 64 MiB less 64 KiB, for\n"
     "every run. exit status: 0; 1 a run failed (its last message is printed); 2 bad usage.\n";
 
@@ -154,12 +156,15 @@ static int lat_parse(int argc, char **argv, lat_args_t *a) {
     if (!strcmp(name, "--prompt-file") && v) { /* (a FIFO reached the first run alone) */
       a->prompt_file = v, i += !eq;
       a->pass[a->n_pass++] = "--prompt-file", a->pass[a->n_pass++] = "-";
-    } else if (eq && a->n_names < LAT_MAX_ARGS / 2) { /* (generate takes "--flag value") */
+    } else if (!cli_generate_takes_value(name)) { /* a flag (--graphkv=... too), as given */
+      a->pass[a->n_pass++] = f;
+    } else if (eq) { /* (generate takes "--flag value"; n_names < n_pass / 2) */
       char *nm = a->names[a->n_names++];
       memcpy(nm, name, sizeof a->names[0]);
       a->pass[a->n_pass++] = nm, a->pass[a->n_pass++] = v;
-    } else {
+    } else { /* the value, whatever it looks like ("--json" too), is the option's */
       a->pass[a->n_pass++] = f;
+      if (v) a->pass[a->n_pass++] = v, i++;
     }
   }
   if (!a->model)

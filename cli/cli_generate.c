@@ -3,6 +3,7 @@
  * stdout and a summary to stderr (or one JSON object with --json). */
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -142,31 +143,47 @@ static int parse_valued(gen_args_t *a, const char *f, const char *v) {
   return 0;
 }
 
+/* generate's flags that take no value (--help and --graphkv[=...] apart) and their fields. */
+static const struct {
+  const char *name;
+  size_t off;
+} gen_flags[] = {{"--chat", offsetof(gen_args_t, chat)},
+                 {"--json", offsetof(gen_args_t, json)},
+                 {"--ignore-eos", offsetof(gen_args_t, ignore_eos)},
+                 {"--diagnostics", offsetof(gen_args_t, diag)},
+                 {"--top2", offsetof(gen_args_t, top2)},
+                 {"--time-allreduce", offsetof(gen_args_t, time_allreduce)},
+                 {"--no-graphs", offsetof(gen_args_t, no_graphs)}};
+
+/* gen_flags' entry of f, or -1. */
+static int gen_flag(const char *f) {
+  for (int k = 0; k < (int)(sizeof gen_flags / sizeof gen_flags[0]); k++)
+    if (!strcmp(f, gen_flags[k].name)) return k;
+  return -1;
+}
+
+static int is_graphkv(const char *f) {
+  return !strncmp(f, "--graphkv", 9) && (f[9] == '\0' || f[9] == '=');
+}
+
+int cli_generate_takes_value(const char *f) {
+  return strcmp(f, "--help") && strcmp(f, "-h") && !is_graphkv(f) && gen_flag(f) < 0;
+}
+
 static int parse_args(int argc, char **argv, gen_args_t *a) {
   *a = (gen_args_t){.tp = 1, .batch = 1, .device = -1, .n_predict = 128, .sampler = {0, 0, 1.0f}};
   cli_policy_init(&a->pol);
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) return fputs(gen_help, stdout), -1;
-    if (!strncmp(f, "--graphkv", 9) && (f[9] == '\0' || f[9] == '=')) {
+    int k = gen_flag(f);
+    if (is_graphkv(f)) {
       if (cli_policy_parse(&a->pol, "--graphkv", f[9] ? f + 10 : NULL))
         return cli_usage_error("generate",
                                "bad value '%s' for --graphkv (k in (0, 1], m in 1..%d, T in 1..%d)",
                                f + 10, 1 << 20, GRAPHKV_MAX_ROUNDS);
-    } else if (!strcmp(f, "--chat"))
-      a->chat = 1;
-    else if (!strcmp(f, "--json"))
-      a->json = 1;
-    else if (!strcmp(f, "--ignore-eos"))
-      a->ignore_eos = 1;
-    else if (!strcmp(f, "--diagnostics"))
-      a->diag = 1;
-    else if (!strcmp(f, "--top2"))
-      a->top2 = 1;
-    else if (!strcmp(f, "--time-allreduce"))
-      a->time_allreduce = 1;
-    else if (!strcmp(f, "--no-graphs"))
-      a->no_graphs = 1;
+    } else if (k >= 0)
+      *(int *)((char *)a + gen_flags[k].off) = 1;
     else if (i + 1 >= argc)
       return cli_usage_error("generate", "unknown option or missing value: %s", f);
     else {

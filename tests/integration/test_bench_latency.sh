@@ -151,6 +151,28 @@ grep -q "missing value: --threads" "$TMP/err" ||
   --threads=1 --json >"$TMP/eq.json" 2>"$TMP/err" && python3 -c "
 import json; assert json.load(open('$TMP/eq.json'))['policies'][0]['tokens'] == 4" \
   || bad "--flag=value forms: $(tail -1 "$TMP/err")"
+# a value of generate's option is that option's, whatever it looks like: --prompt --json gives
+# the prompt "--json" as --prompt=--json does (bench took --json for its own, and generate's
+# --prompt, last, had no value: exit 2), --trace --json writes the trace to the file "--json"
+# (the table printed as JSON), --seed --rounds is generate's bad seed (bench took --rounds 1);
+# --graphkv=K,M,T goes to generate as one argument (it was split into two, exit 2)
+for form in "--prompt --json" "--prompt=--json"; do
+  "$QEVICT" bench latency --model "$STORIES" $form -n 4 --rounds 1 --policies full --json \
+    >"$TMP/v.json" 2>"$TMP/err" && python3 -c "
+import json; assert json.load(open('$TMP/v.json'))['prompt_tokens'] == 7" \
+    && echo "ok $form: the prompt \"--json\"" >&2 || bad "$form: $(tail -1 "$TMP/err")"
+done
+(q=$(readlink -f "$QEVICT") && cd "$TMP" && "$q" bench latency --model "$STORIES" \
+  --input-words 300 -n 4 --rounds 1 --policies qevict:0.5 --trace --json >"$TMP/v.txt" \
+  2>"$TMP/err") && grep -q "same tokens" "$TMP/v.txt" && grep -q '"layer":0' "$TMP/--json" \
+  && echo "ok --trace --json: a trace" >&2 \
+  || bad "--trace --json: $(tail -1 "$TMP/err")"
+usage "--seed --rounds: generate's bad value" bench latency --model "$STORIES" --seed --rounds 1 \
+  --policies full
+grep -qF "bad value '--rounds' for --seed" "$TMP/err" || bad "--seed --rounds: $(cat "$TMP/err")"
+"$QEVICT" bench latency --model "$STORIES" --input-words 300 -n 4 --rounds 1 --json \
+  --policies qevict:0.5 --graphkv=0.3,8,1 >/dev/null 2>"$TMP/err" || bad "--graphkv=0.3,8,1: \
+$(tail -1 "$TMP/err")"
 "$QEVICT" bench latency --model "$STORIES" --input-words 30000 -n 4 --rounds 1 --policies full \
   >/dev/null 2>"$TMP/err"
 rc=$?
