@@ -1681,20 +1681,27 @@ def long_request(cl, n_new, poll):
     return th, evs
 
 
+def tp_request(name, n_new, poll, extra=()):
+    """serve with one TP group of 2 ranks (g0; state directory state-NAME, tenant NAME) and one
+    Generate of n_new tokens streaming on it (long_request): the server, the request's thread and
+    events, and the group's {rank: pid}."""
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-" + name), workers=1,
+                         extra=["--tp", "2", "--threads", "1", *extra])
+    srv.start()
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, name, 1 << 30).api_key)
+    th, evs = long_request(cl, n_new, poll)
+    return srv, th, evs, rank_pids(srv, "g0")
+
+
 def test_stuck_rank():
     """A TP group whose rank 1 stops answering mid-request (SIGSTOP): rank 0's engine waits in
     the collective, which no timeout of the scheduler's ends, so after --step-timeout its worker
     exits 70 for serve to restart it (it had waited there for good, its loop still answering the
     scheduler's heartbeats). Rank 1 is then killed (it never came back) and restarted; the
     request resumes and finishes all its tokens."""
-    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-stuck"), workers=1,
-                         extra=["--tp", "2", "--step-timeout", "4", "--threads", "1"])
-    srv.start()
     failed = C.failed
-    admin = Client(srv.addr, srv.admin_key())
-    cl = Client(srv.addr, set_tenant(admin, "stuck", 1 << 30).api_key)
-    th, evs = long_request(cl, 1900, 0.01)
-    ranks = rank_pids(srv, "g0")
+    srv, th, evs, ranks = tp_request("stuck", 1900, 0.01, ["--step-timeout", "4"])
     os.kill(ranks[1], signal.SIGSTOP)
     t0, deadline = time.time(), time.time() + 30
     while "has not come back" not in srv.tail(1 << 16) and time.time() < deadline:
@@ -1721,14 +1728,8 @@ def test_rank_killed_early():
     code within 3 s of the first start) and stopped everything, every request UNAVAILABLE. They
     now exit 70 (restart me, as a stuck engine), serve restarts the group and the requests resume
     and finish all their tokens."""
-    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-early"), workers=1,
-                         extra=["--tp", "2", "--threads", "1"])
-    srv.start()
     failed = C.failed
-    admin = Client(srv.addr, srv.admin_key())
-    cl = Client(srv.addr, set_tenant(admin, "early", 1 << 30).api_key)
-    th, evs = long_request(cl, 1500, 0.005)
-    ranks = rank_pids(srv, "g0")
+    srv, th, evs, ranks = tp_request("early", 1500, 0.005)
     age = proc_age(ranks[1])
     os.kill(ranks[1], signal.SIGKILL)
     C.ok(age < 3.0, "rank 1 killed %.1f s after its start, within serve's 3 s of a start (later, "

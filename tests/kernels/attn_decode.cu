@@ -997,14 +997,12 @@ static Timing bench_read_ms(uint8_t **arenas, int n_rot, size_t bytes, int ways,
   CK(cudaMalloc((void **)&sink, sizeof *sink));
   Timing best = {1e30, 1e30};
   for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
+    /* (per_sm: 4, 8, 16 chunks' worth of blocks a multiprocessor, halved) */
+    const dim3 gg(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * std::max(gqa_seqs, 1)));
+    const auto gqa = gqa_hm ? bench_read_gqa<true> : bench_read_gqa<false>;
     const Timing t = event_median2(10, 110, [&](int i) {
-      if (gqa_seqs && gqa_hm) /* (per_sm: 4, 8, 16 chunks' worth of blocks an SM, halved) */
-        bench_read_gqa<true><<<dim3(8, gqa_seqs,
-                                    (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
-                               192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
-      else if (gqa_seqs)
-        bench_read_gqa<false><<<dim3(8, gqa_seqs, (sms * per_sm / 2 + 8 * gqa_seqs - 1) / (8 * gqa_seqs)),
-                         192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
+      if (gqa_seqs)
+        gqa<<<gg, 192>>>((const uint4 *)arenas[i % n_rot], gqa_len, sink);
       else
         bench_read<<<sms * per_sm, 256>>>((const uint4 *)arenas[i % n_rot], bytes / 16, sink);
     }, ways);
