@@ -99,7 +99,8 @@ class Server:
                     raise
                 self.pick_ports()
 
-    def start_once(self, timeout):
+    def launch(self):
+        """Starts serve without waiting for it; returns its ready file's path."""
         ready = self.state_dir + ".ready"
         if os.path.exists(ready):
             os.unlink(ready)
@@ -109,6 +110,10 @@ class Server:
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=self.logf,
                                      start_new_session=True, env=self.env)
+        return ready
+
+    def start_once(self, timeout):
+        ready = self.launch()
         deadline = time.time() + timeout
         while not os.path.exists(ready):
             if self.proc.poll() is not None:

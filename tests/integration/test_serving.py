@@ -1747,6 +1747,61 @@ def test_rank_killed_early():
         print(srv.tail(6000))
 
 
+def exit_line(srv, n):
+    """serve's n-th line (from 1) saying that a worker exited on a signal, or None after 20 s."""
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        lines = [ln for ln in srv.tail(1 << 16).splitlines() if "exited (signal" in ln]
+        if len(lines) >= n:
+            return lines[n - 1]
+        time.sleep(0.05)
+    return None
+
+
+def kill_at_age(srv, old_pid, age_of):
+    """Waits for g0's worker other than old_pid, kills it (SIGKILL) at the age age_of(its start
+    on the wall clock) gives; returns (its pid, its age at the kill)."""
+    pid, deadline = None, time.time() + 20
+    while pid is None and time.time() < deadline:
+        pid = next((p for p in srv.worker_pids("g0") if p != old_pid), None)
+        time.sleep(0.005)
+    if pid is None:
+        return None, float("nan")
+    start = time.time() - proc_age(pid)
+    age = age_of(start)
+    time.sleep(max(0.0, start + age - time.time()))
+    os.kill(pid, signal.SIGKILL)
+    return pid, time.time() - start
+
+
+def test_quick_window():
+    """serve counts a child's exit within 3 s of its start as quick (a restart after a pause; at
+    its first start, a failure to start). It measured the age in whole seconds (time()), so the
+    window was 2 to 3 s, by where in its second the child started: a worker killed 2.2-2.7 s
+    after it started in the second half of a second, once its start's third second had begun,
+    counted as not quick. A worker killed so is now restarted after a pause, and one killed 3.4 s
+    after its start still at once."""
+    failed = C.failed
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-quick"), workers=1,
+                         extra=["--threads", "1"])
+    time.sleep((0.5 - time.time()) % 1.0)  # serve starts at x.5 s: its worker starts after
+    srv.launch()
+    # 0.15 s into the third whole second after the start's: 2.35-2.65 s after a start at x.5 to
+    # x.8 (a start late in its second leaves no such time within 3 s: the age check fails then)
+    pid, age = kill_at_age(srv, None, lambda st: int(st) + 3.15 - st)
+    first = exit_line(srv, 1) or ""
+    C.ok(age < 2.8 and "restarting after a pause" in first,
+         "a worker killed %.2f s after its start (under 2.8 s), in its start's third whole second "
+         "after, is restarted after a pause, an exit within 3 s: %s" % (age, first.strip()))
+    _, age2 = kill_at_age(srv, pid, lambda st: 3.4)
+    second = exit_line(srv, 2) or ""
+    C.ok(age2 > 3.0 and second.endswith("restarting"),
+         "a worker killed %.2f s after its start is restarted at once: %s" % (age2, second.strip()))
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def test_many_policies():
     """More distinct policy configurations at once than a worker keeps caches for (16): the
     starts beyond them wait for one to end, then run (they had failed once started)."""
@@ -1899,6 +1954,7 @@ def main():
     test_tp()
     test_stuck_rank()
     test_rank_killed_early()
+    test_quick_window()
     test_many_policies()
     test_fair_dispatch()
     test_reconnect_counters()
