@@ -23,7 +23,7 @@ typedef struct {
   int64_t pool_unit_bytes, pool_units, pool_in_use, pool_peak, pool_arena_bytes;
   double allreduce_ms;
   int64_t allreduce_calls;
-  cli_policy_mem_t mem; /* its KV cache's slot 0 (the text summary gives rank 0's alone) */
+  cli_policy_mem_t mem; /* its KV cache's slot 0 */
 } gen_rank_report_t;
 
 /* This rank's figures (nc: its NCCL communicator or NULL; timed when timing was turned on). */

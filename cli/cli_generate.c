@@ -456,6 +456,10 @@ static int load_barrier(tp_comm_t *c, int lrc, int *r0_failed) {
   return rc;
 }
 
+/* Whether the ranks gather their reports after the run: for --json, and for the text's memory
+ * summary of every rank under --tp. */
+static int gathers(const gen_args_t *a) { return a->json || a->tp > 1; }
+
 /* A forked rank > 0: loads its shard and follows rank 0 until told to stop. */
 static int run_follower(const gen_args_t *a, int rank, int fd) {
   kern_backend_t *be = NULL;
@@ -470,8 +474,8 @@ static int run_follower(const gen_args_t *a, int rank, int fd) {
   if (!rc) rc = join_device_comm(a, be, c, &nc);
   if (!rc) rc = gen_follow(m, kv, c);
   gen_rank_report_t mine, all[256];
-  if (!rc && a->json) rc = gen_report_fill(be, m, kv, c, nc, &mine);
-  if (!rc && a->json) rc = tp_allgather(c, &mine, all, sizeof mine);
+  if (!rc && gathers(a)) rc = gen_report_fill(be, m, kv, c, nc, &mine);
+  if (!rc && gathers(a)) rc = tp_allgather(c, &mine, all, sizeof mine);
   /* its own failure only, and a failure to load only when rank 0 loaded (else rank 0's message,
      most often the same, is the one line) */
   if (rc && (lrc ? !r0_failed : !brc)) cli_fail("generate (tp rank)", rc);
@@ -519,7 +523,7 @@ typedef struct {
   int stream_out;
   int n_ids;                    /* ids printed (--shape: no tokenizer, the output is ids) */
   gen_top2_t top2;              /* --top2: sequence 0's */
-  gen_rank_report_t ranks[256]; /* --json: every rank's, gathered after the run */
+  gen_rank_report_t ranks[256]; /* every rank's, gathered after the run (gathers) */
   int lost;                     /* a streamed token's text could not be written out */
 } gen_out_t;
 
@@ -614,7 +618,7 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
   int rc = a->top2 && !out.top2.v ? qe_errf(QE_ENOMEM, "out of memory") : 0;
   if (!rc) rc = gen_run(m, kv, c, seqs, a->batch, &o, &st);
   gen_rank_report_t mine;
-  if (a->json && !gen_report_fill(be, m, kv, c, nc, &mine)) {
+  if (gathers(a) && !gen_report_fill(be, m, kv, c, nc, &mine)) {
     int grc = tp_allgather(c, &mine, out.ranks, sizeof mine); /* the followers wait */
     if (!rc) rc = grc;
   }
@@ -627,7 +631,9 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
     if (out.n_ids) putchar('\n');
     fflush(stdout);
     print_summary(a, &seqs[0], &st);
-    cli_policy_print(&a->pol, kv, stderr);
+    if (a->tp == 1) cli_policy_print(&a->pol, kv, stderr);
+    for (int r = 0; a->tp > 1 && r < a->tp; r++) /* one line a rank, each its own cache */
+      cli_policy_mem_print(a->pol.name, out.ranks[r].rank, &out.ranks[r].mem, stderr);
   }
   for (int i = 0; i < a->batch; i++) free(seqs[i].out);
   free(out.top2.v);

@@ -243,28 +243,33 @@ static void pool_warning(int err_flags, FILE *f) {
                "exact; QEVICT_KV_GPU_POOL_SLACK=30 gives the pool 30%% more units (README)\n");
 }
 
-void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
-  kv_gpu_stats_t gs;
-  const int gpu = gpu_stats(kv, &gs);
-  if (gpu)
+void cli_policy_mem_print(const char *policy, int rank, const cli_policy_mem_t *m, FILE *f) {
+  const kv_mem_stats_t *s = &m->s;
+  if (m->kind == CLI_MEM_GPU) {
     fprintf(f,
-            "qevict: memory (policy %s, GPU, rank 0): budget %zu bytes, persistent %zu; windows "
+            "qevict: memory (policy %s, GPU, rank %d): budget %zu bytes, persistent %zu; windows "
             "Full/INT2/Evicted %ld/%ld/%ld; promotions %ld, demotions %ld, evictions %ld, "
             "routing events %ld; pool faults %d\n",
-            p->name, gs.budget, gs.bytes, gs.windows[0], gs.windows[1], gs.windows[2],
-            gs.promotions, gs.demotions, gs.evictions, gs.routings, gs.err_flags);
-  if (gpu) pool_warning(gs.err_flags, f);
-  if (!is_tiered(kv)) return;
-  kv_mem_stats_t s;
-  kv_tiered_stats(kv, 0, &s);
-  fprintf(f,
-          "qevict: memory (policy %s, rank 0): budget %zu bytes, persistent %zu (peak %zu): "
-          "Full %zu, INT2 %zu, sink %zu, metadata %zu; windows Full/INT2/Evicted "
-          "%ld/%ld/%ld; promotions %ld, demotions %ld, evictions %ld, routing events %ld; "
-          "peak transient %zu bytes, workspace %zu bytes\n",
-          p->name, s.budget, s.bytes, s.peak_bytes, s.full_bytes, s.int2_bytes, s.sink_bytes,
-          s.meta_bytes, s.windows[0], s.windows[1], s.windows[2], s.promotions, s.demotions,
-          s.evictions, s.routing_events, s.peak_transient, s.workspace);
+            policy, rank, s->budget, s->bytes, s->windows[0], s->windows[1], s->windows[2],
+            s->promotions, s->demotions, s->evictions, s->routing_events, m->pool_faults);
+    pool_warning(m->pool_faults, f);
+  } else if (m->kind == CLI_MEM_CPU) {
+    fprintf(f,
+            "qevict: memory (policy %s, rank %d): budget %zu bytes, persistent %zu (peak %zu): "
+            "Full %zu, INT2 %zu, sink %zu, metadata %zu; windows Full/INT2/Evicted "
+            "%ld/%ld/%ld; promotions %ld, demotions %ld, evictions %ld, routing events %ld; "
+            "peak transient %zu bytes, workspace %zu bytes\n",
+            policy, rank, s->budget, s->bytes, s->peak_bytes, s->full_bytes, s->int2_bytes,
+            s->sink_bytes, s->meta_bytes, s->windows[0], s->windows[1], s->windows[2],
+            s->promotions, s->demotions, s->evictions, s->routing_events, s->peak_transient,
+            s->workspace);
+  }
+}
+
+void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f) {
+  cli_policy_mem_t m;
+  cli_policy_mem(kv, &m);
+  cli_policy_mem_print(p->name, 0, &m, f);
 }
 
 size_t cli_policy_fullkv_bytes(const kv_cache_t *kv, long n_tokens) {

@@ -36,7 +36,8 @@ int cli_policy_resolve(const cli_policy_t *p, int head_dim, kv_policy_desc_t *ou
  * byte budget). trace_out: an open FILE for routing events on rank 0, or NULL. */
 int cli_policy_make_cache(const cli_policy_t *p, kern_backend_t *be, const model_t *m, int n_seqs,
                           int capacity, FILE *trace_out, kv_cache_t **out);
-/* Memory summary of slot 0 after the run (nothing for FullKV). */
+/* Memory summary of slot 0 after the run (nothing for FullKV): cli_policy_mem_print of kv's as
+ * rank 0's. */
 void cli_policy_print(const cli_policy_t *p, kv_cache_t *kv, FILE *f);
 /* The same as one JSON object (cli_policy_mem_json of kv's, labelled with rank when rank >= 0),
  * and the GPU pool's warning on stderr. */
@@ -55,6 +56,9 @@ void cli_policy_mem(kv_cache_t *kv, cli_policy_mem_t *out);
 /* m as one JSON object: "policy" (policy's name, or "full"), "rank" when rank >= 0, then the
  * figures of its kind (a FullKV cache has none). */
 void cli_policy_mem_json(const char *policy, int rank, const cli_policy_mem_t *m, FILE *f);
+/* m as one line of text labelled with policy and rank, "qevict: memory (policy P, rank R): ..."
+ * (GPU: "policy P, GPU, rank R", then the pool's warning when it ran out); nothing for FullKV. */
+void cli_policy_mem_print(const char *policy, int rank, const cli_policy_mem_t *m, FILE *f);
 /* Slot 0's memory figures of a tiered cache, CPU (kv_tiered_stats) or GPU (kv_gpu_stats: the
  * figures as of its last routing; peak_bytes is those bytes, the transient and workspace fields
  * are 0). 1 when filled, 0 for a cache without them (FullKV). */

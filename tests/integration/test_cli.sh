@@ -480,6 +480,22 @@ assert all(0 < r["memory"]["bytes"] <= r["memory"]["budget_bytes"] for r in rank
 print("ok --tp 3: each rank's memory, budgets %s of %d" % (b, one["memory"]["budget_bytes"]),
       file=sys.stderr)
 PY
+# the text gives every rank's memory summary too, one line a rank, labelled, each that rank's
+# figures in --json's "ranks" (it gave rank 0's alone)
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a time there was a little girl" -n 150 \
+  --ignore-eos --policy qevict --budget 0.4 --tp 3 >/dev/null 2>"$TMP/q3.err" ||
+  bad "qevict 40% tp 3, text"
+python3 - "$TMP/q3.json" "$TMP/q3.err" <<'PY' || bad "--tp 3: every rank's memory in the text"
+import json, re, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+pat = (r"qevict: memory \(policy qevict, rank (\d+)\): budget (\d+) bytes, persistent (\d+) "
+       r"\(peak (\d+)\):.* routing events (\d+);")
+got = [tuple(map(int, m.groups())) for m in re.finditer(pat, open(sys.argv[2]).read())]
+want = [(r["rank"], r["memory"]["budget_bytes"], r["memory"]["bytes"], r["memory"]["peak_bytes"],
+         r["memory"]["routing_events"]) for r in ranks]
+assert got == want, (got, want)
+print("ok --tp 3: the text's memory lines, one a rank: %s" % got, file=sys.stderr)
+PY
 if [[ -n "${QE_SMOLLM2:-}" && -f "$QE_SMOLLM2" ]]; then
   same_tp "$QE_SMOLLM2" "The capital of France is" 48 2 3
   full=$("$QEVICT" generate --model "$QE_SMOLLM2" --prompt "The capital of France is" -n 48 --ignore-eos --json | tokens)
