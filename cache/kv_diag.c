@@ -232,10 +232,11 @@ int kv_diag_compute(const kv_diag_t *d, kv_diag_result_t *o) {
   }
   qsort(ttr, (size_t)n_ttr, sizeof *ttr, cmp_int);
   o->fmm = mean_of(&fmm), o->churn = mean_of(&churn), o->qsa = mean_of(&qsa);
-  o->qsa_events = qsa.n;
+  o->qsa_events = qsa.n, o->fmm_events = fmm.n, o->churn_pairs = churn.n;
   o->lir = o->lir_eligible ? (double)o->lir_returned / (double)o->lir_eligible : NAN;
   o->ttr_median = n_ttr ? ttr[n_ttr / 2] : NAN;
   o->int2_mass_ratio = fm > 0 ? qm / fm : NAN;
+  o->int2_full_mass = fm;
   free(ttr);
   return 0;
 }

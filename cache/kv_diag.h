@@ -20,8 +20,14 @@
 typedef struct kv_diag kv_diag_t;
 
 typedef struct {
-  double fmm, churn, lir, ttr_median, qsa, int2_mass_ratio;
+  double fmm, churn, lir, ttr_median, qsa, int2_mass_ratio; /* NaN where undefined */
   long events, lir_eligible, lir_returned, qsa_events;
+  /* What each diagnostic is over, 0 where it is undefined on the run (no value to tell an
+   * undefined diagnostic from a NaN by): FMM's routing events, churn's pairs of events, LIR's
+   * eligible episodes (lir_eligible), TTR's returned ones (lir_returned), QSA's events
+   * (qsa_events), and FullKV's mass on the INT2 windows (the ratio's denominator). */
+  long fmm_events, churn_pairs;
+  double int2_full_mass;
 } kv_diag_result_t;
 
 int kv_diag_create(int n_layer, int horizon, int lir_m, kv_diag_t **out);
@@ -29,7 +35,8 @@ void kv_diag_destroy(kv_diag_t *d);
 /* Observers to register with kv_cache_set_observer on the shadow and the policy cache. */
 void kv_diag_observe_shadow(void *d, const kv_obs_t *o);
 void kv_diag_observe_policy(void *d, const kv_obs_t *o);
-/* Computes every diagnostic (NaN where undefined, e.g. QSA without INT2 windows). */
+/* Computes every diagnostic (NaN where undefined, e.g. QSA without INT2 windows, its count then
+ * 0: kv_diag_result_t). */
 int kv_diag_compute(const kv_diag_t *d, kv_diag_result_t *out);
 /* Forgets the policy's observations and keeps the shadow's, so that one shadow run serves
  * several policy runs over the same tokens and windows (`qevict eval`). */

@@ -5,9 +5,10 @@
  * diagnostics and memory figures are means over every run that has them; per task they pool
  * every length, and the average over tasks is the mean of the per-task means (tasks FullKV
  * fails entirely have no accuracy and do not enter it). A mean is over the finite values: each
- * one left out (a KL of +inf, a diagnostic undefined on its run, NaN) is counted and reported
- * beside it, in the JSON's left_out and in the markdown's cell; the average over tasks reports
- * the sum of its tasks' counts. Nothing timed enters the results. */
+ * one left out (a KL of +inf, a NaN, a diagnostic undefined on its run: kv_diag_result_t's count
+ * for it 0, counted apart from NaN, the value it has) is counted and reported beside it, in the
+ * JSON's left_out and in the markdown's cell; the average over tasks reports the sum of its
+ * tasks' counts. Nothing timed enters the results. */
 #include <math.h>
 #include <string.h>
 
@@ -15,9 +16,9 @@
 #include "qe_json.h"
 
 typedef struct {
-  double sum;    /* of the n finite values */
-  long n;        /* finite values */
-  long inf, nan; /* values left out: infinite, NaN */
+  double sum;           /* of the n finite values */
+  long n;               /* finite values */
+  long inf, nan, undef; /* values left out: infinite, NaN, a diagnostic undefined on its run */
 } eval_acc_t;
 
 enum {
@@ -63,7 +64,15 @@ static void add(eval_acc_t *a, double v) {
   else
     isnan(v) ? a->nan++ : a->inf++;
 }
+/* A diagnostic's value, or its run's undefined one (defined: 0). */
+static void add_diag(eval_acc_t *a, double v, int defined) {
+  if (defined)
+    add(a, v);
+  else
+    a->undef++;
+}
 static double mean(const eval_acc_t *a) { return a->n ? a->sum / (double)a->n : NAN; }
+static long left_out(const eval_acc_t *a) { return a->inf + a->nan + a->undef; }
 
 static void add_row(const eval_row_t *r, eval_cell_t *c) {
   c->rows++;
@@ -78,9 +87,13 @@ static void add_row(const eval_row_t *r, eval_cell_t *c) {
   if (r->has_mem && r->mem.budget) add(&c->a[A_BYTES], (double)r->mem.peak_bytes / r->mem.budget);
   if (!r->has_diag) return;
   const kv_diag_result_t *d = &r->diag;
-  add(&c->a[A_FMM], d->fmm), add(&c->a[A_CHURN], d->churn), add(&c->a[A_LIR], d->lir);
-  add(&c->a[A_TTR], d->ttr_median), add(&c->a[A_QSA], d->qsa);
-  add(&c->a[A_RATIO], d->int2_mass_ratio), add(&c->a[A_PROMO], (double)r->tf_promotions);
+  add_diag(&c->a[A_FMM], d->fmm, d->fmm_events > 0);
+  add_diag(&c->a[A_CHURN], d->churn, d->churn_pairs > 0);
+  add_diag(&c->a[A_LIR], d->lir, d->lir_eligible > 0);
+  add_diag(&c->a[A_TTR], d->ttr_median, d->lir_returned > 0);
+  add_diag(&c->a[A_QSA], d->qsa, d->qsa_events > 0);
+  add_diag(&c->a[A_RATIO], d->int2_mass_ratio, d->int2_full_mass != 0);
+  add(&c->a[A_PROMO], (double)r->tf_promotions);
   if (r->n_forced) add(&c->a[A_AGREE], (double)r->n_agree / r->n_forced);
 }
 
@@ -113,7 +126,7 @@ static eval_acc_t over_tasks(const eval_cfg_t *c, const eval_results_t *r, int v
     eval_cell_t cell = cell_of(r, t, -1, v, b);
     const eval_acc_t *a = &cell.a[k];
     if (a->n) m.sum += mean(a), m.n++;
-    m.inf += a->inf, m.nan += a->nan;
+    m.inf += a->inf, m.nan += a->nan, m.undef += a->undef;
   }
   return m;
 }
@@ -243,13 +256,14 @@ static void json_row(const eval_cfg_t *c, const eval_row_t *r, FILE *f) {
   fprintf(f, "}");
 }
 
-/* ,"left_out":{"kl":{"inf":1,"nan":0},...}: the values the means of task t's entry left out. */
+/* ,"left_out":{"kl":{"inf":1,"nan":0,"undefined":0},...}: the values the means of task t's
+ * entry left out ("undefined": diagnostics undefined on their runs, not counted as NaN). */
 static void json_left_out(const eval_cfg_t *c, int t, const eval_acc_t *a, FILE *f) {
   fprintf(f, ",\"left_out\":{");
   for (int k = 0, n = 0; k < A_N; k++)
-    if (shown(c, t, k) && (a[k].inf || a[k].nan))
-      fprintf(f, "%s\"%s\":{\"inf\":%ld,\"nan\":%ld}", n++ ? "," : "", acc_names[k], a[k].inf,
-              a[k].nan);
+    if (shown(c, t, k) && left_out(&a[k]))
+      fprintf(f, "%s\"%s\":{\"inf\":%ld,\"nan\":%ld,\"undefined\":%ld}", n++ ? "," : "",
+              acc_names[k], a[k].inf, a[k].nan, a[k].undef);
   fprintf(f, "}");
 }
 
@@ -320,13 +334,15 @@ static void md_num(FILE *f, double v, const char *fmt) {
     fprintf(f, "n/a");
 }
 
-/* The mean of a, then the values it left out: "0.123 (2 inf, 1 NaN left out)". */
+/* The mean of a, then the values it left out: "0.123 (2 inf, 1 NaN, 3 undefined left out)". */
 static void md_mean(FILE *f, const eval_acc_t *a, const char *fmt) {
   md_num(f, mean(a), fmt);
-  if (!a->inf && !a->nan) return;
+  if (!left_out(a)) return;
+  const long n[3] = {a->inf, a->nan, a->undef};
+  const char *what[3] = {"inf", "NaN", "undefined"};
   fprintf(f, " (");
-  if (a->inf) fprintf(f, "%ld inf%s", a->inf, a->nan ? ", " : "");
-  if (a->nan) fprintf(f, "%ld NaN", a->nan);
+  for (int i = 0, k = 0; i < 3; i++)
+    if (n[i]) fprintf(f, "%s%ld %s", k++ ? ", " : "", n[i], what[i]);
   fprintf(f, " left out)");
 }
 

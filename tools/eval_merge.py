@@ -41,7 +41,7 @@ def wmean(x, n, y, m):
 
 
 def left_out(r, k):
-    """The values of k's mean left out as not finite (+inf, NaN)."""
+    """The values of k's mean left out: not finite (+inf, NaN) or undefined on their runs."""
     return sum((r.get("left_out") or {}).get(k, {}).values())
 
 
@@ -119,7 +119,7 @@ def ppl_kl(j, length, pol, budget):
 def kl_cell(j, length, pol, budget):
     """The KL as the table shows it, with the values its mean left out (as qevict eval does)."""
     lo = (ppl_row(j, length, pol, budget).get("left_out") or {}).get("kl", {})
-    why = ", ".join("%d %s" % (n, w if w == "inf" else "NaN") for w, n in sorted(lo.items()) if n)
+    why = ", ".join("%d %s" % (n, {"nan": "NaN"}.get(w, w)) for w, n in sorted(lo.items()) if n)
     return fmt(ppl_kl(j, length, pol, budget), 4) + (" (%s left out)" % why if why else "")
 
 

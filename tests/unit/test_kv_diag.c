@@ -140,6 +140,16 @@ int main(void) {
   CHECK(near(r.qsa, (1 + 1 + c13) / 3));
   /* INT2 mass ratio: steps 10 {1}, 12 {1}, 13 {0,1}. */
   CHECK(near(r.int2_mass_ratio, (.3 + .1 + (.4 + .1)) / (.2 + .2 + (.5 + .1))));
+  /* what each is over: FMM's events 10 and 12 (13 has no step after it), two pairs */
+  CHECK(r.fmm_events == 2 && r.churn_pairs == 2 && r.qsa_events == 3 && r.lir_returned == 2);
+  CHECK(near(r.int2_full_mass, .2 + .2 + (.5 + .1)));
+  /* a policy that never routed: every diagnostic undefined, NaN, its count 0 */
+  kv_diag_clear_policy(d);
+  CHECK_OK(kv_diag_compute(d, &r));
+  CHECK(isnan(r.fmm) && isnan(r.churn) && isnan(r.lir) && isnan(r.ttr_median));
+  CHECK(isnan(r.qsa) && isnan(r.int2_mass_ratio) && r.events == 0);
+  CHECK(!r.fmm_events && !r.churn_pairs && !r.lir_eligible && !r.lir_returned);
+  CHECK(!r.qsa_events && r.int2_full_mass == 0);
   kv_diag_destroy(d);
   check_steps();
   check_partial_window();
