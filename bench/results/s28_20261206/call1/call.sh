@@ -9,20 +9,5 @@ G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "card: $G"
 case "$G" in *H200*) ;; *) echo "not an H200: nothing to run"; exit 0 ;; esac
 CHECKS=0 ROUNDS=1 NEW=200 BINS=long_ctx POLS="qevict full" TAG=lc bash bench/gpu_longctx_ab.sh
-source bench/device_unpack.sh
-S=full_b32_s1280,full_b8_s32768,full_b32_s32768,abs_tiered20_w8_b8_s32768,abs_tiered20_w8_b32_s32768
-for r in 1 2; do
-  attn_decode --bench --shapes $S > $OUT/attn_$r.log 2>&1
-  python3 bench/sdpa_queued.py --shapes 32x1280,8x32768,32x32768 > $OUT/sdpa_$r.log 2>&1
-done
-python3 - $OUT/attn_*.log <<'PY' | tee $OUT/attn.txt
-import json, sys
-for f in sys.argv[1:]:
-    for ln in open(f):
-        if ln.startswith('{"bench"') and '"auto": false' not in ln:
-            d = json.loads(ln)
-            print(f.rsplit('/', 1)[1], d["bench"], d.get("chunks_per_seq", ""), d.get("ms_gpu"),
-                  d.get("frac_copy_bw_gpu", ""))
-PY
-grep -h 'ms_gpu' $OUT/sdpa_*.log | tee $OUT/sdpa.txt
+bash bench/gpu_peer_table.sh
 echo "done at $SECONDS s"
