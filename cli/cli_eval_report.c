@@ -74,6 +74,25 @@ static void add_diag(eval_acc_t *a, double v, int defined) {
 static double mean(const eval_acc_t *a) { return a->n ? a->sum / (double)a->n : NAN; }
 static long left_out(const eval_acc_t *a) { return a->inf + a->nan + a->undef; }
 
+/* A row's diagnostics in the order A_FMM..A_RATIO, then agreement (A_AGREE), as v, and whether
+ * each is defined on the run (its count not 0) as def. */
+enum { N_DIAG = A_RATIO - A_FMM + 2 };
+static void diag_values(const eval_row_t *r, double *v, int *def) {
+  const kv_diag_result_t *d = &r->diag;
+  const double x[N_DIAG] = {d->fmm,
+                            d->churn,
+                            d->lir,
+                            d->ttr_median,
+                            d->qsa,
+                            d->int2_mass_ratio,
+                            r->n_forced ? (double)r->n_agree / r->n_forced : NAN};
+  const int y[N_DIAG] = {d->fmm_events > 0,   d->churn_pairs > 0, d->lir_eligible > 0,
+                         d->lir_returned > 0, d->qsa_events > 0,  d->int2_full_mass != 0,
+                         r->n_forced > 0};
+  memcpy(v, x, sizeof x), memcpy(def, y, sizeof y);
+}
+static int diag_acc(int i) { return i < N_DIAG - 1 ? A_FMM + i : A_AGREE; }
+
 static void add_row(const eval_row_t *r, eval_cell_t *c) {
   c->rows++;
   if (r->error) return (void)c->errors++;
@@ -86,15 +105,12 @@ static void add_row(const eval_row_t *r, eval_cell_t *c) {
   }
   if (r->has_mem && r->mem.budget) add(&c->a[A_BYTES], (double)r->mem.peak_bytes / r->mem.budget);
   if (!r->has_diag) return;
-  const kv_diag_result_t *d = &r->diag;
-  add_diag(&c->a[A_FMM], d->fmm, d->fmm_events > 0);
-  add_diag(&c->a[A_CHURN], d->churn, d->churn_pairs > 0);
-  add_diag(&c->a[A_LIR], d->lir, d->lir_eligible > 0);
-  add_diag(&c->a[A_TTR], d->ttr_median, d->lir_returned > 0);
-  add_diag(&c->a[A_QSA], d->qsa, d->qsa_events > 0);
-  add_diag(&c->a[A_RATIO], d->int2_mass_ratio, d->int2_full_mass != 0);
+  double v[N_DIAG];
+  int def[N_DIAG];
+  diag_values(r, v, def);
+  for (int i = 0; i < N_DIAG - 1; i++) add_diag(&c->a[diag_acc(i)], v[i], def[i]);
   add(&c->a[A_PROMO], (double)r->tf_promotions);
-  if (r->n_forced) add(&c->a[A_AGREE], (double)r->n_agree / r->n_forced);
+  if (r->n_forced) add(&c->a[A_AGREE], v[N_DIAG - 1]);
 }
 
 /* The cell of task t (length index l, -1: all), variant v, budget b (-1, -1: FullKV). */
@@ -201,25 +217,41 @@ static void json_mem(const kv_mem_stats_t *m, FILE *f) {
           m->routing_events);
 }
 
+/* What a row's null stands for: "inf", "-inf", "nan" or "undefined" (a diagnostic undefined on
+ * its run); NULL for a number. */
+static const char *null_kind(double v, int defined) {
+  if (isfinite(v)) return NULL;
+  if (!defined) return "undefined";
+  return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* ,"nulls":{"kl":"inf",...}: what each of the n values v (keys k, defined d) written as null
+ * stands for; nothing when all are numbers. */
+static void json_nulls(FILE *f, const char *const *k, const double *v, const int *d, int n) {
+  int w = 0;
+  for (int i = 0; i < n; i++) {
+    const char *s = null_kind(v[i], d[i]);
+    if (s) fprintf(f, "%s\"%s\":\"%s\"", w++ ? "," : ",\"nulls\":{", k[i], s);
+  }
+  if (w) fputc('}', f);
+}
+
 static void json_diag(const eval_row_t *r, FILE *f) {
   const kv_diag_result_t *d = &r->diag;
-  double v[] = {d->fmm,
-                d->churn,
-                d->lir,
-                d->ttr_median,
-                d->qsa,
-                d->int2_mass_ratio,
-                r->n_forced ? (double)r->n_agree / r->n_forced : NAN};
-  const char *k[] = {"fmm", "churn",           "global_lir", "ttr_median",
-                     "qsa", "int2_mass_ratio", "agreement"};
+  double v[N_DIAG];
+  int def[N_DIAG];
+  const char *k[N_DIAG];
+  diag_values(r, v, def);
   fprintf(f,
           ",\"diagnostics\":{\"routing_events\":%ld,\"lir_eligible\":%ld,\"promotions\":%ld,"
           "\"forced\":%d,\"shadow_agreement\":%d",
           d->events, d->lir_eligible, r->tf_promotions, r->n_forced, r->shadow_agree);
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < N_DIAG; i++) {
+    k[i] = acc_names[diag_acc(i)];
     fprintf(f, ",\"%s\":", k[i]);
     qe_json_num(f, v[i]);
   }
+  json_nulls(f, k, v, def, N_DIAG);
   fprintf(f, ",\"fmm_steps\":");
   json_steps(f, r->fmm_steps, r->n_steps);
   fprintf(f, ",\"fmm_fp_steps\":");
@@ -245,9 +277,12 @@ static void json_row(const eval_cfg_t *c, const eval_row_t *r, FILE *f) {
     qe_json_num(f, r->kl);
     fprintf(f, ",\"top1\":");
     qe_json_num(f, r->top1);
+    const char *k[] = {"ppl", "kl", "top1"};
+    json_nulls(f, k, (const double[]){r->ppl, r->kl, r->top1}, (const int[]){1, 1, 1}, 3);
   } else if (!r->error) {
     fprintf(f, ",\"score\":");
     qe_json_num(f, r->score);
+    json_nulls(f, (const char *const[]){"score"}, &r->score, (const int[]){1}, 1);
     fprintf(f, ",\"pass\":%s,\"output\":", r->pass ? "true" : "false");
     jstr(f, r->output);
   }

@@ -3,7 +3,8 @@
  * undefined on the run (its count 0: not a NaN, though its value is one) and says how many, in
  * the JSON (`left_out`) and in the markdown ("(1 inf, 1 NaN left out)", "(1 undefined left
  * out)"), for the perplexity task, a generation task, the average over tasks, whose `tasks`
- * counts the tasks with an accuracy, and the diagnostics table. */
+ * counts the tasks with an accuracy, and the diagnostics table; and each row's `nulls`, what
+ * each of its values written as null stands for ("inf", "nan", "undefined"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,15 @@ int main(void) {
   CHECK(has(j, want)); /* the task's entries */
   snprintf(want, sizeof want, "%s,\"tasks\":1}", lo);
   CHECK(has(j, want)); /* the average over tasks */
+  /* the rows: what each null stands for */
+  CHECK(has(j, "\"ppl\":null,\"kl\":null,\"top1\":1,\"nulls\":{\"ppl\":\"inf\",\"kl\":\"inf\"}"));
+  CHECK(has(j, "\"ppl\":6,\"kl\":null,\"top1\":1,\"nulls\":{\"kl\":\"nan\"}"));
+  CHECK(has(j, "\"int2_mass_ratio\":null,\"agreement\":null,\"nulls\":{\"fmm\":\"undefined\","
+               "\"int2_mass_ratio\":\"nan\",\"agreement\":\"undefined\"}"));
+  CHECK(has(j, "\"nulls\":{\"int2_mass_ratio\":\"undefined\",\"agreement\":\"undefined\"}"));
+  CHECK(has(j, "\"int2_mass_ratio\":0.9,\"agreement\":null,\"nulls\":{\"agreement\":"
+               "\"undefined\"}"));
+  CHECK(!strstr(j, "\"ppl\":6,\"kl\":0.5,\"top1\":1,\"nulls\""));
   CHECK(has(md, "| qevict | 30% | 300 | 6.000 (1 inf left out) | 0.50000 (1 inf, 1 NaN left "
                 "out) | 1.000 | 0 |"));
   CHECK(has(md, "| qevict | 30% | 0.667 | 0.2000 (1 undefined left out) | 0.667 | 0.2000 (1 "
