@@ -69,11 +69,23 @@ KCF_FN void kcf_ldm4(uint32_t *r, const void *p, bool trans) {
                  : "r"(a));
 }
 
+/* KCF_L2HINT: the copies' L2 prefetch size, 0 (none: the default), 128 or 256 bytes, as the
+ * decode kernels' KCA_L2HINT (256 there since 2026-12-06); an experiment, not yet timed here
+ * (`VARIANTS="l2=-DKCF_L2HINT=256" bench/device_pack.sh --variants`, bench/gpu_prefill_ab.sh). */
+#ifndef KCF_L2HINT
+#define KCF_L2HINT 0
+#endif
+#if KCF_L2HINT == 256
+#define KCF_CP16_OP "cp.async.cg.shared.global.L2::256B"
+#elif KCF_L2HINT == 128
+#define KCF_CP16_OP "cp.async.cg.shared.global.L2::128B"
+#else
+#define KCF_CP16_OP "cp.async.cg.shared.global"
+#endif
 /* 16 bytes from global src into shared dst, or zeros when !ok (cp.async, one group a call). */
 KCF_FN void kcf_cp16(uint16_t *dst, const uint16_t *src, int ok) {
   const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-               "r"(ok ? 16 : 0));
+  asm volatile(KCF_CP16_OP " [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
 KCF_FN void kcf_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 KCF_FN void kcf_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
