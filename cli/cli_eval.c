@@ -448,13 +448,20 @@ typedef struct {
   char json_tmp[PATH_MAX], md_tmp[PATH_MAX];
 } eval_outs_t;
 
+/* Opens the report at path through path.partial (renamed over path at the end, so that a run
+ * that fails leaves no half report), or straight at path when path exists and is no regular file
+ * (a FIFO, /dev/null, /dev/stdout: a rename would replace it with a file); tmp "" then. */
 static int open_report(const char *path, const char *flag, FILE **f, char *tmp) {
   if (!path || !strcmp(path, "-")) return 0;
-  if (snprintf(tmp, PATH_MAX, "%s.partial", path) >= PATH_MAX)
-    return qe_errf(QE_EIO, "%s: the path '%s' is too long", flag, path);
-  if (!(*f = fopen(tmp, "w")))
-    return qe_errf(QE_EIO, "%s: cannot write '%s' (through '%s'): %s", flag, path, tmp,
-                   strerror(errno));
+  struct stat st;
+  tmp[0] = '\0';
+  if (stat(path, &st) || S_ISREG(st.st_mode)) {
+    if (snprintf(tmp, PATH_MAX, "%s.partial", path) >= PATH_MAX)
+      return qe_errf(QE_EIO, "%s: the path '%s' is too long", flag, path);
+  }
+  if (!(*f = fopen(tmp[0] ? tmp : path, "w")))
+    return qe_errf(QE_EIO, "%s: cannot write '%s'%s%s%s: %s", flag, path,
+                   tmp[0] ? " (through '" : "", tmp, tmp[0] ? "')" : "", strerror(errno));
   return 0;
 }
 
@@ -467,8 +474,9 @@ static int open_reports(const eval_cfg_t *c, eval_outs_t *o) {
  * QE_EIO naming path when the close or the rename failed. */
 static int close_report(FILE **f, const char *path, const char *tmp, int rc) {
   if (!*f) return rc;
-  if (fclose(*f) && !rc) rc = qe_errf(QE_EIO, "cannot write '%s'", tmp);
+  if (fclose(*f) && !rc) rc = qe_errf(QE_EIO, "cannot write '%s'", tmp[0] ? tmp : path);
   *f = NULL;
+  if (!tmp[0]) return rc; /* (written in place) */
   if (!rc && rename(tmp, path))
     rc = qe_errf(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
   if (rc) unlink(tmp);

@@ -110,6 +110,19 @@ r = [x for x in json.load(open(sys.argv[1]))["runs"] if x["policy"] != "full"]
 sys.exit(0 if len(r) == 3 and all(x.get("kl", 0) > 0 for x in r) else 1)
 PY
 
+# A report path that is no regular file (a FIFO, /dev/null) is written in place: the write
+# through PATH.partial and a rename had replaced it with a file (/dev/null too, as root)
+[[ -c /dev/null ]] || bad "eval --markdown /dev/null: /dev/null is no longer a device"
+mkfifo "$TMP/fifo"
+timeout 120 cat "$TMP/fifo" >"$TMP/fifo.json" &
+reader=$!
+"${E[@]}" --tasks ppl --lengths 300 --samples 1 --new 2 --policies streaming --budgets 0.3 \
+  --json "$TMP/fifo" || bad "eval --json FIFO: exit $?"
+[[ -p "$TMP/fifo" ]] || { bad "eval --json FIFO: the FIFO was replaced by a file"; kill $reader; }
+wait $reader
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/fifo.json" 2>/dev/null ||
+  bad "eval --json FIFO: no JSON came through it"
+
 # The slice: two generation tasks and perplexity; 5% is below stories' protected regions.
 RUN=("${E[@]}" --tasks niah_single,qa,ppl --lengths 350,450 --samples 2 --new 12
      --policies qevict,h2o,kivi --budgets 0.05,0.3,0.6 --seed 11 --all-samples)
