@@ -43,6 +43,8 @@ int cli_worker(int argc, char **argv);
 
 /* Prints "qevict: <what>: <strerror>: <detail>" and returns exit code 1. */
 int cli_fail(const char *what, int rc);
+/* Seconds on the monotonic clock (for durations and ages, never dates). */
+double cli_now_s(void);
 /* Prints "qevict <cmd>: <msg>" plus a hint to --help and returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Strict numeric parsing: the whole string must be a number within [lo, hi], without leading

@@ -106,12 +106,6 @@ typedef struct {
   int32_t bos;        /* the BOS each prompt starts with (-1: the model adds none) */
 } bench_run_t;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- options ---- */
 
 /* --goodput's value: KEY:MS items separated by commas or spaces (KEY ttft, tpot or e2e, MS >
@@ -336,7 +330,7 @@ typedef struct {
 static int on_event(void *ud, const uint8_t *msg, size_t len) {
   ev_ctx_t *x = ud;
   breq_t *q = x->q;
-  double t = now_s() - x->t0;
+  double t = cli_now_s() - x->t0;
   Qevict__V1__Event *e = qevict__v1__event__unpack(NULL, len, msg);
   if (!e) return qe_errf(QE_EFORMAT, "an event from the server does not decode");
   if (e->kind_case == QEVICT__V1__EVENT__KIND_TOKENS && e->tokens->n_ids) {
@@ -360,7 +354,7 @@ static int on_event(void *ud, const uint8_t *msg, size_t len) {
 
 /* Records the ending of a stream (rc, st) in q. */
 static void rec_end(bench_run_t *R, breq_t *q, int rc, const cli_rpc_status_t *st) {
-  q->t_end = now_s() - R->t0;
+  q->t_end = cli_now_s() - R->t0;
   q->code = rc ? (rc == QE_ECOMM ? st->code : -1) : 0;
   if (rc == QE_ECOMM)
     snprintf(q->err, sizeof q->err, "%s: %.160s", cli_rpc_code_name(st->code), st->message);
@@ -379,7 +373,7 @@ static void run_one(bench_run_t *R, long i, breq_t *q) {
   q->finish = -1, q->t_first = -1, q->sent = 1;
   ev_ctx_t x = {q, R->t0};
   int rc = R->shared ? 0 : pack_one(R, i, &own, &len);
-  q->t_send = now_s() - R->t0;
+  q->t_send = cli_now_s() - R->t0;
   if (!rc)
     rc = cli_rpc_stream(R->c, "/qevict.v1.Generation/Generate", R->shared ? R->req : own, len,
                         R->a->s.cl.timeout_s, on_event, &x, &st);
@@ -389,7 +383,7 @@ static void run_one(bench_run_t *R, long i, breq_t *q) {
 
 /* Waits until time t in slices of at most 50 ms, while no Ctrl-C came. */
 static void sleep_until(bench_run_t *R, double t) {
-  for (double d; (d = t - now_s()) > 0 && !cli_rpc_interrupted();) {
+  for (double d; (d = t - cli_now_s()) > 0 && !cli_rpc_interrupted();) {
     d = d < 0.05 ? d : 0.05;
     struct timespec ts = {0, (long)(d * 1e9)};
     nanosleep(&ts, NULL);
@@ -411,7 +405,7 @@ static void *bench_thread(void *arg) {
 /* The warm-up requests, one at a time: 0, or the exit code after telling why one failed. */
 static int warm_up(bench_run_t *R) {
   breq_t q;
-  R->t0 = now_s();
+  R->t0 = cli_now_s();
   for (long w = 0; w < R->a->warmup; w++) {
     run_one(R, 0, &q);
     free(q.gaps);
@@ -431,7 +425,7 @@ static int run_all(bench_run_t *R) {
   long nt = R->a->concurrency;
   pthread_t *th = calloc((size_t)nt, sizeof *th);
   if (!th) return cli_fail("bench serve", QE_ENOMEM), QE_ENOMEM;
-  R->t0 = now_s();
+  R->t0 = cli_now_s();
   long started = 0;
   for (; started < nt; started++)
     if (pthread_create(&th[started], NULL, bench_thread, R)) break;

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -353,12 +352,6 @@ static int check_model_cfg(eval_cfg_t *c, const model_hparams_t *hp) {
   return 0;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int has_ppl(const eval_cfg_t *c) {
   for (int t = 0; t < c->n_tasks; t++)
     if (!strcmp(c->tasks[t], EVAL_TASK_PPL)) return 1;
@@ -513,17 +506,17 @@ static int run_loaded(eval_cfg_t *c, eval_results_t *res, int32_t *ppl_ids, int 
   int max_len = 512;
   for (int i = 0; i < c->n_lengths; i++)
     max_len = c->lengths[i] > max_len ? c->lengths[i] : max_len;
-  double t0 = now_s();
+  double t0 = cli_now_s();
   int rc = make_backend(c, &x.be);
   model_load_opts_t o = {x.be, 0, 1, max_len + 64, 0};
   if (!rc) rc = model_load(c->model, &o, &x.m);
   if (!rc) rc = tp_comm_create_single(&x.comm);
-  res->load_s = now_s() - t0;
+  res->load_s = cli_now_s() - t0;
   if (!rc) {
     x.fmt = (eval_fmt_t){model_tok(x.m), model_gguf(x.m), chat_kind_of(model_gguf(x.m))};
     rc = run_grid(&x);
   }
-  res->total_s = now_s() - t0;
+  res->total_s = cli_now_s() - t0;
   if (!rc) rc = write_reports(c, res, outs);
   tp_comm_destroy(x.comm);
   model_destroy(x.m);

@@ -8,17 +8,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cli.h"
 #include "cli_eval.h"
 #include "eval_ppl.h"
 #include "qe_status.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Forward passes of seq[0..L-1) under a fresh cache of policy p (N + 1 < L): the first
  * L - N - 1 tokens in one batch (its logits, into lp's first row, are overwritten), then one
@@ -58,7 +52,7 @@ static void ppl_progress(const eval_ctx_t *x, const eval_row_t *r) {
 /* One variant x budget (v < 0: FullKV into ref) over the window seq. */
 static int ppl_run(eval_ctx_t *x, int task, int length, int sample, int v, int b,
                    const int32_t *seq, int L, int N, float *ref, float *lp) {
-  double t0 = now_s();
+  double t0 = cli_now_s();
   eval_row_t *r = eval_row_add(x->res, task, length, sample, v, b);
   if (!r) return qe_errf(QE_ENOMEM, "eval: out of memory");
   cli_policy_t p;
@@ -72,7 +66,7 @@ static int ppl_run(eval_ctx_t *x, int task, int length, int sample, int v, int b
     rc = eval_ppl_score(v < 0 ? ref : lp, v < 0 ? NULL : ref, seq + L - N, N,
                         model_hparams(x->m)->n_vocab, &s);
   if (!rc) r->is_ppl = 1, r->n_scored = N, r->ppl = s.ppl, r->kl = s.kl, r->top1 = s.top1;
-  r->wall_s = now_s() - t0;
+  r->wall_s = cli_now_s() - t0;
   if (rc) {
     int fatal = eval_row_error(r, rc);
     rc = v < 0 ? rc : fatal; /* FullKV failing is the engine's failure */

@@ -6,17 +6,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cli.h"
 #include "cli_diag.h"
 #include "cli_eval.h"
 #include "qe_status.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 eval_row_t *eval_row_add(eval_results_t *r, int task, int length, int sample, int variant,
                          int budget) {
@@ -139,7 +133,7 @@ static int diag_into(eval_ctx_t *x, const eval_job_t *j, const cli_policy_t *p, 
 /* Variant v at budget b on the job's sample: greedy, then teacher-forced (when d). */
 static int run_policy(eval_ctx_t *x, const eval_job_t *j, int v, int b, kv_diag_t *d,
                       int shadow_agree) {
-  double t0 = now_s();
+  double t0 = cli_now_s();
   eval_row_t *r = eval_row_add(x->res, j->task, j->length, j->sample, v, b);
   if (!r) return qe_errf(QE_ENOMEM, "eval: out of memory");
   cli_policy_t p = x->cfg->variants[v].pol;
@@ -150,7 +144,7 @@ static int run_policy(eval_ctx_t *x, const eval_job_t *j, int v, int b, kv_diag_
   if (!rc) r->has_mem = 1, rc = score_into(x, j->s, &g, r);
   free(g.out);
   if (!rc && d) rc = diag_into(x, j, &p, d, r);
-  r->wall_s = now_s() - t0;
+  r->wall_s = cli_now_s() - t0;
   rc = rc ? eval_row_error(r, rc) : 0;
   progress(x, r);
   return rc;
@@ -198,7 +192,7 @@ static int run_group(eval_ctx_t *x, const eval_job_t *j, int v0, int *done) {
 
 /* FullKV's greedy run of the job's sample into a new row; j->full keeps its tokens. */
 static int run_full(eval_ctx_t *x, eval_job_t *j) {
-  double t0 = now_s();
+  double t0 = cli_now_s();
   eval_row_t *r = eval_row_add(x->res, j->task, j->length, j->sample, -1, -1);
   if (!r) return qe_errf(QE_ENOMEM, "eval: out of memory");
   cli_policy_t full;
@@ -207,7 +201,7 @@ static int run_full(eval_ctx_t *x, eval_job_t *j) {
   int rc = run_once(x, &full, j->s, j->n_new, NULL, 0, NULL, NULL, &j->full, NULL);
   if (!rc) rc = score_into(x, j->s, &j->full, r);
   r->compared = j->compared = !rc && r->pass;
-  r->wall_s = now_s() - t0;
+  r->wall_s = cli_now_s() - t0;
   progress(x, r);
   return rc;
 }

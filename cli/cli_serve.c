@@ -12,7 +12,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -384,7 +383,8 @@ int cli_worker(int argc, char **argv) {
 typedef struct {
   pid_t pid;
   char **argv;
-  long long started_ms; /* mono_ms() when last started */
+  double started; /* cli_now_s() when last started (time() in whole seconds made the 3 s window
+                   * 2 to 3 s, by where in its second the child started) */
   int restarts;
   int quick_fails; /* exits within SERVE_QUICK_S of a start, in a row */
 } child_t;
@@ -395,14 +395,6 @@ typedef struct {
  * its first start without a signal. */
 #define SERVE_QUICK_S   3
 #define SERVE_MAX_QUICK 5
-
-/* Milliseconds on the monotonic clock: a start's age (time() in whole seconds made the 3 s
- * window 2 to 3 s, by where in its second the child started; a clock step moved it too). */
-static long long mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static volatile sig_atomic_t g_stop, g_signals;
 static void on_stop(int sig) { g_stop = sig, g_signals++; }
@@ -512,7 +504,7 @@ static void supervise(child_t *ch, int n, int *failed) {
     }
     for (int i = 0; i < n && !g_stop; i++) {
       if (ch[i].pid != pid) continue;
-      const int quick = mono_ms() - ch[i].started_ms < SERVE_QUICK_S * 1000LL;
+      const int quick = cli_now_s() - ch[i].started < SERVE_QUICK_S;
       ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
       const int first = ch[i].restarts == 0 && quick && start_failure(status);
       const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
@@ -538,7 +530,7 @@ static void supervise(child_t *ch, int n, int *failed) {
       if (g_stop) break;
       ch[i].restarts++;
       ch[i].pid = spawn(ch[i].argv);
-      ch[i].started_ms = mono_ms();
+      ch[i].started = cli_now_s();
     }
   }
 }
@@ -636,7 +628,7 @@ int cli_serve(int argc, char **argv) {
   ch[0].argv = sched_argv(&o, state, wsock);
   for (int g = 0, k = 1; g < o.workers; g++)
     for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);
-  for (int i = 0; i < n; i++) ch[i].pid = spawn(ch[i].argv), ch[i].started_ms = mono_ms();
+  for (int i = 0; i < n; i++) ch[i].pid = spawn(ch[i].argv), ch[i].started = cli_now_s();
   char keyfile[4200];
   snprintf(keyfile, sizeof keyfile, "%s", o.s.admin_key_file ? o.s.admin_key_file : "");
   if (!*keyfile) snprintf(keyfile, sizeof keyfile, "%s/admin.key", state);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "graphkv.h"
@@ -43,6 +44,12 @@ static const struct {
                    {"tenant", cli_tenant}, {"requests", cli_requests}, {"drain", cli_drain},
                    {"serve", cli_serve},   {"sched", cli_sched},       {"worker", cli_worker}};
 #endif
+
+double cli_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 int cli_fail(const char *what, int rc) {
   const char *d = qe_errmsg();
