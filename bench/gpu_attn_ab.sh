@@ -3,7 +3,7 @@
 # Builds tests/kernels/attn_decode from this tree once per variant (VARIANTS: space-separated
 # NAME=NVCC_FLAGS, flags joined with ',' e.g. "minb2=-DKCA_MINB=2"; default: one variant "new"
 # with no flags) and, when carry/base_src holds a baseline's kernels/cuda files
-# (kern_cuda_attn.cu, kern_cuda_attn_dev.cuh), from a copy of the tree with those swapped in;
+# (kern_cuda_attn.cu and its kern_cuda_attn_*.cuh), from a copy of the tree with those swapped in;
 # checks every variant against the fp64 CPU reference; times all of them on the shapes whose
 # name contains SHAPES (attn_decode --bench), two rounds alternating; with PROF=1 profiles the
 # first variant's chunk kernel on the shapes of PROF_SHAPES (default: the two tiered ones at 32K)
