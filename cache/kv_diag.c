@@ -70,7 +70,11 @@ static void record(kv_dlist_t *l, const kv_obs_t *o, int with_mass) {
   kv_drec_t *r = &l->r[l->n];
   *r = (kv_drec_t){o->len, o->n_wins, o->n_aged, o->sink_mass, NULL, malloc(sizeof(int) * n)};
   if (with_mass) r->mass = malloc(sizeof(float) * n);
-  if (!r->tier || (with_mass && !r->mass)) return free(r->tier), free(r->mass);
+  if (!r->tier || (with_mass && !r->mass)) {
+    free(r->tier);
+    free(r->mass);
+    return;
+  }
   memcpy(r->tier, o->tier, sizeof(int) * (size_t)o->n_wins);
   if (with_mass) memcpy(r->mass, o->mass, sizeof(float) * (size_t)o->n_wins);
   l->n++;

@@ -353,7 +353,10 @@ static void kv__dequant_run(int bits, const uint8_t *codes, size_t e0, int n,
                             const float *restrict s, const float *restrict z, int ss,
                             float *restrict x) {
   const uint8_t *b = codes + e0 * (size_t)bits / 8;
-  if (bits == 2 && n % 16 == 0) return kv__dequant_run2v(b, n, s, z, ss, x);
+  if (bits == 2 && n % 16 == 0) {
+    kv__dequant_run2v(b, n, s, z, ss, x);
+    return;
+  }
   if (bits == 2) { /* the table is filled: kv__lut2_ready by the callers */
     for (int t = 0; t < n / 4; t++) {
       const float *c = kv__lut2[b[t]];
@@ -391,8 +394,10 @@ void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t
                      const uint16_t *zero, int omega, int n_kv, int hd, float *k) {
   size_t row = (size_t)n_kv * hd;
   const int per = 8 / p->bits;
-  if (row % (size_t)per) /* codes of a channel not byte-aligned across tokens */
-    return kv_dequant_keys_ref(p, codes, scale, zero, omega, n_kv, hd, k);
+  if (row % (size_t)per) { /* codes of a channel not byte-aligned across tokens */
+    kv_dequant_keys_ref(p, codes, scale, zero, omega, n_kv, hd, k);
+    return;
+  }
   kv__lut2_ready();
   for (size_t j0 = 0; j0 < row; j0 += KV_DQ_CH) { /* a token's channels, in runs of bytes */
     int nc = row - j0 < KV_DQ_CH ? (int)(row - j0) : KV_DQ_CH;
@@ -407,8 +412,10 @@ void kv_dequant_keys(const kv_qparams_t *p, const uint8_t *codes, const uint16_t
 void kv_dequant_values(const kv_qparams_t *p, const uint8_t *codes, const uint16_t *scale,
                        const uint16_t *zero, int omega, int n_kv, int hd, float *v) {
   size_t ng = (size_t)omega * n_kv * hd / p->group;
-  if (p->group % (8 / p->bits)) /* groups not byte-aligned */
-    return kv_dequant_values_ref(p, codes, scale, zero, omega, n_kv, hd, v);
+  if (p->group % (8 / p->bits)) { /* groups not byte-aligned */
+    kv_dequant_values_ref(p, codes, scale, zero, omega, n_kv, hd, v);
+    return;
+  }
   kv__lut2_ready();
   for (size_t j = 0; j < ng; j++) {
     float s = qe_half_to_f32(scale[j]), z = qe_half_to_f32(zero[j]);

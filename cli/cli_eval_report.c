@@ -95,7 +95,10 @@ static int diag_acc(int i) { return i < N_DIAG - 1 ? A_FMM + i : A_AGREE; }
 
 static void add_row(const eval_row_t *r, eval_cell_t *c) {
   c->rows++;
-  if (r->error) return (void)c->errors++;
+  if (r->error) {
+    c->errors++;
+    return;
+  }
   c->passed += r->pass;
   if (r->is_ppl) {
     add(&c->a[A_PPL], r->ppl), add(&c->a[A_KL], r->kl), add(&c->a[A_TOP1], r->top1);

@@ -262,8 +262,14 @@ void wrk_cache_stats(const wrk_cache_t *c, int slot, kv_mem_stats_t *out) {
   const wchild_t *w = &c->ch[s->child];
   kv_cache_t *child = w->id >= 0 ? kv_mux_child(c->mux, w->id) : NULL;
   if (!child) return;
-  if (!w->full && c->gpu) return gpu_tiered_stats(c, child, w, s, slot, out);
-  if (!w->full) return kv_tiered_stats(child, slot, out);
+  if (!w->full && c->gpu) {
+    gpu_tiered_stats(c, child, w, s, slot, out);
+    return;
+  }
+  if (!w->full) {
+    kv_tiered_stats(child, slot, out);
+    return;
+  }
   size_t b = child->ops->seq_bytes(child, slot);
   if (b > s->full_last) s->full_last = b;
   out->budget = s->budget;

@@ -36,7 +36,10 @@ void eval_sb_printf(eval_sb_t *b, const char *fmt, ...) {
   int n = vsnprintf(small, sizeof small, fmt, ap);
   va_end(ap);
   if (n < 0) return;
-  if ((size_t)n < sizeof small) return eval_sb_add(b, small);
+  if ((size_t)n < sizeof small) {
+    eval_sb_add(b, small);
+    return;
+  }
   if (sb_reserve(b, (size_t)n)) return;
   va_start(ap, fmt);
   vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);

@@ -15,10 +15,15 @@ enum { A_SET, A_GET, A_LIST, A_DELETE, A_REQUESTS, A_DRAIN };
 
 #define UNPACK(type, fn)                                                                           \
   char nul_[128];                                                                                  \
-  if (sched_pb_nul_string(&fn##__descriptor, msg, n, nul_, sizeof nul_))                           \
-    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: holds a NUL byte", nul_);      \
+  if (sched_pb_nul_string(&fn##__descriptor, msg, n, nul_, sizeof nul_)) {                         \
+    sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: holds a NUL byte", nul_);             \
+    return;                                                                                        \
+  }                                                                                                \
   type *q = fn##__unpack(NULL, n, msg);                                                            \
-  if (!q) return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf")
+  if (!q) {                                                                                        \
+    sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf");            \
+    return;                                                                                        \
+  }
 
 static void fail(sgrpc_call_t *call, int rc) {
   sched_rpc_error(call, sched_rpc_status_of(rc), "%s", qe_errmsg());
@@ -117,7 +122,10 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
   sched_refit_t fit = {s, &st}; /* (the tenant's waiting requests clamped as a fresh one) */
   if (!rc) rc = sched_admit_refit_tenant(s->admit, st.id, st.kv_quota_bytes, sched_req_refit, &fit);
   if (!rc) rc = sched_tenants_get(s->tenants, st.id, &st);
-  if (rc) return fail(call, rc);
+  if (rc) {
+    fail(call, rc);
+    return;
+  }
   tenant_msg_t m;
   tenant_msg(s, &st, &m);
   Qevict__V1__SetTenantResponse r = QEVICT__V1__SET_TENANT_RESPONSE__INIT;
@@ -131,7 +139,10 @@ static void get_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
   int rc = sched_tenants_check_id(q->id, "id");
   if (!rc) rc = sched_tenants_get(s->tenants, q->id, &st);
   qevict__v1__get_tenant_request__free_unpacked(q, NULL);
-  if (rc) return fail(call, rc);
+  if (rc) {
+    fail(call, rc);
+    return;
+  }
   tenant_msg_t m;
   tenant_msg(s, &st, &m);
   sched_rpc_reply(call, &m.t.base);
@@ -160,11 +171,17 @@ static void list_tenants(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, siz
   const int bad = *q->page_token && sched_tenants_check_id(q->page_token, "page_token");
   snprintf(token, sizeof token, "%s", bad ? "" : q->page_token);
   qevict__v1__list_tenants_request__free_unpacked(q, NULL);
-  if (bad) return fail(call, QE_EINVAL);
+  if (bad) {
+    fail(call, QE_EINVAL);
+    return;
+  }
   sched_tenant_t *all = NULL;
   size_t n_all = 0, first = 0;
   int rc = sched_tenants_list(s->tenants, &all, &n_all);
-  if (rc) return fail(call, rc);
+  if (rc) {
+    fail(call, rc);
+    return;
+  }
   const size_t cnt = tenant_page(all, n_all, token, want, &first, next, sizeof next);
   tenant_msg_t *m = calloc(cnt ? cnt : 1, sizeof *m);
   Qevict__V1__Tenant **ptrs = calloc(cnt ? cnt : 1, sizeof *ptrs);
@@ -185,25 +202,34 @@ static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, si
   char id[SCHED_TENANT_ID_MAX + 1];
   if (sched_tenants_check_id(q->id, "id")) { /* (not cut to another tenant's id) */
     qevict__v1__delete_tenant_request__free_unpacked(q, NULL);
-    return fail(call, QE_EINVAL);
+    fail(call, QE_EINVAL);
+    return;
   }
   snprintf(id, sizeof id, "%s", q->id);
   int force = q->force;
   qevict__v1__delete_tenant_request__free_unpacked(q, NULL);
   sched_tenant_t st;
   int rc = sched_tenants_get(s->tenants, id, &st);
-  if (rc) return fail(call, rc);
+  if (rc) {
+    fail(call, rc);
+    return;
+  }
   sched_admit_tenant_stats_t ts = {0};
   sched_admit_tenant_stats(s->admit, id, &ts);
-  if ((ts.n_running || ts.n_queued) && !force)
-    return sched_rpc_error(call, GRPC_STATUS_FAILED_PRECONDITION,
-                           "tenant %s has %zu running and %zu queued requests (set force)", id,
-                           ts.n_running, ts.n_queued);
+  if ((ts.n_running || ts.n_queued) && !force) {
+    sched_rpc_error(call, GRPC_STATUS_FAILED_PRECONDITION,
+                    "tenant %s has %zu running and %zu queued requests (set force)", id,
+                    ts.n_running, ts.n_queued);
+    return;
+  }
   Qevict__V1__DeleteTenantResponse r = QEVICT__V1__DELETE_TENANT_RESPONSE__INIT;
   r.cancelled = sched_req_cancel_tenant(s, id);
   rc = sched_tenants_delete(s->tenants, id);
   if (!rc) sched_admit_remove_tenant(s->admit, id);
-  if (rc) return fail(call, rc);
+  if (rc) {
+    fail(call, rc);
+    return;
+  }
   sched_rpc_reply(call, &r.base);
 }
 
@@ -242,20 +268,22 @@ static void list_requests(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, si
   UNPACK(Qevict__V1__ListRequestsRequest, qevict__v1__list_requests_request);
   if (*q->tenant && sched_tenants_check_id(q->tenant, "tenant")) {
     qevict__v1__list_requests_request__free_unpacked(q, NULL);
-    return fail(call, QE_EINVAL);
+    fail(call, QE_EINVAL);
+    return;
   }
   const long bad = bad_state(q);
   if (bad >= 0) {
     const int v = (int)q->states[bad];
     qevict__v1__list_requests_request__free_unpacked(q, NULL);
-    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "states[%ld]: %d is not a state",
-                           bad, v);
+    sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "states[%ld]: %d is not a state", bad, v);
+    return;
   }
   uint64_t after = UINT64_MAX; /* page_token: the last id of the previous page */
   if (*q->page_token && parse_page_token(q->page_token, &after)) {
     qevict__v1__list_requests_request__free_unpacked(q, NULL);
-    return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT,
-                           "page_token: not a token of ListRequests (pass next_page_token)");
+    sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT,
+                    "page_token: not a token of ListRequests (pass next_page_token)");
+    return;
   }
   sreq_t *from = s->reqs; /* newest first: ids fall along the list */
   while (from && from->id >= after) from = from->next_all;

@@ -199,15 +199,22 @@ static void on_http(void *ud, const char *method, const char *path, sh_response_
              ok           ? "ok"
              : s->closing ? "shutting down: finishing the accepted requests"
                           : sched_groups_closed_why(s));
-    return text(resp, ok ? 200 : 503, why);
+    text(resp, ok ? 200 : 503, why);
+    return;
   }
-  if (strcmp(path, "/metrics")) return text(resp, 404, "not found\n");
+  if (strcmp(path, "/metrics")) {
+    text(resp, 404, "not found\n");
+    return;
+  }
   request_gauges(s);
   pool_gauges(s);
   tenant_gauges(s);
   char *out = NULL;
   size_t len = 0;
-  if (sm_render(s->metrics, &out, &len)) return text(resp, 500, "render failed\n");
+  if (sm_render(s->metrics, &out, &len)) {
+    text(resp, 500, "render failed\n");
+    return;
+  }
   resp->status = 200;
   resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
   resp->body = out;

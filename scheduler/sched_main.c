@@ -149,7 +149,10 @@ static void on_signal(uv_signal_t *h, int sig) {
   sched_t *s = h->data;
   (void)sig;
   const int live = sched_req_live(s);
-  if (s->closing || !s->cfg.shutdown_grace_s || !live || !sched_groups_up(s)) return stop_all(s);
+  if (s->closing || !s->cfg.shutdown_grace_s || !live || !sched_groups_up(s)) {
+    stop_all(s);
+    return;
+  }
   s->closing = 1;
   s->close_deadline_us = sched_now_us() + (uint64_t)s->cfg.shutdown_grace_s * 1000000u;
   qe_log(QE_LOG_WARN,
@@ -177,7 +180,8 @@ static void on_tick(uv_timer_t *t) {
   sched_t *s = t->data;
   const int live = s->closing ? sched_req_live(s) : 0;
   if (s->closing && (!live || !sched_groups_up(s) || sched_now_us() >= s->close_deadline_us)) {
-    return stop_all(s);
+    stop_all(s);
+    return;
   }
   if (s->ready_written || !s->cfg.ready_file || !sched_groups_up(s)) return;
   FILE *f = fopen(s->cfg.ready_file, "w");

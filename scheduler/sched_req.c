@@ -597,33 +597,43 @@ static void attach(sgrpc_call_t *call, sreq_t *r, int submit, uint64_t hash) {
 void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
                         size_t n, int submit) {
   Qevict__V1__GenerateRequest *g = qevict__v1__generate_request__unpack(NULL, n, msg);
-  if (!g) return sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+  if (!g) {
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+    return;
+  }
   char nul[128];
   if (sched_pb_nul_string(&qevict__v1__generate_request__descriptor, msg, n, nul, sizeof nul)) {
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    return sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+    return;
   }
   sreq_t *old = find_client_id(s, tenant, g->client_request_id);
   if (!old && s->closing) { /* (a retry of an accepted request attaches even so) */
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    return sched_rpc_error(call, GS(UNAVAILABLE),
-                           "shutting down: finishing the accepted requests, taking no new ones");
+    sched_rpc_error(call, GS(UNAVAILABLE),
+                    "shutting down: finishing the accepted requests, taking no new ones");
+    return;
   }
   if (!old && !sched_groups_serving(s)) { /* (a retry of a known request attaches even so) */
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    return sched_rpc_error(call, GS(UNAVAILABLE), "%s", sched_groups_closed_why(s));
+    sched_rpc_error(call, GS(UNAVAILABLE), "%s", sched_groups_closed_why(s));
+    return;
   }
   sreq_t *r = old ? NULL : req_new(s, tenant);
   sval_err_t e = {0};
   int rc = old ? 0 : !r ? (e.status = SVAL_INTERNAL, -1) : sval_request(s, tenant, g, r, &e);
   const uint64_t hash = body_hash(&g->base);
   qevict__v1__generate_request__free_unpacked(g, NULL);
-  if (old) return attach(call, old, submit, hash);
+  if (old) {
+    attach(call, old, submit, hash);
+    return;
+  }
   if (r) r->body_hash = hash, r->submitted = submit;
   if (!rc) rc = admit(s, r, &e);
   if (rc) {
     if (r) req_free(r);
-    return sched_rpc_error(call, status_of(e.status), "%s", e.msg[0] ? e.msg : "out of memory");
+    sched_rpc_error(call, status_of(e.status), "%s", e.msg[0] ? e.msg : "out of memory");
+    return;
   }
   qe_log(QE_LOG_INFO,
          "sched: request %s (tenant %s): %d prompt tokens, max %d, policy %s, %lld "
@@ -653,25 +663,34 @@ static sreq_t *lookup(sched_t *s, sgrpc_call_t *call, const char *tenant, const 
 void sched_req_watch(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
                      size_t n) {
   char nul[128];
-  if (sched_pb_nul_string(&qevict__v1__watch_request__descriptor, msg, n, nul, sizeof nul))
-    return sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+  if (sched_pb_nul_string(&qevict__v1__watch_request__descriptor, msg, n, nul, sizeof nul)) {
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+    return;
+  }
   Qevict__V1__WatchRequest *w = qevict__v1__watch_request__unpack(NULL, n, msg);
-  if (!w) return sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+  if (!w) {
+    sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+    return;
+  }
   sreq_t *r = lookup(s, call, tenant, w->request_id);
   uint64_t from = w->from_offset;
   qevict__v1__watch_request__free_unpacked(w, NULL);
   if (!r) return;
-  if (from > r->n_ev && r->state == SREQ_FINISHED)
-    return sched_rpc_error(call, GS(OUT_OF_RANGE), PAST_END, (unsigned long long)r->n_ev);
+  if (from > r->n_ev && r->state == SREQ_FINISHED) {
+    sched_rpc_error(call, GS(OUT_OF_RANGE), PAST_END, (unsigned long long)r->n_ev);
+    return;
+  }
   /* a live request has at most a Tokens event a token, its Started and Finished and a few
      more on resumption: an offset far past them would wait for the request to end in vain */
   const uint64_t most = r->n_ev + 2 * (uint64_t)r->max_tokens + 16;
-  if (from > most)
-    return sched_rpc_error(call, GS(OUT_OF_RANGE),
-                           "from_offset: %llu is past any event the request can have (%llu so "
-                           "far, at most %llu)",
-                           (unsigned long long)from, (unsigned long long)r->n_ev,
-                           (unsigned long long)most);
+  if (from > most) {
+    sched_rpc_error(call, GS(OUT_OF_RANGE),
+                    "from_offset: %llu is past any event the request can have (%llu so "
+                    "far, at most %llu)",
+                    (unsigned long long)from, (unsigned long long)r->n_ev,
+                    (unsigned long long)most);
+    return;
+  }
   if (!watcher_add(r, call, from, 0)) sched_rpc_error(call, GS(INTERNAL), "out of memory");
 }
 

@@ -165,17 +165,27 @@ void sched_health_changed(sched_t *s) {
 static void health_rpc(sched_t *s, sgrpc_call_t *call, int method, const uint8_t *msg, size_t n) {
   Grpc__Health__V1__HealthCheckRequest *q =
       grpc__health__v1__health_check_request__unpack(NULL, n, msg);
-  if (!q) return sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf");
+  if (!q) {
+    sched_rpc_error(call, GRPC_STATUS_INVALID_ARGUMENT, "request: malformed protobuf");
+    return;
+  }
   int known = known_service(q->service);
   grpc__health__v1__health_check_request__free_unpacked(q, NULL);
   if (method == M_HEALTH_CHECK) {
-    if (!known) return sched_rpc_error(call, GRPC_STATUS_NOT_FOUND, "service: unknown");
+    if (!known) {
+      sched_rpc_error(call, GRPC_STATUS_NOT_FOUND, "service: unknown");
+      return;
+    }
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     r.status = serving_status(s);
-    return sched_rpc_reply(call, &r.base);
+    sched_rpc_reply(call, &r.base);
+    return;
   }
   shealth_t *h = calloc(1, sizeof *h);
-  if (!h) return sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
+  if (!h) {
+    sched_rpc_error(call, GRPC_STATUS_INTERNAL, "out of memory");
+    return;
+  }
   h->call = call;
   h->unknown = !known;
   h->next = s->health_watchers;
@@ -206,8 +216,14 @@ static int is_health(sched_t *s, void *data) {
 static void on_call(void *ud, sgrpc_call_t *call, int method, const uint8_t *req, size_t n) {
   sched_t *s = ud;
   char tenant[SCHED_TENANT_ID_MAX + 1];
-  if (s->stopping) return sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE, "shutting down");
-  if (method >= M_HEALTH_CHECK) return health_rpc(s, call, method, req, n);
+  if (s->stopping) {
+    sched_rpc_error(call, GRPC_STATUS_UNAVAILABLE, "shutting down");
+    return;
+  }
+  if (method >= M_HEALTH_CHECK) {
+    health_rpc(s, call, method, req, n);
+    return;
+  }
   if (method >= M_SET_TENANT) {
     if (!auth_admin(s, call)) sched_admin_rpc(s, call, method - M_SET_TENANT, req, n);
     return;
@@ -246,7 +262,10 @@ static void on_sent(void *ud, sgrpc_call_t *call, int ok) {
   sched_t *s = ud;
   void *data = sgrpc_call_data(call);
   if (!data) return;
-  if (!is_health(s, data)) return sched_req_stream_sent(s, data, ok);
+  if (!is_health(s, data)) {
+    sched_req_stream_sent(s, data, ok);
+    return;
+  }
   shealth_t *h = data;
   h->sending = 0;
   if (ok && h->dirty) health_send(s, h);

@@ -153,8 +153,10 @@ static void cpu_gemm_task(void *ctx, int t) {
 
 static void cpu_matmul(kern_backend_t *be, float *y, const float *x, const kern_weight_t *w,
                        const float *bias, int m, int acc) {
-  if (w->dtype == KERN_WEIGHT_PACKED || w->dtype == KERN_WEIGHT_PACKED4)
-    return kern_cpu_packed_matmul((kern_cpu_t *)be, y, x, w, bias, m, acc);
+  if (w->dtype == KERN_WEIGHT_PACKED || w->dtype == KERN_WEIGHT_PACKED4) {
+    kern_cpu_packed_matmul((kern_cpu_t *)be, y, x, w, bias, m, acc);
+    return;
+  }
   assert(w->dtype == KERN_WEIGHT_F32); /* the cpu backend makes no other */
   int n = w->rows, tasks = n >= 64 ? be->n_threads : 1;
   cpu_gemm_job_t g = {y, x, w->data, m, n, w->cols, acc, (n + tasks - 1) / tasks};

@@ -251,7 +251,10 @@ static void pk_task(void *ctx, int t) {
   int j0 = t * g->chunk, j1 = j0 + g->chunk < g->n ? j0 + g->chunk : g->n;
   if (j0 >= j1) return;
 #ifdef QE_HAVE_BLAS
-  if (g->m > CPU_SKINNY_M) return pk_gemm_rows(g, j0, j1);
+  if (g->m > CPU_SKINNY_M) {
+    pk_gemm_rows(g, j0, j1);
+    return;
+  }
 #endif
   pk_stream_rows(g, j0, j1);
 }

@@ -357,7 +357,10 @@ static int m_fits_tenant(int i) {
 static void m_dequeue(int i) {
   int t = sim.r[i].t, k = 0;
   while (k < sim.qn[t] && sim.q[t][k] != i) k++;
-  if (k == sim.qn[t]) return sim_fail("not in its mirror queue", i);
+  if (k == sim.qn[t]) {
+    sim_fail("not in its mirror queue", i);
+    return;
+  }
   memmove(&sim.q[t][k], &sim.q[t][k + 1], (size_t)(sim.qn[t] - k - 1) * sizeof(int));
   sim.qn[t]--;
 }
@@ -383,11 +386,14 @@ static void m_admit(int i) {
 
 static void sim_cb(void *user, uint64_t id, int status) {
   int i = (int)id;
-  if (i < 0 || i >= sim.n_req || sim.r[i].state != M_QUEUED)
-    return sim_fail("event for a request not queued", i);
+  if (i < 0 || i >= sim.n_req || sim.r[i].state != M_QUEUED) {
+    sim_fail("event for a request not queued", i);
+    return;
+  }
   if (status == 0) {
     sim.n_admit_events++;
-    return m_admit(i);
+    m_admit(i);
+    return;
   }
   mreq_t *r = &sim.r[i];
   if (status != QE_ERANGE || (r->bytes <= sim.quota[r->t] && r->bytes <= sim.pool))
@@ -439,9 +445,15 @@ static void sim_reserve(void) {
   sim.n_req++;
   int state = -1, rc = sched_admit_reserve(sim.a, (uint64_t)i, tname[t], bytes, &state);
   int never = bytes > q || bytes > sim.pool;
-  if (never != (rc == QE_ERANGE) || (rc && rc != QE_ERANGE)) return sim_fail("wrong refusal", i);
+  if (never != (rc == QE_ERANGE) || (rc && rc != QE_ERANGE)) {
+    sim_fail("wrong refusal", i);
+    return;
+  }
   if (rc) return;
-  if (state == SCHED_ADMIT_RUNNING) return m_admit(i);
+  if (state == SCHED_ADMIT_RUNNING) {
+    m_admit(i);
+    return;
+  }
   sim.r[i].state = M_QUEUED;
   sim.q[t][sim.qn[t]++] = i;
 }

@@ -92,7 +92,8 @@ static void srv_send_next(sgrpc_call_t *call, srec_t *r) {
   stream_msg(buf, r->sent, r->size);
   if (last && strcmp(r->label, "withfinal") == 0) {
     r->sent++;
-    return srv_finish(call, r, 0, "", buf, (size_t)r->size);
+    srv_finish(call, r, 0, "", buf, (size_t)r->size);
+    return;
   }
   CHECK_OK(sgrpc_send(call, buf, (size_t)r->size));
   r->pending = 1;
@@ -127,8 +128,14 @@ static void srv_on_call(void *ud, sgrpc_call_t *call, int method, const uint8_t 
   r->method = method;
   sgrpc_call_set_data(call, r);
   CHECK(sgrpc_call_data(call) == r);
-  if (method == M_UNARY) return srv_unary(call, r, req, n);
-  if (method == M_FAIL) return srv_finish(call, r, 9, FAIL_TEXT, NULL, 0);
+  if (method == M_UNARY) {
+    srv_unary(call, r, req, n);
+    return;
+  }
+  if (method == M_FAIL) {
+    srv_finish(call, r, 9, FAIL_TEXT, NULL, 0);
+    return;
+  }
   char text[64];
   snprintf(text, sizeof text, "%.*s", (int)(n < 63 ? n : 63), (const char *)req);
   if (method == M_HOLD) { /* held until its deadline or the server's destroy */
@@ -151,7 +158,10 @@ static void srv_on_sent(void *ud, sgrpc_call_t *call, int ok) {
     r->send_failed++;
     return; /* on_cancel follows (or came) */
   }
-  if (++r->sent == r->count) return srv_finish(call, r, 0, "", NULL, 0);
+  if (++r->sent == r->count) {
+    srv_finish(call, r, 0, "", NULL, 0);
+    return;
+  }
   srv_send_next(call, r);
 }
 
