@@ -70,7 +70,8 @@ KCF_FN void kcf_ldm4(uint32_t *r, const void *p, bool trans) {
 }
 
 /* KCF_L2HINT: the copies' L2 prefetch size, 0 (none: the default), 128 or 256 bytes, as the
- * decode kernels' KCA_L2HINT (256 there since 2026-12-06); an experiment, not yet timed here
+ * decode kernels' KCA_L2HINT (256 there since 2026-12-06). Timed at 256 on an H100 (2026-12-06,
+ * bench/README.md "The prefill kernel's L2 prefetch"): level, so none stays the default
  * (`VARIANTS="l2=-DKCF_L2HINT=256" bench/device_pack.sh --variants`, bench/gpu_prefill_ab.sh). */
 #ifndef KCF_L2HINT
 #define KCF_L2HINT 0
