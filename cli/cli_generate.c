@@ -76,7 +76,9 @@ static const char *gen_help =
     "  --time-allreduce  with --device and --tp > 1: time each NCCL all-reduce (CUDA events);\n"
     "                    --json reports each rank's total\n"
     "  --no-graphs       with --device: run every decode step eagerly instead of replaying\n"
-    "                    CUDA graphs (also QE_CUDA_GRAPHS=0; 1, the default, uses them)\n"
+    "                    CUDA graphs (also QE_CUDA_GRAPHS=0; 1, the default, uses them)\n";
+/* (two strings: ISO C guarantees string literals of 4,095 characters only) */
+static const char *gen_help_kv =
     "KV cache:\n"
     "  --policy NAME     full (default), streaming, snapkv, pyramidkv, knorm, h2o, kivi, qevict;\n"
     "                    NAME+graphkv re-scores a scorer-based policy with GraphKV\n"
@@ -175,7 +177,8 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   cli_policy_init(&a->pol);
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
-    if (!strcmp(f, "--help") || !strcmp(f, "-h")) return fputs(gen_help, stdout), -1;
+    if (!strcmp(f, "--help") || !strcmp(f, "-h"))
+      return fputs(gen_help, stdout), fputs(gen_help_kv, stdout), -1;
     int k = gen_flag(f);
     if (is_graphkv(f)) {
       if (cli_policy_parse(&a->pol, "--graphkv", f[9] ? f + 10 : NULL))

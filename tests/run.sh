@@ -25,7 +25,7 @@ if [[ "${QE_SKIP_SANITIZE:-0}" != 1 ]]; then
   step "unit tests under ASan/UBSan"
   if [[ ! -f build-asan/build.ninja ]]; then
     meson setup build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
-      -Db_lundef=false -Dcuda=disabled >&2
+      -Db_lundef=false -Dcuda=disabled -Dpedantic_errors=true >&2
   fi
   ninja -C build-asan >&2
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

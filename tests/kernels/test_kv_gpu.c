@@ -226,7 +226,7 @@ typedef struct {
 } cache_rig_t;
 
 /* Runs one forward-like step: segments (seq, pos0, n) in batch order; checks every output. */
-static void cache_step(cache_rig_t *c, const int (*segs)[3], int n_segs) {
+static void cache_step(cache_rig_t *c, int (*segs)[3], int n_segs) {
   int total = 0;
   for (int i = 0; i < n_segs; i++) total += segs[i][2];
   float *q = randv((size_t)total * c->nq), *k = randv((size_t)total * c->row);
@@ -306,9 +306,9 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
   CHECK(c.gpu->ops->store(c.gpu, 3, 0, 0, 1, c.dk, c.dv) == QE_EINVAL);  /* closed slot */
   CHECK(c.gpu->ops->store(c.gpu, 1, 0, 30, 8, c.dk, c.dv) == QE_EINVAL); /* past capacity */
   check_pool_full(c.gpu, pages, pages); /* the failed opens took nothing */
-  const int pre[3][3] = {{0, 0, 150}, {1, 0, 1}, {2, 0, 40}};
+  int pre[3][3] = {{0, 0, 150}, {1, 0, 1}, {2, 0, 40}};
   cache_step(&c, pre, 3);
-  const int chunk[1][3] = {{2, 40, 33}}; /* chunked prefill */
+  int chunk[1][3] = {{2, 40, 33}}; /* chunked prefill */
   cache_step(&c, chunk, 1);
   int pos[3] = {150, 1, 73};
   for (int t = 0; t < 20; t++) { /* batched decode: consecutive queries */
@@ -316,7 +316,7 @@ static void check_cache(int n_head, int n_kv, int hd, int omega) {
     for (int s = 0; s < 3; s++) dec[s][0] = s, dec[s][1] = pos[s]++, dec[s][2] = 1;
     cache_step(&c, dec, 3);
   }
-  const int mixed[3][3] = {{0, 170, 1}, {2, 93, 17}, {1, 21, 1}}; /* a prefill among decodes */
+  int mixed[3][3] = {{0, 170, 1}, {2, 93, 17}, {1, 21, 1}}; /* a prefill among decodes */
   cache_step(&c, mixed, 3);
   c.gpu->ops->seq_close(c.gpu, 1);
   check_pool_full(c.gpu, pages - (37 + omega - 1) / omega * c.g.n_layer, pages);

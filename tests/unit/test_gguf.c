@@ -41,8 +41,8 @@ static void test_fp16_all(void) {
   int bad = 0;
   for (uint32_t h = 0; h < 65536; h++) {
     float f = qe_fp16_to_f32((uint16_t)h);
-#ifdef __FLT16_MAX__ /* compiler's own conversion as an independent reference */
-    _Float16 ref;
+#ifdef __FLT16_MAX__            /* compiler's own conversion as an independent reference */
+    __extension__ _Float16 ref; /* (__extension__: ISO C has no _Float16) */
     uint16_t hb = (uint16_t)h;
     memcpy(&ref, &hb, 2);
     if (!same_f32(f, (float)ref)) bad++;
@@ -73,7 +73,7 @@ static void test_fp16_ties(void) {
     if (qe_f32_to_fp16(nextafterf(mid, 0)) != h) bad++;
     if (qe_f32_to_fp16(-mid) != (even | 0x8000)) bad++;
 #ifdef __FLT16_MAX__
-    _Float16 r = (_Float16)mid;
+    __extension__ _Float16 r = (_Float16)mid;
     uint16_t rb;
     memcpy(&rb, &r, 2);
     if (rb != even) bad++;
