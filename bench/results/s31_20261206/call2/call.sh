@@ -3,15 +3,6 @@
 # long_ctx at 32K, 200 new tokens, QEvict 20% then FullKV; the decode-attention table (FullKV
 # B=32 S=1280, B=8 32K, B=32 32K; tiered 20% w8 B=8 and B=32 32K) with torch SDPA cuDNN queued the
 # same way, two rounds; then long_ctx QEvict of the -DKCA_L2HINT=0 build (long_ctx_base).
-# Carry carry/pack (as call 1's, less attn_decode_base).
-export PACK=carry/pack
-G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "card: $G"
-case "$G" in *H200*) ;; *) echo "not an H200: nothing to run"; exit 0 ;; esac
-CHECKS=0 LC=0 ROUNDS=1 NEW=200 BINS=long_ctx POLS="qevict full" TAG=lc \
-  bash bench/gpu_longctx_ab.sh
-echo "long_ctx done at $SECONDS s"
-bash bench/gpu_peer_table.sh
-echo "peer table done at $SECONDS s"
-CHECKS=0 LC=0 ROUNDS=1 NEW=200 BINS=long_ctx_base POLS=qevict TAG=lc_base bash bench/gpu_longctx_ab.sh
-echo "done at $SECONDS s"
+# Carry carry/pack (as call 1's, less attn_decode_base). Never run (no H200 was lent); the
+# thirty-second session's call 2 runs the same steps (its script, which this one now calls).
+exec bash bench/results/s32_20261206/call2/call.sh
