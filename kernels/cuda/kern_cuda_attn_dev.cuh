@@ -26,14 +26,16 @@
  *
  * Tensor-core layout (mma.m16n8k16 for Q.K, m16n8k8 for P.V, fp32 accumulation). Lane
  * (g = lane / 4, c = lane % 4):
- *   S = Q K^T per half: A = Q (rows = heads, g < G valid), B = K^T (column g = the half's token
- *     g). Dot products do not care about channel order, so lane c takes the 16-byte channel
- *     chunks c, c + 4, c + 8, ... of a row and Q is packed in the same order. Its result
- *     c0, c1 = S[head g][tokens 2c, 2c + 1].
- *   O^T += V^T P^T per half: A = V^T (rows = channels), B = P^T, whose fragment (k = tokens
- *     2c, 2c + 1, n = head g) is exactly the lane's own S result. Lane (g, c) reads tokens 2c,
- *     2c + 1 (chunks g, g + 8) and pairs them with byte permutes. Accumulator j = 4u + r:
- *     O[head 2c, 2c + 1][d], O[head 2c, 2c + 1][d + 1], d = 8 (g + 8u) + 2r.
+ *   S^T = K Q^T (kca_qk): A = the keys (row g: token g of the tile's first half, row g + 8: of
+ *     its second), B = the query heads as the 8 columns (g < G valid). Dot products do not care
+ *     about channel order, so lane c takes the 16-byte channel chunks c, c + 4, c + 8, ... of a
+ *     row and Q is packed in the same order. Its result s[2h + e] = S[token g of half h][head
+ *     2c + e].
+ *   O^T += V^T P^T per half (m16n8k8): A = V^T (rows = channels), B = P^T (k = tokens 2c,
+ *     2c + 1, n = head g): the lane's probabilities packed in pairs and transposed by one
+ *     movmatrix a half (kca_movt). Lane (g, c) reads tokens 2c, 2c + 1 and pairs them with byte
+ *     permutes. Accumulator j = 4u + r: O[head 2c, 2c + 1][d], O[head 2c, 2c + 1][d + 1],
+ *     d = 8 (g + 8u) + 2r.
  * FULL-only kernels use bf16 operands; kernels that may meet QUANT windows use fp16 throughout
  * (FULL pages converted in registers): codes -> c * s + z with the scales and zeros as fp16
  * pairs; pre-RoPE keys turned by R(row offset), Q by R(window base)^T; post-RoPE keys
