@@ -8,7 +8,9 @@
  * heads as the rows (G <= 8 of 16), an online softmax per warp, the four warps merged through
  * shared memory at the end, the chunks of a sequence by a second, programmatically dependent
  * kernel. Only bf16 FULL windows (EVICTED ones and rows past n_tok are masked), head_dim 128,
- * windows of 16 tokens, no masses.
+ * windows of 16 tokens, no masses. SW variants (a name ending in "x"; 2026-12-06, thirty-third
+ * session) swap the mma's roles: the keys (then the channels) are its 16 rows and the query heads
+ * its 8 columns, so that a warp's 16 keys take 16 mma instead of 32 (fb_sstate).
  *
  *   attn_block [--bench [--shapes SUBSTR[,...]] [--rounds N]]
  * Check (default): fresh random problems (attn_ref.c) against the fp64 CPU reference for every
@@ -30,6 +32,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 extern "C" {
@@ -96,6 +99,21 @@ __device__ __forceinline__ void fb_mma(float (&c)[4], uint32_t a0, uint32_t a2, 
                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+/* c += A B with all four A registers (SW: the keys or channels as the rows). */
+__device__ __forceinline__ void fb_mma4(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* The transpose of an 8 x 8 b16 matrix held as mma accumulator rows (lane g, c: row g, columns
+ * 2c, 2c + 1). */
+__device__ __forceinline__ uint32_t fb_movt(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
 }
 __device__ __forceinline__ uint32_t fb_bf2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -221,6 +239,102 @@ __device__ __forceinline__ void fb_tile(const uint8_t *stage, const int *vlen, i
   }
 }
 
+/* SW, the swapped layout: the keys (then the channels) as the mma rows and the query heads as its
+ * eight columns, so a warp's 16 keys take 8 mma for S^T = K Q^T and 8 for O^T += V^T P^T, where
+ * the heads-as-rows layout above takes 16 and 16 (12 of its 16 rows are zero at GQA 4). Lane
+ * (g, c) holds heads 2c + e (e = 0, 1): m[e], its own keys' share of l[e], and o[dp] =
+ * O^T[channels 16 dp + g, + 8][heads 2c, 2c + 1] (o[dp][0, 1]: channel 16 dp + g). */
+struct fb_sstate {
+  float m[2], l[2];
+  float o[8][4];
+};
+
+__device__ __forceinline__ void fb_state_init(fb_state &st) {
+  st.m = -INFINITY, st.l = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; i++) st.o[i][0] = st.o[i][1] = st.o[i][2] = st.o[i][3] = 0.0f;
+}
+__device__ __forceinline__ void fb_state_init(fb_sstate &st) {
+  st.m[0] = st.m[1] = -INFINITY, st.l[0] = st.l[1] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; i++) st.o[i][0] = st.o[i][1] = st.o[i][2] = st.o[i][3] = 0.0f;
+}
+
+/* SW: S^T of the warp's KW keys: s[kp] = S[key kbase + 16 kp + g, + 8][heads 2c, 2c + 1] (the
+ * B operand, Q^T, is fb_load_q's fragments as they are); two chains over the channels. */
+template <int KW>
+__device__ __forceinline__ void fb_sscores(uint32_t ks, int kbase, int lane,
+                                           const uint32_t (&qa)[8][2], float (&s)[KW / 16][4]) {
+#pragma unroll
+  for (int kp = 0; kp < KW / 16; kp++) {
+    float t[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int key = kbase + 16 * kp + (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      uint32_t a[4];
+      fb_ldsm(a, ks + fb_swz(key, 2 * k + (lane >> 4)));
+      fb_mma4(t[k & 1], a, qa[k][0], qa[k][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) s[kp][i] = t[0][i] + t[1][i];
+  }
+}
+
+/* SW: one tile of the warp's KW = TK / NW keys (KW a multiple of 16). */
+template <int TK, int NW>
+__device__ __forceinline__ void fb_tile(const uint8_t *stage, const int *vlen, int warp, int lane,
+                                        const uint32_t (&qa)[8][2], fb_sstate &st) {
+  constexpr int KW = TK / NW, NK = KW / 16;
+  static_assert(KW % 16 == 0, "SW: 16 keys a warp at least");
+  const uint32_t ks = fb_sa(stage), vs = ks + TK * FB_ROW;
+  const int g = lane >> 2, kbase = warp * KW;
+  float s[NK][4];
+  fb_sscores<KW>(ks, kbase, lane, qa, s);
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int kp = 0; kp < NK; kp++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int kk = kbase + 16 * kp + g + 8 * (i >> 1);
+      if ((kk & 15) >= vlen[kk >> 4]) s[kp][i] = -INFINITY;
+      mx[i & 1] = fmaxf(mx[i & 1], s[kp][i]);
+    }
+  float mu[2], alpha[2];
+#pragma unroll
+  for (int e = 0; e < 2; e++) {
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], x));
+    const float mn = fmaxf(st.m[e], mx[e]);
+    mu[e] = mn == -INFINITY ? 0.0f : mn, alpha[e] = exp2f(st.m[e] - mu[e]), st.m[e] = mn;
+  }
+  uint32_t pb[NK][2];
+  float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int kp = 0; kp < NK; kp++) {
+    float p[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) p[i] = exp2f(s[kp][i] - mu[i & 1]), ps[i & 1] += p[i];
+    pb[kp][0] = fb_movt(fb_bf2(p[0], p[1])), pb[kp][1] = fb_movt(fb_bf2(p[2], p[3]));
+  }
+  st.l[0] = st.l[0] * alpha[0] + ps[0], st.l[1] = st.l[1] * alpha[1] + ps[1];
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+#pragma unroll
+    for (int dp = 0; dp < 8; dp++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) st.o[dp][i] *= alpha[i & 1];
+  const int mi = lane >> 3;
+#pragma unroll
+  for (int kp = 0; kp < NK; kp++) {
+    const int key = kbase + 16 * kp + (lane & 7) + 8 * (mi >> 1);
+#pragma unroll
+    for (int dp = 0; dp < 8; dp++) {
+      uint32_t a[4];
+      fb_ldsm_t(a, vs + fb_swz(key, 2 * dp + (mi & 1)));
+      fb_mma4(st.o[dp], a, pb[kp][0], pb[kp][1]);
+    }
+  }
+}
+
 /* Q of head kvh * G + g (rows g >= G zero), scaled and rounded to bf16, as A fragments. */
 __device__ __forceinline__ void fb_load_q(const fb_params &p, int b, int kvh, int lane,
                                           uint32_t (&qa)[8][2]) {
@@ -238,10 +352,8 @@ __device__ __forceinline__ void fb_load_q(const fb_params &p, int b, int kvh, in
 
 /* The NW warps' states merged through shared memory (sm: >= NW * 8 * 130 floats); writes the
  * output (one chunk) or the chunk's normalized partial and log2-sum-exp. */
-template <int NW>
-__device__ void fb_merge(const fb_params &p, fb_state &st, float *sm, int b, int kvh, int ch,
-                         int t) {
-  const int warp = t >> 5, lane = t & 31, g = lane >> 2, c = lane & 3, G = p.n_head / p.n_kv;
+__device__ __forceinline__ void fb_put(fb_state &st, float *sm, int warp, int lane, int G) {
+  const int g = lane >> 2, c = lane & 3;
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
   float *ws = sm + (warp * 8 + g) * (FB_HD + 2);
@@ -251,6 +363,26 @@ __device__ void fb_merge(const fb_params &p, fb_state &st, float *sm, int b, int
     for (int dn = 0; dn < 16; dn++)
       ws[8 * dn + 2 * c] = st.o[dn][0], ws[8 * dn + 2 * c + 1] = st.o[dn][1];
   }
+}
+__device__ __forceinline__ void fb_put(fb_sstate &st, float *sm, int warp, int lane, int G) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int e = 0; e < 2; e++) {
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) st.l[e] += __shfl_xor_sync(0xffffffffu, st.l[e], x);
+    if (2 * c + e >= G) continue;
+    float *ws = sm + (warp * 8 + 2 * c + e) * (FB_HD + 2);
+    if (g == 0) ws[FB_HD] = st.m[e], ws[FB_HD + 1] = st.l[e];
+#pragma unroll
+    for (int dp = 0; dp < 8; dp++) ws[16 * dp + g] = st.o[dp][e], ws[16 * dp + g + 8] = st.o[dp][2 + e];
+  }
+}
+
+/* (S: fb_state or fb_sstate) */
+template <int NW, class S>
+__device__ void fb_merge(const fb_params &p, S &st, float *sm, int b, int kvh, int ch, int t) {
+  const int G = p.n_head / p.n_kv;
+  fb_put(st, sm, t >> 5, t & 31, G);
   __syncthreads();
   for (int i = t; i < G * FB_HD; i += 32 * NW) {
     const int gg = i / FB_HD, d = i % FB_HD;
@@ -273,7 +405,7 @@ __device__ void fb_merge(const fb_params &p, fb_state &st, float *sm, int b, int
 
 /* Block (chunk x, KV head y, sequence z) of NW warps: the chunk's windows in tiles of TK tokens
  * through an NS-stage ring. */
-template <int TK, int NS, int NW>
+template <int TK, int NS, int NW, bool SW>
 __global__ void __launch_bounds__(32 * NW) fb_kernel(const __grid_constant__ fb_params p) {
   extern __shared__ __align__(128) uint8_t sm[];
   __shared__ int vlen[NS][TK / 16];
@@ -293,10 +425,8 @@ __global__ void __launch_bounds__(32 * NW) fb_kernel(const __grid_constant__ fb_
   if (NS - 1 < ntile) fb_desc_load<TK>(p, w0 + (NS - 1) * WT, wend, dn);
   uint32_t qa[8][2];
   fb_load_q(p, b, kvh, t & 31, qa);
-  fb_state st;
-  st.m = -INFINITY, st.l = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; i++) st.o[i][0] = st.o[i][1] = st.o[i][2] = st.o[i][3] = 0.0f;
+  typename std::conditional<SW, fb_sstate, fb_state>::type st;
+  fb_state_init(st);
   for (int j = 0; j < ntile; j++) {
     fb_wait<NS - 2>();
     __syncthreads(); /* tile j landed; every warp is done with tile j - 1's stage */
@@ -339,8 +469,8 @@ struct Variant {
   int smem, occ; /* dynamic shared bytes, resident blocks a multiprocessor */
 };
 
-template <int TK, int NS, int NW> static Variant fb_variant(const char *name) {
-  const fb_fn fn = fb_kernel<TK, NS, NW>;
+template <int TK, int NS, int NW, bool SW = false> static Variant fb_variant(const char *name) {
+  const fb_fn fn = fb_kernel<TK, NS, NW, SW>;
   Variant v = {name, TK, NS, 32 * NW, fn, NS * TK * FB_ROW * 2, 0};
   CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v.occ, fn, v.nt, v.smem));
@@ -348,9 +478,11 @@ template <int TK, int NS, int NW> static Variant fb_variant(const char *name) {
 }
 
 static std::vector<Variant> fb_variants(void) {
-  return {fb_variant<64, 2, 4>("t64s2w4"), fb_variant<32, 2, 2>("t32s2w2"),
-          fb_variant<32, 3, 2>("t32s3w2"), fb_variant<128, 2, 8>("t128s2w8"),
-          fb_variant<64, 2, 2>("t64s2w2")};
+  /* (an "x": the swapped layout, SW) */
+  return {fb_variant<64, 2, 4>("t64s2w4"),         fb_variant<64, 2, 4, true>("t64s2w4x"),
+          fb_variant<64, 3, 4, true>("t64s3w4x"),  fb_variant<32, 3, 2, true>("t32s3w2x"),
+          fb_variant<32, 2, 2, true>("t32s2w2x"),  fb_variant<64, 2, 2, true>("t64s2w2x"),
+          fb_variant<64, 7, 4, true>("t64s7w4x"),  fb_variant<128, 3, 8, true>("t128s3w8x")};
 }
 
 /* A problem's device copies and the launch's buffers. */
