@@ -48,7 +48,6 @@ ok=True
 for warp in range(NW):
     kbase=warp*KW
     s=np.zeros((32,4))
-    addr=[(kbase+(l&7)+8*((l>>3)&1), None) for l in range(32)]
     for k in range(8):
         ad=[(kbase+(l&7)+8*((l>>3)&1), 2*k+(l>>4)) for l in range(32)]
         mma(s,ldsm(KS,ad),qa[k][0],qa[k][1])
