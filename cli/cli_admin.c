@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_policy.h"
 #include "cli_rpc.h"
 #include "qe_status.h"
 

@@ -108,6 +108,20 @@ typedef struct {
 
 /* ---- options ---- */
 
+/* Whether a comma list has an item of blanks alone or none ("a,", ",a", "a, ,b"). */
+static int has_empty_item(const char *v) {
+  int blank = 1;
+  for (const char *p = v;; p++) {
+    if (*p == ',' || !*p) {
+      if (blank) return 1;
+      if (!*p) return 0;
+      blank = 1;
+    } else if (*p != ' ') {
+      blank = 0;
+    }
+  }
+}
+
 /* --goodput's value: KEY:MS items separated by commas or spaces (KEY ttft, tpot or e2e, MS >
  * 0, each key once), into a->slo (a later flag adds to or replaces earlier bounds). 0 or
  * CLI_OPT_PRINTED. */
@@ -116,6 +130,8 @@ static int parse_goodput(bench_args_t *a, const char *v) {
   int n = 0, seen = 0;
   if (strlen(v) >= sizeof buf)
     return cli_usage_error("bench serve", "--goodput: too long"), CLI_OPT_PRINTED;
+  if (has_empty_item(v)) /* (strtok_r skipped "ttft:5,"'s empty item) */
+    return cli_usage_error("bench serve", "--goodput: an empty item in '%s'", v), CLI_OPT_PRINTED;
   strcpy(buf, v);
   for (char *it = strtok_r(buf, ", ", &save); it; it = strtok_r(NULL, ", ", &save), n++) {
     char *colon = strchr(it, ':');
@@ -180,6 +196,9 @@ static int bench_parse(int argc, char **argv, bench_args_t *a) {
   if (a->input_len && (a->words_given || a->s.prompt || a->s.prompt_file || a->s.ids))
     return cli_usage_error("bench serve", "--input-len makes the prompts: give no --input-words, "
                                           "--prompt, --prompt-file or --ids with it");
+  if (a->words_given && (a->s.prompt || a->s.prompt_file || a->s.ids)) /* (it had been ignored) */
+    return cli_usage_error("bench serve", "--input-words makes the prompts: give no --prompt, "
+                                          "--prompt-file or --ids with it");
   if (a->input_len && a->s.chat)
     return cli_usage_error("bench serve", "--chat needs a text prompt, not --input-len's ids");
   if (a->rate > 0 && !a->conc_given) a->concurrency = a->requests < 1024 ? a->requests : 1024;

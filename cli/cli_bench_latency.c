@@ -49,7 +49,7 @@ typedef struct {
 
 typedef struct {
   lat_pol_t pol[LAT_MAX_POL];
-  int n_pol, rounds, json, has_prompt;
+  int n_pol, rounds, json, has_prompt, words_given;
   const char *prompt_file; /* --prompt-file F: read here once, each run reads its copy as "-" */
   int prompt_fd;           /* each run's standard input: F's copy or the synthetic prompt, or -1 */
   long n, words;
@@ -80,7 +80,9 @@ static int add_policy(lat_args_t *a, const char *item, size_t len) {
     return -1;
   cli_policy_t chk; /* the budget as generate's --budget takes it, checked before any run */
   cli_policy_init(&chk);
-  if (colon && cli_policy_parse(&chk, "--budget", colon + 1)) return -1;
+  if (cli_policy_parse(&chk, "--policy", buf) ||
+      (colon && cli_policy_parse(&chk, "--budget", colon + 1)))
+    return -1;
   snprintf(p->name, sizeof p->name, "%s", buf);
   snprintf(p->budget, sizeof p->budget, "%s", colon ? colon + 1 : "");
   for (int i = 0; i < a->n_pol; i++) /* (the same run twice: a repeated row) */
@@ -90,14 +92,15 @@ static int add_policy(lat_args_t *a, const char *item, size_t len) {
 }
 
 static int parse_policies(lat_args_t *a, const char *v) {
+  char names[256];
   a->n_pol = 0;
   for (const char *p = v;; p++) {
     size_t len = strcspn(p, ",");
     if (add_policy(a, p, len))
       return cli_usage_error("bench latency",
                              "bad --policies '%s' (NAME or NAME:BUDGET, "
-                             "comma-separated, none repeated, at most %d)",
-                             v, LAT_MAX_POL);
+                             "comma-separated, none repeated, at most %d; NAME one of %s)",
+                             v, LAT_MAX_POL, cli_policy_names(names, sizeof names));
     p += len;
     if (!*p) return 0;
   }
@@ -114,7 +117,7 @@ static int own_opt(lat_args_t *a, const char *f, const char *v) {
   else if (!strcmp(f, "-n"))
     a->n = l;
   else
-    a->words = l;
+    a->words = l, a->words_given = 1;
   return 0;
 }
 
@@ -169,6 +172,9 @@ static int lat_parse(int argc, char **argv, lat_args_t *a) {
   }
   if (!a->model)
     return cli_usage_error("bench latency", "give --model FILE (or --shape NAME --prompt-len N)");
+  if (a->words_given && a->has_prompt) /* (it had been ignored) */
+    return cli_usage_error("bench latency", "--input-words makes the prompt: give no --prompt, "
+                                            "--prompt-file or --shape with it");
   return 0;
 }
 

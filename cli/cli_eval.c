@@ -200,6 +200,12 @@ static int parse_numbers(char *v, int ints, double lo, double hi, double *out, i
 
 /* One option with a value: 0 handled, -1 bad value, -2 usage error already printed, 1 not
  * an option of eval. */
+/* Whether option f takes a comma list. */
+static int is_list_option(const char *f) {
+  return !strcmp(f, "--tasks") || !strcmp(f, "--policies") || !strcmp(f, "--budgets") ||
+         !strcmp(f, "--lengths");
+}
+
 static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
   long l;
   double tmp[EVAL_MAX_LIST];
@@ -283,7 +289,7 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
       if (rc == -2) return 2;
       if (rc)
         return cli_usage_error("eval", "bad value '%s' for %s%s", orig, f,
-                               strchr(orig, ',') || !*orig
+                               is_list_option(f) && (strchr(orig, ',') || !*orig)
                                    ? " (a comma list: each item valid, none empty or repeated)"
                                    : cli_parse_note());
     }
@@ -464,14 +470,15 @@ static int open_reports(const eval_cfg_t *c, eval_outs_t *o) {
 }
 
 /* Closes *f (not stdout) and renames its tmp to path, or removes it after rc (an error before);
- * QE_EIO naming path when the close or the rename failed. */
-static int close_report(FILE **f, const char *path, const char *tmp, int rc) {
+ * QE_EIO naming flag and path when the close or the rename failed. */
+static int close_report(FILE **f, const char *flag, const char *path, const char *tmp, int rc) {
   if (!*f) return rc;
-  if (fclose(*f) && !rc) rc = qe_errf(QE_EIO, "cannot write '%s'", tmp[0] ? tmp : path);
+  if (fclose(*f) && !rc)
+    rc = qe_errf(QE_EIO, "%s: cannot write '%s': %s", flag, tmp[0] ? tmp : path, strerror(errno));
   *f = NULL;
   if (!tmp[0]) return rc; /* (written in place) */
   if (!rc && rename(tmp, path))
-    rc = qe_errf(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    rc = qe_errf(QE_EIO, "%s: cannot rename '%s' to '%s': %s", flag, tmp, path, strerror(errno));
   if (rc) unlink(tmp);
   return rc;
 }
@@ -479,10 +486,10 @@ static int close_report(FILE **f, const char *path, const char *tmp, int rc) {
 static int write_reports(const eval_cfg_t *c, const eval_results_t *r, eval_outs_t *o) {
   int rc = 0;
   if (c->json) eval_report_json(c, r, o->json ? o->json : stdout);
-  rc = close_report(&o->json, c->json, o->json_tmp, rc);
+  rc = close_report(&o->json, "--json", c->json, o->json_tmp, rc);
   if (!rc && (c->markdown || !c->json || strcmp(c->json, "-")))
     eval_report_markdown(c, r, o->md ? o->md : stdout);
-  return close_report(&o->md, c->markdown, o->md_tmp, rc);
+  return close_report(&o->md, "--markdown", c->markdown, o->md_tmp, rc);
 }
 
 /* The CPU backend, or with --device the CUDA GPU. */
@@ -548,8 +555,9 @@ int cli_eval(int argc, char **argv) {
   eval_outs_t outs = {0};
   rc = open_reports(c, &outs);
   if (!rc) rc = run_loaded(c, &res, ppl_ids, n_ppl, &outs);
-  close_report(&outs.json, c->json, outs.json_tmp, 1); /* (on errors: the partial files go) */
-  close_report(&outs.md, c->markdown, outs.md_tmp, 1);
+  close_report(&outs.json, "--json", c->json, outs.json_tmp,
+               1); /* (on errors: the partial files go) */
+  close_report(&outs.md, "--markdown", c->markdown, outs.md_tmp, 1);
   code = rc ? cli_fail("eval", rc) : 0;
 out:
   free(ppl_ids);

@@ -62,14 +62,33 @@ static int parse_scorer(cli_policy_t *p, const char *v) {
   return 2;
 }
 
+int cli_check_policy(const char *name) {
+  kv_policy_desc_t d;
+  int rc = kv_policy_find(name, &d);
+  qe_errclear();
+  return rc ? -1 : 0;
+}
+
+const char *cli_policy_names(char *buf, size_t size) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (const kv_policy_desc_t *const *p = kv_policy_list(); *p && n < size; p++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", (*p)->name);
+  return buf;
+}
+
 int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
   long l;
   double d;
   if (!strcmp(f, "--graphkv")) return parse_graphkv(p, v);
   if (!v) return 1;
-  if (!strcmp(f, "--policy"))
-    p->name = v;
-  else if (!strcmp(f, "--key-frame")) {
+  if (!strcmp(f, "--policy")) { /* (an unknown one had failed later, as a run's error: exit 1) */
+    char names[256], note[300];
+    if (!cli_check_policy(v)) return p->name = v, 0;
+    snprintf(note, sizeof note, " (%s; NAME+graphkv)", cli_policy_names(names, sizeof names));
+    cli_parse_note_set(note);
+    return 2;
+  } else if (!strcmp(f, "--key-frame")) {
     if (strcmp(v, "pos") && strcmp(v, "window") && strcmp(v, "abs")) return 2;
     p->key_frame = !strcmp(v, "pos")      ? KV_KEY_FRAME_POS
                    : !strcmp(v, "window") ? KV_KEY_FRAME_WINDOW

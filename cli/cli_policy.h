@@ -67,4 +67,9 @@ int cli_policy_mem_stats(kv_cache_t *kv, kv_mem_stats_t *out);
  * (kv_gpu_fullkv_bytes: the base of their budget fractions), else fp32 rows (the CPU caches'). */
 size_t cli_policy_fullkv_bytes(const kv_cache_t *kv, long n_tokens);
 
+/* 0 when name is a known policy (NAME or NAME+graphkv), -1 otherwise. */
+int cli_check_policy(const char *name);
+/* A comma list of the known policy names into buf (for error messages). */
+const char *cli_policy_names(char *buf, size_t size);
+
 #endif

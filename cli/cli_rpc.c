@@ -566,8 +566,8 @@ int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out
   if (!qe_target_ports_ok(server, 1)) {
     free(file_key);
     return cli_usage_error(cmd,
-                           "bad server address '%.200s' (%s): a port is digits in 1..65535 "
-                           "(HOST[:PORT], [IPv6][:PORT], ipv4:A:P,..., or unix:PATH)",
+                           "bad server address '%.200s' (%s): HOST:PORT, [IPv6]:PORT or "
+                           "ipv4:A:P,... with each port in 1..65535, or unix:PATH",
                            server, o->server && *o->server ? "--server" : "QEVICT_SERVER");
   }
   cli_rpc_tls_t tls = {NULL, NULL, NULL, o->tls_server_name};
@@ -673,21 +673,6 @@ int cli_parse_budget(const char *s, Qevict__V1__Budget *b) {
   b->kind_case = QEVICT__V1__BUDGET__KIND_BYTES;
   b->bytes = v;
   return 0;
-}
-
-int cli_check_policy(const char *name) {
-  kv_policy_desc_t d;
-  int rc = kv_policy_find(name, &d);
-  qe_errclear();
-  return rc ? -1 : 0;
-}
-
-const char *cli_policy_names(char *buf, size_t size) {
-  size_t n = 0;
-  buf[0] = '\0';
-  for (const kv_policy_desc_t *const *p = kv_policy_list(); *p && n < size; p++)
-    n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", (*p)->name);
-  return buf;
 }
 
 const char *cli_fmt_budget(char *buf, size_t size, const Qevict__V1__Budget *b) {

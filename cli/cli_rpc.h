@@ -166,10 +166,6 @@ int cli_args_parse(const char *cmd, int argc, char **argv, const char *help,
 /* A budget: a value with a '.' or <= 1 is a fraction of FullKV in (0, 1]; otherwise bytes
  * (cli_parse_bytes). Fills b (kind and value). 0 or -1. */
 int cli_parse_budget(const char *s, Qevict__V1__Budget *b);
-/* 0 when name is a known policy (NAME or NAME+graphkv), -1 otherwise. */
-int cli_check_policy(const char *name);
-/* A comma list of the known policy names into buf (for error messages). */
-const char *cli_policy_names(char *buf, size_t size);
 /* A budget as text: "0.25 of FullKV", "1.50 GiB", or "-" when unset. Returns buf. */
 const char *cli_fmt_budget(char *buf, size_t size, const Qevict__V1__Budget *b);
 /* Lower-case name of an enum value without its enum's prefix ("REQUEST_STATE_RUNNING" ->

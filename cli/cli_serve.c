@@ -202,6 +202,13 @@ static int parse_tls(serve_opts_t *o, const char *f, const char *v) {
   return 1;
 }
 
+/* Whether v is 1..63 printable ASCII characters other than a blank (a group or rank name). */
+static int label_ok(const char *v) {
+  size_t n = 0;
+  while (v[n] > ' ' && v[n] < 0x7f) n++;
+  return n && n < 64 && !v[n];
+}
+
 /* One option of any of the three commands; 1 if not one of them. */
 static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
   uint64_t b;
@@ -210,9 +217,13 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
     return qe_listen_addr_ok(v) ? (o->s.listen = v, 0)
                                 : cli_usage_error(cmd,
                                                   "--listen '%s' needs a port in 0..65535 "
-                                                  "(HOST:PORT, [V6]:PORT or unix:PATH)",
+                                                  "(HOST:PORT, [V6]:PORT) or a path "
+                                                  "(unix:PATH)",
                                                   v);
-  if (!strcmp(f, "--metrics-listen")) return o->s.metrics_listen = v, 0;
+  if (!strcmp(f, "--metrics-listen")) return o->s.metrics_listen = v, 0; /* ("": off) */
+  if (!*v && (!strcmp(f, "--worker-listen") || !strcmp(f, "--state-dir") ||
+              !strcmp(f, "--admin-key-file") || !strcmp(f, "--ready-file")))
+    return cli_usage_error(cmd, "%s: empty", f); /* ("cannot create : No such file ...") */
   if (!strcmp(f, "--worker-listen")) return o->s.worker_listen = v, 0;
   if (!strcmp(f, "--state-dir")) return o->s.state_dir = o->state_dir = v, 0;
   if (!strcmp(f, "--admin-key-file")) return o->s.admin_key_file = v, 0;
@@ -223,8 +234,11 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
                : 0;
   if (!parse_tls(o, f, v)) return 0;
   if (!strcmp(f, "--scheduler")) return o->w.scheduler = v, 0;
-  if (!strcmp(f, "--group")) return o->w.group = v, 0;
-  if (!strcmp(f, "--name")) return o->w.name = v, 0;
+  if (!strcmp(f, "--group") || !strcmp(f, "--name")) /* (the scheduler refused an empty group at
+                                                      * each retry, and cut long names) */
+    return !label_ok(v)  ? cli_usage_error(cmd, "%s: 1..63 printable characters, no blank", f)
+           : f[2] == 'g' ? (o->w.group = v, 0)
+                         : (o->w.name = v, 0);
   if (!strcmp(f, "--tp-addr")) return o->w.tp_addr = v, 0;
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
     if (cli_parse_bytes(v, &b))

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_policy.h"
 #include "cli_rpc.h"
 #include "cli_submit.h"
 #include "graphkv.h"

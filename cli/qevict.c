@@ -1,6 +1,7 @@
 /* qevict: the command line entry point; dispatches to sub-commands. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,11 +59,19 @@ int cli_fail(const char *what, int rc) {
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "qevict %s: ", cmd);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  fprintf(stderr, "qevict %s: ", cmd);
+  /* a value's control bytes (an ESC, a newline) shown as \xNN rather than sent to the terminal;
+   * a value past the buffer is cut */
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+    if (*p < ' ' || *p == 0x7f)
+      fprintf(stderr, "\\x%02x", *p);
+    else
+      fputc(*p, stderr);
   fprintf(stderr, " (see qevict %s --help)\n", cmd);
   return 2;
 }
@@ -78,8 +87,10 @@ void cli_parse_note_set(const char *note) {
 }
 
 /* Whether s cannot start a number: empty, a leading blank or '+' (which strtol, strtoull and
- * strtod skip or take: "-n +5" was 5). */
-static int bad_start(const char *s) { return !*s || isspace((unsigned char)*s) || *s == '+'; }
+ * strtod skip or take: "-n +5" was 5), or a hexadecimal one (strtod took "--temp 0x10" as 16). */
+static int bad_start(const char *s) {
+  return !*s || isspace((unsigned char)*s) || *s == '+' || strpbrk(s, "xX");
+}
 
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
@@ -148,7 +159,10 @@ int cli_parse_u64(const char *s, uint64_t *out) {
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (bad_start(s) || *end || errno || *s == '-') return -1;
+  if (bad_start(s) || *end || errno || *s == '-') {
+    snprintf(parse_expected, sizeof parse_expected, " (an integer in 0..%llu)", ULLONG_MAX);
+    return -1;
+  }
   *out = v;
   return 0;
 }

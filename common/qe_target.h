@@ -3,12 +3,14 @@
 #ifndef QE_TARGET_H
 #define QE_TARGET_H
 
-/* 1 when every port written in target is digits in min_port..65535: host[:port], [v6][:port],
- * a bare IPv6 address (no port), dns:[//authority/]host[:port], and each address of an ipv4: or
- * ipv6: list; a target without a port, and other schemes (unix:, xds:, ...), are gRPC's. */
+/* 1 when target is host:port, [v6]:port, dns:[//authority/]host:port, or an ipv4: or ipv6: list
+ * of such addresses, each port digits in min_port..65535 and each host written (gRPC would dial
+ * port 0 for a host alone, and cannot tell a bare IPv6 address's port), or unix:PATH,
+ * unix-abstract:NAME, vsock:CID:PORT, xds:... or google-c2p:... with something after the
+ * scheme (gRPC's own). */
 int qe_target_ports_ok(const char *target, int min_port);
-/* 1 when addr is an address a server can listen on as gRPC reads it: qe_target_ports_ok's forms
- * with a port (0..65535) written in every address, or unix:, unix-abstract: or vsock:. */
+/* 1 when addr is an address a server can listen on as gRPC reads it: qe_target_ports_ok's
+ * address forms (ports 0..65535), or unix:PATH, unix-abstract:NAME or vsock:CID:PORT (not empty). */
 int qe_listen_addr_ok(const char *addr);
 
 #endif

@@ -114,6 +114,9 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
                                                          : "max_request_budget_bytes");
     else if (st.kv_quota_bytes <= 0)
       rc = qe_errf(QE_EINVAL, "tenant.kv_quota_bytes: must be > 0");
+    else if (st.max_request_budget_bytes > st.kv_quota_bytes) /* (the store's said no "tenant.") */
+      rc = qe_errf(QE_EINVAL, "tenant.max_request_budget_bytes: %lld exceeds kv_quota_bytes %lld",
+                   (long long)st.max_request_budget_bytes, (long long)st.kv_quota_bytes);
   }
   if (!rc) rc = default_of(q->tenant, st.default_policy, sizeof st.default_policy);
   unsigned flags = q->rotate_key ? SCHED_TENANT_ROTATE_KEY : 0;

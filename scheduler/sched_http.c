@@ -685,15 +685,27 @@ static void reject(uv_stream_t *listener) {
   uv_close((uv_handle_t *)t, free_handle);
 }
 
-/* At max_conns: closes the connection idle the longest (waiting for a request, nothing of one
- * received: T_IDLE), so that idle connections cannot lock probes and scrapers out; 1 when one
- * was found. The list is newest first. */
-static int drop_idle(sh_server_t *s) {
-  sh_conn_t *last = NULL;
+/* How readily a connection is closed to make room at max_conns: 1 answered and lingering, 2 idle
+ * (waiting for a request, nothing of one received), 3 inside a request head; 0 never (a body
+ * being read or a response being written). */
+static int drop_rank(const sh_conn_t *c) {
+  return c->closing ? 0
+         : c->timer_kind == T_LINGER ? 1
+         : c->timer_kind == T_IDLE   ? 2
+         : c->timer_kind == T_HEAD   ? 3
+                                     : 0;
+}
+
+/* At max_conns: closes the oldest connection of the lowest drop_rank, so that neither idle
+ * connections nor heads sent a few bytes at a time can lock probes and scrapers out (256 heads
+ * of 6 bytes had refused /healthz for 20 s: the head timeout and a linger); 1 when one was
+ * found. The list is newest first. */
+static int drop_one(sh_server_t *s) {
+  sh_conn_t *pick = NULL;
   for (sh_conn_t *c = s->conns; c; c = c->next)
-    if (!c->closing && c->timer_kind == T_IDLE) last = c;
-  if (last) conn_close(last);
-  return last != NULL;
+    if (drop_rank(c) && (!pick || drop_rank(c) <= drop_rank(pick))) pick = c;
+  if (pick) conn_close(pick);
+  return pick != NULL;
 }
 
 /* Open connections not being closed. */
@@ -708,7 +720,7 @@ static void on_connection(uv_stream_t *listener, int status) {
   sh_conn_t *c;
   if (status < 0 || s->closing) return;
   const int full = s->n_conns >= s->opt.max_conns && live_conns(s) >= s->opt.max_conns;
-  if ((full && !drop_idle(s)) || !(c = calloc(1, sizeof *c))) {
+  if ((full && !drop_one(s)) || !(c = calloc(1, sizeof *c))) {
     reject(listener);
     return;
   }

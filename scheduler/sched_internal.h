@@ -191,7 +191,6 @@ void sched_req_get_rpc(sched_t *s, sgrpc_call_t *call, const char *tenant, const
 void sched_req_stream_sent(sched_t *s, swatch_t *w, int ok);
 void sched_req_stream_cancelled(sched_t *s, swatch_t *w);
 sreq_t *sched_req_find(sched_t *s, uint64_t id);
-sreq_t *sched_req_find_str(sched_t *s, const char *id);
 /* Ends a request (any state) with a reason; frees its reservation; finishes its streams once
  * they have sent everything. cancel_worker: tell its worker to stop it, and, for a running
  * request whose worker can be told, finish it when the worker has (its final memory figures

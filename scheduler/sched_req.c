@@ -63,13 +63,13 @@ static void req_forget(sched_t *s, sreq_t *r) {
 /* (by id through s->by_id: a scan of every kept request had run once per worker message) */
 sreq_t *sched_req_find(sched_t *s, uint64_t id) { return sidx_get(&s->by_id, id); }
 
-sreq_t *sched_req_find_str(sched_t *s, const char *id) {
+/* Whether id is written as request ids are: a decimal number below 2^64, no leading zero. */
+static int id_str_ok(const char *id, uint64_t *v) {
   char *end;
-  if (!isdigit((unsigned char)*id) || strlen(id) > 20) return NULL;
+  if (!isdigit((unsigned char)*id) || (id[0] == '0' && id[1]) || strlen(id) > 20) return 0;
   errno = 0;
-  const unsigned long long v = strtoull(id, &end, 10);
-  sreq_t *r = *end || errno ? NULL : sched_req_find(s, (uint64_t)v);
-  return r && !strcmp(r->id_str, id) ? r : NULL; /* (not "007" for 7) */
+  *v = strtoull(id, &end, 10);
+  return !*end && !errno;
 }
 
 /* Whether r ended, or is ending, without its result: cancelled (a Cancel, or its client gone:
@@ -652,7 +652,13 @@ static sreq_t *lookup(sched_t *s, sgrpc_call_t *call, const char *tenant, const 
     sched_rpc_error(call, GS(INVALID_ARGUMENT), "request_id: empty");
     return NULL;
   }
-  sreq_t *r = sched_req_find_str(s, id);
+  uint64_t v;
+  if (!id_str_ok(id, &v)) { /* (it had been NOT_FOUND, as an unknown id) */
+    sched_rpc_error(call, GS(INVALID_ARGUMENT),
+                    "request_id: not a request id (the decimal number Submit returned)");
+    return NULL;
+  }
+  sreq_t *r = sched_req_find(s, v);
   if (!r || r->orphan || strcmp(r->tenant, tenant)) {
     sched_rpc_error(call, GS(NOT_FOUND), "request_id: no request '%.64s'", id);
     return NULL;

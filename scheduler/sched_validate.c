@@ -35,7 +35,8 @@ static size_t text_cap(const sched_t *s) { return ((size_t)s->hp.n_ctx_train + 2
 
 /* A text past text_cap: encodes only its first text_cap bytes (cut at a character), on the event
  * loop a bounded time; refused when those alone are more tokens than the context holds. */
-static int refuse_long_text(sched_t *s, const char *text, size_t len, int special, sval_err_t *e) {
+static int refuse_long_text(sched_t *s, const char *text, size_t len, int special,
+                            const char *field, sval_err_t *e) {
   size_t cut = text_cap(s), n = 0;
   int32_t *ids = NULL;
   if (len <= cut) return 0;
@@ -43,16 +44,18 @@ static int refuse_long_text(sched_t *s, const char *text, size_t len, int specia
   int rc = tok_encode(s->tok, text, cut, 0, special, &ids, &n);
   free(ids);
   if (rc || n <= (size_t)s->hp.n_ctx_train + 1) return 0; /* (a failure: the whole text's say) */
-  return bad(e, SVAL_INVALID, "prompt: %zu bytes, more tokens than the context length (%d)", len,
+  return bad(e, SVAL_INVALID, "%s: %zu bytes, more tokens than the context length (%d)", field, len,
              s->hp.n_ctx_train);
 }
 
-static int prompt_from_text(sched_t *s, const char *text, int special, sreq_t *r, sval_err_t *e) {
+/* The prompt's tokens from text (field: prompt.text, or prompt.chat for its rendered messages). */
+static int prompt_from_text(sched_t *s, const char *text, int special, const char *field, sreq_t *r,
+                            sval_err_t *e) {
   size_t n = 0, len = strlen(text);
-  if (!sched_utf8_valid(text, len)) return bad(e, SVAL_INVALID, "prompt: not valid UTF-8");
-  if (refuse_long_text(s, text, len, special, e)) return -1;
+  if (!sched_utf8_valid(text, len)) return bad(e, SVAL_INVALID, "%s: not valid UTF-8", field);
+  if (refuse_long_text(s, text, len, special, field, e)) return -1;
   if (tok_encode(s->tok, text, len, tok_add_bos(s->tok), special, &r->prompt, &n))
-    return bad(e, SVAL_INVALID, "prompt: %s", qe_errmsg());
+    return bad(e, SVAL_INVALID, "%s: %s", field, qe_errmsg());
   r->n_prompt = (int)n;
   return 0;
 }
@@ -84,7 +87,7 @@ static int prompt_from_chat(sched_t *s, const Qevict__V1__ChatMessages *c, sreq_
   if (!rc && chat_render(s->chat_kind, s->gguf, m, c->n_messages, 1, &text))
     rc = bad(e, SVAL_INVALID, "prompt.chat: %s", qe_errmsg());
   free(m);
-  if (!rc) rc = prompt_from_text(s, text, 1, r, e);
+  if (!rc) rc = prompt_from_text(s, text, 1, "prompt.chat", r, e);
   free(text);
   return rc;
 }
@@ -111,7 +114,7 @@ static int check_prompt(sched_t *s, const Qevict__V1__GenerateRequest *g, sreq_t
   switch (p ? p->kind_case : 0) {
   case QEVICT__V1__PROMPT__KIND_TEXT:
     if (!*p->text) return bad(e, SVAL_INVALID, "prompt.text: empty");
-    rc = prompt_from_text(s, p->text, 0, r, e);
+    rc = prompt_from_text(s, p->text, 0, "prompt.text", r, e);
     break;
   case QEVICT__V1__PROMPT__KIND_CHAT:
     rc = prompt_from_chat(s, p->chat, r, e);
@@ -126,10 +129,26 @@ static int check_prompt(sched_t *s, const Qevict__V1__GenerateRequest *g, sreq_t
   return rc;
 }
 
+/* The field path of g's prompt (it was checked to be set). */
+static const char *prompt_field(const Qevict__V1__GenerateRequest *g) {
+  switch (g->prompt->kind_case) {
+  case QEVICT__V1__PROMPT__KIND_CHAT:
+    return "prompt.chat";
+  case QEVICT__V1__PROMPT__KIND_TOKEN_IDS:
+    return "prompt.token_ids";
+  default:
+    return "prompt.text";
+  }
+}
+
 static int check_length(sched_t *s, const Qevict__V1__GenerateRequest *g, sreq_t *r,
                         sval_err_t *e) {
   long ctx = s->hp.n_ctx_train;
   if (g->max_tokens == 0) return bad(e, SVAL_INVALID, "max_tokens: must be > 0");
+  if (r->n_prompt >= ctx) /* (it had been blamed on max_tokens) */
+    return bad(e, SVAL_INVALID,
+               "%s: %d tokens leave no room for one more in the context length (%ld)",
+               prompt_field(g), r->n_prompt, ctx);
   if ((long)r->n_prompt + (long)g->max_tokens > ctx)
     return bad(e, SVAL_INVALID,
                "max_tokens: prompt (%d tokens) + max_tokens (%u) exceeds the context length (%ld)",

@@ -107,7 +107,9 @@ want="--prompt-file '-': larger than 67043328 bytes (63.9 MiB), the most bench l
 "$QEVICT" bench latency --model "$STORIES" --prompt "$P" -n 4 --rounds 1 --policies full,lru \
   >/dev/null 2>"$TMP/err"
 rc=$?
-[[ $rc -eq 1 ]] && grep -q "policy lru" "$TMP/err" || bad "an unknown policy: exit $rc, $(cat "$TMP/err")"
+# (refused before any run since 2026-12-06: a usage error naming the list)
+[[ $rc -eq 2 ]] && grep -q "bad --policies 'full,lru'" "$TMP/err" ||
+  bad "an unknown policy: exit $rc, $(cat "$TMP/err")"
 usage() {
   local what="$1"; shift
   "$QEVICT" "$@" >/dev/null 2>"$TMP/err"
@@ -136,6 +138,9 @@ exec 3>&-
   && echo "ok ($rc) --prompt with --prompt-file -, before reading: $(cat "$TMP/err")" >&2 \
   || bad "--prompt with --prompt-file - on an endless input: exit $rc, $(cat "$TMP/err")"
 usage "--policy instead of --policies" bench latency --model "$STORIES" --policy qevict
+usage "--input-words with --prompt (it had been ignored)" bench latency --model "$STORIES" \
+  --prompt hi --input-words 5 --policies full
+grep -q -- "--input-words makes the prompt" "$TMP/err" || bad "--input-words: $(cat "$TMP/err")"
 usage "an empty policy" bench latency --model "$STORIES" --policies full,,qevict
 usage "a budget-less colon" bench latency --model "$STORIES" --policies qevict:
 usage "a bad budget, before any run" bench latency --model "$STORIES" --policies full,qevict:abc

@@ -24,6 +24,17 @@ expect_error() {
   echo "ok ($rc) $what: $(cat "$TMP/err")" >&2
 }
 
+# expect_usage DESCRIPTION NEEDLE CMD...: exit 2, one stderr line that contains NEEDLE.
+expect_usage() {
+  local what="$1" needle="$2"; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$? lines
+  lines=$(wc -l <"$TMP/err")
+  [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qF -- "$needle" "$TMP/err" ||
+    bad "$what: exit $rc, $lines stderr lines, wanted '$needle': $(cat "$TMP/err")"
+  echo "ok ($rc) $what: $(head -1 "$TMP/err")" >&2
+}
+
 [[ -f "$STORIES" ]] || { echo "SKIP: $STORIES absent" >&2; exit 77; }
 python3 "$ROOT/tests/integration/make_bad_ggufs.py" "$TMP/bad" "$STORIES"
 for f in "$TMP"/bad/*.gguf; do
@@ -336,6 +347,23 @@ expect_error "sched --shutdown-grace past a day" "$QEVICT" sched --model "$STORI
   --state-dir "$TMP/st" --shutdown-grace 90000
 expect_error "serve --shutdown-grace not a number" "$QEVICT" serve --model "$STORIES" \
   --shutdown-grace soon
+# an audit (2026-12-06): empty paths ("cannot create : No such file"), a group the scheduler
+# refuses at each retry (the worker retried forever), hexadecimal numbers (--temp 0x10 was 16),
+# an unknown policy (exit 1, after the model loaded)
+expect_usage "serve --state-dir ''" "--state-dir: empty" "$QEVICT" serve --model "$STORIES" \
+  --state-dir ""
+expect_usage "sched --worker-listen ''" "--worker-listen: empty" "$QEVICT" sched \
+  --model "$STORIES" --worker-listen ""
+for g in "" "a b" "$(printf 'g%.0s' $(seq 64))"; do
+  expect_usage "worker --group '$g'" "--group: 1..63 printable" timeout -s KILL 20 "$QEVICT" \
+    worker --model "$STORIES" --scheduler "unix:$TMP/none.sock" --group "$g"
+done
+expect_usage "generate --temp 0x10" "bad value '0x10' for --temp" "$QEVICT" generate \
+  --model "$STORIES" --prompt hi --temp 0x10
+expect_usage "generate --policy lru" "bad value 'lru' for --policy (full, " "$QEVICT" generate \
+  --model "$STORIES" --prompt hi --policy lru
+expect_usage "eval --samples ''" "bad value '' for --samples (an integer" "$QEVICT" eval \
+  --model "$STORIES" --samples ""
 # serve's and worker's byte sizes go through the shared parser: no '+' or blank (their own
 # strtoull took them, and the worker started)
 for v in +4G " 4096" 4Gb; do
@@ -395,11 +423,11 @@ rc=$?
   bad "a worker failing at each restart: serve exit $rc: $(tail -2 "$TMP/serve.err")"
 # a gRPC port past 65535 is refused (gRPC took it modulo 65536), and so is a listen address
 # without a port (gRPC looked "bogus" up as a host and logged its own error line first)
-for a in 127.0.0.1:99999 bogus 127.0.0.1: localhost:abc; do
-  "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st_port" --listen $a \
+for a in 127.0.0.1:99999 bogus 127.0.0.1: localhost:abc unix: :50051 "[::1]"; do
+  "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st_port" --listen "$a" \
     --metrics-listen "" --worker-listen "unix:$TMP/w.sock" 2>"$TMP/err"
   rc=$?
-  [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "\-\-listen '$a' needs a port" "$TMP/err" ||
+  [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -qF -- "--listen '$a' needs a port" "$TMP/err" ||
     bad "--listen $a: exit $rc: $(cat "$TMP/err")"
 done
 

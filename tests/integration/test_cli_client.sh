@@ -62,17 +62,19 @@ S="--server=127.0.0.1:$DEAD"
 expect_usage "negative -n" "-n" "$QEVICT" submit --prompt hi -n -3
 expect_usage "-n 0" "-n" "$QEVICT" submit --prompt hi -n 0
 expect_usage "unknown --state" "--state" "$QEVICT" requests --state bogus
-# ports gRPC would take modulo 65536 or cut (reaching another port), or none at all
+# ports gRPC would take modulo 65536 or cut (reaching another port), or none at all (gRPC
+# dialed port 0), no host, a bare IPv6 address (its port cannot be told), an empty socket path
 for a in 127.0.0.1:83616 127.0.0.1:80x 127.0.0.1:0 "[::1]:99999" dns:///localhost:70000 \
-  ipv4:127.0.0.1:83616,127.0.0.2:50051 127.0.0.1:-5 127.0.0.1: localhost:abc; do
+  ipv4:127.0.0.1:83616,127.0.0.2:50051 127.0.0.1:-5 127.0.0.1: localhost:abc 127.0.0.1 "[::1]" \
+  :1 ::1:1 "[]:1" unix: ipv4:127.0.0.1:1,127.0.0.2; do
   expect_usage "--server $a" "bad server address '$a'" "$QEVICT" submit --server "$a" --prompt hi
 done
 expect_usage "QEVICT_SERVER with a bad port" "(QEVICT_SERVER)" env QEVICT_SERVER=localhost:99999 \
   "$QEVICT" tenant list
 expect_usage "bench serve --server with a bad port" "bad server address" "$QEVICT" bench serve \
   --server 127.0.0.1:70000 --requests 1
-# targets without a port are gRPC's (its default port), and other schemes too: not refused
-for a in 127.0.0.1 "[::1]" xds:///svc; do
+# gRPC's other schemes are its own: not refused
+for a in xds:///svc unix-abstract:qevict-none; do
   run "$QEVICT" tenant list --server "$a" --timeout 1
   [[ $? -ne 2 ]] || bad "--server $a refused as a usage error: $(cat "$TMP/err")"
 done
@@ -136,6 +138,19 @@ expect_usage "bench serve, prompt file /dev/zero" "$ZERO" "$QEVICT" bench serve 
 # integers with a leading '+' (strtol takes it: -n +5 was 5) and byte sizes in bits (100Kb was
 # 100 KiB) are refused, naming the option (and a size's suffixes)
 expect_usage "-n +5" "bad value '+5' for -n" "$QEVICT" submit "$S" --prompt hi -n +5
+# an audit (2026-12-06): hexadecimal numbers (strtod took --temp 0x10 as 16), a synthetic
+# prompt's length with a given prompt (ignored), a list's empty item (skipped), and a value's
+# control bytes (echoed raw to the terminal)
+expect_usage "--temp 0x10" "bad value '0x10' for --temp" "$QEVICT" submit "$S" --prompt hi \
+  --temp 0x10
+expect_usage "bench serve --input-words with --prompt" "--input-words makes the prompts" \
+  "$QEVICT" bench serve "$S" --prompt hi --input-words 5
+expect_usage "bench serve --goodput with an empty item" "--goodput: an empty item" \
+  "$QEVICT" bench serve "$S" --goodput ttft:5,
+expect_usage "--request-id with a control byte" "--request-id" "$QEVICT" submit "$S" \
+  --prompt hi --request-id $'a\x1b[31m'
+grep -qF 'a\x1b[31m' "$TMP/err" && ! grep -q $'\x1b' "$TMP/err" ||
+  bad "--request-id's ESC sent raw: $(cat -A "$TMP/err")"
 expect_usage "--window +8" "--window" "$QEVICT" submit "$S" --prompt hi --window +8
 expect_usage "--limit +5" "--limit" "$QEVICT" requests "$S" --limit +5
 expect_usage "--from +1" "--from" "$QEVICT" watch r1 "$S" --from +1

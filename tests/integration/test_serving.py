@@ -182,6 +182,13 @@ def test_bad_input(srv, cl):
         ("bad fraction", cl.request("hi", 8, "qevict", 1.5), IA, "budget.fraction"),
         ("bad temperature", cl.request("hi", 8, sampling=pb.Sampling(temperature=-1)), IA,
          "sampling.temperature"),
+        # a prompt filling the context (2,048) is the prompt's fault, not max_tokens' (it had
+        # been "max_tokens: prompt (2048 tokens) + max_tokens (1) exceeds ...")
+        ("ids filling the context", cl.request("", 1, ids=[5] * 2048), IA,
+         "prompt.token_ids: 2048 tokens leave no room"),
+        ("a text filling the context", cl.request(" a" * 2100, 1), IA, "prompt.text: "),
+        ("ids leaving less room than max_tokens", cl.request("", 8, ids=[5] * 2044), IA,
+         "max_tokens: prompt (2044 tokens) + max_tokens (8)"),
     ]
     for what, req, want, field in cases:
         code, det = code_of(lambda: cl.generate(req, timeout=30))
@@ -192,7 +199,8 @@ def test_bad_input(srv, cl):
     C.ok(code == IA, "malformed protobuf: %s '%s'" % (code, det))
     bad_utf8 = b"\x0a\x03\x0a\x01\xff\x10\x04"  # prompt { text: "\xff" } max_tokens: 4
     code, det = code_of(lambda: raw(bad_utf8, metadata=cl.md, timeout=10))
-    C.ok(code in (IA,) and "UTF-8" in det, "invalid UTF-8: %s '%s'" % (code, det))
+    C.ok(code in (IA,) and det.startswith("prompt.text: not valid UTF-8"),
+         "invalid UTF-8: %s '%s'" % (code, det))
     big = cl.request("x" * (5 << 20), 4)  # over the server's --max-message 4M
     code, det = code_of(lambda: cl.generate(big, timeout=30))
     C.ok(code == RE, "message over the limit: %s" % code)
@@ -232,7 +240,8 @@ def test_hardening(srv, admin, cl):
         ("bits 3", policy_req("qevict", bits=3), IA, "policy.bits: must be 2, 4 or 8"),
         ("graphkv k 2", policy_req("h2o", 0.3, graphkv_k=2), IA, "policy.graphkv.k: must be"),
         ("graphkv m 0", policy_req("h2o", 0.3, graphkv_m=0), IA, "policy.graphkv.m: must be"),
-        ("3 MB of text", cl.request("Once upon a time " * 200000, 4), IA, "prompt: "),
+        ("3 MB of text", cl.request("Once upon a time " * 200000, 4), IA,
+         "prompt.text: 3400000 bytes"),
         ("a NUL in the prompt", cl.request("Once\x00 upon a time", 4), IA, "prompt.text: holds"),
         ("a NUL in the policy name", policy_req("qevict\x00whatever"), IA, "policy.name: holds"),
         # a second audit (2026-12-05): regions past the context were reserved whole
@@ -288,6 +297,10 @@ def test_hardening(srv, admin, cl):
         ("GetTenant of 'a/b'", lambda: admin.adm.GetTenant(
             pb.GetTenantRequest(id="a/b"), metadata=admin.md, timeout=10),
          "id: character 2 is not one of"),
+        ("SetTenant of a request limit above the quota", lambda: admin.adm.SetTenant(
+            pb.SetTenantRequest(tenant=pb.Tenant(id="lim", kv_quota_bytes=20000,
+                                                 max_request_budget_bytes=10 ** 9)),
+            metadata=admin.md, timeout=10), "tenant.max_request_budget_bytes: 1000000000 exceeds"),
         ("SetTenant of a 65-byte id", lambda: admin.adm.SetTenant(pb.SetTenantRequest(
             tenant=pb.Tenant(id="t" * 65, kv_quota_bytes=1)), metadata=admin.md, timeout=10),
          "tenant.id: must be 1 to 64 characters"),
@@ -298,9 +311,24 @@ def test_hardening(srv, admin, cl):
             pb.GetRequestRequest(request_id=""), metadata=cl.md, timeout=10),
          "request_id: empty"),
     ]
+    # request ids not written as Submit writes them are malformed, not unknown (NOT_FOUND before)
+    for bad in ["abc", "-1", " 1", "+1", "1e3", "007", "1" * 21, "18446744073709551616"]:
+        admin_cases += [
+            ("GetRequest of '%s'" % bad, lambda b=bad: cl.gen.GetRequest(
+                pb.GetRequestRequest(request_id=b), metadata=cl.md, timeout=10),
+             "request_id: not a request id"),
+            ("Cancel of '%s'" % bad, lambda b=bad: cl.gen.Cancel(
+                pb.CancelRequest(request_id=b), metadata=cl.md, timeout=10),
+             "request_id: not a request id"),
+            ("Watch of '%s'" % bad, lambda b=bad: list(cl.gen.Watch(
+                pb.WatchRequest(request_id=b), metadata=cl.md, timeout=10)),
+             "request_id: not a request id")]
     for what, fn, field in admin_cases:
         code, det = code_of(fn)
         C.ok(code == IA and det.startswith(field), "%s: %s '%s'" % (what, code, det))
+    code, det = code_of(lambda: cl.gen.GetRequest(pb.GetRequestRequest(
+        request_id="18446744073709551615"), metadata=cl.md, timeout=10))
+    C.ok(code == grpc.StatusCode.NOT_FOUND, "GetRequest of an unknown id: %s '%s'" % (code, det))
     r = pb.SetTenantRequest()
     r.tenant.id, r.tenant.kv_quota_bytes = "budgeted", 1 << 30
     r.tenant.default_policy.name, r.tenant.default_budget.bytes = "qevict", 0
