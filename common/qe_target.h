@@ -10,7 +10,8 @@
  * scheme (gRPC's own). */
 int qe_target_ports_ok(const char *target, int min_port);
 /* 1 when addr is an address a server can listen on as gRPC reads it: qe_target_ports_ok's
- * address forms (ports 0..65535), or unix:PATH, unix-abstract:NAME or vsock:CID:PORT (not empty). */
+ * address forms (ports 0..65535), or unix:PATH, unix-abstract:NAME or vsock:CID:PORT, each
+ * non-empty. */
 int qe_listen_addr_ok(const char *addr);
 
 #endif

@@ -422,7 +422,8 @@ static grpc_server_credentials *srv_creds(const sgrpc_options_t *opt) {
 static int srv_setup(sgrpc_server_t *s, const char *addr, const sgrpc_options_t *opt,
                      const sgrpc_method_t *methods) {
   if (!qe_listen_addr_ok(addr))
-    return qe_errf(QE_EINVAL, "grpc: listen address \"%s\" needs a port in 0..65535 (HOST:PORT) or a path "
+    return qe_errf(QE_EINVAL,
+                   "grpc: listen address \"%s\" needs a port in 0..65535 (HOST:PORT) or a path "
                    "(unix:PATH)",
                    addr);
   grpc_arg args[3];

@@ -689,7 +689,7 @@ static void reject(uv_stream_t *listener) {
  * (waiting for a request, nothing of one received), 3 inside a request head; 0 never (a body
  * being read or a response being written). */
 static int drop_rank(const sh_conn_t *c) {
-  return c->closing ? 0
+  return c->closing                  ? 0
          : c->timer_kind == T_LINGER ? 1
          : c->timer_kind == T_IDLE   ? 2
          : c->timer_kind == T_HEAD   ? 3
