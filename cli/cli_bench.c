@@ -130,7 +130,7 @@ static int parse_goodput(bench_args_t *a, const char *v) {
   int n = 0, seen = 0;
   if (strlen(v) >= sizeof buf)
     return cli_usage_error("bench serve", "--goodput: too long"), CLI_OPT_PRINTED;
-  if (has_empty_item(v)) /* (strtok_r skipped "ttft:5,"'s empty item) */
+  if (strchr(v, ',') && has_empty_item(v)) /* (strtok_r skipped "ttft:5,"'s empty item) */
     return cli_usage_error("bench serve", "--goodput: an empty item in '%s'", v), CLI_OPT_PRINTED;
   strcpy(buf, v);
   for (char *it = strtok_r(buf, ", ", &save); it; it = strtok_r(NULL, ", ", &save), n++) {
