@@ -45,14 +45,16 @@ int cli_worker(int argc, char **argv);
 int cli_fail(const char *what, int rc);
 /* Seconds on the monotonic clock (for durations and ages, never dates). */
 double cli_now_s(void);
-/* Prints "qevict <cmd>: <msg>" plus a hint to --help and returns exit code 2. */
+/* Prints "qevict <cmd>: <msg>" plus a hint to --help in one write and returns exit code 2 (the
+ * message's control bytes as \xNN; past 1,023 bytes it is cut, ending "..."). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Strict numeric parsing: the whole string must be a number within [lo, hi], without leading
- * blanks or '+'. 0 or -1. */
+/* Strict numeric parsing: the whole string must be a decimal number within [lo, hi], without
+ * leading blanks or '+' (nor hexadecimal: strtod took "0x10"). 0 or -1. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
-/* What the last failed cli_parse_int, cli_parse_float or cli_parse_bytes took, " (an integer
- * in 1..64)" or " (a number in [0, 1])", for the usage error that follows; "" after a success. */
+/* What the last failed cli_parse_int, cli_parse_float, cli_parse_u64 or cli_parse_bytes took, " (an
+ * integer in 1..64)" or " (a number in [0, 1])", for the usage error that follows; "" after a
+ * success. */
 const char *cli_parse_note(void);
 /* Sets the note (NULL: none): an option loop clears it before each option, and a parser that
  * tries several forms states them all. */

@@ -198,14 +198,14 @@ static int parse_numbers(char *v, int ints, double lo, double hi, double *out, i
   return 0;
 }
 
-/* One option with a value: 0 handled, -1 bad value, -2 usage error already printed, 1 not
- * an option of eval. */
 /* Whether option f takes a comma list. */
 static int is_list_option(const char *f) {
   return !strcmp(f, "--tasks") || !strcmp(f, "--policies") || !strcmp(f, "--budgets") ||
          !strcmp(f, "--lengths");
 }
 
+/* One option with a value: 0 handled, -1 bad value, -2 usage error already printed, 1 not
+ * an option of eval. */
 static int parse_valued(eval_cfg_t *c, const char *f, char *v) {
   long l;
   double tmp[EVAL_MAX_LIST];

@@ -83,7 +83,7 @@ int cli_policy_parse(cli_policy_t *p, const char *f, const char *v) {
   if (!strcmp(f, "--graphkv")) return parse_graphkv(p, v);
   if (!v) return 1;
   if (!strcmp(f, "--policy")) { /* (an unknown one had failed later, as a run's error: exit 1) */
-    char names[256], note[300];
+    char names[200], note[256];
     if (!cli_check_policy(v)) return p->name = v, 0;
     snprintf(note, sizeof note, " (%s; NAME+graphkv)", cli_policy_names(names, sizeof names));
     cli_parse_note_set(note);

@@ -567,7 +567,8 @@ int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out
     free(file_key);
     return cli_usage_error(cmd,
                            "bad server address '%.200s' (%s): HOST:PORT, [IPv6]:PORT or "
-                           "ipv4:A:P,... with each port in 1..65535, or unix:PATH",
+                           "ipv4:A:P,... with each port in 1..65535, a host name alone "
+                           "(port 443), or unix:PATH",
                            server, o->server && *o->server ? "--server" : "QEVICT_SERVER");
   }
   cli_rpc_tls_t tls = {NULL, NULL, NULL, o->tls_server_name};

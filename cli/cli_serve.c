@@ -202,11 +202,11 @@ static int parse_tls(serve_opts_t *o, const char *f, const char *v) {
   return 1;
 }
 
-/* Whether v is 1..63 printable ASCII characters other than a blank (a group or rank name). */
-static int label_ok(const char *v) {
+/* Whether v is 1..max printable ASCII characters other than a blank (a group or rank name). */
+static int label_ok(const char *v, size_t max) {
   size_t n = 0;
   while (v[n] > ' ' && v[n] < 0x7f) n++;
-  return n && n < 64 && !v[n];
+  return n && n <= max && !v[n];
 }
 
 /* One option of any of the three commands; 1 if not one of them. */
@@ -234,11 +234,13 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
                : 0;
   if (!parse_tls(o, f, v)) return 0;
   if (!strcmp(f, "--scheduler")) return o->w.scheduler = v, 0;
-  if (!strcmp(f, "--group") || !strcmp(f, "--name")) /* (the scheduler refused an empty group at
-                                                      * each retry, and cut long names) */
-    return !label_ok(v)  ? cli_usage_error(cmd, "%s: 1..63 printable characters, no blank", f)
-           : f[2] == 'g' ? (o->w.group = v, 0)
-                         : (o->w.name = v, 0);
+  /* (the scheduler refused an empty or long group at each retry; the worker cut long names) */
+  if (!strcmp(f, "--group") || !strcmp(f, "--name")) {
+    const size_t max = f[2] == 'g' ? 63 : 95;
+    if (!label_ok(v, max))
+      return cli_usage_error(cmd, "%s: 1..%zu printable characters, no blank", f, max);
+    return *(f[2] == 'g' ? &o->w.group : &o->w.name) = v, 0;
+  }
   if (!strcmp(f, "--tp-addr")) return o->w.tp_addr = v, 0;
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
     if (cli_parse_bytes(v, &b))

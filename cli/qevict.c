@@ -59,26 +59,23 @@ int cli_fail(const char *what, int rc) {
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
-  char msg[1024];
+  char msg[1024], out[4 * sizeof msg + 8] = "";
+  size_t n = 0;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  const int len = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "qevict %s: ", cmd);
-  /* a value's control bytes (an ESC, a newline) shown as \xNN rather than sent to the terminal;
-   * a value past the buffer is cut */
+  /* a value's control bytes (an ESC, a newline) shown as \xNN rather than sent to the terminal */
   for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
-    if (*p < ' ' || *p == 0x7f)
-      fprintf(stderr, "\\x%02x", *p);
-    else
-      fputc(*p, stderr);
-  fprintf(stderr, " (see qevict %s --help)\n", cmd);
+    n += (size_t)snprintf(out + n, sizeof out - n, *p < ' ' || *p == 0x7f ? "\\x%02x" : "%c", *p);
+  if (len >= (int)sizeof msg) snprintf(out + n, sizeof out - n, "...");
+  fprintf(stderr, "qevict %s: %s (see qevict %s --help)\n", cmd, out, cmd); /* (one write) */
   return 2;
 }
 
-/* What the last failed cli_parse_int, cli_parse_float or cli_parse_bytes wanted, " (an integer
- * in 1..64)", or "" after a success. */
-static char parse_expected[128];
+/* What the last failed cli_parse_int, cli_parse_float, cli_parse_u64 or cli_parse_bytes wanted,
+ * " (an integer in 1..64)", or "" after a success. */
+static char parse_expected[256];
 
 const char *cli_parse_note(void) { return parse_expected; }
 

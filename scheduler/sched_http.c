@@ -685,21 +685,22 @@ static void reject(uv_stream_t *listener) {
   uv_close((uv_handle_t *)t, free_handle);
 }
 
-/* How readily a connection is closed to make room at max_conns: 1 answered and lingering, 2 idle
- * (waiting for a request, nothing of one received), 3 inside a request head; 0 never (a body
- * being read or a response being written). */
+/* How readily a connection is closed to make room at max_conns: 1 idle (waiting for a request,
+ * nothing of one received: only a reconnect lost), 2 answered and lingering (a close may reset
+ * the answer before its client reads it), 3 inside a request head; 0 never (a body being read or
+ * a response being written). */
 static int drop_rank(const sh_conn_t *c) {
   return c->closing                  ? 0
-         : c->timer_kind == T_LINGER ? 1
-         : c->timer_kind == T_IDLE   ? 2
+         : c->timer_kind == T_IDLE   ? 1
+         : c->timer_kind == T_LINGER ? 2
          : c->timer_kind == T_HEAD   ? 3
                                      : 0;
 }
 
-/* At max_conns: closes the oldest connection of the lowest drop_rank, so that neither idle
- * connections nor heads sent a few bytes at a time can lock probes and scrapers out (256 heads
- * of 6 bytes had refused /healthz for 20 s: the head timeout and a linger); 1 when one was
- * found. The list is newest first. */
+/* At max_conns: closes the oldest (first accepted) connection of the lowest drop_rank, so that
+ * neither idle connections nor heads sent a few bytes at a time can lock probes and scrapers out
+ * (256 heads of 6 bytes had refused /healthz for 20 s: the head timeout and a linger); 1 when one
+ * was found. The list is newest first. */
 static int drop_one(sh_server_t *s) {
   sh_conn_t *pick = NULL;
   for (sh_conn_t *c = s->conns; c; c = c->next)

@@ -62,19 +62,20 @@ S="--server=127.0.0.1:$DEAD"
 expect_usage "negative -n" "-n" "$QEVICT" submit --prompt hi -n -3
 expect_usage "-n 0" "-n" "$QEVICT" submit --prompt hi -n 0
 expect_usage "unknown --state" "--state" "$QEVICT" requests --state bogus
-# ports gRPC would take modulo 65536 or cut (reaching another port), or none at all (gRPC
-# dialed port 0), no host, a bare IPv6 address (its port cannot be told), an empty socket path
+# ports gRPC would take modulo 65536 or cut (reaching another port), an IP address without one
+# (gRPC dialed port 0), no host, a bare IPv6 address (its port cannot be told), an empty socket
+# path
 for a in 127.0.0.1:83616 127.0.0.1:80x 127.0.0.1:0 "[::1]:99999" dns:///localhost:70000 \
   ipv4:127.0.0.1:83616,127.0.0.2:50051 127.0.0.1:-5 127.0.0.1: localhost:abc 127.0.0.1 "[::1]" \
-  :1 ::1:1 "[]:1" unix: ipv4:127.0.0.1:1,127.0.0.2; do
+  dns:///127.0.0.1 :1 ::1:1 "[]:1" unix: unix:// ipv4:127.0.0.1:1,127.0.0.2; do
   expect_usage "--server $a" "bad server address '$a'" "$QEVICT" submit --server "$a" --prompt hi
 done
 expect_usage "QEVICT_SERVER with a bad port" "(QEVICT_SERVER)" env QEVICT_SERVER=localhost:99999 \
   "$QEVICT" tenant list
 expect_usage "bench serve --server with a bad port" "bad server address" "$QEVICT" bench serve \
   --server 127.0.0.1:70000 --requests 1
-# gRPC's other schemes are its own: not refused
-for a in xds:///svc unix-abstract:qevict-none; do
+# a host name alone (gRPC's resolver gives it port 443) and gRPC's other schemes: not refused
+for a in localhost dns:///localhost xds:///svc unix-abstract:qevict-none; do
   run "$QEVICT" tenant list --server "$a" --timeout 1
   [[ $? -ne 2 ]] || bad "--server $a refused as a usage error: $(cat "$TMP/err")"
 done
@@ -151,6 +152,8 @@ expect_usage "--request-id with a control byte" "--request-id" "$QEVICT" submit 
   --prompt hi --request-id $'a\x1b[31m'
 grep -qF 'a\x1b[31m' "$TMP/err" && ! grep -q $'\x1b' "$TMP/err" ||
   bad "--request-id's ESC sent raw: $(cat -A "$TMP/err")"
+expect_usage "a 3000-byte value, its message cut and marked" "... (see qevict submit --help)" \
+  "$QEVICT" submit "$S" --prompt hi --temp "$(printf '9%.0s' $(seq 3000))"
 expect_usage "--window +8" "--window" "$QEVICT" submit "$S" --prompt hi --window +8
 expect_usage "--limit +5" "--limit" "$QEVICT" requests "$S" --limit +5
 expect_usage "--from +1" "--from" "$QEVICT" watch r1 "$S" --from +1

@@ -394,10 +394,10 @@ static void test_limit(void) {
   client_t *a = dial_served(port), *b = dial_served(port), *extra, *again;
   resp_t r = {0};
   CHECK(a && b);      /* both accepted and served, then idle */
-  extra = dial(port); /* at the limit, the one idle the longest makes room (idle connections
-                         had locked probes out until their idle timeout) */
+  extra = dial(port); /* at the limit, the oldest idle one makes room (idle connections had
+                         locked probes out until their idle timeout) */
   CHECK(extra && ask(extra, GET("/healthz"), 0, &r) == 200);
-  free(r.body);
+  free(r.body), r = (resp_t){0};
   CHECK(a && closed(a));
   hangup(extra), hangup(a), hangup(b);
   a = dial_served(port), b = dial_served(port); /* (once the server has seen the closes) */
@@ -406,7 +406,7 @@ static void test_limit(void) {
                      sent a few bytes at a time had locked probes out) */
   extra = dial(port);
   CHECK(extra && ask(extra, GET("/healthz"), 0, &r) == 200);
-  free(r.body);
+  free(r.body), r = (resp_t){0};
   CHECK(a && closed(a));
   CHECK(b && !say(b, "althz HTTP/1.1\r\nHost: x\r\n\r\n") && get_response(b, 0, &r) == 0 &&
         r.status == 200); /* the newer head was left alone */
