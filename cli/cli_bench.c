@@ -99,7 +99,9 @@ typedef struct {
   breq_t *rec;
   atomic_long next;
   atomic_int stop;    /* interrupted: start nothing more */
-  atomic_int refused; /* a key refused: start nothing more (every request would be) */
+  atomic_int refused; /* a key refused, or (unreachable) the server: start nothing more (every
+                         request would be refused, or fail) */
+  atomic_int reached; /* a stream got an answer other than UNAVAILABLE */
   FILE *save;         /* --save-result's file, opened before the run */
   int32_t *stream;    /* --input-len: a synthetic text tokenized once (no BOS) ... */
   long n_stream;      /* ... its ids, more than the longest prompt needs */
@@ -381,6 +383,12 @@ static void rec_end(bench_run_t *R, breq_t *q, int rc, const cli_rpc_status_t *s
     snprintf(q->err, sizeof q->err, "%s", rc == QE_ECANCELED ? "interrupted" : qe_errmsg());
   if (rc == QE_ECANCELED) atomic_store(&R->stop, 1), q->interrupted = 1;
   if (q->code == 16 || q->code == 7) atomic_store(&R->refused, 1); /* UNAUTHENTICATED, ... */
+  /* UNAVAILABLE before the server ever answered: none would reach it (4M requests to a dead
+   * port had run on for minutes); after an answer, a passing outage is counted, not a stop */
+  if (q->code != 14 || q->t_first >= 0)
+    atomic_store(&R->reached, 1);
+  else if (!atomic_load(&R->reached))
+    atomic_store(&R->refused, 1);
 }
 
 /* One stream (request i, packed here unless shared) into its record q. */

@@ -152,6 +152,12 @@ expect_usage "--request-id with a control byte" "--request-id" "$QEVICT" submit 
   --prompt hi --request-id $'a\x1b[31m'
 grep -qF 'a\x1b[31m' "$TMP/err" && ! grep -q $'\x1b' "$TMP/err" ||
   bad "--request-id's ESC sent raw: $(cat -A "$TMP/err")"
+# a server that cannot be reached stops bench serve after its first wave (4M requests to a dead
+# port had run on for minutes)
+run "$QEVICT" bench serve "$S" --prompt hi -n 2 --requests 1000000
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "completed 0, failed [1-8], not sent 99999[2-9]" "$TMP/out" ||
+  bad "bench serve to a dead port: exit $rc, $(head -2 "$TMP/out") $(head -1 "$TMP/err")"
 expect_usage "a 3000-byte value, its message cut and marked" "... (see qevict submit --help)" \
   "$QEVICT" submit "$S" --prompt hi --temp "$(printf '9%.0s' $(seq 3000))"
 expect_usage "--window +8" "--window" "$QEVICT" submit "$S" --prompt hi --window +8
