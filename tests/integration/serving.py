@@ -207,6 +207,17 @@ class Checks:
         return 1 if self.failed else 0
 
 
+def until(pred, timeout, poll=0.1):
+    """Polls pred every poll seconds until it is true or timeout seconds have passed; returns its
+    last value."""
+    deadline = time.time() + timeout
+    v = pred()
+    while not v and time.time() < deadline:
+        time.sleep(poll)
+        v = pred()
+    return v
+
+
 def tmpdir():
     d = tempfile.mkdtemp(prefix="qevict-it-")
     return d

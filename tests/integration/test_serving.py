@@ -1035,18 +1035,18 @@ class Units:
                 return float(line.split()[-1])
         return None
 
+    def wait_stopping(self):
+        """Until the scheduler's gauge counts a stopping worker (its info lines are off), 10 s at
+        most."""
+        serving.until(lambda: (self.metric("stopping") or 0) >= 1, 10, 0.05)
+
     def wait_up(self, n):
-        deadline = time.time() + 60
-        while time.time() < deadline and (self.metric("up") or 0) < n:
-            time.sleep(0.1)
-        return (self.metric("up") or 0) >= n
+        return serving.until(lambda: (self.metric("up") or 0) >= n, 60)
 
     def clients(self, tenant):
         """Once the scheduler wrote its admin key and one group is up: (up, the admin client, a
         client of a new tenant with a 1 GiB quota)."""
-        deadline = time.time() + 60
-        while not os.path.exists(os.path.join(self.dir, "admin.key")) and time.time() < deadline:
-            time.sleep(0.1)
+        serving.until(lambda: os.path.exists(os.path.join(self.dir, "admin.key")), 60)
         up = self.wait_up(1)
         with open(os.path.join(self.dir, "admin.key")) as f:
             admin = Client(self.addr, f.read().strip())
@@ -1127,9 +1127,7 @@ def test_worker_stop():
         up = u.wait_up(2)
         os.kill(ga.pid, signal.SIGTERM)  # (pending until it runs again)
         os.kill(ga.pid, signal.SIGCONT)
-        deadline = time.time() + 10  # (the scheduler's info lines are off: its gauge says it)
-        while (u.metric("stopping") or 0) < 1 and time.time() < deadline:
-            time.sleep(0.05)
+        u.wait_stopping()
         stopping = u.metric("stopping")
         rid = cl.gen.Submit(cl.request(PROMPTS[0], 8), metadata=cl.md, timeout=10).request_id
         where = started_worker(cl, rid)
@@ -1182,15 +1180,10 @@ def test_replace_worker():
         ths = long_jobs(cl, n_jobs, n_new, res)
         ga = u.procs["ga"].pid
         os.kill(ga, signal.SIGTERM)
-        deadline = time.time() + 10  # (the scheduler's info lines are off: its gauge says it)
-        while (u.metric("stopping") or 0) < 1 and time.time() < deadline:
-            time.sleep(0.05)
+        u.wait_stopping()
         os.kill(ga, signal.SIGSTOP)
         u.worker("ga", "ga2")
-        deadline = time.time() + 15
-        while "busy" not in u.log("ga2") and time.time() < deadline:
-            time.sleep(0.1)
-        busy = "busy" in u.log("ga2")
+        busy = serving.until(lambda: "busy" in u.log("ga2"), 15)
         time.sleep(3)  # (refused, it would have backed off past 4 s by now)
         os.kill(ga, signal.SIGCONT)
         rc = u.exit_code("ga", 300)
@@ -1257,13 +1250,9 @@ def test_reconnect_counters():
     before = total()
     pid = srv.worker_pids("g0")[0]
     os.kill(pid, signal.SIGSTOP)
-    deadline = time.time() + 20
-    while srv.metric("qevict_workers", state="down") != 1 and time.time() < deadline:
-        time.sleep(0.2)
+    serving.until(lambda: srv.metric("qevict_workers", state="down") == 1, 20, 0.2)
     os.kill(pid, signal.SIGCONT)
-    deadline = time.time() + 20
-    while srv.metric("qevict_workers", state="up") != 1 and time.time() < deadline:
-        time.sleep(0.2)
+    serving.until(lambda: srv.metric("qevict_workers", state="up") == 1, 20, 0.2)
     time.sleep(2)
     after = total()
     C.ok(before > 0 and after == before and srv.worker_pids("g0") == [pid],
@@ -1702,10 +1691,8 @@ def long_request(cl, n_new, poll):
             evs.append(e)
     th = threading.Thread(target=run)
     th.start()
-    deadline = time.time() + 60
-    while not any(e.HasField("tokens") for e in list(evs) if not isinstance(e, Exception)) \
-            and time.time() < deadline:
-        time.sleep(poll)
+    serving.until(lambda: any(e.HasField("tokens") for e in list(evs)
+                              if not isinstance(e, Exception)), 60, poll)
     return th, evs
 
 
