@@ -96,20 +96,26 @@ static uint64_t gguf__u64(const uint8_t *p) {
 
 static size_t gguf__left(const gguf__cur_t *c) { return c->size - c->pos; }
 
+/* 0 when n bytes are left at the cursor, else the error naming who's `what` (and a suffix). */
+static int gguf__need(const gguf__cur_t *c, size_t n, const char *who, const char *what,
+                      const char *sfx) {
+  if (gguf__left(c) >= n) return 0;
+  return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s%s at offset %zu (size %zu)", who, what,
+                 sfx, c->pos, c->size);
+}
+
 /* Reads a u32 / u64 field named `what` (for the error line). */
 static int gguf__rd_u32(gguf__cur_t *c, uint32_t *v, const char *what, const char *who) {
-  if (gguf__left(c) < 4)
-    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s at offset %zu (size %zu)", who, what,
-                   c->pos, c->size);
+  int rc = gguf__need(c, 4, who, what, "");
+  if (rc) return rc;
   *v = gguf__u32(c->p + c->pos);
   c->pos += 4;
   return 0;
 }
 
 static int gguf__rd_u64(gguf__cur_t *c, uint64_t *v, const char *what, const char *who) {
-  if (gguf__left(c) < 8)
-    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s at offset %zu (size %zu)", who, what,
-                   c->pos, c->size);
+  int rc = gguf__need(c, 8, who, what, "");
+  if (rc) return rc;
   *v = gguf__u64(c->p + c->pos);
   c->pos += 8;
   return 0;
@@ -308,9 +314,8 @@ static int gguf__read_value(gguf_t *g, gguf__cur_t *c, gguf__kv_t *kv, const uin
   if (kv->type == GGUF_VT_ARRAY) return gguf__read_arr(g, c, kv, key, klen, who);
   size_t sz = gguf__vt_size(kv->type);
   if (sz == 0) return qe_errf(QE_EFORMAT, "gguf: %sunknown value type %d", who, kv->type);
-  if (gguf__left(c) < sz)
-    return qe_errf(QE_EFORMAT, "gguf: file truncated in %s%s value at offset %zu (size %zu)", who,
-                   gguf__vt_name(kv->type), c->pos, c->size);
+  int rc = gguf__need(c, sz, who, gguf__vt_name(kv->type), " value");
+  if (rc) return rc;
   kv->data = c->p + c->pos;
   kv->n = 1;
   if (kv->type == GGUF_VT_BOOL && kv->data[0] > 1)

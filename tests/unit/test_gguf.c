@@ -524,6 +524,24 @@ static void test_prefixes(void) {
   }
   CHECK(bad == 0);
   CHECK_OK(open_copy(buf, size));
+  /* the messages name what was cut: a scalar value (of a one-key file, which passes the
+   * header's plausibility check), a count of the header */
+  CHECK(open_copy(buf, 10) == QE_EFORMAT && strstr(qe_errmsg(), "file truncated in"));
+  gguf_writer_t *w;
+  uint8_t *one = NULL;
+  size_t n1;
+  CHECK_OK(gguf_writer_create(&w));
+  CHECK_OK(gguf_writer_add_u32(w, "key.a", 7));
+  CHECK_OK(gguf_writer_finish(w, &one, &n1));
+  gguf_writer_destroy(w);
+  uint8_t *val = one ? memmem(one, n1, "key.a", 5) : NULL;
+  CHECK(val != NULL);
+  if (val) {
+    CHECK(open_copy(one, (size_t)(val - one) + 5 + 4 + 2) == QE_EFORMAT);
+    CHECK(strstr(qe_errmsg(), "file truncated in key 'key.a': ") &&
+          strstr(qe_errmsg(), " value at offset"));
+  }
+  free(one);
   free(buf);
 }
 
