@@ -90,6 +90,10 @@ int cli_read_prompt_file(const char *path, size_t max, const char *why, char **o
 int cli_parse_graphkv(const char *s, double *k, long *m, long *t);
 /* --cpu-weights: "f32" (KERN_WEIGHT_F32) or "packed" (KERN_WEIGHT_PACKED). 0 or -1. */
 int cli_parse_cpu_weights(const char *s, int *out);
+/* generate's and eval's backend options together: --cpu-weights other than f32 with --device
+ * (device >= 0), and --device in a build without CUDA, are usage errors. 0, or 2 after the
+ * message. */
+int cli_check_backend(const char *cmd, int device, int cpu_weights);
 /* "512 B", "12.5 KiB", "1.5 GiB" into buf (>= 16 bytes); returns buf. */
 const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n);
 /* Help line of --cpu-weights, shared by the commands that take it. */

@@ -302,14 +302,7 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
                            c->json);
   if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
   if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
-  if (c->device >= 0 && c->cpu_weights != KERN_WEIGHT_F32)
-    return cli_usage_error("eval", "--cpu-weights is for the CPU backend, not --device");
-#ifndef QE_HAVE_CUDA
-  if (c->device >= 0)
-    return cli_usage_error("eval", "--device needs a CUDA build of qevict (this build has the "
-                                   "CPU backend only)");
-#endif
-  return 0;
+  return cli_check_backend("eval", c->device, c->cpu_weights);
 }
 
 /* Each task's new tokens at each length: a generation task's prompt and new tokens within the

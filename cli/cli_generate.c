@@ -217,16 +217,9 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
                                            : NULL; /* (QE_CUDA_GRAPHS=0 is a knob: no check) */
   if (gpu_only && a->device < 0)
     return cli_usage_error("generate", "%s: it needs --device", gpu_only);
-  if (a->device >= 0 && a->cpu_weights != KERN_WEIGHT_F32)
-    return cli_usage_error("generate", "--cpu-weights is for the CPU backend, not --device");
   static const char *const off_on[] = {"0", "1"};
   a->no_graphs |= !qe_env_choice("QE_CUDA_GRAPHS", off_on, 2, 1);
-#ifndef QE_HAVE_CUDA
-  if (a->device >= 0)
-    return cli_usage_error("generate", "--device needs a CUDA build of qevict (this build has "
-                                       "the CPU backend only)");
-#endif
-  return 0;
+  return cli_check_backend("generate", a->device, a->cpu_weights);
 }
 
 /* Reads the prompt text (from the argument or the file) into a malloc'd string. A prompt file

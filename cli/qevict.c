@@ -231,6 +231,17 @@ int cli_parse_cpu_weights(const char *s, int *out) {
   return -1;
 }
 
+int cli_check_backend(const char *cmd, int device, int cpu_weights) {
+  if (device >= 0 && cpu_weights != KERN_WEIGHT_F32)
+    return cli_usage_error(cmd, "--cpu-weights is for the CPU backend, not --device");
+#ifndef QE_HAVE_CUDA
+  if (device >= 0)
+    return cli_usage_error(cmd, "--device needs a CUDA build of qevict (this build has the CPU "
+                                "backend only)");
+#endif
+  return 0;
+}
+
 /* `qevict bench latency|serve`. */
 static int bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -364,6 +364,12 @@ expect_usage "generate --policy lru" "bad value 'lru' for --policy (full, " "$QE
   --model "$STORIES" --prompt hi --policy lru
 expect_usage "eval --samples ''" "bad value '' for --samples (an integer" "$QEVICT" eval \
   --model "$STORIES" --samples ""
+# generate's and eval's backend options (one check, cli_check_backend)
+for c in "generate --prompt hi" eval; do
+  expect_usage "$c --device 0 --cpu-weights packed" \
+    "qevict ${c%% *}: --cpu-weights is for the CPU backend, not --device" "$QEVICT" $c \
+    --model "$STORIES" --device 0 --cpu-weights packed
+done
 # serve's and worker's byte sizes go through the shared parser: no '+' or blank (their own
 # strtoull took them, and the worker started)
 for v in +4G " 4096" 4Gb; do
