@@ -68,6 +68,11 @@ def plot_quality(res, task, metric, ylabel, path, logy=False):
     if logy:
         ax.set_yscale("log")
     ax.set_title(f"{task}: {res['config']['model']}")
+    return save(fig, ax, path)
+
+
+def save(fig, ax, path):
+    """A grid and a legend on ax, fig saved to path and closed; True."""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -108,12 +113,7 @@ def plot_fmm_steps(res, budget, path):
     ax.set_xlabel("decode step (0 = after prefill)")
     ax.set_ylabel("FMM (H = 32)")
     ax.set_title(f"future missed mass at {100 * budget:g}% of FullKV bytes")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return save(fig, ax, path)
 
 
 def main():
