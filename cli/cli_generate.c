@@ -217,9 +217,11 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
                                            : NULL; /* (QE_CUDA_GRAPHS=0 is a knob: no check) */
   if (gpu_only && a->device < 0)
     return cli_usage_error("generate", "%s: it needs --device", gpu_only);
+  int rc = cli_check_backend("generate", a->device, a->cpu_weights);
+  if (rc) return rc;
   static const char *const off_on[] = {"0", "1"};
   a->no_graphs |= !qe_env_choice("QE_CUDA_GRAPHS", off_on, 2, 1);
-  return cli_check_backend("generate", a->device, a->cpu_weights);
+  return 0;
 }
 
 /* Reads the prompt text (from the argument or the file) into a malloc'd string. A prompt file

@@ -238,7 +238,8 @@ static int check_case(const Case &cs, uint64_t seed) {
 
 static int check_all(int small, const char *only) {
   const int NORM = KERN_ROPE_NORM, NEOX = KERN_ROPE_NEOX;
-  // clang-format off (a table: a case a line or two)
+  /* a table: a case a line or two */
+  // clang-format off
   const std::vector<Case> cases = {
       {"gqa4 d128 w16 int2 norm mix", 32, 8, 128, 16, 2, 32, NORM, 128, 500000.f, 5, 2, 0.3, 0.5,
        {1000, 777, 1280, 65}, 1},

@@ -5,7 +5,7 @@
 G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$G" in *H200*) ;; *) echo "not an H200 ($G): nothing to run"; exit 0 ;; esac
 STEPS="lc base peer" bash bench/results/s32_20261206/call2/call.sh
-if (( SECONDS < 380 )); then
+if (( SECONDS < 280 )); then
   export PACK=carry/pack
   CHECKS=0 LC=0 ROUNDS=1 NEW=200 BINS=long_ctx POLS="qevict full" TAG=lc_r2 \
     bash bench/gpu_longctx_ab.sh
