@@ -121,7 +121,7 @@ static int list_pages(const pager_t *p, const cli_client_opts_t *cl, size_t cap,
     void **got = *(void ***)((char *)r + p->items), **all;
     if (!(all = realloc(l->items, sizeof *all * (l->n_items + n + 1))))
       return cli_usage_error(p->cmd, "out of memory");
-    memcpy(all + l->n_items, got, sizeof *all * n);
+    if (n) memcpy(all + l->n_items, got, sizeof *all * n); /* (an empty page: got is NULL) */
     l->items = all, l->n_items += n;
     *p->token = *(char **)((char *)r + p->next);
   } while (**p->token && (!cap || l->n_items < cap));

@@ -264,6 +264,12 @@ static int same_report(const char *a, const char *b) {
          sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+static int has_ppl(const eval_cfg_t *c) {
+  for (int t = 0; t < c->n_tasks; t++)
+    if (!strcmp(c->tasks[t], EVAL_TASK_PPL)) return 1;
+  return 0;
+}
+
 /* 0 parsed, -1 --help printed, 2 usage error printed. argv items may be modified. */
 static int parse_args(int argc, char **argv, eval_cfg_t *c) {
   cfg_defaults(c);
@@ -302,6 +308,8 @@ static int parse_args(int argc, char **argv, eval_cfg_t *c) {
                            c->json);
   if (c->ablations && add_ablations(c)) return cli_usage_error("eval", "too many policies");
   if (!c->n_variants) return cli_usage_error("eval", "no policy to compare with FullKV");
+  if (strcmp(c->ppl_text, EVAL_DEFAULT_PPL_TEXT) && !has_ppl(c)) /* (it went unread, unchecked) */
+    return cli_usage_error("eval", "--ppl-text is the ppl task's text; --tasks has no ppl");
   return cli_check_backend("eval", c->device, c->cpu_weights);
 }
 
@@ -348,12 +356,6 @@ static int check_model_cfg(eval_cfg_t *c, const model_hparams_t *hp) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = cores > 0 ? (int)cores : 1;
   }
-  return 0;
-}
-
-static int has_ppl(const eval_cfg_t *c) {
-  for (int t = 0; t < c->n_tasks; t++)
-    if (!strcmp(c->tasks[t], EVAL_TASK_PPL)) return 1;
   return 0;
 }
 

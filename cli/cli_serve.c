@@ -22,6 +22,9 @@
 #include "sched_server.h"
 #include "tr_addr.h"
 #include "wrk.h"
+
+/* The bytes of a Unix socket's path, its NUL included. */
+#define UNIX_PATH_BYTES sizeof(((tr_addr_t *)0)->path)
 #ifdef QE_HAVE_CUDA
 #include "cuda/kern_cuda.h"
 #endif
@@ -221,10 +224,15 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
                                                   "(unix:PATH)",
                                                   v);
   if (!strcmp(f, "--metrics-listen")) return o->s.metrics_listen = v, 0; /* ("": off) */
-  if (!*v && (!strcmp(f, "--worker-listen") || !strcmp(f, "--state-dir") ||
-              !strcmp(f, "--admin-key-file") || !strcmp(f, "--ready-file")))
+  if (!*v &&
+      (!strcmp(f, "--worker-listen") || !strcmp(f, "--state-dir") ||
+       !strcmp(f, "--admin-key-file") || !strcmp(f, "--ready-file") || !strcmp(f, "--tp-addr")))
     return cli_usage_error(cmd, "%s: empty", f); /* ("cannot create : No such file ...") */
-  if (!strcmp(f, "--worker-listen")) return o->s.worker_listen = v, 0;
+  if (!strcmp(f, "--worker-listen")) {
+    tr_addr_t a; /* (a malformed address had failed at bind, without the option's name) */
+    return tr_addr_parse(v, &a) ? cli_usage_error(cmd, "--worker-listen: %s", qe_errmsg())
+                                : (o->s.worker_listen = v, 0);
+  }
   if (!strcmp(f, "--state-dir")) return o->s.state_dir = o->state_dir = v, 0;
   if (!strcmp(f, "--admin-key-file")) return o->s.admin_key_file = v, 0;
   if (!strcmp(f, "--ready-file")) return o->s.ready_file = v, 0;
@@ -241,7 +249,12 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
       return cli_usage_error(cmd, "%s: 1..%zu printable characters, no blank", f, max);
     return *(f[2] == 'g' ? &o->w.group : &o->w.name) = v, 0;
   }
-  if (!strcmp(f, "--tp-addr")) return o->w.tp_addr = v, 0;
+  if (!strcmp(f, "--tp-addr"))
+    return strlen(v) < UNIX_PATH_BYTES
+               ? (o->w.tp_addr = v, 0)
+               : cli_usage_error(cmd,
+                                 "--tp-addr: a path of %zu bytes (a Unix socket's: at most %zu)",
+                                 strlen(v), UNIX_PATH_BYTES - 1);
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
     if (cli_parse_bytes(v, &b))
       return cli_usage_error(cmd, "bad byte size for %s: '%s'%s", f, v, cli_parse_note());
@@ -593,6 +606,21 @@ static int stop_children(child_t *ch, int n, unsigned grace_s) {
   return sched_status;
 }
 
+/* Whether the Unix sockets serve makes under its state directory (workers.sock, tp-gN.sock)
+ * fit a socket path; else a usage error naming --state-dir (or TMPDIR). 0 or 2. */
+static int check_state_len(const serve_opts_t *o) {
+  const char *tmp = getenv("TMPDIR");
+  const char *dir = o->state_dir ? o->state_dir : tmp && *tmp ? tmp : "/tmp";
+  const size_t tp = (size_t)snprintf(NULL, 0, "/tp-g%d.sock", o->workers - 1);
+  const size_t ws = strlen("/workers.sock");
+  size_t n = strlen(dir) + (o->state_dir ? 0 : strlen("/qevict-XXXXXX")) + (tp > ws ? tp : ws);
+  if (n < UNIX_PATH_BYTES) return 0;
+  return cli_usage_error("serve",
+                         "%s '%s' is too long for the Unix sockets made under it (%zu of "
+                         "at most %zu bytes)",
+                         o->state_dir ? "--state-dir" : "TMPDIR", dir, n, UNIX_PATH_BYTES - 1);
+}
+
 static int make_state(serve_opts_t *o, char *dir, size_t n, int *temp) {
   *temp = !o->state_dir;
   if (!*temp) {
@@ -625,6 +653,7 @@ int cli_serve(int argc, char **argv) {
   serve_opts_t o;
   int rc = parse_all("serve", serve_help, argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
+  if (check_state_len(&o)) return 2;
   if (o.s.ready_file) unlink(o.s.ready_file); /* (an earlier run's, until this one is ready) */
   char state[4096], wsock[4200];
   int temp;

@@ -27,7 +27,8 @@ static const char *submit_help =
     "  --top-p P         nucleus sampling threshold in (0, 1] (default: off)\n"
     "  --seed S          sampler seed (default 0)\n"
     "  --stop STR        end when the text contains STR (1..256 bytes; up to 16 times)\n"
-    "  --request-id ID   idempotency key (1..128 printable ASCII): a retry with the same ID\n"
+    "  --request-id ID   idempotency key (1..128 printable ASCII, no blank): a retry with the same "
+    "ID\n"
     "                    attaches to the running request instead of starting another\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
     "  --detach          queue the request (Submit), print its id and return; follow it with\n"
@@ -147,9 +148,10 @@ static int sub_sampling(sub_args_t *a, const char *f, const char *v) {
   return 0;
 }
 
+/* Whether s is printable ASCII other than a blank (the scheduler's rule for an id). */
 static int printable(const char *s) {
   for (; *s; s++)
-    if (*s < 0x20 || *s > 0x7e) return 0;
+    if (*s < 0x21 || *s > 0x7e) return 0;
   return 1;
 }
 
@@ -162,7 +164,8 @@ static int sub_text_opt(sub_args_t *a, const char *f, const char *v) {
     if (n < 1 || n > 256) return 2;
     a->stop[a->n_stop++] = (char *)v;
   } else if (!strcmp(f, "--request-id")) {
-    if (n < 1 || n > 128 || !printable(v)) return 2;
+    if (n < 1 || n > 128 || !printable(v))
+      return cli_parse_note_set(" (1..128 printable ASCII characters, no blank)"), 2;
     a->request_id = v;
   } else if (!strcmp(f, "--budget")) {
     if (cli_parse_budget(v, &a->budget))

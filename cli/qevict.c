@@ -288,6 +288,9 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(argv[1], "inspect")) return cli_inspect(argc - 1, argv + 1);
   if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
   if (!strcmp(argv[1], "bench")) return bench(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "version") && argc == 3 &&
+      (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")))
+    return puts("usage: qevict version\nPrints the version.") < 0;
   if (!strcmp(argv[1], "version") && argc > 2)
     return fprintf(stderr, "qevict version: takes no arguments (got '%s')\n", argv[2]), 2;
   if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;

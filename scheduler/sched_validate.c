@@ -190,7 +190,7 @@ static int check_client_id(const char *id, sreq_t *r, sval_err_t *e) {
   if (n > 128) return bad(e, SVAL_INVALID, "client_request_id: longer than 128 bytes");
   for (size_t i = 0; i < n; i++)
     if (id[i] < 0x21 || id[i] > 0x7e)
-      return bad(e, SVAL_INVALID, "client_request_id: printable ASCII only");
+      return bad(e, SVAL_INVALID, "client_request_id: printable ASCII only, no blank");
   memcpy(r->client_id, id, n + 1);
   return 0;
 }

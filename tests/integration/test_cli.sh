@@ -146,6 +146,8 @@ expect_error "eval --cpu-weights bad" "$QEVICT" eval --model "$STORIES" --cpu-we
 expect_error "serve --cpu-weights bad" "$QEVICT" serve --model "$STORIES" --cpu-weights x
 expect_error "unknown command" "$QEVICT" frobnicate
 expect_error "version with an argument" "$QEVICT" version --bogus
+"$QEVICT" version --help >"$TMP/out" 2>&1 && grep -q "^usage: qevict version" "$TMP/out" ||
+  bad "version --help: $(cat "$TMP/out")"
 # CUDA graphs switch: --no-graphs takes no value (QE_CUDA_GRAPHS is a knob: see below)
 expect_error "--no-graphs with a value" "$QEVICT" generate --model "$STORIES" --prompt hi --no-graphs=1
 # INT2 ledgers of windows of one token take a pool slot each (their bytes do not fill a page):
@@ -354,6 +356,21 @@ expect_usage "serve --state-dir ''" "--state-dir: empty" "$QEVICT" serve --model
   --state-dir ""
 expect_usage "sched --worker-listen ''" "--worker-listen: empty" "$QEVICT" sched \
   --model "$STORIES" --worker-listen ""
+# a robustness sweep (2026-12-07): these named no option (a transport error at bind, "--scheduler"
+# for a state directory too long for its sockets, "tp: create_cpu: bad path")
+for w in bogus unix: "unix:/$(printf 'w%.0s' $(seq 110))"; do
+  expect_usage "sched --worker-listen $w" "--worker-listen: transport:" "$QEVICT" sched \
+    --model "$STORIES" --state-dir "$TMP/st" --worker-listen "$w"
+done
+expect_usage "serve --state-dir too long" "--state-dir '$TMP/$(printf 's%.0s' $(seq 100))' is \
+too long" "$QEVICT" serve --model "$STORIES" --state-dir "$TMP/$(printf 's%.0s' $(seq 100))"
+[[ ! -e "$TMP/$(printf 's%.0s' $(seq 100))" ]] || bad "serve made the too long --state-dir"
+expect_usage "serve under a too long TMPDIR" "TMPDIR '" env TMPDIR="$TMP/$(printf 't%.0s' \
+  $(seq 100))" "$QEVICT" serve --model "$STORIES"
+expect_usage "worker --tp-addr ''" "--tp-addr: empty" "$QEVICT" worker --model "$STORIES" \
+  --tp 2 --tp-addr ""
+expect_usage "worker --tp-addr too long" "--tp-addr: a path of 120 bytes" "$QEVICT" worker \
+  --model "$STORIES" --tp 2 --tp-addr "/$(printf 'p%.0s' $(seq 119))"
 for g in "" "a b" "$(printf 'g%.0s' $(seq 64))"; do
   expect_usage "worker --group '$g'" "--group: 1..63 printable" timeout -s KILL 20 "$QEVICT" \
     worker --model "$STORIES" --scheduler "unix:$TMP/none.sock" --group "$g"

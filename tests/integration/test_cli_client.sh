@@ -152,6 +152,9 @@ expect_usage "--request-id with a control byte" "--request-id" "$QEVICT" submit 
   --prompt hi --request-id $'a\x1b[31m'
 grep -qF 'a\x1b[31m' "$TMP/err" && ! grep -q $'\x1b' "$TMP/err" ||
   bad "--request-id's ESC sent raw: $(cat -A "$TMP/err")"
+# (a blank passed the client, whose help said "printable ASCII", and the scheduler refused it)
+expect_usage "--request-id with a blank" "for --request-id (1..128 printable \
+ASCII characters, no blank)" "$QEVICT" submit "$S" --prompt hi --request-id "a b"
 # a server that cannot be reached stops bench serve after its first wave (4M requests to a dead
 # port had run on for minutes)
 run "$QEVICT" bench serve "$S" --prompt hi -n 2 --requests 1000000

@@ -84,7 +84,8 @@ for t in "2|needs at least|--tasks niah_single --lengths 16" \
     "2|exceed the model context|--tasks qa --lengths 2048 --new 64" \
     "1|is empty|--tasks ppl --lengths 64 --new 8 --ppl-text $TMP/empty.txt" \
     "1|fewer than length 300 needs|--tasks ppl --lengths 300 --ppl-text $TMP/short.txt" \
-    "2|longer than 63 characters|--policies $K:window=8,$K:window=16"; do
+    "2|longer than 63 characters|--policies $K:window=8,$K:window=16" \
+    "2|--tasks has no ppl|--tasks qa --lengths 300 --ppl-text /nonexistent"; do
   IFS='|' read -r code msg args <<<"$t"
   read -ra A <<<"$args"
   expect_exit "$code" "impossible grid: $args" "${E[@]}" --samples 1 --budgets 0.5 "${A[@]}"
