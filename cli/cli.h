@@ -99,8 +99,8 @@ const char *cli_fmt_bytes(char *buf, size_t size, uint64_t n);
 /* Help line of --cpu-weights, shared by the commands that take it. */
 #define CLI_CPU_WEIGHTS_HELP                                                                       \
   "  --cpu-weights W   CPU backend weights: f32 (default: every weight dequantized to fp32) or\n"  \
-  "                    packed (a GGUF's Q4_0/Q4_1/Q8_0/Q4_K/Q5_K weights kept as int8 codes "      \
-  "with\n"                                                                                         \
-  "                    their blocks' scales, exactly: 1.25 bytes a weight instead of 4)\n"
+  "                    packed (a GGUF's Q4_0/Q4_1/Q8_0/Q4_K/Q5_K weights kept as their codes,\n"   \
+  "                    two 4-bit codes a byte or int8, with their blocks' scales, exactly:\n"      \
+  "                    0.75 to 1.25 bytes a weight instead of 4)\n"
 
 #endif

@@ -40,7 +40,8 @@ typedef struct {
   kern_sampler_t sampler;
   uint64_t seed;
   cli_policy_t pol;
-  int32_t *ids; /* the prompt, tokenized before any rank starts */
+  char pol_name[80]; /* pol.name with "+graphkv" when --graphkv was given alone */
+  int32_t *ids;      /* the prompt, tokenized before any rank starts */
   int n_ids, capacity;
   FILE *trace;
 } gen_args_t;
@@ -64,8 +65,9 @@ static const char *gen_help =
     "                    decode row a sequence; at least 512)\n"
     "  --threads N       CPU threads per rank (default: cores / tp)\n" CLI_CPU_WEIGHTS_HELP
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
-    "                    the GPU count); policies full, qevict, kivi (h2o, streaming\n"
-    "                    with --window 8), and +graphkv on qevict and h2o\n"
+    "                    the GPU count); policies full, qevict, kivi; h2o, streaming, snapkv\n"
+    "                    and pyramidkv with --window 4, 8 or a multiple of 16 up to 1024;\n"
+    "                    +graphkv on qevict and h2o\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
     "  --json            print one JSON object (ids, text, summary, memory, ranks) instead of\n"
     "                    streaming\n"
@@ -221,6 +223,10 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   if (rc) return rc;
   static const char *const off_on[] = {"0", "1"};
   a->no_graphs |= !qe_env_choice("QE_CUDA_GRAPHS", off_on, 2, 1);
+  if (a->pol.graphkv && strcmp(a->pol.name, "full") && !strstr(a->pol.name, "+graphkv")) {
+    snprintf(a->pol_name, sizeof a->pol_name, "%s+graphkv", a->pol.name); /* (the reports') */
+    a->pol.name = a->pol_name;
+  }
   return 0;
 }
 

@@ -87,7 +87,7 @@ static const char *serve_help =
     "usage: qevict serve --model FILE [options]\n"
     "Starts a scheduler and local workers as child processes and supervises them.\n"
     "  --listen HOST:PORT          gRPC (default 127.0.0.1:50051)\n"
-    "  --metrics-listen HOST:PORT  /metrics and /healthz (default 127.0.0.1:9464)\n"
+    "  --metrics-listen HOST:PORT  /metrics and /healthz (default 127.0.0.1:9464; '' off)\n"
     "  --state-dir DIR             tenants and admin key (default: a new temporary directory,\n"
     "                              removed at exit)\n"
     "  --admin-key-file FILE       (default STATE_DIR/admin.key)\n"

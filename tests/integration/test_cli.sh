@@ -272,6 +272,11 @@ expect_error "--graphkv rounds 2^31-1" "$QEVICT" "${G[@]}" --policy qevict --gra
 expect_error "--graphkv m past int" "$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,99999999999,1
 "$QEVICT" "${G[@]}" --policy qevict --graphkv=0.3,8,64 >/dev/null 2>"$TMP/err" ||
   bad "--graphkv rounds 64: $(cat "$TMP/err")"
+# --graphkv alone runs NAME+graphkv, and the reports now say so (they had said "qevict")
+"$QEVICT" "${G[@]}" --policy qevict --graphkv --json 2>/dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["memory"]["policy"]
+assert p == "qevict+graphkv", p' || bad "--policy qevict --graphkv: memory.policy not qevict+graphkv"
 expect_error "--time-allreduce without --device" "$QEVICT" "${G[@]}" --time-allreduce
 grep -q -- "--time-allreduce .*: it needs --device" "$TMP/err" ||
   bad "--time-allreduce: $(cat "$TMP/err")"
