@@ -196,17 +196,19 @@ static int rpc_start_recv(rpc_call_t *r) {
   return grpc_call_start_batch(r->call, &op, 1, (void *)3, NULL) == GRPC_CALL_OK ? 0 : -1;
 }
 
-/* The next completed tag; polls every 100 ms so that a SIGINT cancels the call. */
+/* The next completed tag; polls every 100 ms so that a SIGINT cancels the call. The signal is
+ * looked at before every wait: a stream whose events kept coming had never timed out, so its
+ * call was not cancelled until it ended (a Ctrl-C'd submit let its request run to the end). */
 static intptr_t rpc_next(rpc_call_t *r) {
   for (;;) {
-    gpr_timespec t =
-        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN));
-    grpc_event ev = grpc_completion_queue_next(r->cq, t, NULL);
-    if (ev.type == GRPC_OP_COMPLETE) return (intptr_t)ev.tag;
     if (rpc_interrupted && !r->cancelled) {
       grpc_call_cancel(r->call, NULL);
       r->cancelled = 1;
     }
+    gpr_timespec t =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(r->cq, t, NULL);
+    if (ev.type == GRPC_OP_COMPLETE) return (intptr_t)ev.tag;
   }
 }
 
@@ -319,6 +321,10 @@ int cli_rpc_stream(cli_rpc_t *c, const char *method, const void *req, size_t req
   if (!rc && !rpc_start_recv(&r)) pending++;
   for (; pending > 0; pending--) {
     if (rpc_next(&r) != 3 || !r.recv) continue; /* a batch done, or the end of the stream */
+    if (r.cancelled) { /* (a message that came in with the cancel: not shown) */
+      grpc_byte_buffer_destroy(r.recv), r.recv = NULL;
+      continue;
+    }
     if (!fn_rc) fn_rc = rpc_deliver(&r, fn, ud);
     if (!fn_rc && !rpc_start_recv(&r)) pending++;
   }

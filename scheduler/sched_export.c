@@ -12,8 +12,9 @@
 
 struct smetrics {
   sm_fam_t *running, *waiting, *finished, *prompt_tok, *gen_tok;
-  sm_fam_t *ttft, *itl, *e2e, *queue;
-  sm_fam_t *pool, *tenant, *transitions, *routing, *workers, *refused;
+  sm_fam_t *ttft, *itl, *e2e, *queue, *tpot, *req_prompt, *req_gen;
+  sm_fam_t *pool, *pool_cap, *pool_res, *tenant, *tenant_quota, *tenant_res;
+  sm_fam_t *transitions, *routing, *workers, *refused;
 };
 
 static const char *reason_name(int r) {
@@ -21,52 +22,118 @@ static const char *reason_name(int r) {
   return r >= 0 && r <= 5 ? n[r] : "unspecified";
 }
 
+/* Upper bounds of the request latency histograms, seconds: the standard ones, then up to two
+ * hours (vLLM's e2e reach), so that a long-context request's quantiles are not all +Inf. */
+static const double latency_buckets[] = {.005, .01, .025, .05, .1,  .25, .5,   1,    2.5,  5,   10,
+                                         20,   40,  80,   160, 320, 640, 1280, 2560, 5120, 7680};
+/* ... and of the gaps between tokens (a step of a large batch, a stall). */
+static const double itl_buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
+                                     .5,   1,     2.5,  5,   10,   20,  40, 80};
+/* ... and of a request's prompt and generated tokens: 1, 2, 5, 10, ... 500,000. */
+static const double token_buckets[] = {1,   2,   5,   10,  20,  50,  100, 200, 500,
+                                       1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5};
+
+/* A family with the labels of l (NULL-terminated, at most 4) and, for a histogram, bounds. */
+static int fam_b(sched_t *s, sm_fam_t **f, const char *name, const char *help, int type,
+                 const char *const *l, const double *b, int nb) {
+  int n = 0;
+  while (l && l[n]) n++;
+  return sm_family(s->metrics, name, help, type, l, n, b, nb, f);
+}
+
 static int fam(sched_t *s, sm_fam_t **f, const char *name, const char *help, int type,
-               const char *l0, const char *l1, const char *l2) {
-  const char *labels[3] = {l0, l1, l2};
-  int n = !l0 ? 0 : !l1 ? 1 : !l2 ? 2 : 3;
-  return sm_family(s->metrics, name, help, type, labels, n, NULL, 0, f);
+               const char *const *l) {
+  return fam_b(s, f, name, help, type, l, NULL, 0);
+}
+
+#define NB(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static int request_families(sched_t *s, struct smetrics *m) {
+  static const char *const reason[] = {"reason", NULL};
+  int rc = 0;
+  rc |= fam(s, &m->running, "qevict_requests_running", "Requests running on a worker.", SM_GAUGE,
+            NULL);
+  rc |= fam(s, &m->waiting, "qevict_requests_waiting",
+            "Requests waiting for admission or a worker.", SM_GAUGE, NULL);
+  rc |= fam(s, &m->finished, "qevict_requests_finished_total", "Finished requests by reason.",
+            SM_COUNTER, reason);
+  rc |= fam(s, &m->prompt_tok, "qevict_prompt_tokens_total", "Prompt tokens of started requests.",
+            SM_COUNTER, NULL);
+  rc |= fam(s, &m->gen_tok, "qevict_generation_tokens_total", "Generated tokens streamed.",
+            SM_COUNTER, NULL);
+  rc |= fam_b(s, &m->ttft, "qevict_time_to_first_token_seconds",
+              "From arrival to the first generated token.", SM_HISTOGRAM, NULL, latency_buckets,
+              NB(latency_buckets));
+  rc |= fam_b(s, &m->itl, "qevict_inter_token_latency_seconds",
+              "Time between generated tokens as received by the scheduler.", SM_HISTOGRAM, NULL,
+              itl_buckets, NB(itl_buckets));
+  rc |= fam_b(s, &m->e2e, "qevict_e2e_request_latency_seconds", "From arrival to the end.",
+              SM_HISTOGRAM, NULL, latency_buckets, NB(latency_buckets));
+  rc |= fam_b(s, &m->queue, "qevict_request_queue_time_seconds",
+              "From arrival to dispatch on a worker (requests that started).", SM_HISTOGRAM, NULL,
+              latency_buckets, NB(latency_buckets));
+  rc |= fam_b(s, &m->tpot, "qevict_request_time_per_output_token_seconds",
+              "A finished request's mean time between its generated tokens (two or more).",
+              SM_HISTOGRAM, NULL, itl_buckets, NB(itl_buckets));
+  rc |= fam_b(s, &m->req_prompt, "qevict_request_prompt_tokens",
+              "A finished request's prompt tokens.", SM_HISTOGRAM, NULL, token_buckets,
+              NB(token_buckets));
+  rc |= fam_b(s, &m->req_gen, "qevict_request_generation_tokens",
+              "A finished request's generated tokens.", SM_HISTOGRAM, NULL, token_buckets,
+              NB(token_buckets));
+  return rc;
+}
+
+static int kv_families(sched_t *s, struct smetrics *m) {
+  static const char *const wrk[] = {"worker", "rank", "kind", NULL};
+  static const char *const tn[] = {"tenant", "kind", NULL};
+  static const char *const tr[] = {"worker", "rank", "from", "to", NULL};
+  int rc = 0;
+  rc |= fam(s, &m->pool, "qevict_pool_bytes",
+            "KV bytes a worker rank holds now by kind (full, int2, other); their sum is what it "
+            "uses.",
+            SM_GAUGE, wrk);
+  rc |= fam(s, &m->pool_cap, "qevict_pool_capacity_bytes",
+            "KV bytes a worker rank lets the scheduler reserve (its --pool-bytes).", SM_GAUGE,
+            (const char *const[]){"worker", "rank", NULL});
+  rc |= fam(s, &m->pool_res, "qevict_pool_reserved_bytes",
+            "KV bytes reserved by the requests admitted to a worker group.", SM_GAUGE,
+            (const char *const[]){"worker", NULL});
+  rc |= fam(s, &m->tenant, "qevict_tenant_kv_bytes",
+            "KV bytes a tenant's running requests hold now by kind (full, int2, other).", SM_GAUGE,
+            tn);
+  rc |= fam(s, &m->tenant_quota, "qevict_tenant_kv_quota_bytes", "A tenant's KV quota.", SM_GAUGE,
+            (const char *const[]){"tenant", NULL});
+  rc |= fam(s, &m->tenant_res, "qevict_tenant_kv_reserved_bytes",
+            "KV bytes reserved by a tenant's admitted requests.", SM_GAUGE,
+            (const char *const[]){"tenant", NULL});
+  rc |= fam(s, &m->transitions, "qevict_window_transitions_total",
+            "KV window transitions by (from, to) tier, per worker rank.", SM_COUNTER, tr);
+  rc |= fam(s, &m->routing, "qevict_routing_events_total",
+            "Routing decisions taken, per worker rank.", SM_COUNTER,
+            (const char *const[]){"worker", "rank", NULL});
+  return rc;
+}
+
+/* The labelled counters whose label values are known start at 0 too (rate() sees their first
+ * increment); the per-rank ones start at a rank's first report (sched_export_worker). */
+static int zero_counters(struct smetrics *m) {
+  static const char *const refused[] = {"tls", "refused"};
+  int rc = 0;
+  for (int r = 1; r <= 5; r++) rc |= sm_add(m->finished, (const char *const[]){reason_name(r)}, 0);
+  for (int i = 0; i < 2; i++) rc |= sm_add(m->refused, &refused[i], 0);
+  return rc;
 }
 
 static int families(sched_t *s, struct smetrics *m) {
-  int rc = 0;
-  rc |= fam(s, &m->running, "qevict_requests_running", "Requests running on a worker.", SM_GAUGE,
-            NULL, NULL, NULL);
-  rc |= fam(s, &m->waiting, "qevict_requests_waiting",
-            "Requests waiting for admission or a worker.", SM_GAUGE, NULL, NULL, NULL);
-  rc |= fam(s, &m->finished, "qevict_requests_finished_total", "Finished requests by reason.",
-            SM_COUNTER, "reason", NULL, NULL);
-  rc |= fam(s, &m->prompt_tok, "qevict_prompt_tokens_total", "Prompt tokens of started requests.",
-            SM_COUNTER, NULL, NULL, NULL);
-  rc |= fam(s, &m->gen_tok, "qevict_generation_tokens_total", "Generated tokens streamed.",
-            SM_COUNTER, NULL, NULL, NULL);
-  rc |= fam(s, &m->ttft, "qevict_time_to_first_token_seconds",
-            "From arrival to the first generated token.", SM_HISTOGRAM, NULL, NULL, NULL);
-  rc |= fam(s, &m->itl, "qevict_inter_token_latency_seconds",
-            "Time between generated tokens as received by the scheduler.", SM_HISTOGRAM, NULL, NULL,
-            NULL);
-  rc |= fam(s, &m->e2e, "qevict_e2e_request_latency_seconds", "From arrival to the end.",
-            SM_HISTOGRAM, NULL, NULL, NULL);
-  rc |= fam(s, &m->queue, "qevict_request_queue_time_seconds",
-            "From arrival to dispatch on a worker.", SM_HISTOGRAM, NULL, NULL, NULL);
-  rc |= fam(s, &m->pool, "qevict_pool_bytes",
-            "KV pool bytes of a worker rank by kind (capacity, reserved, used, full, int2, other).",
-            SM_GAUGE, "worker", "rank", "kind");
-  rc |= fam(s, &m->tenant, "qevict_tenant_kv_bytes",
-            "KV bytes of a tenant by kind (quota, reserved, and held now: full, int2, other).",
-            SM_GAUGE, "tenant", "kind", NULL);
-  rc |= fam(s, &m->transitions, "qevict_window_transitions_total",
-            "KV window transitions by (from, to) tier, per worker rank.", SM_COUNTER, "worker",
-            "from", "to");
-  rc |= fam(s, &m->routing, "qevict_routing_events_total",
-            "Routing decisions taken, per worker rank.", SM_COUNTER, "worker", NULL, NULL);
-  rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE, "state", NULL,
-            NULL);
+  int rc = request_families(s, m) | kv_families(s, m);
+  rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE,
+            (const char *const[]){"state", NULL});
   rc |= fam(s, &m->refused, "qevict_worker_connections_refused_total",
             "Worker connections refused before registering, by reason (tls: the TLS handshake or a "
             "certificate; refused: the scheduler said no).",
-            SM_COUNTER, "reason", NULL, NULL);
-  return rc;
+            SM_COUNTER, (const char *const[]){"reason", NULL});
+  return rc || zero_counters(m);
 }
 
 void sched_export_started(sched_t *s, const sreq_t *r) {
@@ -88,6 +155,10 @@ void sched_export_finished(sched_t *s, const sreq_t *r) {
   const char *v[1] = {reason_name(r->finish_reason)};
   sm_add(s->m->finished, v, 1);
   sm_observe(s->m->e2e, NULL, (double)(r->t_finished - r->t_created) * 1e-6);
+  sm_observe(s->m->req_prompt, NULL, (double)r->n_prompt);
+  sm_observe(s->m->req_gen, NULL, (double)r->n_gen);
+  if (r->n_gen >= 2 && r->t_last_tok > r->t_first)
+    sm_observe(s->m->tpot, NULL, (double)(r->t_last_tok - r->t_first) * 1e-6 / (r->n_gen - 1));
 }
 
 void sched_export_worker_refused(sched_t *s, const char *reason) {
@@ -95,20 +166,21 @@ void sched_export_worker_refused(sched_t *s, const char *reason) {
   sm_add(s->m->refused, v, 1);
 }
 
-/* Cumulative worker counters become counter increments (a restarted worker starts at 0). */
+/* Cumulative worker counters become counter increments (a restarted worker starts at 0); the
+ * series exists from a rank's first report, at 0 if nothing happened yet. */
 static void counter_step(sm_fam_t *f, const char *const *v, uint64_t *last, uint64_t now) {
   uint64_t d = now >= *last ? now - *last : now;
   *last = now;
-  if (d) sm_add(f, v, (double)d);
+  sm_add(f, v, (double)d);
 }
 
 void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
                          const Qevict__Worker__V1__MemoryReport *m) {
-  char w[96];
-  snprintf(w, sizeof w, "%s/%d", g->name, rank);
+  char k[16];
+  snprintf(k, sizeof k, "%d", rank);
   uint64_t *last = ((sgroup_t *)g)->rank[rank].transitions;
-  const char *p[3] = {w, "int2", "full"}, *d[3] = {w, "full", "int2"},
-             *e[3] = {w, "resident", "evicted"}, *r[1] = {w};
+  const char *p[4] = {g->name, k, "int2", "full"}, *d[4] = {g->name, k, "full", "int2"},
+             *e[4] = {g->name, k, "resident", "evicted"}, *r[2] = {g->name, k};
   counter_step(s->m->transitions, p, &last[0], m->promotions);
   counter_step(s->m->transitions, d, &last[1], m->demotions);
   counter_step(s->m->transitions, e, &last[2], m->evictions);
@@ -120,25 +192,30 @@ static void set3(sm_fam_t *f, const char *a, const char *b, const char *c, doubl
   sm_set(f, vals, v);
 }
 
+/* A group's gauges: its capacity and reservations whether it is up or not (a down group's pool
+ * still counts in admission), the bytes its ranks hold only while it is up (reported by them). */
+static void group_gauges(struct smetrics *m, const sgroup_t *g) {
+  for (int k = 0; k < g->tp_size; k++) {
+    const srank_t *rk = &g->rank[k];
+    char rank[16];
+    snprintf(rank, sizeof rank, "%d", k);
+    set3(m->pool_cap, g->name, rank, NULL, (double)rk->pool_bytes);
+    if (!g->up) continue;
+    set3(m->pool, g->name, rank, "full", (double)rk->full);
+    set3(m->pool, g->name, rank, "int2", (double)rk->int2);
+    set3(m->pool, g->name, rank, "other", (double)rk->other);
+  }
+  set3(m->pool_res, g->name, NULL, NULL, (double)g->reserved);
+}
+
 static void pool_gauges(sched_t *s) {
   struct smetrics *m = s->m;
-  sm_clear(m->pool);
+  sm_clear(m->pool), sm_clear(m->pool_cap), sm_clear(m->pool_res);
   int up = 0, down = 0, draining = 0, stopping = 0;
   for (sgroup_t *g = s->groups; g; g = g->next) {
     up += g->up && !g->draining && !g->leaving, down += !g->up;
     draining += g->up && g->draining, stopping += g->up && g->leaving && !g->draining;
-    if (!g->up) continue;
-    for (int k = 0; k < g->tp_size; k++) {
-      srank_t *rk = &g->rank[k];
-      char rank[16];
-      snprintf(rank, sizeof rank, "%d", k);
-      set3(m->pool, g->name, rank, "capacity", (double)rk->pool_bytes);
-      set3(m->pool, g->name, rank, "used", (double)rk->used);
-      set3(m->pool, g->name, rank, "full", (double)rk->full);
-      set3(m->pool, g->name, rank, "int2", (double)rk->int2);
-      set3(m->pool, g->name, rank, "other", (double)rk->other);
-    }
-    set3(m->pool, g->name, "all", "reserved", (double)g->reserved);
+    group_gauges(m, g);
   }
   const char *su[1] = {"up"}, *sd[1] = {"down"}, *sr[1] = {"draining"}, *ss[1] = {"stopping"};
   sm_set(m->workers, su, up);
@@ -149,7 +226,7 @@ static void pool_gauges(sched_t *s) {
 
 static void tenant_gauges(sched_t *s) {
   struct smetrics *m = s->m;
-  sm_clear(m->tenant);
+  sm_clear(m->tenant), sm_clear(m->tenant_quota), sm_clear(m->tenant_res);
   sched_tenant_t *all = NULL;
   size_t n = 0;
   if (sched_tenants_list(s->tenants, &all, &n)) return;
@@ -164,8 +241,8 @@ static void tenant_gauges(sched_t *s) {
       full += (double)mem.full_bytes, int2 += (double)mem.int2_bytes;
       other += (double)(mem.bytes - mem.full_bytes - mem.int2_bytes);
     }
-    set3(m->tenant, all[i].id, "quota", NULL, (double)all[i].kv_quota_bytes);
-    set3(m->tenant, all[i].id, "reserved", NULL, (double)ts.reserved_bytes);
+    set3(m->tenant_quota, all[i].id, NULL, NULL, (double)all[i].kv_quota_bytes);
+    set3(m->tenant_res, all[i].id, NULL, NULL, (double)ts.reserved_bytes);
     set3(m->tenant, all[i].id, "full", NULL, full);
     set3(m->tenant, all[i].id, "int2", NULL, int2);
     set3(m->tenant, all[i].id, "other", NULL, other);

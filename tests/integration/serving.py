@@ -67,6 +67,23 @@ def free_port():
     return free_ports(1)[0]
 
 
+def series_value(text, name, **labels):
+    """The value of one series of a /metrics scrape's text (None if absent)."""
+    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        key, val = line.rsplit(" ", 1)
+        if "{" in key:
+            nm, rest = key.split("{", 1)
+            got = ",".join(sorted(rest.rstrip("}").split(",")))
+        else:
+            nm, got = key, ""
+        if nm == name and got == want:
+            return float(val)
+    return None
+
+
 class Server:
     """`qevict serve` in a process group of its own, with its ports and state directory."""
 
@@ -152,19 +169,7 @@ class Server:
 
     def metric(self, name, **labels):
         """The value of one series of the current scrape (None if absent)."""
-        want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
-        for line in self.metrics_text().splitlines():
-            if line.startswith("#") or " " not in line:
-                continue
-            key, val = line.rsplit(" ", 1)
-            if "{" in key:
-                nm, rest = key.split("{", 1)
-                got = ",".join(sorted(rest.rstrip("}").split(",")))
-            else:
-                nm, got = key, ""
-            if nm == name and got == want:
-                return float(val)
-        return None
+        return series_value(self.metrics_text(), name, **labels)
 
     def worker_pids(self, group):
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-f",

@@ -518,10 +518,10 @@ def wait_reserved_zero(srv, admin, cl, rid, tid, what):
          info.finish_reason == pb.FINISH_REASON_CANCELLED,
          "%s frees the reservation (GetRequest after %.2f s)" % (what, dt))
     while time.time() - t0 < 30.0:
-        if srv.metric("qevict_tenant_kv_bytes", tenant=tid, kind="reserved") == 0:
+        if srv.metric("qevict_tenant_kv_reserved_bytes", tenant=tid) == 0:
             break
         time.sleep(0.02)
-    C.ok(srv.metric("qevict_tenant_kv_bytes", tenant=tid, kind="reserved") == 0,
+    C.ok(srv.metric("qevict_tenant_kv_reserved_bytes", tenant=tid) == 0,
          "%s: /metrics shows the tenant's reserved bytes at 0 within %.2f s" % (what, time.time() - t0))
 
 
@@ -584,6 +584,29 @@ def test_cancel(srv, admin, cl, tid):
          f.reason == pb.FINISH_REASON_LENGTH and f.usage.completion_tokens == 2000,
          "a retry after a dropped connection runs anew (%s, %s)" %
          (ev and ev[0].request_id != rid, f and pb.FinishReason.Name(f.reason)))
+    test_cli_interrupt(cl)
+
+
+def test_cli_interrupt(cl):
+    """qevict submit's Ctrl-C cancels its request: the client had looked at the signal only when
+    no event came for 100 ms, so a stream whose tokens kept coming ran to its end (a request of
+    2000 tokens finished with reason length, and the client exited with it)."""
+    for attempt in range(5):  # (a request that finished before the signal is tried again)
+        p = subprocess.Popen([QEVICT, "submit", "--server", cl.addr, "--key", cl.key, "--prompt",
+                              PROMPTS[5], "-n", "2000", "--ignore-eos"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        p.stdout.read(8)  # tokens flow (submit flushes each event)
+        p.send_signal(signal.SIGINT)
+        t0 = time.time()
+        err = p.communicate(timeout=60)[1]
+        took = time.time() - t0
+        m = re.search(r"request (\d+) is cancelled with its stream", err)
+        reason = finish_reason_of(cl, m.group(1)) if m else None
+        if reason != pb.FINISH_REASON_LENGTH:
+            break
+    C.ok(p.returncode == 130 and reason == pb.FINISH_REASON_CANCELLED and took < 5,
+         "qevict submit's Ctrl-C cancels its request (exit %s after %.2f s, %s; attempt %d)" %
+         (p.returncode, took, reason is not None and pb.FinishReason.Name(reason), attempt + 1))
 
 
 def test_submit_watch(srv, cl, key):
@@ -780,6 +803,14 @@ def test_free_ports():
     if m:
         body = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(2), timeout=10).read()
         C.ok(b"qevict_workers" in body, "the metrics port it named serves /metrics")
+        # the labelled counters whose labels are known are there at 0 before anything happened
+        # (they had appeared at their first increment, which rate() then missed)
+        zero = [b'qevict_requests_finished_total{reason="%s"} 0' % r
+                for r in (b"length", b"eos", b"stop", b"cancelled", b"error")]
+        zero += [b'qevict_worker_connections_refused_total{reason="%s"} 0' % r
+                 for r in (b"tls", b"refused")]
+        C.ok(all(z in body.splitlines() for z in zero), "a new scheduler's labelled counters "
+             "are at 0: %s" % [z.decode() for z in zero if z not in body.splitlines()])
         socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=10).close()
     p.terminate()
     C.ok(p.wait(timeout=30) == 0, "the scheduler stops on SIGTERM")
@@ -798,8 +829,30 @@ def test_metrics(srv):
                            text=True)
         C.ok(r.returncode == 0, "promtool check metrics: %s" % (r.stdout + r.stderr).strip()[:300])
     for name in ("qevict_requests_finished_total", "qevict_time_to_first_token_seconds_bucket",
-                 "qevict_pool_bytes", "qevict_tenant_kv_bytes", "qevict_window_transitions_total"):
+                 "qevict_pool_bytes", "qevict_tenant_kv_bytes", "qevict_window_transitions_total",
+                 "qevict_pool_capacity_bytes", "qevict_pool_reserved_bytes",
+                 "qevict_tenant_kv_quota_bytes", "qevict_tenant_kv_reserved_bytes"):
         C.ok(name in text, "/metrics has %s" % name)
+    # limits are families of their own (a kind label had mixed them with usage, so summing over
+    # kind added capacity to bytes held), one worker label layout (worker, rank) in all, and
+    # latency buckets past 10 s (a long request's quantiles had all been +Inf)
+    kinds = set(re.findall(r'^qevict_(?:pool|tenant_kv)_bytes\{.*kind="(\w+)"', text, re.M))
+    C.ok(kinds == {"full", "int2", "other"}, "the bytes gauges' kinds are held bytes: %s" % kinds)
+    C.ok(srv.metric("qevict_pool_capacity_bytes", worker="g0", rank="0") == 64 << 20 and
+         srv.metric("qevict_pool_reserved_bytes", worker="g0") is not None,
+         "pool capacity (--pool-bytes 64M) and reservations per group")
+    C.ok(not re.search(r'worker="[^"]*/', text), "no worker label of the form group/rank")
+    # per-request histograms as vLLM's: one observation of each finished request's prompt and
+    # generated tokens (as many as of its end-to-end latency), a TPOT of those with two tokens
+    fin = serving.series_value(text, "qevict_e2e_request_latency_seconds_count")
+    n_p = serving.series_value(text, "qevict_request_prompt_tokens_count")
+    n_g = serving.series_value(text, "qevict_request_generation_tokens_count")
+    n_t = serving.series_value(text, "qevict_request_time_per_output_token_seconds_count")
+    C.ok(fin and n_p == fin and n_g == fin and n_t and 0 < n_t <= fin,
+         "per-request token and TPOT histograms (%s finished: %s, %s, %s)" % (fin, n_p, n_g, n_t))
+    C.ok('qevict_e2e_request_latency_seconds_bucket{le="7680"}' in text and
+         'qevict_time_to_first_token_seconds_bucket{le="2560"}' in text,
+         "latency histograms reach 7680 s")
     prom = shutil.which("prometheus")
     if not prom:
         print("SKIP: prometheus absent")
@@ -1354,12 +1407,12 @@ def quota_lowered(u, admin, a, pid):
 
 
 def tenant_gauge(u, tid, kind):
-    """qevict_tenant_kv_bytes{tenant=tid,kind=kind} of a scrape of u (None if absent)."""
-    for line in serving.Server.metrics_text(u).splitlines():
-        if (line.startswith("qevict_tenant_kv_bytes{") and 'tenant="%s"' % tid in line
-                and 'kind="%s"' % kind in line):
-            return float(line.split()[-1])
-    return None
+    """qevict_tenant_kv_bytes{tenant=tid,kind=kind} of a scrape of u, or for kind "reserved"
+    qevict_tenant_kv_reserved_bytes{tenant=tid} (None if absent)."""
+    text = serving.Server.metrics_text(u)
+    if kind == "reserved":
+        return serving.series_value(text, "qevict_tenant_kv_reserved_bytes", tenant=tid)
+    return serving.series_value(text, "qevict_tenant_kv_bytes", tenant=tid, kind=kind)
 
 
 def test_tenant_recreated():
@@ -1610,8 +1663,8 @@ def tp_memory_live(srv, cl, rids):
                     abs(m.budget_bytes - info.reserved_bytes) <= 4):
                 good = good or (m.budget_bytes, info.reserved_bytes)
         if good:
-            used1 = max(used1, srv.metric("qevict_pool_bytes", worker="g0", rank="1",
-                                          kind="used") or 0)
+            used1 = max(used1, sum(srv.metric("qevict_pool_bytes", worker="g0", rank="1",
+                                              kind=k) or 0 for k in ("full", "int2", "other")))
         time.sleep(0.02)
     return good, used1
 
@@ -1652,8 +1705,8 @@ def test_tp():
         cl.gen.Cancel(pb.CancelRequest(request_id=rid), metadata=cl.md, timeout=10)
     t1, deadline = None, time.time() + 30
     while time.time() < deadline and not t1:
-        t1 = srv.metric("qevict_window_transitions_total", worker="g0/1", **{"from": "full",
-                                                                            "to": "int2"})
+        t1 = srv.metric("qevict_window_transitions_total", worker="g0", rank="1",
+                        **{"from": "full", "to": "int2"})
         time.sleep(0.2)
     C.ok(t1 and t1 > 0, "tp 2: /metrics counts rank 1's window transitions (full->int2: %s)" % t1)
     srv.stop()

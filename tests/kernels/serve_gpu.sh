@@ -192,8 +192,8 @@ max_res=0 max_sum=0 queued=0 samples=0
 running() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 while running; do
   m=$(metrics)
-  res=$(sed -n 's/^qevict_tenant_kv_bytes{tenant="gpu-t",kind="reserved"} \([0-9]*\).*/\1/p' <<<"$m")
-  quo=$(sed -n 's/^qevict_tenant_kv_bytes{tenant="gpu-t",kind="quota"} \([0-9]*\).*/\1/p' <<<"$m")
+  res=$(sed -n 's/^qevict_tenant_kv_reserved_bytes{tenant="gpu-t"} \([0-9]*\).*/\1/p' <<<"$m")
+  quo=$(sed -n 's/^qevict_tenant_kv_quota_bytes{tenant="gpu-t"} \([0-9]*\).*/\1/p' <<<"$m")
   if [[ -n "$res" ]]; then
     ((res > max_res)) && max_res=$res
     [[ "$quo" == "$QUOTA" ]] || bad "metrics: quota $quo, want $QUOTA"
