@@ -13,7 +13,7 @@
 struct smetrics {
   sm_fam_t *running, *waiting, *finished, *prompt_tok, *gen_tok;
   sm_fam_t *ttft, *itl, *e2e, *queue, *tpot, *req_prompt, *req_gen;
-  sm_fam_t *pool, *pool_cap, *pool_res, *tenant, *tenant_quota, *tenant_res;
+  sm_fam_t *pool, *pool_cap, *pool_admit, *pool_res, *tenant, *tenant_quota, *tenant_res;
   sm_fam_t *transitions, *routing, *workers, *refused;
 };
 
@@ -94,11 +94,17 @@ static int kv_families(sched_t *s, struct smetrics *m) {
             "uses.",
             SM_GAUGE, wrk);
   rc |= fam(s, &m->pool_cap, "qevict_pool_capacity_bytes",
-            "KV bytes a worker rank lets the scheduler reserve (its --pool-bytes).", SM_GAUGE,
-            (const char *const[]){"worker", "rank", NULL});
+            "KV bytes of its share a connected worker rank lets the scheduler reserve (its "
+            "--pool-bytes).",
+            SM_GAUGE, (const char *const[]){"worker", "rank", NULL});
+  rc |= fam(s, &m->pool_admit, "qevict_pool_reservable_bytes",
+            "Whole-request KV bytes (all ranks) a worker group admits: its ranks' capacities as "
+            "whole requests, the smallest; counted in admission since the group was first up.",
+            SM_GAUGE, (const char *const[]){"worker", NULL});
   rc |= fam(s, &m->pool_res, "qevict_pool_reserved_bytes",
-            "KV bytes reserved by the requests admitted to a worker group.", SM_GAUGE,
-            (const char *const[]){"worker", NULL});
+            "Whole-request KV bytes reserved by the requests running on a worker group (0 while "
+            "it is down: they wait for a group).",
+            SM_GAUGE, (const char *const[]){"worker", NULL});
   rc |= fam(s, &m->tenant, "qevict_tenant_kv_bytes",
             "KV bytes a tenant's running requests hold now by kind (full, int2, other).", SM_GAUGE,
             tn);
@@ -192,25 +198,27 @@ static void set3(sm_fam_t *f, const char *a, const char *b, const char *c, doubl
   sm_set(f, vals, v);
 }
 
-/* A group's gauges: its capacity and reservations whether it is up or not (a down group's pool
- * still counts in admission), the bytes its ranks hold only while it is up (reported by them). */
+/* A group's gauges, whether it is up or not: its ranks' capacities (of those that ever
+ * connected), what it admits (counted in admission once it was up, down or not) and what it has
+ * reserved (0 while down); the bytes its ranks hold only while it is up (their reports). */
 static void group_gauges(struct smetrics *m, const sgroup_t *g) {
   for (int k = 0; k < g->tp_size; k++) {
     const srank_t *rk = &g->rank[k];
     char rank[16];
     snprintf(rank, sizeof rank, "%d", k);
-    set3(m->pool_cap, g->name, rank, NULL, (double)rk->pool_bytes);
+    if (rk->pool_bytes) set3(m->pool_cap, g->name, rank, NULL, (double)rk->pool_bytes);
     if (!g->up) continue;
     set3(m->pool, g->name, rank, "full", (double)rk->full);
     set3(m->pool, g->name, rank, "int2", (double)rk->int2);
     set3(m->pool, g->name, rank, "other", (double)rk->other);
   }
+  if (g->ever_up) set3(m->pool_admit, g->name, NULL, NULL, (double)g->pool_bytes);
   set3(m->pool_res, g->name, NULL, NULL, (double)g->reserved);
 }
 
 static void pool_gauges(sched_t *s) {
   struct smetrics *m = s->m;
-  sm_clear(m->pool), sm_clear(m->pool_cap), sm_clear(m->pool_res);
+  sm_clear(m->pool), sm_clear(m->pool_cap), sm_clear(m->pool_admit), sm_clear(m->pool_res);
   int up = 0, down = 0, draining = 0, stopping = 0;
   for (sgroup_t *g = s->groups; g; g = g->next) {
     up += g->up && !g->draining && !g->leaving, down += !g->up;
