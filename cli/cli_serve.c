@@ -606,14 +606,13 @@ static int stop_children(child_t *ch, int n, unsigned grace_s) {
   return sched_status;
 }
 
-/* Whether the Unix sockets serve makes under its state directory (workers.sock, tp-gN.sock)
- * fit a socket path; else a usage error naming --state-dir (or TMPDIR). 0 or 2. */
+/* Whether the Unix sockets serve makes under its state directory fit a socket path; else a
+ * usage error naming --state-dir (or TMPDIR). workers.sock is the longest name (tp-gN.sock, N
+ * below --workers' 64, is shorter). 0 or 2. */
 static int check_state_len(const serve_opts_t *o) {
   const char *tmp = getenv("TMPDIR");
   const char *dir = o->state_dir ? o->state_dir : tmp && *tmp ? tmp : "/tmp";
-  const size_t tp = (size_t)snprintf(NULL, 0, "/tp-g%d.sock", o->workers - 1);
-  const size_t ws = strlen("/workers.sock");
-  size_t n = strlen(dir) + (o->state_dir ? 0 : strlen("/qevict-XXXXXX")) + (tp > ws ? tp : ws);
+  size_t n = strlen(dir) + (o->state_dir ? 0 : strlen("/qevict-XXXXXX")) + strlen("/workers.sock");
   if (n < UNIX_PATH_BYTES) return 0;
   return cli_usage_error("serve",
                          "%s '%s' is too long for the Unix sockets made under it (%zu of "

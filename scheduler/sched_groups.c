@@ -294,8 +294,7 @@ static void on_finished(sched_t *s, sgroup_t *g, int rank,
 static void on_report(sched_t *s, sgroup_t *g, int rank,
                       const Qevict__Worker__V1__MemoryReport *m) {
   srank_t *rk = &g->rank[rank];
-  rk->used = m->used_bytes, rk->full = m->full_bytes, rk->int2 = m->int2_bytes;
-  rk->other = m->other_bytes;
+  rk->full = m->full_bytes, rk->int2 = m->int2_bytes, rk->other = m->other_bytes;
   sched_export_worker(s, g, rank, m);
   for (size_t i = 0; i < m->n_requests; i++) {
     sreq_t *r = running_on(s, g, m->requests[i]->request_id);

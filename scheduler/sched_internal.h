@@ -115,7 +115,7 @@ struct sreq {
 /* A worker rank's connection and its last report. */
 typedef struct {
   tr_conn_t *conn;
-  uint64_t pool_bytes, used, full, int2, other;
+  uint64_t pool_bytes, full, int2, other; /* (what it uses: full + int2 + other) */
   uint64_t transitions[4]; /* promotions, demotions, evictions, routing events (last seen) */
   char name[96], device[96];
 } srank_t;
