@@ -15,6 +15,7 @@ struct smetrics {
   sm_fam_t *ttft, *itl, *e2e, *queue, *tpot, *req_prompt, *req_gen;
   sm_fam_t *pool, *pool_cap, *pool_admit, *pool_res, *tenant, *tenant_quota, *tenant_res;
   sm_fam_t *transitions, *routing, *workers, *refused;
+  sm_fam_t *rejected, *resumes, *t_finished, *t_prompt, *t_gen;
 };
 
 static const char *reason_name(int r) {
@@ -84,6 +85,28 @@ static int request_families(sched_t *s, struct smetrics *m) {
   return rc;
 }
 
+/* Per tenant (a tenant's series start at 0 with the tenant's first scrape, see tenant_gauges;
+ * those of a deleted tenant stay, as counters do). */
+static int tenant_families(sched_t *s, struct smetrics *m) {
+  static const char *const t[] = {"tenant", NULL}, *const tr[] = {"tenant", "reason", NULL};
+  int rc = 0;
+  rc |= fam(s, &m->rejected, "qevict_requests_rejected_total",
+            "Generate and Submit calls refused before a request was accepted, by tenant and gRPC "
+            "code (invalid_argument, resource_exhausted, already_exists, unavailable, ...).",
+            SM_COUNTER, (const char *const[]){"tenant", "code", NULL});
+  rc |= fam(s, &m->t_finished, "qevict_tenant_requests_finished_total",
+            "A tenant's finished requests by reason.", SM_COUNTER, tr);
+  rc |= fam(s, &m->t_prompt, "qevict_tenant_prompt_tokens_total",
+            "Prompt tokens of a tenant's started requests.", SM_COUNTER, t);
+  rc |= fam(s, &m->t_gen, "qevict_tenant_generation_tokens_total",
+            "Tokens generated for a tenant's requests.", SM_COUNTER, t);
+  rc |= fam(s, &m->resumes, "qevict_request_resumes_total",
+            "Running requests moved to another worker group after theirs went down (each resumes "
+            "from the tokens already sent).",
+            SM_COUNTER, NULL);
+  return rc;
+}
+
 static int kv_families(sched_t *s, struct smetrics *m) {
   static const char *const wrk[] = {"worker", "rank", "kind", NULL};
   static const char *const tn[] = {"tenant", "kind", NULL};
@@ -128,11 +151,12 @@ static int zero_counters(struct smetrics *m) {
   int rc = 0;
   for (int r = 1; r <= 5; r++) rc |= sm_add(m->finished, (const char *const[]){reason_name(r)}, 0);
   for (int i = 0; i < 2; i++) rc |= sm_add(m->refused, &refused[i], 0);
+  rc |= sm_add(m->resumes, NULL, 0);
   return rc;
 }
 
 static int families(sched_t *s, struct smetrics *m) {
-  int rc = request_families(s, m) | kv_families(s, m);
+  int rc = request_families(s, m) | kv_families(s, m) | tenant_families(s, m);
   rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE,
             (const char *const[]){"state", NULL});
   rc |= fam(s, &m->refused, "qevict_worker_connections_refused_total",
@@ -143,12 +167,16 @@ static int families(sched_t *s, struct smetrics *m) {
 }
 
 void sched_export_started(sched_t *s, const sreq_t *r) {
+  const char *t[1] = {r->tenant};
   sm_add(s->m->prompt_tok, NULL, r->n_prompt);
+  sm_add(s->m->t_prompt, t, r->n_prompt);
   sm_observe(s->m->queue, NULL, (double)(r->t_started - r->t_created) * 1e-6);
 }
 
 void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now) {
+  const char *t[1] = {r->tenant};
   sm_add(s->m->gen_tok, NULL, (double)n);
+  sm_add(s->m->t_gen, t, (double)n);
   if (!r->t_first) {
     sm_observe(s->m->ttft, NULL, (double)(now - r->t_created) * 1e-6);
     return;
@@ -158,14 +186,44 @@ void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now) {
 }
 
 void sched_export_finished(sched_t *s, const sreq_t *r) {
-  const char *v[1] = {reason_name(r->finish_reason)};
+  const char *v[1] = {reason_name(r->finish_reason)}, *tv[2] = {r->tenant, v[0]};
   sm_add(s->m->finished, v, 1);
+  sm_add(s->m->t_finished, tv, 1);
   sm_observe(s->m->e2e, NULL, (double)(r->t_finished - r->t_created) * 1e-6);
   sm_observe(s->m->req_prompt, NULL, (double)r->n_prompt);
   sm_observe(s->m->req_gen, NULL, (double)r->n_gen);
   if (r->n_gen >= 2 && r->t_last_tok > r->t_first)
     sm_observe(s->m->tpot, NULL, (double)(r->t_last_tok - r->t_first) * 1e-6 / (r->n_gen - 1));
 }
+
+/* lower-case gRPC code names, by code (0..16) */
+static const char *code_name(int code) {
+  static const char *n[] = {"ok",
+                            "cancelled",
+                            "unknown",
+                            "invalid_argument",
+                            "deadline_exceeded",
+                            "not_found",
+                            "already_exists",
+                            "permission_denied",
+                            "resource_exhausted",
+                            "failed_precondition",
+                            "aborted",
+                            "out_of_range",
+                            "unimplemented",
+                            "internal",
+                            "unavailable",
+                            "data_loss",
+                            "unauthenticated"};
+  return code >= 0 && code <= 16 ? n[code] : "unknown";
+}
+
+void sched_export_rejected(sched_t *s, const char *tenant, int code) {
+  const char *v[2] = {tenant, code_name(code)};
+  sm_add(s->m->rejected, v, 1);
+}
+
+void sched_export_resumed(sched_t *s) { sm_add(s->m->resumes, NULL, 1); }
 
 void sched_export_worker_refused(sched_t *s, const char *reason) {
   const char *v[1] = {reason};
@@ -232,6 +290,15 @@ static void pool_gauges(sched_t *s) {
   sm_set(m->workers, ss, stopping);
 }
 
+/* A tenant's counters exist from its first scrape, at 0 (rate() sees their first increment). */
+static void tenant_zero(struct smetrics *m, const char *tenant) {
+  const char *t[1] = {tenant};
+  sm_add(m->t_prompt, t, 0);
+  sm_add(m->t_gen, t, 0);
+  for (int r = 1; r <= 5; r++)
+    sm_add(m->t_finished, (const char *const[]){tenant, reason_name(r)}, 0);
+}
+
 static void tenant_gauges(sched_t *s) {
   struct smetrics *m = s->m;
   sm_clear(m->tenant), sm_clear(m->tenant_quota), sm_clear(m->tenant_res);
@@ -254,6 +321,7 @@ static void tenant_gauges(sched_t *s) {
     set3(m->tenant, all[i].id, "full", NULL, full);
     set3(m->tenant, all[i].id, "int2", NULL, int2);
     set3(m->tenant, all[i].id, "other", NULL, other);
+    tenant_zero(m, all[i].id);
   }
   free(all);
 }

@@ -184,6 +184,7 @@ static void group_down(sched_t *s, sgroup_t *g) {
     r->group = NULL;
     r->state = SREQ_QUEUED;
     r->resumes++;
+    sched_export_resumed(s);
     memset(r->mem, 0, sizeof r->mem);
     r->fin_ranks = 0;
     r->dispatch_wait = 1;

@@ -279,5 +279,9 @@ void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
                          const Qevict__Worker__V1__MemoryReport *m);
 /* A worker connection refused before it registered: reason "tls" or "refused". */
 void sched_export_worker_refused(sched_t *s, const char *reason);
+/* A Generate or Submit of tenant refused with gRPC code (before a request was accepted). */
+void sched_export_rejected(sched_t *s, const char *tenant, int code);
+/* A running request sent back to the dispatch list after its group went down. */
+void sched_export_resumed(sched_t *s);
 
 #endif

@@ -4,6 +4,7 @@
  * message in flight per stream, so a slow client never stalls another. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -582,41 +583,56 @@ static uint64_t body_hash(const ProtobufCMessage *m) {
 /* A retry under r's client_request_id: the same request attaches; another body is refused
  * (it would silently stream the first request's output). A Generate retry of a request that a
  * Generate started is one of its owners: the request runs while any of them is connected. */
-static void attach(sgrpc_call_t *call, sreq_t *r, int submit, uint64_t hash) {
-  if (hash != r->body_hash)
+static void attach(sched_t *s, sgrpc_call_t *call, sreq_t *r, int submit, uint64_t hash) {
+  if (hash != r->body_hash) {
+    sched_export_rejected(s, r->tenant, GS(ALREADY_EXISTS));
     sched_rpc_error(call, GS(ALREADY_EXISTS),
                     "client_request_id: '%s' names request %s, sent with another body (a retry "
                     "sends the same request; a new one needs a new id)",
                     r->client_id, r->id_str);
-  else if (submit)
+  } else if (submit)
     reply_submit(call, r, 1);
   else if (!watcher_add(r, call, 0, !r->submitted))
     sched_rpc_error(call, GS(INTERNAL), "out of memory");
+}
+
+/* A Generate or Submit refused before a request was accepted: counted, then answered. */
+static void refuse(sched_t *s, sgrpc_call_t *call, const char *tenant, int code, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
+static void refuse(sched_t *s, sgrpc_call_t *call, const char *tenant, int code, const char *fmt,
+                   ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  sched_export_rejected(s, tenant, code);
+  sched_rpc_error(call, code, "%s", msg);
 }
 
 void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, const uint8_t *msg,
                         size_t n, int submit) {
   Qevict__V1__GenerateRequest *g = qevict__v1__generate_request__unpack(NULL, n, msg);
   if (!g) {
-    sched_rpc_error(call, GS(INVALID_ARGUMENT), "request: malformed protobuf");
+    refuse(s, call, tenant, GS(INVALID_ARGUMENT), "request: malformed protobuf");
     return;
   }
   char nul[128];
   if (sched_pb_nul_string(&qevict__v1__generate_request__descriptor, msg, n, nul, sizeof nul)) {
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    sched_rpc_error(call, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
+    refuse(s, call, tenant, GS(INVALID_ARGUMENT), "%s: holds a NUL byte", nul);
     return;
   }
   sreq_t *old = find_client_id(s, tenant, g->client_request_id);
   if (!old && s->closing) { /* (a retry of an accepted request attaches even so) */
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    sched_rpc_error(call, GS(UNAVAILABLE),
-                    "shutting down: finishing the accepted requests, taking no new ones");
+    refuse(s, call, tenant, GS(UNAVAILABLE),
+           "shutting down: finishing the accepted requests, taking no new ones");
     return;
   }
   if (!old && !sched_groups_serving(s)) { /* (a retry of a known request attaches even so) */
     qevict__v1__generate_request__free_unpacked(g, NULL);
-    sched_rpc_error(call, GS(UNAVAILABLE), "%s", sched_groups_closed_why(s));
+    refuse(s, call, tenant, GS(UNAVAILABLE), "%s", sched_groups_closed_why(s));
     return;
   }
   sreq_t *r = old ? NULL : req_new(s, tenant);
@@ -625,14 +641,14 @@ void sched_req_generate(sched_t *s, sgrpc_call_t *call, const char *tenant, cons
   const uint64_t hash = body_hash(&g->base);
   qevict__v1__generate_request__free_unpacked(g, NULL);
   if (old) {
-    attach(call, old, submit, hash);
+    attach(s, call, old, submit, hash);
     return;
   }
   if (r) r->body_hash = hash, r->submitted = submit;
   if (!rc) rc = admit(s, r, &e);
   if (rc) {
     if (r) req_free(r);
-    sched_rpc_error(call, status_of(e.status), "%s", e.msg[0] ? e.msg : "out of memory");
+    refuse(s, call, tenant, status_of(e.status), "%s", e.msg[0] ? e.msg : "out of memory");
     return;
   }
   qe_log(QE_LOG_INFO,

@@ -169,6 +169,12 @@ def test_sampling_and_stop(cl):
          "chat prompt on a model without a template: %s '%s'" % (code, det))
 
 
+def rejected(srv, code):
+    """qevict_requests_rejected_total{code} summed over tenants."""
+    pat = r'^qevict_requests_rejected_total\{[^}]*code="%s"[^}]*\} (\S+)$' % code
+    return sum(float(v) for v in re.findall(pat, srv.metrics_text(), re.M))
+
+
 def test_bad_input(srv, cl):
     IA, RE = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
     cases = [
@@ -190,6 +196,7 @@ def test_bad_input(srv, cl):
         ("ids leaving less room than max_tokens", cl.request("", 8, ids=[5] * 2044), IA,
          "max_tokens: prompt (2044 tokens) + max_tokens (8)"),
     ]
+    before = {c: rejected(srv, c) for c in ("invalid_argument", "resource_exhausted")}
     for what, req, want, field in cases:
         code, det = code_of(lambda: cl.generate(req, timeout=30))
         C.ok(code == want and det.startswith(field), "%s: %s '%s'" % (what, code, det))
@@ -201,6 +208,12 @@ def test_bad_input(srv, cl):
     code, det = code_of(lambda: raw(bad_utf8, metadata=cl.md, timeout=10))
     C.ok(code in (IA,) and det.startswith("prompt.text: not valid UTF-8"),
          "invalid UTF-8: %s '%s'" % (code, det))
+    # each refusal the scheduler answered is counted by code (the two raw ones are IA too)
+    got = {c: rejected(srv, c) - before[c] for c in before}
+    want_n = {"invalid_argument": 2 + sum(w == IA for _, _, w, _ in cases),
+              "resource_exhausted": sum(w == RE for _, _, w, _ in cases)}
+    C.ok(got == want_n, "qevict_requests_rejected_total counts the refusals by code: %s, want %s"
+         % (got, want_n))
     big = cl.request("x" * (5 << 20), 4)  # over the server's --max-message 4M
     code, det = code_of(lambda: cl.generate(big, timeout=30))
     C.ok(code == RE, "message over the limit: %s" % code)
@@ -739,6 +752,9 @@ def test_kill_worker(srv, cl):
          "finished elsewhere with the tokens they would have produced" % (victim, pids, ok, len(want)))
     resumed = srv.tail(1 << 20).count(" resumes on ")
     C.ok(resumed > 0, "%d request(s) resumed on another worker" % resumed)
+    counted = srv.metric("qevict_request_resumes_total")
+    C.ok(counted is not None and counted >= resumed,
+         "qevict_request_resumes_total (%s) counts them (%d)" % (counted, resumed))
     srv.wait_groups(2, 120)
 
 
@@ -854,6 +870,17 @@ def test_metrics(srv):
     n_t = serving.series_value(text, "qevict_request_time_per_output_token_seconds_count")
     C.ok(fin and n_p == fin and n_g == fin and n_t and 0 < n_t <= fin,
          "per-request token and TPOT histograms (%s finished: %s, %s, %s)" % (fin, n_p, n_g, n_t))
+    # per tenant: the tenants' token counters and finished requests add up to the totals
+    def per_tenant(name):
+        return sum(float(v) for v in re.findall(r'^%s\{tenant="[^"]*"[^}]*\} (\S+)$' % name,
+                                                text, re.M))
+    pairs = [("qevict_generation_tokens_total", "qevict_tenant_generation_tokens_total"),
+             ("qevict_prompt_tokens_total", "qevict_tenant_prompt_tokens_total"),
+             ("qevict_requests_finished_total", "qevict_tenant_requests_finished_total")]
+    for total, tenant in pairs:
+        want = sum(float(v) for v in re.findall(r'^%s(?:\{[^}]*\})? (\S+)$' % total, text, re.M))
+        C.ok(want > 0 and per_tenant(tenant) == want,
+             "%s adds up to %s (%s, %s)" % (tenant, total, per_tenant(tenant), want))
     C.ok('qevict_e2e_request_latency_seconds_bucket{le="7680"}' in text and
          'qevict_time_to_first_token_seconds_bucket{le="2560"}' in text,
          "latency histograms reach 7680 s")
