@@ -29,8 +29,9 @@ static void fail(sgrpc_call_t *call, int rc) {
   sched_rpc_error(call, sched_rpc_status_of(rc), "%s", qe_errmsg());
 }
 
-/* The stored default "NAME" or "NAME:BUDGET" from the message's policy and budget. */
-static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
+/* The stored default "NAME" or "NAME:BUDGET" from the message's policy and budget; limit: the
+ * tenant's per-request limit in bytes (its max_request_budget_bytes, else its quota). */
+static int default_of(const Qevict__V1__Tenant *t, int64_t limit, char *out, size_t n) {
   const Qevict__V1__Policy *p = t->default_policy;
   const Qevict__V1__Budget *b = t->default_budget;
   if (p && (p->q_opt_case || p->window_opt_case || p->bits_opt_case || p->sink_opt_case ||
@@ -44,6 +45,11 @@ static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
     return qe_errf(QE_EINVAL, "tenant.default_budget.bytes: must be > 0");
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES && b->bytes > (uint64_t)INT64_MAX)
     return qe_errf(QE_EINVAL, "tenant.default_budget.bytes: at most 2^63 - 1");
+  if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES && b->bytes > (uint64_t)limit)
+    return qe_errf(QE_EINVAL, /* (it had been kept, and clamped in every request) */
+                   "tenant.default_budget.bytes: %llu exceeds the tenant's per-request limit "
+                   "(%lld bytes: max_request_budget_bytes, else kv_quota_bytes)",
+                   (unsigned long long)b->bytes, (long long)limit);
   if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_FRACTION) {
     if (!(b->fraction > 0 && b->fraction <= 1))
       return qe_errf(QE_EINVAL, "tenant.default_budget.fraction: must be in (0, 1]");
@@ -52,8 +58,8 @@ static int default_of(const Qevict__V1__Tenant *t, char *out, size_t n) {
                                 "(also the policy when none is named); a fraction below 1 needs "
                                 "a tenant.default_policy.name that evicts or quantizes");
     /* (%e keeps a float's digits, where %.6f stored 1e-7 as 0.0, and always has a '.': a
-       fraction, not bytes, when read back) */
-    snprintf(out, n, "%s:%.9e", *name ? name : "full", b->fraction);
+       fraction, not bytes, when read back; 17 digits read back to the same double) */
+    snprintf(out, n, "%s:%.16e", *name ? name : "full", b->fraction);
   } else if (b && b->kind_case == QEVICT__V1__BUDGET__KIND_BYTES)
     snprintf(out, n, "%s:%llu", *name ? name : "full", (unsigned long long)b->bytes);
   else
@@ -118,7 +124,9 @@ static void set_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, size_
       rc = qe_errf(QE_EINVAL, "tenant.max_request_budget_bytes: %lld exceeds kv_quota_bytes %lld",
                    (long long)st.max_request_budget_bytes, (long long)st.kv_quota_bytes);
   }
-  if (!rc) rc = default_of(q->tenant, st.default_policy, sizeof st.default_policy);
+  const int64_t limit =
+      st.max_request_budget_bytes ? st.max_request_budget_bytes : st.kv_quota_bytes;
+  if (!rc) rc = default_of(q->tenant, limit, st.default_policy, sizeof st.default_policy);
   unsigned flags = q->rotate_key ? SCHED_TENANT_ROTATE_KEY : 0;
   qevict__v1__set_tenant_request__free_unpacked(q, NULL);
   if (!rc) rc = sched_tenants_set(s->tenants, &st, flags, key, &created);
@@ -225,14 +233,16 @@ static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, si
                     ts.n_running, ts.n_queued);
     return;
   }
-  Qevict__V1__DeleteTenantResponse r = QEVICT__V1__DELETE_TENANT_RESPONSE__INIT;
-  r.cancelled = sched_req_cancel_tenant(s, id);
+  /* the store first: a delete that fails there (a lock, a full disk) changes nothing, where
+   * the requests had been cancelled and hidden from a tenant that stayed */
   rc = sched_tenants_delete(s->tenants, id);
-  if (!rc) sched_admit_remove_tenant(s->admit, id);
   if (rc) {
     fail(call, rc);
     return;
   }
+  Qevict__V1__DeleteTenantResponse r = QEVICT__V1__DELETE_TENANT_RESPONSE__INIT;
+  r.cancelled = sched_req_cancel_tenant(s, id);
+  sched_admit_remove_tenant(s->admit, id);
   sched_rpc_reply(call, &r.base);
 }
 

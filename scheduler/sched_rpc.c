@@ -81,6 +81,8 @@ int sched_rpc_status_of(int rc) {
     return GRPC_STATUS_RESOURCE_EXHAUSTED;
   case QE_EUNSUPPORTED:
     return GRPC_STATUS_UNIMPLEMENTED;
+  case QE_EBUSY: /* (the tenant store locked by another process: a retry may pass) */
+    return GRPC_STATUS_UNAVAILABLE;
   default:
     return GRPC_STATUS_INTERNAL;
   }

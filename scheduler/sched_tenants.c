@@ -21,7 +21,10 @@
 #define KEY_BYTES       32
 #define SALT_BYTES      16
 #define KEY_PREFIX      "qk_"
-#define BUSY_TIMEOUT_MS 10000
+#define BUSY_TIMEOUT_MS 10000 /* at open, before the scheduler serves */
+/* Once serving: the scheduler's one loop thread waits this long for a lock another process holds
+ * on the store (10 s had stalled everything, and the worker links' 5 s heartbeats timed out). */
+#define SERVE_BUSY_MS 500
 
 /* migrations[v] takes the schema from version v to v + 1. */
 static const char *const migrations[SCHEMA_VERSION] = {
@@ -92,7 +95,12 @@ struct sched_tenants {
 
 /* ---- database plumbing ---- */
 
+/* A lock another process holds is QE_EBUSY (retry), any other failure QE_EIO. */
 static int db_err(sched_tenants_t *ts, const char *what) {
+  const int code = sqlite3_errcode(ts->db) & 0xff;
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+    return qe_errf(QE_EBUSY, "tenant store: %s: %s (another process holds a lock on it; retry)",
+                   what, sqlite3_errmsg(ts->db));
   return qe_errf(QE_EIO, "tenant store: %s: %s", what, sqlite3_errmsg(ts->db));
 }
 
@@ -423,6 +431,7 @@ int sched_tenants_open(const char *path, sched_tenants_t **out) {
   if (fresh && strcmp(path, ":memory:")) chmod(path, 0600); /* key hashes: owner only */
   rc = configure(ts);
   if (rc) goto fail;
+  sqlite3_busy_timeout(ts->db, SERVE_BUSY_MS);
   *out = ts;
   return 0;
 fail:
