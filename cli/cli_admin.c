@@ -29,7 +29,7 @@ static const char *tset_help =
     "Creates tenant ID or replaces its settings (options not given go back to their defaults).\n"
     "A new tenant gets an API key, printed once on its own line: store it.\n"
     "  --quota BYTES               KV bytes the tenant's running requests may reserve together\n"
-    "  --max-request-budget BYTES  largest budget of one request (default: the quota)\n"
+    "  --max-request-budget BYTES  largest budget of one request (default, or 0: the quota)\n"
     "  --default-policy NAME       policy of requests that name none (default: full, FullKV)\n"
     "  --default-budget B          their budget: a fraction of FullKV in (0, 1] (a value with a\n"
     "                              '.' or <= 1) or bytes (K, M, G suffixes)\n"
@@ -218,6 +218,8 @@ static int tset_opt(void *ud, const char *f, const char *v) {
   if (!strcmp(f, "--rotate-key")) return v ? 2 : (a->rotate = 1, 0);
   if (!v) return 1;
   if (!strcmp(f, "--quota")) return cli_parse_bytes(v, &a->t.kv_quota_bytes) ? 2 : 0;
+  if (!strcmp(f, "--max-request-budget") && !strcmp(v, "0")) /* (the proto's 0: the quota) */
+    return a->t.max_request_budget_bytes = 0, 0;
   if (!strcmp(f, "--max-request-budget"))
     return cli_parse_bytes(v, &a->t.max_request_budget_bytes) ? 2 : 0;
   if (!strcmp(f, "--default-budget")) {

@@ -227,6 +227,8 @@ expect_rpc "watch, dead port" 1 "qevict watch: $U" "$QEVICT" watch r1 --from 3 "
 expect_rpc "cancel, dead port" 1 "qevict cancel: $U" "$QEVICT" cancel r1 "$S"
 expect_rpc "tenant set, dead port" 1 "qevict tenant set: $U" "$QEVICT" tenant set acme --quota 8G \
   --max-request-budget 1G --default-policy qevict --default-budget 0.25 --rotate-key "$S"
+expect_rpc "tenant set --max-request-budget 0 (the quota)" 1 "qevict tenant set: $U" "$QEVICT" \
+  tenant set acme --quota 8G --max-request-budget 0 "$S"
 expect_rpc "tenant get, dead port" 1 "qevict tenant get: $U" "$QEVICT" tenant get acme "$S"
 expect_rpc "tenant list, dead port" 1 "qevict tenant list: $U" "$QEVICT" tenant list --json "$S"
 expect_rpc "tenant delete, dead port" 1 "qevict tenant delete: $U" "$QEVICT" tenant delete acme --force "$S"
