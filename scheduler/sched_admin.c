@@ -243,6 +243,7 @@ static void delete_tenant(sched_t *s, sgrpc_call_t *call, const uint8_t *msg, si
   Qevict__V1__DeleteTenantResponse r = QEVICT__V1__DELETE_TENANT_RESPONSE__INIT;
   r.cancelled = sched_req_cancel_tenant(s, id);
   sched_admit_remove_tenant(s->admit, id);
+  sched_export_tenant_deleted(s, id);
   sched_rpc_reply(call, &r.base);
 }
 

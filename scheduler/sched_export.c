@@ -85,8 +85,8 @@ static int request_families(sched_t *s, struct smetrics *m) {
   return rc;
 }
 
-/* Per tenant (a tenant's series start at 0 with the tenant's first scrape, see tenant_gauges;
- * those of a deleted tenant stay, as counters do). */
+/* Per tenant (a tenant's series start at 0 with the tenant's first scrape, see tenant_gauges,
+ * and go with it: sched_export_tenant_deleted). */
 static int tenant_families(sched_t *s, struct smetrics *m) {
   static const char *const t[] = {"tenant", NULL}, *const tr[] = {"tenant", "reason", NULL};
   int rc = 0;
@@ -221,6 +221,18 @@ static const char *code_name(int code) {
 void sched_export_rejected(sched_t *s, const char *tenant, int code) {
   const char *v[2] = {tenant, code_name(code)};
   sm_add(s->m->rejected, v, 1);
+}
+
+/* Drops a deleted tenant's counters (tenants that come and go would pile them up for good; a
+ * tenant created again under the id starts at 0, which Prometheus reads as a counter reset). */
+void sched_export_tenant_deleted(sched_t *s, const char *tenant) {
+  const char *t[1] = {tenant};
+  sm_remove(s->m->t_prompt, t);
+  sm_remove(s->m->t_gen, t);
+  for (int r = 0; r <= 5; r++)
+    sm_remove(s->m->t_finished, (const char *const[]){tenant, reason_name(r)});
+  for (int c = 0; c <= 16; c++)
+    sm_remove(s->m->rejected, (const char *const[]){tenant, code_name(c)});
 }
 
 void sched_export_resumed(sched_t *s) { sm_add(s->m->resumes, NULL, 1); }

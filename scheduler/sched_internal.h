@@ -281,6 +281,8 @@ void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
 void sched_export_worker_refused(sched_t *s, const char *reason);
 /* A Generate or Submit of tenant refused with gRPC code (before a request was accepted). */
 void sched_export_rejected(sched_t *s, const char *tenant, int code);
+/* Drops the per-tenant counters of a tenant deleted from the store. */
+void sched_export_tenant_deleted(sched_t *s, const char *tenant);
 /* A running request sent back to the dispatch list after its group went down. */
 void sched_export_resumed(sched_t *s);
 

@@ -1473,6 +1473,8 @@ def test_store_locked(srv, admin):
     import sqlite3
     c = Client(srv.addr, set_tenant(admin, "locked", 1 << 30).api_key)
     sub = c.gen.Submit(c.request(PROMPTS[0], 1900, ignore_eos=True), metadata=c.md, timeout=30)
+    before = serving.series_value(srv.metrics_text(), "qevict_tenant_requests_finished_total",
+                                  tenant="locked", reason="cancelled")
     db = sqlite3.connect(os.path.join(srv.state_dir, "tenants.db"), timeout=0,
                          isolation_level=None)
     db.execute("BEGIN IMMEDIATE")
@@ -1498,6 +1500,10 @@ def test_store_locked(srv, admin):
     d = admin.adm.DeleteTenant(pb.DeleteTenantRequest(id="locked", force=True), metadata=admin.md,
                                timeout=10)
     C.ok(d.cancelled == 1, "once the lock is gone the delete cancels it (%d)" % d.cancelled)
+    gone = serving.series_value(srv.metrics_text(), "qevict_tenant_requests_finished_total",
+                                tenant="locked", reason="cancelled")
+    C.ok(before is not None and gone is None,
+         "a deleted tenant's counters go with it (%s before, %s after)" % (before, gone))
 
 
 def test_tenant_recreated():
