@@ -169,14 +169,14 @@ static int families(sched_t *s, struct smetrics *m) {
 void sched_export_started(sched_t *s, const sreq_t *r) {
   const char *t[1] = {r->tenant};
   sm_add(s->m->prompt_tok, NULL, r->n_prompt);
-  sm_add(s->m->t_prompt, t, r->n_prompt);
+  if (!r->orphan) sm_add(s->m->t_prompt, t, r->n_prompt);
   sm_observe(s->m->queue, NULL, (double)(r->t_started - r->t_created) * 1e-6);
 }
 
 void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now) {
   const char *t[1] = {r->tenant};
   sm_add(s->m->gen_tok, NULL, (double)n);
-  sm_add(s->m->t_gen, t, (double)n);
+  if (!r->orphan) sm_add(s->m->t_gen, t, (double)n);
   if (!r->t_first) {
     sm_observe(s->m->ttft, NULL, (double)(now - r->t_created) * 1e-6);
     return;
@@ -188,7 +188,8 @@ void sched_export_tokens(sched_t *s, const sreq_t *r, size_t n, uint64_t now) {
 void sched_export_finished(sched_t *s, const sreq_t *r) {
   const char *v[1] = {reason_name(r->finish_reason)}, *tv[2] = {r->tenant, v[0]};
   sm_add(s->m->finished, v, 1);
-  sm_add(s->m->t_finished, tv, 1);
+  if (!r->orphan) /* (a deleted tenant's request: its counters went with it) */
+    sm_add(s->m->t_finished, tv, 1);
   sm_observe(s->m->e2e, NULL, (double)(r->t_finished - r->t_created) * 1e-6);
   sm_observe(s->m->req_prompt, NULL, (double)r->n_prompt);
   sm_observe(s->m->req_gen, NULL, (double)r->n_gen);

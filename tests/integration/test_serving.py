@@ -852,7 +852,7 @@ def test_free_ports():
     C.ok(p.wait(timeout=30) == 0, "the scheduler stops on SIGTERM")
 
 
-def test_metrics(srv):
+def test_metrics(srv, cl):
     text = srv.metrics_text()
     path = os.path.join(TMP, "metrics.txt")
     with open(path, "w") as f:
@@ -888,17 +888,25 @@ def test_metrics(srv):
     n_t = serving.series_value(text, "qevict_request_time_per_output_token_seconds_count")
     C.ok(fin and n_p == fin and n_g == fin and n_t and 0 < n_t <= fin,
          "per-request token and TPOT histograms (%s finished: %s, %s, %s)" % (fin, n_p, n_g, n_t))
-    # per tenant: the tenants' token counters and finished requests add up to the totals
-    def per_tenant(name):
-        return sum(float(v) for v in re.findall(r'^%s\{tenant="[^"]*"[^}]*\} (\S+)$' % name,
-                                                text, re.M))
-    pairs = [("qevict_generation_tokens_total", "qevict_tenant_generation_tokens_total"),
-             ("qevict_prompt_tokens_total", "qevict_tenant_prompt_tokens_total"),
-             ("qevict_requests_finished_total", "qevict_tenant_requests_finished_total")]
-    for total, tenant in pairs:
-        want = sum(float(v) for v in re.findall(r'^%s(?:\{[^}]*\})? (\S+)$' % total, text, re.M))
-        C.ok(want > 0 and per_tenant(tenant) == want,
-             "%s adds up to %s (%s, %s)" % (tenant, total, per_tenant(tenant), want))
+    # per tenant: what a request adds to the totals it adds to its tenant's counters too (the
+    # totals keep deleted tenants' counts, which go with their tenants, so deltas are compared)
+    def sums(t):
+        def total(name, per_tenant):
+            pat = (r'^%s\{tenant="[^"]*"[^}]*\} (\S+)$' if per_tenant else
+                   r'^%s(?:\{[^}]*\})? (\S+)$') % name
+            return sum(float(v) for v in re.findall(pat, t, re.M))
+        return [(total(a, False), total(b, True)) for a, b in (
+            ("qevict_generation_tokens_total", "qevict_tenant_generation_tokens_total"),
+            ("qevict_prompt_tokens_total", "qevict_tenant_prompt_tokens_total"),
+            ("qevict_requests_finished_total", "qevict_tenant_requests_finished_total"))]
+    before = sums(text)
+    C.ok(finished_of(cl.generate(cl.request(PROMPTS[1], 12))) is not None, "a request for the "
+         "per-tenant counters finished")
+    after = sums(srv.metrics_text())
+    deltas = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before)]
+    C.ok(all(d[0] > 0 and d[0] == d[1] for d in deltas),
+         "a request adds as much to its tenant's generation tokens, prompt tokens and finished "
+         "requests as to the totals: %s" % deltas)
     C.ok('qevict_e2e_request_latency_seconds_bucket{le="7680"}' in text and
          'qevict_time_to_first_token_seconds_bucket{le="2560"}' in text,
          "latency histograms reach 7680 s")
@@ -1500,6 +1508,8 @@ def test_store_locked(srv, admin):
     d = admin.adm.DeleteTenant(pb.DeleteTenantRequest(id="locked", force=True), metadata=admin.md,
                                timeout=10)
     C.ok(d.cancelled == 1, "once the lock is gone the delete cancels it (%d)" % d.cancelled)
+    # (once the worker has stopped it: the request's end, reported then, had made them again)
+    serving.until(lambda: srv.metric("qevict_requests_running") == 0, 60)
     gone = serving.series_value(srv.metrics_text(), "qevict_tenant_requests_finished_total",
                                 tenant="locked", reason="cancelled")
     C.ok(before is not None and gone is None,
@@ -2100,7 +2110,7 @@ def main():
     test_sigpipe(srv)
     test_state_lock(srv)
     test_store_locked(srv, admin)
-    test_metrics(srv)
+    test_metrics(srv, cl)
     test_drain(srv, bigc)
     test_mixed_weights(srv)
     test_restart(srv, keys["beta"], "beta")
