@@ -1483,8 +1483,12 @@ def test_store_locked(srv, admin):
     sub = c.gen.Submit(c.request(PROMPTS[0], 1900, ignore_eos=True), metadata=c.md, timeout=30)
     before = serving.series_value(srv.metrics_text(), "qevict_tenant_requests_finished_total",
                                   tenant="locked", reason="cancelled")
+    # its worker held (SIGSTOP, well within the 5 s worker timeout) so that it is still running
+    pids = srv.worker_pids(started_worker(c, sub.request_id))
     db = sqlite3.connect(os.path.join(srv.state_dir, "tenants.db"), timeout=0,
                          isolation_level=None)
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
     db.execute("BEGIN IMMEDIATE")
     try:
         t0 = time.time()
@@ -1500,6 +1504,8 @@ def test_store_locked(srv, admin):
     finally:
         db.execute("ROLLBACK")
         db.close()
+        for p in pids:
+            os.kill(p, signal.SIGCONT)
     UA = grpc.StatusCode.UNAVAILABLE
     C.ok(code_d == UA and code_s == UA and "retry" in det_d and took < 5,
          "admin writes on a locked store: %s '%s', %s, in %.1f s" % (code_d, det_d, code_s, took))
