@@ -348,8 +348,11 @@ static int sample_rows(gen_engine_t *e) {
 }
 
 /* A failed forward pass: closes the step's sequences here (the followers, if any, are out of
- * step anyway) with GEN_FINISH_ERROR, keeping rc's detail. */
+ * step anyway) with GEN_FINISH_ERROR, keeping rc's detail. A broken group (QE_ECOMM: a rank
+ * went away) is no fault of the sequences: they stay open, unreported, for the caller to run
+ * again elsewhere (the worker exits for a restart, and the scheduler resumes them). */
 static int fail_step(gen_engine_t *e, int rc) {
+  if (rc == QE_ECOMM) return rc;
   char msg[256];
   snprintf(msg, sizeof msg, "%s", qe_errmsg());
   for (int j = 0; j < e->plan.n; j++) {

@@ -95,7 +95,8 @@ int gen_engine_cancel(gen_engine_t *e, int slot);
  * all; longer prompts continue in later steps); samples, reports tokens and finishes.
  * *active = 0 when there was nothing to run. On a forward error every sequence of the step
  * is closed with on_finish(GEN_FINISH_ERROR) and the error returned (under tensor
- * parallelism the group is then broken: destroy the engine). */
+ * parallelism the group is then broken: destroy the engine), except QE_ECOMM (a rank went
+ * away): the sequences then stay open with no on_finish, to be resumed elsewhere. */
 int gen_engine_step(gen_engine_t *e, int *active);
 
 /* Rank 0 while idle: a no-op broadcast so that the followers' I/O timeouts do not fire. */

@@ -6,7 +6,8 @@
  * place next to prompts give the gathered path's tokens; and two tensor-parallel ranks (forked,
  * CPU socket collective) agree on opens (argument bytes included) and give the tokens of one
  * rank, the follower's hooks seeing each close before it happens and ticking once per
- * operation. */
+ * operation; a follower that dies mid-request leaves the step QE_ECOMM and its sequences open
+ * and unreported. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -576,6 +577,61 @@ static void check_tp(rig_t *r1, const char *path) {
   tp_comm_destroy(c);
 }
 
+/* Rank 1 of check_tp_broken: follows rank 0 for `ticks` operations, then dies (no goodbye). */
+static void tp_dying_tick(void *ud) {
+  if (--*(int *)ud == 0) _exit(0);
+}
+
+static void tp_dying_follower(const char *path, int fd) {
+  tp_comm_t *c = NULL;
+  rig_t rg;
+  int left = 6; /* the open and five steps */
+  gen_follow_hooks_t hk = {NULL, NULL, tp_dying_tick, &left};
+  int rc = tp_comm_create_cpu_fds(&fd, 1, 2, &c);
+  if (!rc) rc = rig_open(&rg, path, 1, 2, c, 64);
+  if (!rc) rc = gen_follow_hooks(rg.m, rg.kv, c, &hk);
+  _exit(1); /* (rank 0 never stops it first) */
+}
+
+/* A follower that dies mid-request breaks the group: the step returns QE_ECOMM and the running
+ * sequence stays open and unreported (no GEN_FINISH_ERROR: the serving worker exits for a restart
+ * and the scheduler resumes the request elsewhere; an error finish had failed the request, or
+ * not, by which of the two reached the scheduler first). */
+static void check_tp_broken(const char *path) {
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    tp_dying_follower(path, sv[1]);
+  }
+  close(sv[1]);
+  tp_comm_t *c = NULL;
+  rig_t rg;
+  rec_t rec;
+  int fds[2] = {-1, sv[0]}, rc = 0, active = 1, steps = 0;
+  CHECK_OK(tp_comm_create_cpu_fds(fds, 0, 2, &c));
+  CHECK_OK(rig_open(&rg, path, 0, 2, c, 64));
+  gen_engine_t *e = engine(&rg, &rec, 0);
+  gen_req_t a = req(p0, 12, 40, greedy, 0);
+  CHECK_OK(gen_engine_add(e, 0, &a));
+  while (!rc && active && steps < 40) rc = gen_engine_step(e, &active), steps++;
+  CHECK(rc == QE_ECOMM);
+  CHECK(rec.finish[0] == GEN_FINISH_NONE && gen_engine_slot_busy(e, 0));
+  CHECK(rec.n[0] >= 4 && rec.n[0] < 40);
+  fprintf(stderr,
+          "tp 2, rank 1 gone after %d tokens: step %d returned QE_ECOMM (%s), the "
+          "sequence still open and unreported\n",
+          rec.n[0], steps, qe_errmsg());
+  gen_engine_destroy(e);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  rig_close(&rg);
+  tp_comm_destroy(c);
+}
+
 int main(void) {
   char path[] = "/tmp/qe_test_gen_engine_XXXXXX";
   int fd = mkstemp(path);
@@ -600,6 +656,7 @@ int main(void) {
     check_prompt_budget(&r);
     check_finish_and_errors(&r);
     check_tp(&r, path);
+    check_tp_broken(path);
   }
   rig_close(&r);
   tp_comm_destroy(c);
