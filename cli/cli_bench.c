@@ -378,7 +378,7 @@ static void rec_end(bench_run_t *R, breq_t *q, int rc, const cli_rpc_status_t *s
   q->t_end = cli_now_s() - R->t0;
   q->code = rc ? (rc == QE_ECOMM ? st->code : -1) : 0;
   if (rc == QE_ECOMM)
-    snprintf(q->err, sizeof q->err, "%s: %.160s", cli_rpc_code_name(st->code), st->message);
+    snprintf(q->err, sizeof q->err, "%s: %.160s", qe_grpc_code_name(st->code, 0), st->message);
   else if (rc)
     snprintf(q->err, sizeof q->err, "%s", rc == QE_ECANCELED ? "interrupted" : qe_errmsg());
   if (rc == QE_ECANCELED) atomic_store(&R->stop, 1), q->interrupted = 1;
@@ -680,7 +680,7 @@ static void save_line(FILE *f, const bench_args_t *a, long i, const breq_t *q) {
           (unsigned long long)q->reserved,
           q->interrupted ? "INTERRUPTED"
           : q->code < 0  ? "CLIENT_ERROR"
-                         : cli_rpc_code_name(q->code),
+                         : qe_grpc_code_name(q->code, 0),
           q->finish > 0
               ? cli_enum_short(&qevict__v1__finish_reason__descriptor, q->finish, fin, sizeof fin)
               : "");

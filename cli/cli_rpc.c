@@ -352,27 +352,6 @@ int cli_rpc_call(cli_rpc_t *c, const char *method, const ProtobufCMessage *req,
   return rc;
 }
 
-const char *cli_rpc_code_name(int code) {
-  static const char *names[] = {"OK",
-                                "CANCELLED",
-                                "UNKNOWN",
-                                "INVALID_ARGUMENT",
-                                "DEADLINE_EXCEEDED",
-                                "NOT_FOUND",
-                                "ALREADY_EXISTS",
-                                "PERMISSION_DENIED",
-                                "RESOURCE_EXHAUSTED",
-                                "FAILED_PRECONDITION",
-                                "ABORTED",
-                                "OUT_OF_RANGE",
-                                "UNIMPLEMENTED",
-                                "INTERNAL",
-                                "UNAVAILABLE",
-                                "DATA_LOSS",
-                                "UNAUTHENTICATED"};
-  return code >= 0 && code < (int)(sizeof names / sizeof names[0]) ? names[code] : "UNKNOWN_STATUS";
-}
-
 /* ---- JSON of protobuf-c messages ---- */
 
 static size_t json_elem_size(ProtobufCType t) {
@@ -596,7 +575,7 @@ double cli_client_unary_timeout(const cli_client_opts_t *o) {
 
 int cli_client_fail(const char *cmd, int rc, const cli_rpc_status_t *st) {
   if (rc == QE_ECOMM && st) {
-    fprintf(stderr, "qevict %s: %s: %s\n", cmd, cli_rpc_code_name(st->code),
+    fprintf(stderr, "qevict %s: %s: %s\n", cmd, qe_grpc_code_name(st->code, 0),
             *st->message ? st->message : "(no message)");
     return st->code == 16 /* UNAUTHENTICATED */ || st->code == 7 /* PERMISSION_DENIED */
                ? CLI_EXIT_AUTH

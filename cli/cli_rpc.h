@@ -83,9 +83,6 @@ void cli_rpc_sigint_hold(void);
 int cli_rpc_sigint_release(void);
 int cli_rpc_interrupted(void);
 
-/* "OK", "CANCELLED", ..., "UNAUTHENTICATED"; "UNKNOWN_STATUS" outside the table. Static. */
-const char *cli_rpc_code_name(int code);
-
 /* Writes m as one JSON object: every field under its proto name, proto3 scalars always (also
  * at their default), unset messages and oneof members left out, enums by value name, 64-bit
  * integers as numbers. */

@@ -38,4 +38,9 @@ const char *qe_errmsg(void);
 /* Clears this thread's detail message. */
 void qe_errclear(void);
 
+/* The name of gRPC status code `code` (0..16): "INVALID_ARGUMENT" as the CLI prints it, or with
+ * lower "invalid_argument" as /metrics labels it; "UNKNOWN_STATUS" / "unknown_status" for codes
+ * outside the range. */
+const char *qe_grpc_code_name(int code, int lower);
+
 #endif

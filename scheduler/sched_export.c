@@ -197,30 +197,8 @@ void sched_export_finished(sched_t *s, const sreq_t *r) {
     sm_observe(s->m->tpot, NULL, (double)(r->t_last_tok - r->t_first) * 1e-6 / (r->n_gen - 1));
 }
 
-/* lower-case gRPC code names, by code (0..16) */
-static const char *code_name(int code) {
-  static const char *n[] = {"ok",
-                            "cancelled",
-                            "unknown",
-                            "invalid_argument",
-                            "deadline_exceeded",
-                            "not_found",
-                            "already_exists",
-                            "permission_denied",
-                            "resource_exhausted",
-                            "failed_precondition",
-                            "aborted",
-                            "out_of_range",
-                            "unimplemented",
-                            "internal",
-                            "unavailable",
-                            "data_loss",
-                            "unauthenticated"};
-  return code >= 0 && code <= 16 ? n[code] : "unknown";
-}
-
 void sched_export_rejected(sched_t *s, const char *tenant, int code) {
-  const char *v[2] = {tenant, code_name(code)};
+  const char *v[2] = {tenant, qe_grpc_code_name(code, 1)};
   sm_add(s->m->rejected, v, 1);
 }
 
@@ -233,7 +211,7 @@ void sched_export_tenant_deleted(sched_t *s, const char *tenant) {
   for (int r = 0; r <= 5; r++)
     sm_remove(s->m->t_finished, (const char *const[]){tenant, reason_name(r)});
   for (int c = 0; c <= 16; c++)
-    sm_remove(s->m->rejected, (const char *const[]){tenant, code_name(c)});
+    sm_remove(s->m->rejected, (const char *const[]){tenant, qe_grpc_code_name(c, 1)});
 }
 
 void sched_export_resumed(sched_t *s) { sm_add(s->m->resumes, NULL, 1); }
