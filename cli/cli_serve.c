@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/select.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -427,6 +428,7 @@ typedef struct {
 
 static volatile sig_atomic_t g_stop, g_signals;
 static void on_stop(int sig) { g_stop = sig, g_signals++; }
+static void on_child(int sig) { (void)sig; }
 
 /* The strings fmt made for the children's argv, freed together by fmt_free_all. */
 static char **fmt_owned;
@@ -455,6 +457,10 @@ static pid_t spawn(char **argv) {
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    sigset_t none; /* (supervise blocks the stop signals and SIGCHLD: not in the child) */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGCHLD, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
@@ -519,49 +525,74 @@ static int start_failure(int status) {
   return WIFEXITED(status) && WEXITSTATUS(status) && WEXITSTATUS(status) != WRK_EXIT_RESTART;
 }
 
+/* Waits for a signal (a child's exit, or a stop) for at most secs seconds (< 0: no limit) with
+ * `open` as the mask: supervise keeps the stop signals and SIGCHLD blocked and takes them only
+ * here, so one that comes after its last look at g_stop ends this wait instead of being missed
+ * (a stop that landed just before a blocking waitpid had waited until some child exited: with
+ * its worker stopped by SIGSTOP, for good). */
+static void wait_signal(const sigset_t *open, double secs) {
+  struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+  pselect(0, NULL, NULL, NULL, secs < 0 ? NULL : &ts, open);
+}
+
+/* The pause before a quick failure's restart: secs seconds, or until a stop. */
+static void pause_s(const sigset_t *open, unsigned secs) {
+  const double end = cli_now_s() + secs;
+  for (double left; !g_stop && (left = end - cli_now_s()) > 0;) wait_signal(open, left);
+}
+
+/* Child i exited with status: restarts it (after a pause when it failed quickly), or gives up,
+ * setting g_stop and *failed. */
+static void reaped(child_t *ch, int i, int status, const sigset_t *open, int *failed) {
+  const int quick = cli_now_s() - ch[i].started < SERVE_QUICK_S;
+  ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
+  const int first = ch[i].restarts == 0 && quick && start_failure(status);
+  const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
+  char why[96]; /* (one fprintf: the children share this stderr) */
+  if (first)
+    snprintf(why, sizeof why, "it failed at start: stopping");
+  else if (giveup)
+    snprintf(why, sizeof why, "it failed within %d s of each of its last %d starts: stopping",
+             SERVE_QUICK_S, SERVE_MAX_QUICK);
+  else
+    snprintf(why, sizeof why, "restarting%s", quick ? " after a pause" : "");
+  int w = ch[i].argv[1][0] == 'w';
+  fprintf(stderr, "qevict serve: %s%s%s exited (%s %d); %s\n", ch[i].argv[1], w ? " of group " : "",
+          w ? ch[i].argv[7] : "", WIFSIGNALED(status) ? "signal" : "code",
+          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), why);
+  if (giveup) {
+    g_stop = SIGTERM;
+    *failed = 1;
+    return;
+  }
+  if (quick) pause_s(open, 1u << (ch[i].quick_fails - 1)); /* (a stop ends it early) */
+  if (g_stop) return;
+  ch[i].restarts++;
+  ch[i].pid = spawn(ch[i].argv);
+  ch[i].started = cli_now_s();
+}
+
 /* Waits for children; restarts the ones that die (at most once a second each). A child that
  * fails (start_failure) within 3 s of its first start is a configuration error (a port in use,
  * an unreadable model): everything stops and *failed is set. */
 static void supervise(child_t *ch, int n, int *failed) {
+  sigset_t block, open;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGHUP);
+  sigaddset(&block, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &block, &open);
   while (!g_stop) {
     int status;
-    pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      sleep(1);
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) { /* (none exited; -1: no child at all, which should not be) */
+      wait_signal(&open, pid < 0 ? 1.0 : -1.0);
       continue;
     }
-    for (int i = 0; i < n && !g_stop; i++) {
-      if (ch[i].pid != pid) continue;
-      const int quick = cli_now_s() - ch[i].started < SERVE_QUICK_S;
-      ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
-      const int first = ch[i].restarts == 0 && quick && start_failure(status);
-      const int giveup = first || ch[i].quick_fails >= SERVE_MAX_QUICK;
-      char why[96]; /* (one fprintf: the children share this stderr) */
-      if (first)
-        snprintf(why, sizeof why, "it failed at start: stopping");
-      else if (giveup)
-        snprintf(why, sizeof why, "it failed within %d s of each of its last %d starts: stopping",
-                 SERVE_QUICK_S, SERVE_MAX_QUICK);
-      else
-        snprintf(why, sizeof why, "restarting%s", quick ? " after a pause" : "");
-      int w = ch[i].argv[1][0] == 'w';
-      fprintf(stderr, "qevict serve: %s%s%s exited (%s %d); %s\n", ch[i].argv[1],
-              w ? " of group " : "", w ? ch[i].argv[7] : "",
-              WIFSIGNALED(status) ? "signal" : "code",
-              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), why);
-      if (giveup) {
-        g_stop = SIGTERM;
-        *failed = 1;
-        return;
-      }
-      if (quick) sleep(1u << (ch[i].quick_fails - 1)); /* (a signal ends it early) */
-      if (g_stop) break;
-      ch[i].restarts++;
-      ch[i].pid = spawn(ch[i].argv);
-      ch[i].started = cli_now_s();
-    }
+    for (int i = 0; i < n; i++)
+      if (ch[i].pid == pid) reaped(ch, i, status, &open, failed);
   }
+  signal(SIGCHLD, SIG_DFL); /* (the stop's waits are timed by usleep: no early ends) */
+  sigprocmask(SIG_SETMASK, &open, NULL);
 }
 
 /* The scheduler (ch[0]) first, while the workers run: its accepted requests may finish on them
@@ -668,7 +699,9 @@ int cli_serve(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL); /* (a closed terminal stops the children too) */
-  signal(SIGPIPE, SIG_IGN);     /* output into a pipe whose reader went away: EPIPE, not death */
+  sa.sa_handler = on_child, sa.sa_flags = SA_NOCLDSTOP; /* (ends supervise's wait_signal) */
+  sigaction(SIGCHLD, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN); /* output into a pipe whose reader went away: EPIPE, not death */
   ch[0].argv = sched_argv(&o, state, wsock);
   for (int g = 0, k = 1; g < o.workers; g++)
     for (int r = 0; r < o.w.tp; r++, k++) ch[k].argv = worker_argv(&o, state, wsock, g, r);

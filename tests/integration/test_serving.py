@@ -997,11 +997,7 @@ def test_drain(srv, cl):
     C.ok(st == hpb.HealthCheckResponse.NOT_SERVING and code == grpc.StatusCode.UNAVAILABLE and
          det.startswith("every worker is draining") and time.time() - t0 < 5,
          "every worker draining: Health %s, a new request %s '%s'" % (st, code, det))
-    try:  # the HTTP probe says so too (it had answered 200 ok)
-        hz = urllib.request.urlopen("http://127.0.0.1:%d/healthz" % srv.mport, timeout=10)
-        hz = (hz.status, hz.read().decode())
-    except urllib.error.HTTPError as e:
-        hz = (e.code, e.read().decode())
+    hz = healthz(srv)  # the HTTP probe says so too (it had answered 200 ok)
     C.ok(hz[0] == 503 and hz[1].startswith("every worker is draining (qevict drain)"),
          "every worker draining: /healthz %s" % (hz,))
 
@@ -1049,6 +1045,15 @@ def test_paging(admin):
              "%s with a bad page_token: %s '%s'" % (what, code, det))
 
 
+def healthz(srv):
+    """(status, body) of serve's /healthz."""
+    try:
+        hz = urllib.request.urlopen("http://127.0.0.1:%d/healthz" % srv.mport, timeout=10)
+        return hz.status, hz.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def test_graceful_stop(srv, key):
     """A Ctrl-C to serve (SIGINT to its process group): the scheduler takes no new request and
     answers 503 on /healthz while the running request finishes on its worker (it had ended at
@@ -1075,15 +1080,13 @@ def test_graceful_stop(srv, key):
     th.start()
     time.sleep(0.2)
     os.killpg(srv.proc.pid, signal.SIGINT)
-    time.sleep(0.5)
+    hz, deadline = None, time.time() + 3  # (the scheduler in its grace: polled, within the hold)
+    while (hz is None or hz[0] != 503) and time.time() < deadline:
+        hz = healthz(srv)
+        time.sleep(0.05)
     again = cl.gen.Submit(job, metadata=cl.md, timeout=10)
     code, det = code_of(lambda: cl.gen.Submit(cl.request(PROMPTS[1], 4), metadata=cl.md,
                                               timeout=10))
-    try:
-        hz = urllib.request.urlopen("http://127.0.0.1:%d/healthz" % srv.mport, timeout=10)
-        hz = (hz.status, hz.read().decode())
-    except urllib.error.HTTPError as e:
-        hz = (e.code, e.read().decode())
     for pid in pids:
         os.kill(pid, signal.SIGCONT)
     C.ok(info.state == pb.REQUEST_STATE_RUNNING and pids, "a request running when serve got "
@@ -1303,7 +1306,7 @@ def test_replace_worker():
         for t in ths:
             t.join(300)
         n_ok, _ = all_finished(res, n_new)
-        C.ok(rc == 0 and n_ok == n_jobs and up and busy and t_up - t_exit < 3.0,
+        C.ok(rc == 0 and n_ok == n_jobs and up and busy and t_up - t_exit < 5.0,
              "a replacement of worker ga started in ga's grace: answered busy (%s), up %.1f s "
              "after ga exited %s; ga's %d requests finished (%d did)"
              % (busy, t_up - t_exit, rc, n_jobs, n_ok))
@@ -1356,8 +1359,13 @@ def test_reconnect_counters():
     def total():
         return sum(float(ln.rsplit(" ", 1)[1]) for ln in srv.metrics_text().splitlines()
                    if ln.startswith(fams))
-    time.sleep(1.5)  # (a memory report carries the cumulative figures)
-    before = total()
+    # (a memory report, every 0.5 s, carries the cumulative figures: two scrapes that agree)
+    before, deadline = total(), time.time() + 15
+    while time.time() < deadline:
+        time.sleep(0.6)
+        last, before = before, total()
+        if before == last and before > 0:
+            break
     pid = srv.worker_pids("g0")[0]
     os.kill(pid, signal.SIGSTOP)
     serving.until(lambda: srv.metric("qevict_workers", state="down") == 1, 20, 0.2)
@@ -1386,13 +1394,20 @@ def test_max_queued():
     per = a.generate(req(a))[0].started.reserved_bytes
     set_tenant(admin, "maxq-a", per)  # (one request at a time)
     codes, rids, msg = [], [], ""
-    for _ in range(8):
-        try:
-            rids.append(a.gen.Submit(req(a), metadata=a.md, timeout=10).request_id)
-            codes.append("OK")
-        except grpc.RpcError as e:
-            codes.append(e.code().name)
-            msg = e.details()
+    pids = srv.worker_pids("g0")
+    for p in pids:  # (held, well within the 5 s worker timeout: none of the 5 finishes first)
+        os.kill(p, signal.SIGSTOP)
+    try:
+        for _ in range(8):
+            try:
+                rids.append(a.gen.Submit(req(a), metadata=a.md, timeout=10).request_id)
+                codes.append("OK")
+            except grpc.RpcError as e:
+                codes.append(e.code().name)
+                msg = e.details()
+    finally:
+        for p in pids:
+            os.kill(p, signal.SIGCONT)
     other = b.generate(req(b))
     for rid in rids:
         list(a.gen.Watch(pb.WatchRequest(request_id=rid), metadata=a.md, timeout=120))
@@ -1904,8 +1919,13 @@ def test_rank_killed_early():
     now exit 70 (restart me, as a stuck engine), serve restarts the group and the requests resume
     and finish all their tokens."""
     failed = C.failed
-    srv, th, evs, ranks = tp_request("early", 1500, 0.005)
-    age = proc_age(ranks[1])
+    for attempt in range(3):  # (a machine too slow to stream within 3 s of the start: again)
+        srv, th, evs, ranks = tp_request("early%d" % attempt, 1500, 0.005)
+        age = proc_age(ranks[1])
+        if age < 3.0 or attempt == 2:
+            break
+        srv.stop()
+        th.join(60)
     os.kill(ranks[1], signal.SIGKILL)
     C.ok(age < 3.0, "rank 1 killed %.1f s after its start, within serve's 3 s of a start (later, "
          "this would test a rank that died after its start)" % age)
