@@ -48,6 +48,9 @@ static const char *sched_help =
     "  --max-queued N              a tenant's accepted, unfinished requests at most; past it\n"
     "                              RESOURCE_EXHAUSTED (default 10000; 0: no bound)\n"
     "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
+    "  --max-resumes N             a request whose worker group goes down while it runs\n"
+    "                              resumes on another at most N times, then ends with an\n"
+    "                              error (default 3; 0: never resumed)\n"
     "  --shutdown-grace SECONDS    on SIGTERM, SIGINT or SIGHUP the accepted requests may finish\n"
     "                              for this long, no new ones taken (default 30; 0 none; a\n"
     "                              second signal stops at once)\n"
@@ -98,7 +101,8 @@ static const char *serve_help =
     "  --cpu                       CPU workers (the default)\n"
     "  --cpu-weights f32|packed    their weights (default f32; see qevict worker --help)\n"
     "  --threads N --max-seqs N --max-batch N --pool-bytes B --step-timeout S   per worker rank\n"
-    "  --max-message BYTES --keep-finished SECONDS --max-queued N --ready-file FILE\n"
+    "  --max-message BYTES --keep-finished SECONDS --max-queued N --max-resumes N\n"
+    "  --ready-file FILE           (see qevict sched --help)\n"
     "  --shutdown-grace SECONDS    on a stop, the accepted requests may finish for this long\n"
     "                              (default 30) before the workers stop\n" TLS_HELP;
 
@@ -126,6 +130,7 @@ static int opt_cmds(const char *f) {
            {"--max-message", OPT_S | OPT_V},
            {"--keep-finished", OPT_S | OPT_V},
            {"--max-queued", OPT_S | OPT_V},
+           {"--max-resumes", OPT_S | OPT_V},
            {"--shutdown-grace", OPT_S | OPT_W | OPT_V},
            {"--worker-timeout", OPT_S},
            {"--step-timeout", OPT_W | OPT_V},
@@ -279,17 +284,20 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
               {"--device", 0, 255},
               {"--shutdown-grace", 0, 86400},
               {"--step-timeout", 0, 86400},
-              {"--max-queued", 0, 1 << 24}};
-  for (int i = 0; i < 12; i++) {
+              {"--max-queued", 0, 1 << 24},
+              {"--max-resumes", 0, 1000}};
+  for (int i = 0; i < (int)(sizeof nums / sizeof nums[0]); i++) {
     if (strcmp(f, nums[i].flag)) continue;
     if ((rc = parse_num(cmd, f, v, nums[i].lo, nums[i].hi, &n))) return rc;
     int *dst[] = {NULL,          NULL,           &o->w.rank,           &o->w.tp,
                   &o->w.threads, &o->w.max_seqs, &o->w.max_batch,      &o->workers,
-                  &o->w.device,  NULL,           &o->w.step_timeout_s, NULL};
+                  &o->w.device,  NULL,           &o->w.step_timeout_s, NULL,
+                  NULL};
     if (i == 0) o->s.keep_finished_s = (unsigned)n;
     if (i == 1) o->s.worker_timeout_ms = (unsigned)n;
     if (i == 9) o->s.shutdown_grace_s = o->w.shutdown_grace_s = (unsigned)n;
     if (i == 11) o->s.max_queued = (unsigned)n;
+    if (i == 12) o->s.max_resumes = (unsigned)n;
     if (dst[i]) *dst[i] = n;
     return 0;
   }
@@ -479,7 +487,7 @@ static pid_t spawn(char **argv) {
 }
 
 static char **sched_argv(const serve_opts_t *o, const char *state, const char *wsock) {
-  char **a = calloc(32, sizeof *a);
+  char **a = calloc(48, sizeof *a); /* (33 at most, and the NULL) */
   int n = 0;
   a[n++] = "qevict", a[n++] = "sched", a[n++] = "--model", a[n++] = (char *)o->s.model;
   a[n++] = "--listen", a[n++] = (char *)o->s.listen;
@@ -491,6 +499,7 @@ static char **sched_argv(const serve_opts_t *o, const char *state, const char *w
   a[n++] = "--max-message", a[n++] = fmt("%zu", o->s.max_message);
   a[n++] = "--keep-finished", a[n++] = fmt("%u", o->s.keep_finished_s);
   a[n++] = "--max-queued", a[n++] = fmt("%u", o->s.max_queued);
+  a[n++] = "--max-resumes", a[n++] = fmt("%u", o->s.max_resumes);
   a[n++] = "--shutdown-grace", a[n++] = fmt("%u", o->s.shutdown_grace_s);
   if (o->s.tls_cert) a[n++] = "--tls-cert", a[n++] = (char *)o->s.tls_cert;
   if (o->s.tls_key) a[n++] = "--tls-key", a[n++] = (char *)o->s.tls_key;

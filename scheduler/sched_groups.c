@@ -173,14 +173,36 @@ static void finish_waiting(sched_t *s, sgroup_t *g) {
       sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
 }
 
-/* The group lost a rank: its requests go back to the front of the dispatch list. */
+/* Whether r, running on g as g went down, has been resumed --max-resumes times already: it then
+ * ends with an error (a request that brings every worker it runs on down, a crash or a GPU
+ * fault of its own, had taken down each group in turn, and each group's other requests with
+ * it, for good). */
+static int out_of_resumes(sched_t *s, sgroup_t *g, sreq_t *r) {
+  if ((unsigned)r->resumes < s->cfg.max_resumes) return 0;
+  char why[256];
+  snprintf(why, sizeof why,
+           "its worker group went down while it ran, %d time(s) (the last: group %s); "
+           "--max-resumes %u: not run again",
+           r->resumes + 1, g->name, s->cfg.max_resumes);
+  qe_log(QE_LOG_WARN, "sched: request %s: %s", r->id_str, why);
+  sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR, why, 0);
+  return 1;
+}
+
+/* The group lost a rank: its requests go back to the front of the dispatch list (those out of
+ * resumes end). */
 static void group_down(sched_t *s, sgroup_t *g) {
   const int had = g->n_running;
+  int ended = 0;
   g->up = 0;
   finish_waiting(s, g);
   sreq_t *head = NULL, *tail = NULL;
   for (sreq_t *r = s->reqs; r; r = r->next_all) {
     if (r->group != g || r->state != SREQ_RUNNING) continue;
+    if (out_of_resumes(s, g, r)) {
+      ended++;
+      continue;
+    }
     r->group = NULL;
     r->state = SREQ_QUEUED;
     r->resumes++;
@@ -204,8 +226,8 @@ static void group_down(sched_t *s, sgroup_t *g) {
   if (g->leaving && !had)
     qe_log(QE_LOG_INFO, "sched: group %s stopped (its shutdown)", g->name);
   else
-    qe_log(QE_LOG_WARN, "sched: group %s down; its %d running request(s) resume elsewhere", g->name,
-           had);
+    qe_log(QE_LOG_WARN, "sched: group %s down; its %d running request(s) resume elsewhere%s",
+           g->name, had - ended, ended ? " (the others were out of resumes)" : "");
   for (int k = 0; k < g->tp_size; k++)
     if (g->rank[k].conn) tr_close(g->rank[k].conn); /* the group restarts as a whole */
   sched_health_changed(s);

@@ -26,6 +26,7 @@ void sched_config_init(sched_config_t *c) {
   c->max_queued = 10000;
   c->shutdown_grace_s = 30;
   c->worker_timeout_ms = 5000;
+  c->max_resumes = 3;
 }
 
 static int read_key_file(const char *path, char key[SCHED_KEY_STRLEN + 1]) {

@@ -354,6 +354,10 @@ expect_error "sched --shutdown-grace past a day" "$QEVICT" sched --model "$STORI
   --state-dir "$TMP/st" --shutdown-grace 90000
 expect_error "serve --shutdown-grace not a number" "$QEVICT" serve --model "$STORIES" \
   --shutdown-grace soon
+expect_usage "serve --max-resumes negative" "--max-resumes: '-1' (an integer in 0..1000)" \
+  "$QEVICT" serve --model "$STORIES" --max-resumes -1
+expect_usage "worker --max-resumes" "--max-resumes is a scheduler option" "$QEVICT" worker \
+  --model "$STORIES" --max-resumes 2
 # an audit (2026-12-06): empty paths ("cannot create : No such file"), a group the scheduler
 # refuses at each retry (the worker retried forever), hexadecimal numbers (--temp 0x10 was 16),
 # an unknown policy (exit 1, after the model loaded)

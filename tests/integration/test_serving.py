@@ -1942,6 +1942,53 @@ def test_rank_killed_early():
         print(srv.tail(6000))
 
 
+def test_max_resumes():
+    """--max-resumes 1: a request whose worker is killed twice while it runs resumes once, then
+    ends with an error naming the flag (there was no bound: a request that brings down every
+    worker it runs on, a crash or GPU fault of its own, took each group down in turn, and each
+    group's other requests with it, for good); serve serves on."""
+    failed = C.failed
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-resumes"), workers=1,
+                         extra=["--threads", "1", "--max-resumes", "1"])
+    srv.start()
+    admin = Client(srv.addr, srv.admin_key())
+    cl = Client(srv.addr, set_tenant(admin, "resumes", 1 << 30).api_key)
+    th, evs = long_request(cl, 1900, 0.01)
+
+    def last_index():
+        return max([e.tokens.index for e in list(evs) if not isinstance(e, Exception) and
+                    e.HasField("tokens")] or [-1])
+    def resumed_after():  # (the token count of serve's "resumes on g0 after N tokens")
+        m = re.search(r" resumes on g0 after (\d+) tokens", srv.tail(1 << 16))
+        return int(m.group(1)) if m else None
+    streamed = []
+    for k in range(2):  # each kill once the request streams (again) on the worker
+        if k:  # (the client's stream lags the worker: tokens past the resume's)
+            serving.until(lambda: resumed_after() is not None and
+                          last_index() >= resumed_after() + 5, 60, 0.01)
+        streamed.append(last_index())
+        for pid in srv.worker_pids("g0"):
+            os.kill(pid, signal.SIGKILL)
+    th.join(120)
+    fin = finished_of([e for e in evs if not isinstance(e, Exception)])
+    C.ok(fin is not None and fin.reason == pb.FINISH_REASON_ERROR and
+         "--max-resumes 1" in fin.error and "2 time(s)" in fin.error and
+         streamed[1] > streamed[0] >= 0,
+         "--max-resumes 1: a request whose worker was killed twice (after token %s) resumed once, "
+         "then ended: %s" % (streamed, fin.error if fin is not None else evs[-1:]))
+    resumes = srv.metric("qevict_request_resumes_total")
+    srv.wait_groups(1, 60)
+    ev = cl.generate(cl.request(PROMPTS[1], 20))
+    after = finished_of(ev)
+    C.ok(resumes == 1 and after is not None and after.reason in (pb.FINISH_REASON_LENGTH,
+                                                                  pb.FINISH_REASON_EOS),
+         "one resume counted (%s); the restarted worker then served another request (%s)"
+         % (resumes, after and pb.FinishReason.Name(after.reason)))
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def exit_line(srv, n):
     """serve's n-th line (from 1) saying that a worker exited on a signal, or None after 20 s."""
     deadline = time.time() + 20
@@ -2152,6 +2199,7 @@ def main():
     test_tp()
     test_stuck_rank()
     test_rank_killed_early()
+    test_max_resumes()
     test_quick_window()
     test_many_policies()
     test_fair_dispatch()
