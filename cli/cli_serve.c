@@ -48,9 +48,9 @@ static const char *sched_help =
     "  --max-queued N              a tenant's accepted, unfinished requests at most; past it\n"
     "                              RESOURCE_EXHAUSTED (default 10000; 0: no bound)\n"
     "  --worker-timeout MS         a silent worker is down after this (default 5000)\n"
-    "  --max-resumes N             a request whose worker group goes down while it runs\n"
-    "                              resumes on another at most N times, then ends with an\n"
-    "                              error (default 3; 0: never resumed)\n"
+    "  --max-resumes N             a request whose worker group fails while it runs (a\n"
+    "                              crash, a timeout; not the group's own stop) is resumed at\n"
+    "                              most N times, then ends with an error (default 3; 0: never)\n"
     "  --shutdown-grace SECONDS    on SIGTERM, SIGINT or SIGHUP the accepted requests may finish\n"
     "                              for this long, no new ones taken (default 30; 0 none; a\n"
     "                              second signal stops at once)\n"
@@ -465,13 +465,14 @@ static pid_t spawn(char **argv) {
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
-    sigset_t none; /* (supervise blocks the stop signals and SIGCHLD: not in the child) */
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGCHLD, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    sigset_t none; /* (supervise blocks the stop signals and SIGCHLD: not in the child; unblocked
+                      once they are back to their defaults, so none reaches serve's handler) */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     /* a supervisor killed outright (SIGKILL) takes its children along: SIGTERM, their orderly
        stop, instead of a scheduler and workers left serving on the ports */
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent) _exit(1);
@@ -553,6 +554,7 @@ static void pause_s(const sigset_t *open, unsigned secs) {
 /* Child i exited with status: restarts it (after a pause when it failed quickly), or gives up,
  * setting g_stop and *failed. */
 static void reaped(child_t *ch, int i, int status, const sigset_t *open, int *failed) {
+  ch[i].pid = 0; /* (reaped: the stop must not signal the number, which may be reused) */
   const int quick = cli_now_s() - ch[i].started < SERVE_QUICK_S;
   ch[i].quick_fails = quick ? ch[i].quick_fails + 1 : 0;
   const int first = ch[i].restarts == 0 && quick && start_failure(status);
@@ -590,6 +592,10 @@ static void supervise(child_t *ch, int n, int *failed) {
   sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGHUP);
   sigaddset(&block, SIGCHLD);
   sigprocmask(SIG_BLOCK, &block, &open);
+  /* the mask in the wait: these four open even if serve was started with them blocked (a
+     dead child had then been left unreaped for good) */
+  sigdelset(&open, SIGINT), sigdelset(&open, SIGTERM), sigdelset(&open, SIGHUP);
+  sigdelset(&open, SIGCHLD);
   while (!g_stop) {
     int status;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -600,8 +606,8 @@ static void supervise(child_t *ch, int n, int *failed) {
     for (int i = 0; i < n; i++)
       if (ch[i].pid == pid) reaped(ch, i, status, &open, failed);
   }
-  signal(SIGCHLD, SIG_DFL); /* (the stop's waits are timed by usleep: no early ends) */
-  sigprocmask(SIG_SETMASK, &open, NULL);
+  signal(SIGCHLD, SIG_DFL);              /* (the stop's waits are timed by usleep: no early ends) */
+  sigprocmask(SIG_SETMASK, &open, NULL); /* (a second stop signal still reaches on_stop) */
 }
 
 /* The scheduler (ch[0]) first, while the workers run: its accepted requests may finish on them
@@ -702,7 +708,7 @@ int cli_serve(int argc, char **argv) {
   int n = 1 + o.workers * o.w.tp;
   child_t *ch = calloc((size_t)n, sizeof *ch);
   if (!ch) return 1;
-  struct sigaction sa; /* no SA_RESTART: waitpid must return on a signal */
+  struct sigaction sa; /* no SA_RESTART: the stop's usleep returns on a second signal */
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
   sigaction(SIGINT, &sa, NULL);

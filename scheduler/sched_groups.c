@@ -173,55 +173,58 @@ static void finish_waiting(sched_t *s, sgroup_t *g) {
       sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
 }
 
-/* Whether r, running on g as g went down, has been resumed --max-resumes times already: it then
- * ends with an error (a request that brings every worker it runs on down, a crash or a GPU
- * fault of its own, had taken down each group in turn, and each group's other requests with
- * it, for good). */
-static int out_of_resumes(sched_t *s, sgroup_t *g, sreq_t *r) {
-  if ((unsigned)r->resumes < s->cfg.max_resumes) return 0;
+/* r, running on g as g went down, goes back to the front of the dispatch list (*head, *tail: the
+ * ones already sent back, in order). A down in g's own stop (its shutdown grace over) is no
+ * fault of r's; any other counts against --max-resumes (faults). */
+static void send_back(sched_t *s, sgroup_t *g, sreq_t *r, sreq_t **head, sreq_t **tail) {
+  r->group = NULL;
+  r->state = SREQ_QUEUED;
+  r->resumes++;
+  r->faults += !g->leaving;
+  sched_export_resumed(s);
+  memset(r->mem, 0, sizeof r->mem);
+  r->fin_ranks = 0;
+  r->dispatch_wait = 1;
+  r->next_wait = NULL;
+  if (*tail)
+    (*tail)->next_wait = r;
+  else
+    *head = r;
+  *tail = r;
+}
+
+/* r, running on g as g went down in a fault, after --max-resumes such faults: it ends with an
+ * error (a request that brings down every worker it runs on, a crash or a GPU fault of its
+ * own, had taken each group down in turn, and each group's other requests with it, for good). */
+static void out_of_resumes(sched_t *s, sgroup_t *g, sreq_t *r) {
   char why[256];
   snprintf(why, sizeof why,
            "its worker group went down while it ran, %d time(s) (the last: group %s); "
            "--max-resumes %u: not run again",
-           r->resumes + 1, g->name, s->cfg.max_resumes);
+           r->faults + 1, g->name, s->cfg.max_resumes);
   qe_log(QE_LOG_WARN, "sched: request %s: %s", r->id_str, why);
   sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR, why, 0);
-  return 1;
 }
 
-/* The group lost a rank: its requests go back to the front of the dispatch list (those out of
- * resumes end). */
+/* The group lost a rank: its requests go back to the front of the dispatch list; those out of
+ * resumes end after that (their ends may dispatch others: not ahead of the ones sent back). */
 static void group_down(sched_t *s, sgroup_t *g) {
   const int had = g->n_running;
   int ended = 0;
   g->up = 0;
   finish_waiting(s, g);
   sreq_t *head = NULL, *tail = NULL;
-  for (sreq_t *r = s->reqs; r; r = r->next_all) {
-    if (r->group != g || r->state != SREQ_RUNNING) continue;
-    if (out_of_resumes(s, g, r)) {
-      ended++;
-      continue;
-    }
-    r->group = NULL;
-    r->state = SREQ_QUEUED;
-    r->resumes++;
-    sched_export_resumed(s);
-    memset(r->mem, 0, sizeof r->mem);
-    r->fin_ranks = 0;
-    r->dispatch_wait = 1;
-    r->next_wait = NULL;
-    if (tail)
-      tail->next_wait = r;
-    else
-      head = r;
-    tail = r;
-  }
+  for (sreq_t *r = s->reqs; r; r = r->next_all)
+    if (r->group == g && r->state == SREQ_RUNNING &&
+        (g->leaving || (unsigned)r->faults < s->cfg.max_resumes))
+      send_back(s, g, r, &head, &tail);
   if (head) {
     tail->next_wait = s->wait_head;
     s->wait_head = head;
     if (!s->wait_tail) s->wait_tail = tail;
   }
+  for (sreq_t *r = s->reqs; r; r = r->next_all)
+    if (r->group == g && r->state == SREQ_RUNNING) out_of_resumes(s, g, r), ended++;
   g->reserved = 0, g->n_running = 0;
   if (g->leaving && !had)
     qe_log(QE_LOG_INFO, "sched: group %s stopped (its shutdown)", g->name);

@@ -104,7 +104,8 @@ struct sreq {
    * once the worker's final figures are in; 0: not ending. */
   int ending;
   char end_error[64];
-  int resumes;
+  int resumes;       /* times its group went down while it ran (and it was sent to another) */
+  int faults;        /* of those, the downs that were no stop of the group's own (--max-resumes) */
   uv_timer_t expire; /* finished: forgotten after keep_finished_s */
   int timer_live;
   sched_t *s;

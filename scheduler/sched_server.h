@@ -21,9 +21,9 @@ typedef struct {
   unsigned max_queued;        /* a tenant's accepted, unfinished requests at most (10000; 0: no
                                * bound); past it Generate and Submit are RESOURCE_EXHAUSTED */
   unsigned worker_timeout_ms; /* a silent worker is down after this long (5000) */
-  unsigned max_resumes;       /* a request whose group goes down while it runs resumes on
-                               * another this many times at most, then ends with an error (3;
-                               * 0: never resumed) */
+  unsigned max_resumes;       /* a request whose group fails while it runs (not the group's own
+                               * stop) is resumed this many times at most, then ends with an
+                               * error (3; 0: never resumed) */
   unsigned shutdown_grace_s;  /* on SIGTERM, SIGINT or SIGHUP, accepted requests may finish for
                                * this long (30; 0: none): no new ones, health NOT_SERVING */
   const char *ready_file;     /* written ("ready\n") once at least one group is up, if set */

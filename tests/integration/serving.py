@@ -88,9 +88,11 @@ class Server:
     """`qevict serve` in a process group of its own, with its ports and state directory."""
 
     def __init__(self, qevict, model, state_dir, workers=1, extra=(), log=None, metrics_ssl=None,
-                 env=None):
+                 env=None, blocked=()):
         """metrics_ssl: an ssl.SSLContext for a metrics endpoint served over TLS; env: variables
-        set for the server (QEVICT_LOG)."""
+        set for the server (QEVICT_LOG); blocked: signals serve starts with blocked (as a
+        launcher may leave them)."""
+        self.blocked = tuple(blocked)
         self.qevict, self.model, self.state_dir = qevict, model, state_dir
         self.env = dict(os.environ, **env) if env else None
         self.metrics_ssl = metrics_ssl
@@ -125,8 +127,10 @@ class Server:
                 "--metrics-listen", "127.0.0.1:%d" % self.mport, "--state-dir", self.state_dir,
                 "--workers", str(self.workers), "--ready-file", ready] + self.extra
         self.logf = open(self.log, "ab")
+        pre = (lambda: signal.pthread_sigmask(signal.SIG_BLOCK, self.blocked)) \
+            if self.blocked else None
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=self.logf,
-                                     start_new_session=True, env=self.env)
+                                     start_new_session=True, env=self.env, preexec_fn=pre)
         return ready
 
     def start_once(self, timeout):

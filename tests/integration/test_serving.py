@@ -1126,11 +1126,11 @@ class Units:
                                             start_new_session=True)
         return self.procs[name]
 
-    def sched(self):
+    def sched(self, extra=()):
         self.spawn("sched", ["sched", "--model", STORIES, "--state-dir", self.dir, "--listen",
                              self.addr, "--metrics-listen", "127.0.0.1:%d" % self.mport,
                              "--worker-listen", self.sock, "--worker-timeout", "30000",
-                             "--shutdown-grace", "60"])
+                             "--shutdown-grace", "60"] + list(extra))
 
     def worker(self, group, name=None, extra=()):
         return self.spawn(name or group, ["worker", "--model", STORIES, "--scheduler", self.sock,
@@ -1215,6 +1215,32 @@ def all_finished(res, n_new):
             for evs in res]
     return sum(f is not None and f.reason == pb.FINISH_REASON_LENGTH and
                f.usage.completion_tokens == n_new for f in fins), fins
+
+
+def test_grace_over_resumes():
+    """--max-resumes 0 (never resumed after a fault): a worker's own stop whose grace runs out
+    (1 s) is no fault of its requests, which resume on the other worker and finish all their
+    tokens."""
+    u = Units("units-grace")
+    n_new, n_jobs = 1900, 4
+    try:
+        u.sched(["--max-resumes", "0"])
+        u.worker("ga", extra=["--shutdown-grace", "1"])
+        up, admin, cl = u.clients("grace")
+        res = [None] * n_jobs
+        ths = long_jobs(cl, n_jobs, n_new, res)
+        u.worker("gb")
+        up = up and u.wait_up(2)
+        os.kill(u.procs["ga"].pid, signal.SIGTERM)
+        for t in ths:
+            t.join(300)
+        n_ok, _ = all_finished(res, n_new)
+        resumed = u.log("sched").count(" resumes on gb")
+        C.ok(up and n_ok == n_jobs and resumed > 0,
+             "--max-resumes 0, worker ga's grace (1 s) over: %d of its requests resumed on gb, "
+             "%d of %d finished all %d tokens" % (resumed, n_ok, n_jobs, n_new))
+    finally:
+        u.finish()
 
 
 def test_worker_stop():
@@ -1989,6 +2015,33 @@ def test_max_resumes():
         print(srv.tail(6000))
 
 
+def test_blocked_signals():
+    """serve started with SIGCHLD and SIGTERM blocked (a launcher's mask, inherited): a killed
+    worker is still reaped and restarted, and a SIGTERM still stops serve in order (with them
+    blocked its wait for children had never woken, the dead worker left a zombie for good, and
+    a SIGTERM had been held until a SIGKILL)."""
+    failed = C.failed
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-masked"), workers=1,
+                         extra=["--threads", "1"], blocked=(signal.SIGCHLD, signal.SIGTERM))
+    srv.start()
+    old = srv.worker_pids("g0")
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    new = serving.until(lambda: [p for p in srv.worker_pids("g0") if p not in old], 20, 0.1)
+    C.ok(old and new and exit_line(srv, 1) is not None,
+         "serve started with SIGCHLD blocked: its killed worker %s was restarted (%s): %s"
+         % (old, new, (exit_line(srv, 1) or "").strip()))
+    os.killpg(srv.proc.pid, signal.SIGTERM)
+    try:
+        rc = srv.proc.wait(25)
+    except subprocess.TimeoutExpired:
+        rc = None
+    C.ok(rc == 0, "serve started with SIGTERM blocked stopped on a SIGTERM: exit %s" % rc)
+    srv.stop()
+    if C.failed > failed:
+        print(srv.tail(6000))
+
+
 def exit_line(srv, n):
     """serve's n-th line (from 1) saying that a worker exited on a signal, or None after 20 s."""
     deadline = time.time() + 20
@@ -2192,6 +2245,7 @@ def main():
     C.ok(not os.path.exists(srv.state_dir + ".ready"),
          "the ready file is gone once the server stopped (it had stayed, saying ready)")
     test_worker_stop()
+    test_grace_over_resumes()
     test_follower_stop()
     test_replace_worker()
     test_stuck_at_stop()
@@ -2200,6 +2254,7 @@ def main():
     test_stuck_rank()
     test_rank_killed_early()
     test_max_resumes()
+    test_blocked_signals()
     test_quick_window()
     test_many_policies()
     test_fair_dispatch()
