@@ -293,7 +293,7 @@ static int run_command(int argc, char **argv) {
     return puts("usage: qevict version\nPrints the version.") < 0;
   if (!strcmp(argv[1], "version") && argc > 2)
     return fprintf(stderr, "qevict version: takes no arguments (got '%s')\n", argv[2]), 2;
-  if (!strcmp(argv[1], "version")) return puts("qevict 0.1.0") < 0;
+  if (!strcmp(argv[1], "version")) return puts("qevict " QE_VERSION) < 0;
 #ifdef QE_HAVE_SERVING
   for (size_t i = 0; i < sizeof client_cmds / sizeof client_cmds[0]; i++)
     if (!strcmp(argv[1], client_cmds[i].name)) return client_cmds[i].fn(argc - 1, argv + 1);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "qe_log.h"
+#include "qe_proc.h"
 #include "qe_status.h"
 #include "sched_internal.h"
 
@@ -16,6 +17,8 @@ struct smetrics {
   sm_fam_t *pool, *pool_cap, *pool_admit, *pool_res, *tenant, *tenant_quota, *tenant_res;
   sm_fam_t *transitions, *routing, *workers, *refused;
   sm_fam_t *rejected, *resumes, *t_finished, *t_prompt, *t_gen;
+  sm_fam_t *build, *cpu, *rss, *vsize, *start, *fds, *max_fds;
+  double cpu_last; /* process_cpu_seconds_total as last scraped */
 };
 
 static const char *reason_name(int r) {
@@ -155,8 +158,29 @@ static int zero_counters(struct smetrics *m) {
   return rc;
 }
 
+/* The scheduler process's own, as Prometheus' client libraries name them, and its version. */
+static int process_families(sched_t *s, struct smetrics *m) {
+  int rc = 0;
+  rc |= fam(s, &m->build, "qevict_build_info", "1, labelled with the scheduler's version.",
+            SM_GAUGE, (const char *const[]){"version", NULL});
+  rc |= fam(s, &m->cpu, "process_cpu_seconds_total",
+            "User and system CPU time the scheduler process spent, seconds.", SM_COUNTER, NULL);
+  rc |= fam(s, &m->rss, "process_resident_memory_bytes", "The scheduler's resident memory.",
+            SM_GAUGE, NULL);
+  rc |= fam(s, &m->vsize, "process_virtual_memory_bytes", "The scheduler's virtual memory.",
+            SM_GAUGE, NULL);
+  rc |= fam(s, &m->start, "process_start_time_seconds",
+            "When the scheduler process started, seconds since the Unix epoch.", SM_GAUGE, NULL);
+  rc |=
+      fam(s, &m->fds, "process_open_fds", "The scheduler's open file descriptors.", SM_GAUGE, NULL);
+  rc |= fam(s, &m->max_fds, "process_max_fds", "The scheduler's limit on open file descriptors.",
+            SM_GAUGE, NULL);
+  return rc || sm_set(m->build, (const char *const[]){QE_VERSION}, 1) || sm_add(m->cpu, NULL, 0);
+}
+
 static int families(sched_t *s, struct smetrics *m) {
   int rc = request_families(s, m) | kv_families(s, m) | tenant_families(s, m);
+  rc |= process_families(s, m);
   rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE,
             (const char *const[]){"state", NULL});
   rc |= fam(s, &m->refused, "qevict_worker_connections_refused_total",
@@ -325,6 +349,22 @@ static void request_gauges(sched_t *s) {
   sm_set(s->m->waiting, NULL, waiting);
 }
 
+/* At each scrape (a /proc read failing leaves the last values). */
+static void process_gauges(struct smetrics *m) {
+  qe_proc_stats_t p;
+  if (qe_proc_stats(&p)) {
+    qe_log(QE_LOG_WARN, "metrics: %s", qe_errmsg());
+    return;
+  }
+  if (p.cpu_seconds > m->cpu_last) sm_add(m->cpu, NULL, p.cpu_seconds - m->cpu_last);
+  m->cpu_last = p.cpu_seconds > m->cpu_last ? p.cpu_seconds : m->cpu_last;
+  sm_set(m->rss, NULL, (double)p.rss_bytes);
+  sm_set(m->vsize, NULL, (double)p.vsize_bytes);
+  sm_set(m->start, NULL, p.start_time);
+  sm_set(m->fds, NULL, (double)p.open_fds);
+  if (p.max_fds) sm_set(m->max_fds, NULL, (double)p.max_fds);
+}
+
 static void text(sh_response_t *resp, int status, const char *body) {
   resp->status = status;
   resp->content_type = "text/plain; charset=utf-8";
@@ -353,6 +393,7 @@ static void on_http(void *ud, const char *method, const char *path, sh_response_
   request_gauges(s);
   pool_gauges(s);
   tenant_gauges(s);
+  process_gauges(s->m);
   char *out = NULL;
   size_t len = 0;
   if (sm_render(s->metrics, &out, &len)) {

@@ -852,6 +852,46 @@ def test_free_ports():
     C.ok(p.wait(timeout=30) == 0, "the scheduler stops on SIGTERM")
 
 
+def check_process_metrics(srv):
+    """The scheduler process's process_* series (as Prometheus' client libraries name them)
+    against what /proc says of it, and qevict_build_info against `qevict version`."""
+    out = subprocess.run(["pgrep", "-P", str(srv.proc.pid), "-f", "qevict sched "],
+                         capture_output=True, text=True).stdout.split()
+    if len(out) != 1:
+        C.ok(False, "one scheduler process under serve: %s" % out)
+        return
+    pid = int(out[0])
+    text = srv.metrics_text()
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    with open("/proc/stat") as f:
+        btime = [int(l.split()[1]) for l in f if l.startswith("btime ")][0]
+    tick = os.sysconf("SC_CLK_TCK")
+    start = btime + int(st[19]) / tick
+    rss = int(st[21]) * os.sysconf("SC_PAGE_SIZE")
+    fds = len(os.listdir("/proc/%d/fd" % pid))
+    got = {k: serving.series_value(text, "process_" + k) for k in (
+        "start_time_seconds", "resident_memory_bytes", "virtual_memory_bytes", "open_fds",
+        "max_fds", "cpu_seconds_total")}
+    C.ok(got["start_time_seconds"] is not None and abs(got["start_time_seconds"] - start) < 0.02,
+         "process_start_time_seconds %s: the scheduler's start %.2f" % (got["start_time_seconds"],
+                                                                        start))
+    C.ok(got["resident_memory_bytes"] and 0.5 * rss < got["resident_memory_bytes"] < 2 * rss and
+         got["virtual_memory_bytes"] >= got["resident_memory_bytes"],
+         "process_resident_memory_bytes %s near /proc's %d, virtual %s" % (
+             got["resident_memory_bytes"], rss, got["virtual_memory_bytes"]))
+    C.ok(got["open_fds"] and abs(got["open_fds"] - fds) <= 8 and got["max_fds"] and
+         got["max_fds"] >= got["open_fds"],
+         "process_open_fds %s near /proc's %d, of process_max_fds %s" % (
+             got["open_fds"], fds, got["max_fds"]))
+    cpu = (int(st[11]) + int(st[12])) / tick
+    C.ok(got["cpu_seconds_total"] is not None and got["cpu_seconds_total"] <= cpu + 0.01,
+         "process_cpu_seconds_total %s, /proc's %.2f after" % (got["cpu_seconds_total"], cpu))
+    ver = subprocess.run([QEVICT, "version"], capture_output=True, text=True).stdout.split()[-1]
+    C.ok(serving.series_value(text, "qevict_build_info", version=ver) == 1,
+         "qevict_build_info{version=\"%s\"} 1" % ver)
+
+
 def test_metrics(srv, cl):
     text = srv.metrics_text()
     path = os.path.join(TMP, "metrics.txt")
@@ -910,6 +950,7 @@ def test_metrics(srv, cl):
     C.ok('qevict_e2e_request_latency_seconds_bucket{le="7680"}' in text and
          'qevict_time_to_first_token_seconds_bucket{le="2560"}' in text,
          "latency histograms reach 7680 s")
+    check_process_metrics(srv)
     prom = shutil.which("prometheus")
     if not prom:
         print("SKIP: prometheus absent")
