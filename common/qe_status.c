@@ -30,27 +30,29 @@ const char *qe_errmsg(void) { return qe__msg; }
 
 void qe_errclear(void) { qe__msg[0] = '\0'; }
 
-/* gRPC status codes by number: upper- and lower-case names */
-static const char *const qe__grpc[][2] = {{"OK", "ok"},
-                                          {"CANCELLED", "cancelled"},
-                                          {"UNKNOWN", "unknown"},
-                                          {"INVALID_ARGUMENT", "invalid_argument"},
-                                          {"DEADLINE_EXCEEDED", "deadline_exceeded"},
-                                          {"NOT_FOUND", "not_found"},
-                                          {"ALREADY_EXISTS", "already_exists"},
-                                          {"PERMISSION_DENIED", "permission_denied"},
-                                          {"RESOURCE_EXHAUSTED", "resource_exhausted"},
-                                          {"FAILED_PRECONDITION", "failed_precondition"},
-                                          {"ABORTED", "aborted"},
-                                          {"OUT_OF_RANGE", "out_of_range"},
-                                          {"UNIMPLEMENTED", "unimplemented"},
-                                          {"INTERNAL", "internal"},
-                                          {"UNAVAILABLE", "unavailable"},
-                                          {"DATA_LOSS", "data_loss"},
-                                          {"UNAUTHENTICATED", "unauthenticated"}};
+/* gRPC status codes by number: upper-case, lower-case and Go's names (codes.Code's String) */
+static const char *const qe__grpc[][3] = {
+    {"OK", "ok", "OK"},
+    {"CANCELLED", "cancelled", "Canceled"},
+    {"UNKNOWN", "unknown", "Unknown"},
+    {"INVALID_ARGUMENT", "invalid_argument", "InvalidArgument"},
+    {"DEADLINE_EXCEEDED", "deadline_exceeded", "DeadlineExceeded"},
+    {"NOT_FOUND", "not_found", "NotFound"},
+    {"ALREADY_EXISTS", "already_exists", "AlreadyExists"},
+    {"PERMISSION_DENIED", "permission_denied", "PermissionDenied"},
+    {"RESOURCE_EXHAUSTED", "resource_exhausted", "ResourceExhausted"},
+    {"FAILED_PRECONDITION", "failed_precondition", "FailedPrecondition"},
+    {"ABORTED", "aborted", "Aborted"},
+    {"OUT_OF_RANGE", "out_of_range", "OutOfRange"},
+    {"UNIMPLEMENTED", "unimplemented", "Unimplemented"},
+    {"INTERNAL", "internal", "Internal"},
+    {"UNAVAILABLE", "unavailable", "Unavailable"},
+    {"DATA_LOSS", "data_loss", "DataLoss"},
+    {"UNAUTHENTICATED", "unauthenticated", "Unauthenticated"}};
 
-const char *qe_grpc_code_name(int code, int lower) {
-  int n = (int)(sizeof qe__grpc / sizeof qe__grpc[0]);
-  if (code < 0 || code >= n) return lower ? "unknown_status" : "UNKNOWN_STATUS";
-  return qe__grpc[code][lower != 0];
+const char *qe_grpc_code_name(int code, int style) {
+  static const char *const unknown[3] = {"UNKNOWN_STATUS", "unknown_status", "UnknownStatus"};
+  const int n = (int)(sizeof qe__grpc / sizeof qe__grpc[0]),
+            k = style >= 0 && style <= 2 ? style : 0;
+  return code < 0 || code >= n ? unknown[k] : qe__grpc[code][k];
 }

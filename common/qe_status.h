@@ -38,9 +38,10 @@ const char *qe_errmsg(void);
 /* Clears this thread's detail message. */
 void qe_errclear(void);
 
-/* The name of gRPC status code `code` (0..16): "INVALID_ARGUMENT" as the CLI prints it, or with
- * lower "invalid_argument" as /metrics labels it; "UNKNOWN_STATUS" / "unknown_status" for codes
- * outside the range. */
-const char *qe_grpc_code_name(int code, int lower);
+/* The name of gRPC status code `code` (0..16) in a style: 0 "INVALID_ARGUMENT" as the CLI
+ * prints it, 1 "invalid_argument" as qevict's own metrics label it, 2 "InvalidArgument" as the
+ * grpc_server_* metrics of gRPC's Prometheus interceptors do (Go's names: "Canceled");
+ * "UNKNOWN_STATUS", "unknown_status" or "UnknownStatus" for codes outside the range. */
+const char *qe_grpc_code_name(int code, int style);
 
 #endif

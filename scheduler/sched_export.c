@@ -17,7 +17,7 @@ struct smetrics {
   sm_fam_t *pool, *pool_cap, *pool_admit, *pool_res, *tenant, *tenant_quota, *tenant_res;
   sm_fam_t *transitions, *routing, *workers, *refused;
   sm_fam_t *rejected, *resumes, *t_finished, *t_prompt, *t_gen;
-  sm_fam_t *build, *cpu, *rss, *vsize, *start, *fds, *max_fds;
+  sm_fam_t *build, *cpu, *rss, *vsize, *start, *fds, *max_fds, *calls;
   double cpu_last; /* process_cpu_seconds_total as last scraped */
 };
 
@@ -183,6 +183,12 @@ static int families(sched_t *s, struct smetrics *m) {
   rc |= process_families(s, m);
   rc |= fam(s, &m->workers, "qevict_workers", "Worker groups by state.", SM_GAUGE,
             (const char *const[]){"state", NULL});
+  rc |= fam(s, &m->calls, "grpc_server_handled_total",
+            "gRPC calls the scheduler ended, by type, service, method and the code its client "
+            "was sent (Canceled: it ended before its status went out), as gRPC's Prometheus "
+            "interceptors count them.",
+            SM_COUNTER,
+            (const char *const[]){"grpc_type", "grpc_service", "grpc_method", "grpc_code", NULL});
   rc |= fam(s, &m->refused, "qevict_worker_connections_refused_total",
             "Worker connections refused before registering, by reason (tls: the TLS handshake or a "
             "certificate; refused: the scheduler said no).",
@@ -239,6 +245,19 @@ void sched_export_tenant_deleted(sched_t *s, const char *tenant) {
 }
 
 void sched_export_resumed(sched_t *s) { sm_add(s->m->resumes, NULL, 1); }
+
+void sched_export_call(sched_t *s, const char *path, int streaming, int status, int count) {
+  char service[128] = "unknown";
+  const char *method = "unknown", *slash = path ? strrchr(path, '/') : NULL;
+  if (slash && slash > path && (size_t)(slash - path) < sizeof service)
+    snprintf(service, sizeof service, "%.*s", (int)(slash - path - 1), path + 1),
+        method = slash + 1;
+  const char *v[4] = {!path       ? "unknown"
+                      : streaming ? "server_stream"
+                                  : "unary",
+                      service, method, qe_grpc_code_name(status, 2)};
+  sm_add(s->m->calls, v, count ? 1 : 0);
+}
 
 void sched_export_worker_refused(sched_t *s, const char *reason) {
   const char *v[1] = {reason};

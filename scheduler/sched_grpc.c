@@ -70,6 +70,9 @@ struct sgrpc_call {
   unsigned send_busy : 1; /* a send is in flight */
   unsigned deferred : 1;  /* the status waits for send_busy to clear */
   unsigned in_cb : 1;     /* an owner callback for this call is running */
+  unsigned sent : 1;      /* the status batch completed */
+  unsigned no_msg : 1;    /* the call came without its request message */
+  unsigned aborted : 1;   /* call_abort ended it with INTERNAL */
 };
 
 struct sgrpc_server {
@@ -140,8 +143,26 @@ static sgrpc_call_t *call_new(sgrpc_server_t *s, int method) {
   return c;
 }
 
+/* on_done's report of a call that reached the server (see sgrpc_handlers_t). */
+static void call_report(sgrpc_call_t *c) {
+  sgrpc_server_t *s = c->srv;
+  const int through = c->sent && c->closed && !c->cancelled;
+  if (!s->h.on_done || !c->live || !c->finished || s->closing || (c->no_msg && !through)) return;
+  /* (a client's deadline passes up to ~0.1 s before the server's copy of it: 0.25 s of slack) */
+  const gpr_timespec slack = gpr_time_from_millis(250, GPR_TIMESPAN);
+  const int late =
+      c->method >= 0 &&
+      gpr_time_cmp(gpr_time_add(gpr_now(c->deadline.clock_type), slack), c->deadline) >= 0;
+  s->h.on_done(s->h.ud, c->method,
+               c->aborted ? GRPC_STATUS_INTERNAL
+               : through  ? c->status
+               : late     ? GRPC_STATUS_DEADLINE_EXCEEDED
+                          : GRPC_STATUS_CANCELLED);
+}
+
 static void call_free(sgrpc_call_t *c) {
   sgrpc_server_t *s = c->srv;
+  call_report(c);
   if (c->live) {
     if (c->prev)
       c->prev->next = c->next;
@@ -192,6 +213,7 @@ static void call_add_initial_md(sgrpc_call_t *c, grpc_op *ops, size_t *n) {
 static void call_abort(sgrpc_call_t *c, const char *why) {
   qe_log(QE_LOG_WARN, "sched_grpc: call from %s aborted: %s", c->peer ? c->peer : "?", why);
   c->broken = 1;
+  c->aborted = !c->closed; /* (a client already gone was sent nothing) */
   grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, why, NULL);
 }
 
@@ -290,6 +312,7 @@ static void call_on_new(sgrpc_server_t *s, sgrpc_call_t *c, int ok) {
   } else if (c->method < 0) {
     call_unknown(c);
   } else if (!c->payload) { /* no message (or one over the limit: grpc has answered already) */
+    c->no_msg = 1;
     call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request message", NULL, 0);
   } else {
     call_deliver(c);
@@ -331,6 +354,7 @@ static void call_on_sent(sgrpc_server_t *s, sgrpc_call_t *c, int ok) {
 
 static void call_on_status(sgrpc_call_t *c, int ok) {
   c->ops--;
+  c->sent = ok != 0;
   if (c->final_bb) grpc_byte_buffer_destroy(c->final_bb);
   c->final_bb = NULL;
   call_maybe_free(c);

@@ -286,5 +286,9 @@ void sched_export_rejected(sched_t *s, const char *tenant, int code);
 void sched_export_tenant_deleted(sched_t *s, const char *tenant);
 /* A running request sent back to the dispatch list after its group went down. */
 void sched_export_resumed(sched_t *s);
+/* A gRPC call ended (sgrpc_handlers_t's on_done): path "/service/Method" of a registered method
+ * or NULL (an unregistered one), streaming whether it streams its responses, status the code
+ * its client was sent; with count 0 the call's OK series is only created (at 0). */
+void sched_export_call(sched_t *s, const char *path, int streaming, int status, int count);
 
 #endif

@@ -287,8 +287,15 @@ static int read_tls(const sched_config_t *c, sgrpc_options_t *o) {
   return 0;
 }
 
+static void on_done(void *ud, int method, int status) {
+  const sgrpc_method_t *m = method >= 0 && method < M_COUNT ? &methods[method] : NULL;
+  sched_export_call(ud, m ? m->path : NULL, m && m->streaming, status, 1);
+}
+
 int sched_rpc_start(sched_t *s) {
-  sgrpc_handlers_t h = {s, on_call, on_cancel, on_sent};
+  sgrpc_handlers_t h = {s, on_call, on_cancel, on_sent, on_done};
+  for (int i = 0; i < M_COUNT; i++) /* (each method's OK series from the start, at 0) */
+    sched_export_call(s, methods[i].path, methods[i].streaming, GRPC_STATUS_OK, 0);
   sgrpc_options_t o = {s->cfg.max_message, s->cfg.max_message, NULL, NULL, NULL};
   int rc = read_tls(&s->cfg, &o);
   if (!rc) rc = sgrpc_server_create(s->loop, s->cfg.listen, &o, methods, M_COUNT, &h, &s->grpc);

@@ -892,6 +892,48 @@ def check_process_metrics(srv):
          "qevict_build_info{version=\"%s\"} 1" % ver)
 
 
+def check_grpc_metrics(srv, cl):
+    """grpc_server_handled_total (gRPC's Prometheus interceptors' counter): each call adds one
+    under the code its client got; a message over --max-message, refused by gRPC itself, none."""
+    def handled(text, typ, service, method, code):
+        return serving.series_value(text, "grpc_server_handled_total", grpc_type=typ,
+                                    grpc_service=service, grpc_method=method,
+                                    grpc_code=code) or 0
+    gen = ("server_stream", "qevict.v1.Generation", "Generate")
+    get = ("unary", "qevict.v1.Generation", "GetRequest")
+    keys = [gen + ("OK",), gen + ("Unauthenticated",), get + ("NotFound",),
+            get + ("InvalidArgument",), ("unknown", "unknown", "unknown", "Unimplemented"),
+            gen + ("ResourceExhausted",), gen + ("Canceled",)]
+    before = srv.metrics_text()
+    C.ok(handled(before, *get, "OK") == 0 and "grpc_server_handled_total{" in before,
+         "grpc_server_handled_total's OK series exist from the start")
+    finished_of(cl.generate(cl.request(PROMPTS[0], 4)))
+    bad = Client(srv.addr, "qk_not_a_key")
+    code_of(lambda: bad.generate(bad.request(PROMPTS[0], 4)))
+    code_of(lambda: cl.gen.GetRequest(pb.GetRequestRequest(request_id="18446744073709551615"),
+                                      metadata=cl.md))
+    code_of(lambda: cl.gen.GetRequest(pb.GetRequestRequest(), metadata=cl.md))
+    nope = cl.ch.unary_unary("/qevict.v1.Nope/Nothing")
+    code_of(lambda: nope(b"", timeout=10))
+    big = cl.request("x " * (3 << 20), 4)  # over --max-message 4M
+    code, _ = code_of(lambda: cl.generate(big))
+    stream = cl.gen.Generate(cl.request(PROMPTS[0], 1500, "qevict", 0.2), metadata=cl.md,
+                             timeout=60)
+    next(stream)
+    stream.cancel()
+    want = [1, 1, 1, 1, 1, 0, 1]
+    for _ in range(50):  # (a call is counted once the scheduler has freed it)
+        after = srv.metrics_text()
+        got = [handled(after, *k) - handled(before, *k) for k in keys]
+        if got == want:
+            break
+        time.sleep(0.1)
+    C.ok(code == grpc.StatusCode.RESOURCE_EXHAUSTED and got == want,
+         "grpc_server_handled_total counts a call by its code (Generate OK, Unauthenticated, "
+         "Canceled; GetRequest NotFound, InvalidArgument; an unknown method; none for a message "
+         "over --max-message, %s): %s" % (code, got))
+
+
 def test_metrics(srv, cl):
     text = srv.metrics_text()
     path = os.path.join(TMP, "metrics.txt")
@@ -951,6 +993,7 @@ def test_metrics(srv, cl):
          'qevict_time_to_first_token_seconds_bucket{le="2560"}' in text,
          "latency histograms reach 7680 s")
     check_process_metrics(srv)
+    check_grpc_metrics(srv, cl)
     prom = shutil.which("prometheus")
     if not prom:
         print("SKIP: prometheus absent")

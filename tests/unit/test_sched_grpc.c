@@ -6,7 +6,8 @@
  * deadline passing on a held call; a request over max_recv_msg (RESOURCE_EXHAUSTED, the server
  * keeps serving); a request with no message; an unknown method (UNIMPLEMENTED); 64 concurrent
  * streams, one of which never reads while the rest complete; a Unix-domain server; create errors;
- * and destroy with calls still open (one of which the handler never finishes). Every call carries a
+ * and destroy with calls still open (one of which the handler never finishes); on_done's code of
+ * each call (none for the oversize request or during the destroy). Every call carries a
  * deadline and every wait is bounded, so the test cannot hang. */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -61,6 +62,7 @@ typedef struct {
   int n_recs;
   char auth[128];
   int n_unary, n_held, late_sent, late_cancel, destroying, cancel_in_destroy;
+  int done[N_METHODS + 1][17], n_done; /* on_done's reports by method + 1 and code */
 } srv_state_t;
 
 static srv_state_t st;
@@ -181,7 +183,15 @@ static void srv_on_cancel(void *ud, sgrpc_call_t *call) {
   srv_finish(call, r, 1, "cancelled", NULL, 0);
 }
 
-static const sgrpc_handlers_t handlers = {&st, srv_on_call, srv_on_cancel, srv_on_sent};
+static void srv_on_done(void *ud, int method, int status) {
+  CHECK(ud == &st && !st.destroying && method >= -1 && method < N_METHODS && status >= 0 &&
+        status <= 16);
+  if (method >= -1 && method < N_METHODS && status >= 0 && status <= 16)
+    st.done[method + 1][status]++, st.n_done++;
+}
+
+static const sgrpc_handlers_t handlers = {&st, srv_on_call, srv_on_cancel, srv_on_sent,
+                                          srv_on_done};
 
 /* ---- client side (client thread only) ---- */
 
@@ -486,10 +496,28 @@ typedef struct {
   int ticks, ready_ticks;
 } main_t;
 
+/* The calls ended before the destroy: 7 unary (5 echoed, 1 without a message, 1 Fail; the
+ * oversize one is not reported), the unknown method, 66 streams to their end, "cancel" and
+ * "deadline". */
+#define N_DONE 76
+
 static int destroy_ready(void) {
   srec_t *slow = srv_find("slow"), *cancel = srv_find("cancel"), *dl = srv_find("deadline");
   return atomic_load(&phase) && st.n_held >= 4 && slow && slow->sent > 0 && cancel &&
-         cancel->cancelled && dl && dl->cancelled;
+         cancel->cancelled && dl && dl->cancelled && st.n_done >= N_DONE;
+}
+
+/* on_done: the code each call's client was sent, by method. */
+static void check_done(void) {
+  CHECK(st.n_done == N_DONE);
+  CHECK(st.done[M_UNARY + 1][GRPC_STATUS_OK] == 5);
+  CHECK(st.done[M_UNARY + 1][GRPC_STATUS_INVALID_ARGUMENT] == 1); /* no message */
+  CHECK(st.done[M_UNARY + 1][GRPC_STATUS_RESOURCE_EXHAUSTED] == 0);
+  CHECK(st.done[M_FAIL + 1][GRPC_STATUS_FAILED_PRECONDITION] == 1);
+  CHECK(st.done[0][GRPC_STATUS_UNIMPLEMENTED] == 1);
+  CHECK(st.done[M_STREAM + 1][GRPC_STATUS_OK] == 66);
+  CHECK(st.done[M_STREAM + 1][GRPC_STATUS_CANCELLED] == 1);
+  CHECK(st.done[M_HOLD + 1][GRPC_STATUS_DEADLINE_EXCEEDED] == 1);
 }
 
 static void check_before_destroy(void) {
@@ -511,6 +539,7 @@ static void check_before_destroy(void) {
   CHECK(f && f->finished && f->sent == 50 && !f->cancelled);
   srec_t *h = srv_find("hundred");
   CHECK(h && h->finished && h->sent == 100);
+  check_done();
 }
 
 static void on_tick(uv_timer_t *t) {
@@ -527,6 +556,7 @@ static void on_tick(uv_timer_t *t) {
   st.destroying = 0;
   atomic_store(&server_gone, 1);
   CHECK(st.cancel_in_destroy == 4); /* slow, held1, held2, orphan */
+  CHECK(st.n_done == N_DONE);       /* (calls ended by the destroy are not reported) */
   uv_close((uv_handle_t *)t, NULL);
 }
 
