@@ -66,7 +66,7 @@ static const char *gen_help =
     "  --threads N       CPU threads per rank (default: cores / tp)\n" CLI_CPU_WEIGHTS_HELP
     "  --device N        run on CUDA GPU N (CUDA builds; rank r of --tp uses GPU (N + r) mod\n"
     "                    the GPU count); policies full, qevict, kivi; h2o, streaming, snapkv\n"
-    "                    and pyramidkv with --window 4, 8 or a multiple of 16 up to 1024;\n"
+    "                    and pyramidkv with --window 4, 8 or a multiple of 16 up to 256;\n"
     "                    +graphkv on qevict and h2o\n"
     "  --ignore-eos      keep generating past end-of-generation tokens\n"
     "  --json            print one JSON object (ids, text, summary, memory, ranks) instead of\n"

@@ -39,7 +39,7 @@ static const char *submit_help =
     "                    or <= 1), or bytes with an optional suffix K, M or G (powers of 1024;\n"
     "                    KB or KiB alike) or B; a lower-case b, bits, is refused\n"
     "  --q Q             INT2 share of the history budget in [0, 1]\n"
-    "  --window W        tokens per window (>= 1)\n"
+    "  --window W        tokens per window (1..256)\n"
     "  --bits B          quantized tier: 2, 4 or 8 bits\n"
     "  --sink N --local N  always-Full first and most recent tokens\n"
     "  --scorer S        cumulative, decayed, pnorm, knorm, recency, prefill\n"
@@ -109,7 +109,7 @@ static int sub_policy(sub_args_t *a, const char *f, const char *v) {
     if (cli_parse_float(v, 0, 1, &d)) return 2;
     p->q_opt_case = QEVICT__V1__POLICY__Q_OPT_Q, p->q = (float)d;
   } else if (!strcmp(f, "--window")) {
-    if (cli_parse_int(v, 1, 1 << 20, &l)) return 2;
+    if (cli_parse_int(v, 1, 256, &l)) return 2; /* (the policies' limit, kv_policies.c) */
     p->window_opt_case = QEVICT__V1__POLICY__WINDOW_OPT_WINDOW, p->window = (uint32_t)l;
   } else if (!strcmp(f, "--bits")) {
     if (strcmp(v, "2") && strcmp(v, "4") && strcmp(v, "8")) return 2;

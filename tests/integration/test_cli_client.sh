@@ -183,6 +183,7 @@ expect_usage "unknown policy" "--policy" "$QEVICT" submit --prompt hi --policy l
 expect_usage "--bits 3" "--bits" "$QEVICT" submit --prompt hi --bits 3
 expect_usage "--q 1.5" "--q" "$QEVICT" submit --prompt hi --q 1.5
 expect_usage "--window 0" "--window" "$QEVICT" submit --prompt hi --window 0
+expect_usage "--window 257" "--window" "$QEVICT" submit --prompt hi --window 257
 expect_usage "--sink -1" "--sink" "$QEVICT" submit --prompt hi --sink -1
 expect_usage "--scorer bogus" "--scorer" "$QEVICT" submit --prompt hi --scorer bogus
 expect_usage "bad --graphkv" "--graphkv" "$QEVICT" submit --prompt hi --graphkv=1,x
