@@ -528,6 +528,11 @@ int wrk_engine_load(wrk_t *w) {
   if (!rc) rc = wrk_cache_create(w->m, c->max_seqs, c->pool_bytes, &w->cache);
   rc = join_device_comm(w, rc);
   if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
+  if (!rc && c->pool_bytes < 2 * w->kv_bytes_per_token) /* (every request refused otherwise) */
+    rc = qe_errf(QE_EINVAL,
+                 "--pool-bytes %zu cannot hold any request: the smallest, a one-token prompt and "
+                 "one new token, takes %llu bytes of KV on this rank",
+                 c->pool_bytes, (unsigned long long)(2 * w->kv_bytes_per_token));
   return rc;
 }
 

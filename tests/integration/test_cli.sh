@@ -404,6 +404,12 @@ for v in +4G " 4096" 4Gb; do
   grep -qF "bad byte size for --pool-bytes: '$v' (bytes with an optional suffix" "$TMP/err" ||
     bad "--pool-bytes '$v': $(cat "$TMP/err")"
 done
+# a pool below the smallest request (2 tokens of FullKV on the rank) stops the worker at its
+# load, before it connects (it had started, and every request was refused)
+expect_error "worker --pool-bytes 1" timeout -s KILL 20 "$QEVICT" worker --model "$STORIES" \
+  --scheduler "unix:$TMP/none.sock" --pool-bytes 1
+grep -qF -- "--pool-bytes 1 cannot hold any request: the smallest, a one-token prompt and one new \
+token, takes 2560 bytes of KV on this rank" "$TMP/err" || bad "--pool-bytes 1: $(cat "$TMP/err")"
 expect_error "sched --cpu" "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st" --cpu
 expect_error "serve --bogus at the end" "$QEVICT" serve --model "$STORIES" --bogus
 grep -q "unknown option" "$TMP/err" || bad "serve --bogus: $(cat "$TMP/err")"
