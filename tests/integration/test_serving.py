@@ -926,10 +926,11 @@ def check_grpc_metrics(srv, cl):
     for _ in range(50):  # (a call is counted once the scheduler has freed it)
         after = srv.metrics_text()
         got = [handled(after, *k) - handled(before, *k) for k in keys]
-        if got == want:
+        # (a stream an earlier test's client dropped may end as Canceled meanwhile: at least 1)
+        if got[:6] == want[:6] and got[6] >= 1:
             break
         time.sleep(0.1)
-    C.ok(code == grpc.StatusCode.RESOURCE_EXHAUSTED and got == want,
+    C.ok(code == grpc.StatusCode.RESOURCE_EXHAUSTED and got[:6] == want[:6] and got[6] >= 1,
          "grpc_server_handled_total counts a call by its code (Generate OK, Unauthenticated, "
          "Canceled; GetRequest NotFound, InvalidArgument; an unknown method; none for a message "
          "over --max-message, %s): %s" % (code, got))
