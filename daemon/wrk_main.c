@@ -10,6 +10,7 @@
 
 #include "qe_log.h"
 #include "qe_pem.h"
+#include "qe_proc.h"
 #include "qe_status.h"
 #include "qe_tls.h"
 #include "tr_policy.h"
@@ -223,6 +224,9 @@ static void send_report(wrk_t *w, const wout_t *o) {
     r.running = o->running, r.promotions = o->promotions, r.demotions = o->demotions;
     r.evictions = o->evictions, r.routing_events = o->routing;
     r.requests = ptr, r.n_requests = (size_t)o->n_reqs;
+    qe_proc_stats_t p; /* (none when /proc cannot be read: the scheduler keeps the last) */
+    if (!qe_proc_stats(&p))
+      r.process_rss_bytes = p.rss_bytes, r.process_cpu_us = (uint64_t)(p.cpu_seconds * 1e6);
     tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
     env.msg_case = ENV(MEMORY_REPORT), env.memory_report = &r;
     tr_send(w->conn, &env);

@@ -17,7 +17,7 @@ struct smetrics {
   sm_fam_t *pool, *pool_cap, *pool_admit, *pool_res, *tenant, *tenant_quota, *tenant_res;
   sm_fam_t *transitions, *routing, *workers, *refused;
   sm_fam_t *rejected, *resumes, *t_finished, *t_prompt, *t_gen;
-  sm_fam_t *build, *cpu, *rss, *vsize, *start, *fds, *max_fds, *calls;
+  sm_fam_t *build, *cpu, *rss, *vsize, *start, *fds, *max_fds, *calls, *w_rss, *w_cpu;
   double cpu_last; /* process_cpu_seconds_total as last scraped */
 };
 
@@ -144,6 +144,12 @@ static int kv_families(sched_t *s, struct smetrics *m) {
   rc |= fam(s, &m->routing, "qevict_routing_events_total",
             "Routing decisions taken, per worker rank.", SM_COUNTER,
             (const char *const[]){"worker", "rank", NULL});
+  rc |= fam(s, &m->w_rss, "qevict_worker_resident_memory_bytes",
+            "A worker rank's process's resident memory, as of its last report.", SM_GAUGE,
+            (const char *const[]){"worker", "rank", NULL});
+  rc |= fam(s, &m->w_cpu, "qevict_worker_cpu_seconds_total",
+            "User and system CPU time of a worker rank's process (a restarted one starts again).",
+            SM_COUNTER, (const char *const[]){"worker", "rank", NULL});
   return rc;
 }
 
@@ -266,10 +272,11 @@ void sched_export_worker_refused(sched_t *s, const char *reason) {
 
 /* Cumulative worker counters become counter increments (a restarted worker starts at 0); the
  * series exists from a rank's first report, at 0 if nothing happened yet. */
-static void counter_step(sm_fam_t *f, const char *const *v, uint64_t *last, uint64_t now) {
+static void counter_step(sm_fam_t *f, const char *const *v, uint64_t *last, uint64_t now,
+                         double unit) {
   uint64_t d = now >= *last ? now - *last : now;
   *last = now;
-  sm_add(f, v, (double)d);
+  sm_add(f, v, (double)d * unit);
 }
 
 void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
@@ -279,10 +286,12 @@ void sched_export_worker(sched_t *s, const sgroup_t *g, int rank,
   uint64_t *last = ((sgroup_t *)g)->rank[rank].transitions;
   const char *p[4] = {g->name, k, "int2", "full"}, *d[4] = {g->name, k, "full", "int2"},
              *e[4] = {g->name, k, "resident", "evicted"}, *r[2] = {g->name, k};
-  counter_step(s->m->transitions, p, &last[0], m->promotions);
-  counter_step(s->m->transitions, d, &last[1], m->demotions);
-  counter_step(s->m->transitions, e, &last[2], m->evictions);
-  counter_step(s->m->routing, r, &last[3], m->routing_events);
+  counter_step(s->m->transitions, p, &last[0], m->promotions, 1);
+  counter_step(s->m->transitions, d, &last[1], m->demotions, 1);
+  counter_step(s->m->transitions, e, &last[2], m->evictions, 1);
+  counter_step(s->m->routing, r, &last[3], m->routing_events, 1);
+  if (m->process_rss_bytes) /* (0: a worker that could not read /proc) */
+    counter_step(s->m->w_cpu, r, &((sgroup_t *)g)->rank[rank].cpu_us, m->process_cpu_us, 1e-6);
 }
 
 static void set3(sm_fam_t *f, const char *a, const char *b, const char *c, double v) {
@@ -303,6 +312,7 @@ static void group_gauges(struct smetrics *m, const sgroup_t *g) {
     set3(m->pool, g->name, rank, "full", (double)rk->full);
     set3(m->pool, g->name, rank, "int2", (double)rk->int2);
     set3(m->pool, g->name, rank, "other", (double)rk->other);
+    if (rk->rss) set3(m->w_rss, g->name, rank, NULL, (double)rk->rss);
   }
   if (g->ever_up) set3(m->pool_admit, g->name, NULL, NULL, (double)g->pool_bytes);
   set3(m->pool_res, g->name, NULL, NULL, (double)g->reserved);
@@ -311,6 +321,7 @@ static void group_gauges(struct smetrics *m, const sgroup_t *g) {
 static void pool_gauges(sched_t *s) {
   struct smetrics *m = s->m;
   sm_clear(m->pool), sm_clear(m->pool_cap), sm_clear(m->pool_admit), sm_clear(m->pool_res);
+  sm_clear(m->w_rss);
   int up = 0, down = 0, draining = 0, stopping = 0;
   for (sgroup_t *g = s->groups; g; g = g->next) {
     up += g->up && !g->draining && !g->leaving, down += !g->up;

@@ -149,12 +149,13 @@ static void on_open(tr_conn_t *c) {
   const tr_hello_t *h = tr_conn_hello(c);
   srank_t *rk = &g->rank[h->rank];
   /* the same worker back on a new link (a heartbeat timeout, a network blip) reports the same
-     cumulative counters: the last seen stay, or its whole history was counted again */
-  uint64_t seen[4];
+     cumulative counters (and CPU time): the last seen stay, or its whole history was counted
+     again */
+  uint64_t seen[4], cpu_us = rk->cpu_us;
   const int same = !strcmp(rk->name, h->name);
   memcpy(seen, rk->transitions, sizeof seen);
   memset(rk, 0, sizeof *rk);
-  if (same) memcpy(rk->transitions, seen, sizeof seen);
+  if (same) memcpy(rk->transitions, seen, sizeof seen), rk->cpu_us = cpu_us;
   rk->conn = c;
   rk->pool_bytes = h->pool_bytes;
   snprintf(rk->name, sizeof rk->name, "%s", h->name);
@@ -321,6 +322,7 @@ static void on_report(sched_t *s, sgroup_t *g, int rank,
                       const Qevict__Worker__V1__MemoryReport *m) {
   srank_t *rk = &g->rank[rank];
   rk->full = m->full_bytes, rk->int2 = m->int2_bytes, rk->other = m->other_bytes;
+  if (m->process_rss_bytes) rk->rss = m->process_rss_bytes;
   sched_export_worker(s, g, rank, m);
   for (size_t i = 0; i < m->n_requests; i++) {
     sreq_t *r = running_on(s, g, m->requests[i]->request_id);

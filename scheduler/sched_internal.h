@@ -118,6 +118,7 @@ typedef struct {
   tr_conn_t *conn;
   uint64_t pool_bytes, full, int2, other; /* (what it uses: full + int2 + other) */
   uint64_t transitions[4]; /* promotions, demotions, evictions, routing events (last seen) */
+  uint64_t rss, cpu_us;    /* its process's resident memory, and CPU time (last seen) */
   char name[96], device[96];
 } srank_t;
 

@@ -892,6 +892,30 @@ def check_process_metrics(srv):
          "qevict_build_info{version=\"%s\"} 1" % ver)
 
 
+def check_worker_process_metrics(srv, cl):
+    """A worker rank's process memory and CPU time as its reports give them: the resident
+    memory near /proc's, and CPU time that grows while a request runs."""
+    pids = srv.worker_pids("g0")
+    text = srv.metrics_text()
+    rss = serving.series_value(text, "qevict_worker_resident_memory_bytes", worker="g0", rank="0")
+    own = 0
+    if len(pids) == 1:
+        with open("/proc/%d/stat" % pids[0]) as f:
+            own = int(f.read().rsplit(")", 1)[1].split()[21]) * os.sysconf("SC_PAGE_SIZE")
+    C.ok(rss and own and 0.5 * own < rss < 2 * own,
+         "qevict_worker_resident_memory_bytes of g0 (%s) near /proc's %d (pids %s)" % (rss, own,
+                                                                                      pids))
+    def cpu(t):
+        return sum(serving.series_value(t, "qevict_worker_cpu_seconds_total", worker=g,
+                                        rank="0") or 0 for g in ("g0", "g1"))
+    before = cpu(text)
+    finished_of(cl.generate(cl.request(PROMPTS[0], 200)))
+    time.sleep(1.2)  # (two reports)
+    after = cpu(srv.metrics_text())
+    C.ok(before > 0 and after > before,
+         "qevict_worker_cpu_seconds_total grows with a request: %.3f -> %.3f s" % (before, after))
+
+
 def check_grpc_metrics(srv, cl):
     """grpc_server_handled_total (gRPC's Prometheus interceptors' counter): each call adds one
     under the code its client got; a message over --max-message, refused by gRPC itself, none."""
@@ -995,6 +1019,7 @@ def test_metrics(srv, cl):
          'qevict_time_to_first_token_seconds_bucket{le="2560"}' in text,
          "latency histograms reach 7680 s")
     check_process_metrics(srv)
+    check_worker_process_metrics(srv, cl)
     check_grpc_metrics(srv, cl)
     prom = shutil.which("prometheus")
     if not prom:
