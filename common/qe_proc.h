@@ -12,9 +12,16 @@ typedef struct {
   uint64_t vsize_bytes; /* virtual memory */
   uint64_t open_fds;    /* open file descriptors */
   uint64_t max_fds;     /* the soft limit on them (RLIMIT_NOFILE) */
+  uint64_t start_ticks; /* its start, clock ticks after boot: another value, another process */
 } qe_proc_stats_t;
 
-/* Fills *out from /proc/self; QE_EIO naming the file when one cannot be read or parsed. */
+/* The cheap part, /proc/self/stat alone: cpu_seconds, rss_bytes, vsize_bytes and start_ticks
+ * (the other fields 0). QE_EIO when it cannot be read or parsed. */
+int qe_proc_usage(qe_proc_stats_t *out);
+
+/* All of it: also start_time (with /proc/stat's boot time), open_fds (0 when /proc/self/fd
+ * cannot be listed, e.g. at the descriptor limit) and max_fds (0 when unlimited). QE_EIO naming
+ * the file when /proc/self/stat or /proc/stat cannot be read or parsed. */
 int qe_proc_stats(qe_proc_stats_t *out);
 
 #endif

@@ -526,14 +526,13 @@ int wrk_engine_load(wrk_t *w) {
   model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch, 0};
   rc = model_load(c->model, &o, &w->m);
   if (!rc) rc = wrk_cache_create(w->m, c->max_seqs, c->pool_bytes, &w->cache);
-  rc = join_device_comm(w, rc);
   if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
   if (!rc && c->pool_bytes < 2 * w->kv_bytes_per_token) /* (every request refused otherwise) */
     rc = qe_errf(QE_EINVAL,
                  "--pool-bytes %zu cannot hold any request: the smallest, a one-token prompt and "
                  "one new token, takes %llu bytes of KV on this rank",
                  c->pool_bytes, (unsigned long long)(2 * w->kv_bytes_per_token));
-  return rc;
+  return join_device_comm(w, rc); /* (a rank's failure reaches the others) */
 }
 
 void wrk_engine_unload(wrk_t *w) {

@@ -225,8 +225,9 @@ static void send_report(wrk_t *w, const wout_t *o) {
     r.evictions = o->evictions, r.routing_events = o->routing;
     r.requests = ptr, r.n_requests = (size_t)o->n_reqs;
     qe_proc_stats_t p; /* (none when /proc cannot be read: the scheduler keeps the last) */
-    if (!qe_proc_stats(&p))
-      r.process_rss_bytes = p.rss_bytes, r.process_cpu_us = (uint64_t)(p.cpu_seconds * 1e6);
+    if (!qe_proc_usage(&p))
+      r.process_rss_bytes = p.rss_bytes, r.process_cpu_us = (uint64_t)(p.cpu_seconds * 1e6),
+      r.process_start_ticks = p.start_ticks;
     tr_env_t env = QEVICT__WORKER__V1__ENVELOPE__INIT;
     env.msg_case = ENV(MEMORY_REPORT), env.memory_report = &r;
     tr_send(w->conn, &env);

@@ -391,7 +391,7 @@ static void process_gauges(struct smetrics *m) {
   sm_set(m->rss, NULL, (double)p.rss_bytes);
   sm_set(m->vsize, NULL, (double)p.vsize_bytes);
   sm_set(m->start, NULL, p.start_time);
-  sm_set(m->fds, NULL, (double)p.open_fds);
+  if (p.open_fds) sm_set(m->fds, NULL, (double)p.open_fds);
   if (p.max_fds) sm_set(m->max_fds, NULL, (double)p.max_fds);
 }
 

@@ -151,11 +151,12 @@ static void on_open(tr_conn_t *c) {
   /* the same worker back on a new link (a heartbeat timeout, a network blip) reports the same
      cumulative counters (and CPU time): the last seen stay, or its whole history was counted
      again */
-  uint64_t seen[4], cpu_us = rk->cpu_us;
+  uint64_t seen[4], cpu_us = rk->cpu_us, start = rk->start_ticks;
   const int same = !strcmp(rk->name, h->name);
   memcpy(seen, rk->transitions, sizeof seen);
   memset(rk, 0, sizeof *rk);
-  if (same) memcpy(rk->transitions, seen, sizeof seen), rk->cpu_us = cpu_us;
+  if (same) /* (and a new process under the old name, seen at its first report: process_start) */
+    memcpy(rk->transitions, seen, sizeof seen), rk->cpu_us = cpu_us, rk->start_ticks = start;
   rk->conn = c;
   rk->pool_bytes = h->pool_bytes;
   snprintf(rk->name, sizeof rk->name, "%s", h->name);
@@ -318,9 +319,16 @@ static void on_finished(sched_t *s, sgroup_t *g, int rank,
   if (err || all_finished(g, r)) sched_req_finish(s, r, r->fin_reason, r->fin_error, 0);
 }
 
+void sched_rank_process(srank_t *rk, const Qevict__Worker__V1__MemoryReport *m) {
+  if (!m->process_start_ticks || m->process_start_ticks == rk->start_ticks) return;
+  if (rk->start_ticks) memset(rk->transitions, 0, sizeof rk->transitions), rk->cpu_us = 0;
+  rk->start_ticks = m->process_start_ticks;
+}
+
 static void on_report(sched_t *s, sgroup_t *g, int rank,
                       const Qevict__Worker__V1__MemoryReport *m) {
   srank_t *rk = &g->rank[rank];
+  sched_rank_process(rk, m);
   rk->full = m->full_bytes, rk->int2 = m->int2_bytes, rk->other = m->other_bytes;
   if (m->process_rss_bytes) rk->rss = m->process_rss_bytes;
   sched_export_worker(s, g, rank, m);

@@ -73,6 +73,7 @@ struct sgrpc_call {
   unsigned sent : 1;      /* the status batch completed */
   unsigned no_msg : 1;    /* the call came without its request message */
   unsigned aborted : 1;   /* call_abort ended it with INTERNAL */
+  unsigned late : 1;      /* it was cancelled at (or near) its deadline */
 };
 
 struct sgrpc_server {
@@ -148,15 +149,10 @@ static void call_report(sgrpc_call_t *c) {
   sgrpc_server_t *s = c->srv;
   const int through = c->sent && c->closed && !c->cancelled;
   if (!s->h.on_done || !c->live || !c->finished || s->closing || (c->no_msg && !through)) return;
-  /* (a client's deadline passes up to ~0.1 s before the server's copy of it: 0.25 s of slack) */
-  const gpr_timespec slack = gpr_time_from_millis(250, GPR_TIMESPAN);
-  const int late =
-      c->method >= 0 &&
-      gpr_time_cmp(gpr_time_add(gpr_now(c->deadline.clock_type), slack), c->deadline) >= 0;
   s->h.on_done(s->h.ud, c->method,
                c->aborted ? GRPC_STATUS_INTERNAL
                : through  ? c->status
-               : late     ? GRPC_STATUS_DEADLINE_EXCEEDED
+               : c->late  ? GRPC_STATUS_DEADLINE_EXCEEDED
                           : GRPC_STATUS_CANCELLED);
 }
 
@@ -213,7 +209,8 @@ static void call_add_initial_md(sgrpc_call_t *c, grpc_op *ops, size_t *n) {
 static void call_abort(sgrpc_call_t *c, const char *why) {
   qe_log(QE_LOG_WARN, "sched_grpc: call from %s aborted: %s", c->peer ? c->peer : "?", why);
   c->broken = 1;
-  c->aborted = !c->closed; /* (a client already gone was sent nothing) */
+  c->aborted = !c->closed; /* (a client already gone was sent nothing; one whose close is still
+                              queued is counted as Internal, not Canceled: rare) */
   grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, why, NULL);
 }
 
@@ -320,10 +317,18 @@ static void call_on_new(sgrpc_server_t *s, sgrpc_call_t *c, int ok) {
   call_maybe_free(c);
 }
 
+/* Whether c's deadline has passed, or is within 0.25 s (a client's deadline passes up to ~0.1 s
+ * before the server's copy of it). Registered methods only (the others are answered at once). */
+static int call_late(const sgrpc_call_t *c) {
+  const gpr_timespec slack = gpr_time_from_millis(250, GPR_TIMESPAN);
+  return c->method >= 0 &&
+         gpr_time_cmp(gpr_time_add(gpr_now(c->deadline.clock_type), slack), c->deadline) >= 0;
+}
+
 static void call_on_close(sgrpc_server_t *s, sgrpc_call_t *c, int ok) {
   c->ops--;
   c->closed = 1;
-  if (!ok || c->cancelled) c->broken = 1;
+  if (!ok || c->cancelled) c->broken = 1, c->late = call_late(c);
   if (c->broken && c->owned && !c->finished && !c->cancel_cb) {
     c->cancel_cb = 1;
     if (s->h.on_cancel) {

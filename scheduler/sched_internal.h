@@ -119,8 +119,14 @@ typedef struct {
   uint64_t pool_bytes, full, int2, other; /* (what it uses: full + int2 + other) */
   uint64_t transitions[4]; /* promotions, demotions, evictions, routing events (last seen) */
   uint64_t rss, cpu_us;    /* its process's resident memory, and CPU time (last seen) */
+  uint64_t start_ticks;    /* its process's start (/proc): another one, another process */
   char name[96], device[96];
 } srank_t;
+
+/* A rank's report m names its process's start: at the first report of a new process under the
+ * rank's old name (--name, or a container's pid 1 again) the cumulative counters' last values
+ * (transitions, cpu_us) go back to 0, so that its history is counted whole. */
+void sched_rank_process(srank_t *rk, const Qevict__Worker__V1__MemoryReport *m);
 
 struct sgroup {
   char name[64];

@@ -91,6 +91,10 @@ int main(void) {
   CHECK(prctl(PR_SET_NAME, "a) b (c", 0, 0, 0) == 0); /* the name the stat line opens with */
   CHECK_OK(qe_proc_stats(&b));
   CHECK(b.start_time == a.start_time && b.vsize_bytes > 0 && b.rss_bytes > 0);
+  qe_proc_stats_t u; /* the cheap part alone */
+  CHECK_OK(qe_proc_usage(&u));
+  CHECK(u.start_ticks == b.start_ticks && u.start_ticks > 0 && u.rss_bytes > 0 &&
+        u.cpu_seconds >= b.cpu_seconds && u.start_time == 0 && u.open_fds == 0);
   check_fds();
   check_memory();
   check_cpu();

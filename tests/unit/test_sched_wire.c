@@ -2,7 +2,8 @@
  * holds a NUL byte (protobuf-c would hand the scheduler the string cut at it). Encodings packed
  * by protobuf-c, then a byte of one string set to 0: the field's path is named; NUL bytes in
  * other fields (token ids, numbers) are not strings; and random and cut-short encodings are
- * walked without reading past them (ASan in CI). */
+ * walked without reading past them (ASan in CI). And sched_rank_process, a worker rank's
+ * counter baselines across a restart under the same name. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,7 +125,29 @@ static void test_random(void) {
   free(good);
 }
 
+/* sched_rank_process: a rank's counters' last values go back to 0 at a new process's first
+ * report (a restart under the old name), and only then. */
+static void test_rank_process(void) {
+  srank_t rk = {0};
+  Qevict__Worker__V1__MemoryReport m = QEVICT__WORKER__V1__MEMORY_REPORT__INIT;
+  const uint64_t seen[4] = {5, 6, 7, 8};
+  m.process_start_ticks = 1000;
+  memcpy(rk.transitions, seen, sizeof seen), rk.cpu_us = 900; /* kept over a reconnect */
+  sched_rank_process(&rk, &m); /* the first report after it: the start becomes known */
+  CHECK(rk.start_ticks == 1000 && rk.cpu_us == 900 && !memcmp(rk.transitions, seen, sizeof seen));
+  sched_rank_process(&rk, &m); /* the same process */
+  CHECK(rk.cpu_us == 900 && rk.transitions[3] == 8);
+  m.process_start_ticks = 0; /* a worker that could not read /proc: nothing known */
+  sched_rank_process(&rk, &m);
+  CHECK(rk.start_ticks == 1000 && rk.cpu_us == 900);
+  m.process_start_ticks = 2000; /* a new process under the old name */
+  sched_rank_process(&rk, &m);
+  CHECK(rk.start_ticks == 2000 && rk.cpu_us == 0 && rk.transitions[0] == 0 &&
+        rk.transitions[3] == 0);
+}
+
 int main(void) {
+  test_rank_process();
   test_named();
   test_indexed();
   test_utf8_clean();
