@@ -155,7 +155,7 @@ static void on_open(tr_conn_t *c) {
   const int same = !strcmp(rk->name, h->name);
   memcpy(seen, rk->transitions, sizeof seen);
   memset(rk, 0, sizeof *rk);
-  if (same) /* (and a new process under the old name, seen at its first report: process_start) */
+  if (same) /* (a new process under the old name: sched_rank_process, at its first report) */
     memcpy(rk->transitions, seen, sizeof seen), rk->cpu_us = cpu_us, rk->start_ticks = start;
   rk->conn = c;
   rk->pool_bytes = h->pool_bytes;

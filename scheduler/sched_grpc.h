@@ -53,11 +53,12 @@ typedef struct {
    * sgrpc_server_destroy. Required when a method is streaming. */
   void (*on_sent)(void *ud, sgrpc_call_t *call, int ok);
   /* A call ended and is being freed: methods[method] (-1: an unregistered method) and the gRPC
-   * code its client was sent, or, when it ended before its status went out, DEADLINE_EXCEEDED
-   * (its deadline had passed, or was within 0.25 s: the server's copy of a deadline
-   * runs a little behind the client's) or CANCELLED (the client cancelled or went away). Not called
-   * for a call without a request message that gRPC ended itself (one over max_recv_msg: the client
-   * got RESOURCE_EXHAUSTED from gRPC), nor during sgrpc_server_destroy. May be NULL. */
+   * code its client was sent; when it ended before its status went out, DEADLINE_EXCEEDED (its
+   * deadline had passed when it closed, or was within 0.25 s: the server's copy of a deadline
+   * runs a little behind the client's) or CANCELLED (the client cancelled or went away); INTERNAL
+   * when the glue aborted it. Not called for a call without a request message that gRPC ended
+   * itself (one over max_recv_msg: the client got RESOURCE_EXHAUSTED from gRPC), nor during
+   * sgrpc_server_destroy. May be NULL. */
   void (*on_done)(void *ud, int method, int status);
 } sgrpc_handlers_t;
 
