@@ -861,13 +861,9 @@ def check_process_metrics(srv):
         C.ok(False, "one scheduler process under serve: %s" % out)
         return
     pid = int(out[0])
-
-    def stat():
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()
-    st0 = stat()
+    st0 = proc_stat(pid)
     text = srv.metrics_text()
-    st = stat()
+    st = proc_stat(pid)
     with open("/proc/stat") as f:
         btime = [int(l.split()[1]) for l in f if l.startswith("btime ")][0]
     tick = os.sysconf("SC_CLK_TCK")
@@ -900,13 +896,14 @@ def check_process_metrics(srv):
 def check_worker_process_metrics(srv, cl):
     """A worker rank's process memory and CPU time as its reports give them: the resident
     memory near /proc's, and CPU time that grows while a request runs."""
+    def rss_of(t):
+        return serving.series_value(t, "qevict_worker_resident_memory_bytes", worker="g0",
+                                    rank="0")
+    serving.until(lambda: rss_of(srv.metrics_text()) is not None, 10, 0.2)  # (a first report)
     pids = srv.worker_pids("g0")
     text = srv.metrics_text()
-    rss = serving.series_value(text, "qevict_worker_resident_memory_bytes", worker="g0", rank="0")
-    own = 0
-    if len(pids) == 1:
-        with open("/proc/%d/stat" % pids[0]) as f:
-            own = int(f.read().rsplit(")", 1)[1].split()[21]) * os.sysconf("SC_PAGE_SIZE")
+    rss = rss_of(text)
+    own = int(proc_stat(pids[0])[21]) * os.sysconf("SC_PAGE_SIZE") if len(pids) == 1 else 0
     C.ok(rss and own and 0.5 * own < rss < 2 * own,
          "qevict_worker_resident_memory_bytes of g0 (%s) near /proc's %d (pids %s)" % (rss, own,
                                                                                       pids))
@@ -1991,11 +1988,17 @@ def rank_pids(srv, group):
     return ranks
 
 
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name: proc(5)'s field N at index N - 3."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def proc_age(pid):
     """Seconds since process pid started (its /proc/PID/stat start time against /proc/uptime)."""
-    with open("/proc/uptime") as f, open("/proc/%d/stat" % pid) as g:
-        up, start = float(f.read().split()[0]), int(g.read().rsplit(")", 1)[1].split()[19])
-    return up - start / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as f:
+        up = float(f.read().split()[0])
+    return up - int(proc_stat(pid)[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def long_request(cl, n_new, poll):
