@@ -7,7 +7,9 @@
 # of them), from this Debian 12 machine. bench/device_unpack.sh undoes it there.
 # Usage (repo root): bench/device_pack.sh [BUILD_DIR]   (default build-srv-dev: -Dcuda=enabled,
 #   sm_90 alone (-Dgpu_sm=90 -Dgpu_ptx=false),
-#   -Dserving=enabled -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3, built first)
+#   -Dserving=enabled -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3, built first);
+#   PACK_DIR (default carry/pack) and PACK_BINS ("cli/qevict tests/kernels/test_kv_gpu ...",
+#   default all of the above) choose where and what
 #   bench/device_pack.sh --cpu   (the CPU build with OpenBLAS into carry/pack_cpu; see below)
 #   VARIANTS="NAME=FLAGS;..." bench/device_pack.sh --variants   (test_kern_cuda variants; below)
 set -euo pipefail
@@ -85,7 +87,7 @@ if [[ ${1:-} == --variants ]]; then
 fi
 
 BUILD=${1:-build-srv-dev}
-PACK=carry/pack
+PACK=${PACK_DIR:-carry/pack}
 [[ -f "$BUILD/build.ninja" ]] || meson setup "$BUILD" -Dcuda=enabled -Dserving=enabled \
   -Dblas=disabled -Dnative=false -Dc_args=-march=x86-64-v3 >/dev/null
 # sm_90 machine code alone (the device's H100 and H200): a third of the sm_80 + sm_90 + PTX
@@ -95,6 +97,7 @@ drop_stale_cuda "$BUILD"
 BINS=(cli/qevict bench/long_ctx tests/kernels/test_kv_gpu tests/kernels/test_kern_cuda
   tests/kernels/test_kc_quant tests/kernels/test_model_graph tests/kernels/attn_decode
   tests/kernels/attn_block)
+[[ -n ${PACK_BINS:-} ]] && read -r -a BINS <<< "$PACK_BINS"
 ninja -C "$BUILD" "${BINS[@]}" >/dev/null
 rm -rf "$PACK" && mkdir -p "$PACK"
 for b in "${BINS[@]}"; do pack_bin "$BUILD" "$b" "$PACK"; done

@@ -296,3 +296,11 @@ uint64_t wrk_cache_full_bytes_per_token(const wrk_cache_t *c) {
 #endif
   return elems * sizeof(float);
 }
+
+size_t wrk_cache_gpu_arena_bytes(const wrk_cache_t *c) {
+#ifdef QE_HAVE_KV_GPU
+  if (c->gpu && gpu_geom_fits(&c->geom)) return gpu_full_arena(c);
+#endif
+  (void)c;
+  return 0;
+}

@@ -14,6 +14,7 @@
 #ifndef QE_WRK_CACHE_H
 #define QE_WRK_CACHE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kv_tiered.h"
@@ -54,5 +55,9 @@ int wrk_cache_whole_prompt(const wrk_cache_t *c, const wrk_open_arg_t *a);
 /* FullKV bytes of one token on this rank, as its FullKV child stores them: bf16 pages on the
  * GPU (kv_gpu), fp32 otherwise. Pure: reads the geometry only. */
 uint64_t wrk_cache_full_bytes_per_token(const wrk_cache_t *c);
+/* Device bytes of the FullKV child's arena on a GPU rank (kv_gpu: the pool plus each slot's partly
+ * filled window in every layer), which every policy configuration's arena is at least; 0 where
+ * the children live in host memory or kv_gpu does not take the geometry. Pure. */
+size_t wrk_cache_gpu_arena_bytes(const wrk_cache_t *c);
 
 #endif

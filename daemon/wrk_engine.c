@@ -516,6 +516,35 @@ static int join_device_comm(wrk_t *w, int lrc) {
 #endif
 }
 
+/* A GPU rank whose FullKV arena (the smallest any policy configuration takes) cannot fit in the
+ * device memory free after loading the model could serve nothing: it stops at its load, with the
+ * --pool-bytes that would fit. One that fits a single arena but not two is told so (each policy
+ * configuration in use holds its own, wrk_cache.h). */
+static int check_device_room(wrk_t *w) {
+#ifdef QE_HAVE_CUDA
+  size_t arena = wrk_cache_gpu_arena_bytes(w->cache), free_b = 0, total = 0;
+  if (!arena || kern_cuda_mem_info(w->be, &free_b, &total)) return 0;
+  const size_t pool = w->cfg.pool_bytes, slots = arena - pool; /* (the slots' partial windows) */
+  if (arena > free_b) {
+    const size_t fit = free_b > slots ? (free_b - slots) / 10 * 9 : 0; /* (10% working space) */
+    return qe_errf(QE_EINVAL,
+                   "--pool-bytes %zu: its KV arena on %s takes %zu bytes (the pool and %zu for the "
+                   "slots' partly filled windows), over the %zu bytes free after loading the "
+                   "model; at most about %zu fits (or fewer --max-seqs)",
+                   pool, w->device, arena, slots, free_b, fit);
+  }
+  if (arena > free_b / 2)
+    qe_log(QE_LOG_WARN,
+           "wrk: %s: a KV arena takes %zu of the %zu bytes free: one policy configuration "
+           "(FullKV, or one tiered policy and window) can run at a time; a request of a second "
+           "ends with an error while the first has requests",
+           w->device, arena, free_b);
+#else
+  (void)w;
+#endif
+  return 0;
+}
+
 int wrk_engine_load(wrk_t *w) {
   const wrk_config_t *c = &w->cfg;
   int rc = make_backend(w);
@@ -532,6 +561,7 @@ int wrk_engine_load(wrk_t *w) {
                  "--pool-bytes %zu cannot hold any request: the smallest, a one-token prompt and "
                  "one new token, takes %llu bytes of KV on this rank",
                  c->pool_bytes, (unsigned long long)(2 * w->kv_bytes_per_token));
+  if (!rc) rc = check_device_room(w);
   return join_device_comm(w, rc); /* (a rank's failure reaches the others) */
 }
 

@@ -6,13 +6,17 @@
 # tenant's reserved bytes, sampled from /metrics and `qevict requests` while they run, never
 # exceed its quota (and requests did queue behind it); the GPU memory figures are there; the
 # policies the GPU cache cannot run are refused with INVALID_ARGUMENT naming the field, and a
-# snapkv request at windows of 8 runs within its budget. Then the daemon stops. First, on any
+# snapkv request at windows of 8 runs within its budget; a --pool-bytes over the free device memory
+# stops a worker at its load. Then the daemon stops. First, on any
 # machine: bad --device values fail with a clear message. Bash and the qevict binary only (no
 # Python, no curl).
 #
 # usage: tests/kernels/serve_gpu.sh [MODEL.gguf [QEVICT]]
 #   MODEL   a GGUF (default $QE_SMOLLM2, else ~/.cache/qevict/models/SmolLM2-135M-Instruct.Q4_1.gguf
-#           from deploy/fetch-model.sh). On a model whose geometry the GPU kernels do not take
+#           from deploy/fetch-model.sh), or `rand`: a random model that rand_gguf ($RAND_GGUF, else
+#           build/tests/unit/rand_gguf) writes, head_dim 64, 4/2 heads, 2 layers, context 4,096 (what
+#           a device call can carry: SmolLM2's 98 MB are over its 64 MiB; the tokens are
+#           meaningless, every code path is real). On a model whose geometry the GPU kernels do not take
 #           (stories260K: head_dim 8) every tiered request must be refused for it instead
 #           (policy.name), and FullKV runs without decode graphs (kv_full).
 #   QEVICT  the qevict binary (default $QEVICT, else build/cli/qevict)
@@ -31,6 +35,19 @@ N_NEW=256
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
+T=$(mktemp -d /tmp/qevict-serve-gpu-XXXXXX)
+SERVE=0
+# shellcheck disable=SC2317 # (called by the trap)
+cleanup() {
+  if ((SERVE > 0)) && kill -0 "$SERVE" 2>/dev/null; then kill "$SERVE"; wait "$SERVE"; fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+if [[ $MODEL == rand ]]; then
+  MODEL=$T/rand.gguf
+  "${RAND_GGUF:-$ROOT/build/tests/unit/rand_gguf}" "$MODEL" --ctx 4096 --heads 4 --kv 2 \
+    --layers 2 || { echo "serve_gpu: rand_gguf failed" >&2; exit 1; }
+fi
 if [[ ! -r "$MODEL" ]]; then
   [[ $# -ge 1 ]] || { echo "SKIP: no model at $MODEL (deploy/fetch-model.sh, or give one)"; exit 77; }
   echo "serve_gpu: cannot read the model '$MODEL'" >&2
@@ -50,14 +67,6 @@ gpu_count() {
   echo "$n"
 }
 
-T=$(mktemp -d /tmp/qevict-serve-gpu-XXXXXX)
-SERVE=0
-# shellcheck disable=SC2317 # (called by the trap)
-cleanup() {
-  if ((SERVE > 0)) && kill -0 "$SERVE" 2>/dev/null; then kill "$SERVE"; wait "$SERVE"; fi
-  rm -rf "$T"
-}
-trap cleanup EXIT
 
 # Bad --device values (any machine): one clear line and a non-zero exit, nothing started.
 "$Q" worker --model "$MODEL" --device 255 >/dev/null 2>"$T/err"
@@ -94,6 +103,18 @@ if [[ $HD == 64 || $HD == 128 ]] && ((NH % NKV == 0 && NH / NKV <= 8)); then FIT
 # ~0.2 s, so the samples below could miss the request that waits for the quota; its prompt
 # below takes about half its context)
 ((FITS)) || N_NEW=$((CTX * 2 / 5))
+# A --pool-bytes whose KV arena cannot fit the free device memory stops the worker at its load,
+# naming the value that fits (before, it started and every request failed at its open).
+if [[ -z "$CPU" ]] && ((FITS)); then
+  "$Q" worker --model "$MODEL" --device 0 --scheduler "unix:$T/none.sock" --pool-bytes 4096G \
+    >/dev/null 2>"$T/err"
+  rc=$?
+  if [[ $rc -ne 1 ]] || ! grep -q -- '--pool-bytes 4398046511104: its KV arena on cuda:0 takes .* bytes free after loading the model; at most about [0-9]* fits' "$T/err"; then
+    bad "worker --pool-bytes 4096G on a GPU: rc $rc: $(cat "$T/err")"
+  else
+    echo "serve_gpu: $(grep -o -- '--pool-bytes 4398046511104.*' "$T/err")"
+  fi
+fi
 WORDS=$((CTX / 6 < 600 ? CTX / 6 : 600))
 tr -s ' \n' ' ' <"$ROOT/tests/data/towns_2k.txt" | cut -d' ' -f1-"$WORDS" >"$T/prompt.txt"
 echo "serve_gpu: $MODEL (head_dim $HD, $NH/$NKV heads, context $CTX), $WORKERS group(s) of TP $TP" \
