@@ -530,8 +530,8 @@ static int check_device_room(wrk_t *w) {
     return qe_errf(QE_EINVAL,
                    "--pool-bytes %zu: its KV arena on %s takes %zu bytes (the pool and %zu for the "
                    "slots' partly filled windows), over the %zu bytes free after loading the "
-                   "model; at most about %zu fits (or fewer --max-seqs)",
-                   pool, w->device, arena, slots, free_b, fit);
+                   "model; at most about --pool-bytes %zuM fits (or fewer --max-seqs)",
+                   pool, w->device, arena, slots, free_b, fit >> 20);
   }
   if (arena > free_b / 2)
     qe_log(QE_LOG_WARN,

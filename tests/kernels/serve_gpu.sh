@@ -109,7 +109,7 @@ if [[ -z "$CPU" ]] && ((FITS)); then
   "$Q" worker --model "$MODEL" --device 0 --scheduler "unix:$T/none.sock" --pool-bytes 4096G \
     >/dev/null 2>"$T/err"
   rc=$?
-  if [[ $rc -ne 1 ]] || ! grep -q -- '--pool-bytes 4398046511104: its KV arena on cuda:0 takes .* bytes free after loading the model; at most about [0-9]* fits' "$T/err"; then
+  if [[ $rc -ne 1 ]] || ! grep -q -- '--pool-bytes 4398046511104: its KV arena on cuda:0 takes .* bytes free after loading the model; at most about --pool-bytes [0-9]*M fits' "$T/err"; then
     bad "worker --pool-bytes 4096G on a GPU: rc $rc: $(cat "$T/err")"
   else
     echo "serve_gpu: $(grep -o -- '--pool-bytes 4398046511104.*' "$T/err")"
