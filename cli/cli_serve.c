@@ -69,7 +69,11 @@ static const char *worker_help =
     "  --max-seqs N        concurrent sequences (default 64)\n"
     "  --max-batch N       tokens per forward pass (default 4096)\n"
     "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G; suffixes\n"
-    "                      K, M, G: powers of 1024, KB or KiB alike, not a lower-case b)\n"
+    "                      K, M, G: powers of 1024, KB or KiB alike, not a lower-case b), or\n"
+    "                      N%: that share of the memory free once the model is loaded (the\n"
+    "                      GPU's with --device, where it is the whole KV arena; MemAvailable on\n"
+    "                      the CPU). Each policy configuration in use on a GPU holds an arena of\n"
+    "                      its own: about 45% serves FullKV and one tiered policy at once\n"
     "  --shutdown-grace SECONDS   on SIGTERM, SIGINT or SIGHUP the scheduler sends this group\n"
     "                      no new requests and the running ones may finish for this long\n"
     "                      (default 30; 0 none; a second signal stops at once)\n"
@@ -219,6 +223,19 @@ static int label_ok(const char *v, size_t max) {
 }
 
 /* One option of any of the three commands; 1 if not one of them. */
+
+/* --pool-bytes N%: a share of the memory free once the model is loaded (wrk.h's pool_share). */
+static int pool_share(const char *cmd, const char *v, wrk_config_t *w) {
+  char *end = NULL;
+  double p = strtod(v, &end);
+  if (end == v || *end != '%' || end[1] || !(p > 0 && p <= 100))
+    return cli_usage_error(cmd,
+                           "--pool-bytes: '%s': a share of the free memory is N%% with 0 < N <= "
+                           "100",
+                           v);
+  w->pool_share = p / 100, w->pool_bytes = 0;
+  return 0;
+}
 static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
   uint64_t b;
   if (!strcmp(f, "--model")) return o->s.model = o->w.model = v, 0;
@@ -261,7 +278,9 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
                : cli_usage_error(cmd,
                                  "--tp-addr: a path of %zu bytes (a Unix socket's: at most %zu)",
                                  strlen(v), UNIX_PATH_BYTES - 1);
+  if (!strcmp(f, "--pool-bytes") && *v && v[strlen(v) - 1] == '%') return pool_share(cmd, v, &o->w);
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
+    o->w.pool_share = f[2] == 'p' ? 0 : o->w.pool_share;
     if (cli_parse_bytes(v, &b))
       return cli_usage_error(cmd, "bad byte size for %s: '%s'%s", f, v, cli_parse_note());
     if (f[2] == 'm' && b < 4096) /* (1 had refused every call, SetTenant's 11 bytes too) */
@@ -520,7 +539,8 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--threads", a[n++] = fmt("%d", o->w.threads);
   a[n++] = "--max-seqs", a[n++] = fmt("%d", o->w.max_seqs);
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
-  a[n++] = "--pool-bytes", a[n++] = fmt("%zu", o->w.pool_bytes);
+  a[n++] = "--pool-bytes";
+  a[n++] = o->w.pool_share > 0 ? fmt("%g%%", o->w.pool_share * 100) : fmt("%zu", o->w.pool_bytes);
   if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
   if (o->w.step_timeout_s >= 0) a[n++] = "--step-timeout", a[n++] = fmt("%d", o->w.step_timeout_s);
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */

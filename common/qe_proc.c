@@ -58,6 +58,13 @@ static uint64_t count_fds(void) {
   return n ? n - 1 : 0;
 }
 
+int qe_mem_available(uint64_t *bytes) {
+  double kib = 0;
+  int rc = read_key("/proc/meminfo", "MemAvailable:", &kib);
+  *bytes = rc ? 0 : (uint64_t)kib * 1024;
+  return rc;
+}
+
 int qe_proc_stats(qe_proc_stats_t *out) {
   double btime = 0;
   struct rlimit rl;

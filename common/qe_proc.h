@@ -24,4 +24,8 @@ int qe_proc_usage(qe_proc_stats_t *out);
  * the file when /proc/self/stat or /proc/stat cannot be read or parsed. */
 int qe_proc_stats(qe_proc_stats_t *out);
 
+/* The system's MemAvailable (/proc/meminfo: memory that can be given to a new workload without
+ * swapping). QE_EIO when it cannot be read. */
+int qe_mem_available(uint64_t *bytes);
+
 #endif

@@ -19,8 +19,12 @@ typedef struct {
   int max_seqs;          /* concurrent sequences (default 64) */
   int max_batch;         /* tokens per forward pass (default 4096) */
   size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB) */
-  unsigned report_ms;    /* memory report interval (default 500) */
-  unsigned timeout_ms;   /* scheduler silent this long: reconnect (default 5000) */
+  /* > 0: pool_bytes is instead this share (0..1] of the memory free once the model is loaded:
+   * the device's on a GPU (less each slot's partly filled windows: the KV arena is the share),
+   * MemAvailable on the CPU; wrk_run sets pool_bytes to it (`--pool-bytes N%`). */
+  double pool_share;
+  unsigned report_ms;  /* memory report interval (default 500) */
+  unsigned timeout_ms; /* scheduler silent this long: reconnect (default 5000) */
   /* On the first SIGTERM, SIGINT or SIGHUP, rank 0 tells the scheduler it is stopping (no new
    * requests come to its group) and lets its running requests finish for up to this long; a
    * follower waits as long for rank 0 to end the group. A second signal, no scheduler link, or

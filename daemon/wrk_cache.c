@@ -64,6 +64,8 @@ void wrk_cache_destroy(wrk_cache_t *c) {
 
 kv_cache_t *wrk_cache_kv(wrk_cache_t *c) { return c->mux; }
 
+void wrk_cache_set_pool(wrk_cache_t *c, size_t pool_bytes) { c->pool_bytes = pool_bytes; }
+
 /* Arena of a tiered child: every budget this rank can reserve, plus, per slot, one layer of a
  * full-context prompt at Full during prefill routing and partly filled INT2 pages. */
 static size_t child_pool(const wrk_cache_t *c, const kv_cache_t *kv, const kv_policy_cfg_t *cfg) {

@@ -14,6 +14,7 @@
 
 #include "kv_mux.h"
 #include "qe_log.h"
+#include "qe_proc.h"
 #include "qe_status.h"
 #include "wrk_held.h"
 #include "wrk_internal.h"
@@ -516,6 +517,35 @@ static int join_device_comm(wrk_t *w, int lrc) {
 #endif
 }
 
+/* --pool-bytes N%: the pool is that share of the memory free now, the model loaded: the device's
+ * on a GPU (where the share is the whole FullKV arena: the pool and each slot's partly filled
+ * windows), MemAvailable on the CPU. Sets w->cfg.pool_bytes, which the hello and reports carry. */
+static int size_pool(wrk_t *w) {
+  wrk_config_t *c = &w->cfg;
+  if (c->pool_share <= 0) return 0;
+  uint64_t free_b = 0;
+  const size_t slack = wrk_cache_gpu_arena_bytes(w->cache); /* (the pool is 0 so far) */
+  int rc = 0;
+#ifdef QE_HAVE_CUDA
+  size_t dev_free = 0, total = 0;
+  if (c->device >= 0) rc = kern_cuda_mem_info(w->be, &dev_free, &total), free_b = dev_free;
+  if (c->device < 0)
+#endif
+    rc = qe_mem_available(&free_b);
+  if (rc) return rc;
+  const double share = c->pool_share * (double)free_b;
+  if (share <= (double)slack)
+    return qe_errf(QE_EINVAL,
+                   "--pool-bytes %g%%: %.0f of the %llu bytes free on %s after loading the model "
+                   "is not above the %zu that the slots' partly filled windows take",
+                   c->pool_share * 100, share, (unsigned long long)free_b, w->device, slack);
+  c->pool_bytes = (size_t)(share - (double)slack);
+  wrk_cache_set_pool(w->cache, c->pool_bytes);
+  qe_log(QE_LOG_INFO, "wrk: %s: --pool-bytes %g%% of the %llu MiB free: %zu bytes", w->device,
+         c->pool_share * 100, (unsigned long long)(free_b >> 20), c->pool_bytes);
+  return 0;
+}
+
 /* A GPU rank whose FullKV arena (the smallest any policy configuration takes) cannot fit in the
  * device memory free after loading the model could serve nothing: it stops at its load, with the
  * --pool-bytes that would fit. One that fits a single arena but not two is told so (each policy
@@ -554,7 +584,9 @@ int wrk_engine_load(wrk_t *w) {
   if (rc) return rc;
   model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch, 0};
   rc = model_load(c->model, &o, &w->m);
-  if (!rc) rc = wrk_cache_create(w->m, c->max_seqs, c->pool_bytes, &w->cache);
+  if (!rc)
+    rc = wrk_cache_create(w->m, c->max_seqs, c->pool_share > 0 ? 0 : c->pool_bytes, &w->cache);
+  if (!rc) rc = size_pool(w);
   if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
   if (!rc && c->pool_bytes < 2 * w->kv_bytes_per_token) /* (every request refused otherwise) */
     rc = qe_errf(QE_EINVAL,

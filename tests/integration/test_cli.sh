@@ -410,6 +410,31 @@ expect_error "worker --pool-bytes 1" timeout -s KILL 20 "$QEVICT" worker --model
   --scheduler "unix:$TMP/none.sock" --pool-bytes 1
 grep -qF -- "--pool-bytes 1 cannot hold any request: the smallest, a one-token prompt and one new \
 token, takes 2560 bytes of KV on this rank" "$TMP/err" || bad "--pool-bytes 1: $(cat "$TMP/err")"
+# --pool-bytes N%: a share of the memory free once the model is loaded, 0 < N <= 100
+for v in 0% 101% abc% % -5% nan% 1e999%; do
+  expect_usage "worker --pool-bytes '$v'" \
+    "--pool-bytes: '$v': a share of the free memory is N% with 0 < N <= 100" \
+    "$QEVICT" worker --model "$STORIES" --pool-bytes "$v"
+done
+expect_usage "serve --pool-bytes 0%" "--pool-bytes: '0%': a share of the free memory" \
+  "$QEVICT" serve --model "$STORIES" --pool-bytes 0%
+# the worker takes its share of MemAvailable at its load (a tenth: within 10% of this script's
+# reading) and logs it; the last of --pool-bytes 10% and a byte size wins
+mem_avail() { sed -n 's/^MemAvailable: *\([0-9]*\) kB/\1/p' /proc/meminfo; }
+avail=$(mem_avail)
+QEVICT_LOG=info timeout 3 "$QEVICT" worker --model "$STORIES" --scheduler "unix:$TMP/none.sock" \
+  --pool-bytes 1G --pool-bytes 10% >/dev/null 2>"$TMP/err"
+share=$(grep -o -- '--pool-bytes 10% of the [0-9]* MiB free: [0-9]* bytes' "$TMP/err")
+read -r free_mib pool <<<"$(sed 's/.* the \([0-9]*\) MiB free: \([0-9]*\) bytes/\1 \2/' <<<"$share")"
+if [[ -z $share ]] || ((pool < free_mib * 104857 || pool > (free_mib + 1) * 104858)) ||
+  ((free_mib * 1024 < avail * 9 / 10 || free_mib * 1024 > avail * 11 / 10)); then
+  bad "worker --pool-bytes 10%: '$share' (MemAvailable $avail kB): $(head -3 "$TMP/err")"
+else
+  echo "ok worker --pool-bytes 10%: $share" >&2
+fi
+QEVICT_LOG=info timeout 3 "$QEVICT" worker --model "$STORIES" --scheduler "unix:$TMP/none.sock" \
+  --pool-bytes 10% --pool-bytes 1G >/dev/null 2>"$TMP/err"
+grep -q -- '--pool-bytes .*% of the' "$TMP/err" && bad "--pool-bytes 10% then 1G: took a share"
 expect_error "sched --cpu" "$QEVICT" sched --model "$STORIES" --state-dir "$TMP/st" --cpu
 expect_error "serve --bogus at the end" "$QEVICT" serve --model "$STORIES" --bogus
 grep -q "unknown option" "$TMP/err" || bad "serve --bogus: $(cat "$TMP/err")"

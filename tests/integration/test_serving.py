@@ -1521,6 +1521,28 @@ def test_reconnect_counters():
     srv.stop()
 
 
+def mem_available():
+    with open("/proc/meminfo") as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+
+
+def test_pool_share():
+    """`serve --pool-bytes 5%`: each worker's pool is 5% of the memory free once its model is
+    loaded (MemAvailable on the CPU), as the scrape's capacity and the admission pool show."""
+    before = mem_available()
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-share"), workers=1,
+                         extra=["--threads", "1", "--pool-bytes", "5%"]).start()
+    after = mem_available()
+    cap = srv.metric("qevict_pool_capacity_bytes", worker="g0", rank="0")
+    admit = srv.metric("qevict_pool_reservable_bytes", worker="g0")
+    lo, hi = 0.05 * min(before, after) * 0.9, 0.05 * max(before, after) * 1.1
+    C.ok(cap is not None and lo <= cap <= hi and admit is not None
+         and abs(admit - cap) <= cap / 1000,
+         "--pool-bytes 5%%: pool %s bytes (admission %s), MemAvailable %d before the start and "
+         "%d after" % (cap, admit, before, after))
+    srv.stop()
+
+
 def test_max_queued():
     """--max-queued bounds a tenant's accepted, unfinished requests: past it a Submit is
     RESOURCE_EXHAUSTED naming the flag (they had all queued in the scheduler's memory, 4,000
@@ -2381,6 +2403,7 @@ def main():
     test_many_policies()
     test_fair_dispatch()
     test_reconnect_counters()
+    test_pool_share()
     test_max_queued()
     test_quota_lowered()
     test_tenant_recreated()

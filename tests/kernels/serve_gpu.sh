@@ -22,6 +22,7 @@
 #   QEVICT  the qevict binary (default $QEVICT, else build/cli/qevict)
 # Exit: 0 passed, 1 failed, 77 skipped (no GPU visible, a build without CUDA, or no MODEL given and
 # none at the default path).
+# SERVE_GPU_POOL: the workers' --pool-bytes (default 512M; N% takes a share of the free memory).
 # SERVE_GPU_CPU=1 runs the same script on two CPU worker groups (checks the script itself on a
 # machine without a GPU; the GPU-only refusals are skipped). SERVE_GPU_TP=T gives each group T
 # tensor-parallel ranks (GPUs, over NCCL; two groups when 2T GPUs are visible).
@@ -155,6 +156,11 @@ fi
 export QEVICT_SERVER=127.0.0.1:$PORT QEVICT_ADMIN_KEY
 QEVICT_ADMIN_KEY=$(cat "$T/state/admin.key")
 grep -E 'worker .*connected' "$T/serve.log" | sed 's/^/  /'
+if [[ ${SERVE_GPU_POOL:-} == *% ]]; then # (a share of the free memory: each worker logs its pool)
+  grep -o -- "--pool-bytes $SERVE_GPU_POOL of the .*" "$T/serve.log" | sed 's/^/  /'
+  (($(grep -c -- "--pool-bytes $SERVE_GPU_POOL of the [0-9]* MiB free: [0-9]* bytes" \
+    "$T/serve.log") == WORKERS * TP)) || bad "not every worker logged its --pool-bytes $SERVE_GPU_POOL"
+fi
 if [[ -z "$CPU" ]] && ! grep -q 'cuda:' "$T/serve.log"; then bad "no worker registered a cuda device"; fi
 
 "$Q" tenant set gpu-t --quota 4G >"$T/tenant" || { cat "$T/tenant"; exit 1; }
