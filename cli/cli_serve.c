@@ -73,7 +73,7 @@ static const char *worker_help =
     "                      N%: that share of the memory free once the model is loaded (the\n"
     "                      GPU's with --device, where it is the whole KV arena; MemAvailable on\n"
     "                      the CPU). Each policy configuration in use on a GPU holds an arena of\n"
-    "                      its own: about 45% serves FullKV and one tiered policy at once\n"
+    "                      its own: about 40% serves FullKV and one tiered policy at once\n"
     "  --shutdown-grace SECONDS   on SIGTERM, SIGINT or SIGHUP the scheduler sends this group\n"
     "                      no new requests and the running ones may finish for this long\n"
     "                      (default 30; 0 none; a second signal stops at once)\n"
