@@ -299,6 +299,14 @@ uint64_t wrk_cache_full_bytes_per_token(const wrk_cache_t *c) {
   return elems * sizeof(float);
 }
 
+uint32_t wrk_cache_full_page_tokens(const wrk_cache_t *c) {
+#ifdef QE_HAVE_KV_GPU
+  if (c->gpu && gpu_geom_fits(&c->geom)) return KV_GPU_OMEGA;
+#endif
+  (void)c;
+  return 1;
+}
+
 size_t wrk_cache_gpu_arena_bytes(const wrk_cache_t *c) {
 #ifdef QE_HAVE_KV_GPU
   if (c->gpu && gpu_geom_fits(&c->geom)) return gpu_full_arena(c);

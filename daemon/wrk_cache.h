@@ -55,6 +55,9 @@ int wrk_cache_whole_prompt(const wrk_cache_t *c, const wrk_open_arg_t *a);
 /* FullKV bytes of one token on this rank, as its FullKV child stores them: bf16 pages on the
  * GPU (kv_gpu), fp32 otherwise. Pure: reads the geometry only. */
 uint64_t wrk_cache_full_bytes_per_token(const wrk_cache_t *c);
+/* Tokens of the pages a FullKV slot takes whole on this rank: KV_GPU_OMEGA (16) in kv_gpu's bf16
+ * pages, else 1 (token by token). Pure. */
+uint32_t wrk_cache_full_page_tokens(const wrk_cache_t *c);
 /* Sets the pool (see wrk_cache_create) before the first open. */
 void wrk_cache_set_pool(wrk_cache_t *c, size_t pool_bytes);
 /* Device bytes of the FullKV child's arena on a GPU rank (kv_gpu: the pool plus each slot's partly

@@ -588,6 +588,7 @@ int wrk_engine_load(wrk_t *w) {
     rc = wrk_cache_create(w->m, c->max_seqs, c->pool_share > 0 ? 0 : c->pool_bytes, &w->cache);
   if (!rc) rc = size_pool(w);
   if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
+  if (!rc) w->kv_page_tokens = wrk_cache_full_page_tokens(w->cache);
   if (!rc && c->pool_bytes < 2 * w->kv_bytes_per_token) /* (every request refused otherwise) */
     rc = qe_errf(QE_EINVAL,
                  "--pool-bytes %zu cannot hold any request: the smallest, a one-token prompt and "

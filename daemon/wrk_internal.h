@@ -62,6 +62,7 @@ typedef struct wrk {
   char name[96], fingerprint[MODEL_FP_LEN + 1];
   char device[32];             /* "cpu" or "cuda:N" (Hello) */
   uint64_t kv_bytes_per_token; /* FullKV bytes of a token on this rank (Hello) */
+  uint32_t kv_page_tokens;     /* FullKV is held in pages of this many tokens (Hello) */
   uv_loop_t *loop;
   uv_async_t wake;
   uv_timer_t retry;

@@ -158,6 +158,7 @@ static void connect_scheduler(wrk_t *w) {
   h.pool_bytes = w->cfg.pool_bytes, h.device = w->device, h.name = w->name;
   h.context_length = (uint32_t)hp->n_ctx_train, h.max_sequences = (uint32_t)w->cfg.max_seqs;
   h.full_kv_bytes_per_token = w->kv_bytes_per_token; /* fp32, or bf16 in GPU pages */
+  h.full_kv_page_tokens = w->kv_page_tokens;
   tr_options_t opt = {0};
   opt.timeout_ms = w->cfg.timeout_ms;
   opt.hello = &h;

@@ -127,14 +127,16 @@ static void group_up(sched_t *s, sgroup_t *g) {
   int64_t pool = group_pool(s, g);
   int seqs = 1 << 30;
   uint64_t bpt = 0;
-  uint32_t ctx = UINT32_MAX;
+  uint32_t ctx = UINT32_MAX, page = 1;
   for (int k = 0; k < g->tp_size; k++) {
     const tr_hello_t *h = tr_conn_hello(g->rank[k].conn);
     seqs = (int)h->max_sequences < seqs ? (int)h->max_sequences : seqs;
     bpt += h->full_kv_bytes_per_token;
+    page = h->full_kv_page_tokens > page ? h->full_kv_page_tokens : page;
     ctx = h->context_length < ctx ? h->context_length : ctx;
   }
   g->pool_bytes = pool, g->max_seqs = seqs, g->bytes_per_token = bpt, g->context_length = ctx;
+  g->page_tokens = page;
   g->up = 1, g->ever_up = 1, g->reserved = 0, g->n_running = 0, g->leaving = 0;
   qe_log(QE_LOG_INFO, "sched: group %s up (%d ranks, pool %lld bytes, %d sequences)", g->name,
          g->tp_size, (long long)pool, seqs);
@@ -539,9 +541,12 @@ int sched_groups_drained(const sched_t *s) {
   return s->groups != NULL;
 }
 
-uint64_t sched_groups_bytes_per_token(const sched_t *s) {
+uint64_t sched_groups_full_kv_bytes(const sched_t *s, long n) {
   for (const sgroup_t *g = s->groups; g; g = g->next)
-    if (g->ever_up) return g->bytes_per_token;
+    if (g->ever_up) {
+      const uint64_t page = g->page_tokens > 1 ? g->page_tokens : 1;
+      return g->bytes_per_token * (((uint64_t)n + page - 1) / page * page);
+    }
   return 0; /* no group yet: requests are refused as UNAVAILABLE before they get here */
 }
 

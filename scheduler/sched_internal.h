@@ -139,6 +139,7 @@ struct sgroup {
   int max_seqs, n_running;
   uint32_t context_length;
   uint64_t bytes_per_token;
+  uint32_t page_tokens; /* FullKV pages' tokens (the ranks' largest; 1: token by token) */
   sgroup_t *next;
 };
 
@@ -258,7 +259,9 @@ int sched_groups_accepting(const sched_t *s);
 /* 1 when there are groups and every one is draining (up or not): none takes a request again
  * until the scheduler restarts. */
 int sched_groups_drained(const sched_t *s);
-uint64_t sched_groups_bytes_per_token(const sched_t *s);
+/* The FullKV bytes of a sequence of n tokens on the groups (all alike: CPU or GPU): their bytes
+ * per token times n rounded up to whole pages (GPU workers hold FullKV in pages of 16 tokens). */
+uint64_t sched_groups_full_kv_bytes(const sched_t *s, long n);
 void sched_groups_destroy(sched_t *s);
 int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,
                        char ***names);

@@ -344,7 +344,7 @@ static int resolve_ask(sched_t *s, const Qevict__V1__GenerateRequest *g, const k
     bytes = b->bytes, frac = 0, r->ask_bytes = bytes;
   }
   long cap = (long)r->n_prompt + r->max_tokens;
-  r->full_kv_bytes = (int64_t)(sched_groups_bytes_per_token(s) * (uint64_t)cap);
+  r->full_kv_bytes = (int64_t)sched_groups_full_kv_bytes(s, cap);
   if (d->full) return ask_full(b, bytes, r->ask_default ? WHOSE_DEFAULT : "", r, e);
   size_t min, full;
   int tp = s->groups ? s->groups->tp_size : 1;
