@@ -589,11 +589,13 @@ int wrk_engine_load(wrk_t *w) {
   if (!rc) rc = size_pool(w);
   if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
   if (!rc) w->kv_page_tokens = wrk_cache_full_page_tokens(w->cache);
-  if (!rc && c->pool_bytes < 2 * w->kv_bytes_per_token) /* (every request refused otherwise) */
+  /* (the smallest request, 2 tokens, reserves a whole page of them on a GPU) */
+  const uint64_t least = (w->kv_page_tokens > 2 ? w->kv_page_tokens : 2) * w->kv_bytes_per_token;
+  if (!rc && c->pool_bytes < least) /* (every request refused otherwise) */
     rc = qe_errf(QE_EINVAL,
                  "--pool-bytes %zu cannot hold any request: the smallest, a one-token prompt and "
                  "one new token, takes %llu bytes of KV on this rank",
-                 c->pool_bytes, (unsigned long long)(2 * w->kv_bytes_per_token));
+                 c->pool_bytes, (unsigned long long)least);
   if (!rc) rc = check_device_room(w);
   return join_device_comm(w, rc); /* (a rank's failure reaches the others) */
 }
