@@ -8,6 +8,7 @@
  * its slot, and every report_ms a memory report of the slots open here.
  * Any step or collective failure is fatal: the process exits and the scheduler resumes its
  * requests elsewhere (crash-only; nothing half-done is reported as done). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -546,6 +547,22 @@ static int size_pool(wrk_t *w) {
   return 0;
 }
 
+/* The rank's FullKV figures (for the Hello); a pool below the smallest request (a one-token prompt
+ * and one new token: 2 tokens, a whole page of them on a GPU) stops the rank, as every request
+ * would be refused. */
+static int check_least(wrk_t *w) {
+  w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
+  w->kv_page_tokens = wrk_cache_full_page_tokens(w->cache);
+  const uint64_t least = (w->kv_page_tokens > 2 ? w->kv_page_tokens : 2) * w->kv_bytes_per_token;
+  if (w->cfg.pool_bytes >= least) return 0;
+  char share[48] = "";
+  if (w->cfg.pool_share > 0) snprintf(share, sizeof share, " (%g%%)", w->cfg.pool_share * 100);
+  return qe_errf(QE_EINVAL,
+                 "--pool-bytes %zu%s cannot hold any request: the smallest, a one-token prompt "
+                 "and one new token, takes %llu bytes of KV on this rank",
+                 w->cfg.pool_bytes, share, (unsigned long long)least);
+}
+
 /* A GPU rank whose FullKV arena (the smallest any policy configuration takes) cannot fit in the
  * device memory free after loading the model could serve nothing: it stops at its load, with the
  * --pool-bytes that would fit. One that fits a single arena but not two is told so (each policy
@@ -587,15 +604,7 @@ int wrk_engine_load(wrk_t *w) {
   if (!rc)
     rc = wrk_cache_create(w->m, c->max_seqs, c->pool_share > 0 ? 0 : c->pool_bytes, &w->cache);
   if (!rc) rc = size_pool(w);
-  if (!rc) w->kv_bytes_per_token = wrk_cache_full_bytes_per_token(w->cache);
-  if (!rc) w->kv_page_tokens = wrk_cache_full_page_tokens(w->cache);
-  /* (the smallest request, 2 tokens, reserves a whole page of them on a GPU) */
-  const uint64_t least = (w->kv_page_tokens > 2 ? w->kv_page_tokens : 2) * w->kv_bytes_per_token;
-  if (!rc && c->pool_bytes < least) /* (every request refused otherwise) */
-    rc = qe_errf(QE_EINVAL,
-                 "--pool-bytes %zu cannot hold any request: the smallest, a one-token prompt and "
-                 "one new token, takes %llu bytes of KV on this rank",
-                 c->pool_bytes, (unsigned long long)least);
+  if (!rc) rc = check_least(w);
   if (!rc) rc = check_device_room(w);
   return join_device_comm(w, rc); /* (a rank's failure reaches the others) */
 }
