@@ -104,7 +104,9 @@ static const char *serve_help =
     "                              (N + G * T + R) mod the GPU count\n"
     "  --cpu                       CPU workers (the default)\n"
     "  --cpu-weights f32|packed    their weights (default f32; see qevict worker --help)\n"
-    "  --threads N --max-seqs N --max-batch N --pool-bytes B --step-timeout S   per worker rank\n"
+    "  --threads N --max-seqs N --max-batch N --pool-bytes B|N% --step-timeout S   per worker\n"
+    "                              rank (N%: split evenly among the ranks that share a GPU, or\n"
+    "                              among all of them on the CPU; see qevict worker --help)\n"
     "  --max-message BYTES --keep-finished SECONDS --max-queued N --max-resumes N\n"
     "  --ready-file FILE           (see qevict sched --help)\n"
     "  --shutdown-grace SECONDS    on a stop, the accepted requests may finish for this long\n"
@@ -222,13 +224,14 @@ static int label_ok(const char *v, size_t max) {
   return n && n <= max && !v[n];
 }
 
-/* One option of any of the three commands; 1 if not one of them. */
-
-/* --pool-bytes N%: a share of the memory free once the model is loaded (wrk.h's pool_share). */
+/* --pool-bytes N%: a share of the memory free once the model is loaded (wrk.h's pool_share);
+ * N in decimal digits with at most one point, as the byte sizes take them. */
 static int pool_share(const char *cmd, const char *v, wrk_config_t *w) {
   char *end = NULL;
-  double p = strtod(v, &end);
-  if (end == v || *end != '%' || end[1] || !(p > 0 && p <= 100))
+  const size_t digits = strspn(v, "0123456789.");
+  const char *dot = strchr(v, '.');
+  double p = digits && (!dot || !strchr(dot + 1, '.')) ? strtod(v, &end) : 0;
+  if (end != v + digits || *end != '%' || end[1] || !(p > 0 && p <= 100))
     return cli_usage_error(cmd,
                            "--pool-bytes: '%s': a share of the free memory is N%% with 0 < N <= "
                            "100",
@@ -236,6 +239,8 @@ static int pool_share(const char *cmd, const char *v, wrk_config_t *w) {
   w->pool_share = p / 100, w->pool_bytes = 0;
   return 0;
 }
+
+/* One option of any of the three commands; 1 if not one of them. */
 static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const char *v) {
   uint64_t b;
   if (!strcmp(f, "--model")) return o->s.model = o->w.model = v, 0;
@@ -528,6 +533,15 @@ static char **sched_argv(const serve_opts_t *o, const char *state, const char *w
   return a;
 }
 
+/* How many of serve's worker ranks share the busiest device: every rank on the CPU; on GPUs, rank
+ * R of group G runs on GPU (device + G * tp + R) mod n_gpus (worker_argv), so ranks over n_gpus
+ * wrap onto the first ones. A --pool-bytes share is split among them. */
+static int share_split(const serve_opts_t *o) {
+  const int ranks = o->workers * o->w.tp;
+  if (o->w.device < 0 || o->n_gpus <= 0) return ranks;
+  return (ranks + o->n_gpus - 1) / o->n_gpus;
+}
+
 static char **worker_argv(const serve_opts_t *o, const char *state, const char *wsock, int g,
                           int r) {
   char **a = calloc(40, sizeof *a);
@@ -540,7 +554,8 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-seqs", a[n++] = fmt("%d", o->w.max_seqs);
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes";
-  a[n++] = o->w.pool_share > 0 ? fmt("%g%%", o->w.pool_share * 100) : fmt("%zu", o->w.pool_bytes);
+  a[n++] = o->w.pool_share > 0 ? fmt("%.15g%%", o->w.pool_share * 100 / share_split(o))
+                               : fmt("%zu", o->w.pool_bytes);
   if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
   if (o->w.step_timeout_s >= 0) a[n++] = "--step-timeout", a[n++] = fmt("%d", o->w.step_timeout_s);
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */

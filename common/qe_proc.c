@@ -58,10 +58,51 @@ static uint64_t count_fds(void) {
   return n ? n - 1 : 0;
 }
 
+/* The number that a one-line file holds; 0 when it cannot be read or holds none ("max"). */
+static uint64_t read_u64(const char *path) {
+  unsigned long long v = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (fscanf(f, "%llu", &v) != 1) v = 0;
+  fclose(f);
+  return v;
+}
+
+uint64_t qe_cgroup_room(const char *dir, int v1) {
+  char lim[320], use[320];
+  snprintf(lim, sizeof lim, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+  snprintf(use, sizeof use, "%s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+  const uint64_t max = read_u64(lim), cur = read_u64(use);
+  if (!max || max >= (UINT64_C(1) << 62)) return UINT64_MAX;
+  return max > cur ? max - cur : 0;
+}
+
+/* The room this process's memory cgroup leaves: its own directory (from /proc/self/cgroup) and
+ * the namespace's root, v2 and v1 alike; the least of the limits found, UINT64_MAX if none. */
+static uint64_t cgroup_left(void) {
+  char line[256], dir[300];
+  uint64_t room = UINT64_MAX, r;
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  while (f && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    const int v2 = !strncmp(line, "0::", 3), v1 = strstr(line, ":memory:") != NULL;
+    const char *path = v2 ? line + 3 : v1 ? strstr(line, ":memory:") + 8 : NULL;
+    if (!path || !strcmp(path, "/")) continue;
+    snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s", v1 ? "/memory" : "", path);
+    if ((r = qe_cgroup_room(dir, v1)) < room) room = r;
+  }
+  if (f) fclose(f);
+  if ((r = qe_cgroup_room("/sys/fs/cgroup", 0)) < room) room = r;
+  if ((r = qe_cgroup_room("/sys/fs/cgroup/memory", 1)) < room) room = r;
+  return room;
+}
+
 int qe_mem_available(uint64_t *bytes) {
   double kib = 0;
   int rc = read_key("/proc/meminfo", "MemAvailable:", &kib);
   *bytes = rc ? 0 : (uint64_t)kib * 1024;
+  const uint64_t room = rc ? UINT64_MAX : cgroup_left();
+  if (room < *bytes) *bytes = room;
   return rc;
 }
 

@@ -24,8 +24,14 @@ int qe_proc_usage(qe_proc_stats_t *out);
  * the file when /proc/self/stat or /proc/stat cannot be read or parsed. */
 int qe_proc_stats(qe_proc_stats_t *out);
 
-/* The system's MemAvailable (/proc/meminfo: memory that can be given to a new workload without
- * swapping). QE_EIO when it cannot be read. */
+/* The memory free for this process: the system's MemAvailable (/proc/meminfo: what a new
+ * workload can take without swapping), or less when its memory cgroup's limit (v2 memory.max or
+ * v1 memory.limit_in_bytes, its own and the namespace root's) leaves less above the cgroup's
+ * usage. QE_EIO when /proc/meminfo cannot be read. */
 int qe_mem_available(uint64_t *bytes);
+/* What the memory cgroup directory dir's limit leaves: limit less usage (cgroup v2's memory.max
+ * and memory.current, or with v1 memory.limit_in_bytes and memory.usage_in_bytes); UINT64_MAX
+ * without a limit (v2's "max", v1's figure near 2^63) or without the files; 0 at or over it. */
+uint64_t qe_cgroup_room(const char *dir, int v1);
 
 #endif

@@ -559,8 +559,9 @@ static int check_least(wrk_t *w) {
   if (w->cfg.pool_share > 0) snprintf(share, sizeof share, " (%g%%)", w->cfg.pool_share * 100);
   return qe_errf(QE_EINVAL,
                  "--pool-bytes %zu%s cannot hold any request: the smallest, a one-token prompt "
-                 "and one new token, takes %llu bytes of KV on this rank",
-                 w->cfg.pool_bytes, share, (unsigned long long)least);
+                 "and one new token, takes %llu bytes of KV on this rank%s",
+                 w->cfg.pool_bytes, share, (unsigned long long)least,
+                 w->kv_page_tokens > 2 ? " (a whole page of 16 tokens)" : "");
 }
 
 /* A GPU rank whose FullKV arena (the smallest any policy configuration takes) cannot fit in the

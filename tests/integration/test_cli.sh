@@ -418,8 +418,9 @@ for v in 0% 101% abc% % -5% nan% 1e999%; do
 done
 expect_usage "serve --pool-bytes 0%" "--pool-bytes: '0%': a share of the free memory" \
   "$QEVICT" serve --model "$STORIES" --pool-bytes 0%
-# the worker takes its share of MemAvailable at its load (a tenth: within 10% of this script's
-# reading) and logs it; the last of --pool-bytes 10% and a byte size wins
+# the worker takes its share of MemAvailable at its load (a tenth: within 25% of this script's
+# reading, as other tests run beside it) and logs it; the last of --pool-bytes 10% and a byte
+# size wins
 mem_avail() { sed -n 's/^MemAvailable: *\([0-9]*\) kB/\1/p' /proc/meminfo; }
 avail=$(mem_avail)
 QEVICT_LOG=info timeout 3 "$QEVICT" worker --model "$STORIES" --scheduler "unix:$TMP/none.sock" \
@@ -427,7 +428,7 @@ QEVICT_LOG=info timeout 3 "$QEVICT" worker --model "$STORIES" --scheduler "unix:
 share=$(grep -o -- '--pool-bytes 10% of the [0-9]* MiB free: [0-9]* bytes' "$TMP/err")
 read -r free_mib pool <<<"$(sed 's/.* the \([0-9]*\) MiB free: \([0-9]*\) bytes/\1 \2/' <<<"$share")"
 if [[ -z $share ]] || ((pool < free_mib * 104857 || pool > (free_mib + 1) * 104858)) ||
-  ((free_mib * 1024 < avail * 9 / 10 || free_mib * 1024 > avail * 11 / 10)); then
+  ((free_mib * 1024 < avail * 3 / 4 || free_mib * 1024 > avail * 5 / 4)); then
   bad "worker --pool-bytes 10%: '$share' (MemAvailable $avail kB): $(head -3 "$TMP/err")"
 else
   echo "ok worker --pool-bytes 10%: $share" >&2

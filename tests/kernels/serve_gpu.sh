@@ -107,7 +107,7 @@ if [[ $HD == 64 || $HD == 128 ]] && ((NH % NKV == 0 && NH / NKV <= 8)); then FIT
 # A --pool-bytes whose KV arena cannot fit the free device memory stops the worker at its load,
 # naming the value that fits (before, it started and every request failed at its open).
 if [[ -z "$CPU" ]] && ((FITS)); then
-  "$Q" worker --model "$MODEL" --device 0 --scheduler "unix:$T/none.sock" --pool-bytes 4096G \
+  timeout 120 "$Q" worker --model "$MODEL" --device 0 --scheduler "unix:$T/none.sock" --pool-bytes 4096G \
     >/dev/null 2>"$T/err"
   rc=$?
   if [[ $rc -ne 1 ]] || ! grep -q -- '--pool-bytes 4398046511104: its KV arena on cuda:0 takes .* bytes free after loading the model; at most about --pool-bytes [0-9]*M fits' "$T/err"; then

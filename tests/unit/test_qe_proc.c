@@ -1,8 +1,9 @@
 /* test_qe_proc: this process's figures from /proc (common/qe_proc.h) against what the process
  * knows itself: descriptors it opens, memory it touches, CPU time it burns
- * (CLOCK_PROCESS_CPUTIME_ID), its start (a fork's is later), its descriptor limit, and a command
- * name that holds ") (". */
+ * (CLOCK_PROCESS_CPUTIME_ID), its start (a fork's is later), its descriptor limit, a command
+ * name that holds ") (", and the memory left to it (MemAvailable, cgroup limits' files). */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -85,6 +86,51 @@ static void check_start(void) {
   close(fd[0]), close(fd[1]);
 }
 
+/* Writes text to dir/name. */
+static void put(const char *dir, const char *name, const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) fputs(text, f), fclose(f);
+}
+
+/* The memory left: MemAvailable read here within 5% (the two reads are apart in time), unless
+ * a cgroup limit leaves less; the cgroup files as v2 and v1 write them. */
+static void check_available(void) {
+  uint64_t avail = 0, kib = 0;
+  CHECK_OK(qe_mem_available(&avail));
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lu kB", &kib) == 1) break;
+  if (f) fclose(f);
+  CHECK(kib > 0 && avail > 0 && (double)avail <= kib * 1024.0 * 1.05);
+  char dir[] = "/tmp/qe-cgroup-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  CHECK(qe_cgroup_room(dir, 0) == UINT64_MAX); /* no files: no limit */
+  put(dir, "memory.max", "max\n");
+  put(dir, "memory.current", "1000\n");
+  CHECK(qe_cgroup_room(dir, 0) == UINT64_MAX);
+  put(dir, "memory.max", "4096\n");
+  CHECK(qe_cgroup_room(dir, 0) == 3096);
+  put(dir, "memory.current", "5000\n");
+  CHECK(qe_cgroup_room(dir, 0) == 0); /* (over its limit) */
+  put(dir, "memory.limit_in_bytes", "9223372036854771712\n");
+  put(dir, "memory.usage_in_bytes", "1000\n");
+  CHECK(qe_cgroup_room(dir, 1) == UINT64_MAX); /* (v1's "none") */
+  put(dir, "memory.limit_in_bytes", "1048576\n");
+  CHECK(qe_cgroup_room(dir, 1) == 1048576 - 1000);
+  const char *names[] = {"memory.max", "memory.current", "memory.limit_in_bytes",
+                         "memory.usage_in_bytes"};
+  for (int i = 0; i < 4; i++) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+}
+
 int main(void) {
   qe_proc_stats_t a, b;
   CHECK_OK(qe_proc_stats(&a));
@@ -99,5 +145,6 @@ int main(void) {
   check_memory();
   check_cpu();
   check_start();
+  check_available();
   return tu_done("qe_proc");
 }
