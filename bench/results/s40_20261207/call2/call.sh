@@ -9,7 +9,7 @@ O=${OUT:-/tmp/out}/s40c2
 mkdir -p "$O"
 source bench/device_unpack.sh || exit 1
 "$QE_DEV/bin/rand_gguf" "$O/rand.gguf" --ctx 4096 --heads 4 --kv 2 --layers 2
-QEVICT_LOG=info timeout 30 "$QE_DEV/bin/qevict" worker --model "$O/rand.gguf" --device 0 \
+QEVICT_LOG=info timeout 15 "$QE_DEV/bin/qevict" worker --model "$O/rand.gguf" --device 0 \
   --pool-bytes 60% --scheduler "unix:$O/none.sock" >"$O/worker60.log" 2>&1
 grep -E 'pool-bytes|arena' "$O/worker60.log" | head -4
 if grep -q 'one policy configuration (FullKV, or one tiered policy and window) can run at a time' \
