@@ -20,9 +20,9 @@ typedef struct {
   int max_batch;         /* tokens per forward pass (default 4096) */
   size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB) */
   /* > 0: pool_bytes is instead this share (0..1] of the memory free once the model is loaded:
-   * the device's on a GPU (less each slot's partly filled windows: the KV arena is the share),
-   * MemAvailable or a memory cgroup's room on the CPU, qe_mem_available); the worker sets
-   * pool_bytes to it at its load (`--pool-bytes N%`). */
+   * the device's on a GPU (where the share is the whole FullKV arena: the pool plus each slot's
+   * partly filled windows), else qe_mem_available's figure (MemAvailable, or a memory cgroup's
+   * room); the worker sets pool_bytes to it at its load (`--pool-bytes N%`). */
   double pool_share;
   unsigned report_ms;  /* memory report interval (default 500) */
   unsigned timeout_ms; /* scheduler silent this long: reconnect (default 5000) */
