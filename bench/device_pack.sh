@@ -25,7 +25,7 @@ pack_libs() { # BIN OUT
   ldd "$1" | awk '/=> \// {print $3}' | sort -u | while read -r l; do
     case "$(basename "$l")" in
       libc.so* | libm.so* | libpthread.so* | librt.so* | libdl.so* | libstdc++* | libgcc_s* | libz.so*) ;;
-      libcuda* | libcudart* | libcublas* | libnccl*) ;;
+      libcuda* | libcublas* | libnccl*) ;; # (libcuda* takes libcudart too)
       libssl.so* | libcrypto.so*) cp -L "$l" "$T/libssl/" ;;
       *) cp -L "$l" "$T/lib/" ;;
     esac
