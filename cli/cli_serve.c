@@ -286,7 +286,7 @@ static int parse_common(const char *cmd, serve_opts_t *o, const char *f, const c
                                  strlen(v), UNIX_PATH_BYTES - 1);
   if (!strcmp(f, "--pool-bytes") && *v && v[strlen(v) - 1] == '%') return pool_share(cmd, v, &o->w);
   if (!strcmp(f, "--max-message") || !strcmp(f, "--pool-bytes")) {
-    o->w.pool_share = f[2] == 'p' ? 0 : o->w.pool_share;
+    if (f[2] == 'p') o->w.pool_share = 0; /* (a byte size after a share: the last wins) */
     if (cli_parse_bytes(v, &b))
       return cli_usage_error(cmd, "bad byte size for %s: '%s'%s", f, v, cli_parse_note());
     if (f[2] == 'm' && b < 4096) /* (1 had refused every call, SetTenant's 11 bytes too) */

@@ -85,8 +85,9 @@ static uint64_t cgroup_left(void) {
   FILE *f = fopen("/proc/self/cgroup", "r");
   while (f && fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = 0;
-    const int v2 = !strncmp(line, "0::", 3), v1 = strstr(line, ":memory:") != NULL;
-    const char *path = v2 ? line + 3 : v1 ? strstr(line, ":memory:") + 8 : NULL;
+    const char *mem = strstr(line, ":memory:");
+    const int v2 = !strncmp(line, "0::", 3), v1 = mem != NULL;
+    const char *path = v2 ? line + 3 : v1 ? mem + 8 : NULL;
     if (!path || !strcmp(path, "/")) continue;
     snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s", v1 ? "/memory" : "", path);
     if ((r = qe_cgroup_room(dir, v1)) < room) room = r;

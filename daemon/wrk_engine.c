@@ -518,6 +518,19 @@ static int join_device_comm(wrk_t *w, int lrc) {
 #endif
 }
 
+/* The memory free to the rank now: the device's on a GPU, else qe_mem_available's. */
+static int memory_free(const wrk_t *w, uint64_t *free_b) {
+#ifdef QE_HAVE_CUDA
+  size_t dev_free = 0, total = 0;
+  if (w->cfg.device >= 0) {
+    const int rc = kern_cuda_mem_info(w->be, &dev_free, &total);
+    *free_b = dev_free;
+    return rc;
+  }
+#endif
+  return qe_mem_available(free_b);
+}
+
 /* --pool-bytes N%: the pool is that share of the memory free now, the model loaded: the device's
  * on a GPU (where the share is the whole FullKV arena: the pool and each slot's partly filled
  * windows), MemAvailable on the CPU. Sets w->cfg.pool_bytes, which the hello and reports carry. */
@@ -526,13 +539,7 @@ static int size_pool(wrk_t *w) {
   if (c->pool_share <= 0) return 0;
   uint64_t free_b = 0;
   const size_t slack = wrk_cache_gpu_arena_bytes(w->cache); /* (the pool is 0 so far) */
-  int rc = 0;
-#ifdef QE_HAVE_CUDA
-  size_t dev_free = 0, total = 0;
-  if (c->device >= 0) rc = kern_cuda_mem_info(w->be, &dev_free, &total), free_b = dev_free;
-  if (c->device < 0)
-#endif
-    rc = qe_mem_available(&free_b);
+  int rc = memory_free(w, &free_b);
   if (rc) return rc;
   const double share = c->pool_share * (double)free_b;
   if (share <= (double)slack)

@@ -68,7 +68,6 @@ gpu_count() {
   echo "$n"
 }
 
-
 # Bad --device values (any machine): one clear line and a non-zero exit, nothing started.
 "$Q" worker --model "$MODEL" --device 255 >/dev/null 2>"$T/err"
 rc=$?

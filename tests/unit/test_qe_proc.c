@@ -3,6 +3,7 @@
  * (CLOCK_PROCESS_CPUTIME_ID), its start (a fork's is later), its descriptor limit, a command
  * name that holds ") (", and the memory left to it (MemAvailable, cgroup limits' files). */
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,7 @@ static void check_available(void) {
   FILE *f = fopen("/proc/meminfo", "r");
   char line[128];
   while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lu kB", &kib) == 1) break;
+    if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1) break;
   if (f) fclose(f);
   CHECK(kib > 0 && avail > 0 && (double)avail <= kib * 1024.0 * 1.05);
   char dir[] = "/tmp/qe-cgroup-XXXXXX";
