@@ -68,13 +68,14 @@ static const char *worker_help =
     "  --threads N         CPU threads (default: cores / tp)\n"
     "  --max-seqs N        concurrent sequences (default 64)\n"
     "  --max-batch N       tokens per forward pass (default 4096)\n"
-    "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G; suffixes\n"
-    "                      K, M, G: powers of 1024, KB or KiB alike, not a lower-case b), or\n"
-    "                      N%: that share of the memory free once the model is loaded (the\n"
-    "                      GPU's with --device, where it is the whole FullKV arena; on the CPU\n"
-    "                      MemAvailable, or the memory cgroup's room when less). Each policy\n"
-    "                      configuration in use on a GPU holds an arena of its own: about 40%\n"
-    "                      serves FullKV and one tiered policy at once, 80-90% one alone\n"
+    "  --pool-bytes B      KV bytes this rank lets the scheduler reserve (default 4G on the\n"
+    "                      CPU, 40% with --device; suffixes K, M, G: powers of 1024, KB or KiB\n"
+    "                      alike, not a lower-case b), or N%: that share of the memory free\n"
+    "                      once the model is loaded (the GPU's with --device, where it is the\n"
+    "                      whole FullKV arena; on the CPU MemAvailable, or the memory cgroup's\n"
+    "                      room when less). Each policy configuration in use on a GPU holds an\n"
+    "                      arena of its own: about 40% serves FullKV and one tiered policy at\n"
+    "                      once, 80-90% one alone\n"
     "  --shutdown-grace SECONDS   on SIGTERM, SIGINT or SIGHUP the scheduler sends this group\n"
     "                      no new requests and the running ones may finish for this long\n"
     "                      (default 30; 0 none; a second signal stops at once)\n"
@@ -555,8 +556,8 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-seqs", a[n++] = fmt("%d", o->w.max_seqs);
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes";
-  a[n++] = o->w.pool_share > 0 ? fmt("%.15g%%", o->w.pool_share * 100 / share_split(o))
-                               : fmt("%zu", o->w.pool_bytes);
+  const double share = wrk_pool_share(&o->w); /* (on GPUs by default WRK_GPU_POOL_SHARE) */
+  a[n++] = share > 0 ? fmt("%.15g%%", share * 100 / share_split(o)) : fmt("%zu", o->w.pool_bytes);
   if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
   if (o->w.step_timeout_s >= 0) a[n++] = "--step-timeout", a[n++] = fmt("%d", o->w.step_timeout_s);
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */

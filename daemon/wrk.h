@@ -18,11 +18,13 @@ typedef struct {
   int threads;           /* CPU threads (0: cores / tp) */
   int max_seqs;          /* concurrent sequences (default 64) */
   int max_batch;         /* tokens per forward pass (default 4096) */
-  size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB) */
+  size_t pool_bytes;     /* KV bytes this rank may hold reserved (default 4 GiB on the CPU) */
   /* > 0: pool_bytes is instead this share (0..1] of the memory free once the model is loaded:
    * the device's on a GPU (where the share is the whole FullKV arena: the pool plus each slot's
    * partly filled windows), else qe_mem_available's figure (MemAvailable, or a memory cgroup's
-   * room); the worker sets pool_bytes to it at its load (`--pool-bytes N%`). */
+   * room); the worker sets pool_bytes to it at its load (`--pool-bytes N%`). 0: pool_bytes as
+   * given. < 0 (no --pool-bytes given, the default): WRK_GPU_POOL_SHARE on a GPU, else
+   * pool_bytes (wrk_pool_share resolves it). */
   double pool_share;
   unsigned report_ms;  /* memory report interval (default 500) */
   unsigned timeout_ms; /* scheduler silent this long: reconnect (default 5000) */
@@ -55,7 +57,16 @@ typedef struct {
  * restart it (`qevict serve` never takes it for a failure to start). */
 #define WRK_EXIT_RESTART 70
 
+/* A GPU rank's pool when no --pool-bytes is given: this share of the device memory free once
+ * the model is loaded, as its whole FullKV arena. 40% leaves room for a tiered policy's arena
+ * beside it (each configuration in use holds one), the decode graphs and NCCL's buffers; vLLM's
+ * default is 90% of the whole card for its one cache. */
+#define WRK_GPU_POOL_SHARE 0.40
+
 void wrk_config_init(wrk_config_t *c);
+
+/* c's pool share once its device is known (wrk.h's pool_share): > 0 a share, 0 bytes. */
+double wrk_pool_share(const wrk_config_t *c);
 
 /* Runs the worker until SIGINT/SIGTERM/SIGHUP and its shutdown grace (0) or a fatal error: a
  * negative QE_E* with a detail before the engine started (model load, the device, the TP group's

@@ -607,6 +607,7 @@ int wrk_engine_load(wrk_t *w) {
     rc = c->tp > 1 ? tp_comm_create_cpu(c->tp_addr, c->rank, c->tp, 60000, &w->comm)
                    : tp_comm_create_single(&w->comm);
   if (rc) return rc;
+  w->cfg.pool_share = wrk_pool_share(c); /* (the GPU's default share) */
   model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch, 0};
   rc = model_load(c->model, &o, &w->m);
   if (!rc)

@@ -27,10 +27,16 @@ void wrk_config_init(wrk_config_t *c) {
   c->max_seqs = 64;
   c->max_batch = 4096;
   c->pool_bytes = (size_t)4 << 30;
+  c->pool_share = -1;
   c->report_ms = 500;
   c->timeout_ms = 5000;
   c->shutdown_grace_s = 30;
   c->step_timeout_s = -1;
+}
+
+double wrk_pool_share(const wrk_config_t *c) {
+  if (c->pool_share >= 0) return c->pool_share;
+  return c->device >= 0 ? WRK_GPU_POOL_SHARE : 0;
 }
 
 static void connect_scheduler(wrk_t *w);

@@ -22,7 +22,8 @@
 #   QEVICT  the qevict binary (default $QEVICT, else build/cli/qevict)
 # Exit: 0 passed, 1 failed, 77 skipped (no GPU visible, a build without CUDA, or no MODEL given and
 # none at the default path).
-# SERVE_GPU_POOL: the workers' --pool-bytes (default 512M; N% takes a share of the free memory).
+# SERVE_GPU_POOL: the workers' --pool-bytes (default 512M; N% takes a share of the free memory;
+# `default` passes none: 40% of the free device memory each, 4 GiB on CPU groups).
 # SERVE_GPU_CPU=1 runs the same script on two CPU worker groups (checks the script itself on a
 # machine without a GPU; the GPU-only refusals are skipped). SERVE_GPU_TP=T gives each group T
 # tensor-parallel ranks (GPUs, over NCCL; two groups when 2T GPUs are visible).
@@ -114,6 +115,22 @@ if [[ -z "$CPU" ]] && ((FITS)); then
   else
     echo "serve_gpu: $(grep -o -- '--pool-bytes 4398046511104.*' "$T/err")"
   fi
+  # Without --pool-bytes a GPU worker takes WRK_GPU_POOL_SHARE (40%) of the free device memory.
+  QEVICT_LOG=info "$Q" worker --model "$MODEL" --device 0 --scheduler "unix:$T/none.sock" \
+    2>"$T/default.log" &
+  W=$!
+  for _ in $(seq 600); do
+    grep -q -- '--pool-bytes 40% of the [0-9]* MiB free: [0-9]* bytes' "$T/default.log" && break
+    kill -0 "$W" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill "$W" 2>/dev/null
+  wait "$W"
+  if grep -q -- '--pool-bytes 40% of the [0-9]* MiB free: [0-9]* bytes' "$T/default.log"; then
+    echo "serve_gpu: worker, no --pool-bytes: $(grep -o -- '--pool-bytes 40% of.*' "$T/default.log")"
+  else
+    bad "a GPU worker without --pool-bytes did not take 40% of the free memory: $(cat "$T/default.log")"
+  fi
 fi
 WORDS=$((CTX / 6 < 600 ? CTX / 6 : 600))
 tr -s ' \n' ' ' <"$ROOT/tests/data/towns_2k.txt" | cut -d' ' -f1-"$WORDS" >"$T/prompt.txt"
@@ -131,13 +148,15 @@ metrics() {
 }
 metric() { metrics | sed -n "s/^$1 \([0-9.e+]*\)\r*$/\1/p" | head -1; }
 
+POOL=(--pool-bytes "${SERVE_GPU_POOL:-512M}")
+[[ ${SERVE_GPU_POOL:-} == default ]] && POOL=()
 # Starts serve on two random ports; a port in use shows as an exit within the wait.
 start_serve() {
   PORT=$((20000 + RANDOM % 20000)) MPORT=$((PORT + 1))
   rm -f "$T/ready"
   QEVICT_LOG=info "$Q" serve --model "$MODEL" "${DEV[@]}" --workers "$WORKERS" --tp "$TP" --listen "127.0.0.1:$PORT" \
     --metrics-listen "127.0.0.1:$MPORT" --state-dir "$T/state" --ready-file "$T/ready" \
-    --pool-bytes "${SERVE_GPU_POOL:-512M}" --max-seqs 8 2>"$T/serve.log" &
+    "${POOL[@]}" --max-seqs 8 2>"$T/serve.log" &
   SERVE=$!
   for _ in $(seq 1200); do # 120 s: loading, CUDA contexts, NCCL
     kill -0 "$SERVE" 2>/dev/null || return 1
@@ -155,10 +174,12 @@ fi
 export QEVICT_SERVER=127.0.0.1:$PORT QEVICT_ADMIN_KEY
 QEVICT_ADMIN_KEY=$(cat "$T/state/admin.key")
 grep -E 'worker .*connected' "$T/serve.log" | sed 's/^/  /'
-if [[ ${SERVE_GPU_POOL:-} == *% ]]; then # (a share of the free memory: each worker logs its pool)
-  grep -o -- "--pool-bytes $SERVE_GPU_POOL of the .*" "$T/serve.log" | sed 's/^/  /'
-  (($(grep -c -- "--pool-bytes $SERVE_GPU_POOL of the [0-9]* MiB free: [0-9]* bytes" \
-    "$T/serve.log") == WORKERS * TP)) || bad "not every worker logged its --pool-bytes $SERVE_GPU_POOL"
+SHARE=${SERVE_GPU_POOL:-}
+[[ $SHARE == default && -z "$CPU" ]] && SHARE=40% # (each rank has a GPU of its own here)
+if [[ $SHARE == *% ]]; then # (a share of the free memory: each worker logs its pool)
+  grep -o -- "--pool-bytes $SHARE of the .*" "$T/serve.log" | sed 's/^/  /'
+  (($(grep -c -- "--pool-bytes $SHARE of the [0-9]* MiB free: [0-9]* bytes" \
+    "$T/serve.log") == WORKERS * TP)) || bad "not every worker logged its --pool-bytes $SHARE"
 fi
 if [[ -z "$CPU" ]] && ! grep -q 'cuda:' "$T/serve.log"; then bad "no worker registered a cuda device"; fi
 
