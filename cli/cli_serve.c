@@ -544,6 +544,16 @@ static int share_split(const serve_opts_t *o) {
   return (ranks + o->n_gpus - 1) / o->n_gpus;
 }
 
+/* A worker's --pool-bytes N%: in decimal digits and a point, as its parser takes them (%g would
+ * write 5e-05 for a share split below 0.0001%). */
+static char *share_arg(double pct) {
+  char *s = fmt("%.15f%%", pct), *end = s + strlen(s) - 1; /* (end: at the '%') */
+  while (end[-1] == '0') end--;
+  if (end[-1] == '.') end--;
+  end[0] = '%', end[1] = 0;
+  return s;
+}
+
 static char **worker_argv(const serve_opts_t *o, const char *state, const char *wsock, int g,
                           int r) {
   char **a = calloc(40, sizeof *a);
@@ -557,7 +567,7 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes";
   const double share = wrk_pool_share(&o->w); /* (on GPUs by default WRK_GPU_POOL_SHARE) */
-  a[n++] = share > 0 ? fmt("%.15g%%", share * 100 / share_split(o)) : fmt("%zu", o->w.pool_bytes);
+  a[n++] = share > 0 ? share_arg(share * 100 / share_split(o)) : fmt("%zu", o->w.pool_bytes);
   if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
   if (o->w.step_timeout_s >= 0) a[n++] = "--step-timeout", a[n++] = fmt("%d", o->w.step_timeout_s);
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */

@@ -68,13 +68,29 @@ static uint64_t read_u64(const char *path) {
   return v;
 }
 
+/* The number after "key " on a line of a key-value file (memory.stat); 0 without one. */
+static uint64_t read_stat(const char *path, const char *key) {
+  char line[256];
+  unsigned long long v = 0;
+  const size_t n = strlen(key);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ' ' && sscanf(line + n + 1, "%llu", &v) == 1) break;
+  fclose(f);
+  return v;
+}
+
 uint64_t qe_cgroup_room(const char *dir, int v1) {
-  char lim[320], use[320];
+  char lim[320], use[320], stat[320];
   snprintf(lim, sizeof lim, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
   snprintf(use, sizeof use, "%s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+  snprintf(stat, sizeof stat, "%s/memory.stat", dir);
   const uint64_t max = read_u64(lim), cur = read_u64(use);
   if (!max || max >= (UINT64_C(1) << 62)) return UINT64_MAX;
-  return max > cur ? max - cur : 0;
+  const uint64_t cache = read_stat(stat, v1 ? "total_inactive_file" : "inactive_file");
+  const uint64_t held = cur > cache ? cur - cache : 0; /* (the working set, as kubelet counts) */
+  return max > held ? max - held : 0;
 }
 
 /* The room this process's memory cgroup leaves: its own directory (from /proc/self/cgroup) and

@@ -27,11 +27,13 @@ int qe_proc_stats(qe_proc_stats_t *out);
 /* The memory free for this process: the system's MemAvailable (/proc/meminfo: what a new
  * workload can take without swapping), or less when its memory cgroup's limit (v2 memory.max or
  * v1 memory.limit_in_bytes, its own and the namespace root's) leaves less above the cgroup's
- * usage. QE_EIO when /proc/meminfo cannot be read. */
+ * working set (qe_cgroup_room). QE_EIO when /proc/meminfo cannot be read. */
 int qe_mem_available(uint64_t *bytes);
-/* What the memory cgroup directory dir's limit leaves: limit less usage (cgroup v2's memory.max
- * and memory.current, or with v1 memory.limit_in_bytes and memory.usage_in_bytes); UINT64_MAX
- * without a limit (v2's "max", v1's figure near 2^63) or without the files; 0 at or over it. */
+/* What the memory cgroup directory dir's limit leaves: limit less the working set (cgroup v2's
+ * memory.max, memory.current less memory.stat's inactive_file; with v1 memory.limit_in_bytes,
+ * memory.usage_in_bytes less total_inactive_file: page cache the kernel reclaims first, such as
+ * the model file's, as kubelet counts it); UINT64_MAX without a limit (v2's "max", v1's figure
+ * near 2^63) or without the files; 0 at or over it. */
 uint64_t qe_cgroup_room(const char *dir, int v1);
 
 #endif

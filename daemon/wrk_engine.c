@@ -542,15 +542,21 @@ static int size_pool(wrk_t *w) {
   int rc = memory_free(w, &free_b);
   if (rc) return rc;
   const double share = c->pool_share * (double)free_b;
+  const char *dflt = w->pool_default ? " (the default on a GPU: no --pool-bytes given)" : "";
+  if (!free_b)
+    return qe_errf(QE_EINVAL,
+                   "--pool-bytes %g%%%s: no memory is free on %s after loading the model%s",
+                   c->pool_share * 100, dflt, w->device,
+                   c->device < 0 ? " (MemAvailable, or the memory cgroup's room)" : "");
   if (share <= (double)slack)
     return qe_errf(QE_EINVAL,
-                   "--pool-bytes %g%%: %.0f of the %llu bytes free on %s after loading the model "
-                   "is not above the %zu that the slots' partly filled windows take",
-                   c->pool_share * 100, share, (unsigned long long)free_b, w->device, slack);
+                   "--pool-bytes %g%%%s: %.0f of the %llu bytes free on %s after loading the "
+                   "model is not above the %zu that the slots' partly filled windows take",
+                   c->pool_share * 100, dflt, share, (unsigned long long)free_b, w->device, slack);
   c->pool_bytes = (size_t)(share - (double)slack);
   wrk_cache_set_pool(w->cache, c->pool_bytes);
-  qe_log(QE_LOG_INFO, "wrk: %s: --pool-bytes %g%% of the %llu MiB free: %zu bytes", w->device,
-         c->pool_share * 100, (unsigned long long)(free_b >> 20), c->pool_bytes);
+  qe_log(QE_LOG_INFO, "wrk: %s: --pool-bytes %g%% of the %llu MiB free: %zu bytes%s", w->device,
+         c->pool_share * 100, (unsigned long long)(free_b >> 20), c->pool_bytes, dflt);
   return 0;
 }
 
@@ -563,7 +569,9 @@ static int check_least(wrk_t *w) {
   const uint64_t least = (w->kv_page_tokens > 2 ? w->kv_page_tokens : 2) * w->kv_bytes_per_token;
   if (w->cfg.pool_bytes >= least) return 0;
   char share[48] = "";
-  if (w->cfg.pool_share > 0) snprintf(share, sizeof share, " (%g%%)", w->cfg.pool_share * 100);
+  if (w->cfg.pool_share > 0)
+    snprintf(share, sizeof share, " (%s%g%%)", w->pool_default ? "the GPU's default " : "",
+             w->cfg.pool_share * 100);
   return qe_errf(QE_EINVAL,
                  "--pool-bytes %zu%s cannot hold any request: the smallest, a one-token prompt "
                  "and one new token, takes %llu bytes of KV on this rank%s",
@@ -607,6 +615,7 @@ int wrk_engine_load(wrk_t *w) {
     rc = c->tp > 1 ? tp_comm_create_cpu(c->tp_addr, c->rank, c->tp, 60000, &w->comm)
                    : tp_comm_create_single(&w->comm);
   if (rc) return rc;
+  w->pool_default = c->pool_share < 0;
   w->cfg.pool_share = wrk_pool_share(c); /* (the GPU's default share) */
   model_load_opts_t o = {w->be, c->rank, c->tp, c->max_batch, 0};
   rc = model_load(c->model, &o, &w->m);

@@ -63,6 +63,7 @@ typedef struct wrk {
   char device[32];             /* "cpu" or "cuda:N" (Hello) */
   uint64_t kv_bytes_per_token; /* FullKV bytes of a token on this rank (Hello) */
   uint32_t kv_page_tokens;     /* FullKV is held in pages of this many tokens (Hello) */
+  int pool_default;            /* no --pool-bytes given: cfg.pool_share is the GPU's default */
   uv_loop_t *loop;
   uv_async_t wake;
   uv_timer_t retry;

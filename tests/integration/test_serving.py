@@ -1543,6 +1543,17 @@ def test_pool_share():
              "--pool-bytes 10%% over 2 workers: %s's pool %s bytes (admission %s), MemAvailable "
              "%d before the start and %d after" % (g, cap, admit, before, after))
     srv.stop()
+    # (a split under 0.0001%: serve had passed 5e-05%, which the workers refused at their start)
+    before = mem_available()
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-share2"), workers=2,
+                         extra=["--threads", "1", "--pool-bytes", "0.0001%"]).start()
+    after = mem_available()
+    for g in ("g0", "g1"):
+        cap = srv.metric("qevict_pool_capacity_bytes", worker=g, rank="0")
+        C.ok(cap is not None and 5e-7 * min(before, after) * 0.8 <= cap
+             <= 5e-7 * max(before, after) * 1.2,
+             "--pool-bytes 0.0001%% over 2 workers: %s's pool %s bytes" % (g, cap))
+    srv.stop()
 
 
 def test_max_queued():

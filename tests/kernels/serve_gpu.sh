@@ -176,6 +176,9 @@ QEVICT_ADMIN_KEY=$(cat "$T/state/admin.key")
 grep -E 'worker .*connected' "$T/serve.log" | sed 's/^/  /'
 SHARE=${SERVE_GPU_POOL:-}
 [[ $SHARE == default && -z "$CPU" ]] && SHARE=40% # (each rank has a GPU of its own here)
+if [[ -n "$CPU" && $SHARE == *% ]]; then # (on the CPU serve splits N% among all the ranks)
+  SHARE=$(awk -v n="${SHARE%\%}" -v r=$((WORKERS * TP)) 'BEGIN { printf "%g%%", n / r }')
+fi
 if [[ $SHARE == *% ]]; then # (a share of the free memory: each worker logs its pool)
   grep -o -- "--pool-bytes $SHARE of the .*" "$T/serve.log" | sed 's/^/  /'
   (($(grep -c -- "--pool-bytes $SHARE of the [0-9]* MiB free: [0-9]* bytes" \

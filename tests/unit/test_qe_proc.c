@@ -115,16 +115,21 @@ static void check_available(void) {
   CHECK(qe_cgroup_room(dir, 0) == UINT64_MAX);
   put(dir, "memory.max", "4096\n");
   CHECK(qe_cgroup_room(dir, 0) == 3096);
+  put(dir, "memory.stat", "active_file 7\ninactive_file_x 9\ninactive_file 600\n");
+  CHECK(qe_cgroup_room(dir, 0) == 3696); /* (inactive page cache is reclaimed first) */
   put(dir, "memory.current", "5000\n");
   CHECK(qe_cgroup_room(dir, 0) == 0); /* (over its limit) */
+  put(dir, "memory.stat", "inactive_file 5000\n");
+  CHECK(qe_cgroup_room(dir, 0) == 4096);
+  put(dir, "memory.stat", "inactive_file 600\ntotal_inactive_file 24\n");
   put(dir, "memory.limit_in_bytes", "9223372036854771712\n");
   put(dir, "memory.usage_in_bytes", "1000\n");
   CHECK(qe_cgroup_room(dir, 1) == UINT64_MAX); /* (v1's "none") */
   put(dir, "memory.limit_in_bytes", "1048576\n");
-  CHECK(qe_cgroup_room(dir, 1) == 1048576 - 1000);
+  CHECK(qe_cgroup_room(dir, 1) == 1048576 - 1000 + 24);
   const char *names[] = {"memory.max", "memory.current", "memory.limit_in_bytes",
-                         "memory.usage_in_bytes"};
-  for (int i = 0; i < 4; i++) {
+                         "memory.usage_in_bytes", "memory.stat"};
+  for (int i = 0; i < 5; i++) {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     unlink(path);
