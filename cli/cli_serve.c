@@ -535,13 +535,20 @@ static char **sched_argv(const serve_opts_t *o, const char *state, const char *w
   return a;
 }
 
-/* How many of serve's worker ranks share the busiest device: every rank on the CPU; on GPUs, rank
- * R of group G runs on GPU (device + G * tp + R) mod n_gpus (worker_argv), so ranks over n_gpus
- * wrap onto the first ones. A --pool-bytes share is split among them. */
-static int share_split(const serve_opts_t *o) {
-  const int ranks = o->workers * o->w.tp;
-  if (o->w.device < 0 || o->n_gpus <= 0) return ranks;
-  return (ranks + o->n_gpus - 1) / o->n_gpus;
+/* The GPU of rank r of group g: (device + g * tp + r) mod n_gpus (the group's rank 0 gets
+ * --device, the worker adds its rank). */
+static int rank_gpu(const serve_opts_t *o, int g, int r) {
+  return (o->w.device + g * o->w.tp + r) % o->n_gpus;
+}
+
+/* How many of serve's worker ranks share rank r of group g's device: every rank on the CPU; on
+ * GPUs the ranks over n_gpus wrap onto the first ones. A --pool-bytes share is split among them. */
+static int share_split(const serve_opts_t *o, int g, int r) {
+  if (o->w.device < 0 || o->n_gpus <= 0) return o->workers * o->w.tp;
+  int n = 0;
+  for (int gg = 0; gg < o->workers; gg++)
+    for (int rr = 0; rr < o->w.tp; rr++) n += rank_gpu(o, gg, rr) == rank_gpu(o, g, r);
+  return n;
 }
 
 /* A worker's --pool-bytes N%: in decimal digits and a point, as its parser takes them (%g would
@@ -567,11 +574,11 @@ static char **worker_argv(const serve_opts_t *o, const char *state, const char *
   a[n++] = "--max-batch", a[n++] = fmt("%d", o->w.max_batch);
   a[n++] = "--pool-bytes";
   const double share = wrk_pool_share(&o->w); /* (on GPUs by default WRK_GPU_POOL_SHARE) */
-  a[n++] = share > 0 ? share_arg(share * 100 / share_split(o)) : fmt("%zu", o->w.pool_bytes);
+  a[n++] = share > 0 ? share_arg(share * 100 / share_split(o, g, r)) : fmt("%zu", o->w.pool_bytes);
   if (o->w.cpu_weights == KERN_WEIGHT_PACKED) a[n++] = "--cpu-weights", a[n++] = "packed";
   if (o->w.step_timeout_s >= 0) a[n++] = "--step-timeout", a[n++] = fmt("%d", o->w.step_timeout_s);
   if (o->w.device >= 0) /* the group's rank 0; the worker adds its rank */
-    a[n++] = "--device", a[n++] = fmt("%d", (o->w.device + g * o->w.tp) % o->n_gpus);
+    a[n++] = "--device", a[n++] = fmt("%d", rank_gpu(o, g, 0));
   return a;
 }
 
