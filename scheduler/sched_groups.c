@@ -550,6 +550,13 @@ uint64_t sched_groups_full_kv_bytes(const sched_t *s, long n) {
   return 0; /* no group yet: requests are refused as UNAVAILABLE before they get here */
 }
 
+int64_t sched_groups_largest_pool(const sched_t *s) {
+  int64_t most = 0;
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    if (g->ever_up && g->pool_bytes > most) most = g->pool_bytes;
+  return most;
+}
+
 int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,
                        char ***names) {
   size_t n = 0;

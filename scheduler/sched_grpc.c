@@ -631,11 +631,10 @@ int sgrpc_call_metadata(const sgrpc_call_t *c, const char *key, char *buf, size_
     if (GRPC_SLICE_LENGTH(m->key) != klen ||
         strncasecmp((const char *)GRPC_SLICE_START_PTR(m->key), key, klen) != 0)
       continue;
-    size_t vlen = GRPC_SLICE_LENGTH(m->value);
-    if (vlen > n - 1) vlen = n - 1;
+    const size_t len = GRPC_SLICE_LENGTH(m->value), vlen = len > n - 1 ? n - 1 : len;
     memcpy(buf, GRPC_SLICE_START_PTR(m->value), vlen);
     buf[vlen] = '\0';
-    return 0;
+    return vlen < len ? QE_ERANGE : 0;
   }
   return QE_ENOTFOUND;
 }

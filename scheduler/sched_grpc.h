@@ -99,7 +99,8 @@ void sgrpc_server_destroy(sgrpc_server_t *s);
 
 /* Copies the value of request metadata key (e.g. "authorization", matched without regard to
  * case) into buf, NUL-terminated and truncated to n bytes in all. Returns 0 if present,
- * QE_ENOTFOUND if absent, QE_EINVAL if n is 0. */
+ * QE_ERANGE if present and truncated (buf holds its first n - 1 bytes), QE_ENOTFOUND if absent,
+ * QE_EINVAL if n is 0. */
 int sgrpc_call_metadata(const sgrpc_call_t *c, const char *key, char *buf, size_t n);
 
 /* Streaming calls only: sends one message (bytes copied; the first send also carries the

@@ -510,9 +510,22 @@ static int over_queue(sched_t *s, const sreq_t *r, sval_err_t *e) {
   return 1;
 }
 
+/* A budget over every group's pool: admission (over the groups' sum) would hold it for good, as
+ * dispatch needs it whole on one group. */
+static int over_groups(sched_t *s, const sreq_t *r, sval_err_t *e) {
+  const int64_t most = sched_groups_largest_pool(s);
+  if (!most || r->budget <= most) return 0;
+  snprintf(e->msg, sizeof e->msg,
+           "budget: %lld bytes can never fit (a request runs on one worker group; the largest "
+           "group's pool is %lld bytes)",
+           (long long)r->budget, (long long)most);
+  e->status = SVAL_EXHAUSTED;
+  return 1;
+}
+
 static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
   int state = 0;
-  if (over_queue(s, r, e)) return -1;
+  if (over_groups(s, r, e) || over_queue(s, r, e)) return -1;
   if (sidx_room(&s->by_id) || sidx_room(&s->by_cid)) {
     snprintf(e->msg, sizeof e->msg, "out of memory (the request index)");
     e->status = SVAL_INTERNAL;

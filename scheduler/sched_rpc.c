@@ -92,13 +92,14 @@ int sched_rpc_status_of(int rc) {
  * "Bearer <key>" with a key shorter than n) and -1. who: "API" or "admin". */
 static int bearer(sgrpc_call_t *call, char *key, size_t n, const char *who) {
   char v[256];
-  if (sgrpc_call_metadata(call, "authorization", v, sizeof v))
+  const int rc = sgrpc_call_metadata(call, "authorization", v, sizeof v);
+  if (rc == QE_ENOTFOUND)
     return sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
                            "missing %s key (metadata authorization: Bearer <key>)", who),
            -1;
   const char *k = v + 7;
   while (!strncasecmp(v, "Bearer ", 7) && *k == ' ') k++;
-  if (strncasecmp(v, "Bearer ", 7) || strlen(k) >= n)
+  if (rc || strncasecmp(v, "Bearer ", 7) || strlen(k) >= n) /* (rc: over 255 bytes) */
     return sched_rpc_error(call, GRPC_STATUS_UNAUTHENTICATED,
                            "malformed authorization metadata: want 'Bearer <%s key>', a key "
                            "of at most %zu bytes",

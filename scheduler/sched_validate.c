@@ -306,7 +306,8 @@ static int resolve_policy(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   r->wpolicy.name = r->policy_name;
   if (tr_policy_resolve(&r->wpolicy, s->hp.head_dim, d))
     return bad(e, SVAL_INVALID, "%s", qe_errmsg());
-  snprintf(r->policy, sizeof r->policy, "%s", d->name);
+  snprintf(r->policy, sizeof r->policy, "%s%s", d->name, /* (as the CLI's reports name it) */
+           d->cfg.graphkv && !strstr(d->name, "+graphkv") ? "+graphkv" : "");
   if (!d->full && check_regions(p, s->hp.n_ctx_train, e)) return -1;
   int tp = s->groups ? s->groups->tp_size : 1;
   if (gpu_groups(s) && !d->full && check_gpu_policy(s, r, d, tp, e)) return -1;

@@ -27,6 +27,7 @@ import serving  # noqa: E402
 grpc = serving.need_grpc()
 QEVICT = os.path.abspath(sys.argv[1])
 STORIES = serving.stories_path()
+BYTES_PER_TOKEN = 1280  # (stories260K's FullKV on the CPU: K and V, 4 KV heads x 8, 5 layers, fp32)
 
 TMP = serving.tmpdir()
 pb, pbg, hpb, hpbg = serving.load_stubs(TMP)
@@ -129,7 +130,7 @@ def set_tenant(admin, tid, quota, max_req=0):
 
 
 def test_equal_to_cli(cl):
-    for policy, budget in (("qevict", 0.3), ("full", 1.0), ("h2o", 0.4)):
+    for policy, budget in (("qevict", 0.3), ("full", 1.0), ("h2o", 0.4), ("qevict+graphkv", 0.3)):
         want = cli_tokens(PROMPTS[0], 200, policy, budget, seed=7)
         req = cl.request(PROMPTS[0], 200, policy, budget if policy != "full" else None,
                          sampling=pb.Sampling(seed=7), ignore_eos=True)
@@ -141,6 +142,14 @@ def test_equal_to_cli(cl):
         C.ok(f is not None and f.memory.policy == policy and 0 < f.memory.bytes <=
              f.memory.budget_bytes, "Finished carries the memory summary (%s: %s of %s bytes)"
              % ((f.memory.policy, f.memory.bytes, f.memory.budget_bytes) if f else None))
+    # GraphKV asked for by policy.graphkv: named as the CLI names it (the server said "h2o")
+    req = cl.request(PROMPTS[0], 200, "h2o", 0.4, ignore_eos=True)
+    req.policy.graphkv.t = 2
+    ev = cl.generate(req)
+    st, f = [e.started for e in ev if e.HasField("started")], finished_of(ev)
+    C.ok(st and st[0].policy == "h2o+graphkv" and f and f.memory.policy == "h2o+graphkv",
+         "policy.graphkv on h2o: Started.policy %r, memory.policy %r"
+         % (st[0].policy if st else None, f.memory.policy if f else None))
 
 
 def test_sampling_and_stop(cl):
@@ -381,6 +390,12 @@ def test_hardening(srv, admin, cl):
     code, det = code_of(lambda: long_key.generate(long_key.request("hi", 2), timeout=10))
     C.ok(code == grpc.StatusCode.UNAUTHENTICATED and det.startswith("malformed authorization"),
          "a 303-byte bearer token: %s '%s'" % (code, det))
+    # (a valid key after blanks that push the value past 255 bytes, then garbage: the value had
+    # been cut at 255 bytes, the garbage with it, and the call authenticated)
+    padded = Client(srv.addr, " " * 181 + cl.key + "GARBAGE")
+    code, det = code_of(lambda: padded.generate(padded.request("hi", 2), timeout=10))
+    C.ok(code == grpc.StatusCode.UNAUTHENTICATED and det.startswith("malformed authorization"),
+         "a valid key padded past 255 bytes, then garbage: %s '%s'" % (code, det))
     raw_watch = cl.ch.unary_stream("/qevict.v1.Generation/Watch", request_serializer=None,
                                    response_deserializer=None)
     code, det = code_of(lambda: list(raw_watch(b"\x0a\x03a\x00b", metadata=cl.md, timeout=10)))
@@ -1548,11 +1563,27 @@ def test_pool_share():
     srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-share2"), workers=2,
                          extra=["--threads", "1", "--pool-bytes", "0.0001%"]).start()
     after = mem_available()
+    caps = []
     for g in ("g0", "g1"):
         cap = srv.metric("qevict_pool_capacity_bytes", worker=g, rank="0")
+        caps.append(cap or 0)
         C.ok(cap is not None and 5e-7 * min(before, after) * 0.8 <= cap
              <= 5e-7 * max(before, after) * 1.2,
              "--pool-bytes 0.0001%% over 2 workers: %s's pool %s bytes" % (g, cap))
+    # A request over each group's pool but within their sum runs nowhere: refused, where it had
+    # been admitted against the sum and waited for good, holding its tenant's quota.
+    cl = Client(srv.addr, set_tenant(Client(srv.addr, srv.admin_key()), "big", 1 << 30).api_key)
+    n = int(max(caps) * 1.25) // BYTES_PER_TOKEN  # (FullKV: prompt + max_tokens tokens)
+    code, msg = None, ""
+    try:
+        cl.gen.Submit(cl.request("", n - 4, "full", ids=[1] * 4), metadata=cl.md, timeout=10)
+    except grpc.RpcError as e:
+        code, msg = e.code(), e.details()
+    C.ok(n * BYTES_PER_TOKEN < sum(caps) and code == grpc.StatusCode.RESOURCE_EXHAUSTED
+         and "largest group's pool is %d bytes" % max(caps) in msg,
+         "a request of %d tokens over 2 groups of %s bytes: %s %s" % (n, caps, code, msg))
+    small = cl.generate(cl.request("", 2, "full", ids=[1] * 4))
+    C.ok(finished_of(small) is not None, "a request that fits one group still runs")
     srv.stop()
 
 
