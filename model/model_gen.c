@@ -4,6 +4,7 @@
  * rank 0 samples. Opens (with the request's opaque argument bytes), closes, no-ops and the
  * final stop are broadcast headers too; the outcome of an open is agreed by an all-gather so
  * that a slot is open on every rank or on none. gen_run drives the engine to completion. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,9 +319,20 @@ static int finish_reason(const gen_engine_t *e, const gen_slot_t *s, int id) {
   return s->n_out >= s->limit ? GEN_FINISH_LENGTH : GEN_FINISH_NONE;
 }
 
+/* 1 when no token can be drawn from logits x [n]: one is NaN or +inf, or all are -inf (weights
+ * or activations that are not finite). Such a sequence ends with GEN_FINISH_ERROR, where the
+ * sampler would have returned id 0 or the last id, a meaningless token, every step. */
+static int logits_bad(const float *x, int n) {
+  int nan = 0, pinf = 0, any = 0;
+  for (int i = 0; i < n; i++)
+    nan |= x[i] != x[i], pinf |= x[i] == INFINITY, any |= x[i] > -INFINITY;
+  return nan | pinf | !any;
+}
+
 /* Samples a token for each planned row that wanted logits; finished sequences are closed.
  * Every row is sampled even after a failed close, so no sequence is left without its token;
- * the first error is returned. */
+ * the first error is returned. A row whose logits are not finite ends its sequence with
+ * GEN_FINISH_ERROR (the other rows go on; the detail is qe_errmsg's in on_finish). */
 static int sample_rows(gen_engine_t *e) {
   gen_plan_t *p = &e->plan;
   int V = model_hparams(e->m)->n_vocab, row = 0, rc = 0;
@@ -329,10 +341,19 @@ static int sample_rows(gen_engine_t *e) {
     if (!p->want[j]) continue;
     int i = p->seq[j];
     gen_slot_t *s = &e->slots[i];
-    if (!e->use_ids && e->o.on_logits) e->o.on_logits(e->o.ud, i, e->lg + (size_t)row * V, V);
-    int id = e->use_ids ? e->ids[row++]
-                        : be->ops->sample(be, e->lg + (size_t)row++ * V, V, &s->sampler, &s->rng,
-                                          e->scratch);
+    const int r = row++;
+    const float *lg = e->lg + (size_t)r * V;
+    if (!e->use_ids && e->o.on_logits) e->o.on_logits(e->o.ud, i, lg, V);
+    if (!e->use_ids && logits_bad(lg, V)) {
+      qe_errf(QE_ERANGE,
+              "gen: the logits of token %d of sequence %d hold NaN, +inf or only -inf "
+              "(the model's weights or activations are not finite)",
+              s->n_out, i);
+      const int frc = finish_slot(e, i, GEN_FINISH_ERROR, 1);
+      if (!rc) rc = frc;
+      continue;
+    }
+    int id = e->use_ids ? e->ids[r] : be->ops->sample(be, lg, V, &s->sampler, &s->rng, e->scratch);
     int forced = s->n_out < s->n_forced;
     if (forced) {
       s->n_agree += id == s->forced[s->n_out];
@@ -490,6 +511,7 @@ int gen_follow(model_t *m, kv_cache_t *kv, tp_comm_t *c) {
 typedef struct {
   gen_seq_t *seqs;
   const gen_opts_t *o;
+  char err[256]; /* the first sequence that ended with an error in a step that did not fail */
 } gen_run_ctx_t;
 
 static void run_on_token(void *ud, int slot, int index, int id, int forced) {
@@ -508,6 +530,7 @@ static void run_on_logits(void *ud, int slot, const float *logits, int n_vocab) 
 static void run_on_finish(void *ud, int slot, int reason) {
   gen_run_ctx_t *x = ud;
   x->seqs[slot].finish = reason == GEN_FINISH_ERROR ? GEN_FINISH_NONE : reason;
+  if (reason == GEN_FINISH_ERROR && !*x->err) snprintf(x->err, sizeof x->err, "%s", qe_errmsg());
 }
 
 static gen_req_t req_of(const gen_seq_t *s, const gen_opts_t *o, int i) {
@@ -553,7 +576,7 @@ int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n) {
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, const gen_opts_t *o,
             gen_stats_t *stats) {
   gen_engine_t *e = NULL;
-  gen_run_ctx_t x = {seqs, o};
+  gen_run_ctx_t x = {seqs, o, ""};
   gen_engine_opts_t eo = {NULL,
                           run_on_token,
                           run_on_finish,
@@ -569,6 +592,7 @@ int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *c, gen_seq_t *seqs, int n, co
     rc = gen_engine_add(e, i, &r);
   }
   while (!rc && active) rc = gen_engine_step(e, &active);
+  if (!rc && *x.err) rc = qe_errf(QE_ERANGE, "%s", x.err); /* (a sequence's logits) */
   if (e) gen_engine_stats(e, stats);
   stats->n_prompt = stats->n_gen = 0;
   for (int i = 0; i < n; i++) {

@@ -15,7 +15,9 @@ enum {
   GEN_FINISH_LENGTH = 1,    /* n_predict (or the context) reached */
   GEN_FINISH_EOG = 2,       /* an end-of-generation token */
   GEN_FINISH_CANCELLED = 3, /* gen_engine_cancel */
-  GEN_FINISH_ERROR = 4      /* the step it was in failed (the step's error is returned) */
+  GEN_FINISH_ERROR = 4      /* the step it was in failed (the step's error is returned), or its
+                               logits were not finite (NaN, +inf, only -inf: qe_errmsg says so
+                               in on_finish; the step goes on) */
 };
 
 /* Largest open argument (gen_req_t.open_arg) in bytes. */
@@ -186,7 +188,8 @@ int gen_prompt_budget(int cap, const gen_seq_t *seqs, int n);
 /* Rank 0: runs seqs[0..n) to completion in one continuous batch (n <= kv max_seqs; sequence
  * i in slot i; the prompts in passes of at most gen_prompt_budget tokens), then tells followers
  * to stop. QE_EINVAL (with detail) for a prompt that does not fit the model's context or the
- * batch; on any error the followers are released too. Built on the engine. */
+ * batch; QE_ERANGE when a sequence's logits were not finite (it ended there, the others ran on);
+ * on any error the followers are released too. Built on the engine. */
 int gen_run(model_t *m, kv_cache_t *kv, tp_comm_t *comm, gen_seq_t *seqs, int n,
             const gen_opts_t *o, gen_stats_t *st);
 

@@ -67,7 +67,35 @@ def uneven_tp():
     srv.stop()
 
 
+def nan_logits():
+    """A model whose logits are all NaN (rand_gguf --nan 1): each request ends with an error
+    naming the logits, and the worker goes on serving (the samplers had streamed id 0 every
+    step as if it were a token)."""
+    model = os.path.join(TMP, "nan.gguf")
+    subprocess.run([RAND_GGUF, model, "--nan", "1"], check=True)
+    srv = serving.Server(QEVICT, model, os.path.join(TMP, "state-nan"), workers=1).start()
+    ch = grpc.insecure_channel(srv.addr)
+    md = tenant_md(srv, ch, "nan")
+    gen = pbg.GenerationStub(ch)
+    for policy in ("full", "qevict"):
+        req = pb.GenerateRequest(max_tokens=8, ignore_eos=True)
+        req.prompt.token_ids.ids.extend(range(3, 200))
+        req.policy.name = policy
+        if policy != "full":
+            req.budget.fraction = 0.9
+        ev = list(gen.Generate(req, metadata=md, timeout=60))
+        fin = ev[-1].finished if ev and ev[-1].HasField("finished") else None
+        toks = sum(len(e.tokens.ids) for e in ev if e.HasField("tokens"))
+        C.ok(fin is not None and fin.reason == pb.FINISH_REASON_ERROR and toks == 0 and
+             "hold NaN, +inf or only -inf" in fin.error,
+             "%s over NaN logits: no token, an error (%s)" %
+             (policy, str(fin and (fin.reason, fin.error) or ev)))
+    C.ok(srv.metric('qevict_workers', state="up") == 1, "the worker still serves")
+    srv.stop()
+
+
 def main():
+    nan_logits()
     uneven_tp()
     model = os.path.join(TMP, "long.gguf")
     subprocess.run([RAND_GGUF, model, "--ctx", "40000", "--layers", "1"], check=True)

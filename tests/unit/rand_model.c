@@ -2,6 +2,7 @@
  * type with small scales (so activations stay finite); norms are F32 around 1. */
 #include "rand_model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +83,10 @@ static int rm_add(gguf_writer_t *w, const char *name, int type, int64_t ne0, int
   return rc;
 }
 
-static int rm_norm(gguf_writer_t *w, const char *name, int64_t n, uint64_t *s) {
+static int rm_norm(gguf_writer_t *w, const char *name, int64_t n, uint64_t *s, int nan) {
   float *g = malloc(sizeof(float) * n);
   if (!g) return QE_ENOMEM;
-  for (int64_t i = 0; i < n; i++) g[i] = 1.0f + 0.1f * rm_uniform(s);
+  for (int64_t i = 0; i < n; i++) g[i] = nan ? NAN : 1.0f + 0.1f * rm_uniform(s);
   int64_t ne[1] = {n};
   int rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, 1, ne, g, sizeof(float) * n);
   free(g);
@@ -184,7 +185,7 @@ static int rm_layer(gguf_writer_t *w, const rand_model_spec_t *sp, int l, uint64
   int E = RAND_MODEL_EMBD, hd = E / sp->n_head, F = RAND_MODEL_FF, t = sp->wtype;
   char n[96];
 #define RM_NAME(what) (snprintf(n, sizeof n, "blk.%d." what, l), n)
-  int rc = rm_norm(w, RM_NAME("attn_norm.weight"), E, s);
+  int rc = rm_norm(w, RM_NAME("attn_norm.weight"), E, s, 0);
   if (!rc) rc = rm_add(w, RM_NAME("attn_q.weight"), t, E, sp->n_head * hd, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("attn_k.weight"), t, E, sp->n_kv * hd, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("attn_v.weight"), t, E, sp->n_kv * hd, 0.08f, s);
@@ -194,7 +195,7 @@ static int rm_layer(gguf_writer_t *w, const rand_model_spec_t *sp, int l, uint64
     if (!rc) rc = rm_add(w, RM_NAME("attn_k.bias"), GGUF_T_F32, sp->n_kv * hd, 1, 0.1f, s);
     if (!rc) rc = rm_add(w, RM_NAME("attn_v.bias"), GGUF_T_F32, sp->n_kv * hd, 1, 0.1f, s);
   }
-  if (!rc) rc = rm_norm(w, RM_NAME("ffn_norm.weight"), E, s);
+  if (!rc) rc = rm_norm(w, RM_NAME("ffn_norm.weight"), E, s, 0);
   if (!rc) rc = rm_add(w, RM_NAME("ffn_gate.weight"), t, E, F, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("ffn_up.weight"), t, E, F, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("ffn_down.weight"), t, F, E, 0.08f, s);
@@ -207,6 +208,10 @@ int rand_model_write(const rand_model_spec_t *sp, const char *path) {
 }
 
 int rand_model_write_ctx(const rand_model_spec_t *sp, int n_ctx, const char *path) {
+  return rand_model_write_ex(sp, n_ctx, 0, path);
+}
+
+int rand_model_write_ex(const rand_model_spec_t *sp, int n_ctx, int nan, const char *path) {
   gguf_writer_t *w = NULL;
   uint64_t s = sp->seed * 2654435761u + 1;
   int qwen = sp->arch == MODEL_ARCH_QWEN2, V = qwen ? 261 : 267;
@@ -214,7 +219,7 @@ int rand_model_write_ctx(const rand_model_spec_t *sp, int n_ctx, const char *pat
   if (!rc) rc = rm_hparams(w, sp, qwen ? "qwen2" : "llama", n_ctx);
   if (!rc) rc = qwen ? rm_vocab_bpe(w) : rm_vocab_spm(w);
   if (!rc) rc = rm_add(w, "token_embd.weight", sp->wtype, RAND_MODEL_EMBD, V, 0.5f, &s);
-  if (!rc) rc = rm_norm(w, "output_norm.weight", RAND_MODEL_EMBD, &s);
+  if (!rc) rc = rm_norm(w, "output_norm.weight", RAND_MODEL_EMBD, &s, nan);
   if (!rc && !sp->tied) rc = rm_add(w, "output.weight", sp->wtype, RAND_MODEL_EMBD, V, 0.1f, &s);
   for (int l = 0; !rc && l < sp->n_layer; l++) rc = rm_layer(w, sp, l, &s);
   if (!rc) rc = gguf_writer_save(w, path);

@@ -24,5 +24,8 @@ typedef struct {
 int rand_model_write(const rand_model_spec_t *spec, const char *path);
 /* Same with context_length n_ctx (rand_model_write: 256). */
 int rand_model_write_ctx(const rand_model_spec_t *spec, int n_ctx, const char *path);
+/* Same; nan: output_norm.weight all NaN, so every logit is NaN (a model whose weights are not
+ * finite, for the engine's check of its logits). */
+int rand_model_write_ex(const rand_model_spec_t *spec, int n_ctx, int nan, const char *path);
 
 #endif

@@ -632,6 +632,43 @@ static void check_tp_broken(const char *path) {
   tp_comm_destroy(c);
 }
 
+/* A model whose logits are all NaN: every sequence ends with GEN_FINISH_ERROR at its first
+ * token, naming the logits, and the step goes on (a worker's engine keeps serving); gen_run
+ * fails with QE_ERANGE. The samplers had returned id 0 (greedy) every step, and exit 0. */
+static void check_nan_logits(void) {
+  char path[] = "/tmp/qe_test_gen_nan_XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  rand_model_spec_t sp = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 2, 31};
+  CHECK_OK(rand_model_write_ex(&sp, 256, 1, path));
+  tp_comm_t *c = NULL;
+  rig_t r;
+  CHECK_OK(tp_comm_create_single(&c));
+  CHECK_OK(rig_open(&r, path, 0, 1, c, 64));
+  if (r.m) {
+    rec_t rec;
+    gen_engine_t *e = engine(&r, &rec, 0);
+    gen_req_t a = req(p0, 12, 5, greedy, 0), b = req(p1, 20, 5, warm, 3);
+    CHECK_OK(gen_engine_add(e, 0, &a));
+    CHECK_OK(gen_engine_add(e, 1, &b));
+    run_steps(e, &rec, 10);
+    CHECK(rec.n[0] == 0 && rec.n[1] == 0);
+    CHECK(rec.finish[0] == GEN_FINISH_ERROR && rec.finish[1] == GEN_FINISH_ERROR);
+    CHECK(strstr(qe_errmsg(), "hold NaN, +inf or only -inf") != NULL);
+    CHECK(gen_engine_n_active(e) == 0);
+    gen_engine_destroy(e);
+    gen_seq_t q = {.prompt = p0, .n_prompt = 12};
+    gen_opts_t o = {5, greedy, 0, 1, NULL, NULL, NULL};
+    gen_stats_t st;
+    CHECK(gen_run(r.m, r.kv, r.c, &q, 1, &o, &st) == QE_ERANGE && q.n_out == 0);
+    CHECK(strstr(qe_errmsg(), "logits of token 0 of sequence 0") != NULL);
+    free(q.out);
+  }
+  rig_close(&r);
+  tp_comm_destroy(c);
+  unlink(path);
+}
+
 int main(void) {
   char path[] = "/tmp/qe_test_gen_engine_XXXXXX";
   int fd = mkstemp(path);
@@ -658,6 +695,7 @@ int main(void) {
     check_tp(&r, path);
     check_tp_broken(path);
   }
+  check_nan_logits();
   rig_close(&r);
   tp_comm_destroy(c);
   unlink(path);
