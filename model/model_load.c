@@ -59,15 +59,21 @@ static int hp_arch(const gguf_t *g, model_hparams_t *hp, char *arch, size_t cap)
   return 0;
 }
 
+/* RoPE scaling as llama.cpp reads it: the factor from rope.scaling.factor, else the older
+ * rope.scale_linear (absent or 0: none); the type from rope.scaling.type, "linear" when absent
+ * (a factor without a type had been dropped: such a file ran unscaled). */
 static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *hp) {
   char key[128];
-  const char *s;
-  size_t n;
-  float factor = 1.0f; /* 0: no scaling, as in llama.cpp */
+  const char *s = "linear";
+  size_t n = 6;
+  float factor = -1.0f; /* (-1: no rope.scaling.factor) */
   int rc = hp_f32(g, arch, "rope.scaling.factor", HP_NONNEG, &factor);
+  if (!rc && factor < 0)
+    factor = 0.0f, rc = hp_f32(g, arch, "rope.scale_linear", HP_NONNEG, &factor);
   if (rc) return rc;
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-  if (gguf_get_str(g, key, &s, &n)) return 0;
+  if ((rc = gguf_get_str(g, key, &s, &n)) && rc != QE_ENOTFOUND) return rc;
+  if (rc) s = "linear", n = 6;
   if ((n == 4 && !memcmp(s, "none", 4)) || factor == 0.0f) return 0;
   if (!isfinite(1.0f / factor)) /* (a subnormal factor: an infinite frequency scale) */
     return qe_errf(QE_EFORMAT, "model: %s.rope.scaling.factor = %g is too small", arch, factor);

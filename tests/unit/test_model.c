@@ -265,6 +265,11 @@ static void check_bad_float_hparams(void) {
   CHECK(hparams_with(eps, 1e-6f, &hp) == 0 && hp.rms_eps == 1e-6f);
   CHECK(hparams_with(base, 5e5f, &hp) == 0 && hp.rope.theta == 5e5f);
   CHECK(hparams_with(factor, 0.0f, &hp) == 0 && hp.rope.freq_scale == 1.0f);
+  /* a factor without rope.scaling.type is linear, and the older rope.scale_linear is read, as
+   * llama.cpp does (both had been ignored: the model ran unscaled) */
+  CHECK(hparams_with(factor, 4.0f, &hp) == 0 && hp.rope.freq_scale == 0.25f);
+  CHECK(hparams_with("rope.scale_linear", 2.0f, &hp) == 0 && hp.rope.freq_scale == 0.5f);
+  CHECK(hparams_with("rope.scale_linear", NAN, &hp) == QE_EFORMAT);
 }
 
 /* Generation: a prompt longer than the context is refused; sampling is seeded. */
