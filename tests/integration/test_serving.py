@@ -273,6 +273,10 @@ def test_hardening(srv, admin, cl):
          "policy.local: 4096 tokens exceeds"),
         ("graphkv on streaming", policy_req("streaming", 0.3, graphkv_k=2), IA,
          "policy.graphkv: policy streaming has no token scores"),
+        ("streaming+graphkv", policy_req("streaming+graphkv", 0.3), IA,
+         "policy.name: policy streaming has no token scores"),
+        ("kivi+graphkv", policy_req("kivi+graphkv", 0.3), IA,
+         "policy.name: policy kivi has no token scores"),
         ("a fraction on full", cl.request("hi", 8, "full", 0.5), IA,
          "budget.fraction: policy full keeps every token"),
         # 2026-12-05 (twenty-first session): bits on a policy without quantized windows were

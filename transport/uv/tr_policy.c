@@ -83,6 +83,19 @@ static int scorer_of(const char *name, int *out) {
                  name);
 }
 
+/* A name kv_policy_find does not know: NAME+graphkv of a known policy without token scores
+ * (kivi, streaming) says so, as policy.graphkv's refusal does; anything else is unknown. */
+static int unknown_policy(const char *name) {
+  const char *plus = strstr(name, "+graphkv");
+  char base[96];
+  kv_policy_desc_t d;
+  snprintf(base, sizeof base, "%.*s", plus ? (int)(plus - name) : 0, name);
+  if (plus && !plus[8] && !kv_policy_find(base, &d))
+    return qe_errf(QE_EINVAL, "policy.name: policy %s has no token scores for GraphKV to re-score",
+                   base);
+  return qe_errf(QE_EINVAL, "policy.name: unknown policy '%s'", name);
+}
+
 int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out) {
   const char *base = p && p->name && *p->name ? p->name : "full";
   int graphkv = p && p->graphkv && !strstr(base, "+graphkv");
@@ -92,8 +105,7 @@ int tr_policy_resolve(const tr_policy_t *p, int head_dim, kv_policy_desc_t *out)
   if (graphkv && !kv_policy_find(base, out) && kv_policy_find(name, out))
     return qe_errf(QE_EINVAL, /* (a known policy that GraphKV cannot re-score) */
                    "policy.graphkv: policy %s has no token scores for GraphKV to re-score", base);
-  if (kv_policy_find(name, out))
-    return qe_errf(QE_EINVAL, "policy.name: unknown policy '%s'", name);
+  if (kv_policy_find(name, out)) return unknown_policy(name);
   if (!p) return 0;
   const char *over = out->full ? first_override(p) : NULL;
   if (over)
