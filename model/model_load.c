@@ -150,6 +150,13 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
                    hp->n_embd, hp->n_head, hp->n_head_kv);
   hp->head_dim = hp->n_embd / hp->n_head;
   if ((rc = hp_u32(g, arch, "attention.key_length", 0, &hp->head_dim))) return rc;
+  int v_dim = hp->head_dim; /* (values as long as keys: the only layout the kernels take) */
+  if ((rc = hp_u32(g, arch, "attention.value_length", 0, &v_dim))) return rc;
+  if (v_dim != hp->head_dim)
+    return qe_errf(QE_EUNSUPPORTED,
+                   "model: %s.attention.value_length %d differs from the key length %d (not "
+                   "supported)",
+                   arch, v_dim, hp->head_dim);
   hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2;
   hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
   if ((rc = hp_rope(g, arch, hp)) || (rc = check_blocks(g, hp->n_layer))) return rc;

@@ -165,8 +165,10 @@ static void check_fused(const rand_model_spec_t *sp) {
 
 /* A GGUF with metadata only: arch's sizes (embedding_length embd, absent when 0) and, when
  * fkey is given, "<arch>.<fkey>" = fval as f32. */
-static int write_meta_f32(const char *path, const char *arch, uint32_t embd, const char *fkey,
-                          float fval) {
+/* A model's metadata alone: arch, 4 layers and heads, embd (0: absent), and f32 key fkey = fval
+ * and u32 key ukey = uval when not NULL. */
+static int write_meta_kv(const char *path, const char *arch, uint32_t embd, const char *fkey,
+                         float fval, const char *ukey, uint32_t uval) {
   gguf_writer_t *w = NULL;
   const char *toks[3] = {"<unk>", "<s>", "</s>"};
   char k[64];
@@ -185,13 +187,15 @@ static int write_meta_f32(const char *path, const char *arch, uint32_t embd, con
   if (!rc && embd) rc = gguf_writer_add_u32(w, k, embd);
   snprintf(k, sizeof k, "%s.%s", arch, fkey ? fkey : "");
   if (!rc && fkey) rc = gguf_writer_add_f32(w, k, fval);
+  snprintf(k, sizeof k, "%s.%s", arch, ukey ? ukey : "");
+  if (!rc && ukey) rc = gguf_writer_add_u32(w, k, uval);
   if (!rc) rc = gguf_writer_save(w, path);
   gguf_writer_destroy(w);
   return rc;
 }
 
 static int write_meta_only(const char *path, const char *arch, uint32_t embd) {
-  return write_meta_f32(path, arch, embd, NULL, 0);
+  return write_meta_kv(path, arch, embd, NULL, 0, NULL, 0);
 }
 
 static int load_err(const char *path) {
@@ -236,7 +240,7 @@ static int hparams_with(const char *key, float v, model_hparams_t *hp) {
   const char *p = "/tmp/qe_test_hparams.gguf";
   char full[96];
   gguf_t *g = NULL;
-  CHECK_OK(write_meta_f32(p, "llama", 16, key, v));
+  CHECK_OK(write_meta_kv(p, "llama", 16, key, v, NULL, 0));
   CHECK_OK(gguf_open(p, &g));
   qe_errclear();
   int rc = g ? model_read_hparams(g, hp) : QE_EIO;
@@ -270,6 +274,17 @@ static void check_bad_float_hparams(void) {
   CHECK(hparams_with(factor, 4.0f, &hp) == 0 && hp.rope.freq_scale == 0.25f);
   CHECK(hparams_with("rope.scale_linear", 2.0f, &hp) == 0 && hp.rope.freq_scale == 0.5f);
   CHECK(hparams_with("rope.scale_linear", NAN, &hp) == QE_EFORMAT);
+  /* values as long as keys (head_dim 16 / 4 here); another length is refused, naming the key */
+  const char *p = "/tmp/qe_test_hparams_v.gguf";
+  for (uint32_t v = 4; v <= 8; v += 4) {
+    gguf_t *g = NULL;
+    CHECK_OK(write_meta_kv(p, "llama", 16, NULL, 0, "attention.value_length", v));
+    CHECK_OK(gguf_open(p, &g));
+    int rc = g ? model_read_hparams(g, &hp) : QE_EIO;
+    CHECK(v == 4 ? rc == 0 : rc == QE_EUNSUPPORTED && strstr(qe_errmsg(), "value_length 8"));
+    gguf_close(g);
+  }
+  unlink(p);
 }
 
 /* Generation: a prompt longer than the context is refused; sampling is seeded. */
