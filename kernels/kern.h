@@ -197,9 +197,9 @@ typedef struct kern_ops {
   int (*sample)(kern_backend_t *be, const float *logits, int n, const kern_sampler_t *s,
                 uint64_t *rng, void *scratch);
   /* ids[i] = the index of the largest value of row i of x [m][n] (backend memory), the lowest
-   * index on ties (the greedy choice of sample); NaN values are never chosen unless x[i][0] is
-   * NaN (then 0, as a sequential scan gives). ids: host [m]; complete on return. 0 or a negative
-   * QE_E* (QE_EBACKEND on a device fault). */
+   * index on ties (the greedy choice of sample); -1 when the row holds a NaN or +inf, or only
+   * -inf (logits no token can be drawn from: the engine ends that sequence with an error).
+   * ids: host [m]; complete on return. 0 or a negative QE_E* (QE_EBACKEND on a device fault). */
   int (*argmax)(kern_backend_t *be, const float *x, int m, int n, int32_t *ids);
 
   /* Optional, NULL where the backend has none (cpu): steps recorded once and replayed

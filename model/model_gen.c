@@ -344,7 +344,7 @@ static int sample_rows(gen_engine_t *e) {
     const int r = row++;
     const float *lg = e->lg + (size_t)r * V;
     if (!e->use_ids && e->o.on_logits) e->o.on_logits(e->o.ud, i, lg, V);
-    if (!e->use_ids && logits_bad(lg, V)) {
+    if (e->use_ids ? e->ids[r] < 0 : logits_bad(lg, V)) { /* (the device's argmax: -1) */
       qe_errf(QE_ERANGE,
               "gen: the logits of token %d of sequence %d hold NaN, +inf or only -inf "
               "(the model's weights or activations are not finite)",

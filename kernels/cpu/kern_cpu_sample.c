@@ -74,8 +74,16 @@ int kern_cpu_sample(kern_backend_t *be, const float *logits, int n, const kern_s
   return idx[m - 1];
 }
 
+/* argmax, or -1 for a row holding a NaN or +inf, or only -inf (kern.h). */
+static int argmax_checked(const float *x, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) bad |= x[i] != x[i] || x[i] == INFINITY;
+  const int best = argmax(x, n);
+  return bad || x[best] == -INFINITY ? -1 : best;
+}
+
 int kern_cpu_argmax(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {
   (void)be;
-  for (int i = 0; i < m; i++) ids[i] = argmax(x + (size_t)i * n, n);
+  for (int i = 0; i < m; i++) ids[i] = argmax_checked(x + (size_t)i * n, n);
   return 0;
 }

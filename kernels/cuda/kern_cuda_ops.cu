@@ -625,14 +625,22 @@ __device__ __forceinline__ void kcu_amax_merge(float *v, int *i, float ov, int o
   if (ov > *v || (ov == *v && oi < *i) || (*v != *v && ov == ov)) *v = ov, *i = oi;
 }
 
-/* One block per row. Row element 0 NaN gives 0 (a sequential scan never moves off it). */
+/* One block per row. A row holding a NaN or +inf, or only -inf, gives -1 (kern.h). */
 __global__ void kcu_argmax_k(const float *x, int n, int32_t *ids) {
   __shared__ float sv[32];
   __shared__ int si[32];
+  __shared__ int bad;
   const float *r = x + (size_t)blockIdx.x * n;
   float v = -INFINITY;
-  int idx = 0x7fffffff;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) kcu_amax_merge(&v, &idx, r[j], j);
+  int idx = 0x7fffffff, nonfinite = 0;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float e = r[j];
+    nonfinite |= e != e || e == INFINITY;
+    kcu_amax_merge(&v, &idx, e, j);
+  }
+  if (__any_sync(0xffffffffu, nonfinite) && (threadIdx.x & 31) == 0) atomicOr(&bad, 1);
   for (int o = 16; o; o >>= 1)
     kcu_amax_merge(&v, &idx, __shfl_xor_sync(0xffffffffu, v, o),
                    __shfl_xor_sync(0xffffffffu, idx, o));
@@ -645,7 +653,7 @@ __global__ void kcu_argmax_k(const float *x, int n, int32_t *ids) {
   for (int o = 16; o; o >>= 1)
     kcu_amax_merge(&v, &idx, __shfl_xor_sync(0xffffffffu, v, o),
                    __shfl_xor_sync(0xffffffffu, idx, o));
-  if (lane == 0) ids[blockIdx.x] = (r[0] != r[0] || idx == 0x7fffffff) ? 0 : idx;
+  if (lane == 0) ids[blockIdx.x] = bad || idx == 0x7fffffff || v == -INFINITY ? -1 : idx;
 }
 
 int kcu_argmax_dev(kern_backend_t *be, const float *x, int m, int n, int32_t *ids) {

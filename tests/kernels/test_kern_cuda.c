@@ -666,14 +666,17 @@ static void check_attention_chunks(void) {
 /* ---- sampling ------------------------------------------------------------------------------- */
 
 /* The device argmax against the CPU backend's on fresh random rows (continuous values), plus
- * rows of ties, NaN in column 0, NaN elsewhere, and all-equal values. */
+ * rows of ties, NaN in column 0, NaN elsewhere, all-equal values, +inf, and only -inf (the
+ * last four: -1 on both, and checked to be). */
 static void check_argmax(int rows, int n) {
   float *h = randv((size_t)rows * n, 4.0f);
-  if (rows >= 4 && n >= 8) {
+  const int special = rows >= 6 && n >= 8;
+  if (special) {
     h[0 * n + 3] = h[0 * n + n - 1] = 50.0f;  /* tie: the lower index */
-    h[1 * n + 0] = NAN;                       /* NaN first: 0 */
-    h[2 * n + 5] = NAN, h[2 * n + 1] = 60.0f; /* NaN later: ignored */
-    for (int j = 0; j < n; j++) h[3 * n + j] = 2.0f;
+    h[1 * n + 0] = NAN;                       /* NaN first: -1 */
+    h[2 * n + 5] = NAN, h[2 * n + 1] = 60.0f; /* NaN later: -1 */
+    for (int j = 0; j < n; j++) h[3 * n + j] = 2.0f, h[5 * n + j] = -INFINITY;
+    h[4 * n + n - 2] = INFINITY; /* +inf: -1 */
   }
   float *d = bput(g_gpu, h, sizeof(float) * (size_t)rows * n);
   int32_t *gi = malloc(sizeof(int32_t) * rows), *ci = malloc(sizeof(int32_t) * rows);
@@ -682,6 +685,8 @@ static void check_argmax(int rows, int n) {
   int same = 1;
   for (int i = 0; i < rows; i++) same &= gi[i] == ci[i];
   CHECK(same);
+  CHECK(!special ||
+        (ci[0] == 3 && ci[1] == -1 && ci[2] == -1 && ci[3] == 0 && ci[4] == -1 && ci[5] == -1));
   fprintf(stderr, "argmax: %d rows of %d: %s\n", rows, n, same ? "identical" : "DIFFERENT");
   kern_free(g_gpu, d);
   free(h), free(gi), free(ci);

@@ -401,22 +401,25 @@ static void check_sampling(kern_backend_t *be) {
   free(lg);
 }
 
-/* argmax: the greedy sampler's choice on every row (ties to the lowest index, NaN never chosen
- * unless in column 0, as a sequential scan gives). */
+/* argmax: the greedy sampler's choice on every row (ties to the lowest index), and -1 for a row
+ * holding a NaN or +inf, or only -inf (logits no token can be drawn from, kern.h). */
 static void check_argmax(kern_backend_t *be) {
-  enum { M = 6, V = 33 };
+  enum { M = 8, V = 33 };
   float *x = randv(M * V, 3), scratch[2 * V];
   int32_t ids[M];
-  x[1 * V + 4] = x[1 * V + 20] = 9.0f;              /* a tie: 4 */
-  x[2 * V + 0] = NAN;                               /* NaN first: 0 */
-  x[3 * V + 2] = NAN, x[3 * V + 30] = 12.0f;        /* NaN later: ignored */
-  for (int j = 0; j < V; j++) x[4 * V + j] = -1.0f; /* all equal: 0 */
+  x[1 * V + 4] = x[1 * V + 20] = 9.0f;                                        /* a tie: 4 */
+  x[2 * V + 0] = NAN;                                                         /* NaN first: -1 */
+  x[3 * V + 2] = NAN, x[3 * V + 30] = 12.0f;                                  /* NaN later: -1 */
+  x[5 * V + 7] = INFINITY;                                                    /* +inf: -1 */
+  for (int j = 0; j < V; j++) x[4 * V + j] = -1.0f, x[6 * V + j] = -INFINITY; /* 0; -1 */
+  x[7 * V + 9] = -INFINITY; /* one -inf among finite values: the largest as usual */
   CHECK_OK(be->ops->argmax(be, x, M, V, ids));
   kern_sampler_t greedy = {0, 0, 1.0f};
   uint64_t rng = kern_rng_seed(1);
   for (int i = 0; i < M; i++)
-    CHECK(ids[i] == be->ops->sample(be, x + i * V, V, &greedy, &rng, scratch));
-  CHECK(ids[1] == 4 && ids[2] == 0 && ids[3] == 30 && ids[4] == 0);
+    CHECK(ids[i] == -1 || ids[i] == be->ops->sample(be, x + i * V, V, &greedy, &rng, scratch));
+  CHECK(ids[0] >= 0 && ids[1] == 4 && ids[2] == -1 && ids[3] == -1 && ids[4] == 0);
+  CHECK(ids[5] == -1 && ids[6] == -1 && ids[7] >= 0);
   free(x);
 }
 
