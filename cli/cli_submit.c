@@ -319,7 +319,7 @@ typedef struct {
   const char *cmd;
   int json;
   char *request_id;
-  uint64_t next_offset;        /* offset of the next event expected */
+  uint64_t from, next_offset;  /* the first offset asked for; that of the next event expected */
   Qevict__V1__Event *started;  /* the Started event, when seen */
   Qevict__V1__Event *finished; /* the Finished event, when seen */
   char *text;                  /* --json: the text so far */
@@ -455,6 +455,13 @@ static void print_json(const ev_out_t *o, const Qevict__V1__Finished *f) {
 /* The outcome of a stream that ended with OK: the summary, and the request's own ending. */
 static int ev_finish(const ev_out_t *o) {
   const Qevict__V1__Finished *f = o->finished ? o->finished->finished : NULL;
+  if (!f && o->from && o->next_offset == o->from) { /* (the server ends it so at the end) */
+    fprintf(stderr,
+            "qevict %s: request %s has no events from offset %llu on: it ended with the one "
+            "before (a lower --from shows its end)\n",
+            o->cmd, o->request_id, (unsigned long long)o->from);
+    return 0;
+  }
   if (!f) {
     fprintf(stderr, "%sqevict %s: the stream ended without a Finished event\n",
             o->streamed == 2 ? "\n" : "", o->cmd);
@@ -492,7 +499,7 @@ static int ev_interrupted(const ev_out_t *o) {
  * offset asked for). 0 or an exit code. */
 static int ev_stream(const char *cmd, const cli_client_opts_t *cl, const char *method,
                      const ProtobufCMessage *req, const char *id, uint64_t from) {
-  ev_out_t o = {.cmd = cmd, .json = cl->json, .next_offset = from};
+  ev_out_t o = {.cmd = cmd, .json = cl->json, .from = from, .next_offset = from};
   cli_rpc_t *c = NULL;
   cli_rpc_status_t st;
   size_t n = protobuf_c_message_get_packed_size(req);

@@ -635,6 +635,21 @@ def test_cancel(srv, admin, cl, tid):
          "a retry after a dropped connection runs anew (%s, %s)" %
          (ev and ev[0].request_id != rid, f and pb.FinishReason.Name(f.reason)))
     test_cli_interrupt(cl)
+    test_cli_watch_end(cl)
+
+
+def test_cli_watch_end(cl):
+    """qevict watch --from N, N the event count of a finished request: the server ends the
+    stream with nothing (N + 1 and on are OUT_OF_RANGE); the client said the stream ended
+    without a Finished event and exited 1."""
+    rid = cl.gen.Submit(cl.request(PROMPTS[2], 4), metadata=cl.md, timeout=10).request_id
+    n = len(list(cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=60)))
+    base = [QEVICT, "watch", rid, "--server", cl.addr, "--key", cl.key, "--from"]
+    end = subprocess.run(base + [str(n)], capture_output=True, text=True, timeout=60)
+    past = subprocess.run(base + [str(n + 1)], capture_output=True, text=True, timeout=60)
+    C.ok(end.returncode == 0 and "no events from offset %d on" % n in end.stderr and
+         past.returncode != 0, "watch --from the event count (%d): exit %d '%s'; past it: exit %d"
+         % (n, end.returncode, end.stderr.strip(), past.returncode))
 
 
 def test_cli_interrupt(cl):
