@@ -408,9 +408,11 @@ static void run_one(bench_run_t *R, long i, breq_t *q) {
   rec_end(R, q, rc, &st);
 }
 
-/* Waits until time t in slices of at most 50 ms, while no Ctrl-C came. */
+/* Waits until time t in slices of at most 50 ms, while no Ctrl-C came and nothing was refused
+ * (a refused key or an unreachable server: the requests still waiting are not sent). */
 static void sleep_until(bench_run_t *R, double t) {
-  for (double d; (d = t - cli_now_s()) > 0 && !cli_rpc_interrupted();) {
+  for (double d;
+       (d = t - cli_now_s()) > 0 && !cli_rpc_interrupted() && !atomic_load(&R->refused);) {
     d = d < 0.05 ? d : 0.05;
     struct timespec ts = {0, (long)(d * 1e9)};
     nanosleep(&ts, NULL);
@@ -424,7 +426,7 @@ static void *bench_thread(void *arg) {
     long i = atomic_fetch_add(&R->next, 1);
     if (i >= R->a->requests || atomic_load(&R->stop) || atomic_load(&R->refused)) break;
     if (R->arrival) sleep_until(R, R->t0 + R->arrival[i]);
-    if (!atomic_load(&R->stop)) run_one(R, i, &R->rec[i]);
+    if (!atomic_load(&R->stop) && !atomic_load(&R->refused)) run_one(R, i, &R->rec[i]);
   }
   return NULL;
 }
@@ -626,11 +628,11 @@ static void print_text(const bench_args_t *a, const bench_sum_t *S) {
   static const char *const label[D_N] = {"TTFT", "TPOT", "ITL", "E2E", "queue"};
   char res[32], rmax[32];
   double dur = S->duration > 0 ? S->duration : NAN;
-  printf("requests %ld (at most %ld at a time%s): completed %ld, failed %ld, %s%ld, in %.2f s\n",
-         a->requests, a->concurrency < a->requests ? a->concurrency : a->requests,
-         a->rate > 0 ? ", Poisson arrivals" : "", S->done, S->failed,
-         S->interrupted ? "interrupted " : "not sent ",
-         S->interrupted ? S->interrupted : not_sent(a, S), S->duration);
+  printf("requests %ld (at most %ld at a time%s): completed %ld, failed %ld, ", a->requests,
+         a->concurrency < a->requests ? a->concurrency : a->requests,
+         a->rate > 0 ? ", Poisson arrivals" : "", S->done, S->failed);
+  if (S->interrupted) printf("interrupted %ld, ", S->interrupted); /* (and the rest not sent) */
+  printf("not sent %ld, in %.2f s\n", not_sent(a, S), S->duration);
   if (dur > 0)
     printf("throughput: %.2f requests/s, %.1f output tokens/s, %.1f tokens/s in all (%ld prompt "
            "and %ld output tokens)\n",

@@ -10,6 +10,7 @@ Ctrl-C cancels the streams (exit 130, nothing left running) and bad options exit
 usage: test_bench_serve.py QEVICT_BINARY   (exit 77 = skipped)"""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -187,6 +188,12 @@ def test_failures(srv, key):
     j = r.stdout
     C.ok(r.returncode == 3 and "UNAUTHENTICATED" in r.stderr and "not sent" in j,
          "a refused key: exit %d, stops early (%s)" % (r.returncode, j.splitlines()[0] if j else ""))
+    # (--rate: the requests waiting for their arrival time had still gone out, each refused)
+    r = bench(srv, "qk_" + "0" * 64, "--requests", "40", "-n", "4", "--rate", "4")
+    m = re.search(r"failed (\d+), not sent (\d+)", r.stdout)
+    C.ok(r.returncode == 3 and m and int(m.group(2)) >= 30 and
+         int(m.group(1)) + int(m.group(2)) == 40,
+         "a refused key at --rate 4: exit %d, %s" % (r.returncode, m and m.group(0)))
     r = bench(srv, key, "--requests", "2", "-n", "2", "--save-result", os.path.join(TMP, "no",
                                                                                  "such"))
     C.ok(r.returncode == 2 and "--save-result" in r.stderr,
