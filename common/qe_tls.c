@@ -81,12 +81,29 @@ static int ctx_new(const char *who, int server, qe_tls_ctx_t **out) {
   return 0;
 }
 
+/* OpenSSL's passphrase callback: none is given (OpenSSL's own prompted on the terminal and
+ * waited there); *ud notes that one was asked for. */
+static int no_passphrase(char *buf, int size, int rwflag, void *ud) {
+  (void)buf, (void)size, (void)rwflag;
+  *(int *)ud = 1;
+  return 0;
+}
+
 /* The certificate chain and its key (both given). */
 static int use_cert(qe_tls_ctx_t *c, const char *cert, const char *key) {
+  int asked = 0;
   if (SSL_CTX_use_certificate_chain_file(c->ssl, cert) != 1)
     return ctx_fail(c, "cannot use the certificate chain", cert);
-  if (SSL_CTX_use_PrivateKey_file(c->ssl, key, SSL_FILETYPE_PEM) != 1)
-    return ctx_fail(c, "cannot use the private key", key);
+  SSL_CTX_set_default_passwd_cb(c->ssl, no_passphrase);
+  SSL_CTX_set_default_passwd_cb_userdata(c->ssl, &asked);
+  const int used = SSL_CTX_use_PrivateKey_file(c->ssl, key, SSL_FILETYPE_PEM) == 1;
+  SSL_CTX_set_default_passwd_cb_userdata(c->ssl, NULL);
+  if (!used && asked)
+    return ctx_fail(c,
+                    "the private key is encrypted (no passphrase is taken: decrypt it, e.g. "
+                    "openssl pkey -in KEY -out PLAIN.key):",
+                    key);
+  if (!used) return ctx_fail(c, "cannot use the private key", key);
   if (SSL_CTX_check_private_key(c->ssl) != 1)
     return ctx_fail(c, "the private key does not match the certificate in", cert);
   return 0;

@@ -546,6 +546,15 @@ def test_link_errors():
         "--worker-tls-ca '")
     server_error("--worker-tls-key of another certificate", [
         "--worker-tls-cert", cert, "--worker-tls-key", ckey, "--worker-tls-ca", ca], "mismatch")
+    # (a passphrase-protected key: OpenSSL had prompted on the terminal and waited; without one
+    # it said "processing error")
+    enc = path("enc.key")
+    openssl("pkcs8", "-topk8", "-in", key, "-out", enc, "-passout", "pass:x")
+    server_error("--worker-tls-key encrypted", [
+        "--worker-tls-cert", cert, "--worker-tls-key", enc, "--worker-tls-ca", ca],
+        "the private key is encrypted")
+    worker_error("--tls-key encrypted", ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", enc],
+                 "the private key is encrypted")
     worker_error("--tls-ca without a client certificate", ["--tls-ca", ca], "--tls-cert", 2)
     worker_error("--tls-cert without --tls-ca", ["--tls-cert", ccert, "--tls-key", ckey],
                  "need --tls-ca", 2)
