@@ -22,6 +22,7 @@
 #include "qe_json.h"
 #include "qe_pem.h"
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "qe_target.h"
 
 struct cli_rpc {
@@ -521,13 +522,15 @@ static int client_tls(const char *cmd, const cli_client_opts_t *o, cli_rpc_tls_t
   const char *flag[3] = {o->tls_ca ? "--tls-ca" : "$QEVICT_TLS_CA", "--tls-cert", "--tls-key"};
   const char *label[3] = {"CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"};
   char **dst[3] = {(char **)&t->ca_pem, (char **)&t->cert_pem, (char **)&t->key_pem};
-  for (int i = 0; i < 3; i++) {
-    if (!path[i] || !qe_read_pem(path[i], flag[i], label[i], dst[i])) continue;
-    fprintf(stderr, "qevict %s: %s\n", cmd, qe_errmsg());
-    tls_free(t);
-    return CLI_EXIT_USAGE;
-  }
-  return 0;
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++)
+    rc = path[i] ? qe_read_pem(path[i], flag[i], label[i], dst[i]) : 0;
+  if (!rc && t->cert_pem) /* (gRPC's own refusal was "empty address list") */
+    rc = qe_tls_check_pair(t->cert_pem, t->key_pem, o->tls_cert, o->tls_key);
+  if (!rc) return 0;
+  fprintf(stderr, "qevict %s: %s\n", cmd, qe_errmsg());
+  tls_free(t);
+  return CLI_EXIT_USAGE;
 }
 
 int cli_client_open(const char *cmd, const cli_client_opts_t *o, cli_rpc_t **out) {

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
@@ -107,6 +108,30 @@ static int use_cert(qe_tls_ctx_t *c, const char *cert, const char *key) {
   if (SSL_CTX_check_private_key(c->ssl) != 1)
     return ctx_fail(c, "the private key does not match the certificate in", cert);
   return 0;
+}
+
+int qe_tls_check_pair(const char *cert_pem, const char *key_pem, const char *cert_path,
+                      const char *key_path) {
+  char r[256];
+  int asked = 0, rc = 0;
+  BIO *cb = BIO_new_mem_buf(cert_pem, -1), *kb = BIO_new_mem_buf(key_pem, -1);
+  X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+  EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, no_passphrase, &asked) : NULL;
+  if (!x)
+    rc = qe_errf(QE_EINVAL, "%s: no certificate that parses: %s", cert_path,
+                 ssl_reason(r, sizeof r));
+  else if (!k)
+    rc = qe_errf(QE_EINVAL, "%s: %s: %s", key_path,
+                 asked ? "the private key is encrypted (no passphrase is taken: decrypt it, e.g. "
+                         "openssl pkey -in KEY -out PLAIN.key)"
+                       : "no private key that parses",
+                 ssl_reason(r, sizeof r));
+  else if (X509_check_private_key(x, k) != 1)
+    rc = qe_errf(QE_EINVAL, "%s: the private key does not match the certificate in %s: %s",
+                 key_path, cert_path, ssl_reason(r, sizeof r));
+  X509_free(x), EVP_PKEY_free(k), BIO_free(cb), BIO_free(kb);
+  ERR_clear_error();
+  return rc;
 }
 
 /* Peers must present a certificate that the bundle at ca verifies. */

@@ -31,6 +31,13 @@ int qe_tls_client_ctx(const char *who, const char *ca, const char *cert, const c
 
 void qe_tls_ctx_destroy(qe_tls_ctx_t *ctx);
 
+/* Checks PEM texts cert_pem (a chain, leaf first) and key_pem, read from cert_path and key_path
+ * (for the messages), for a key that is the leaf's: for the gRPC library's TLS, whose own
+ * refusal names neither. 0, or QE_EINVAL naming the files (a mismatch, a key or certificate that
+ * does not parse, a passphrase-protected key). */
+int qe_tls_check_pair(const char *cert_pem, const char *key_pem, const char *cert_path,
+                      const char *key_path);
+
 /* A session of ctx's side. Client side: server_name, when not NULL, is the name the server's
  * certificate must carry (an IPv4/IPv6 literal is matched against its IP addresses, anything
  * else against its DNS names, and sent as SNI); NULL checks the chain only. NULL when out of

@@ -10,6 +10,7 @@
 #include "qe_log.h"
 #include "qe_pem.h"
 #include "qe_status.h"
+#include "qe_tls.h"
 #include "sched_internal.h"
 
 enum {
@@ -285,6 +286,8 @@ static int read_tls(const sched_config_t *c, sgrpc_options_t *o) {
     int rc = path[i] ? qe_read_pem(path[i], flag[i], label[i], dst[i]) : 0;
     if (rc) return rc;
   }
+  if (o->tls_cert_pem && o->tls_key_pem) /* (gRPC's own refusal names neither file) */
+    return qe_tls_check_pair(o->tls_cert_pem, o->tls_key_pem, c->tls_cert, c->tls_key);
   return 0;
 }
 

@@ -172,6 +172,10 @@ def test_client_errors(sub):
         ("--tls-key of a certificate", ["--tls-cert", path("client.pem"), "--tls-key",
                                         path("client.pem")], "PRIVATE KEY"),
         ("an empty --tls-ca", ["--tls-ca", path("empty.pem")], "empty"),
+        # (gRPC had said "empty address list", exit 1)
+        ("--tls-key of another certificate", ["--tls-cert", path("client.pem"), "--tls-key",
+                                              path("server.key")],
+         "server.key: the private key does not match the certificate in"),
     ]
     for what, extra, want in cases:
         r = cli(*sub, *extra)
@@ -391,8 +395,10 @@ def test_server_errors():
                                                    key], "no PEM CERTIFICATE")
     server_error("a key file holding a certificate", ["--tls-cert", cert, "--tls-key", cert],
                  "PRIVATE KEY")
+    # (gRPC's own refusal had named neither file: "Invalid private key")
     server_error("a key of another certificate", ["--tls-cert", cert, "--tls-key",
-                                                  path("client.key")], "TLS")
+                                                  path("client.key")],
+                 "client.key: the private key does not match the certificate in")
     server_error("a client CA file that is not PEM", ["--tls-cert", cert, "--tls-key", key,
                                                       "--tls-client-ca", STORIES],
                  "--tls-client-ca '")
