@@ -86,7 +86,7 @@ static int ctx_new(const char *who, int server, qe_tls_ctx_t **out) {
  * waited there); *ud notes that one was asked for. */
 static int no_passphrase(char *buf, int size, int rwflag, void *ud) {
   (void)buf, (void)size, (void)rwflag;
-  *(int *)ud = 1;
+  if (ud) *(int *)ud = 1;
   return 0;
 }
 
@@ -98,7 +98,7 @@ static int use_cert(qe_tls_ctx_t *c, const char *cert, const char *key) {
   SSL_CTX_set_default_passwd_cb(c->ssl, no_passphrase);
   SSL_CTX_set_default_passwd_cb_userdata(c->ssl, &asked);
   const int used = SSL_CTX_use_PrivateKey_file(c->ssl, key, SSL_FILETYPE_PEM) == 1;
-  SSL_CTX_set_default_passwd_cb_userdata(c->ssl, NULL);
+  SSL_CTX_set_default_passwd_cb_userdata(c->ssl, NULL); /* (the callback stays: no prompt) */
   if (!used && asked)
     return ctx_fail(c,
                     "the private key is encrypted (no passphrase is taken: decrypt it, e.g. "

@@ -67,16 +67,17 @@ static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *h
   const char *s = "linear";
   size_t n = 6;
   float factor = -1.0f; /* (-1: no rope.scaling.factor) */
-  int rc = hp_f32(g, arch, "rope.scaling.factor", HP_NONNEG, &factor);
+  const char *fkey = "rope.scaling.factor";
+  int rc = hp_f32(g, arch, fkey, HP_NONNEG, &factor);
   if (!rc && factor < 0)
-    factor = 0.0f, rc = hp_f32(g, arch, "rope.scale_linear", HP_NONNEG, &factor);
+    fkey = "rope.scale_linear", factor = 0.0f, rc = hp_f32(g, arch, fkey, HP_NONNEG, &factor);
   if (rc) return rc;
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   if ((rc = gguf_get_str(g, key, &s, &n)) && rc != QE_ENOTFOUND) return rc;
   if (rc) s = "linear", n = 6;
   if ((n == 4 && !memcmp(s, "none", 4)) || factor == 0.0f) return 0;
   if (!isfinite(1.0f / factor)) /* (a subnormal factor: an infinite frequency scale) */
-    return qe_errf(QE_EFORMAT, "model: %s.rope.scaling.factor = %g is too small", arch, factor);
+    return qe_errf(QE_EFORMAT, "model: %s.%s = %g is too small", arch, fkey, factor);
   hp->rope.freq_scale = 1.0f / factor;
   if (n == 6 && !memcmp(s, "linear", 6)) return 0;
   if (n == 4 && !memcmp(s, "yarn", 4)) {

@@ -141,6 +141,7 @@ static void group_up(sched_t *s, sgroup_t *g) {
   qe_log(QE_LOG_INFO, "sched: group %s up (%d ranks, pool %lld bytes, %d sequences)", g->name,
          g->tp_size, (long long)pool, seqs);
   update_pool(s);
+  sched_req_end_over_groups(s); /* (a group that came back smaller) */
   sched_health_changed(s);
   sched_groups_pump(s);
 }

@@ -265,6 +265,9 @@ uint64_t sched_groups_full_kv_bytes(const sched_t *s, long n);
 /* The largest pool of a group that has been up (0: none yet): a request runs on one group, so a
  * budget over it can never run, though the admission pool (every group's) holds it. */
 int64_t sched_groups_largest_pool(const sched_t *s);
+/* Ends the requests not yet started (queued for quota or pool, or waiting for a group, a resumed
+ * one too) whose budget is over the largest group's pool: a group came back smaller. */
+void sched_req_end_over_groups(sched_t *s);
 void sched_groups_destroy(sched_t *s);
 int sched_groups_drain(sched_t *s, const char *worker, Qevict__V1__DrainResponse *resp,
                        char ***names);

@@ -437,6 +437,22 @@ void sched_req_end_queued_if_drained(sched_t *s) {
   }
 }
 
+void sched_req_end_over_groups(sched_t *s) {
+  const int64_t most = sched_groups_largest_pool(s);
+  char why[200];
+  for (int again = most > 0; again;) { /* (a release may admit a request queued for quota) */
+    again = 0;
+    for (sreq_t *r = s->reqs; r && !again; r = r->next_all)
+      if (r->state == SREQ_QUEUED && r->budget > most) {
+        snprintf(why, sizeof why,
+                 "budget: %lld bytes can never fit (a request runs on one worker group; the "
+                 "largest group's pool is now %lld bytes)",
+                 (long long)r->budget, (long long)most);
+        again = 1, sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR, why, 0);
+      }
+  }
+}
+
 void sched_admit_event(void *ud, uint64_t id, int status) {
   sched_t *s = ud;
   sreq_t *r = sched_req_find(s, id);

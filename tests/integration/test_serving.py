@@ -1490,6 +1490,34 @@ def test_replace_worker():
         u.finish()
 
 
+def test_smaller_group():
+    """A group that comes back with a smaller pool: a request waiting for it (here resumed after
+    its worker was killed) over the new pool can never run, and ends with an error naming the
+    pool, where it waited for good, holding its tenant's quota (only new requests were checked
+    against the largest group)."""
+    u = Units("units-small")
+    try:
+        u.sched()
+        u.worker("ga", extra=["--pool-bytes", "1M"])
+        up, admin, cl = u.clients("small")
+        ga = u.procs["ga"].pid
+        os.kill(ga, signal.SIGSTOP)  # (the request goes to ga and waits there)
+        req = cl.request("", 700, "full", ids=[3] * 50, ignore_eos=True)  # 750 tokens: 960,000 B
+        rid = cl.gen.Submit(req, metadata=cl.md, timeout=10).request_id
+        time.sleep(0.5)
+        os.kill(ga, signal.SIGKILL)
+        u.exit_code("ga")
+        u.worker("ga", "ga2", extra=["--pool-bytes", "256K"])
+        ev = list(cl.gen.Watch(pb.WatchRequest(request_id=rid), metadata=cl.md, timeout=60))
+        f = finished_of(ev)
+        C.ok(up and f is not None and f.reason == pb.FINISH_REASON_ERROR and
+             "largest group's pool is now 262144 bytes" in f.error,
+             "a request waiting for its group, which came back with a smaller pool: %s" %
+             (str((f.reason, f.error)) if f else str(ev)))
+    finally:
+        u.finish()
+
+
 def test_fair_dispatch():
     """A request admitted while no worker slot is free waits its turn for one: tenant
     A (quota for 2 requests, 2 slots) queues 12 requests, then tenant B sends one, admitted at
@@ -2455,6 +2483,7 @@ def main():
     test_grace_over_resumes()
     test_follower_stop()
     test_replace_worker()
+    test_smaller_group()
     test_stuck_at_stop()
     test_two_signals()
     test_tp()
