@@ -554,8 +554,9 @@ static int share_split(const serve_opts_t *o, int g, int r) {
 /* A worker's --pool-bytes N%: in decimal digits and a point, as its parser takes them (%g would
  * write 5e-05 for a share split below 0.0001%). */
 static char *share_arg(double pct) {
-  char *s = fmt("%.15f%%", pct), *end = s ? s + strlen(s) - 1 : NULL; /* (end: at the '%') */
-  if (!s) return NULL; /* (out of memory: the argv ends early, as with fmt's other strings) */
+  char *s = fmt("%.15f%%", pct), *end;
+  if (!s) return NULL;     /* (out of memory: the argv ends early, as with fmt's other strings) */
+  end = s + strlen(s) - 1; /* (at the '%') */
   while (end[-1] == '0') end--;
   if (end[-1] == '.') end--;
   end[0] = '%', end[1] = 0;

@@ -73,8 +73,7 @@ static int hp_rope_scaling(const gguf_t *g, const char *arch, model_hparams_t *h
     fkey = "rope.scale_linear", factor = 0.0f, rc = hp_f32(g, arch, fkey, HP_NONNEG, &factor);
   if (rc) return rc;
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-  if ((rc = gguf_get_str(g, key, &s, &n)) && rc != QE_ENOTFOUND) return rc;
-  if (rc) s = "linear", n = 6;
+  if ((rc = gguf_get_str(g, key, &s, &n)) && rc != QE_ENOTFOUND) return rc; /* (absent: linear) */
   if ((n == 4 && !memcmp(s, "none", 4)) || factor == 0.0f) return 0;
   if (!isfinite(1.0f / factor)) /* (a subnormal factor: an infinite frequency scale) */
     return qe_errf(QE_EFORMAT, "model: %s.%s = %g is too small", arch, fkey, factor);

@@ -437,19 +437,25 @@ void sched_req_end_queued_if_drained(sched_t *s) {
   }
 }
 
-void sched_req_end_over_groups(sched_t *s) {
+/* 1 with why[n] saying so when budget is over every group's pool (a request runs on one group,
+ * while admission counts their sum); now: "now " for a request already accepted. */
+static int over_groups(const sched_t *s, int64_t budget, const char *now, char *why, size_t n) {
   const int64_t most = sched_groups_largest_pool(s);
+  if (!most || budget <= most) return 0;
+  snprintf(why, n,
+           "budget: %lld bytes can never fit (a request runs on one worker group; the largest "
+           "group's pool is %s%lld bytes)",
+           (long long)budget, now, (long long)most);
+  return 1;
+}
+
+void sched_req_end_over_groups(sched_t *s) {
   char why[200];
-  for (int again = most > 0; again;) { /* (a release may admit a request queued for quota) */
+  for (int again = 1; again;) { /* (a release may admit a request queued for quota) */
     again = 0;
     for (sreq_t *r = s->reqs; r && !again; r = r->next_all)
-      if (r->state == SREQ_QUEUED && r->budget > most) {
-        snprintf(why, sizeof why,
-                 "budget: %lld bytes can never fit (a request runs on one worker group; the "
-                 "largest group's pool is now %lld bytes)",
-                 (long long)r->budget, (long long)most);
+      if (r->state == SREQ_QUEUED && over_groups(s, r->budget, "now ", why, sizeof why))
         again = 1, sched_req_finish(s, r, QEVICT__V1__FINISH_REASON__FINISH_REASON_ERROR, why, 0);
-      }
   }
 }
 
@@ -526,22 +532,11 @@ static int over_queue(sched_t *s, const sreq_t *r, sval_err_t *e) {
   return 1;
 }
 
-/* A budget over every group's pool: admission (over the groups' sum) would hold it for good, as
- * dispatch needs it whole on one group. */
-static int over_groups(sched_t *s, const sreq_t *r, sval_err_t *e) {
-  const int64_t most = sched_groups_largest_pool(s);
-  if (!most || r->budget <= most) return 0;
-  snprintf(e->msg, sizeof e->msg,
-           "budget: %lld bytes can never fit (a request runs on one worker group; the largest "
-           "group's pool is %lld bytes)",
-           (long long)r->budget, (long long)most);
-  e->status = SVAL_EXHAUSTED;
-  return 1;
-}
-
 static int admit(sched_t *s, sreq_t *r, sval_err_t *e) {
   int state = 0;
-  if (over_groups(s, r, e) || over_queue(s, r, e)) return -1;
+  if (over_groups(s, r->budget, "", e->msg, sizeof e->msg)) /* (admission would hold it) */
+    return e->status = SVAL_EXHAUSTED, -1;
+  if (over_queue(s, r, e)) return -1;
   if (sidx_room(&s->by_id) || sidx_room(&s->by_cid)) {
     snprintf(e->msg, sizeof e->msg, "out of memory (the request index)");
     e->status = SVAL_INTERNAL;

@@ -32,6 +32,13 @@ def tenant_md(srv, ch, tid):
     return (("authorization", "Bearer " + api_key),)
 
 
+def tenant_gen(srv, tid):
+    """The Generation service's gRPC client over a new channel and the call metadata of a new
+    tenant tid."""
+    ch = grpc.insecure_channel(srv.addr)
+    return pbg.GenerationStub(ch), tenant_md(srv, ch, tid)
+
+
 def uneven_tp():
     """A TP group whose KV heads split unevenly (4 over --tp 3: 1, 1 and 2): each rank holds its
     share of a budget by heads, so the rank of two heads bounds the group at twice its pool,
@@ -42,9 +49,7 @@ def uneven_tp():
     pool = 1 << 20
     srv = serving.Server(QEVICT, model, os.path.join(TMP, "state-tp3"), workers=1,
                          extra=["--tp", "3", "--pool-bytes", str(pool), "--max-seqs", "2"]).start()
-    ch = grpc.insecure_channel(srv.addr)
-    md = tenant_md(srv, ch, "uneven-tp")
-    gen = pbg.GenerationStub(ch)
+    gen, md = tenant_gen(srv, "uneven-tp")
 
     def run(budget):
         req = pb.GenerateRequest(max_tokens=1500, ignore_eos=True)
@@ -75,9 +80,7 @@ def nan_logits():
     model = os.path.join(TMP, "nan.gguf")
     subprocess.run([RAND_GGUF, model, "--nan", "1"], check=True)
     srv = serving.Server(QEVICT, model, os.path.join(TMP, "state-nan"), workers=1).start()
-    ch = grpc.insecure_channel(srv.addr)
-    md = tenant_md(srv, ch, "nan")
-    gen = pbg.GenerationStub(ch)
+    gen, md = tenant_gen(srv, "nan")
     for policy in ("full", "qevict"):
         req = pb.GenerateRequest(max_tokens=8, ignore_eos=True)
         req.prompt.token_ids.ids.extend(range(3, 200))
