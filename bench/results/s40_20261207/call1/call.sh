@@ -8,7 +8,7 @@
 # test_model_graph of this tree. Carry carry/pack2 (bench/device_pack.sh with
 # PACK_DIR=carry/pack2 PACK_BINS="cli/qevict tests/unit/rand_gguf tests/kernels/test_kv_gpu
 # tests/kernels/test_model_graph").
-export PACK=carry/pack2
+export PACK=${PACK:-carry/pack2}
 source bench/device_unpack.sh || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 O=${OUT:-/tmp/out}/s40c1

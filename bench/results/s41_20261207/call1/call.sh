@@ -9,7 +9,7 @@
 # not run). Carry carry/pack2 (bench/device_pack.sh with
 # PACK_DIR=carry/pack2 PACK_BINS="cli/qevict tests/unit/rand_gguf tests/kernels/test_kv_gpu
 # tests/kernels/test_model_graph").
-export PACK=carry/pack2
+export PACK=${PACK:-carry/pack2}
 bash bench/results/s40_20261207/call1/call.sh # (512M, then 40%; test_kv_gpu, test_model_graph)
 source bench/device_unpack.sh || exit 1
 O=${OUT:-/tmp/out}/s41c1
