@@ -104,6 +104,9 @@ if [[ $HD == 64 || $HD == 128 ]] && ((NH % NKV == 0 && NH / NKV <= 8)); then FIT
 # ~0.2 s, so the samples below could miss the request that waits for the quota; its prompt
 # below takes about half its context)
 ((FITS)) || N_NEW=$((CTX * 2 / 5))
+# (on an H100 the rand model's 8 requests of 256 tokens took ~0.46 s, two samples, and once
+# neither sample's /metrics caught a reservation (2026-12-07): 1024 tokens on a GPU)
+[[ -z "$CPU" ]] && ((FITS)) && N_NEW=1024
 # A --pool-bytes whose KV arena cannot fit the free device memory stops the worker at its load,
 # naming the value that fits (before, it started and every request failed at its open).
 if [[ -z "$CPU" ]] && ((FITS)); then
