@@ -22,7 +22,8 @@
  *   (reports, asserts nothing);
  * - sampling (greedy with ties, seeded temperature / top-k / top-p): the same ids and the same
  *   rng states on many rows; the device argmax (greedy steps) equal to the CPU backend's on
- *   random rows up to 128,256 columns, ties, NaN and constant rows (not yet run on a GPU);
+ *   random rows up to 128,256 columns, ties, NaN and constant rows (identical on an H100,
+ *   2026-12-07);
  * - whole models, teacher-forced on the CPU's greedy tokens: stories260K (when
  *   QE_SHARED_MODELS has it) and random llama / qwen2 models written here (one with a 600-token
  *   prompt: past MODEL_FUSE_ROWS, the stacked FFN weights' halves); every position's
