@@ -14,5 +14,5 @@ timeout 240 test_kern_cuda >"$O/test_kern_cuda.log" 2>&1
 echo "test_kern_cuda rc $?: $(tail -1 "$O/test_kern_cuda.log")"
 grep -E 'FAIL|argmax' "$O/test_kern_cuda.log" | head -5
 bash bench/results/s41_20261207/call1/call.sh
-O2=${OUT:-/tmp/out}; tar -C "$O2" -czf "$O2/s42c2.tgz" s42c2 s40c1 s41c1 && rm -rf "$O2"/s4[012]c[12]
+O2=${OUT:-/tmp/out}; rm -f "$O2/s41c1/rand.gguf"; tar -C "$O2" -czf "$O2/s42c2.tgz" s42c2 s40c1 s41c1 && rm -rf "$O2"/s4[012]c[12]
 echo "call 2 done at $SECONDS s"
