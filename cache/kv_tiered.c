@@ -30,7 +30,21 @@ static void sizes_init(kv_tiered_t *t) {
 
 static const kv_cache_ops_t tiered_ops;
 
-/* A ledger's pool page: the ledger, or a whole page where it does not fit one (kv_pool_create). */
+/* A quantizing policy's INT2 ledger must fit its window's Full page: the pool gives a ledger at
+ * most a page, and quantizing it would save nothing. Only a window of 1 over an odd head_dim
+ * (a quantization group of 1) is over it. */
+static int ledger_fits(const kv_tiered_t *t) {
+  if (t->cfg.q <= 0 || t->ledger_bytes <= t->page_bytes) return 0;
+  return qe_errf(QE_EINVAL,
+                 "policy: a window's %d-bit ledger (%zu bytes) would be over its Full page (%zu "
+                 "bytes) at window %d and head_dim %d (quantization group %d): use a window of "
+                 "2 or more",
+                 t->cfg.quant.bits, t->ledger_bytes, t->page_bytes, t->cfg.omega,
+                 t->base.geom.head_dim, t->cfg.quant.group);
+}
+
+/* A ledger's pool page (kv_pool_create): the ledger, which ledger_fits keeps within a page;
+ * a policy that never quantizes still gets a valid size. */
 static size_t q_page_of(const kv_tiered_t *t) {
   return t->ledger_bytes < t->page_bytes ? t->ledger_bytes : t->page_bytes;
 }
@@ -49,6 +63,11 @@ int kv_tiered_create(kern_backend_t *be, const kv_geom_t *geom, const kern_rope_
   static const char *const off_on[] = {"0", "1"};
   t->gather = qe_env_choice("QE_TIERED_GATHER", off_on, 2, 0);
   sizes_init(t);
+  rc = ledger_fits(t);
+  if (rc) {
+    free(t);
+    return rc;
+  }
   t->seqs = calloc((size_t)geom->max_seqs, sizeof *t->seqs);
   t->pending_budget = calloc((size_t)geom->max_seqs, sizeof *t->pending_budget);
   t->final = calloc((size_t)geom->max_seqs, sizeof *t->final);
@@ -110,6 +129,8 @@ int kv_tiered_bounds(const kv_geom_t *geom, const kv_policy_cfg_t *cfg, long n_t
   int rc = kv_policy_check(&t.cfg, geom->head_dim);
   if (rc) return rc;
   sizes_init(&t);
+  rc = ledger_fits(&t);
+  if (rc) return rc;
   *min_budget = slot_min_budget(&t, n_tokens);
   *fullkv = fullkv_bytes_of(&t, n_tokens);
   return 0;

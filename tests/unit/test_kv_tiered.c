@@ -353,6 +353,34 @@ static void check_bad_config(world_t *wd) {
   kv_cache_destroy(kv);
 }
 
+/* An odd head_dim quantizes in groups of 1: at a window of 1 a ledger (8.25 bytes a value at
+ * INT2) is over its Full page (8), and the pool's page-sized ledger slot overran into the next
+ * slot. Such a quantizing policy is refused (create and bounds); a window of 2 fits; a policy
+ * that never quantizes keeps a window of 1. */
+static void check_odd_head_ledger(kern_backend_t *be) {
+  kv_geom_t g = {1, 2, 2, 5, 1};
+  kern_rope_t r = {KERN_ROPE_NORM, 4, 10000, 1, NULL, 0, 1, 32, 1, 512};
+  kv_policy_desc_t d;
+  kv_cache_t *kv = NULL;
+  size_t min = 0, full = 0;
+  CHECK_OK(kv_policy_find("qevict", &d));
+  d.cfg.omega = 1;
+  CHECK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv) == QE_EINVAL &&
+        strstr(qe_errmsg(), "over its Full page") && strstr(qe_errmsg(), "window 1"));
+  CHECK(kv_tiered_bounds(&g, &d.cfg, 64, &min, &full) == QE_EINVAL);
+  CHECK_OK(kv_policy_find("kivi", &d));
+  d.cfg.omega = 1;
+  CHECK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv) == QE_EINVAL);
+  d.cfg.omega = 2;
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  kv_cache_destroy(kv);
+  CHECK_OK(kv_policy_find("snapkv", &d));
+  d.cfg.omega = 1;
+  CHECK(d.cfg.q <= 0);
+  CHECK_OK(kv_tiered_create(be, &g, &r, &d.cfg, 1 << 20, &kv));
+  kv_cache_destroy(kv);
+}
+
 /* Rotating to a position and back restores the keys within 1e-5. */
 static void check_rope_roundtrip(world_t *wd) {
   kern_rope_t r = model_hparams(wd->m)->rope;
@@ -672,6 +700,7 @@ static void check_model(const rand_model_spec_t *sp, int full_checks) {
   uint64_t s = 9 + sp->seed;
   for (int i = 0; i < NP; i++) wd.prompt[i] = 3 + (int32_t)(tu_randf(&s, 0, 1) * 250);
   if (full_checks) check_ledger_cycles(wd.be);
+  if (full_checks) check_odd_head_ledger(wd.be);
   if (full_checks) check_knorm_graphkv(wd.be);
   if (full_checks) check_key_frames(wd.be);
   if (full_checks) check_short_slot(wd.be);
