@@ -614,7 +614,7 @@ static int run_rank0(const gen_args_t *a, kern_backend_t *be, model_t *m, kv_cac
   gen_out_t out;
   init_seqs(a, seqs);
   out = (gen_out_t){.tok = model_tok(m), .stream_out = !a->json};
-  tok_stream_init(&out.stream, out.tok, 0, 1);
+  tok_stream_init(&out.stream, out.tok, 0, 0); /* (the continuation keeps its space) */
   gen_opts_t o = {(int)a->n_predict,         a->sampler, a->seed, a->ignore_eos, on_token, &out,
                   a->top2 ? on_logits : NULL};
   out.top2.cap = a->top2 ? (int)a->n_predict : 0;

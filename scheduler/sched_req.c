@@ -233,12 +233,22 @@ static int append_gen(sreq_t *r, int32_t id) {
   return 0;
 }
 
+/* Holds a token's text; a NUL byte (a token such as <0x00>) becomes U+FFFD, since Tokens.text
+ * (a protobuf-c string) and the stop-string search end at a NUL. */
 static int hold_text(sreq_t *r, const char *t, size_t n) {
-  char *h = realloc(r->held, r->n_held + n + 1);
+  size_t nul = 0;
+  for (size_t i = 0; i < n; i++) nul += !t[i];
+  char *h = realloc(r->held, r->n_held + n + 2 * nul + 1);
   if (!h) return QE_ENOMEM;
-  memcpy(h + r->n_held, t, n);
   r->held = h;
-  r->n_held += n;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i]) {
+      h[r->n_held++] = t[i];
+      continue;
+    }
+    memcpy(h + r->n_held, "\xEF\xBF\xBD", 3);
+    r->n_held += 3;
+  }
   h[r->n_held] = 0;
   return 0;
 }

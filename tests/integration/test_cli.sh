@@ -176,6 +176,14 @@ echo '407 3 261 378' >"$TMP/nul_ids"
   2>/dev/null | python3 -c "import json,sys; t=json.load(sys.stdin)['text']; \
 assert t == ' upon\x00 a time', repr(t)" && echo "ok --json text past a NUL byte" >&2 ||
   bad "--json text cut at a NUL byte"
+# the streamed text is --json's: the continuation keeps its leading space (it was dropped, as
+# for a prompt's dummy prefix: "Once upon a" then "time,")
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a" -n 8 --ignore-eos >"$TMP/st.txt" \
+  2>/dev/null
+"$QEVICT" generate --model "$STORIES" --prompt "Once upon a" -n 8 --ignore-eos --json 2>/dev/null |
+  python3 -c "import json,sys; t=json.load(sys.stdin)['text']; s=open(sys.argv[1]).read(); \
+assert s.rstrip('\n') == t and t.startswith(' '), (s, t)" "$TMP/st.txt" &&
+  echo "ok streamed text equals --json's" >&2 || bad "streamed text: $(head -c 80 "$TMP/st.txt")"
 # --json keeps a failed run's reason (the memory report's own lookups used to erase it)
 expect_error "--json, budget below the protected regions" "$QEVICT" generate --model "$STORIES" \
   --prompt hi -n 8 --policy qevict --budget 0.6 --json

@@ -178,6 +178,38 @@ def test_sampling_and_stop(cl):
          "chat prompt on a model without a template: %s '%s'" % (code, det))
 
 
+def test_nul_text(cl):
+    """A generated NUL byte (the token <0x00>) reaches Tokens.text as U+FFFD, and the text after
+    it and a stop string past it are kept (a protobuf-c string and the stop search ended at it)."""
+    for seed in range(3, 13):  # (temperature 100 over 512 ids: seed 3 samples id 3 today)
+        req = cl.request("Once upon a", 500, "qevict", 0.5, ignore_eos=True,
+                         sampling=pb.Sampling(temperature=100, seed=seed))
+        ids, text = tokens_of(cl.generate(req))
+        if 3 in ids:
+            break
+    C.ok(3 in ids, "a seed of 3..12 sampled the token <0x00> (id 3)")
+    with tempfile.NamedTemporaryFile("w", suffix=".ids") as f:
+        f.write(" ".join(map(str, ids)))
+        f.flush()
+        out = subprocess.run([QEVICT, "generate", "--model", STORIES, "--prompt", "Once upon a",
+                              "-n", str(len(ids)), "--force-ids", f.name, "--ignore-eos", "--json"],
+                             capture_output=True, text=True, timeout=120)
+    want = json.loads(out.stdout)["text"] if not out.returncode else out.stderr
+    C.ok("\x00" in want and text == want.replace("\x00", "\ufffd"),
+         "Tokens.text is qevict generate's text with its NUL as U+FFFD (%d and %d chars)" %
+         (len(text), len(want)))
+    at = want.find("\x00")  # (one character for one: the same index in text)
+    stop = text[at + 1:at + 6]
+    C.ok(at >= 0 and len(stop) == 5 and text.find(stop) > at,
+         "a stop string %r whose first match is past the U+FFFD" % stop)
+    if at >= 0 and len(stop) == 5 and text.find(stop) > at:
+        req.stop.append(stop)
+        ev = cl.generate(req)
+        got, f = tokens_of(ev)[1], finished_of(ev)
+        C.ok(f is not None and f.reason == pb.FINISH_REASON_STOP and got == text[:text.find(stop)],
+             "stop string %r after the U+FFFD ends the text there" % stop)
+
+
 def rejected(srv, code):
     """qevict_requests_rejected_total{code} summed over tenants."""
     pat = r'^qevict_requests_rejected_total\{[^}]*code="%s"[^}]*\} (\S+)$' % code
@@ -2459,6 +2491,7 @@ def main():
     cl = Client(srv.addr, keys["acme"])
     test_equal_to_cli(cl)
     test_sampling_and_stop(cl)
+    test_nul_text(cl)
     test_bad_input(srv, cl)
     test_hardening(srv, admin, cl)
     test_concurrency(srv, admin, keys, quota, 150000)
