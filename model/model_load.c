@@ -118,14 +118,27 @@ static int hp_vocab(const gguf_t *g, model_hparams_t *hp) {
 
 /* A tensor of a block past block_count (blk.N. with N >= n_layer): the file's layers and its
  * metadata disagree, and loading the first n_layer blocks would run a truncated model. */
+/* Biases the forward pass has no term for (llama.cpp takes them as optional on llama): a file
+ * with one is refused rather than run without it. */
+static int unused_bias(const char *what) {
+  static const char *const names[] = {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
+                                      "ffn_down.bias"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (!strcmp(what, names[i])) return 1;
+  return 0;
+}
+
 static int check_blocks(const gguf_t *g, int n_layer) {
   for (int i = 0; i < gguf_n_tensors(g); i++) {
     const char *name = gguf_tensor(g, i)->name;
     int b = -1, len = 0;
-    if (sscanf(name, "blk.%d.%n", &b, &len) == 1 && len > 0 && b >= n_layer)
+    if (sscanf(name, "blk.%d.%n", &b, &len) != 1 || len <= 0) continue;
+    if (b >= n_layer)
       return qe_errf(QE_EFORMAT,
                      "model: tensor '%.80s' is of block %d, but block_count says %d blocks", name,
                      b, n_layer);
+    if (unused_bias(name + len))
+      return qe_errf(QE_EUNSUPPORTED, "model: tensor '%.80s': this bias is not supported", name);
   }
   return 0;
 }
@@ -145,11 +158,12 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
   hp->rms_eps = 1e-5f;
   if (!rc) rc = hp_f32(g, arch, "attention.layer_norm_rms_epsilon", HP_NONNEG, &hp->rms_eps);
   if (rc) return rc;
-  if (hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv)
+  hp->head_dim = 0; /* (attention.key_length, or n_embd / n_head when absent) */
+  if ((rc = hp_u32(g, arch, "attention.key_length", 0, &hp->head_dim))) return rc;
+  if ((!hp->head_dim && hp->n_embd % hp->n_head) || hp->n_head % hp->n_head_kv)
     return qe_errf(QE_EFORMAT, "model: n_embd %d, heads %d, kv heads %d are inconsistent",
                    hp->n_embd, hp->n_head, hp->n_head_kv);
-  hp->head_dim = hp->n_embd / hp->n_head;
-  if ((rc = hp_u32(g, arch, "attention.key_length", 0, &hp->head_dim))) return rc;
+  if (!hp->head_dim) hp->head_dim = hp->n_embd / hp->n_head;
   int v_dim = hp->head_dim; /* (values as long as keys: the only layout the kernels take) */
   if ((rc = hp_u32(g, arch, "attention.value_length", 0, &v_dim))) return rc;
   if (v_dim != hp->head_dim)
@@ -157,7 +171,8 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
                    "model: %s.attention.value_length %d differs from the key length %d (not "
                    "supported)",
                    arch, v_dim, hp->head_dim);
-  hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2;
+  /* (qwen2 always; llama when the file has them, as llama.cpp loads them) */
+  hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias");
   hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
   if ((rc = hp_rope(g, arch, hp)) || (rc = check_blocks(g, hp->n_layer))) return rc;
   return hp_vocab(g, hp);

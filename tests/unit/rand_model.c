@@ -190,11 +190,13 @@ static int rm_layer(gguf_writer_t *w, const rand_model_spec_t *sp, int l, uint64
   if (!rc) rc = rm_add(w, RM_NAME("attn_k.weight"), t, E, sp->n_kv * hd, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("attn_v.weight"), t, E, sp->n_kv * hd, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("attn_output.weight"), t, sp->n_head * hd, E, 0.08f, s);
-  if (!rc && sp->arch == MODEL_ARCH_QWEN2) {
-    rc = rm_add(w, RM_NAME("attn_q.bias"), GGUF_T_F32, sp->n_head * hd, 1, 0.1f, s);
-    if (!rc) rc = rm_add(w, RM_NAME("attn_k.bias"), GGUF_T_F32, sp->n_kv * hd, 1, 0.1f, s);
-    if (!rc) rc = rm_add(w, RM_NAME("attn_v.bias"), GGUF_T_F32, sp->n_kv * hd, 1, 0.1f, s);
+  const float bs = sp->bias == 2 ? 0.0f : 0.1f;
+  if (!rc && (sp->arch == MODEL_ARCH_QWEN2 || sp->bias)) {
+    rc = rm_add(w, RM_NAME("attn_q.bias"), GGUF_T_F32, sp->n_head * hd, 1, bs, s);
+    if (!rc) rc = rm_add(w, RM_NAME("attn_k.bias"), GGUF_T_F32, sp->n_kv * hd, 1, bs, s);
+    if (!rc) rc = rm_add(w, RM_NAME("attn_v.bias"), GGUF_T_F32, sp->n_kv * hd, 1, bs, s);
   }
+  if (!rc && sp->bias == 3) rc = rm_add(w, RM_NAME("attn_output.bias"), GGUF_T_F32, E, 1, bs, s);
   if (!rc) rc = rm_norm(w, RM_NAME("ffn_norm.weight"), E, s, 0);
   if (!rc) rc = rm_add(w, RM_NAME("ffn_gate.weight"), t, E, F, 0.08f, s);
   if (!rc) rc = rm_add(w, RM_NAME("ffn_up.weight"), t, E, F, 0.08f, s);

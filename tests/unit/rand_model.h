@@ -14,6 +14,8 @@ typedef struct {
   int tied;   /* no output.weight */
   int n_layer;
   uint64_t seed;
+  int bias; /* llama: 1 adds Q/K/V biases as qwen2 has, 2 the same biases all zero (the same
+             * draws), 3 Q/K/V biases and an attn_output.bias (qwen2 always has Q/K/V's) */
 } rand_model_spec_t;
 
 /* n_embd of the random models (a multiple of every block size). */

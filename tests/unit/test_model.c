@@ -285,6 +285,47 @@ static void check_bad_float_hparams(void) {
     gguf_close(g);
   }
   unlink(p);
+  /* an explicit key length makes n_embd's divisibility by the heads moot (90 over 4 heads) */
+  CHECK_OK(write_meta_kv(p, "llama", 90, NULL, 0, "attention.key_length", 16));
+  gguf_t *g = NULL;
+  CHECK_OK(gguf_open(p, &g));
+  CHECK(g && model_read_hparams(g, &hp) == 0 && hp.head_dim == 16);
+  gguf_close(g);
+  CHECK_OK(write_meta_kv(p, "llama", 90, NULL, 0, NULL, 0));
+  CHECK_OK(gguf_open(p, &g));
+  CHECK(g && model_read_hparams(g, &hp) == QE_EFORMAT && strstr(qe_errmsg(), "inconsistent"));
+  gguf_close(g);
+  unlink(p);
+}
+
+/* A llama file with Q/K/V biases runs them, as llama.cpp does (they were dropped: the logits
+ * equalled those of the same file with zero biases); one with a bias the forward pass has no
+ * term for is refused, naming it. */
+static void check_llama_bias(void) {
+  const char *p = "/tmp/qe_test_llama_bias.gguf";
+  rand_model_spec_t sp = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 2, 34, 1};
+  float *a = malloc(sizeof(float) * NT * 512), *b = malloc(sizeof(float) * NT * 512);
+  gguf_t *g = NULL;
+  model_hparams_t hp;
+  CHECK_OK(rand_model_write(&sp, p));
+  CHECK_OK(gguf_open(p, &g));
+  CHECK(g && model_read_hparams(g, &hp) == 0 && hp.qkv_bias && hp.n_vocab <= 512);
+  gguf_close(g);
+  prefill_fused(p, prompt, NT, 0, a);
+  sp.bias = 2; /* the same draws, the biases zero */
+  CHECK_OK(rand_model_write(&sp, p));
+  prefill_fused(p, prompt, NT, 0, b);
+  const double e = tu_rel_err(a, b, (size_t)NT * hp.n_vocab);
+  fprintf(stderr, "llama with Q/K/V biases against zero biases: rel diff %.3g\n", e);
+  CHECK(e > 1e-2);
+  sp.bias = 3;
+  CHECK_OK(rand_model_write(&sp, p));
+  CHECK_OK(gguf_open(p, &g));
+  CHECK(g && model_read_hparams(g, &hp) == QE_EUNSUPPORTED &&
+        strstr(qe_errmsg(), "blk.0.attn_output.bias"));
+  gguf_close(g);
+  free(a), free(b);
+  unlink(p);
 }
 
 /* Generation: a prompt longer than the context is refused; sampling is seeded. */
@@ -363,6 +404,7 @@ int main(void) {
   rand_model_spec_t llama = {MODEL_ARCH_LLAMA, GGUF_T_F32, 8, 2, 0, 2, 31};
   rand_model_spec_t qwen = {MODEL_ARCH_QWEN2, GGUF_T_F32, 8, 4, 1, 2, 32}; /* (q, k, v biases) */
   check_fused(&llama), check_fused(&qwen);
+  check_llama_bias();
   check_bad_models();
   check_bad_float_hparams();
   check_generation();
