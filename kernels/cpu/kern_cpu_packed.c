@@ -46,12 +46,15 @@ static pk_view_t pk_view(const kern_weight_t *w) {
 }
 
 /* The bits the codes need: 4 when every code is in [0, 15], or in [-8, 7] with every offset 0
- * (*shift 8: stored as code + 8 with offset -8 * scale, which fma turns into the same values:
- * (code + 8) * scale - 8 * scale is code * scale exactly before its one rounding), else 8. */
-static int pk_bits(const int8_t *code, const float *offset, size_t n, int *shift) {
+ * and every scale finite (*shift 8: stored as code + 8 with offset -8 * scale, which fma turns
+ * into the same values: (code + 8) * scale - 8 * scale is code * scale exactly before its one
+ * rounding; an infinite scale would give inf - inf, NaN, where code * scale is infinite), else 8.
+ */
+static int pk_bits(const int8_t *code, const float *scale, const float *offset, size_t n,
+                   int *shift) {
   int lo = 0, hi = 0, zero_off = 1;
   for (size_t t = 0; t < n; t++) lo = code[t] < lo ? code[t] : lo, hi = code[t] > hi ? code[t] : hi;
-  for (size_t b = 0; b < n / PK_BLK; b++) zero_off &= offset[b] == 0.0f;
+  for (size_t b = 0; b < n / PK_BLK; b++) zero_off &= offset[b] == 0.0f && isfinite(scale[b]);
   *shift = lo < 0 && lo >= -8 && hi <= 7 && zero_off ? 8 : 0;
   return (lo >= 0 && hi <= 15) || *shift ? 4 : 8;
 }
@@ -63,7 +66,7 @@ int kern_cpu_packed_upload(kern_weight_t *w, const int8_t *code, const float *sc
     return qe_errf(QE_EINVAL, "kern: packed weight of [%d][%d] (cols a multiple of 32)", rows,
                    cols);
   size_t n = (size_t)rows * cols, nb = n / PK_BLK;
-  int shift, bits = pk_bits(code, offset, n, &shift);
+  int shift, bits = pk_bits(code, scale, offset, n, &shift);
   size_t cb = n * bits / 8;
   uint8_t *p = malloc(cb + 2 * nb * sizeof(float) + 1);
   if (!p) return qe_errf(QE_ENOMEM, "kern: no memory for a [%d][%d] weight", rows, cols);

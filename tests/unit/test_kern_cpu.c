@@ -124,6 +124,22 @@ static void check_packed_case(kern_backend_t *be, int m, int n, int k, int acc, 
   free(c), free(s), free(o), free(x), free(b), free(y), free(y0);
 }
 
+/* A Q4_0-like row (codes in [-8, 7], offsets 0) whose first block's scale is +inf: its values
+ * and the product with ones are +inf, as code * scale is; the shifted 4-bit form gave NaN
+ * (inf - inf), so such a weight keeps 8 bits. */
+static void check_packed_inf(kern_backend_t *be) {
+  int8_t c[64];
+  float s[2] = {INFINITY, 1.0f}, o[2] = {0, 0}, x[64], y[1], e[64];
+  for (int t = 0; t < 64; t++) c[t] = t < 32 ? 1 : -1, x[t] = 1.0f;
+  kern_weight_t W;
+  CHECK_OK(be->ops->weight_upload_blocks(be, &W, c, s, o, 1, 64));
+  be->ops->matmul(be, y, x, &W, NULL, 1, 0);
+  int32_t id = 0;
+  be->ops->embed_w(be, e, &W, &id, 1, 64);
+  CHECK(isinf(y[0]) && y[0] > 0 && isinf(e[0]) && e[0] > 0 && e[40] == -1.0f);
+  be->ops->weight_free(be, &W);
+}
+
 /* kern_cpu_create_ex's packed weights, through the AVX2 path (where the CPU has it) and the
  * plain C one (QE_CPU_PACKED_SCALAR=1, read once per process: a child runs it). Shapes cover
  * one to 37 activation rows (blocks of 4 and a tail; 37 through sgemm where BLAS is built in),
@@ -140,6 +156,7 @@ static void check_packed_all(void) {
     for (int acc = 0; acc < 2; acc++)
       for (int codes = 0; codes < 4; codes++)
         check_packed_case(be, shapes[i][0], shapes[i][1], shapes[i][2], acc, codes);
+  check_packed_inf(be);
   kern_weight_t W;
   int8_t c[64] = {0};
   float f[2] = {1, 1};
