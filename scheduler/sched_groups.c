@@ -66,6 +66,19 @@ static int check_device(const sched_t *s, const tr_hello_t *h) {
   return 0;
 }
 
+/* Every group of the scheduler runs one tensor-parallel size: a request's budget bounds (the
+ * split over the ranks' KV heads, sched_validate) and a resumed request's tokens depend on it.
+ * (A rank of an existing group is checked against its group in on_hello.) */
+static int check_tp(const sched_t *s, const tr_hello_t *h) {
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    if (g->tp_size != (int)h->tp_size && strcmp(g->name, h->group))
+      return qe_errf(QE_EINVAL,
+                     "tp_size %u: this scheduler's groups run tp %d (one tensor-parallel size a "
+                     "scheduler)",
+                     h->tp_size, g->tp_size);
+  return 0;
+}
+
 static int check_hello(sched_t *s, const tr_hello_t *h) {
   if (strcmp(h->model_fingerprint, g_fingerprint))
     return qe_errf(QE_EINVAL, "model fingerprint %.40s differs from the scheduler's %s",
@@ -78,7 +91,8 @@ static int check_hello(sched_t *s, const tr_hello_t *h) {
     return qe_errf(QE_EINVAL, "context length %u below the model's %d", h->context_length,
                    s->hp.n_ctx_train);
   if (!h->max_sequences) return qe_errf(QE_EINVAL, "max_sequences is 0");
-  return check_device(s, h);
+  int rc = check_tp(s, h);
+  return rc ? rc : check_device(s, h);
 }
 
 static int on_hello(tr_conn_t *c, const tr_hello_t *h, tr_hello_ack_t *ack) {

@@ -1998,24 +1998,51 @@ def test_two_signals():
     srv.stop()
 
 
+def refused_workers(srv, name, ranks, needle, wait=4.5):
+    """Starts workers of group `name` (one a list of extra arguments in ranks) beside srv's and
+    returns their log's text once `needle` shows, `wait` seconds later (retries)."""
+    logs, procs = [], []
+    for i, extra in enumerate(ranks):
+        logs.append(os.path.join(TMP, "%s-%d.log" % (name, i)))
+        with open(logs[-1], "wb") as f:
+            procs.append(subprocess.Popen(
+                [QEVICT, "worker", "--model", STORIES, "--scheduler",
+                 "unix:" + os.path.join(srv.state_dir, "workers.sock"), "--group", name] + extra,
+                stdout=f, stderr=f))
+    text, deadline = "", time.time() + 60
+    while time.time() < deadline and needle not in text:
+        time.sleep(0.2)
+        with open(logs[0], errors="replace") as f:
+            text = f.read()
+    time.sleep(wait)
+    with open(logs[0], errors="replace") as f:
+        text = f.read()
+    for p in procs:
+        p.kill()
+        p.wait()
+    return text
+
+
+def test_mixed_tp(srv):
+    """A group of another tensor-parallel size is refused beside srv's tp 1 groups: the request
+    bounds were checked for the size of whichever group registered last (a request the
+    scheduler took could fail on the group it went to), and a resumed request's tokens differ."""
+    tp = ["--tp", "2", "--tp-addr", os.path.join(TMP, "mixed-tp.sock")]
+    text = refused_workers(srv, "gtp", [tp + ["--rank", "0"], tp + ["--rank", "1"]],
+                           "groups run tp", wait=0.5)
+    lines = [ln for ln in text.splitlines() if "groups run tp" in ln]
+    C.ok(bool(lines) and "tp_size 2: this scheduler's groups run tp 1" in lines[0],
+         "a tp 2 group is refused beside tp 1 ones: %s" % (lines[0][-120:] if lines
+                                                            else text[-300:]))
+    n = sum(srv.metric("qevict_workers", state=st) or 0 for st in ("up", "draining", "down"))
+    C.ok(n == 2, "the scheduler still has its 2 groups, not the refused one (%s)" % n)
+
+
 def test_mixed_weights(srv):
     """A worker with packed CPU weights is refused by a scheduler whose workers hold fp32 ones (a
     request resumed on it after a fault would not give the same tokens)."""
-    log = os.path.join(TMP, "packed-worker.log")
-    with open(log, "wb") as f:
-        p = subprocess.Popen([QEVICT, "worker", "--model", STORIES, "--scheduler",
-                              "unix:" + os.path.join(srv.state_dir, "workers.sock"), "--group",
-                              "gp", "--cpu-weights", "packed"], stdout=f, stderr=f)
-    text, deadline = "", time.time() + 60
-    while time.time() < deadline and "run on cpu" not in text:
-        time.sleep(0.2)
-        with open(log, errors="replace") as f:
-            text = f.read()
-    time.sleep(4.5)  # refused again after 1 s, then 2 s, then 4 s (it had retried every second)
-    with open(log, errors="replace") as f:
-        text = f.read()
-    p.kill()
-    p.wait()
+    # (refused again after 1 s, then 2 s, then 4 s: it had retried every second)
+    text = refused_workers(srv, "gp", [["--cpu-weights", "packed"]], "run on cpu")
     lines = [ln for ln in text.splitlines() if "run on cpu" in ln]
     C.ok(bool(lines) and "cpu-packed" in lines[0],
          "a packed-weights worker is refused beside fp32 ones: %s" % (lines[0][-120:] if lines
@@ -2507,6 +2534,7 @@ def main():
     test_metrics(srv, cl)
     test_drain(srv, bigc)
     test_mixed_weights(srv)
+    test_mixed_tp(srv)
     test_restart(srv, keys["beta"], "beta")
     test_graceful_stop(srv, big.api_key)
     srv.stop()
