@@ -140,14 +140,27 @@ static int make_child(wrk_cache_t *c, const wrk_open_arg_t *a, kv_cache_t **out)
   return rc;
 }
 
+/* Drops entry i's child if it is idle; 1 when dropped. */
+static int drop_child(wrk_cache_t *c, int i) {
+  if (c->ch[i].id < 0 || kv_mux_remove_child(c->mux, c->ch[i].id)) return 0;
+  c->ch[i].id = -1;
+  return 1;
+}
+
 /* Drops an idle child to make room; -1 if every child is busy. */
 static int evict_child(wrk_cache_t *c) {
   for (int i = 0; i < WC_MAX_CHILDREN; i++)
-    if (c->ch[i].id >= 0 && kv_mux_remove_child(c->mux, c->ch[i].id) == 0) {
-      c->ch[i].id = -1;
-      return i;
-    }
+    if (drop_child(c, i)) return i;
   return -1;
+}
+
+/* On the CPU a new configuration first drops every idle one (*empty: the first free entry
+ * after). A tiered child's arena stays as resident as its peak use, so children kept for
+ * configurations no longer in use held up to WC_MAX_CHILDREN times --pool-bytes; a GPU child's
+ * arena is held whole from its start, and one is dropped only when its device memory is needed. */
+static void drop_idle_children(wrk_cache_t *c, int *empty) {
+  for (int i = 0; i < WC_MAX_CHILDREN; i++)
+    if (drop_child(c, i) && (*empty < 0 || i < *empty)) *empty = i;
 }
 
 /* The entry of the child that serves a's configuration, or -1; *empty: the first empty entry,
@@ -176,6 +189,7 @@ int wrk_cache_can_open(const wrk_cache_t *c, const wrk_open_arg_t *a) {
 static int child_for(wrk_cache_t *c, const wrk_open_arg_t *a, int *idx) {
   int empty, i = find_child(c, a, &empty);
   if (i >= 0) return *idx = i, 0;
+  if (!c->gpu) drop_idle_children(c, &empty);
   if (empty < 0 && (empty = evict_child(c)) < 0)
     return qe_errf(QE_ENOSPC, "more than %d distinct KV policies in use at once", WC_MAX_CHILDREN);
   kv_cache_t *kv = NULL;

@@ -1620,6 +1620,41 @@ def mem_available():
         return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
 
 
+def vm_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmRSS:"))
+
+
+def test_idle_configs():
+    """A CPU worker drops its idle policy configurations when a request of a new one starts: each
+    configuration's pool stayed as resident as its peak use, so configurations used one after
+    another held up to 16 times --pool-bytes (here each phase's q is new)."""
+    pool = 32 * 560000
+    srv = serving.Server(QEVICT, STORIES, os.path.join(TMP, "state-configs"), workers=1,
+                         extra=["--threads", "2", "--pool-bytes", str(pool), "--max-seqs", "32"])
+    srv.start()
+    cl = Client(srv.addr, set_tenant(Client(srv.addr, srv.admin_key()), "cfg", 1 << 32).api_key)
+    pid, rss = srv.worker_pids("g0")[0], []
+    for ph in range(4):
+        res, ths = [None] * 32, []
+        for i in range(32):
+            r = cl.request("", 70, "qevict", 1.0, ignore_eos=True,
+                           ids=[(7 * i + 13 * j) % 500 + 3 for j in range(430)])
+            r.policy.q, r.policy.window = 0.5 + 0.05 * ph, 8
+            ths.append(threading.Thread(target=lambda k=i, q=r: res.__setitem__(
+                k, finished_of(cl.generate(q)))))
+            ths[-1].start()
+        for t in ths:
+            t.join(300)
+        rss.append(vm_rss(pid))
+        C.ok(all(f is not None and f.reason == pb.FINISH_REASON_LENGTH for f in res),
+             "phase %d: 32 requests at q %.2f finished" % (ph, 0.5 + 0.05 * ph))
+    srv.stop()
+    C.ok(rss[-1] - rss[0] < pool / 2,
+         "the worker's resident memory after 4 configurations used in turn: %s MB (pool %.1f MB)"
+         % ([round(x / 1e6, 1) for x in rss], pool / 1e6))
+
+
 def test_pool_share():
     """`serve --workers 2 --pool-bytes 10%`: serve splits the share between the two CPU workers,
     whose pools are then 5% each of the memory free once their model is loaded (MemAvailable on
@@ -2557,6 +2592,7 @@ def main():
     test_fair_dispatch()
     test_reconnect_counters()
     test_pool_share()
+    test_idle_configs()
     test_max_queued()
     test_quota_lowered()
     test_tenant_recreated()
