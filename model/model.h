@@ -24,7 +24,7 @@ typedef struct {
   int n_ctx_train;
   float rms_eps;
   int tied_output;  /* output layer shares token_embd */
-  int qkv_bias;     /* qwen2 */
+  int qkv_bias;     /* Q/K/V biases: qwen2, and llama files that have them */
   kern_rope_t rope; /* factors: into the model (rope_freqs), static (model_shape_named), NULL */
 } model_hparams_t;
 

@@ -34,7 +34,7 @@ typedef struct {
   float *attn_norm, *ffn_norm;  /* [n_embd] */
   kern_weight_t wq, wk, wv, wo; /* local rows (q/k/v) or local columns (o); weight_upload */
   kern_weight_t wg, wu, wd;     /* local rows (gate/up) or local columns (down) */
-  float *bq, *bk, *bv;          /* qwen2 only, local slices */
+  float *bq, *bk, *bv;          /* with qkv_bias, local slices */
   /* Where the backend asks for it (kern_backend.fuse_proj, model__fuse_proj): wq, wk, wv stacked
    * into wqkv (and bq, bk, bv into bqkv), wg, wu into wgu; the parts are then empty. */
   kern_weight_t wqkv, wgu;

@@ -116,28 +116,34 @@ static int hp_vocab(const gguf_t *g, model_hparams_t *hp) {
   return 0;
 }
 
-/* A tensor of a block past block_count (blk.N. with N >= n_layer): the file's layers and its
- * metadata disagree, and loading the first n_layer blocks would run a truncated model. */
-/* Biases the forward pass has no term for (llama.cpp takes them as optional on llama): a file
- * with one is refused rather than run without it. */
-static int unused_bias(const char *what) {
-  static const char *const names[] = {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
-                                      "ffn_down.bias"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (!strcmp(what, names[i])) return 1;
-  return 0;
+/* 1 for a Q/K/V bias (the suffix after "blk.N."), which the forward pass adds. */
+static int qkv_bias_name(const char *what) {
+  return !strcmp(what, "attn_q.bias") || !strcmp(what, "attn_k.bias") ||
+         !strcmp(what, "attn_v.bias");
 }
 
-static int check_blocks(const gguf_t *g, int n_layer) {
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The file's tensors against its metadata: one of a block past block_count (blk.N. with N >=
+ * n_layer) means the layers and the metadata disagree (loading the first n_layer blocks would
+ * run a truncated model); a bias other than Q/K/V's has no term in the forward pass and is
+ * refused rather than run without (llama.cpp takes several as optional on llama). *qkv: 1 when
+ * some block has a Q/K/V bias (then every block must have all three: load_attn). */
+static int check_blocks(const gguf_t *g, int n_layer, int *qkv) {
   for (int i = 0; i < gguf_n_tensors(g); i++) {
     const char *name = gguf_tensor(g, i)->name;
     int b = -1, len = 0;
-    if (sscanf(name, "blk.%d.%n", &b, &len) != 1 || len <= 0) continue;
-    if (b >= n_layer)
+    int in_blk = sscanf(name, "blk.%d.%n", &b, &len) == 1 && len > 0;
+    if (in_blk && b >= n_layer)
       return qe_errf(QE_EFORMAT,
                      "model: tensor '%.80s' is of block %d, but block_count says %d blocks", name,
                      b, n_layer);
-    if (unused_bias(name + len))
+    if (in_blk && qkv_bias_name(name + len))
+      *qkv = 1;
+    else if (ends_with(name, ".bias"))
       return qe_errf(QE_EUNSUPPORTED, "model: tensor '%.80s': this bias is not supported", name);
   }
   return 0;
@@ -171,10 +177,9 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp) {
                    "model: %s.attention.value_length %d differs from the key length %d (not "
                    "supported)",
                    arch, v_dim, hp->head_dim);
-  /* (qwen2 always; llama when the file has them, as llama.cpp loads them) */
-  hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias");
+  hp->qkv_bias = hp->arch == MODEL_ARCH_QWEN2; /* (llama: when the file has them, check_blocks) */
   hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
-  if ((rc = hp_rope(g, arch, hp)) || (rc = check_blocks(g, hp->n_layer))) return rc;
+  if ((rc = hp_rope(g, arch, hp)) || (rc = check_blocks(g, hp->n_layer, &hp->qkv_bias))) return rc;
   return hp_vocab(g, hp);
 }
 

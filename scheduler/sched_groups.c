@@ -66,12 +66,13 @@ static int check_device(const sched_t *s, const tr_hello_t *h) {
   return 0;
 }
 
-/* Every group of the scheduler runs one tensor-parallel size: a request's budget bounds (the
+/* The groups with a rank connected run one tensor-parallel size: a request's budget bounds (the
  * split over the ranks' KV heads, sched_validate) and a resumed request's tokens depend on it.
- * (A rank of an existing group is checked against its group in on_hello.) */
+ * Groups with no rank connected do not count (a stray worker's, or a fleet's before it moved to
+ * another --tp); a rank of an existing group is checked against its group in on_hello. */
 static int check_tp(const sched_t *s, const tr_hello_t *h) {
   for (const sgroup_t *g = s->groups; g; g = g->next)
-    if (g->tp_size != (int)h->tp_size && strcmp(g->name, h->group))
+    if (g->n_conn && g->tp_size != (int)h->tp_size && strcmp(g->name, h->group))
       return qe_errf(QE_EINVAL,
                      "tp_size %u: this scheduler's groups run tp %d (one tensor-parallel size a "
                      "scheduler)",
@@ -563,6 +564,12 @@ uint64_t sched_groups_full_kv_bytes(const sched_t *s, long n) {
       return g->bytes_per_token * (((uint64_t)n + page - 1) / page * page);
     }
   return 0; /* no group yet: requests are refused as UNAVAILABLE before they get here */
+}
+
+int sched_groups_tp(const sched_t *s) {
+  for (const sgroup_t *g = s->groups; g; g = g->next)
+    if (g->n_conn) return g->tp_size;
+  return s->groups ? s->groups->tp_size : 1;
 }
 
 int64_t sched_groups_largest_pool(const sched_t *s) {

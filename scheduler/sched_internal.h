@@ -262,6 +262,9 @@ int sched_groups_drained(const sched_t *s);
 /* The FullKV bytes of a sequence of n tokens on the groups (all alike: CPU or GPU): their bytes
  * per token times n rounded up to whole pages (GPU workers hold FullKV in pages of 16 tokens). */
 uint64_t sched_groups_full_kv_bytes(const sched_t *s, long n);
+/* The tensor-parallel size of the groups with a rank connected (one: check_tp), else the last
+ * registered group's, else 1. */
+int sched_groups_tp(const sched_t *s);
 /* The largest pool of a group that has been up (0: none yet): a request runs on one group, so a
  * budget over it can never run, though the admission pool (every group's) holds it. */
 int64_t sched_groups_largest_pool(const sched_t *s);

@@ -309,7 +309,7 @@ static int resolve_policy(sched_t *s, const Qevict__V1__GenerateRequest *g, cons
   snprintf(r->policy, sizeof r->policy, "%s%s", d->name, /* (as the CLI's reports name it) */
            d->cfg.graphkv && !strstr(d->name, "+graphkv") ? "+graphkv" : "");
   if (!d->full && check_regions(p, s->hp.n_ctx_train, e)) return -1;
-  int tp = s->groups ? s->groups->tp_size : 1;
+  int tp = sched_groups_tp(s);
   if (gpu_groups(s) && !d->full && check_gpu_policy(s, r, d, tp, e)) return -1;
   return 0;
 }
@@ -348,7 +348,7 @@ static int resolve_ask(sched_t *s, const Qevict__V1__GenerateRequest *g, const k
   r->full_kv_bytes = (int64_t)sched_groups_full_kv_bytes(s, cap);
   if (d->full) return ask_full(b, bytes, r->ask_default ? WHOSE_DEFAULT : "", r, e);
   size_t min, full;
-  int tp = s->groups ? s->groups->tp_size : 1;
+  int tp = sched_groups_tp(s);
   if (policy_bounds(s, d, cap, tp, gpu_groups(s), &min, &full))
     return bad(e, SVAL_INVALID, "%s", qe_errmsg());
   uint64_t want = bytes                      ? bytes

@@ -16,6 +16,7 @@
  *     32 b + 24 + l; then (y + r) + bias as the fp32 matmul.
  * Large batches (m > CPU_SKINNY_M with BLAS) go through sgemm on rows dequantized by that same
  * formula. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -46,15 +47,17 @@ static pk_view_t pk_view(const kern_weight_t *w) {
 }
 
 /* The bits the codes need: 4 when every code is in [0, 15], or in [-8, 7] with every offset 0
- * and every scale finite (*shift 8: stored as code + 8 with offset -8 * scale, which fma turns
- * into the same values: (code + 8) * scale - 8 * scale is code * scale exactly before its one
- * rounding; an infinite scale would give inf - inf, NaN, where code * scale is infinite), else 8.
+ * and every scale within FLT_MAX / 16 (*shift 8: stored as code + 8 with offset -8 * scale, which
+ * fma turns into the same values: (code + 8) * scale - 8 * scale is code * scale exactly before its
+ * one rounding; an infinite scale would give inf - inf, NaN, where code * scale is infinite, and
+ * one over FLT_MAX / 8 an infinite offset), else 8.
  */
 static int pk_bits(const int8_t *code, const float *scale, const float *offset, size_t n,
                    int *shift) {
   int lo = 0, hi = 0, zero_off = 1;
   for (size_t t = 0; t < n; t++) lo = code[t] < lo ? code[t] : lo, hi = code[t] > hi ? code[t] : hi;
-  for (size_t b = 0; b < n / PK_BLK; b++) zero_off &= offset[b] == 0.0f && isfinite(scale[b]);
+  for (size_t b = 0; b < n / PK_BLK; b++)
+    zero_off &= offset[b] == 0.0f && fabsf(scale[b]) <= FLT_MAX / 16;
   *shift = lo < 0 && lo >= -8 && hi <= 7 && zero_off ? 8 : 0;
   return (lo >= 0 && hi <= 15) || *shift ? 4 : 8;
 }

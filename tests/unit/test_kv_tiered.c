@@ -353,7 +353,7 @@ static void check_bad_config(world_t *wd) {
   kv_cache_destroy(kv);
 }
 
-/* An odd head_dim quantizes in groups of 1: at a window of 1 a ledger (8.25 bytes a value at
+/* An odd head_dim quantizes in groups of 1: at a window of 1 a ledger (8.6 bytes a value at
  * INT2) is over its Full page (8), and the pool's page-sized ledger slot overran into the next
  * slot. Such a quantizing policy is refused (create and bounds); a window of 2 fits; a policy
  * that never quantizes keeps a window of 1. */
